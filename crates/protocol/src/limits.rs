@@ -1,0 +1,109 @@
+//! The timing and size contract (DESIGN §7), shared by the relay, the daemon and the runtime.
+//!
+//! Sizes are in bytes, durations are [`Duration`]s, counts are plain integers. Every bound that
+//! logic enforces is one of these constants; tests refer to them by name too.
+
+use std::time::Duration;
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
+
+// === Transport ===
+
+/// Longest JSON-RPC line accepted on stdio (8 MiB, newline excluded). A longer line is answered
+/// with a JSON-RPC error and skipped.
+pub const STDIO_LINE_MAX_BYTES: usize = 8 * MIB;
+/// Largest MCP request body the relay accepts over Streamable HTTP.
+pub const MCP_REQUEST_BODY_MAX_BYTES: usize = 8 * MIB;
+/// Largest relay ⇄ daemon WebSocket frame.
+pub const RELAY_FRAME_MAX_BYTES: usize = 8 * MIB;
+
+// === Concurrency ===
+
+/// Tool calls one runtime executes at once; a call beyond this gets `limit_exceeded` at once.
+pub const CONCURRENT_TOOL_CALLS: usize = 16;
+/// Default bound on relayed requests in flight per bridge.
+pub const RELAYED_REQUESTS_PER_BRIDGE: usize = 32;
+
+// === Relay link timing ===
+
+/// How long detached calls and sessions wait for the same daemon instance to come back.
+pub const RECONNECT_GRACE: Duration = Duration::from_secs(120);
+/// Interval of SSE keepalive comments.
+pub const SSE_KEEPALIVE: Duration = Duration::from_secs(10);
+/// How long finished SSE streams stay replayable with `Last-Event-ID`.
+pub const RESUMABLE_RETENTION: Duration = Duration::from_secs(120);
+/// Resumable streams kept per bridge.
+pub const RESUMABLE_STREAMS_PER_BRIDGE: usize = 64;
+/// Largest terminal message kept for replay (1.5 MB).
+pub const RESUMABLE_TERMINAL_MAX_BYTES: usize = 1_500_000;
+/// Longest execution budget of one call.
+pub const CALL_BUDGET_MAX: Duration = Duration::from_secs(600);
+/// Relay overhead allowed on top of [`CALL_BUDGET_MAX`].
+pub const RELAY_OVERHEAD: Duration = Duration::from_secs(5);
+/// Time a daemon has to send `hello` after `welcome`.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+/// Time from `hello_ack` to `ready` (probe and resume).
+pub const READINESS_DEADLINE: Duration = Duration::from_secs(15);
+/// Application heartbeat interval on the daemon link.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
+/// Silence after which the daemon declares the link dead.
+pub const HEARTBEAT_SILENCE_TIMEOUT: Duration = Duration::from_secs(75);
+/// Silence after which the relay declares a daemon socket dead.
+pub const RELAY_LIVENESS_TIMEOUT: Duration = Duration::from_secs(90);
+/// Time allowed for one connect attempt (TCP, TLS, WebSocket upgrade).
+pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
+
+// === Processes ===
+
+/// Shortest process timeout a caller may ask for.
+pub const PROCESS_TIMEOUT_MIN: Duration = Duration::from_secs(1);
+/// Longest process timeout a caller may ask for.
+pub const PROCESS_TIMEOUT_MAX: Duration = Duration::from_secs(600);
+/// Process timeout when the caller names none.
+pub const PROCESS_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
+/// Output kept per stream of a one-shot process (head and tail).
+pub const PROCESS_OUTPUT_MAX_BYTES: usize = 512 * KIB;
+/// Largest stdin payload of a one-shot process.
+pub const PROCESS_STDIN_MAX_BYTES: usize = MIB;
+/// Live process sessions at once.
+pub const PROCESS_SESSIONS_MAX: usize = 8;
+/// Output retained per stream of a process session.
+pub const SESSION_OUTPUT_RETAINED_BYTES: usize = MIB;
+/// Largest single write to a process session's stdin.
+pub const SESSION_STDIN_WRITE_MAX_BYTES: usize = 64 * KIB;
+/// How long an exited process session stays readable.
+pub const SESSION_RETENTION_AFTER_EXIT: Duration = Duration::from_secs(30 * 60);
+/// Grace between SIGTERM and SIGKILL when a process tree is terminated.
+pub const TERMINATION_GRACE: Duration = Duration::from_secs(2);
+
+// === File tools ===
+
+/// Default `max_bytes` of `read_file`.
+pub const READ_DEFAULT_MAX_BYTES: usize = MIB;
+/// Hard cap of `read_file`'s `max_bytes`.
+pub const READ_HARD_MAX_BYTES: usize = 5 * MIB;
+/// Largest image `view_image` returns.
+pub const IMAGE_MAX_BYTES: usize = 4 * MIB;
+/// Largest file `edit_file` and `apply_patch` load to rewrite, and `write_file` accepts.
+pub const EDIT_FILE_MAX_BYTES: usize = 32 * MIB;
+/// Largest unified diff returned by an edit; longer diffs are cut with a marker.
+pub const DIFF_MAX_BYTES: usize = 64 * KIB;
+/// Default and maximum entries of `list_dir`.
+pub const LIST_DIR_DEFAULT_ENTRIES: usize = 1_000;
+/// Maximum entries `list_dir` may be asked for.
+pub const LIST_DIR_MAX_ENTRIES: usize = 10_000;
+/// Default `max_files` of `list_files`.
+pub const LIST_FILES_DEFAULT: usize = 2_000;
+/// Maximum `max_files` of `list_files`.
+pub const LIST_FILES_MAX: usize = 20_000;
+/// Default `max_matches` of `search_text`.
+pub const SEARCH_DEFAULT_MATCHES: usize = 200;
+/// Maximum `max_matches` of `search_text`.
+pub const SEARCH_MAX_MATCHES: usize = 5_000;
+/// Maximum context lines before or after a search match.
+pub const SEARCH_MAX_CONTEXT_LINES: usize = 10;
+/// Longest matched line returned by `search_text`; longer lines are cut around the match.
+pub const SEARCH_LINE_MAX_BYTES: usize = 1_000;
+/// Minimum interval between two progress notifications of one call.
+pub const PROGRESS_MIN_INTERVAL: Duration = Duration::from_millis(250);

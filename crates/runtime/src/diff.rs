@@ -1,0 +1,73 @@
+//! Unified diffs of a change, bounded in time and size (via the `similar` crate).
+
+use std::time::Duration;
+
+use similar::TextDiff;
+
+/// Longest time spent computing one diff; past it `similar` returns a coarser (still correct) diff.
+const DIFF_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A unified diff (3 lines of context) from `old` to `new`, headed `a/{path}` / `b/{path}`, cut at
+/// `max_bytes` with a final `... diff truncated (N bytes total)` line. Empty when equal.
+pub(crate) fn unified(path: &str, old: &str, new: &str, max_bytes: usize) -> String {
+    let diff = TextDiff::configure()
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines(old, new);
+    let text = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{path}"), &format!("b/{path}"))
+        .to_string();
+    cut(text, max_bytes)
+}
+
+/// A diff of a file being created (`/dev/null` → `b/{path}`).
+pub(crate) fn created(path: &str, new: &str, max_bytes: usize) -> String {
+    let diff = TextDiff::configure()
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines("", new);
+    let text = diff
+        .unified_diff()
+        .context_radius(3)
+        .header("/dev/null", &format!("b/{path}"))
+        .to_string();
+    cut(text, max_bytes)
+}
+
+/// Cuts `text` to at most `max_bytes` on a char boundary and says so.
+pub(crate) fn cut(text: String, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let total = text.len();
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = text[..end].to_owned();
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&format!("... diff truncated ({total} bytes total)\n"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unified_diff_has_headers_and_hunks() {
+        let d = unified("f.txt", "a\nb\nc\n", "a\nB\nc\n", 1 << 16);
+        assert!(d.starts_with("--- a/f.txt\n+++ b/f.txt\n@@"), "{d}");
+        assert!(d.contains("-b\n+B\n"), "{d}");
+    }
+
+    #[test]
+    fn long_diffs_are_cut_with_a_marker() {
+        let old: String = (0..1000).map(|i| format!("{i}\n")).collect();
+        let d = unified("f", &old, "", 100);
+        assert!(d.len() < 160);
+        assert!(d.contains("diff truncated"));
+    }
+}

@@ -1,0 +1,326 @@
+//! Path confinement: turning a caller's path string into a checked [`WorkspacePath`].
+//!
+//! [`Workspace::resolve`] applies DESIGN §3 "Paths" in this order:
+//!
+//! 1. Reject empty strings and NUL bytes; `""` is not the workspace, `"."` is.
+//! 2. Join a relative path to the canonical workspace root; keep an absolute one as given.
+//! 3. If the path exists, canonicalize it with `realpath` (every symlink followed, `..` applied
+//!    physically).
+//! 4. If it does not exist, canonicalize its nearest existing ancestor and append the missing
+//!    components, which must be plain names (a `..` after a missing component is refused). A
+//!    dangling symlink is followed to the place it would create.
+//! 5. When paths are restricted, the result must lie inside the canonical root, compared by whole
+//!    components (so a sibling `ws-other` is not inside `ws`); otherwise `path_boundary`.
+//!
+//! Results render workspace-relative (`"."` for the root) unless absolute output is on or the path
+//! lies outside the workspace (possible only with unrestricted paths).
+
+use std::{
+    ffi::OsStr,
+    io,
+    path::{Component, Path, PathBuf},
+};
+
+use crate::error::{ToolError, ToolErrorCode, ToolResult};
+
+/// Symlink hops followed while resolving a path whose target does not exist yet.
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// The workspace root and the path rules of the effective policy.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    root: PathBuf,
+    restricted: bool,
+    absolute_output: bool,
+}
+
+/// A path that passed [`Workspace::resolve`]: canonical (or canonical ancestor + new names), and
+/// inside the workspace when paths are restricted. Only `resolve` builds one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspacePath {
+    real: PathBuf,
+    exists: bool,
+}
+
+impl WorkspacePath {
+    /// The resolved filesystem path to operate on.
+    pub fn real(&self) -> &Path {
+        &self.real
+    }
+
+    /// Whether something existed at the path when it was resolved.
+    pub fn exists(&self) -> bool {
+        self.exists
+    }
+}
+
+impl Workspace {
+    /// A workspace rooted at `root` (canonicalized; must be a directory).
+    ///
+    /// # Errors
+    /// `root` does not exist, cannot be canonicalized, or is not a directory.
+    pub fn new(root: &Path, restricted: bool, absolute_output: bool) -> io::Result<Self> {
+        let root = std::fs::canonicalize(root)?;
+        if !root.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", root.display()),
+            ));
+        }
+        Ok(Self {
+            root,
+            restricted,
+            absolute_output,
+        })
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether paths must stay inside the root.
+    pub fn restricted(&self) -> bool {
+        self.restricted
+    }
+
+    /// Resolves `requested` by the rules in the module docs.
+    ///
+    /// # Errors
+    /// - `invalid_request`: empty, contains NUL, or `..` after a missing component, or a symlink
+    ///   loop.
+    /// - `path_boundary`: the result lies outside the workspace while paths are restricted.
+    /// - `permission_denied` / `execution_failed`: the filesystem refused to resolve it.
+    pub fn resolve(&self, requested: &str) -> ToolResult<WorkspacePath> {
+        if requested.is_empty() {
+            return Err(ToolError::invalid(
+                "path is empty (use \".\" for the workspace root)",
+            ));
+        }
+        if requested.contains('\0') {
+            return Err(ToolError::invalid("path contains a NUL byte"));
+        }
+        let joined = if Path::new(requested).is_absolute() {
+            PathBuf::from(requested)
+        } else {
+            self.root.join(requested)
+        };
+        let resolved = resolve_physical(&joined, 0).map_err(|e| match e {
+            Resolve::Io(err) => ToolError::io(requested, &err),
+            Resolve::DotDotAfterMissing => ToolError::invalid(format!(
+                "{requested}: '..' follows a directory that does not exist"
+            )),
+            Resolve::Loop => ToolError::invalid(format!("{requested}: too many symlink hops")),
+        })?;
+        if self.restricted && !resolved.real.starts_with(&self.root) {
+            return Err(ToolError::new(
+                ToolErrorCode::PathBoundary,
+                format!("{requested}: resolves outside the workspace"),
+            )
+            .detail("path", requested));
+        }
+        Ok(resolved)
+    }
+
+    /// Resolves `requested` without following a symlink in its last component: the parent is
+    /// resolved by [`Workspace::resolve`] and the name appended. For operations on a directory
+    /// entry itself (delete, move away).
+    ///
+    /// # Errors
+    /// As [`Workspace::resolve`]; `invalid_request` when the path has no file name (`.`, `..`, `/`).
+    pub fn resolve_entry(&self, requested: &str) -> ToolResult<WorkspacePath> {
+        let p = Path::new(requested);
+        let name = match p.components().next_back() {
+            Some(Component::Normal(n)) => n.to_owned(),
+            _ => {
+                return Err(ToolError::invalid(format!(
+                    "{requested}: does not name a file"
+                )));
+            }
+        };
+        let parent = match p.parent() {
+            Some(pp) if !pp.as_os_str().is_empty() => pp.to_string_lossy().into_owned(),
+            _ => ".".to_owned(),
+        };
+        let dir = self.resolve(&parent)?;
+        let real = dir.real.join(name);
+        let exists = std::fs::symlink_metadata(&real).is_ok();
+        Ok(WorkspacePath { real, exists })
+    }
+
+    /// Whether `real` (an already canonical path) is inside the workspace.
+    pub fn contains(&self, real: &Path) -> bool {
+        real.starts_with(&self.root)
+    }
+
+    /// Renders a canonical path for output: workspace-relative unless absolute output is on or
+    /// the path is outside the workspace.
+    pub fn display(&self, real: &Path) -> String {
+        if !self.absolute_output
+            && let Ok(rel) = real.strip_prefix(&self.root)
+        {
+            if rel.as_os_str().is_empty() {
+                return ".".to_owned();
+            }
+            return rel.to_string_lossy().into_owned();
+        }
+        real.to_string_lossy().into_owned()
+    }
+}
+
+enum Resolve {
+    Io(io::Error),
+    DotDotAfterMissing,
+    Loop,
+}
+
+fn resolve_physical(path: &Path, hops: usize) -> Result<WorkspacePath, Resolve> {
+    if hops > MAX_SYMLINK_HOPS {
+        return Err(Resolve::Loop);
+    }
+    match std::fs::canonicalize(path) {
+        Ok(real) => {
+            return Ok(WorkspacePath { real, exists: true });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) if e.raw_os_error() == Some(40) => return Err(Resolve::Loop), // ELOOP
+        Err(e) => return Err(Resolve::Io(e)),
+    }
+    // A dangling symlink at the path itself: follow it to where a write would land.
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && meta.file_type().is_symlink()
+    {
+        let target = std::fs::read_link(path).map_err(Resolve::Io)?;
+        let base = path.parent().unwrap_or(Path::new("/"));
+        let mut next = resolve_physical(&base.join(target), hops + 1)?;
+        next.exists = false;
+        return Ok(next);
+    }
+    let mut tail: Vec<&OsStr> = Vec::new();
+    let mut cur = path;
+    loop {
+        let Some(parent) = cur.parent() else {
+            return Err(Resolve::Io(io::Error::from(io::ErrorKind::NotFound)));
+        };
+        match cur.components().next_back() {
+            Some(Component::Normal(name)) => tail.push(name),
+            Some(Component::CurDir) => {}
+            Some(Component::ParentDir) => return Err(Resolve::DotDotAfterMissing),
+            _ => return Err(Resolve::Io(io::Error::from(io::ErrorKind::NotFound))),
+        }
+        if std::fs::symlink_metadata(parent).is_ok() {
+            let mut base = resolve_physical(parent, hops + 1)?;
+            if !base.exists {
+                // The ancestor is itself a dangling symlink chain; resolved above.
+            }
+            for name in tail.iter().rev() {
+                base.real.push(name);
+            }
+            return Ok(WorkspacePath {
+                real: base.real,
+                exists: false,
+            });
+        }
+        cur = parent;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        ws: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        let outside = tmp.path().join("ws-sibling");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(ws.join("sub/a.txt"), "a").unwrap();
+        std::fs::write(outside.join("secret.txt"), "s").unwrap();
+        symlink(outside.join("secret.txt"), ws.join("link-file")).unwrap();
+        symlink(&outside, ws.join("link-dir")).unwrap();
+        symlink(ws.join("sub"), ws.join("inner-link")).unwrap();
+        symlink(outside.join("missing.txt"), ws.join("dangling")).unwrap();
+        Fixture {
+            _tmp: tmp,
+            ws,
+            outside,
+        }
+    }
+
+    fn code(r: ToolResult<WorkspacePath>) -> ToolErrorCode {
+        r.unwrap_err().code()
+    }
+
+    #[test]
+    fn restricted_paths_deny_every_escape() {
+        let f = fixture();
+        let w = Workspace::new(&f.ws, true, false).unwrap();
+        for p in [
+            "link-file",
+            "link-dir/secret.txt",
+            "link-dir/new.txt",
+            "../ws-sibling/secret.txt",
+            "sub/../../ws-sibling/secret.txt",
+            "dangling",
+            "/etc/passwd",
+        ] {
+            assert_eq!(code(w.resolve(p)), ToolErrorCode::PathBoundary, "{p}");
+        }
+        let abs = f.outside.join("secret.txt");
+        assert_eq!(
+            code(w.resolve(abs.to_str().unwrap())),
+            ToolErrorCode::PathBoundary
+        );
+    }
+
+    #[test]
+    fn restricted_paths_allow_inside() {
+        let f = fixture();
+        let w = Workspace::new(&f.ws, true, false).unwrap();
+        let p = w.resolve("sub/a.txt").unwrap();
+        assert!(p.exists());
+        assert_eq!(w.display(p.real()), "sub/a.txt");
+        let p = w.resolve("inner-link/a.txt").unwrap();
+        assert_eq!(w.display(p.real()), "sub/a.txt");
+        let p = w.resolve("sub/new/deeper.txt").unwrap();
+        assert!(!p.exists());
+        assert_eq!(w.display(p.real()), "sub/new/deeper.txt");
+        assert_eq!(w.display(w.resolve(".").unwrap().real()), ".");
+    }
+
+    #[test]
+    fn dotdot_after_a_missing_component_is_refused() {
+        let f = fixture();
+        let w = Workspace::new(&f.ws, false, true).unwrap();
+        assert_eq!(
+            code(w.resolve("nope/../../x")),
+            ToolErrorCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn unrestricted_paths_resolve_outside_and_render_absolute() {
+        let f = fixture();
+        let w = Workspace::new(&f.ws, false, true).unwrap();
+        let p = w.resolve("link-file").unwrap();
+        assert_eq!(p.real(), std::fs::canonicalize(f.outside.join("secret.txt")).unwrap());
+        assert!(Path::new(&w.display(p.real())).is_absolute());
+    }
+
+    #[test]
+    fn bad_strings_are_invalid() {
+        let f = fixture();
+        let w = Workspace::new(&f.ws, true, false).unwrap();
+        assert_eq!(code(w.resolve("")), ToolErrorCode::InvalidRequest);
+        assert_eq!(code(w.resolve("a\0b")), ToolErrorCode::InvalidRequest);
+    }
+}

@@ -1,0 +1,107 @@
+//! `server_info`: what this server is and what it allows.
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use protocol::limits;
+
+use crate::{
+    Runtime, SERVER_NAME, VERSION,
+    catalog::{self, Hints, ToolMeta, ToolSpec},
+    context::CallContext,
+    error::ToolResult,
+    policy::{Capability, PolicyView},
+    server::SUPPORTED_PROTOCOL_VERSIONS,
+};
+
+pub(crate) fn specs() -> Vec<ToolSpec> {
+    vec![ToolSpec::structured(
+        ToolMeta {
+            name: "server_info",
+            title: "Server information",
+            description: "Describe this server: version, negotiated MCP protocol version, the \
+                          workspace root, the effective policy (profile, write, exec mode, path \
+                          rules), the tools it allows and its limits. Takes no arguments.",
+            capability: Capability::Read,
+            hints: Hints::READ,
+        },
+        server_info,
+    )]
+}
+
+/// `server_info` takes no arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NoArgs {}
+
+/// Result of `server_info`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ServerInfo {
+    /// Server name (`machine-mcp`).
+    name: String,
+    /// Server version.
+    version: String,
+    /// Protocol version negotiated for this session, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol_version: Option<String>,
+    /// Protocol versions this server can negotiate.
+    supported_protocol_versions: Vec<String>,
+    /// Absolute path of the workspace root.
+    workspace: String,
+    /// The effective policy.
+    policy: PolicyView,
+    /// Names of the tools the policy allows.
+    tools: Vec<String>,
+    /// Bounds enforced by the tools.
+    limits: Limits,
+}
+
+/// Bounds enforced by the tools (bytes and counts).
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Limits {
+    /// Default `max_bytes` of `read_file`.
+    read_default_max_bytes: usize,
+    /// Largest `max_bytes` of `read_file`.
+    read_hard_max_bytes: usize,
+    /// Largest image `view_image` returns.
+    image_max_bytes: usize,
+    /// Largest file the edit tools rewrite.
+    edit_file_max_bytes: usize,
+    /// Largest `max_matches` of `search_text`.
+    search_max_matches: usize,
+    /// Largest `max_files` of `list_files`.
+    list_files_max: usize,
+    /// Largest JSON-RPC message accepted.
+    message_max_bytes: usize,
+    /// Tool calls running at once.
+    concurrent_tool_calls: usize,
+}
+
+async fn server_info(rt: Arc<Runtime>, _args: NoArgs, cx: CallContext) -> ToolResult<ServerInfo> {
+    Ok(ServerInfo {
+        name: SERVER_NAME.to_owned(),
+        version: VERSION.to_owned(),
+        protocol_version: cx.protocol_version,
+        supported_protocol_versions: SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .map(|v| v.to_string())
+            .collect(),
+        workspace: rt.workspace().root().to_string_lossy().into_owned(),
+        policy: rt.policy().view(),
+        tools: catalog::allowed(rt.policy())
+            .map(|t| t.meta().name.to_owned())
+            .collect(),
+        limits: Limits {
+            read_default_max_bytes: limits::READ_DEFAULT_MAX_BYTES,
+            read_hard_max_bytes: limits::READ_HARD_MAX_BYTES,
+            image_max_bytes: limits::IMAGE_MAX_BYTES,
+            edit_file_max_bytes: limits::EDIT_FILE_MAX_BYTES,
+            search_max_matches: limits::SEARCH_MAX_MATCHES,
+            list_files_max: limits::LIST_FILES_MAX,
+            message_max_bytes: limits::STDIO_LINE_MAX_BYTES,
+            concurrent_tool_calls: limits::CONCURRENT_TOOL_CALLS,
+        },
+    })
+}
