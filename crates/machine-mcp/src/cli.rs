@@ -18,7 +18,13 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
     /// Log level on stderr: error, warn, info, debug or trace.
-    #[arg(long, global = true, value_name = "LEVEL", env = "MACHINE_MCP_LOG_LEVEL", default_value = "info")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "LEVEL",
+        env = "MACHINE_MCP_LOG_LEVEL",
+        default_value = "info"
+    )]
     pub(crate) log_level: LogLevel,
     /// Log per-call events (same as --log-level debug). Tool arguments and results are never logged.
     #[arg(short, long, global = true)]

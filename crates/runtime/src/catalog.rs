@@ -84,7 +84,9 @@ pub struct ToolSpec {
 
 impl std::fmt::Debug for ToolSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToolSpec").field("meta", &self.meta).finish()
+        f.debug_struct("ToolSpec")
+            .field("meta", &self.meta)
+            .finish()
     }
 }
 
@@ -109,7 +111,9 @@ impl ToolSpec {
                         let out = fut.await?;
                         serde_json::to_value(out)
                             .map(Reply::Structured)
-                            .map_err(|e| ToolError::internal(format!("serializing the result: {e}")))
+                            .map_err(|e| {
+                                ToolError::internal(format!("serializing the result: {e}"))
+                            })
                     })
                 }
             }),
@@ -155,9 +159,13 @@ impl ToolSpec {
             .idempotent(h.idempotent)
             .open_world(h.open_world);
         annotations = annotations.destructive(h.destructive);
-        let mut tool = Tool::new(self.meta.name, self.meta.description, self.input_schema.clone())
-            .with_title(self.meta.title)
-            .with_annotations(annotations);
+        let mut tool = Tool::new(
+            self.meta.name,
+            self.meta.description,
+            self.input_schema.clone(),
+        )
+        .with_title(self.meta.title)
+        .with_annotations(annotations);
         if let Some(out) = &self.output_schema {
             tool = tool.with_raw_output_schema(out.clone());
         }

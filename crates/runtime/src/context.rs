@@ -71,7 +71,9 @@ impl ProgressSink {
         let Some(tx) = &self.tx else { return };
         let now = Instant::now();
         {
-            let Ok(mut last) = self.last.lock() else { return };
+            let Ok(mut last) = self.last.lock() else {
+                return;
+            };
             if last.is_some_and(|t| now.duration_since(t) < PROGRESS_MIN_INTERVAL) {
                 return;
             }

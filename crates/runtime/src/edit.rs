@@ -111,7 +111,10 @@ enum View<'a> {
     Exact(&'a [u8]),
     /// `bytes` is the file with each CR of a CRLF removed; `dropped[i]` is the index in `bytes` of
     /// the LF whose CR was removed (ascending).
-    Normalized { bytes: Vec<u8>, dropped: Vec<usize> },
+    Normalized {
+        bytes: Vec<u8>,
+        dropped: Vec<usize>,
+    },
 }
 
 impl<'a> View<'a> {
@@ -174,7 +177,10 @@ mod tests {
     fn mixed_file_keeps_untouched_endings() {
         let file = "one\ntwo\r\nthree\nfour\r\n";
         assert_eq!(r(file, "three\nfour", "3\n4"), "one\ntwo\r\n3\n4\r\n");
-        assert_eq!(r(file, "two\nthree", "2\nthree"), "one\n2\r\nthree\nfour\r\n");
+        assert_eq!(
+            r(file, "two\nthree", "2\nthree"),
+            "one\n2\r\nthree\nfour\r\n"
+        );
     }
 
     #[test]
@@ -208,8 +214,14 @@ mod tests {
 
     #[test]
     fn not_found_and_empty() {
-        assert_eq!(replace(b"abc", "zz", "y", false).unwrap_err(), EditError::NotFound);
-        assert_eq!(replace(b"abc", "", "y", false).unwrap_err(), EditError::EmptyOld);
+        assert_eq!(
+            replace(b"abc", "zz", "y", false).unwrap_err(),
+            EditError::NotFound
+        );
+        assert_eq!(
+            replace(b"abc", "", "y", false).unwrap_err(),
+            EditError::EmptyOld
+        );
     }
 
     #[test]

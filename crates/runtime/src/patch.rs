@@ -100,7 +100,10 @@ pub(crate) fn parse(text: &str) -> Result<Vec<FileOp>, ParseError> {
         .rposition(|l| !l.trim().is_empty())
         .unwrap_or(first);
     if lines[first].trim() != BEGIN {
-        return Err(err(first + 1, format!("the patch must start with {BEGIN:?}")));
+        return Err(err(
+            first + 1,
+            format!("the patch must start with {BEGIN:?}"),
+        ));
     }
     if last == first || lines[last].trim() != END {
         return Err(err(last + 1, format!("the patch must end with {END:?}")));
@@ -297,7 +300,11 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
                 let preview: Vec<&str> = old.iter().take(3).copied().collect();
                 fail(format!(
                     "these lines were not found{}: {:?}",
-                    if hunk.end_of_file { " at the end of the file" } else { "" },
+                    if hunk.end_of_file {
+                        " at the end of the file"
+                    } else {
+                        ""
+                    },
                     preview
                 ))
             })?
@@ -430,7 +437,12 @@ mod tests {
                 lines: vec!["one".into(), "two".into()]
             }
         );
-        assert_eq!(ops[1], FileOp::Delete { path: "b.txt".into() });
+        assert_eq!(
+            ops[1],
+            FileOp::Delete {
+                path: "b.txt".into()
+            }
+        );
         let FileOp::Update { move_to, hunks, .. } = &ops[2] else {
             panic!()
         };
@@ -451,7 +463,8 @@ mod tests {
 
     #[test]
     fn applies_hunks_keeping_crlf_and_bom() {
-        let h = hunks("*** Begin Patch\n*** Update File: f\n@@\n a\n-b\n+B\n+B2\n c\n*** End Patch");
+        let h =
+            hunks("*** Begin Patch\n*** Update File: f\n@@\n a\n-b\n+B\n+B2\n c\n*** End Patch");
         let out = apply_hunks("\u{feff}a\r\nb\r\nc\r\nd", &h).unwrap();
         assert_eq!(out, "\u{feff}a\r\nB\r\nB2\r\nc\r\nd");
     }
@@ -463,14 +476,16 @@ mod tests {
         );
         let src = "fn one() {\n    x = 1;\n}\nfn two() {\n    x = 1;\n}\n";
         let out = apply_hunks(src, &h).unwrap();
-        assert_eq!(out, "fn one() {\n    x = 1;\n}\nfn two() {\n    x = 2;\n}\n");
+        assert_eq!(
+            out,
+            "fn one() {\n    x = 1;\n}\nfn two() {\n    x = 2;\n}\n"
+        );
     }
 
     #[test]
     fn a_missing_hunk_is_named() {
-        let h = hunks(
-            "*** Begin Patch\n*** Update File: f\n@@\n-a\n+A\n@@\n-zzz\n+y\n*** End Patch",
-        );
+        let h =
+            hunks("*** Begin Patch\n*** Update File: f\n@@\n-a\n+A\n@@\n-zzz\n+y\n*** End Patch");
         let e = apply_hunks("a\nb\n", &h).unwrap_err();
         assert_eq!(e.hunk, 2);
     }

@@ -6,9 +6,10 @@
 //! 2. Join a relative path to the canonical workspace root; keep an absolute one as given.
 //! 3. If the path exists, canonicalize it with `realpath` (every symlink followed, `..` applied
 //!    physically).
-//! 4. If it does not exist, canonicalize its nearest existing ancestor and append the missing
-//!    components, which must be plain names (a `..` after a missing component is refused). A
-//!    dangling symlink is followed to the place it would create.
+//! 4. If it does not exist, walk it forward: the existing prefix is canonicalized (symlinks
+//!    followed), missing names are appended, and a `..` after a missing name cancels that name
+//!    (exact, since a missing name cannot be a symlink). A dangling symlink is followed to the
+//!    place a write would create.
 //! 5. When paths are restricted, the result must lie inside the canonical root, compared by whole
 //!    components (so a sibling `ws-other` is not inside `ws`); otherwise `path_boundary`.
 //!
@@ -87,8 +88,7 @@ impl Workspace {
     /// Resolves `requested` by the rules in the module docs.
     ///
     /// # Errors
-    /// - `invalid_request`: empty, contains NUL, or `..` after a missing component, or a symlink
-    ///   loop.
+    /// - `invalid_request`: empty, contains NUL, or a symlink loop.
     /// - `path_boundary`: the result lies outside the workspace while paths are restricted.
     /// - `permission_denied` / `execution_failed`: the filesystem refused to resolve it.
     pub fn resolve(&self, requested: &str) -> ToolResult<WorkspacePath> {
@@ -107,9 +107,6 @@ impl Workspace {
         };
         let resolved = resolve_physical(&joined, 0).map_err(|e| match e {
             Resolve::Io(err) => ToolError::io(requested, &err),
-            Resolve::DotDotAfterMissing => ToolError::invalid(format!(
-                "{requested}: '..' follows a directory that does not exist"
-            )),
             Resolve::Loop => ToolError::invalid(format!("{requested}: too many symlink hops")),
         })?;
         if self.restricted && !resolved.real.starts_with(&self.root) {
@@ -170,7 +167,6 @@ impl Workspace {
 
 enum Resolve {
     Io(io::Error),
-    DotDotAfterMissing,
     Loop,
 }
 
@@ -179,51 +175,61 @@ fn resolve_physical(path: &Path, hops: usize) -> Result<WorkspacePath, Resolve> 
         return Err(Resolve::Loop);
     }
     match std::fs::canonicalize(path) {
-        Ok(real) => {
-            return Ok(WorkspacePath { real, exists: true });
-        }
+        Ok(real) => return Ok(WorkspacePath { real, exists: true }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) if e.raw_os_error() == Some(40) => return Err(Resolve::Loop), // ELOOP
+        Err(e) if e.raw_os_error() == Some(ELOOP) => return Err(Resolve::Loop),
         Err(e) => return Err(Resolve::Io(e)),
     }
-    // A dangling symlink at the path itself: follow it to where a write would land.
-    if let Ok(meta) = std::fs::symlink_metadata(path)
-        && meta.file_type().is_symlink()
-    {
-        let target = std::fs::read_link(path).map_err(Resolve::Io)?;
-        let base = path.parent().unwrap_or(Path::new("/"));
-        let mut next = resolve_physical(&base.join(target), hops + 1)?;
-        next.exists = false;
-        return Ok(next);
-    }
+    // Something is missing. Walk forward: `cur` is the canonical path of the existing prefix,
+    // `tail` the missing names after it (a `..` cancels the last missing name lexically, which is
+    // exact because a missing name cannot be a symlink).
+    let mut cur = PathBuf::from("/");
     let mut tail: Vec<&OsStr> = Vec::new();
-    let mut cur = path;
-    loop {
-        let Some(parent) = cur.parent() else {
-            return Err(Resolve::Io(io::Error::from(io::ErrorKind::NotFound)));
-        };
-        match cur.components().next_back() {
-            Some(Component::Normal(name)) => tail.push(name),
-            Some(Component::CurDir) => {}
-            Some(Component::ParentDir) => return Err(Resolve::DotDotAfterMissing),
-            _ => return Err(Resolve::Io(io::Error::from(io::ErrorKind::NotFound))),
-        }
-        if std::fs::symlink_metadata(parent).is_ok() {
-            let mut base = resolve_physical(parent, hops + 1)?;
-            if !base.exists {
-                // The ancestor is itself a dangling symlink chain; resolved above.
+    let comps: Vec<Component<'_>> = path.components().collect();
+    for (i, comp) in comps.iter().enumerate() {
+        match comp {
+            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
+            Component::ParentDir => {
+                if tail.pop().is_none() {
+                    cur.pop();
+                }
             }
-            for name in tail.iter().rev() {
-                base.real.push(name);
+            Component::Normal(name) if !tail.is_empty() => tail.push(name),
+            Component::Normal(name) => {
+                let candidate = cur.join(name);
+                match std::fs::symlink_metadata(&candidate) {
+                    Ok(meta) if meta.file_type().is_symlink() => {
+                        match std::fs::canonicalize(&candidate) {
+                            Ok(real) => cur = real,
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                                // A dangling link: continue at its target with the rest appended.
+                                let target = std::fs::read_link(&candidate).map_err(Resolve::Io)?;
+                                let mut next = cur.join(target);
+                                for c in &comps[i + 1..] {
+                                    next.push(c.as_os_str());
+                                }
+                                return resolve_physical(&next, hops + 1);
+                            }
+                            Err(e) if e.raw_os_error() == Some(ELOOP) => return Err(Resolve::Loop),
+                            Err(e) => return Err(Resolve::Io(e)),
+                        }
+                    }
+                    Ok(_) => cur = candidate,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => tail.push(name),
+                    Err(e) => return Err(Resolve::Io(e)),
+                }
             }
-            return Ok(WorkspacePath {
-                real: base.real,
-                exists: false,
-            });
         }
-        cur = parent;
     }
+    let exists = tail.is_empty();
+    for name in tail {
+        cur.push(name);
+    }
+    Ok(WorkspacePath { real: cur, exists })
 }
+
+/// `ELOOP` on Linux: too many levels of symbolic links.
+const ELOOP: i32 = 40;
 
 #[cfg(test)]
 mod tests {
@@ -298,13 +304,22 @@ mod tests {
     }
 
     #[test]
-    fn dotdot_after_a_missing_component_is_refused() {
+    fn dotdot_after_a_missing_component_cancels_it() {
         let f = fixture();
-        let w = Workspace::new(&f.ws, false, true).unwrap();
+        let w = Workspace::new(&f.ws, true, false).unwrap();
         assert_eq!(
-            code(w.resolve("nope/../../x")),
-            ToolErrorCode::InvalidRequest
+            code(w.resolve("nope/../../ws-sibling/secret.txt")),
+            ToolErrorCode::PathBoundary
         );
+        assert_eq!(
+            code(w.resolve("nope/../link-dir/x")),
+            ToolErrorCode::PathBoundary
+        );
+        let p = w.resolve("nope/../sub/a.txt").unwrap();
+        assert!(p.exists());
+        assert_eq!(w.display(p.real()), "sub/a.txt");
+        let p = w.resolve("a/b/../c.txt").unwrap();
+        assert_eq!(w.display(p.real()), "a/c.txt");
     }
 
     #[test]
@@ -312,7 +327,10 @@ mod tests {
         let f = fixture();
         let w = Workspace::new(&f.ws, false, true).unwrap();
         let p = w.resolve("link-file").unwrap();
-        assert_eq!(p.real(), std::fs::canonicalize(f.outside.join("secret.txt")).unwrap());
+        assert_eq!(
+            p.real(),
+            std::fs::canonicalize(f.outside.join("secret.txt")).unwrap()
+        );
         assert!(Path::new(&w.display(p.real())).is_absolute());
     }
 

@@ -270,7 +270,12 @@ mod tests {
 
     #[test]
     fn named_profiles_report_their_name() {
-        for p in [Profile::Full, Profile::Agent, Profile::Edit, Profile::Review] {
+        for p in [
+            Profile::Full,
+            Profile::Agent,
+            Profile::Edit,
+            Profile::Review,
+        ] {
             assert_eq!(Policy::profile(p).name(), p.as_str());
         }
     }

@@ -51,9 +51,13 @@ pub(crate) enum ReadError {
     /// NUL byte at this offset.
     Binary(u64),
     /// Invalid UTF-8 at this 1-based line.
-    NotUtf8 { line: u64 },
+    NotUtf8 {
+        line: u64,
+    },
     /// `start_line` is past the last line.
-    PastEnd { total: u64 },
+    PastEnd {
+        total: u64,
+    },
 }
 
 impl From<io::Error> for ReadError {
@@ -123,6 +127,8 @@ fn read_lines(
     let mut ahead: u64 = 0;
     let mut reached_eof = false;
     let mut partial_line = false;
+    let mut at_line_start = true; // the next segment begins a line
+    let mut line_start_in_out = 0usize; // offset in `out` where the current line began
     loop {
         let n = file.read(&mut block)?;
         if n == 0 {
@@ -138,10 +144,20 @@ fn read_lines(
             let seg = &chunk[pos..seg_end];
             let in_range = line >= start && end.is_none_or(|e| line <= e);
             if !collecting_done && in_range {
+                if at_line_start {
+                    line_start_in_out = out.len();
+                }
                 if out.len() + seg.len() <= max_bytes {
                     out.extend_from_slice(seg);
                     last_line_in_out = Some(line);
-                } else if last_line_in_out.is_none_or(|l| l == line) && out.len() < max_bytes {
+                } else if line_start_in_out > 0 {
+                    // Over budget inside a later line: keep only the whole lines before it.
+                    out.truncate(line_start_in_out);
+                    last_line_in_out = Some(line - 1);
+                    collecting_done = true;
+                    truncated = true;
+                    next_start = Some(line);
+                } else {
                     // The first line alone is over budget: keep what fits on a char boundary.
                     let room = max_bytes - out.len();
                     out.extend_from_slice(&seg[..room]);
@@ -156,10 +172,6 @@ fn read_lines(
                     collecting_done = true;
                     truncated = true;
                     next_start = Some(line + 1);
-                } else {
-                    collecting_done = true;
-                    truncated = true;
-                    next_start = Some(line);
                 }
             } else if !collecting_done && end.is_some_and(|e| line > e) {
                 collecting_done = true;
@@ -169,6 +181,7 @@ fn read_lines(
                 ahead += seg.len() as u64;
             }
             last_byte_newline = nl.is_some();
+            at_line_start = nl.is_some();
             if nl.is_some() {
                 line += 1;
             }
@@ -189,7 +202,9 @@ fn read_lines(
     }
     if partial_line {
         // Continuing a cut line would skip its rest; point at it instead.
-        next_start = last_line_in_out.map(|l| l + 1).filter(|&s| total.is_none_or(|t| s <= t));
+        next_start = last_line_in_out
+            .map(|l| l + 1)
+            .filter(|&s| total.is_none_or(|t| s <= t));
     }
     let content = finish_text(out, start)?;
     let end_line = last_line_in_out;
@@ -243,12 +258,17 @@ fn read_tail(file: &mut File, size: u64, n: u64, max_bytes: usize) -> Result<Exc
     }
     let lines_in = |b: &[u8]| {
         let nl = memchr::memchr_iter(b'\n', b).count() as u64;
-        if b.is_empty() || b.ends_with(b"\n") { nl } else { nl + 1 }
+        if b.is_empty() || b.ends_with(b"\n") {
+            nl
+        } else {
+            nl + 1
+        }
     };
     let from = start_offset.unwrap_or(0);
     let mut wanted = tail.split_off(from);
     // The total is known only when the whole file went through memory.
-    let total = (pos == 0).then(|| memchr::memchr_iter(b'\n', &tail).count() as u64 + lines_in(&wanted));
+    let total =
+        (pos == 0).then(|| memchr::memchr_iter(b'\n', &tail).count() as u64 + lines_in(&wanted));
     let mut truncated = false;
     if pos > 0 && start_offset.is_none() {
         // Stopped by the byte cap in the middle of a line: drop that partial line.
@@ -314,31 +334,84 @@ mod tests {
 
     #[test]
     fn whole_file_reports_totals_and_hash() {
-        let e = rd(b"a\nb\nc\n", Span::Lines { start: 1, end: None }, 100).unwrap();
+        let e = rd(
+            b"a\nb\nc\n",
+            Span::Lines {
+                start: 1,
+                end: None,
+            },
+            100,
+        )
+        .unwrap();
         assert_eq!(e.content, "a\nb\nc\n");
-        assert_eq!((e.start_line, e.end_line, e.total_lines), (Some(1), Some(3), Some(3)));
+        assert_eq!(
+            (e.start_line, e.end_line, e.total_lines),
+            (Some(1), Some(3), Some(3))
+        );
         assert!(!e.truncated);
         assert_eq!(e.next_start_line, None);
-        assert_eq!(e.sha256.as_deref(), Some(crate::text::sha256_hex(b"a\nb\nc\n").as_str()));
+        assert_eq!(
+            e.sha256.as_deref(),
+            Some(crate::text::sha256_hex(b"a\nb\nc\n").as_str())
+        );
     }
 
     #[test]
     fn range_and_continuation() {
-        let e = rd(b"1\n2\n3\n4\n5", Span::Lines { start: 2, end: Some(3) }, 100).unwrap();
+        let e = rd(
+            b"1\n2\n3\n4\n5",
+            Span::Lines {
+                start: 2,
+                end: Some(3),
+            },
+            100,
+        )
+        .unwrap();
         assert_eq!(e.content, "2\n3\n");
         assert_eq!(e.total_lines, Some(5));
         assert_eq!(e.next_start_line, Some(4));
-        let e = rd(b"1\n2\n3\n4\n5", Span::Lines { start: 1, end: None }, 4).unwrap();
+        let e = rd(
+            b"1\n2\n3\n4\n5",
+            Span::Lines {
+                start: 1,
+                end: None,
+            },
+            4,
+        )
+        .unwrap();
         assert_eq!(e.content, "1\n2\n");
         assert!(e.truncated);
         assert_eq!(e.next_start_line, Some(3));
     }
 
     #[test]
+    fn the_budget_cuts_at_a_line_that_spans_blocks() {
+        let line = format!("{}\n", "x".repeat(1000));
+        let content = line.repeat(200); // 200_200 bytes: lines cross 64 KiB block edges
+        let e = rd(
+            content.as_bytes(),
+            Span::Lines {
+                start: 1,
+                end: None,
+            },
+            100_000,
+        )
+        .unwrap();
+        assert_eq!(e.content.len(), 99 * 1001);
+        assert!(e.content.ends_with('\n'));
+        assert_eq!(e.end_line, Some(99));
+        assert_eq!(e.next_start_line, Some(100));
+        assert!(e.truncated);
+    }
+
+    #[test]
     fn tail_reads_last_lines() {
         let e = rd(b"1\n2\n3\n4\n5\n", Span::Tail(2), 100).unwrap();
         assert_eq!(e.content, "4\n5\n");
-        assert_eq!((e.start_line, e.end_line, e.total_lines), (Some(4), Some(5), Some(5)));
+        assert_eq!(
+            (e.start_line, e.end_line, e.total_lines),
+            (Some(4), Some(5), Some(5))
+        );
         let e = rd(b"1\n2\n3", Span::Tail(1), 100).unwrap();
         assert_eq!(e.content, "3");
         let e = rd(b"1\n2\n", Span::Tail(10), 100).unwrap();
@@ -360,18 +433,40 @@ mod tests {
     #[test]
     fn binary_and_bad_utf8_are_errors() {
         assert!(matches!(
-            rd(b"ab\0cd", Span::Lines { start: 1, end: None }, 100),
+            rd(
+                b"ab\0cd",
+                Span::Lines {
+                    start: 1,
+                    end: None
+                },
+                100
+            ),
             Err(ReadError::Binary(2))
         ));
         assert!(matches!(
-            rd(b"ok\nbad \xff\n", Span::Lines { start: 1, end: None }, 100),
+            rd(
+                b"ok\nbad \xff\n",
+                Span::Lines {
+                    start: 1,
+                    end: None
+                },
+                100
+            ),
             Err(ReadError::NotUtf8 { line: 2 })
         ));
     }
 
     #[test]
     fn bom_is_reported_and_stripped() {
-        let e = rd(b"\xEF\xBB\xBFhi\r\n", Span::Lines { start: 1, end: None }, 100).unwrap();
+        let e = rd(
+            b"\xEF\xBB\xBFhi\r\n",
+            Span::Lines {
+                start: 1,
+                end: None,
+            },
+            100,
+        )
+        .unwrap();
         assert!(e.bom);
         assert_eq!(e.content, "hi\r\n");
         assert_eq!(e.line_ending, LineEnding::Crlf);
@@ -380,7 +475,14 @@ mod tests {
     #[test]
     fn start_past_end_is_an_error() {
         assert!(matches!(
-            rd(b"a\nb\n", Span::Lines { start: 5, end: None }, 100),
+            rd(
+                b"a\nb\n",
+                Span::Lines {
+                    start: 5,
+                    end: None
+                },
+                100
+            ),
             Err(ReadError::PastEnd { total: 2 })
         ));
     }

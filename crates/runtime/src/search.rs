@@ -90,13 +90,17 @@ pub(crate) struct Progress {
 ///
 /// # Errors
 /// A bad include or exclude glob, with the glob in the message.
-pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn candidates(
+    scope: &Scope,
+    cancel: &CancellationToken,
+) -> Result<Vec<PathBuf>, String> {
     if scope.root.is_file() {
         return Ok(vec![scope.root.clone()]);
     }
     let mut ob = OverrideBuilder::new(&scope.root);
     for g in &scope.include {
-        ob.add(g).map_err(|e| format!("bad include glob {g:?}: {e}"))?;
+        ob.add(g)
+            .map_err(|e| format!("bad include glob {g:?}: {e}"))?;
     }
     for g in &scope.exclude {
         ob.add(&format!("!{g}"))
@@ -124,10 +128,9 @@ pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Ve
             }
             if let Ok(e) = entry
                 && e.file_type().is_some_and(|t| t.is_file())
+                && let Ok(mut v) = found.lock()
             {
-                if let Ok(mut v) = found.lock() {
-                    v.push(e.into_path());
-                }
+                v.push(e.into_path());
             }
             WalkState::Continue
         })
@@ -210,13 +213,7 @@ pub(crate) fn run(
                         .max_matches
                         .saturating_sub(prefix_matches.load(Ordering::Relaxed))
                         .max(1);
-                    let r = search_file(
-                        &mut searcher,
-                        opts,
-                        &files_ref[i],
-                        skip + need,
-                        stop,
-                    );
+                    let r = search_file(&mut searcher, opts, &files_ref[i], skip + need, stop);
                     let found = r.hits.len().saturating_sub(skip);
                     if let Ok(mut f) = finished.lock() {
                         f.counts[i] = Some(found);
@@ -295,7 +292,9 @@ pub(crate) fn run(
                 break 'merge;
             }
             let now = tokio::time::Instant::now();
-            if last_progress.is_none_or(|t| now.duration_since(t) >= protocol::limits::PROGRESS_MIN_INTERVAL) {
+            if last_progress
+                .is_none_or(|t| now.duration_since(t) >= protocol::limits::PROGRESS_MIN_INTERVAL)
+            {
                 last_progress = Some(now);
                 progress(Progress {
                     files_done: frontier,
@@ -361,8 +360,16 @@ fn search_file(
                 file: 0,
                 line,
                 column,
-                before: if c == 0 { Vec::new() } else { around(line.saturating_sub(c).max(1)..=line - 1) },
-                after: if c == 0 { Vec::new() } else { around(line + 1..=line + c) },
+                before: if c == 0 {
+                    Vec::new()
+                } else {
+                    around(line.saturating_sub(c).max(1)..=line - 1)
+                },
+                after: if c == 0 {
+                    Vec::new()
+                } else {
+                    around(line + 1..=line + c)
+                },
                 text: cut_line(&text, column as usize - 1, opts.line_max_bytes),
             }
         })
@@ -408,12 +415,17 @@ impl Sink for Collect<'_> {
             .map_or(1, |m| m.start() as u64 + 1);
         let text = String::from_utf8_lossy(bytes).into_owned();
         if self.context > 0 {
-            self.lines.insert(line, cut_line(&text, column as usize - 1, 200));
+            self.lines
+                .insert(line, cut_line(&text, column as usize - 1, 200));
         }
         self.matches.push((line, column, text));
         self.last_match_line = line;
-        // Keep going past the limit only to collect the last match's after-context.
-        Ok(self.matches.len() < self.limit || self.context > 0)
+        if self.matches.len() < self.limit {
+            return Ok(true);
+        }
+        // At the limit the file may hold more; keep going only for the after-context.
+        self.hit_limit = true;
+        Ok(self.context > 0)
     }
 
     fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, Self::Error> {
@@ -423,11 +435,9 @@ impl Sink for Collect<'_> {
         let line = ctx.line_number().unwrap_or(0);
         let text = String::from_utf8_lossy(strip_eol(ctx.bytes()));
         self.lines.insert(line, cut_line(&text, 0, 200));
-        if self.matches.len() >= self.limit {
-            if line >= self.last_match_line + self.context {
-                self.hit_limit = true;
-                return Ok(false);
-            }
+        if self.matches.len() >= self.limit && line >= self.last_match_line + self.context {
+            self.hit_limit = true;
+            return Ok(false);
         }
         Ok(true)
     }
@@ -443,7 +453,9 @@ fn cut_line(line: &str, at: usize, max: usize) -> String {
     if line.len() <= max {
         return line.to_owned();
     }
-    let mut start = at.saturating_sub(max / 4).min(line.len().saturating_sub(max));
+    let mut start = at
+        .saturating_sub(max / 4)
+        .min(line.len().saturating_sub(max));
     while !line.is_char_boundary(start) {
         start -= 1;
     }
@@ -497,7 +509,10 @@ mod tests {
         };
         let cancel = CancellationToken::new();
         let files = candidates(&scope, &cancel).unwrap();
-        let m = RegexMatcherBuilder::new().fixed_strings(true).build("needle").unwrap();
+        let m = RegexMatcherBuilder::new()
+            .fixed_strings(true)
+            .build("needle")
+            .unwrap();
         let opts = Run {
             matcher: &m,
             context: 1,

@@ -80,7 +80,10 @@ impl McpServer {
         cx: CallContext,
     ) -> Result<CallToolResult, ErrorData> {
         let Some(spec) = catalog::find(name) else {
-            return Err(ErrorData::invalid_params(format!("unknown tool: {name}"), None));
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool: {name}"),
+                None,
+            ));
         };
         if !self.runtime.policy().allows(spec.meta().capability) {
             return Ok(error_result(&ToolError::new(
@@ -130,7 +133,9 @@ impl ServerHandler for McpServer {
             .with_server_info(
                 Implementation::new(SERVER_NAME, VERSION)
                     .with_title("machine-bridge")
-                    .with_description("A workspace on this machine: files, search, edits and patches"),
+                    .with_description(
+                        "A workspace on this machine: files, search, edits and patches",
+                    ),
             )
             .with_protocol_version(ProtocolVersion::V_2025_11_25)
             .with_instructions(format!(

@@ -58,7 +58,7 @@ where
 }
 
 enum Outgoing {
-    Message(ServerJsonRpcMessage),
+    Message(Box<ServerJsonRpcMessage>),
     Raw(String),
 }
 
@@ -106,7 +106,7 @@ impl Transport<RoleServer> for StdioTransport {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let tx = self.outgoing.clone();
         async move {
-            tx.send(Outgoing::Message(item))
+            tx.send(Outgoing::Message(Box::new(item)))
                 .await
                 .map_err(|_| OutputClosed)
         }
@@ -246,7 +246,11 @@ async fn read_bounded_line<R: AsyncBufRead + Unpin>(
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
-        let data = if done { &chunk[..take - 1] } else { &chunk[..take] };
+        let data = if done {
+            &chunk[..take - 1]
+        } else {
+            &chunk[..take]
+        };
         if !over {
             if buf.len() + data.len() > max {
                 over = true;
@@ -270,7 +274,11 @@ fn classify(line: &[u8]) -> Frame {
     let value: Value = match serde_json::from_slice(trimmed) {
         Ok(v) => v,
         Err(e) => {
-            return Frame::Reject(error_line(&Value::Null, -32700, &format!("parse error: {e}")));
+            return Frame::Reject(error_line(
+                &Value::Null,
+                -32700,
+                &format!("parse error: {e}"),
+            ));
         }
     };
     let obj = match &value {
@@ -404,9 +412,15 @@ mod tests {
         let data = format!("{}\n{{\"a\":1}}\n", "x".repeat(100));
         let mut r = BufReader::with_capacity(16, data.as_bytes());
         let mut buf = Vec::new();
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 50).await.unwrap(), Some(true));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 50).await.unwrap(),
+            Some(true)
+        );
         buf.clear();
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 50).await.unwrap(), Some(false));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 50).await.unwrap(),
+            Some(false)
+        );
         assert_eq!(buf, b"{\"a\":1}");
         buf.clear();
         assert_eq!(read_bounded_line(&mut r, &mut buf, 50).await.unwrap(), None);

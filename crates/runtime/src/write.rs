@@ -51,7 +51,9 @@ impl Staged {
         bytes: &[u8],
         mode: Option<u32>,
     ) -> ToolResult<Self> {
-        let dir = target.parent().ok_or_else(|| ToolError::invalid(format!("{display}: has no parent directory")))?;
+        let dir = target
+            .parent()
+            .ok_or_else(|| ToolError::invalid(format!("{display}: has no parent directory")))?;
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -166,7 +168,9 @@ pub(crate) fn read_bounded(path: &Path, display: &str, max: u64) -> ToolResult<V
 
 /// The permission bits of an existing file, to keep them across a rewrite.
 pub(crate) fn existing_mode(path: &Path) -> Option<u32> {
-    fs::metadata(path).ok().map(|m| m.permissions().mode() & 0o7777)
+    fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o7777)
 }
 
 /// `0o666` minus the process umask (read from `/proc/self/status`; `0o022` if unknown).
@@ -229,6 +233,10 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), crate::error::ToolErrorCode::Conflict);
         assert_eq!(fs::read(&p).unwrap(), b"old");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "temp files removed");
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "temp files removed"
+        );
     }
 }

@@ -17,17 +17,18 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
         workspace: workspace.clone(),
         policy,
     })
-    .with_context(|| format!("workspace {} is not a usable directory", workspace.display()))?;
+    .with_context(|| {
+        format!(
+            "workspace {} is not a usable directory",
+            workspace.display()
+        )
+    })?;
     tracing::info!(
         workspace = %runtime.workspace().root().display(),
         policy = runtime.policy().name(),
         "serving MCP over stdio"
     );
-    let serve = runtime::stdio::serve(
-        Arc::new(runtime),
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-    );
+    let serve = runtime::stdio::serve(Arc::new(runtime), tokio::io::stdin(), tokio::io::stdout());
     tokio::select! {
         r = serve => r.context("stdio session failed")?,
         _ = shutdown_signal() => tracing::info!("interrupted; exiting"),
@@ -39,13 +40,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Runtime, diff,
+    Runtime,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
+    diff,
     edit::{self, EditError},
     error::{ToolError, ToolResult},
     policy::Capability,
@@ -102,7 +103,11 @@ pub(crate) struct WriteFileOutput {
     created: bool,
 }
 
-async fn write_file(rt: Arc<Runtime>, args: WriteFileArgs, _cx: CallContext) -> ToolResult<WriteFileOutput> {
+async fn write_file(
+    rt: Arc<Runtime>,
+    args: WriteFileArgs,
+    _cx: CallContext,
+) -> ToolResult<WriteFileOutput> {
     if args.content.len() > EDIT_FILE_MAX_BYTES {
         return Err(ToolError::limit(format!(
             "content is {} bytes; the limit is {EDIT_FILE_MAX_BYTES}",
@@ -123,8 +128,10 @@ async fn write_file(rt: Arc<Runtime>, args: WriteFileArgs, _cx: CallContext) -> 
             return Err(ToolError::invalid(format!("{display}: is a directory")));
         }
         if args.create_only && existed {
-            return Err(ToolError::conflict(format!("{display}: already exists (create_only)"))
-                .detail("path", display.clone()));
+            return Err(
+                ToolError::conflict(format!("{display}: already exists (create_only)"))
+                    .detail("path", display.clone()),
+            );
         }
         if let Some(parent) = p.real().parent()
             && !parent.exists()
@@ -132,12 +139,19 @@ async fn write_file(rt: Arc<Runtime>, args: WriteFileArgs, _cx: CallContext) -> 
             if !args.create_dirs {
                 return Err(ToolError::new(
                     crate::error::ToolErrorCode::NotFound,
-                    format!("{display}: the parent directory does not exist (create_dirs is false)"),
+                    format!(
+                        "{display}: the parent directory does not exist (create_dirs is false)"
+                    ),
                 ));
             }
             fs::create_dir_all(parent).map_err(|e| ToolError::io(&display, &e))?;
         }
-        let staged = Staged::write(p.real(), &display, args.content.as_bytes(), existing_mode(p.real()))?;
+        let staged = Staged::write(
+            p.real(),
+            &display,
+            args.content.as_bytes(),
+            existing_mode(p.real()),
+        )?;
         let pre = match (&args.expected_sha256, args.create_only) {
             (Some(h), _) => Precondition::Sha256(h.trim().to_ascii_lowercase()),
             (None, true) => Precondition::Absent,
@@ -193,7 +207,11 @@ pub(crate) struct EditFileOutput {
     dry_run: bool,
 }
 
-async fn edit_file(rt: Arc<Runtime>, args: EditFileArgs, _cx: CallContext) -> ToolResult<EditFileOutput> {
+async fn edit_file(
+    rt: Arc<Runtime>,
+    args: EditFileArgs,
+    _cx: CallContext,
+) -> ToolResult<EditFileOutput> {
     if args.old_text == args.new_text {
         return Err(ToolError::invalid("old_text and new_text are identical"));
     }

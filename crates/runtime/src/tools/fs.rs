@@ -134,7 +134,11 @@ pub(crate) struct ListDirOutput {
     truncated: bool,
 }
 
-async fn list_dir(rt: Arc<Runtime>, args: ListDirArgs, _cx: CallContext) -> ToolResult<ListDirOutput> {
+async fn list_dir(
+    rt: Arc<Runtime>,
+    args: ListDirArgs,
+    _cx: CallContext,
+) -> ToolResult<ListDirOutput> {
     let max = args
         .max_entries
         .unwrap_or(LIST_DIR_DEFAULT_ENTRIES)
@@ -144,7 +148,8 @@ async fn list_dir(rt: Arc<Runtime>, args: ListDirArgs, _cx: CallContext) -> Tool
         let dir = ws.resolve(&args.path)?;
         let display = ws.display(dir.real());
         let rd = fs::read_dir(dir.real()).map_err(|e| ToolError::io(&args.path, &e))?;
-        let mut names: Vec<std::ffi::OsString> = rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+        let mut names: Vec<std::ffi::OsString> =
+            rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
         names.sort_unstable();
         let total = names.len();
         let entries = names
@@ -210,20 +215,33 @@ pub(crate) struct ListFilesOutput {
     truncated: bool,
 }
 
-async fn list_files(rt: Arc<Runtime>, args: ListFilesArgs, cx: CallContext) -> ToolResult<ListFilesOutput> {
-    let max = args.max_files.unwrap_or(LIST_FILES_DEFAULT).clamp(1, LIST_FILES_MAX);
+async fn list_files(
+    rt: Arc<Runtime>,
+    args: ListFilesArgs,
+    cx: CallContext,
+) -> ToolResult<ListFilesOutput> {
+    let max = args
+        .max_files
+        .unwrap_or(LIST_FILES_DEFAULT)
+        .clamp(1, LIST_FILES_MAX);
     blocking(move || {
         let ws = rt.workspace();
         let root = ws.resolve(&args.path)?;
         if !root.real().is_dir() {
-            return Err(ToolError::invalid(format!("{}: not a directory", args.path)));
+            return Err(ToolError::invalid(format!(
+                "{}: not a directory",
+                args.path
+            )));
         }
         let mut wb = WalkBuilder::new(root.real());
         if let Some(g) = &args.glob {
             let mut ob = OverrideBuilder::new(root.real());
             ob.add(g)
                 .map_err(|e| ToolError::invalid(format!("bad glob {g:?}: {e}")))?;
-            wb.overrides(ob.build().map_err(|e| ToolError::invalid(format!("bad glob {g:?}: {e}")))?);
+            wb.overrides(
+                ob.build()
+                    .map_err(|e| ToolError::invalid(format!("bad glob {g:?}: {e}")))?,
+            );
         }
         let ig = !args.include_ignored;
         wb.hidden(false)
@@ -311,7 +329,11 @@ pub(crate) struct ReadFileOutput {
     sha256: Option<String>,
 }
 
-async fn read_file(rt: Arc<Runtime>, args: ReadFileArgs, _cx: CallContext) -> ToolResult<ReadFileOutput> {
+async fn read_file(
+    rt: Arc<Runtime>,
+    args: ReadFileArgs,
+    _cx: CallContext,
+) -> ToolResult<ReadFileOutput> {
     let span = match (args.tail_lines, args.start_line, args.end_line) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
             return Err(ToolError::invalid(
@@ -323,7 +345,9 @@ async fn read_file(rt: Arc<Runtime>, args: ReadFileArgs, _cx: CallContext) -> To
         (None, start, end) => {
             let start = start.unwrap_or(1);
             if start == 0 {
-                return Err(ToolError::invalid("start_line is 1-based: use 1 for the first line"));
+                return Err(ToolError::invalid(
+                    "start_line is 1-based: use 1 for the first line",
+                ));
             }
             if let Some(e) = end
                 && e < start
@@ -395,7 +419,11 @@ pub(crate) struct ViewImageArgs {
     path: String,
 }
 
-async fn view_image(rt: Arc<Runtime>, args: ViewImageArgs, _cx: CallContext) -> ToolResult<Vec<ContentBlock>> {
+async fn view_image(
+    rt: Arc<Runtime>,
+    args: ViewImageArgs,
+    _cx: CallContext,
+) -> ToolResult<Vec<ContentBlock>> {
     blocking(move || {
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;

@@ -23,9 +23,10 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Runtime, diff,
+    Runtime,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
+    diff,
     error::{ToolError, ToolErrorCode, ToolResult},
     patch::{self, FileOp},
     path::Workspace,
@@ -112,10 +113,15 @@ pub(crate) struct ApplyPatchOutput {
     dry_run: bool,
 }
 
-async fn apply_patch(rt: Arc<Runtime>, args: ApplyPatchArgs, _cx: CallContext) -> ToolResult<ApplyPatchOutput> {
+async fn apply_patch(
+    rt: Arc<Runtime>,
+    args: ApplyPatchArgs,
+    _cx: CallContext,
+) -> ToolResult<ApplyPatchOutput> {
     blocking(move || {
         let ops = patch::parse(&args.patch).map_err(|e| {
-            ToolError::invalid(format!("patch line {}: {}", e.line, e.message)).detail("line", e.line)
+            ToolError::invalid(format!("patch line {}: {}", e.line, e.message))
+                .detail("line", e.line)
         })?;
         let steps = plan(rt.workspace(), &ops)?;
         let mut text = String::new();
@@ -251,7 +257,11 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 };
                 let diff_path = moved_display.as_deref().unwrap_or(&display);
                 steps.push(Step {
-                    action: if dest.is_some() { Action::Move } else { Action::Update },
+                    action: if dest.is_some() {
+                        Action::Move
+                    } else {
+                        Action::Update
+                    },
                     diff: diff::unified(diff_path, old, &new_text, DIFF_MAX_BYTES),
                     display,
                     moved_display,
@@ -292,7 +302,9 @@ fn claim(seen: &mut HashSet<PathBuf>, p: &Path, named: &str) -> ToolResult<()> {
 fn read_original(p: &Path, display: &str) -> ToolResult<Original> {
     let meta = fs::symlink_metadata(p).map_err(|e| ToolError::io(display, &e))?;
     if meta.file_type().is_symlink() {
-        return Err(ToolError::invalid("is a symlink; patch the file it points to"));
+        return Err(ToolError::invalid(
+            "is a symlink; patch the file it points to",
+        ));
     }
     if !meta.is_file() {
         return Err(ToolError::invalid("not a regular file"));
@@ -308,7 +320,11 @@ fn read_original(p: &Path, display: &str) -> ToolResult<Original> {
 /// An undo step for a change already visible.
 enum Undo {
     Remove(PathBuf),
-    Restore { path: PathBuf, bytes: Vec<u8>, mode: Option<u32> },
+    Restore {
+        path: PathBuf,
+        bytes: Vec<u8>,
+        mode: Option<u32>,
+    },
     RemoveDir(PathBuf),
 }
 
@@ -325,8 +341,14 @@ pub(crate) fn commit(steps: Vec<Step>, fail_at: Option<usize>) -> ToolResult<()>
         };
         let target = s.dest.as_deref().unwrap_or(&s.path);
         let display = s.moved_display.as_deref().unwrap_or(&s.display);
-        let r = create_parents(target, &mut journal)
-            .and_then(|()| Staged::write(target, display, bytes, s.original.as_ref().and_then(|o| o.mode)));
+        let r = create_parents(target, &mut journal).and_then(|()| {
+            Staged::write(
+                target,
+                display,
+                bytes,
+                s.original.as_ref().and_then(|o| o.mode),
+            )
+        });
         match r {
             Ok(st) => staged.push(Some(st)),
             Err(e) => {
@@ -338,22 +360,33 @@ pub(crate) fn commit(steps: Vec<Step>, fail_at: Option<usize>) -> ToolResult<()>
     }
     for (i, (s, st)) in steps.iter().zip(staged).enumerate() {
         let r = if fail_at == Some(i) {
-            Err(ToolError::new(ToolErrorCode::ExecutionFailed, "injected failure"))
+            Err(ToolError::new(
+                ToolErrorCode::ExecutionFailed,
+                "injected failure",
+            ))
         } else {
             commit_one(s, st, &mut journal)
         };
         if let Err(e) = r {
             let what = prefix_step(&e, s);
-            let undone = journal.iter().filter(|u| !matches!(u, Undo::RemoveDir(_))).count();
+            let undone = journal
+                .iter()
+                .filter(|u| !matches!(u, Undo::RemoveDir(_)))
+                .count();
             return match rollback(journal) {
                 Ok(()) => Err(ToolError::new(
                     e.code(),
-                    format!("{what}; nothing was changed (rolled back {undone} earlier file change(s))"),
+                    format!(
+                        "{what}; nothing was changed (rolled back {undone} earlier file change(s))"
+                    ),
                 )
                 .detail("path", s.display.clone())),
                 Err(left) => Err(ToolError::new(
                     ToolErrorCode::ExecutionFailed,
-                    format!("{what}; the rollback failed too, these files may be partly patched: {}", left.join(", ")),
+                    format!(
+                        "{what}; the rollback failed too, these files may be partly patched: {}",
+                        left.join(", ")
+                    ),
                 )
                 .with_side_effects()
                 .detail("path", s.display.clone())),
@@ -445,7 +478,11 @@ fn rollback(journal: Vec<Undo>) -> Result<(), Vec<String>> {
             failed.push(p.to_string_lossy().into_owned());
         }
     }
-    if failed.is_empty() { Ok(()) } else { Err(failed) }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed)
+    }
 }
 
 #[cfg(test)]
@@ -476,8 +513,14 @@ mod tests {
         assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "a1\n");
         assert_eq!(fs::read_to_string(root.join("gone.txt")).unwrap(), "bye\n");
         assert_eq!(fs::read_to_string(root.join("c.txt")).unwrap(), "c1\n");
-        assert!(!root.join("new").exists(), "created directories are removed");
-        let names: Vec<_> = fs::read_dir(root).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(
+            !root.join("new").exists(),
+            "created directories are removed"
+        );
+        let names: Vec<_> = fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 3, "no temp files left: {names:?}");
     }
 

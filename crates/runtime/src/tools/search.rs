@@ -133,7 +133,11 @@ pub(crate) struct SearchOutput {
     next_cursor: Option<String>,
 }
 
-async fn search_text(rt: Arc<Runtime>, args: SearchArgs, cx: CallContext) -> ToolResult<SearchOutput> {
+async fn search_text(
+    rt: Arc<Runtime>,
+    args: SearchArgs,
+    cx: CallContext,
+) -> ToolResult<SearchOutput> {
     if args.pattern.is_empty() {
         return Err(ToolError::invalid("pattern is empty"));
     }

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# machine-mcp benchmark: startup, read_file round trips, search_text vs ripgrep, idle memory.
+#
+# Reproduce (from anywhere; Debian/Ubuntu as root, or with sudo for apt-get):
+#   bash bench/run.sh            # full run, writes bench/results/latest.md
+#   bash bench/run.sh --quick    # few iterations, to check the script
+#
+# What it does:
+#   1. installs what is missing: xz-utils (apt), ripgrep $RG_VERSION (cargo install --locked into
+#      bench/.cache/rg; falls back to Debian's ripgrep package if that fails);
+#   2. builds the release binary: cargo build --release --locked -p machine-mcp;
+#   3. prepares the search tree once in bench/.cache: the Linux kernel sources shipped by Debian's
+#      package $KERNEL_PKG (apt-get download, dpkg-deb, tar), about 80k files / 1.5 GB, with the
+#      two lines Debian appends to its top-level .gitignore removed (see below);
+#   4. warms the page cache and runs bench/driver.py (Python 3 stdlib), which prints the Markdown
+#      table and writes it to bench/results/latest.md.
+#
+# Knobs (environment): RG_VERSION, KERNEL_PKG, KERNEL_VERSION (an exact Debian version of
+# KERNEL_PKG; default: apt's candidate), BENCH_CACHE (default bench/.cache).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+CACHE=${BENCH_CACHE:-$HERE/.cache}
+RG_VERSION=${RG_VERSION:-15.2.0}
+KERNEL_PKG=${KERNEL_PKG:-linux-source-6.1}
+KERNEL_VERSION=${KERNEL_VERSION:-}
+mkdir -p "$CACHE" "$HERE/results"
+
+say() { printf '\n==> %s\n' "$*" >&2; }
+SUDO=
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+APT_UPDATED=
+apt_update() {
+    if [ -z "$APT_UPDATED" ]; then
+        $SUDO apt-get update -qq
+        APT_UPDATED=1
+    fi
+}
+
+# ---- 1. prerequisites --------------------------------------------------------------------------
+say "prerequisites"
+need_pkgs=()
+command -v python3 >/dev/null || need_pkgs+=(python3)
+command -v xz >/dev/null || need_pkgs+=(xz-utils)
+command -v dpkg-deb >/dev/null || need_pkgs+=(dpkg)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    apt_update
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+RG=$CACHE/rg/bin/rg
+RG_SOURCE="cargo install ripgrep --version $RG_VERSION --locked"
+if ! { [ -x "$RG" ] && "$RG" --version | head -1 | grep -q "ripgrep $RG_VERSION"; }; then
+    say "installing ripgrep $RG_VERSION with cargo (a few minutes on 2 cores)"
+    if ! cargo install ripgrep --version "$RG_VERSION" --locked --root "$CACHE/rg" >&2; then
+        say "cargo install ripgrep failed; using Debian's ripgrep package"
+        if ! command -v rg >/dev/null; then
+            apt_update
+            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ripgrep
+        fi
+        RG=$(command -v rg)
+        RG_SOURCE="Debian package ripgrep $(dpkg-query -W -f '${Version}' ripgrep 2>/dev/null || echo '?')"
+    fi
+fi
+say "rg: $("$RG" --version | head -1) ($RG_SOURCE)"
+
+# ---- 2. build ----------------------------------------------------------------------------------
+say "building machine-mcp (release)"
+(cd "$ROOT" && cargo build --release --locked -p machine-mcp >&2)
+BIN=$ROOT/target/release/machine-mcp
+[ -x "$BIN" ]
+
+# ---- 3. the tree -------------------------------------------------------------------------------
+TREE_MARK=$CACHE/tree.version
+TREE=$CACHE/$KERNEL_PKG
+if [ ! -f "$TREE_MARK" ] || [ ! -d "$TREE" ] || ! grep -q "^$KERNEL_PKG " "$TREE_MARK"; then
+    say "preparing the tree: Debian package $KERNEL_PKG${KERNEL_VERSION:+=$KERNEL_VERSION}"
+    rm -rf "$TREE" "$TREE_MARK" "$CACHE/dl"
+    mkdir -p "$CACHE/dl"
+    apt_update
+    (cd "$CACHE/dl" && apt-get download -q -o APT::Sandbox::User=root \
+        "$KERNEL_PKG${KERNEL_VERSION:+=$KERNEL_VERSION}" >&2)
+    deb=$(ls "$CACHE"/dl/"$KERNEL_PKG"_*.deb)
+    ver=$(dpkg-deb -f "$deb" Version)
+    tarball=./usr/src/$KERNEL_PKG.tar.xz
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "$tarball" | xz -dc -T0 | tar -x -C "$CACHE"
+    [ -d "$TREE" ]
+    # Debian appends "/*" and "!/debian/" to the kernel's top-level .gitignore ("ignore everything
+    # at the top level, since it isn't included in our repository"), which would make both rg and
+    # search_text skip the whole tree. Drop those two lines to get upstream's .gitignore back.
+    sed -i -e '\#^/\*$#d' -e '\#^!/debian/$#d' "$TREE/.gitignore"
+    rm -rf "$CACHE/dl"
+    echo "$KERNEL_PKG $ver" >"$TREE_MARK"
+fi
+read -r _ TREE_VERSION <"$TREE_MARK"
+NFILES=$(find "$TREE" -type f | wc -l)
+TREE_MIB=$(du -sm "$TREE" | cut -f1)
+TREE_DESC="Linux kernel sources from Debian package \`$KERNEL_PKG\` $TREE_VERSION (apt-get download, unpacked): $NFILES files, $TREE_MIB MiB on disk; the kernel's own .gitignore files apply to both sides"
+say "tree: $TREE ($NFILES files, $TREE_MIB MiB)"
+
+# ---- 4. run ------------------------------------------------------------------------------------
+say "warming the page cache"
+find "$TREE" -type f -print0 | xargs -0 cat | wc -c >/dev/null
+find "$TREE" >/dev/null
+
+rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then rev="$rev+dirty"; fi
+export BENCH_GIT_REV="commit $rev"
+export BENCH_RUSTC="$(rustc --version)"
+export BENCH_RG_SOURCE="$RG_SOURCE"
+
+say "running the driver"
+python3 "$HERE/driver.py" \
+    --bin "$BIN" --rg "$RG" --tree "$TREE" --tree-desc "$TREE_DESC" \
+    --out "$HERE/results/latest.md" --reproduce "bash bench/run.sh" "$@"

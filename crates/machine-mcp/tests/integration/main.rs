@@ -1,0 +1,13 @@
+//! Integration tests: the real `machine-mcp` binary over real stdio, files and processes.
+
+// Test helpers panic on purpose, and they time a real child process (no tokio clock to pause).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_types)]
+
+mod containment;
+mod edit;
+mod patch;
+mod policy;
+mod protocol;
+mod read;
+mod search;
+mod util;

@@ -1,0 +1,90 @@
+//! apply_patch: all-or-nothing application, errors that name file and hunk, line endings.
+
+use serde_json::json;
+
+use crate::util::{Server, Tree};
+
+#[test]
+fn a_patch_whose_third_file_fails_leaves_the_first_two_untouched() {
+    let t = Tree::new();
+    t.write("one.txt", "alpha\nbeta\n");
+    t.write("two.txt", "gamma\n");
+    t.write("three.txt", "delta\nepsilon\n");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let patch = "*** Begin Patch\n\
+                 *** Update File: one.txt\n@@\n alpha\n-beta\n+BETA\n\
+                 *** Add File: new/four.txt\n+four\n\
+                 *** Update File: three.txt\n@@\n delta\n-epsilon\n+EPSILON\n@@\n-no such line\n+x\n\
+                 *** End Patch";
+    let r = s.call("apply_patch", json!({"patch": patch}));
+    assert_eq!(r.code(), "conflict");
+    let msg = r.error["message"].as_str().unwrap();
+    assert!(msg.contains("three.txt") && msg.contains("hunk 2"), "{msg}");
+    assert_eq!(r.error["path"], "three.txt");
+    assert_eq!(r.error["hunk"], 2);
+    assert_eq!(t.read("one.txt"), b"alpha\nbeta\n");
+    assert!(!t.path().join("new").exists());
+    assert_eq!(t.read("three.txt"), b"delta\nepsilon\n");
+}
+
+#[test]
+fn a_valid_patch_applies_every_operation() {
+    let t = Tree::new();
+    t.write("src/a.rs", "fn a() {\r\n    1\r\n}\r\n");
+    t.write("old/name.txt", "keep\nchange\n");
+    t.write("gone.txt", "bye\n");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let patch = "*** Begin Patch\n\
+                 *** Update File: src/a.rs\n@@ fn a() {\n-    1\n+    2\n+    3\n\
+                 *** Update File: old/name.txt\n*** Move to: new/name.txt\n@@\n keep\n-change\n+changed\n\
+                 *** Delete File: gone.txt\n\
+                 *** Add File: docs/readme.md\n+# Title\n+\n+text\n\
+                 *** End Patch\n";
+    let r = s.call("apply_patch", json!({"patch": patch}));
+    let out = r.ok();
+    let actions: Vec<&str> = out["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["update", "move", "delete", "add"]);
+    assert_eq!(out["files"][1]["moved_to"], "new/name.txt");
+    assert_eq!(t.read("src/a.rs"), b"fn a() {\r\n    2\r\n    3\r\n}\r\n");
+    assert_eq!(t.read("new/name.txt"), b"keep\nchanged\n");
+    assert!(!t.path().join("old/name.txt").exists());
+    assert!(!t.path().join("gone.txt").exists());
+    assert_eq!(t.read("docs/readme.md"), b"# Title\n\ntext\n");
+    assert!(
+        out["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+++ b/docs/readme.md")
+    );
+}
+
+#[test]
+fn dry_run_and_syntax_errors_write_nothing() {
+    let t = Tree::new();
+    t.write("f.txt", "a\n");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call(
+        "apply_patch",
+        json!({"patch": "*** Begin Patch\n*** Update File: f.txt\n@@\n-a\n+b\n*** End Patch", "dry_run": true}),
+    );
+    assert_eq!(r.ok()["dry_run"], true);
+    assert!(r.ok()["diff"].as_str().unwrap().contains("+b"));
+    assert_eq!(t.read("f.txt"), b"a\n");
+    let r = s.call(
+        "apply_patch",
+        json!({"patch": "*** Begin Patch\n*** Frobnicate: f.txt\n*** End Patch"}),
+    );
+    assert_eq!(r.code(), "invalid_request");
+    assert_eq!(r.error["line"], 2);
+    let r = s.call(
+        "apply_patch",
+        json!({"patch": "*** Begin Patch\n*** Add File: f.txt\n+x\n*** End Patch"}),
+    );
+    assert_eq!(r.code(), "conflict", "adding an existing file");
+    assert_eq!(t.read("f.txt"), b"a\n");
+}

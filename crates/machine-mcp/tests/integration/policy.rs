@@ -1,0 +1,120 @@
+//! What each policy lists and allows.
+
+use serde_json::json;
+
+use crate::util::{Server, Tree};
+
+fn tool_names(s: &mut Server) -> Vec<String> {
+    s.request("tools/list", json!({}))["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+const READ_TOOLS: [&str; 6] = [
+    "server_info",
+    "list_dir",
+    "list_files",
+    "read_file",
+    "view_image",
+    "search_text",
+];
+const WRITE_TOOLS: [&str; 3] = ["write_file", "edit_file", "apply_patch"];
+
+#[test]
+fn each_profile_lists_what_it_allows() {
+    let t = Tree::new();
+    for (args, writes, name) in [
+        (vec!["--profile", "full"], true, "full"),
+        (vec!["--profile", "agent"], true, "agent"),
+        (vec!["--profile", "edit"], true, "edit"),
+        (vec!["--profile", "review"], false, "review"),
+        (vec!["--profile", "agent", "--no-write"], false, "custom"),
+    ] {
+        let mut s = Server::start(t.path(), &args);
+        let names = tool_names(&mut s);
+        for r in READ_TOOLS {
+            assert!(names.contains(&r.to_owned()), "{args:?} lists {r}");
+        }
+        for w in WRITE_TOOLS {
+            assert_eq!(names.contains(&w.to_owned()), writes, "{args:?} and {w}");
+        }
+        let info = s.call("server_info", json!({})).ok().clone();
+        assert_eq!(info["policy"]["profile"], name, "{args:?}");
+        assert_eq!(info["tools"].as_array().unwrap().len(), names.len());
+    }
+}
+
+#[test]
+fn a_write_under_review_is_policy_denied_and_writes_nothing() {
+    let t = Tree::new();
+    t.write("f.txt", "a\n");
+    let mut s = Server::start(t.path(), &["--profile", "review"]);
+    let r = s.call("write_file", json!({"path": "f.txt", "content": "b\n"}));
+    assert_eq!(r.code(), "policy_denied");
+    let r = s.call(
+        "apply_patch",
+        json!({"patch": "*** Begin Patch\n*** Delete File: f.txt\n*** End Patch"}),
+    );
+    assert_eq!(r.code(), "policy_denied");
+    assert_eq!(t.read("f.txt"), b"a\n");
+}
+
+#[test]
+fn every_tool_is_fully_described() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &[]);
+    let list = s.request("tools/list", json!({}));
+    for tool in list["result"]["tools"].as_array().unwrap() {
+        let name = tool["name"].as_str().unwrap();
+        assert!(tool["title"].is_string(), "{name} title");
+        assert!(
+            tool["description"].as_str().unwrap().len() > 40,
+            "{name} description"
+        );
+        let input = &tool["inputSchema"];
+        assert_eq!(input["type"], "object", "{name}");
+        assert_eq!(
+            input["additionalProperties"], false,
+            "{name} input schema is closed"
+        );
+        jsonschema::validator_for(input).unwrap_or_else(|e| panic!("{name} input schema: {e}"));
+        let ann = &tool["annotations"];
+        for k in [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ] {
+            assert!(ann[k].is_boolean(), "{name} annotation {k}");
+        }
+        if name != "view_image" {
+            assert_eq!(
+                tool["outputSchema"]["type"], "object",
+                "{name} output schema"
+            );
+        }
+    }
+}
+
+#[test]
+fn cli_rejects_bad_flags_with_a_usage_error() {
+    let t = Tree::new();
+    let out = std::process::Command::new(crate::util::bin())
+        .args(["stdio", "--profile", "root"])
+        .arg("--workspace")
+        .arg(t.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("possible values"));
+    let out = std::process::Command::new(crate::util::bin())
+        .args(["stdio", "--workspace", "/definitely/not/here"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/definitely/not/here"));
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+}

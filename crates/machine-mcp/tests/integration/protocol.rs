@@ -1,0 +1,235 @@
+//! MCP over stdio: version negotiation, framing errors, ping, discover, cancellation, progress.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::util::{RESPONSE_TIMEOUT, Server, Tree, rchar};
+
+fn initialize(s: &mut Server, version: &str) -> Value {
+    s.request(
+        "initialize",
+        json!({"protocolVersion": version, "capabilities": {},
+               "clientInfo": {"name": "t", "version": "0"}}),
+    )
+}
+
+#[test]
+fn each_supported_version_is_echoed_and_others_get_the_newest() {
+    let t = Tree::new();
+    for (asked, answered) in [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-11-05", "2025-11-25"),
+        ("2099-01-01", "2025-11-25"),
+    ] {
+        let mut s = Server::spawn(t.path(), &[]);
+        let r = initialize(&mut s, asked);
+        assert_eq!(
+            r["result"]["protocolVersion"], answered,
+            "asked {asked}: {r}"
+        );
+        assert_eq!(r["result"]["serverInfo"]["name"], "machine-mcp");
+        assert!(r["result"]["capabilities"]["tools"].is_object());
+        s.notify("notifications/initialized", json!({}));
+        let info = s.call("server_info", json!({}));
+        assert_eq!(info.ok()["protocol_version"], answered);
+    }
+}
+
+#[test]
+fn ping_is_answered_before_and_after_initialize() {
+    let t = Tree::new();
+    let mut s = Server::spawn(t.path(), &[]);
+    assert_eq!(s.request("ping", json!({}))["result"], json!({}));
+    initialize(&mut s, "2025-11-25");
+    assert_eq!(s.request("ping", json!({}))["result"], json!({}));
+}
+
+#[test]
+fn framing_errors_get_json_rpc_errors_and_serving_continues() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &[]);
+    let cases: [(&str, i64); 5] = [
+        ("{this is not json", -32700),
+        (r#"[{"jsonrpc":"2.0","id":900,"method":"ping"}]"#, -32600),
+        (r#"{"id":901,"method":"ping"}"#, -32600),
+        (r#""just a string""#, -32600),
+        (
+            r#"{"jsonrpc":"2.0","id":902,"method":"tools/call","params":{"name":7}}"#,
+            -32602,
+        ),
+    ];
+    for (line, code) in cases {
+        s.send_line(line);
+        let m = s.recv(RESPONSE_TIMEOUT).expect("an error response");
+        assert_eq!(m["error"]["code"], code, "{line} -> {m}");
+        assert_eq!(m["jsonrpc"], "2.0");
+        assert_eq!(
+            s.request("ping", json!({}))["result"],
+            json!({}),
+            "still serving after {line}"
+        );
+    }
+}
+
+#[test]
+fn a_line_over_8_mib_is_rejected_and_the_next_line_is_served() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &[]);
+    let mut huge = Vec::with_capacity(9 << 20);
+    huge.extend_from_slice(br#"{"jsonrpc":"2.0","id":77,"method":"ping","params":{"pad":""#);
+    huge.resize((8 << 20) + 100, b'x');
+    huge.extend_from_slice(b"\"}}\n");
+    s.send_bytes(&huge);
+    let m = s
+        .recv(RESPONSE_TIMEOUT)
+        .expect("an error for the long line");
+    assert_eq!(m["error"]["code"], -32600, "{m}");
+    assert!(
+        m["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than")
+    );
+    assert_eq!(s.request("ping", json!({}))["result"], json!({}));
+    // A line just under the limit is still accepted.
+    let mut big = br#"{"jsonrpc":"2.0","id":78,"method":"ping","params":{"pad":""#.to_vec();
+    big.resize((8 << 20) - 10, b'y');
+    big.extend_from_slice(b"\"}}\n");
+    s.send_bytes(&big);
+    let m = s.wait_for(&json!(78), RESPONSE_TIMEOUT).expect("response");
+    assert_eq!(m["result"], json!({}));
+}
+
+#[test]
+fn server_discover_gets_an_error_so_clients_fall_back() {
+    let t = Tree::new();
+    let mut s = Server::spawn(t.path(), &[]);
+    let r = s.request(
+        "server/discover",
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+    );
+    assert!(r["error"]["code"].is_i64(), "{r}");
+    let init = initialize(&mut s, "2025-11-25");
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+}
+
+#[test]
+fn requests_before_initialize_are_refused_clearly() {
+    let t = Tree::new();
+    let mut s = Server::spawn(t.path(), &[]);
+    s.notify("notifications/initialized", json!({}));
+    let r = s.request("tools/list", json!({}));
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("initialize")
+    );
+    initialize(&mut s, "2025-11-25");
+    assert!(s.request("tools/list", json!({}))["result"]["tools"].is_array());
+}
+
+#[test]
+fn unknown_methods_and_tools_are_json_rpc_errors() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &[]);
+    assert_eq!(
+        s.request("no/such/method", json!({}))["error"]["code"],
+        -32601
+    );
+    assert_eq!(
+        s.request(
+            "tools/call",
+            json!({"name": "no_such_tool", "arguments": {}})
+        )["error"]["code"],
+        -32602
+    );
+}
+
+#[test]
+fn bad_arguments_are_tool_errors() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &[]);
+    let r = s.call("read_file", json!({"path": "x", "bogus": 1}));
+    assert_eq!(r.code(), "invalid_request");
+    assert!(r.error["message"].as_str().unwrap().contains("bogus"));
+    let r = s.call("read_file", json!({}));
+    assert_eq!(r.code(), "invalid_request");
+}
+
+#[test]
+fn end_of_input_ends_the_process() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &[]);
+    s.close_stdin();
+    assert!(s.recv(Duration::from_secs(10)).is_none());
+}
+
+/// A tree whose search takes many seconds yet costs 1 MiB of disk: one file hard-linked `links`
+/// times (the page cache serves every read).
+fn big_tree(t: &Tree, links: usize) {
+    let line = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor\n";
+    let first = t.write("d0/f0.txt", line.repeat((1 << 20) / line.len()));
+    for i in 1..links {
+        let p = t.path().join(format!("d{}/f{i}.txt", i % 50));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::hard_link(&first, p).unwrap();
+    }
+}
+
+#[test]
+fn progress_notifications_carry_the_token_and_cancellation_stops_the_work() {
+    let t = Tree::new();
+    big_tree(&t, 5000); // 5 GiB of text to scan
+    let mut s = Server::start(t.path(), &[]);
+    let id = s.send_request(
+        "tools/call",
+        json!({"name": "search_text",
+               "arguments": {"pattern": "[a-z]{1,60}[0-9]{1,60}[A-Z]", "max_matches": 10},
+               "_meta": {"progressToken": "tok-1"}}),
+    );
+    // Wait for progress, which proves the search is under way.
+    let progress = loop {
+        let m = s
+            .recv(RESPONSE_TIMEOUT)
+            .expect("progress before the result");
+        assert_ne!(
+            m.get("id"),
+            Some(&json!(id)),
+            "the search finished too fast to cancel: {m}"
+        );
+        if m["method"] == "notifications/progress" {
+            break m;
+        }
+    };
+    assert_eq!(progress["params"]["progressToken"], "tok-1");
+    assert!(progress["params"]["total"].as_f64().unwrap() > 0.0);
+    s.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "test"}),
+    );
+    // The server stays responsive, never answers the cancelled request, and stops reading files.
+    assert_eq!(s.request("ping", json!({}))["result"], json!({}));
+    let settle = std::time::Instant::now() + Duration::from_secs(2);
+    let mut before = rchar(s.pid());
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = rchar(s.pid());
+        if now == before {
+            break;
+        }
+        before = now;
+        assert!(
+            std::time::Instant::now() < settle,
+            "the cancelled search kept reading files"
+        );
+    }
+    assert!(
+        s.wait_for(&json!(id), Duration::from_secs(1)).is_none(),
+        "no response for a cancelled request"
+    );
+}

@@ -1,0 +1,222 @@
+//! read_file, list_dir, list_files, view_image, server_info.
+
+use serde_json::json;
+
+use crate::util::{Server, Tree, rchar};
+
+#[test]
+fn two_million_lines_tail_and_range_without_reading_the_whole_file() {
+    let t = Tree::new();
+    let mut body = String::with_capacity(30 << 20);
+    for i in 1..=2_000_000u32 {
+        body.push_str(&format!("line {i}\n"));
+    }
+    let size = body.len() as u64;
+    t.write("big.log", &body);
+    drop(body);
+    let mut s = Server::start(t.path(), &[]);
+    let before = rchar(s.pid());
+    let r = s.call("read_file", json!({"path": "big.log", "tail_lines": 10}));
+    let read = rchar(s.pid()) - before;
+    let out = r.ok();
+    let expected: String = (1_999_991..=2_000_000)
+        .map(|i| format!("line {i}\n"))
+        .collect();
+    assert_eq!(out["content"], expected);
+    assert_eq!(out["size_bytes"], size);
+    assert!(read < size / 20, "tail read {read} of {size} bytes");
+
+    let r = s.call(
+        "read_file",
+        json!({"path": "big.log", "start_line": 1_500_000, "end_line": 1_500_004}),
+    );
+    let out = r.ok();
+    assert_eq!(
+        out["content"],
+        "line 1500000\nline 1500001\nline 1500002\nline 1500003\nline 1500004\n"
+    );
+    assert_eq!(out["start_line"], 1_500_000);
+    assert_eq!(out["end_line"], 1_500_004);
+    assert_eq!(out["total_lines"], 2_000_000);
+    assert_eq!(out["next_start_line"], 1_500_005);
+    assert_eq!(out["truncated"], false);
+
+    // The whole file is over the default budget: the first MiB of whole lines, and where to go on.
+    let out = s.call("read_file", json!({"path": "big.log"})).ok().clone();
+    assert_eq!(out["truncated"], true);
+    let content = out["content"].as_str().unwrap();
+    assert!(content.len() <= 1 << 20 && content.ends_with('\n'));
+    let last = out["end_line"].as_u64().unwrap();
+    assert_eq!(out["next_start_line"], last + 1);
+    assert!(content.ends_with(&format!("line {last}\n")));
+}
+
+#[test]
+fn max_bytes_cuts_at_lines_and_is_capped() {
+    let t = Tree::new();
+    t.write("f.txt", "aaaa\nbbbb\ncccc\n");
+    let mut s = Server::start(t.path(), &[]);
+    let out = s
+        .call("read_file", json!({"path": "f.txt", "max_bytes": 12}))
+        .ok()
+        .clone();
+    assert_eq!(out["content"], "aaaa\nbbbb\n");
+    assert_eq!(out["next_start_line"], 3);
+    let out = s
+        .call("read_file", json!({"path": "f.txt", "start_line": 3}))
+        .ok()
+        .clone();
+    assert_eq!(out["content"], "cccc\n");
+    assert_eq!(out["next_start_line"], serde_json::Value::Null);
+    let out = s
+        .call(
+            "read_file",
+            json!({"path": "f.txt", "max_bytes": 999_999_999}),
+        )
+        .ok()
+        .clone();
+    assert_eq!(out["content"], "aaaa\nbbbb\ncccc\n");
+}
+
+#[test]
+fn binary_and_non_utf8_files_are_clear_errors() {
+    let t = Tree::new();
+    t.write("bin.dat", b"\x7fELF\x02\x01\x01\0\0\0\0");
+    t.write("latin1.txt", b"caf\xe9\n");
+    let mut s = Server::start(t.path(), &[]);
+    let r = s.call("read_file", json!({"path": "bin.dat"}));
+    assert_eq!(r.code(), "invalid_request");
+    assert!(r.error["message"].as_str().unwrap().contains("binary"));
+    let r = s.call("read_file", json!({"path": "latin1.txt"}));
+    assert!(r.error["message"].as_str().unwrap().contains("UTF-8"));
+    let r = s.call("read_file", json!({"path": "missing.txt"}));
+    assert_eq!(r.code(), "not_found");
+    let r = s.call("read_file", json!({"path": "."}));
+    assert_eq!(r.code(), "invalid_request");
+}
+
+#[test]
+fn crlf_and_bom_are_reported() {
+    let t = Tree::new();
+    t.write("w.txt", b"\xEF\xBB\xBFone\r\ntwo\r\n");
+    let mut s = Server::start(t.path(), &[]);
+    let out = s.call("read_file", json!({"path": "w.txt"})).ok().clone();
+    assert_eq!(out["bom"], true);
+    assert_eq!(out["line_ending"], "crlf");
+    assert_eq!(out["content"], "one\r\ntwo\r\n");
+    assert_eq!(out["total_lines"], 2);
+}
+
+#[test]
+fn list_dir_reports_types_sizes_and_bounds() {
+    let t = Tree::new();
+    t.write("b.txt", "12345");
+    t.write("a/inner.txt", "x");
+    std::os::unix::fs::symlink("b.txt", t.path().join("link")).unwrap();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let out = s.call("list_dir", json!({})).ok().clone();
+    let entries = out["entries"].as_array().unwrap();
+    let names: Vec<&str> = entries
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b.txt", "link"]);
+    assert_eq!(entries[0]["type"], "dir");
+    assert_eq!(entries[1]["type"], "file");
+    assert_eq!(entries[1]["size"], 5);
+    assert!(entries[1]["modified"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(entries[2]["type"], "symlink");
+    let out = s
+        .call("list_dir", json!({"path": ".", "max_entries": 2}))
+        .ok()
+        .clone();
+    assert_eq!(out["entries"].as_array().unwrap().len(), 2);
+    assert_eq!(out["truncated"], true);
+    assert_eq!(out["total_entries"], 3);
+}
+
+#[test]
+fn list_files_honours_gitignore_globs_and_bounds() {
+    let t = Tree::new();
+    t.write(".gitignore", "target/\n*.log\n");
+    t.write("src/main.rs", "");
+    t.write("src/lib.rs", "");
+    t.write("README.md", "");
+    t.write("target/debug/out.rs", "");
+    t.write("x.log", "");
+    t.write(".git/config", "");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let files = |r: &serde_json::Value| -> Vec<String> {
+        r["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let out = s.call("list_files", json!({})).ok().clone();
+    assert_eq!(
+        files(&out),
+        [".gitignore", "README.md", "src/lib.rs", "src/main.rs"]
+    );
+    let out = s
+        .call("list_files", json!({"include_ignored": true}))
+        .ok()
+        .clone();
+    assert!(files(&out).contains(&"target/debug/out.rs".to_owned()));
+    assert!(!files(&out).iter().any(|f| f.starts_with(".git/")));
+    let out = s.call("list_files", json!({"glob": "*.rs"})).ok().clone();
+    assert_eq!(files(&out), ["src/lib.rs", "src/main.rs"]);
+    let out = s.call("list_files", json!({"max_files": 1})).ok().clone();
+    assert_eq!(out["truncated"], true);
+    assert_eq!(files(&out).len(), 1);
+}
+
+#[test]
+fn view_image_recognises_signatures_not_extensions() {
+    let t = Tree::new();
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\x00\x01\x01\x01\x00\x18\xdd\x8d\xb0\0\0\0\0IEND\xaeB`\x82";
+    t.write("pic.dat", png);
+    t.write("fake.png", "not an image");
+    t.write("huge.png", [&png[..8], &vec![0u8; 5 << 20][..]].concat());
+    let mut s = Server::start(t.path(), &[]);
+    let r = s.call("view_image", json!({"path": "pic.dat"}));
+    assert!(!r.is_error);
+    assert_eq!(r.content[0]["type"], "image");
+    assert_eq!(r.content[0]["mimeType"], "image/png");
+    use base64::Engine;
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(r.content[0]["data"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(data, png);
+    assert_eq!(
+        s.call("view_image", json!({"path": "fake.png"})).code(),
+        "invalid_request"
+    );
+    assert_eq!(
+        s.call("view_image", json!({"path": "huge.png"})).code(),
+        "limit_exceeded"
+    );
+}
+
+#[test]
+fn server_info_describes_policy_tools_and_limits() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "edit"]);
+    let out = s.call("server_info", json!({})).ok().clone();
+    assert_eq!(out["name"], "machine-mcp");
+    assert_eq!(out["policy"]["profile"], "edit");
+    assert_eq!(out["policy"]["write"], true);
+    assert_eq!(out["policy"]["exec_mode"], "off");
+    assert_eq!(
+        out["workspace"],
+        std::fs::canonicalize(t.path()).unwrap().to_str().unwrap()
+    );
+    assert!(
+        out["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("edit_file"))
+    );
+    assert_eq!(out["limits"]["read_hard_max_bytes"], 5 << 20);
+}

@@ -1,0 +1,305 @@
+//! Test fixtures: a real `machine-mcp stdio` process driven over its stdin/stdout.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::mpsc::{self, Receiver, RecvTimeoutError},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+/// How long a test waits for any single response before failing.
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Path of the built binary.
+pub(crate) fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_machine-mcp"))
+}
+
+/// A running `machine-mcp stdio`.
+pub(crate) struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    pending: VecDeque<Value>,
+    next_id: i64,
+    output_schemas: HashMap<String, Value>,
+    pub(crate) init: Value,
+}
+
+/// A `tools/call` result.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub(crate) is_error: bool,
+    pub(crate) structured: Value,
+    pub(crate) content: Vec<Value>,
+    /// For an error result: the JSON object of its text content.
+    pub(crate) error: Value,
+}
+
+impl Reply {
+    /// The error code of an error result (panics on success, showing the result).
+    pub(crate) fn code(&self) -> &str {
+        assert!(
+            self.is_error,
+            "expected an error, got {:?}",
+            self.structured
+        );
+        self.error["code"].as_str().unwrap_or("")
+    }
+
+    /// The structured result (panics on an error result, showing it).
+    pub(crate) fn ok(&self) -> &Value {
+        assert!(!self.is_error, "tool error: {}", self.error);
+        &self.structured
+    }
+}
+
+impl Server {
+    /// Starts the server on `workspace` with extra args and runs the initialize handshake.
+    pub(crate) fn start(workspace: &Path, args: &[&str]) -> Self {
+        let mut s = Self::spawn(workspace, args);
+        let init = s.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "integration-tests", "version": "0"}}),
+        );
+        assert!(init.get("result").is_some(), "initialize failed: {init}");
+        s.init = init["result"].clone();
+        s.notify("notifications/initialized", json!({}));
+        let list = s.request("tools/list", json!({}));
+        for t in list["result"]["tools"].as_array().expect("tools") {
+            if let Some(schema) = t.get("outputSchema") {
+                s.output_schemas
+                    .insert(t["name"].as_str().unwrap().to_owned(), schema.clone());
+            }
+        }
+        s
+    }
+
+    /// Starts the server without any handshake.
+    pub(crate) fn spawn(workspace: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(bin())
+            .arg("stdio")
+            .arg("--workspace")
+            .arg(workspace)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn machine-mcp");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            pending: VecDeque::new(),
+            next_id: 1,
+            output_schemas: HashMap::new(),
+            init: Value::Null,
+        }
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Writes one raw line (a newline is added).
+    pub(crate) fn send_line(&mut self, raw: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(raw.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Writes raw bytes as they are.
+    pub(crate) fn send_bytes(&mut self, raw: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(raw).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes stdin (end of the session).
+    pub(crate) fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Sends a notification.
+    pub(crate) fn notify(&mut self, method: &str, params: Value) {
+        self.send_line(&json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string());
+    }
+
+    /// Sends a request and returns its id without waiting.
+    pub(crate) fn send_request(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+        id
+    }
+
+    /// Next message from the server, or `None` after `timeout`.
+    pub(crate) fn recv(&mut self, timeout: Duration) -> Option<Value> {
+        if let Some(v) = self.pending.pop_front() {
+            return Some(v);
+        }
+        self.recv_wire(timeout)
+    }
+
+    fn recv_wire(&mut self, timeout: Duration) -> Option<Value> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line:?}")),
+            ),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Waits for the response with `id`, keeping other messages for later.
+    pub(crate) fn wait_for(&mut self, id: &Value, timeout: Duration) -> Option<Value> {
+        if let Some(pos) = self
+            .pending
+            .iter()
+            .position(|m| m.get("id") == Some(id) && m.get("method").is_none())
+        {
+            return self.pending.remove(pos);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = self.recv_wire(left)?;
+            if m.get("id") == Some(id) && m.get("method").is_none() {
+                return Some(m);
+            }
+            self.pending.push_back(m);
+        }
+    }
+
+    /// Sends a request and waits for its response.
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send_request(method, params);
+        self.wait_for(&json!(id), RESPONSE_TIMEOUT)
+            .unwrap_or_else(|| panic!("no response to {method}"))
+    }
+
+    /// Calls a tool and checks the result's shape: an error result has no structuredContent and a
+    /// JSON text; a success result with an output schema validates against it.
+    pub(crate) fn call(&mut self, tool: &str, args: Value) -> Reply {
+        let resp = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        parse_reply(&resp, self.output_schemas.get(tool))
+    }
+}
+
+/// Interprets a `tools/call` response (see [`Server::call`]).
+pub(crate) fn parse_reply(resp: &Value, schema: Option<&Value>) -> Reply {
+    let result = resp
+        .get("result")
+        .unwrap_or_else(|| panic!("JSON-RPC error instead of a result: {resp}"));
+    let is_error = result["isError"].as_bool().unwrap_or(false);
+    let content = result["content"].as_array().cloned().unwrap_or_default();
+    if is_error {
+        assert!(
+            result.get("structuredContent").is_none(),
+            "error results carry no structuredContent"
+        );
+        let text = content[0]["text"].as_str().expect("error text");
+        let error: Value = serde_json::from_str(text).expect("error text is JSON");
+        for k in ["code", "message", "retryable", "side_effects_started"] {
+            assert!(error.get(k).is_some(), "error lacks {k}: {error}");
+        }
+        return Reply {
+            is_error,
+            structured: Value::Null,
+            content,
+            error,
+        };
+    }
+    let structured = result
+        .get("structuredContent")
+        .cloned()
+        .unwrap_or(Value::Null);
+    if let Some(schema) = schema {
+        let validator = jsonschema::validator_for(schema).expect("output schema compiles");
+        let errors: Vec<String> = validator
+            .iter_errors(&structured)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "structuredContent violates the output schema: {errors:?}\n{structured}"
+        );
+        let mirror: Value = serde_json::from_str(content[0]["text"].as_str().expect("text mirror"))
+            .expect("mirror is JSON");
+        assert_eq!(mirror, structured, "text mirror equals structuredContent");
+    }
+    Reply {
+        is_error,
+        structured,
+        content,
+        error: Value::Null,
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Bytes this process has read through read(2)-like calls (`rchar` in /proc/PID/io).
+pub(crate) fn rchar(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("/proc/PID/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("rchar")
+}
+
+/// A temporary workspace directory with helpers.
+pub(crate) struct Tree {
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl Tree {
+    pub(crate) fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The workspace root.
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file (creating directories).
+    pub(crate) fn write(&self, rel: &str, content: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    /// Reads a file's bytes.
+    pub(crate) fn read(&self, rel: &str) -> Vec<u8> {
+        std::fs::read(self.dir.path().join(rel)).unwrap()
+    }
+}
