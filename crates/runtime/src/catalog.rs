@@ -102,7 +102,7 @@ impl ToolSpec {
         Self {
             meta,
             input_schema: input_schema::<A>(meta.name),
-            output_schema: Some(schema_for_output::<O>()),
+            output_schema: Some(output_schema::<O>()),
             handler: Box::new(move |rt, args, cx| match decode::<A>(meta.name, args) {
                 Err(e) => Box::pin(std::future::ready(Err(e))),
                 Ok(a) => {
@@ -179,12 +179,55 @@ impl ToolSpec {
 
 fn input_schema<A: JsonSchema + 'static>(name: &str) -> Arc<JsonObject> {
     match schema_for_input::<A>() {
-        Ok(s) => s,
+        Ok(s) => {
+            let mut obj = (*s).clone();
+            portable(&mut obj, true);
+            Arc::new(obj)
+        }
         // Argument types are structs; a non-object schema is a programming error caught by tests.
         Err(e) => {
             tracing::error!(tool = name, error = %e, "argument schema is not an object");
             Arc::new(JsonObject::new())
         }
+    }
+}
+
+fn output_schema<O: JsonSchema + 'static>() -> Arc<JsonObject> {
+    let mut obj = (*schema_for_output::<O>()).clone();
+    portable(&mut obj, false);
+    Arc::new(obj)
+}
+
+/// Makes a generated schema portable across client validators: drops schemars' non-standard
+/// integer `format`s (`uint`, `uint64`, ...) that validators such as ajv warn about, and, in
+/// argument schemas, turns `"type": [T, "null"]` of optional properties into `T` (omitting an
+/// optional argument is how a client says "none"; an explicit null is still accepted).
+fn portable(schema: &mut JsonObject, input: bool) {
+    fn walk(v: &mut Value, input: bool) {
+        match v {
+            Value::Object(o) => {
+                if matches!(o.get("format").and_then(Value::as_str), Some(f) if f.starts_with("uint") || f.starts_with("int"))
+                {
+                    o.remove("format");
+                }
+                if input
+                    && let Some(Value::Array(types)) = o.get("type")
+                    && types.len() == 2
+                    && types.iter().any(|t| t == "null")
+                    && let Some(t) = types.iter().find(|t| *t != "null").cloned()
+                {
+                    o.insert("type".into(), t);
+                }
+                for (_, child) in o.iter_mut() {
+                    walk(child, input);
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|c| walk(c, input)),
+            _ => {}
+        }
+    }
+    for (_, v) in schema.iter_mut() {
+        walk(v, input);
     }
 }
 

@@ -64,7 +64,18 @@ fn cursors_page_through_every_match_once() {
         let out = s.call("search_text", args).ok().clone();
         all.extend(matches(&out));
         match out["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
+            Some(c) => {
+                use base64::Engine;
+                let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(c)
+                    .unwrap();
+                let root = std::fs::canonicalize(t.path()).unwrap();
+                assert!(
+                    !String::from_utf8_lossy(&raw).contains(root.to_str().unwrap()),
+                    "the cursor leaks a host path"
+                );
+                cursor = Some(c.to_owned());
+            }
             None => break,
         }
     }

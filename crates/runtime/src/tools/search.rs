@@ -1,6 +1,6 @@
 //! `search_text`: literal or regex search over the workspace (see [`crate::search`]).
 
-use std::{path::PathBuf, sync::Arc};
+use std::{path::Path, sync::Arc};
 
 use base64::Engine;
 use grep_regex::RegexMatcherBuilder;
@@ -153,11 +153,7 @@ async fn search_text(
         )));
     }
     let fingerprint = query_fingerprint(&args);
-    let cursor = args
-        .cursor
-        .as_deref()
-        .map(|c| decode_cursor(c, &fingerprint))
-        .transpose()?;
+    let cursor = args.cursor.clone();
     let matcher = RegexMatcherBuilder::new()
         .fixed_strings(args.literal)
         .case_insensitive(args.case == CaseMode::Insensitive)
@@ -182,6 +178,10 @@ async fn search_text(
             include_ignored: args.include_ignored,
             threads,
         };
+        let cursor = cursor
+            .as_deref()
+            .map(|c| decode_cursor(c, root.real(), &fingerprint))
+            .transpose()?;
         let files = search::candidates(&scope, &cx.cancel).map_err(ToolError::invalid)?;
         if cx.cancel.is_cancelled() {
             return Err(ToolError::cancelled());
@@ -224,7 +224,9 @@ async fn search_text(
             files_searched: out.files_searched,
             unreadable_files: out.unreadable,
             complete: out.next.is_none(),
-            next_cursor: out.next.map(|c| encode_cursor(&c, &fingerprint)),
+            next_cursor: out
+                .next
+                .map(|c| encode_cursor(&c, root.real(), &fingerprint)),
         })
     })
     .await
@@ -236,12 +238,14 @@ fn query_fingerprint(args: &SearchArgs) -> String {
     sha256_hex(canonical.as_bytes())[..16].to_owned()
 }
 
-fn encode_cursor(c: &Cursor, fingerprint: &str) -> String {
-    let v = json!({"p": c.path.to_string_lossy(), "k": c.skip, "q": fingerprint});
+/// Encodes a cursor; the path is stored relative to the search root, so no host path leaks.
+fn encode_cursor(c: &Cursor, root: &Path, fingerprint: &str) -> String {
+    let rel = c.path.strip_prefix(root).unwrap_or(&c.path);
+    let v = json!({"p": rel.to_string_lossy(), "k": c.skip, "q": fingerprint});
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
 }
 
-fn decode_cursor(s: &str, fingerprint: &str) -> ToolResult<Cursor> {
+fn decode_cursor(s: &str, root: &Path, fingerprint: &str) -> ToolResult<Cursor> {
     let bad = || ToolError::invalid("cursor is not a next_cursor returned by search_text");
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(s)
@@ -253,7 +257,7 @@ fn decode_cursor(s: &str, fingerprint: &str) -> ToolResult<Cursor> {
         ));
     }
     Ok(Cursor {
-        path: PathBuf::from(v["p"].as_str().ok_or_else(bad)?),
+        path: root.join(v["p"].as_str().ok_or_else(bad)?),
         skip: v["k"].as_u64().ok_or_else(bad)? as usize,
     })
 }
