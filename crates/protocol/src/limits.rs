@@ -64,6 +64,10 @@ pub const PROCESS_TIMEOUT_MAX: Duration = Duration::from_secs(600);
 pub const PROCESS_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
 /// Output kept per stream of a one-shot process (head and tail).
 pub const PROCESS_OUTPUT_MAX_BYTES: usize = 512 * KIB;
+/// Most argv entries of a process.
+pub const PROCESS_ARGV_MAX: usize = 256;
+/// Largest total size of a process's argv (or a shell command line).
+pub const PROCESS_COMMAND_MAX_BYTES: usize = 64 * KIB;
 /// Largest stdin payload of a one-shot process.
 pub const PROCESS_STDIN_MAX_BYTES: usize = MIB;
 /// Live process sessions at once.
@@ -74,6 +78,14 @@ pub const SESSION_OUTPUT_RETAINED_BYTES: usize = MIB;
 pub const SESSION_STDIN_WRITE_MAX_BYTES: usize = 64 * KIB;
 /// How long an exited process session stays readable.
 pub const SESSION_RETENTION_AFTER_EXIT: Duration = Duration::from_secs(30 * 60);
+/// Default and largest `max_bytes` of one `read_process` call, per stream.
+pub const SESSION_READ_DEFAULT_BYTES: usize = 64 * KIB;
+/// Largest `max_bytes` of one `read_process` call, per stream (all that is retained).
+pub const SESSION_READ_MAX_BYTES: usize = MIB;
+/// Longest `wait_ms` of one `read_process` call.
+pub const SESSION_READ_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Terminal size of a PTY session when the caller names none (rows, columns).
+pub const PTY_DEFAULT_SIZE: (u16, u16) = (24, 80);
 /// Grace between SIGTERM and SIGKILL when a process tree is terminated.
 pub const TERMINATION_GRACE: Duration = Duration::from_secs(2);
 

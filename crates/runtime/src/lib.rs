@@ -17,12 +17,13 @@
 //! let runtime = Runtime::new(RuntimeConfig {
 //!     workspace: "/path/to/repo".into(),
 //!     policy: Policy::profile(Profile::Agent),
+//!     default_yield_after: None,
 //! })?;
 //! machine_bridge_runtime::stdio::serve(runtime.into(), tokio::io::stdin(), tokio::io::stdout()).await?;
 //! # Ok(()) }
 //! ```
 
-use std::{io, path::PathBuf, sync::Arc};
+use std::{io, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
 
@@ -36,7 +37,9 @@ pub mod stdio;
 
 mod diff;
 mod edit;
+mod git;
 mod patch;
+mod process;
 mod read;
 mod search;
 mod text;
@@ -62,6 +65,10 @@ pub struct RuntimeConfig {
     pub workspace: PathBuf,
     /// The effective policy (the daemon ceiling).
     pub policy: Policy,
+    /// Foreground budget of process calls that name none (`yield_after_seconds`): past it a
+    /// still-running process becomes a session and the call returns. `None`: no budget (stdio);
+    /// the relay sets one for remote callers whose hosts cut long calls.
+    pub default_yield_after: Option<Duration>,
 }
 
 /// One runtime per process: the workspace, the policy and the shared limits. Every MCP session
@@ -71,6 +78,9 @@ pub struct Runtime {
     workspace: Workspace,
     policy: Policy,
     calls: Arc<Semaphore>,
+    default_yield_after: Option<Duration>,
+    sessions: process::sessions::Sessions,
+    scratch: process::env::Scratch,
 }
 
 impl Runtime {
@@ -84,11 +94,27 @@ impl Runtime {
             !config.policy.unrestricted_paths(),
             config.policy.absolute_paths(),
         )?;
+        let scratch = std::env::temp_dir().join(format!("machine-mcp-{}", std::process::id()));
         Ok(Self {
             workspace,
             policy: config.policy,
             calls: Arc::new(Semaphore::new(protocol::limits::CONCURRENT_TOOL_CALLS)),
+            default_yield_after: config.default_yield_after,
+            sessions: process::sessions::Sessions::default(),
+            scratch: process::env::Scratch::new(scratch),
         })
+    }
+
+    /// Terminates every process session (SIGTERM, 2 s grace, SIGKILL) and removes the scratch
+    /// directory of isolated children. Call once when the process is about to exit.
+    pub async fn shutdown(&self) {
+        self.sessions.shutdown().await;
+        let _ = std::fs::remove_dir_all(self.scratch.root());
+    }
+
+    /// Process sessions still running.
+    pub fn running_sessions(&self) -> usize {
+        self.sessions.running()
     }
 
     /// The workspace and its path rules.
@@ -103,5 +129,17 @@ impl Runtime {
 
     pub(crate) fn call_slots(&self) -> &Arc<Semaphore> {
         &self.calls
+    }
+
+    pub(crate) fn sessions(&self) -> &process::sessions::Sessions {
+        &self.sessions
+    }
+
+    pub(crate) fn scratch(&self) -> &process::env::Scratch {
+        &self.scratch
+    }
+
+    pub(crate) fn default_yield_after(&self) -> Option<Duration> {
+        self.default_yield_after
     }
 }

@@ -16,6 +16,7 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
     let runtime = Runtime::new(RuntimeConfig {
         workspace: workspace.clone(),
         policy,
+        default_yield_after: None,
     })
     .with_context(|| {
         format!(
@@ -28,12 +29,18 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
         policy = runtime.policy().name(),
         "serving MCP over stdio"
     );
-    let serve = runtime::stdio::serve(Arc::new(runtime), tokio::io::stdin(), tokio::io::stdout());
-    tokio::select! {
-        r = serve => r.context("stdio session failed")?,
-        _ = shutdown_signal() => tracing::info!("interrupted; exiting"),
-    }
-    Ok(())
+    let runtime = Arc::new(runtime);
+    let serve = runtime::stdio::serve(runtime.clone(), tokio::io::stdin(), tokio::io::stdout());
+    let outcome = tokio::select! {
+        r = serve => r.context("stdio session failed"),
+        _ = shutdown_signal() => {
+            tracing::info!("interrupted; exiting");
+            Ok(())
+        }
+    };
+    // Every process session dies with the server.
+    runtime.shutdown().await;
+    outcome
 }
 
 async fn shutdown_signal() {

@@ -5,8 +5,10 @@
 
 mod containment;
 mod edit;
+mod git;
 mod patch;
 mod policy;
+mod process;
 mod protocol;
 mod read;
 mod search;

@@ -22,29 +22,56 @@ const READ_TOOLS: [&str; 6] = [
     "search_text",
 ];
 const WRITE_TOOLS: [&str; 3] = ["write_file", "edit_file", "apply_patch"];
+const ARGV_TOOLS: [&str; 7] = [
+    "run_process",
+    "start_process",
+    "read_process",
+    "write_process",
+    "kill_process",
+    "list_processes",
+    "git_commit",
+];
+const GIT_READ_TOOLS: [&str; 4] = ["git_status", "git_diff", "git_log", "git_show"];
 
 #[test]
 fn each_profile_lists_what_it_allows() {
     let t = Tree::new();
-    for (args, writes, name) in [
-        (vec!["--profile", "full"], true, "full"),
-        (vec!["--profile", "agent"], true, "agent"),
-        (vec!["--profile", "edit"], true, "edit"),
-        (vec!["--profile", "review"], false, "review"),
-        (vec!["--profile", "agent", "--no-write"], false, "custom"),
+    for (args, writes, argv, shell, name) in [
+        (vec!["--profile", "full"], true, true, true, "full"),
+        (vec!["--profile", "agent"], true, true, false, "agent"),
+        (vec!["--profile", "edit"], true, false, false, "edit"),
+        (vec!["--profile", "review"], false, false, false, "review"),
+        (vec!["--profile", "agent", "--no-write"], false, true, false, "custom"),
+        (vec!["--profile", "review", "--exec-mode", "shell"], false, true, true, "custom"),
     ] {
         let mut s = Server::start(t.path(), &args);
         let names = tool_names(&mut s);
-        for r in READ_TOOLS {
-            assert!(names.contains(&r.to_owned()), "{args:?} lists {r}");
+        let has = |n: &str| names.contains(&n.to_owned());
+        for r in READ_TOOLS.iter().chain(&GIT_READ_TOOLS) {
+            assert!(has(r), "{args:?} lists {r}");
         }
         for w in WRITE_TOOLS {
-            assert_eq!(names.contains(&w.to_owned()), writes, "{args:?} and {w}");
+            assert_eq!(has(w), writes, "{args:?} and {w}");
         }
+        for p in ARGV_TOOLS {
+            assert_eq!(has(p), argv, "{args:?} and {p}");
+        }
+        assert_eq!(has("exec_command"), shell, "{args:?} and exec_command");
         let info = s.call("server_info", json!({})).ok().clone();
         assert_eq!(info["policy"]["profile"], name, "{args:?}");
         assert_eq!(info["tools"].as_array().unwrap().len(), names.len());
     }
+}
+
+#[test]
+fn process_tools_outside_the_exec_mode_are_policy_denied() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "edit"]);
+    assert_eq!(s.call("run_process", json!({"argv": ["touch", "x"]})).code(), "policy_denied");
+    assert_eq!(s.call("start_process", json!({"argv": ["touch", "x"]})).code(), "policy_denied");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    assert_eq!(s.call("exec_command", json!({"command": "touch x"})).code(), "policy_denied");
+    assert!(!t.path().join("x").exists());
 }
 
 #[test]

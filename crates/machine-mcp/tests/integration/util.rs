@@ -62,6 +62,12 @@ impl Server {
     /// Starts the server on `workspace` with extra args and runs the initialize handshake.
     pub(crate) fn start(workspace: &Path, args: &[&str]) -> Self {
         let mut s = Self::spawn(workspace, args);
+        s.handshake();
+        s
+    }
+
+    fn handshake(&mut self) {
+        let s = self;
         let init = s.request(
             "initialize",
             json!({"protocolVersion": "2025-11-25", "capabilities": {},
@@ -77,16 +83,27 @@ impl Server {
                     .insert(t["name"].as_str().unwrap().to_owned(), schema.clone());
             }
         }
+    }
+
+    /// Like [`Server::start`] with extra environment variables for the server process.
+    pub(crate) fn start_with_env(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut s = Self::spawn_with_env(workspace, args, env);
+        s.handshake();
         s
     }
 
     /// Starts the server without any handshake.
     pub(crate) fn spawn(workspace: &Path, args: &[&str]) -> Self {
+        Self::spawn_with_env(workspace, args, &[])
+    }
+
+    fn spawn_with_env(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(bin())
             .arg("stdio")
             .arg("--workspace")
             .arg(workspace)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

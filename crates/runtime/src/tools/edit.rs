@@ -16,7 +16,7 @@ use crate::{
     error::{ToolError, ToolResult},
     policy::Capability,
     text::{check_text, sha256_hex},
-    tools::blocking,
+    tools::{blocking, guard_git_internals},
     write::{Precondition, Staged, existing_mode, read_bounded},
 };
 
@@ -123,6 +123,7 @@ async fn write_file(
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
         let display = ws.display(p.real());
+        guard_git_internals(&rt, p.real(), &display)?;
         let existed = fs::symlink_metadata(p.real()).is_ok();
         if p.real().is_dir() {
             return Err(ToolError::invalid(format!("{display}: is a directory")));
@@ -219,6 +220,7 @@ async fn edit_file(
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
         let display = ws.display(p.real());
+        guard_git_internals(&rt, p.real(), &display)?;
         let original = read_bounded(p.real(), &display, EDIT_FILE_MAX_BYTES as u64)?;
         let old_str = check_text(&original).map_err(|m| ToolError::invalid(format!("{display} {m}")))?;
         let previous = sha256_hex(&original);

@@ -1,15 +1,22 @@
 //! Tool handlers, one module per tool family. Each module's `specs()` lists its catalog entries.
 
+use std::path::Path;
+
 use crate::{
+    Runtime,
     catalog::ToolSpec,
-    error::{ToolError, ToolResult},
+    error::{ToolError, ToolErrorCode, ToolResult},
+    policy::Capability,
 };
 
 mod edit;
 mod fs;
+mod git;
 mod info;
 mod patch;
+mod process;
 mod search;
+mod session;
 
 /// Every tool, in listing order.
 pub(crate) fn all() -> Vec<ToolSpec> {
@@ -19,6 +26,9 @@ pub(crate) fn all() -> Vec<ToolSpec> {
     v.extend(search::specs());
     v.extend(edit::specs());
     v.extend(patch::specs());
+    v.extend(process::specs());
+    v.extend(session::specs());
+    v.extend(git::specs());
     v
 }
 
@@ -33,4 +43,23 @@ where
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(_) => Err(ToolError::cancelled()),
     }
+}
+
+/// Refuses a write inside a `.git` directory when the policy allows no processes: git reads its
+/// configuration and hooks from there, so such a write could make a later git tool call run a
+/// program (fsmonitor, filters, hooks) — an exec the policy forbids.
+pub(crate) fn guard_git_internals(rt: &Runtime, real: &Path, display: &str) -> ToolResult<()> {
+    if rt.policy().allows(Capability::ExecDirect) {
+        return Ok(());
+    }
+    if real.components().any(|c| c.as_os_str() == ".git") {
+        return Err(ToolError::new(
+            ToolErrorCode::PolicyDenied,
+            format!(
+                "{display}: writing inside a .git directory needs an exec mode (direct or shell);                  the {} policy has none",
+                rt.policy().name()
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -32,7 +32,7 @@ use crate::{
     path::Workspace,
     policy::Capability,
     text::{check_text, sha256_hex},
-    tools::blocking,
+    tools::{blocking, guard_git_internals},
     write::{Precondition, Staged, check_sha256, existing_mode, read_bounded},
 };
 
@@ -124,6 +124,12 @@ async fn apply_patch(
                 .detail("line", e.line)
         })?;
         let steps = plan(rt.workspace(), &ops)?;
+        for s in &steps {
+            guard_git_internals(&rt, &s.path, &s.display)?;
+            if let (Some(dest), Some(d)) = (&s.dest, &s.moved_display) {
+                guard_git_internals(&rt, dest, d)?;
+            }
+        }
         let mut text = String::new();
         for s in &steps {
             text.push_str(&s.diff);

@@ -1,0 +1,414 @@
+//! Processes and process sessions: trees, timeouts, cancellation, yield, PTY, concurrency.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::util::{RESPONSE_TIMEOUT, Server, Tree, parse_reply};
+
+/// Whether `pid` is still a running process (a zombie awaiting its reaper counts as gone).
+fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            let state = s
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
+
+fn wait_gone(pid: u64, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    !alive(pid)
+}
+
+fn wait_file(path: &std::path::Path, within: Duration) -> String {
+    let end = Instant::now() + within;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.ends_with('\n')
+        {
+            return s;
+        }
+        assert!(Instant::now() < end, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const STUBBORN_TREE: &str =
+    "trap '' TERM; sleep 1000 & echo $! > grandchild.pid; echo $$ > child.pid; wait";
+
+#[test]
+fn a_timeout_kills_the_whole_tree_including_a_grandchild_that_ignores_sigterm() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", STUBBORN_TREE], "timeout_seconds": 1}),
+    );
+    let out = r.ok();
+    assert_eq!(out["timed_out"], true);
+    assert_eq!(
+        out["signal"], "SIGKILL",
+        "SIGTERM was ignored, so SIGKILL ended it"
+    );
+    let grandchild: u64 = String::from_utf8(t.read("grandchild.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let child: u64 = String::from_utf8(t.read("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(child), "the shell is gone");
+    assert!(!alive(grandchild), "the grandchild {grandchild} is gone");
+}
+
+#[test]
+fn cancellation_kills_the_tree_and_sends_no_response() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let id = s.send_request(
+        "tools/call",
+        json!({"name": "run_process", "arguments": {"argv": ["sh", "-c", STUBBORN_TREE]}}),
+    );
+    let grandchild: u64 = wait_file(&t.path().join("grandchild.pid"), Duration::from_secs(20))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(grandchild));
+    s.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "test"}),
+    );
+    assert!(
+        wait_gone(grandchild, Duration::from_secs(10)),
+        "grandchild {grandchild} survived cancellation"
+    );
+    assert!(
+        s.wait_for(&json!(id), Duration::from_secs(1)).is_none(),
+        "a cancelled request gets no response"
+    );
+    assert_eq!(s.request("ping", json!({}))["result"], json!({}));
+}
+
+#[test]
+fn output_so_far_is_returned_on_timeout() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", "i=0; while true; do i=$((i+1)); echo line $i; sleep 1; done"], "timeout_seconds": 3}),
+    );
+    let out = r.ok();
+    assert_eq!(out["timed_out"], true);
+    let stdout = out["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("line 1\nline 2\n"), "{stdout:?}");
+    assert!(
+        stdout.lines().count() >= 2 && stdout.lines().count() <= 4,
+        "{stdout:?}"
+    );
+    assert!(out["duration_ms"].as_u64().unwrap() >= 3000);
+}
+
+#[test]
+fn argv_is_never_interpreted_by_a_shell() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("run_process", json!({"argv": ["echo", "$HOME; rm -rf x"]}));
+    assert_eq!(r.ok()["stdout"], "$HOME; rm -rf x\n");
+    assert_eq!(r.ok()["exit_code"], 0);
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["cat"], "stdin": "from stdin\n"}),
+    );
+    assert_eq!(r.ok()["stdout"], "from stdin\n");
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", "echo out; echo err >&2; exit 7"]}),
+    );
+    assert_eq!(r.ok()["exit_code"], 7);
+    assert_eq!(r.ok()["stderr"], "err\n");
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["definitely-not-a-program-xyz"]}),
+    );
+    assert_eq!(r.code(), "not_found");
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["true"], "timeout_seconds": 0}),
+    );
+    assert_eq!(r.code(), "invalid_request");
+    let r = s.call("run_process", json!({"argv": ["pwd"], "cwd": "../"}));
+    assert_eq!(r.code(), "path_boundary");
+}
+
+#[test]
+fn long_output_keeps_head_and_tail_with_a_marker() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("run_process", json!({"argv": ["sh", "-c", "seq 1 400000"]}));
+    let out = r.ok();
+    let stdout = out["stdout"].as_str().unwrap();
+    assert_eq!(out["stdout_truncated"], true);
+    let total: u64 = (1..=400_000u64)
+        .map(|i| i.to_string().len() as u64 + 1)
+        .sum();
+    assert_eq!(out["stdout_bytes"], total);
+    assert!(stdout.starts_with("1\n2\n3\n"));
+    assert!(stdout.ends_with("399999\n400000\n"));
+    assert!(stdout.contains("bytes omitted"));
+    assert!(stdout.len() <= 512 * 1024 + 200);
+}
+
+#[test]
+fn a_yielded_process_becomes_a_session_that_reports_its_exit_and_full_output() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let started = Instant::now();
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", "for i in 1 2 3 4 5; do echo tick $i; sleep 1; done"], "yield_after_seconds": 1}),
+    );
+    let out = r.ok().clone();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "returned at the budget, not at the end"
+    );
+    assert_eq!(out["still_running"], true);
+    let id = out["session_id"].as_str().unwrap().to_owned();
+    let list = s.call("list_processes", json!({})).ok().clone();
+    assert_eq!(list["sessions"][0]["session_id"], id.as_str());
+    assert_eq!(list["sessions"][0]["running"], true);
+    let r = s.call(
+        "read_process",
+        json!({"session_id": id, "wait_ms": 15000, "wait_for_exit": true}),
+    );
+    let st = r.ok();
+    assert_eq!(st["running"], false);
+    assert_eq!(st["exit_code"], 0);
+    assert_eq!(
+        st["stdout"]["data"],
+        "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\n"
+    );
+    assert_eq!(st["stdout"]["offset"], 0);
+    assert_eq!(st["stdout"]["next_offset"], 35);
+}
+
+#[test]
+fn a_pty_session_sees_a_terminal_and_a_pipe_session_does_not() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let probe = "if test -t 0; then echo IS-A-TTY; else echo NOT-A-TTY; fi";
+    let pty = s.call(
+        "start_process",
+        json!({"argv": ["sh", "-c", probe], "pty": true, "rows": 30, "cols": 100}),
+    );
+    assert_eq!(pty.ok()["pty"], true);
+    let id = pty.ok()["session_id"].as_str().unwrap().to_owned();
+    let st = s.call(
+        "read_process",
+        json!({"session_id": id, "wait_ms": 10000, "wait_for_exit": true}),
+    );
+    assert!(
+        st.ok()["stdout"]["data"]
+            .as_str()
+            .unwrap()
+            .contains("IS-A-TTY"),
+        "{}",
+        st.ok()
+    );
+    assert_eq!(st.ok()["exit_code"], 0);
+    let pipe = s.call("start_process", json!({"argv": ["sh", "-c", probe]}));
+    let id = pipe.ok()["session_id"].as_str().unwrap().to_owned();
+    let st = s.call(
+        "read_process",
+        json!({"session_id": id, "wait_ms": 10000, "wait_for_exit": true}),
+    );
+    assert_eq!(st.ok()["stdout"]["data"], "NOT-A-TTY\n");
+}
+
+#[test]
+fn an_interactive_session_reads_writes_and_is_killed() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call(
+        "start_process",
+        json!({"argv": ["sh", "-c", "while read l; do echo got:$l; done; echo bye"]}),
+    );
+    let id = r.ok()["session_id"].as_str().unwrap().to_owned();
+    let w = s.call(
+        "write_process",
+        json!({"session_id": id, "data": "hello\n"}),
+    );
+    assert_eq!(w.ok()["bytes_written"], 6);
+    let st = s.call("read_process", json!({"session_id": id, "wait_ms": 10000}));
+    assert_eq!(st.ok()["stdout"]["data"], "got:hello\n");
+    let next = st.ok()["stdout"]["next_offset"].clone();
+    let w = s.call(
+        "write_process",
+        json!({"session_id": id, "data": "last\n", "close_stdin": true}),
+    );
+    assert_eq!(w.ok()["stdin_open"], false);
+    let st = s.call(
+        "read_process",
+        json!({"session_id": id, "stdout_offset": next, "wait_ms": 10000, "wait_for_exit": true}),
+    );
+    assert_eq!(st.ok()["stdout"]["data"], "got:last\nbye\n");
+    assert_eq!(st.ok()["exit_code"], 0);
+    // A long-running one is stopped with its tree.
+    let r = s.call(
+        "start_process",
+        json!({"argv": ["sh", "-c", "sleep 1000 & echo $!; wait"]}),
+    );
+    let id = r.ok()["session_id"].as_str().unwrap().to_owned();
+    let st = s.call("read_process", json!({"session_id": id, "wait_ms": 10000}));
+    let grandchild: u64 = st.ok()["stdout"]["data"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let k = s.call("kill_process", json!({"session_id": id}));
+    assert_eq!(k.ok()["running"], false);
+    assert_eq!(k.ok()["signal"], "SIGTERM");
+    assert!(wait_gone(grandchild, Duration::from_secs(5)));
+    let r = s.call("read_process", json!({"session_id": "proc-nope"}));
+    assert_eq!(r.code(), "not_found");
+}
+
+#[test]
+fn sessions_are_bounded_and_die_with_the_server() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let mut pids = Vec::new();
+    for _ in 0..8 {
+        let r = s.call("start_process", json!({"argv": ["sleep", "1000"]}));
+        pids.push(r.ok()["pid"].as_u64().unwrap());
+    }
+    let r = s.call("start_process", json!({"argv": ["sleep", "1000"]}));
+    assert_eq!(r.code(), "limit_exceeded");
+    assert_eq!(r.error["retryable"], true);
+    s.close_stdin();
+    for pid in pids {
+        assert!(
+            wait_gone(pid, Duration::from_secs(10)),
+            "session process {pid} outlived the server"
+        );
+    }
+}
+
+#[test]
+fn ping_stays_fast_while_16_calls_run_and_a_17th_is_refused_at_once() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let ids: Vec<i64> = (0..16)
+        .map(|_| {
+            s.send_request(
+                "tools/call",
+                json!({"name": "run_process", "arguments": {"argv": ["sleep", "3"]}}),
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300)); // let all 16 start
+    let mut rtts = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let r = s.request("ping", json!({}));
+        rtts.push(start.elapsed());
+        assert_eq!(r["result"], json!({}));
+    }
+    rtts.sort();
+    assert!(
+        rtts[2] < Duration::from_millis(100),
+        "median ping {:?} while 16 calls run",
+        rtts[2]
+    );
+    let start = Instant::now();
+    let extra = s.request(
+        "tools/call",
+        json!({"name": "run_process", "arguments": {"argv": ["true"]}}),
+    );
+    assert!(start.elapsed() < Duration::from_secs(2), "refused promptly");
+    assert_eq!(parse_reply(&extra, None).code(), "limit_exceeded");
+    for id in ids {
+        let r = s
+            .wait_for(&json!(id), RESPONSE_TIMEOUT)
+            .expect("each sleep completes");
+        assert_eq!(parse_reply(&r, None).ok()["exit_code"], 0);
+    }
+}
+
+#[test]
+fn progress_carries_the_latest_output_line() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let id = s.send_request(
+        "tools/call",
+        json!({"name": "run_process",
+               "arguments": {"argv": ["sh", "-c", "echo first; sleep 1.5; echo second; sleep 1.5"]},
+               "_meta": {"progressToken": 99}}),
+    );
+    let mut messages: Vec<Value> = Vec::new();
+    loop {
+        let m = s.recv(RESPONSE_TIMEOUT).expect("message");
+        if m.get("id") == Some(&json!(id)) {
+            break;
+        }
+        if m["method"] == "notifications/progress" {
+            assert_eq!(m["params"]["progressToken"], 99);
+            messages.push(m["params"]["message"].clone());
+        }
+    }
+    assert!(
+        messages.iter().any(|m| m == "first" || m == "second"),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn isolated_environments_hide_the_servers_variables() {
+    let t = Tree::new();
+    let mut agent = Server::start_with_env(
+        t.path(),
+        &["--profile", "agent"],
+        &[("SECRET_TOKEN", "s3cr3t")],
+    );
+    let out = agent
+        .call(
+            "run_process",
+            json!({"argv": ["env"], "env": {"EXTRA": "yes"}}),
+        )
+        .ok()
+        .clone();
+    let env = out["stdout"].as_str().unwrap();
+    assert!(!env.contains("s3cr3t"), "{env}");
+    assert!(env.contains("EXTRA=yes"));
+    let home = env.lines().find_map(|l| l.strip_prefix("HOME=")).unwrap();
+    assert!(home.contains("machine-mcp-"), "private HOME {home}");
+    let mut full = Server::start_with_env(t.path(), &[], &[("SECRET_TOKEN", "s3cr3t")]);
+    let out = full
+        .call("run_process", json!({"argv": ["env"]}))
+        .ok()
+        .clone();
+    assert!(
+        out["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("SECRET_TOKEN=s3cr3t")
+    );
+}
