@@ -28,9 +28,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+# every tool of --profile full (the default), as tools/list must show it
 TOOLS = {
     "server_info", "list_dir", "list_files", "read_file", "view_image",
     "search_text", "write_file", "edit_file", "apply_patch",
+    "run_process", "exec_command", "start_process", "read_process", "write_process",
+    "kill_process", "list_processes",
+    "git_status", "git_diff", "git_log", "git_show", "git_commit",
 }
 # Crates to copy from the registry, in order of preference; any others fill up to MAX_CRATES.
 PREFERRED_CRATES = ["serde_json", "memchr", "tokio", "similar", "globset"]
@@ -314,7 +318,7 @@ def cmd_sdk(work: Path, binary: str) -> int:
         return session("legacy", params(tree))(body)
 
     checks.run("python-sdk: initialize (legacy mode)", legacy(basics), lambda: [logs / "sdk-legacy.log"])
-    checks.run("python-sdk: tools/list has the 9 tools", legacy(tools_list), lambda: [logs / "sdk-legacy.log"])
+    checks.run(f"python-sdk: tools/list has the {len(TOOLS)} tools", legacy(tools_list), lambda: [logs / "sdk-legacy.log"])
     checks.run("python-sdk: read_file line range", legacy(read_range), lambda: [logs / "sdk-legacy.log"])
     checks.run("python-sdk: search_text literal (+ cursor page)", legacy(search_literal),
                lambda: [logs / "sdk-legacy.log"])
@@ -468,7 +472,7 @@ def cmd_inspector(work: Path, binary: str) -> int:
 
     (work / "outside.txt").write_text("secret\n")
     logf = lambda: [last[0]]  # noqa: E731
-    checks.run("inspector-v1: tools/list has the 9 tools", tools_list(1), logf)
+    checks.run(f"inspector-v1: tools/list has the {len(TOOLS)} tools", tools_list(1), logf)
     checks.run("inspector-v1: read_file line range", read_range, logf)
     checks.run("inspector-v1: search_text literal", search_literal, logf)
     checks.run("inspector-v1: edit_file on a copy", edit(1), logf)

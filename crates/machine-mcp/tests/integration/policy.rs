@@ -41,8 +41,20 @@ fn each_profile_lists_what_it_allows() {
         (vec!["--profile", "agent"], true, true, false, "agent"),
         (vec!["--profile", "edit"], true, false, false, "edit"),
         (vec!["--profile", "review"], false, false, false, "review"),
-        (vec!["--profile", "agent", "--no-write"], false, true, false, "custom"),
-        (vec!["--profile", "review", "--exec-mode", "shell"], false, true, true, "custom"),
+        (
+            vec!["--profile", "agent", "--no-write"],
+            false,
+            true,
+            false,
+            "custom",
+        ),
+        (
+            vec!["--profile", "review", "--exec-mode", "shell"],
+            false,
+            true,
+            true,
+            "custom",
+        ),
     ] {
         let mut s = Server::start(t.path(), &args);
         let names = tool_names(&mut s);
@@ -67,10 +79,21 @@ fn each_profile_lists_what_it_allows() {
 fn process_tools_outside_the_exec_mode_are_policy_denied() {
     let t = Tree::new();
     let mut s = Server::start(t.path(), &["--profile", "edit"]);
-    assert_eq!(s.call("run_process", json!({"argv": ["touch", "x"]})).code(), "policy_denied");
-    assert_eq!(s.call("start_process", json!({"argv": ["touch", "x"]})).code(), "policy_denied");
+    assert_eq!(
+        s.call("run_process", json!({"argv": ["touch", "x"]}))
+            .code(),
+        "policy_denied"
+    );
+    assert_eq!(
+        s.call("start_process", json!({"argv": ["touch", "x"]}))
+            .code(),
+        "policy_denied"
+    );
     let mut s = Server::start(t.path(), &["--profile", "agent"]);
-    assert_eq!(s.call("exec_command", json!({"command": "touch x"})).code(), "policy_denied");
+    assert_eq!(
+        s.call("exec_command", json!({"command": "touch x"})).code(),
+        "policy_denied"
+    );
     assert!(!t.path().join("x").exists());
 }
 
