@@ -6,8 +6,10 @@
 //! - [`limits`]: every timing and size constant of the contract (DESIGN §7). Logic elsewhere names
 //!   these constants instead of writing literals.
 //! - [`error_code`]: the stable machine codes of tool errors (DESIGN §3 "Results").
+//! - [`frame`]: the relay ⇄ daemon link frames (DESIGN §5).
 //!
-//! It depends on `serde` only, so any crate may use it.
+//! It depends on `serde` (and `serde_json` for opaque JSON-RPC payloads) only, so any crate may
+//! use it.
 //!
 //! ```
 //! use machine_bridge_protocol::{error_code::ToolErrorCode, limits};
@@ -17,4 +19,5 @@
 //! ```
 
 pub mod error_code;
+pub mod frame;
 pub mod limits;

@@ -16,7 +16,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use crate::{
-    Runtime,
+    Access,
     context::CallContext,
     error::{ToolError, ToolResult},
     policy::{Capability, Policy},
@@ -34,7 +34,7 @@ pub enum Reply {
 }
 
 type BoxFut = Pin<Box<dyn Future<Output = ToolResult<Reply>> + Send>>;
-type Handler = Box<dyn Fn(Arc<Runtime>, JsonObject, CallContext) -> BoxFut + Send + Sync>;
+type Handler = Box<dyn Fn(Arc<Access>, JsonObject, CallContext) -> BoxFut + Send + Sync>;
 
 /// Behaviour hints published as MCP tool annotations.
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +96,7 @@ impl ToolSpec {
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
         O: Serialize + JsonSchema + 'static,
-        F: Fn(Arc<Runtime>, A, CallContext) -> Fut + Send + Sync + 'static,
+        F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolResult<O>> + Send + 'static,
     {
         Self {
@@ -124,7 +124,7 @@ impl ToolSpec {
     pub(crate) fn content<A, F, Fut>(meta: ToolMeta, f: F) -> Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
-        F: Fn(Arc<Runtime>, A, CallContext) -> Fut + Send + Sync + 'static,
+        F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolResult<Vec<ContentBlock>>> + Send + 'static,
     {
         Self {
@@ -172,7 +172,7 @@ impl ToolSpec {
         tool
     }
 
-    pub(crate) fn invoke(&self, rt: Arc<Runtime>, args: JsonObject, cx: CallContext) -> BoxFut {
+    pub(crate) fn invoke(&self, rt: Arc<Access>, args: JsonObject, cx: CallContext) -> BoxFut {
         (self.handler)(rt, args, cx)
     }
 }

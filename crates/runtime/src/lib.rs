@@ -48,6 +48,7 @@ mod write;
 
 pub use context::{CallContext, Principal, ProgressSink, ProgressUpdate};
 pub use error::{ToolError, ToolErrorCode};
+pub use policy::Profile;
 pub use server::McpServer;
 pub use text::LineEnding;
 
@@ -57,6 +58,45 @@ use crate::{path::Workspace, policy::Policy};
 pub const SERVER_NAME: &str = "machine-mcp";
 /// This build's version (`serverInfo.version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The runtime as one caller may use it (DESIGN §3 "Authority" = daemon policy ∩ caller role):
+/// the effective policy and path rules, over the shared runtime (sessions, limits). Built by
+/// [`Runtime::access`]; handlers only ever see this.
+#[derive(Debug)]
+pub struct Access {
+    runtime: Arc<Runtime>,
+    policy: Policy,
+    workspace: Workspace,
+}
+
+impl Access {
+    /// The effective policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The workspace with this caller's path rules.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// The shared runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    pub(crate) fn sessions(&self) -> &process::sessions::Sessions {
+        self.runtime.sessions()
+    }
+
+    pub(crate) fn scratch(&self) -> &process::env::Scratch {
+        self.runtime.scratch()
+    }
+
+    pub(crate) fn default_yield_after(&self) -> Option<Duration> {
+        self.runtime.default_yield_after()
+    }
+}
 
 /// What a runtime is built from.
 #[derive(Debug, Clone)]
@@ -125,6 +165,23 @@ impl Runtime {
     /// The effective policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// The runtime as a caller with `role` may use it: the policy intersected with the role's
+    /// profile (`None`: the policy as it is, for the local user), and the path rules that follow.
+    pub fn access(self: &Arc<Self>, role: Option<Profile>) -> Arc<Access> {
+        let policy = match role {
+            Some(r) => self.policy.intersect(r),
+            None => self.policy.clone(),
+        };
+        let workspace = self
+            .workspace
+            .with_rules(!policy.unrestricted_paths(), policy.absolute_paths());
+        Arc::new(Access {
+            runtime: self.clone(),
+            policy,
+            workspace,
+        })
     }
 
     pub(crate) fn call_slots(&self) -> &Arc<Semaphore> {

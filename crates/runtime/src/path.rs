@@ -75,6 +75,15 @@ impl Workspace {
         })
     }
 
+    /// The same root with other path rules (no filesystem access).
+    pub fn with_rules(&self, restricted: bool, absolute_output: bool) -> Self {
+        Self {
+            root: self.root.clone(),
+            restricted,
+            absolute_output,
+        }
+    }
+
     /// The canonical root directory.
     pub fn root(&self) -> &Path {
         &self.root

@@ -234,6 +234,22 @@ impl Policy {
         }
     }
 
+    /// The intersection of this policy and `role`'s profile: each capability is the narrower of
+    /// the two (DESIGN §3 "Authority": never a union, nothing elevates). Named after whichever
+    /// profile it equals, else `custom`.
+    pub fn intersect(&self, role: Profile) -> Policy {
+        let r = role.capabilities();
+        let caps = Capabilities {
+            write: self.caps.write && r.write,
+            exec: self.caps.exec.min(r.exec),
+            unrestricted_paths: self.caps.unrestricted_paths && r.unrestricted_paths,
+            full_env: self.caps.full_env && r.full_env,
+            absolute_paths: self.caps.absolute_paths && r.absolute_paths,
+        };
+        let base = if caps == self.caps { self.base } else { role };
+        Policy { base, caps }
+    }
+
     /// The policy as reported by `server_info`.
     pub fn view(&self) -> PolicyView {
         PolicyView {
@@ -313,6 +329,36 @@ mod tests {
             },
         );
         assert_eq!(p.name(), "agent");
+    }
+
+    #[test]
+    fn intersection_never_elevates() {
+        let review_daemon = Policy::profile(Profile::Review);
+        for role in [
+            Profile::Full,
+            Profile::Agent,
+            Profile::Edit,
+            Profile::Review,
+        ] {
+            let p = review_daemon.intersect(role);
+            assert!(!p.write() && p.exec_mode() == ExecMode::Off && !p.unrestricted_paths());
+        }
+        let full = Policy::profile(Profile::Full);
+        assert_eq!(full.intersect(Profile::Full), full);
+        let op = full.intersect(Profile::Agent);
+        assert_eq!(op.name(), "agent");
+        assert!(!op.unrestricted_paths() && op.exec_mode() == ExecMode::Direct);
+        assert_eq!(full.intersect(Profile::Review).name(), "review");
+        let custom = Policy::new(
+            Profile::Full,
+            PolicyOverrides {
+                no_write: true,
+                ..Default::default()
+            },
+        );
+        let p = custom.intersect(Profile::Agent);
+        assert!(!p.write());
+        assert_eq!(p.name(), "custom");
     }
 
     #[test]

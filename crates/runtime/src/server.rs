@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use protocol::limits::CONCURRENT_TOOL_CALLS;
 
 use crate::{
-    Runtime, SERVER_NAME, VERSION,
+    Access, SERVER_NAME, VERSION,
     catalog::{self, Reply},
     context::{CallContext, Principal, ProgressSink, ProgressUpdate},
     error::{ToolError, ToolErrorCode},
@@ -49,22 +49,22 @@ const PROGRESS_QUEUE: usize = 16;
 /// with -32602 instead of -32601.
 const KNOWN_METHODS: &[&str] = &["initialize", "ping", "tools/list", "tools/call"];
 
-/// One MCP session's server: shares the process's [`Runtime`], knows its caller.
+/// One MCP session's server: the runtime as its caller may use it ([`Access`]), and the caller.
 #[derive(Debug, Clone)]
 pub struct McpServer {
-    runtime: Arc<Runtime>,
+    access: Arc<Access>,
     principal: Principal,
 }
 
 impl McpServer {
-    /// A server for `principal` on `runtime`.
-    pub fn new(runtime: Arc<Runtime>, principal: Principal) -> Self {
-        Self { runtime, principal }
+    /// A server for `principal` with `access`.
+    pub fn new(access: Arc<Access>, principal: Principal) -> Self {
+        Self { access, principal }
     }
 
-    /// The shared runtime.
-    pub fn runtime(&self) -> &Arc<Runtime> {
-        &self.runtime
+    /// What this session may do.
+    pub fn access(&self) -> &Arc<Access> {
+        &self.access
     }
 
     /// Runs one tool call to completion and renders its result; the transport-independent core of
@@ -85,16 +85,22 @@ impl McpServer {
                 None,
             ));
         };
-        if !self.runtime.policy().allows(spec.meta().capability) {
+        if !self.access.policy().allows(spec.meta().capability) {
             return Ok(error_result(&ToolError::new(
                 ToolErrorCode::PolicyDenied,
                 format!(
                     "{name} is not allowed by the {} policy",
-                    self.runtime.policy().name()
+                    self.access.policy().name()
                 ),
             )));
         }
-        let Ok(permit) = self.runtime.call_slots().clone().try_acquire_owned() else {
+        let Ok(permit) = self
+            .access
+            .runtime()
+            .call_slots()
+            .clone()
+            .try_acquire_owned()
+        else {
             return Ok(error_result(
                 &ToolError::limit(format!(
                     "{CONCURRENT_TOOL_CALLS} tool calls are already running; try again when one finishes"
@@ -102,7 +108,7 @@ impl McpServer {
                 .retryable(),
             ));
         };
-        let fut = spec.invoke(self.runtime.clone(), arguments, cx);
+        let fut = spec.invoke(self.access.clone(), arguments, cx);
         // Each call runs in its own task so a panic is contained to this call (internal_error).
         let outcome = tokio::spawn(async move {
             let r = fut.await;
@@ -141,8 +147,8 @@ impl ServerHandler for McpServer {
             .with_instructions(format!(
                 "Tools act on the workspace {}. Paths are relative to it{}. Call server_info for \
                  the policy and limits.",
-                self.runtime.workspace().root().display(),
-                if self.runtime.workspace().restricted() {
+                self.access.workspace().root().display(),
+                if self.access.workspace().restricted() {
                     " and may not leave it"
                 } else {
                     " (absolute paths are accepted)"
@@ -171,7 +177,7 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(
-            catalog::allowed(self.runtime.policy())
+            catalog::allowed(self.access.policy())
                 .map(|t| t.to_tool())
                 .collect(),
         ))

@@ -43,7 +43,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let transport = StdioTransport::new(input, output);
-    let server = McpServer::new(runtime, Principal::local());
+    let server = McpServer::new(runtime.access(None), Principal::local());
     match server.serve(transport).await {
         Ok(running) => {
             let _ = running.waiting().await;

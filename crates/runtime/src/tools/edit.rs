@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Runtime,
+    Access,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     diff,
@@ -104,7 +104,7 @@ pub(crate) struct WriteFileOutput {
 }
 
 async fn write_file(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: WriteFileArgs,
     _cx: CallContext,
 ) -> ToolResult<WriteFileOutput> {
@@ -209,7 +209,7 @@ pub(crate) struct EditFileOutput {
 }
 
 async fn edit_file(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: EditFileArgs,
     _cx: CallContext,
 ) -> ToolResult<EditFileOutput> {

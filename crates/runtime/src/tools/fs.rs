@@ -14,7 +14,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    Runtime,
+    Access,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     error::{ToolError, ToolResult},
@@ -135,7 +135,7 @@ pub(crate) struct ListDirOutput {
 }
 
 async fn list_dir(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: ListDirArgs,
     _cx: CallContext,
 ) -> ToolResult<ListDirOutput> {
@@ -216,7 +216,7 @@ pub(crate) struct ListFilesOutput {
 }
 
 async fn list_files(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: ListFilesArgs,
     cx: CallContext,
 ) -> ToolResult<ListFilesOutput> {
@@ -330,7 +330,7 @@ pub(crate) struct ReadFileOutput {
 }
 
 async fn read_file(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: ReadFileArgs,
     _cx: CallContext,
 ) -> ToolResult<ReadFileOutput> {
@@ -420,7 +420,7 @@ pub(crate) struct ViewImageArgs {
 }
 
 async fn view_image(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: ViewImageArgs,
     _cx: CallContext,
 ) -> ToolResult<Vec<ContentBlock>> {

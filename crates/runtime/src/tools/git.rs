@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Runtime,
+    Access,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     diff,
@@ -103,7 +103,7 @@ fn dot() -> String {
 }
 
 async fn repo_at(
-    rt: &Runtime,
+    rt: &Access,
     path: &str,
     cx: &CallContext,
 ) -> ToolResult<(Repo, std::path::PathBuf)> {
@@ -186,7 +186,7 @@ pub(crate) struct StatusOutput {
 }
 
 async fn git_status(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: StatusArgs,
     cx: CallContext,
 ) -> ToolResult<StatusOutput> {
@@ -373,7 +373,7 @@ pub(crate) struct DiffOutput {
     truncated: bool,
 }
 
-async fn git_diff(rt: Arc<Runtime>, args: DiffArgs, cx: CallContext) -> ToolResult<DiffOutput> {
+async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResult<DiffOutput> {
     let (repo, target) = repo_at(&rt, &args.path, &cx).await?;
     let ctx = args.context_lines.unwrap_or(3).min(100);
     let cap = args
@@ -488,7 +488,7 @@ pub(crate) struct LogOutput {
 
 const LOG_FORMAT: &str = "--format=%H%x1f%an%x1f%ae%x1f%aI%x1f%s";
 
-async fn git_log(rt: Arc<Runtime>, args: LogArgs, cx: CallContext) -> ToolResult<LogOutput> {
+async fn git_log(rt: Arc<Access>, args: LogArgs, cx: CallContext) -> ToolResult<LogOutput> {
     let count = args.count.unwrap_or(LOG_DEFAULT).clamp(1, LOG_MAX);
     if let Some(r) = &args.revision {
         check_revision(r)?;
@@ -566,7 +566,7 @@ pub(crate) struct ShowOutput {
     truncated: bool,
 }
 
-async fn git_show(rt: Arc<Runtime>, args: ShowArgs, cx: CallContext) -> ToolResult<ShowOutput> {
+async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResult<ShowOutput> {
     check_revision(&args.revision)?;
     let cap = args
         .max_bytes
@@ -654,7 +654,7 @@ pub(crate) struct CommitOutput {
 }
 
 async fn git_commit(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: CommitArgs,
     cx: CallContext,
 ) -> ToolResult<CommitOutput> {

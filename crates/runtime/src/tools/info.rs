@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use protocol::limits;
 
 use crate::{
-    Runtime, SERVER_NAME, VERSION,
+    Access, SERVER_NAME, VERSION,
     catalog::{self, Hints, ToolMeta, ToolSpec},
     context::CallContext,
     error::ToolResult,
@@ -79,7 +79,7 @@ pub(crate) struct Limits {
     concurrent_tool_calls: usize,
 }
 
-async fn server_info(rt: Arc<Runtime>, _args: NoArgs, cx: CallContext) -> ToolResult<ServerInfo> {
+async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolResult<ServerInfo> {
     Ok(ServerInfo {
         name: SERVER_NAME.to_owned(),
         version: VERSION.to_owned(),

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::{
-    Runtime,
+    Access,
     catalog::ToolSpec,
     error::{ToolError, ToolErrorCode, ToolResult},
     policy::Capability,
@@ -48,7 +48,7 @@ where
 /// Refuses a write inside a `.git` directory when the policy allows no processes: git reads its
 /// configuration and hooks from there, so such a write could make a later git tool call run a
 /// program (fsmonitor, filters, hooks) — an exec the policy forbids.
-pub(crate) fn guard_git_internals(rt: &Runtime, real: &Path, display: &str) -> ToolResult<()> {
+pub(crate) fn guard_git_internals(rt: &Access, real: &Path, display: &str) -> ToolResult<()> {
     if rt.policy().allows(Capability::ExecDirect) {
         return Ok(());
     }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Runtime,
+    Access,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     diff,
@@ -114,7 +114,7 @@ pub(crate) struct ApplyPatchOutput {
 }
 
 async fn apply_patch(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: ApplyPatchArgs,
     _cx: CallContext,
 ) -> ToolResult<ApplyPatchOutput> {

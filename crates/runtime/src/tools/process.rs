@@ -18,7 +18,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    Runtime,
+    Access,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     error::{ToolError, ToolErrorCode, ToolResult},
@@ -167,7 +167,7 @@ pub(crate) struct ProcessResult {
 }
 
 async fn run_process(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: RunProcessArgs,
     cx: CallContext,
 ) -> ToolResult<ProcessResult> {
@@ -178,7 +178,7 @@ async fn run_process(
 }
 
 async fn exec_command(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: ExecCommandArgs,
     cx: CallContext,
 ) -> ToolResult<ProcessResult> {
@@ -220,7 +220,7 @@ pub(crate) fn check_argv(argv: &[String]) -> ToolResult<()> {
 
 /// Builds the spawn spec: confined cwd and the policy's environment.
 pub(crate) fn spawn_spec(
-    rt: &Runtime,
+    rt: &Access,
     argv: Vec<OsString>,
     cwd: Option<&str>,
     env_additions: &BTreeMap<String, String>,
@@ -266,7 +266,7 @@ pub(crate) fn spawn_error(program: &str, e: &std::io::Error) -> ToolError {
 }
 
 async fn run(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     cx: CallContext,
     argv: Vec<OsString>,
     display: Vec<String>,

@@ -13,7 +13,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    Runtime,
+    Access,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     error::{ToolError, ToolResult},
@@ -134,7 +134,7 @@ pub(crate) struct SearchOutput {
 }
 
 async fn search_text(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: SearchArgs,
     cx: CallContext,
 ) -> ToolResult<SearchOutput> {

@@ -12,7 +12,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    Runtime,
+    Access,
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     error::{ToolError, ToolErrorCode, ToolResult},
@@ -138,7 +138,7 @@ pub(crate) struct StartProcessOutput {
 }
 
 async fn start_process(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: StartProcessArgs,
     cx: CallContext,
 ) -> ToolResult<StartProcessOutput> {
@@ -176,7 +176,7 @@ fn full() -> ToolError {
     .retryable()
 }
 
-fn session(rt: &Runtime, id: &str, cx: &CallContext) -> ToolResult<Arc<Session>> {
+fn session(rt: &Access, id: &str, cx: &CallContext) -> ToolResult<Arc<Session>> {
     rt.sessions().get(id, &cx.principal).ok_or_else(|| {
         ToolError::new(
             ToolErrorCode::NotFound,
@@ -246,7 +246,7 @@ pub(crate) struct ProcessState {
 }
 
 async fn read_process(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: ReadProcessArgs,
     cx: CallContext,
 ) -> ToolResult<ProcessState> {
@@ -344,7 +344,7 @@ pub(crate) struct WriteProcessOutput {
 }
 
 async fn write_process(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: WriteProcessArgs,
     cx: CallContext,
 ) -> ToolResult<WriteProcessOutput> {
@@ -383,7 +383,7 @@ pub(crate) struct KillProcessArgs {
 }
 
 async fn kill_process(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     args: KillProcessArgs,
     cx: CallContext,
 ) -> ToolResult<ProcessState> {
@@ -431,7 +431,7 @@ pub(crate) struct ListProcessesOutput {
 }
 
 async fn list_processes(
-    rt: Arc<Runtime>,
+    rt: Arc<Access>,
     _args: ListProcessesArgs,
     cx: CallContext,
 ) -> ToolResult<ListProcessesOutput> {

@@ -1,0 +1,1 @@
+//! The machine-bridge daemon (in progress).

@@ -1,0 +1,269 @@
+//! Relay ⇄ daemon link frames, protocol version 1 (DESIGN §5; written up in
+//! `docs/relay-protocol.md`).
+//!
+//! One WebSocket per daemon, opened by the daemon to `/daemon/v1/connect`; every frame is one JSON
+//! text message `{"type": "...", ...}` of at most [`crate::limits::RELAY_FRAME_MAX_BYTES`].
+//! Handshake: relay `welcome` → daemon `hello` → relay `hello_ack` → relay `probe` → daemon
+//! `probe_result` → relay `resume` → relay `ready`. Then `open`/`rpc`/`close` carry MCP sessions
+//! keyed by a relay-assigned `sid`, daemon `rpc` frames carry a per-session `seq` that the relay
+//! acknowledges with `ack`, and both sides exchange `heartbeat`/`heartbeat_ack`.
+//!
+//! Unknown fields are ignored (a newer peer may add some); an unknown `type` is a protocol error.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The link protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Path of the daemon WebSocket endpoint on the relay.
+pub const CONNECT_PATH: &str = "/daemon/v1/connect";
+/// Path of the enrollment endpoint on the relay.
+pub const ENROLL_PATH: &str = "/daemon/v1/enroll";
+
+/// Name of the built-in runtime among a daemon's servers.
+pub const RUNTIME_SERVER: &str = "runtime";
+
+/// Domain-separation prefix of the hello signature transcript.
+pub const HELLO_SIGNATURE_SCHEME: &str = "machine-bridge-hello-v1";
+
+/// A relay → daemon frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RelayFrame {
+    /// First frame: who the relay is and the challenge to sign.
+    Welcome {
+        /// Link protocol version ([`PROTOCOL_VERSION`]).
+        protocol: u32,
+        /// Relay software name.
+        server: String,
+        /// Relay software version.
+        version: String,
+        /// Random challenge (base64url), signed in `hello`.
+        challenge: String,
+        /// When the challenge expires (Unix ms).
+        expires_at: u64,
+    },
+    /// The hello was verified.
+    HelloAck {
+        /// The bridge the daemon serves.
+        bridge: String,
+    },
+    /// End-to-end readiness probe; answer with `probe_result` through the normal send path.
+    Probe {
+        /// Probe id to echo.
+        id: String,
+    },
+    /// The sessions and in-flight requests of this same instance still awaited remotely.
+    /// Anything else the daemon holds is cancelled; unacknowledged output of these is replayed.
+    Resume {
+        /// Session ids to keep.
+        sessions: Vec<String>,
+        /// In-flight client requests to keep.
+        requests: Vec<ResumeRequest>,
+    },
+    /// The socket is now the bridge's active daemon.
+    Ready {},
+    /// Open an MCP session.
+    Open {
+        /// Relay-assigned session id.
+        sid: String,
+        /// Which server: [`RUNTIME_SERVER`] or an upstream's name.
+        server: String,
+        /// The caller (token or account id).
+        principal: String,
+        /// The caller's role (`owner`, `operator`, `editor`, `reviewer`).
+        role: String,
+        /// The client's `initialize` request (a JSON-RPC message).
+        initialize: Value,
+    },
+    /// A client → server JSON-RPC message for session `sid`.
+    Rpc {
+        /// Session id.
+        sid: String,
+        /// The JSON-RPC message.
+        message: Value,
+    },
+    /// The daemon's messages of `sid` up to `seq` are committed on the relay.
+    Ack {
+        /// Session id.
+        sid: String,
+        /// Highest sequence number committed.
+        seq: u64,
+    },
+    /// End session `sid`.
+    Close {
+        /// Session id.
+        sid: String,
+    },
+    /// Liveness.
+    Heartbeat {
+        /// Echoed in the reply.
+        seq: u64,
+    },
+    /// Reply to the daemon's heartbeat.
+    HeartbeatAck {
+        /// The daemon's heartbeat `seq`.
+        seq: u64,
+    },
+}
+
+/// A daemon → relay frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum DaemonFrame {
+    /// The daemon's identity and signed challenge.
+    Hello {
+        /// Link protocol version.
+        protocol: u32,
+        /// The bridge this daemon enrolled as.
+        bridge: String,
+        /// This process's random id; a restarted daemon has a new one.
+        instance_id: String,
+        /// Id of the registered device key.
+        key_id: String,
+        /// Unix ms the signature was made.
+        timestamp: u64,
+        /// ECDSA P-256 SHA-256 signature (base64url, fixed 64 bytes r‖s) over
+        /// [`hello_transcript`].
+        signature: String,
+        /// Daemon software version.
+        version: String,
+        /// What this daemon serves, with cached catalogs.
+        servers: Vec<ServerInfo>,
+    },
+    /// Answer to `probe`.
+    ProbeResult {
+        /// The probe id.
+        id: String,
+    },
+    /// A server → client JSON-RPC message for session `sid`.
+    Rpc {
+        /// Session id.
+        sid: String,
+        /// Per-session sequence number, from 1.
+        seq: u64,
+        /// Id of the client request this message belongs to, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        related: Option<Value>,
+        /// The JSON-RPC message.
+        message: Value,
+    },
+    /// The daemon ended session `sid` (its server exited, or it was not resumed).
+    Closed {
+        /// Session id.
+        sid: String,
+        /// Why.
+        reason: String,
+    },
+    /// Liveness.
+    Heartbeat {
+        /// Echoed in the reply.
+        seq: u64,
+    },
+    /// Reply to the relay's heartbeat.
+    HeartbeatAck {
+        /// The relay's heartbeat `seq`.
+        seq: u64,
+    },
+}
+
+/// One in-flight request named in `resume`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeRequest {
+    /// Session id.
+    pub sid: String,
+    /// The JSON-RPC request id.
+    pub id: Value,
+}
+
+/// A server the daemon serves, as announced in `hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// [`RUNTIME_SERVER`] or the upstream's name from the servers file.
+    pub name: String,
+    /// The server's `initialize` result (JSON), answered while the daemon is offline.
+    pub initialize: Value,
+    /// `tools/list` results per role (`owner`, `operator`, `editor`, `reviewer`): the tools that
+    /// role may see.
+    pub tools: std::collections::BTreeMap<String, Value>,
+}
+
+/// The bytes signed in `hello` (DESIGN §5 step 2): scheme, relay origin, challenge, bridge,
+/// instance and time, one per line.
+pub fn hello_transcript(
+    relay_origin: &str,
+    challenge: &str,
+    bridge: &str,
+    instance_id: &str,
+    timestamp: u64,
+) -> Vec<u8> {
+    format!(
+        "{HELLO_SIGNATURE_SCHEME}\n{relay_origin}\n{challenge}\n{bridge}\n{instance_id}\n{timestamp}"
+    )
+    .into_bytes()
+}
+
+/// Body of `POST /daemon/v1/enroll`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollRequest {
+    /// The one-time code printed by `relay bridge add`.
+    pub code: String,
+    /// The device public key, SEC1 uncompressed point, base64url.
+    pub public_key: String,
+}
+
+/// Answer of a successful enrollment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollResponse {
+    /// The bridge enrolled.
+    pub bridge: String,
+    /// The id of the registered key, named in every `hello`.
+    pub key_id: String,
+}
+
+/// WebSocket close code: the socket was replaced by a verified daemon of the same bridge.
+pub const CLOSE_REPLACED: u16 = 4012;
+/// WebSocket close code: the hello was missing, late, or did not verify.
+pub const CLOSE_UNAUTHENTICATED: u16 = 4001;
+/// WebSocket close code: the peer broke the protocol.
+pub const CLOSE_PROTOCOL: u16 = 4002;
+/// WebSocket close code: readiness did not complete in time.
+pub const CLOSE_NOT_READY: u16 = 4008;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_with_snake_case_tags() {
+        let f = RelayFrame::Open {
+            sid: "s1".into(),
+            server: RUNTIME_SERVER.into(),
+            principal: "tok_1".into(),
+            role: "owner".into(),
+            initialize: serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize"}),
+        };
+        let text = serde_json::to_string(&f).unwrap();
+        assert!(text.starts_with(r#"{"type":"open""#), "{text}");
+        assert_eq!(serde_json::from_str::<RelayFrame>(&text).unwrap(), f);
+        let d: DaemonFrame =
+            serde_json::from_str(r#"{"type":"rpc","sid":"s","seq":3,"message":{},"extra":1}"#)
+                .unwrap();
+        assert!(matches!(
+            d,
+            DaemonFrame::Rpc {
+                seq: 3,
+                related: None,
+                ..
+            }
+        ));
+        assert!(serde_json::from_str::<DaemonFrame>(r#"{"type":"bogus"}"#).is_err());
+    }
+
+    #[test]
+    fn transcript_names_every_field() {
+        let t = String::from_utf8(hello_transcript("https://r.example", "c", "b", "i", 5)).unwrap();
+        assert_eq!(t, "machine-bridge-hello-v1\nhttps://r.example\nc\nb\ni\n5");
+    }
+}

@@ -1,0 +1,157 @@
+//! The machine-bridge relay: where remote MCP clients meet the daemons of users' machines.
+//!
+//! The relay authenticates MCP clients (static bearer tokens, or none on a loopback listener),
+//! serves MCP Streamable HTTP per bridge and server ([`mcp`]), keeps MCP sessions and resumable
+//! SSE streams ([`hub`], [`stream`]), and forwards JSON-RPC over one WebSocket per daemon
+//! ([`link`]) after verifying the daemon's device-key signature and an end-to-end probe. It never
+//! touches files or processes and knows nothing of tool semantics (invariant 1): every effect
+//! happens in the daemon, which re-checks authority on each call.
+//!
+//! Main types: [`RelayConfig`], [`SqliteStorage`] (bridges, device keys, token hashes),
+//! [`hub::Hub`] (node-local live state), [`router`] (the axum app), [`serve`].
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use machine_bridge_relay::{RelayConfig, SqliteStorage, config::{AuthMode, LinkTiming}};
+//! let storage = SqliteStorage::open(std::path::Path::new("/tmp/relay.db")).await?;
+//! let config = RelayConfig {
+//!     listen: "127.0.0.1:8750".parse()?,
+//!     public_url: "http://127.0.0.1:8750".parse()?,
+//!     auth: AuthMode::Token,
+//!     allowed_origins: vec![],
+//!     max_inflight_per_bridge: 32,
+//!     timing: LinkTiming::default(),
+//! };
+//! machine_bridge_relay::serve(config, storage, tokio_util::sync::CancellationToken::new()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod hub;
+pub mod link;
+pub mod mcp;
+pub mod metrics;
+pub mod ops;
+pub mod storage;
+pub mod stream;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{Router, extract::DefaultBodyLimit, routing::get};
+use tokio_util::sync::CancellationToken;
+
+pub use config::RelayConfig;
+pub use storage::SqliteStorage;
+
+use protocol::{
+    frame::{CONNECT_PATH, ENROLL_PATH},
+    limits::MCP_REQUEST_BODY_MAX_BYTES,
+};
+
+/// The relay's HTTP application over `hub`.
+pub fn router(hub: Arc<hub::Hub>) -> Router {
+    Router::new()
+        .route(
+            "/b/{bridge}/mcp",
+            get(mcp::get_runtime)
+                .post(mcp::post_runtime)
+                .delete(mcp::delete_runtime),
+        )
+        .route(
+            "/b/{bridge}/s/{server}/mcp",
+            get(mcp::get_server)
+                .post(mcp::post_server)
+                .delete(mcp::delete_server),
+        )
+        .route(CONNECT_PATH, get(link::connect))
+        .route(ENROLL_PATH, axum::routing::post(link::enroll))
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
+        .with_state(hub)
+}
+
+/// Errors that stop the relay from serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration is not acceptable.
+    #[error("{0}")]
+    Config(String),
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("relay server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Binds the listener and serves until `shutdown` fires. Returns the bound address once bound
+/// through `bound` (useful with port 0).
+///
+/// # Errors
+/// [`ServeError`] for a bad configuration, a busy address, or a server failure.
+pub async fn serve(
+    config: RelayConfig,
+    storage: SqliteStorage,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let listener = bind(&config).await?;
+    serve_on(listener, config, storage, shutdown).await
+}
+
+/// Validates `config` and binds its listener.
+///
+/// # Errors
+/// [`ServeError::Config`] or [`ServeError::Bind`].
+pub async fn bind(config: &RelayConfig) -> Result<tokio::net::TcpListener, ServeError> {
+    config.validate().map_err(ServeError::Config)?;
+    tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })
+}
+
+/// Serves on an already bound listener until `shutdown` fires.
+///
+/// # Errors
+/// [`ServeError::Io`] when serving fails.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    mut config: RelayConfig,
+    storage: SqliteStorage,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    if let Ok(addr) = listener.local_addr() {
+        config.listen = addr;
+    }
+    let hub = hub::Hub::new(storage, config);
+    let sweeper = {
+        let hub = hub.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => hub.sweep(),
+                    _ = stop.cancelled() => break,
+                }
+            }
+        })
+    };
+    let app = router(hub);
+    let stop = shutdown.clone();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    sweeper.abort();
+    result.map_err(ServeError::Io)
+}

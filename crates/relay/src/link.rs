@@ -1,0 +1,342 @@
+//! `/daemon/v1/connect`: the relay end of the daemon link (DESIGN §5), and `/daemon/v1/enroll`.
+//!
+//! A socket is a candidate until it has: sent a `hello` within the hello deadline whose
+//! signature verifies against a device key registered for its bridge (over the transcript of
+//! scheme, relay origin, challenge, bridge, instance and time); answered a `probe` through its
+//! real send path; and received `resume` and `ready` within the readiness deadline. Only then does
+//! it become the bridge's active daemon and is the incumbent closed (invariant 3). A socket silent
+//! for the liveness timeout is dead; its sessions wait for the same instance (invariant 4).
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Json,
+    extract::{
+        State,
+        ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade},
+    },
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use futures_util::{SinkExt, StreamExt};
+use p256::ecdsa::{Signature, VerifyingKey, signature::Verifier};
+use tokio::sync::mpsc;
+
+use protocol::{
+    frame::{
+        CLOSE_NOT_READY, CLOSE_PROTOCOL, CLOSE_REPLACED, CLOSE_UNAUTHENTICATED, DaemonFrame,
+        EnrollRequest, EnrollResponse, PROTOCOL_VERSION, RelayFrame, hello_transcript,
+    },
+    limits::RELAY_FRAME_MAX_BYTES,
+};
+
+use crate::{
+    hub::{Hub, Link, LinkTx, Outbound},
+    metrics::Metrics,
+    storage::StorageError,
+};
+
+/// Frames queued per socket before the link counts as congested.
+const LINK_QUEUE: usize = 4096;
+/// Largest clock difference accepted in a hello's timestamp.
+const HELLO_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
+
+/// Upgrades a daemon's connection.
+pub async fn connect(State(hub): State<Arc<Hub>>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(RELAY_FRAME_MAX_BYTES)
+        .max_frame_size(RELAY_FRAME_MAX_BYTES)
+        .on_upgrade(move |socket| run(hub, socket))
+}
+
+/// Redeems an enrollment code for a device public key.
+pub async fn enroll(State(hub): State<Arc<Hub>>, Json(req): Json<EnrollRequest>) -> Response {
+    let key_ok = URL_SAFE_NO_PAD
+        .decode(&req.public_key)
+        .ok()
+        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
+        .is_some();
+    if !key_ok {
+        return (
+            StatusCode::BAD_REQUEST,
+            "public_key is not a P-256 public key (SEC1, base64url)",
+        )
+            .into_response();
+    }
+    match hub.storage.enroll(&req.code, &req.public_key).await {
+        Ok((bridge, key_id)) => {
+            tracing::info!(%bridge, %key_id, "daemon enrolled");
+            Json(EnrollResponse { bridge, key_id }).into_response()
+        }
+        Err(StorageError::NotFound(m)) => (StatusCode::FORBIDDEN, m).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "enrollment failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "enrollment failed").into_response()
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+async fn run(hub: Arc<Hub>, socket: WebSocket) {
+    Metrics::add(&hub.metrics.sockets_candidate, 1);
+    let (mut sink, mut stream) = socket.split();
+    let (tx, mut rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
+    let writer = tokio::spawn(async move {
+        while let Some(out) = rx.recv().await {
+            let msg = match out {
+                Outbound::Frame(f) => match serde_json::to_string(&f) {
+                    Ok(t) => Message::Text(t.into()),
+                    Err(_) => continue,
+                },
+                Outbound::Close(code, reason) => {
+                    let _ = sink
+                        .send(Message::Close(Some(CloseFrame {
+                            code,
+                            reason: reason.into(),
+                        })))
+                        .await;
+                    break;
+                }
+            };
+            if sink.send(msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    let link_tx = LinkTx(tx);
+    let outcome = session(&hub, &link_tx, &mut stream).await;
+    if let Err((code, reason)) = &outcome {
+        tracing::info!(code, %reason, "daemon socket closed");
+        link_tx.close(*code, reason);
+    }
+    drop(link_tx);
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+}
+
+type Incoming = futures_util::stream::SplitStream<WebSocket>;
+
+/// Reads the next daemon frame within `within`.
+async fn next_frame(stream: &mut Incoming, within: Duration) -> Result<DaemonFrame, (u16, String)> {
+    loop {
+        let msg = match tokio::time::timeout(within, stream.next()).await {
+            Err(_) => return Err((CLOSE_NOT_READY, "timed out waiting for the daemon".into())),
+            Ok(None) => return Err((1000, "socket closed".into())),
+            Ok(Some(Err(e))) => return Err((1006, format!("socket error: {e}"))),
+            Ok(Some(Ok(m))) => m,
+        };
+        match msg {
+            Message::Text(t) => {
+                return serde_json::from_str(t.as_str())
+                    .map_err(|e| (CLOSE_PROTOCOL, format!("unreadable frame: {e}")));
+            }
+            Message::Binary(_) => {
+                return Err((
+                    CLOSE_PROTOCOL,
+                    "binary frames are not part of the protocol".into(),
+                ));
+            }
+            Message::Close(_) => return Err((1000, "closed by the daemon".into())),
+            Message::Ping(_) | Message::Pong(_) => {}
+        }
+    }
+}
+
+async fn session(hub: &Arc<Hub>, tx: &LinkTx, stream: &mut Incoming) -> Result<(), (u16, String)> {
+    let timing = hub.config.timing;
+    // 1. welcome
+    let challenge = crate::auth::random_secret("");
+    let _ = tx.try_send(RelayFrame::Welcome {
+        protocol: PROTOCOL_VERSION,
+        server: "machine-mcp-relay".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        challenge: challenge.clone(),
+        expires_at: now_ms() + timing.hello_deadline.as_millis() as u64,
+    });
+    // 2. hello
+    let hello = next_frame(stream, timing.hello_deadline)
+        .await
+        .map_err(|(c, r)| {
+            if c == CLOSE_NOT_READY {
+                (CLOSE_UNAUTHENTICATED, "daemon hello timeout".to_owned())
+            } else {
+                (c, r)
+            }
+        })?;
+    let DaemonFrame::Hello {
+        protocol,
+        bridge,
+        instance_id,
+        key_id,
+        timestamp,
+        signature,
+        version,
+        servers,
+    } = hello
+    else {
+        return Err((CLOSE_PROTOCOL, "expected hello".into()));
+    };
+    if protocol != PROTOCOL_VERSION {
+        return Err((
+            CLOSE_PROTOCOL,
+            format!("unsupported link protocol {protocol} (this relay speaks {PROTOCOL_VERSION})"),
+        ));
+    }
+    verify_hello(
+        hub,
+        &challenge,
+        &bridge,
+        &instance_id,
+        &key_id,
+        timestamp,
+        &signature,
+    )
+    .await?;
+    tracing::info!(%bridge, instance = %instance_id, daemon_version = %version, "daemon authenticated");
+    let _ = tx.try_send(RelayFrame::HelloAck {
+        bridge: bridge.clone(),
+    });
+    let b = hub.bridge(&bridge).await;
+    // 3-5. probe, resume, ready, within the readiness deadline.
+    let deadline = tokio::time::Instant::now() + timing.readiness_deadline;
+    let probe_id = crate::auth::random_id("probe_");
+    let _ = tx.try_send(RelayFrame::Probe {
+        id: probe_id.clone(),
+    });
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match next_frame(stream, left).await? {
+            DaemonFrame::ProbeResult { id } if id == probe_id => break,
+            DaemonFrame::Heartbeat { seq } => {
+                let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
+            }
+            DaemonFrame::HeartbeatAck { .. } => {}
+            other => {
+                return Err((
+                    CLOSE_PROTOCOL,
+                    format!("unexpected frame before ready: {}", frame_name(&other)),
+                ));
+            }
+        }
+    }
+    hub.set_catalog(&b, servers).await;
+    let (sessions, requests) = hub.resume_set(&b, &instance_id);
+    let resumed = sessions.len();
+    let _ = tx.try_send(RelayFrame::Resume { sessions, requests });
+    let _ = tx.try_send(RelayFrame::Ready {});
+    let link = Link {
+        id: hub.next_link_id(),
+        instance_id: instance_id.clone(),
+        tx: tx.clone(),
+    };
+    let link_id = link.id;
+    if let Some(old) = hub.promote(&b, link) {
+        old.tx.close(CLOSE_REPLACED, "replaced by verified daemon");
+    }
+    Metrics::add(&hub.metrics.sockets_candidate, -1);
+    Metrics::add(&hub.metrics.sockets_ready, 1);
+    tracing::info!(bridge = %b.name, instance = %instance_id, resumed, "daemon ready");
+    let result = serve(hub, tx, stream, timing.liveness_timeout).await;
+    hub.link_lost(&b, link_id);
+    Metrics::add(&hub.metrics.sockets_ready, -1);
+    Metrics::add(&hub.metrics.sockets_candidate, 1); // balanced below
+    Metrics::add(&hub.metrics.sockets_candidate, -1);
+    tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
+    result
+}
+
+async fn serve(
+    hub: &Arc<Hub>,
+    tx: &LinkTx,
+    stream: &mut Incoming,
+    liveness: Duration,
+) -> Result<(), (u16, String)> {
+    loop {
+        let frame = next_frame(stream, liveness).await.map_err(|(c, r)| {
+            if c == CLOSE_NOT_READY {
+                (1001, "daemon silent past the liveness timeout".to_owned())
+            } else {
+                (c, r)
+            }
+        })?;
+        match frame {
+            DaemonFrame::Rpc {
+                sid,
+                seq,
+                related,
+                message,
+            } => {
+                hub.deliver(&sid, seq, related.as_ref(), message);
+                if !tx.try_send(RelayFrame::Ack { sid, seq }) {
+                    return Err((1011, "link queue full".into()));
+                }
+            }
+            DaemonFrame::Closed { sid, reason } => hub.daemon_closed(&sid, &reason),
+            DaemonFrame::Heartbeat { seq } => {
+                let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
+            }
+            DaemonFrame::HeartbeatAck { .. } | DaemonFrame::ProbeResult { .. } => {}
+            DaemonFrame::Hello { .. } => return Err((CLOSE_PROTOCOL, "duplicate hello".into())),
+        }
+    }
+}
+
+async fn verify_hello(
+    hub: &Hub,
+    challenge: &str,
+    bridge: &str,
+    instance_id: &str,
+    key_id: &str,
+    timestamp: u64,
+    signature: &str,
+) -> Result<(), (u16, String)> {
+    let deny = |why: &str| (CLOSE_UNAUTHENTICATED, why.to_owned());
+    if instance_id.is_empty() || instance_id.len() > 128 {
+        return Err(deny("bad instance id"));
+    }
+    if now_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
+        return Err(deny("hello timestamp is too far from the relay's clock"));
+    }
+    let key = hub
+        .storage
+        .device_key(key_id)
+        .await
+        .map_err(|_| deny("key lookup failed"))?
+        .filter(|k| k.bridge == bridge)
+        .ok_or_else(|| deny("unknown device key for this bridge (enroll again)"))?;
+    let pk = URL_SAFE_NO_PAD
+        .decode(&key.public_key)
+        .ok()
+        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
+        .ok_or_else(|| deny("stored device key is unreadable"))?;
+    let sig = URL_SAFE_NO_PAD
+        .decode(signature)
+        .ok()
+        .and_then(|b| Signature::from_slice(&b).ok())
+        .ok_or_else(|| deny("malformed signature"))?;
+    let transcript = hello_transcript(
+        &hub.config.origin(),
+        challenge,
+        bridge,
+        instance_id,
+        timestamp,
+    );
+    pk.verify(&transcript, &sig)
+        .map_err(|_| deny("hello signature does not verify"))
+}
+
+fn frame_name(f: &DaemonFrame) -> &'static str {
+    match f {
+        DaemonFrame::Hello { .. } => "hello",
+        DaemonFrame::ProbeResult { .. } => "probe_result",
+        DaemonFrame::Rpc { .. } => "rpc",
+        DaemonFrame::Closed { .. } => "closed",
+        DaemonFrame::Heartbeat { .. } => "heartbeat",
+        DaemonFrame::HeartbeatAck { .. } => "heartbeat_ack",
+    }
+}

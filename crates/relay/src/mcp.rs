@@ -1,0 +1,624 @@
+//! MCP Streamable HTTP endpoints (MCP 2025-11-25 Transports §Streamable HTTP):
+//! `/b/{bridge}/mcp` (the built-in runtime) and `/b/{bridge}/s/{server}/mcp` (upstream servers).
+//!
+//! Checks, in order: `Host` (loopback listeners only accept loopback names and the public host;
+//! §Security Warning, DNS rebinding), `Origin` (a present, foreign origin → 403), credentials
+//! (401 / 403), the bridge, `MCP-Protocol-Version` (unsupported → 400), then the session
+//! (`MCP-Session-Id` missing → 400, unknown or ended → 404, the client's cue to re-initialize).
+//! `POST` carries one JSON-RPC message: a request is answered as SSE when `Accept` allows it
+//! (priming event at once, keepalive comments, the response last) else as JSON; notifications and
+//! responses get 202. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and
+//! continues a stream. `DELETE` ends the session. While the bridge's daemon is offline,
+//! `initialize` and `tools/list` are answered from the catalog it sent at hello, and other calls
+//! fail within the offline wait with a retryable error.
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{
+        IntoResponse, Response,
+        sse::{Event as SseEvent, KeepAlive, Sse},
+    },
+};
+use futures_util::Stream as FuturesStream;
+use serde_json::{Value, json};
+
+use crate::{
+    auth::{self, Principal, Role},
+    config::AuthMode,
+    error::HttpError,
+    hub::{Bridge, Hub, SendError, Session, Sink, UNAVAILABLE},
+    stream::Stream,
+};
+
+/// Protocol versions the relay negotiates, newest first.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// Header carrying the session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Header carrying the negotiated protocol version.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// The server a route serves.
+fn runtime() -> String {
+    protocol::frame::RUNTIME_SERVER.to_owned()
+}
+
+fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+    HttpError::rpc(status, id, code, message).into_response()
+}
+
+fn plain(status: StatusCode, message: &str) -> Response {
+    HttpError::new(status, message).into_response()
+}
+
+/// POST on the runtime endpoint.
+pub async fn post_runtime(
+    State(hub): State<Arc<Hub>>,
+    Path(bridge): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    post(hub, bridge, runtime(), headers, body).await
+}
+
+/// POST on an upstream server's endpoint.
+pub async fn post_server(
+    State(hub): State<Arc<Hub>>,
+    Path((bridge, server)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    post(hub, bridge, server, headers, body).await
+}
+
+/// GET on the runtime endpoint.
+pub async fn get_runtime(
+    State(hub): State<Arc<Hub>>,
+    Path(bridge): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    get(hub, bridge, runtime(), headers).await
+}
+
+/// GET on an upstream server's endpoint.
+pub async fn get_server(
+    State(hub): State<Arc<Hub>>,
+    Path((bridge, server)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    get(hub, bridge, server, headers).await
+}
+
+/// DELETE on the runtime endpoint.
+pub async fn delete_runtime(
+    State(hub): State<Arc<Hub>>,
+    Path(bridge): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    delete(hub, bridge, runtime(), headers).await
+}
+
+/// DELETE on an upstream server's endpoint.
+pub async fn delete_server(
+    State(hub): State<Arc<Hub>>,
+    Path((bridge, server)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    delete(hub, bridge, server, headers).await
+}
+
+/// Host, Origin, credentials, bridge and protocol-version checks shared by every method.
+async fn admit(
+    hub: &Hub,
+    bridge: &str,
+    headers: &HeaderMap,
+) -> Result<(Principal, Arc<Bridge>), HttpError> {
+    hub.metrics
+        .http_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !host_allowed(hub, headers) {
+        return Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            "Host header not allowed on this listener",
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| origin_allowed(hub, o));
+        if !ok {
+            return Err(HttpError::new(StatusCode::FORBIDDEN, "Origin not allowed"));
+        }
+    }
+    let principal = match hub.config.auth {
+        AuthMode::None => Principal {
+            id: "anonymous".into(),
+            bridge: bridge.to_owned(),
+            role: Role::Owner,
+        },
+        AuthMode::Token => {
+            let Some(token) = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(auth::bearer)
+            else {
+                return Err(HttpError::unauthorized("a bearer token is required"));
+            };
+            let rec = hub
+                .storage
+                .token_by_hash(&auth::sha256_hex(token))
+                .await
+                .map_err(|_| {
+                    HttpError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the relay store is unavailable",
+                    )
+                })?
+                .ok_or_else(|| HttpError::unauthorized("the bearer token is unknown or revoked"))?;
+            if rec.bridge != bridge {
+                return Err(HttpError::new(
+                    StatusCode::FORBIDDEN,
+                    "the token is not valid for this bridge",
+                ));
+            }
+            Principal {
+                id: rec.id,
+                bridge: rec.bridge,
+                role: rec.role,
+            }
+        }
+    };
+    if !hub.storage.bridge_exists(bridge).await.unwrap_or(false) {
+        return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
+    }
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        let ok = v.to_str().is_ok_and(|v| SUPPORTED_VERSIONS.contains(&v));
+        if !ok {
+            return Err(HttpError::new(
+                StatusCode::BAD_REQUEST,
+                "unsupported MCP-Protocol-Version",
+            ));
+        }
+    }
+    Ok((principal, hub.bridge(bridge).await))
+}
+
+fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
+    if !crate::config::is_loopback(&hub.config.listen) {
+        return true;
+    }
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((n, p)) if p.chars().all(|c| c.is_ascii_digit()) => n,
+        _ => host,
+    };
+    let public = hub.config.public_url.host_str().unwrap_or("");
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.eq_ignore_ascii_case(public)
+}
+
+fn origin_allowed(hub: &Hub, origin: &str) -> bool {
+    if origin.eq_ignore_ascii_case(&hub.config.origin())
+        || hub.config.allowed_origins.iter().any(|o| o == origin)
+    {
+        return true;
+    }
+    // On a loopback listener, local pages of the same port are the relay's own origin too.
+    if crate::config::is_loopback(&hub.config.listen)
+        && let Ok(u) = url::Url::parse(origin)
+    {
+        let port = hub.config.listen.port();
+        return matches!(u.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
+            && u.port_or_known_default() == Some(port);
+    }
+    false
+}
+
+fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|part| {
+            let mut it = part.split(';');
+            let mime = it.next().unwrap_or("").trim();
+            let q_zero = it.any(|p| matches!(p.trim().strip_prefix("q="), Some(q) if q.trim().parse::<f32>().is_ok_and(|q| q == 0.0)));
+            mime.eq_ignore_ascii_case("text/event-stream") && !q_zero
+        })
+}
+
+fn session_of(
+    hub: &Hub,
+    headers: &HeaderMap,
+    principal: &Principal,
+    server: &str,
+) -> Result<Arc<Session>, HttpError> {
+    let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(HttpError::new(
+            StatusCode::BAD_REQUEST,
+            "MCP-Session-Id header is required (send initialize first)",
+        ));
+    };
+    match hub.session(sid, principal) {
+        Some(s) if s.server == server && s.bridge.name == principal.bridge => Ok(s),
+        _ => Err(HttpError::rpc(
+            StatusCode::NOT_FOUND,
+            Value::Null,
+            -32001,
+            "MCP session not found: initialize again",
+        )),
+    }
+}
+
+async fn post(
+    hub: Arc<Hub>,
+    bridge: String,
+    server: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (principal, b) = match admit(&hub, &bridge, &headers).await {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    let ct_ok = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
+    if !ct_ok {
+        return plain(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let message: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32700,
+                &format!("parse error: {e}"),
+            );
+        }
+    };
+    if message.is_array() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "JSON-RPC batches are not supported",
+        );
+    }
+    if !message.is_object() || message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "not a JSON-RPC 2.0 message",
+        );
+    }
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let id = message.get("id").cloned().filter(|i| !i.is_null());
+    if method.as_deref() == Some("initialize") && id.is_some() {
+        return initialize(&hub, b, &server, principal, &headers, message).await;
+    }
+    let session = match session_of(&hub, &headers, &principal, &server) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    match (method, id) {
+        (Some(m), Some(id)) => request(&hub, &session, &m, id, message, wants_sse(&headers)).await,
+        (Some(m), None) => {
+            if m == "notifications/cancelled"
+                && let Some(rid) = message.pointer("/params/requestId")
+            {
+                hub.cancelled(&session, rid);
+            }
+            forward_or_queue(&hub, &session, message);
+            StatusCode::ACCEPTED.into_response()
+        }
+        (None, Some(_)) => {
+            forward_or_queue(&hub, &session, message);
+            StatusCode::ACCEPTED.into_response()
+        }
+        (None, None) => rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "not a JSON-RPC request, notification or response",
+        ),
+    }
+}
+
+fn forward_or_queue(hub: &Hub, s: &Session, message: Value) {
+    match s.bridge.active() {
+        Some(link) => {
+            if hub.send(s, &link, message.clone()).is_err() && !hub.queue(s, message) {
+                tracing::warn!(bridge = %s.bridge.name, "dropped a client message: the daemon link is congested");
+            }
+        }
+        None => {
+            if !hub.queue(s, message) {
+                tracing::warn!(bridge = %s.bridge.name, "dropped a client message: too many queued while the daemon is away");
+            }
+        }
+    }
+}
+
+async fn initialize(
+    hub: &Arc<Hub>,
+    b: Arc<Bridge>,
+    server: &str,
+    principal: Principal,
+    headers: &HeaderMap,
+    message: Value,
+) -> Response {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    if headers.contains_key(SESSION_HEADER) {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            -32600,
+            "initialize must not carry MCP-Session-Id",
+        );
+    }
+    let mut catalog = b.catalog();
+    if catalog.is_none() {
+        b.wait_ready(hub.config.timing.offline_wait).await;
+        catalog = b.catalog();
+    }
+    let Some(catalog) = catalog else {
+        return rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            UNAVAILABLE,
+            "this bridge's daemon has never connected; start `machine-mcp connect`",
+        );
+    };
+    let Some(info) = catalog.get(server) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            -32601,
+            &format!("bridge {} serves no server {server:?}", b.name),
+        );
+    };
+    let asked = message
+        .pointer("/params/protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let version = if SUPPORTED_VERSIONS.contains(&asked) {
+        asked.to_owned()
+    } else {
+        SUPPORTED_VERSIONS[0].to_owned()
+    };
+    let mut result = info.initialize.clone();
+    result["protocolVersion"] = json!(version);
+    let Some(session) = hub.create_session(b, server, principal, &version, message) else {
+        return rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            UNAVAILABLE,
+            "too many sessions on this bridge",
+        );
+    };
+    let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    let mut resp = if wants_sse(headers) {
+        let st = Stream::new(&session.sid, &session.principal.id, &session.bridge.name);
+        st.push(&reply, true);
+        hub.streams.insert(st.clone());
+        sse_response(hub, st, None)
+    } else {
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            reply.to_string(),
+        )
+            .into_response()
+    };
+    if let Ok(v) = HeaderValue::from_str(&session.sid) {
+        resp.headers_mut().insert(SESSION_HEADER, v);
+    }
+    resp
+}
+
+async fn request(
+    hub: &Arc<Hub>,
+    s: &Arc<Session>,
+    method: &str,
+    id: Value,
+    message: Value,
+    sse: bool,
+) -> Response {
+    let link = match s.bridge.active() {
+        Some(l) => Some(l),
+        None => s.bridge.wait_ready(hub.config.timing.offline_wait).await,
+    };
+    let Some(link) = link else {
+        return offline_answer(s, method, id);
+    };
+    let (sink, stream, waiter) = if sse {
+        let st = Stream::new(&s.sid, &s.principal.id, &s.bridge.name);
+        hub.streams.insert(st.clone());
+        (Sink::Stream(st.clone()), Some(st), None)
+    } else {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Sink::Json(tx), None, Some(rx))
+    };
+    match hub.register(s, &id, &message, sink) {
+        Ok(()) => {}
+        Err(SendError::TooMany(n)) => {
+            return rpc_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                id,
+                UNAVAILABLE,
+                &format!("{n} requests are already in flight on this bridge; retry shortly"),
+            );
+        }
+        Err(e) => return rpc_error(StatusCode::CONFLICT, id, -32600, &e.to_string()),
+    }
+    if let Err(e) = hub.send(s, &link, message) {
+        hub.unregister(s, &id);
+        return rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            UNAVAILABLE,
+            &format!("{e}; retry shortly"),
+        );
+    }
+    match (stream, waiter) {
+        (Some(st), _) => sse_response(hub, st, None),
+        (None, Some(rx)) => match rx.await {
+            Ok(reply) => (
+                [(header::CONTENT_TYPE, "application/json")],
+                reply.to_string(),
+            )
+                .into_response(),
+            // Cancelled by the client: no response is owed.
+            Err(_) => StatusCode::ACCEPTED.into_response(),
+        },
+        (None, None) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+fn offline_answer(s: &Session, method: &str, id: Value) -> Response {
+    let json_reply =
+        |v: Value| ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response();
+    let offline = format!(
+        "the machine behind bridge {} is offline (its daemon is not connected); retry when it reconnects",
+        s.bridge.name
+    );
+    match method {
+        "ping" => json_reply(json!({"jsonrpc": "2.0", "id": id, "result": {}})),
+        "tools/list" => {
+            let tools = s.bridge.catalog().and_then(|c| {
+                c.get(&s.server)
+                    .and_then(|i| i.tools.get(s.principal.role.as_str()).cloned())
+            });
+            match tools {
+                Some(t) => json_reply(json!({"jsonrpc": "2.0", "id": id, "result": t})),
+                None => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
+            }
+        }
+        "tools/call" => {
+            let err = json!({"code": "unavailable", "message": offline, "retryable": true, "side_effects_started": false});
+            json_reply(json!({"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": err.to_string()}], "isError": true}}))
+        }
+        _ => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
+    }
+}
+
+async fn get(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) -> Response {
+    let (principal, _) = match admit(&hub, &bridge, &headers).await {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    if !wants_sse(&headers) {
+        return plain(
+            StatusCode::NOT_ACCEPTABLE,
+            "GET needs Accept: text/event-stream",
+        );
+    }
+    let session = match session_of(&hub, &headers, &principal, &server) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
+        return match hub.streams.lookup(last, &session.sid, &principal.id) {
+            Some((st, seq)) => sse_response(&hub, st, Some(seq)),
+            None => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
+        };
+    }
+    let after = session.standalone.unsent_cursor();
+    sse_response(&hub, session.standalone.clone(), after)
+}
+
+async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) -> Response {
+    let (principal, _) = match admit(&hub, &bridge, &headers).await {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    let session = match session_of(&hub, &headers, &principal, &server) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    hub.end_session(&session.sid, UNAVAILABLE, "the session was deleted", true);
+    StatusCode::OK.into_response()
+}
+
+/// An SSE response reading `st` after event `after` (from the priming event when `None`).
+fn sse_response(hub: &Hub, st: Arc<Stream>, after: Option<u64>) -> Response {
+    let body = events(st, after);
+    Sse::new(body)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(hub.config.timing.sse_keepalive)
+                .text("keepalive"),
+        )
+        .into_response()
+}
+
+fn events(
+    st: Arc<Stream>,
+    after: Option<u64>,
+) -> impl FuturesStream<Item = Result<SseEvent, Infallible>> {
+    struct State {
+        st: Arc<Stream>,
+        cursor: Option<u64>,
+        rx: tokio::sync::watch::Receiver<u64>,
+        buf: std::collections::VecDeque<crate::stream::Event>,
+        done: bool,
+    }
+    let rx = st.subscribe();
+    let state = State {
+        st,
+        cursor: after,
+        rx,
+        buf: Default::default(),
+        done: false,
+    };
+    futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(e) = s.buf.pop_front() {
+                s.cursor = Some(e.seq);
+                s.st.note_sent(e.seq);
+                let ev = SseEvent::default().id(s.st.event_id(e.seq)).data(e.data);
+                return Some((Ok(ev), s));
+            }
+            if s.done {
+                return None;
+            }
+            s.rx.borrow_and_update();
+            let (evs, done) = s.st.read_after(s.cursor);
+            s.done = done;
+            if !evs.is_empty() {
+                s.buf.extend(evs);
+                continue;
+            }
+            if done {
+                return None;
+            }
+            if s.rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    })
+}
+
+/// How long a request waits for an offline daemon (exposed for tests).
+pub fn offline_wait(hub: &Hub) -> Duration {
+    hub.config.timing.offline_wait
+}

@@ -1,0 +1,96 @@
+//! Prometheus metrics (`GET /metrics`, text exposition format 0.0.4).
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Counters and gauges of one relay node.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// MCP sessions alive.
+    pub sessions: AtomicI64,
+    /// Client requests relayed and not yet answered.
+    pub inflight: AtomicI64,
+    /// Of those, requests whose daemon socket is gone (awaiting the same instance).
+    pub detached: AtomicI64,
+    /// Daemon sockets handshaking (hello, probe, resume).
+    pub sockets_candidate: AtomicI64,
+    /// Daemon sockets that are a bridge's active daemon.
+    pub sockets_ready: AtomicI64,
+    /// Verified daemon sockets that replaced another or rebound detached work.
+    pub reconnects: AtomicU64,
+    /// Daemon messages that matched no pending request (a lifecycle defect when it grows).
+    pub unmatched: AtomicU64,
+    /// HTTP requests answered on MCP endpoints.
+    pub http_requests: AtomicU64,
+}
+
+impl Metrics {
+    /// Adds `d` to a gauge.
+    pub fn add(g: &AtomicI64, d: i64) {
+        g.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// Renders the Prometheus text format.
+    pub fn render(&self) -> String {
+        let g = |a: &AtomicI64| a.load(Ordering::Relaxed);
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, lines: &[(String, i128)]| {
+            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for (labels, v) in lines {
+                s.push_str(&format!("{name}{labels} {v}\n"));
+            }
+        };
+        metric(
+            "machine_mcp_relay_sessions",
+            "gauge",
+            "MCP sessions alive.",
+            &[(String::new(), g(&self.sessions).into())],
+        );
+        metric(
+            "machine_mcp_relay_inflight_requests",
+            "gauge",
+            "Relayed client requests awaiting a response.",
+            &[(String::new(), g(&self.inflight).into())],
+        );
+        metric(
+            "machine_mcp_relay_detached_requests",
+            "gauge",
+            "In-flight requests whose daemon socket is gone, within the reconnect grace.",
+            &[(String::new(), g(&self.detached).into())],
+        );
+        metric(
+            "machine_mcp_relay_daemon_sockets",
+            "gauge",
+            "Daemon WebSocket connections by state.",
+            &[
+                (
+                    "{state=\"candidate\"}".to_owned(),
+                    g(&self.sockets_candidate).into(),
+                ),
+                (
+                    "{state=\"ready\"}".to_owned(),
+                    g(&self.sockets_ready).into(),
+                ),
+            ],
+        );
+        metric(
+            "machine_mcp_relay_daemon_reconnects_total",
+            "counter",
+            "Verified daemon sockets that took over a bridge after another socket.",
+            &[(String::new(), c(&self.reconnects).into())],
+        );
+        metric(
+            "machine_mcp_relay_unmatched_messages_total",
+            "counter",
+            "Daemon messages that matched no pending request.",
+            &[(String::new(), c(&self.unmatched).into())],
+        );
+        metric(
+            "machine_mcp_relay_http_requests_total",
+            "counter",
+            "HTTP requests on MCP endpoints.",
+            &[(String::new(), c(&self.http_requests).into())],
+        );
+        s
+    }
+}

@@ -1,0 +1,26 @@
+//! Operational endpoints: `GET /healthz` and `GET /metrics`.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::State,
+    http::header,
+    response::{IntoResponse, Response},
+};
+
+use crate::hub::Hub;
+
+/// Liveness: 200 with `ok` while the relay serves.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Prometheus metrics.
+pub async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
+    hub.streams.sweep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        hub.metrics.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,417 @@
+//! Durable relay state: bridges, enrollment codes, device keys and bearer tokens.
+//!
+//! [`Storage`] is the seam (DESIGN §6: an embedded SQLite implementation now, PostgreSQL later);
+//! [`SqliteStorage`] keeps everything in one database file in WAL mode, so the CLI (`relay token
+//! create`, `relay bridge add`) and a running relay can use it at once. Secrets — enrollment codes
+//! and tokens — are stored only as SHA-256 hashes. Unreadable or corrupt state is an error, never
+//! silently replaced (invariant 9).
+
+use std::{path::Path, str::FromStr};
+
+use sqlx::{
+    Row, SqlitePool,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
+};
+
+use crate::auth::Role;
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The database could not be opened, read or written.
+    #[error("relay store: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Applying the schema failed.
+    #[error("relay store migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A named object does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request conflicts with stored state.
+    #[error("{0}")]
+    Conflict(String),
+    /// Stored data is not what this build can read.
+    #[error("relay store holds unreadable data: {0}")]
+    Corrupt(String),
+}
+
+/// A bearer token record (never the token itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// Public id, e.g. `tok_3f9a…`.
+    pub id: String,
+    /// The bridge it grants access to.
+    pub bridge: String,
+    /// Its role.
+    pub role: Role,
+    /// Free-form label.
+    pub label: Option<String>,
+    /// Creation time (Unix seconds).
+    pub created_at: i64,
+    /// Revocation time (Unix seconds), if revoked.
+    pub revoked_at: Option<i64>,
+}
+
+/// A registered device key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceKey {
+    /// Key id named in `hello`.
+    pub key_id: String,
+    /// Its bridge.
+    pub bridge: String,
+    /// SEC1 public key, base64url.
+    pub public_key: String,
+}
+
+/// Durable relay state.
+#[derive(Debug, Clone)]
+pub struct SqliteStorage {
+    pool: SqlitePool,
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl SqliteStorage {
+    /// Opens (creating if needed) the database at `path` and applies the schema.
+    ///
+    /// # Errors
+    /// The file cannot be opened or created, or the schema cannot be applied.
+    pub async fn open(path: &Path) -> Result<Self, StorageError> {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .foreign_keys(true)
+            .busy_timeout(std::time::Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        restrict_permissions(path);
+        Ok(Self { pool })
+    }
+
+    /// An in-memory database (tests).
+    ///
+    /// # Errors
+    /// As [`SqliteStorage::open`].
+    pub async fn memory() -> Result<Self, StorageError> {
+        let opts = SqliteConnectOptions::from_str("sqlite::memory:")?.foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts)
+            .await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// Creates `bridge` if it does not exist and issues a one-time enrollment code valid for
+    /// `ttl_secs`. Returns the code (shown once; only its hash is stored).
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn add_bridge(&self, bridge: &str, ttl_secs: i64) -> Result<String, StorageError> {
+        sqlx::query("INSERT OR IGNORE INTO bridges (name, created_at) VALUES (?, ?)")
+            .bind(bridge)
+            .bind(now())
+            .execute(&self.pool)
+            .await?;
+        let code = crate::auth::random_secret("mbe_");
+        sqlx::query("INSERT INTO enrollments (code_hash, bridge, expires_at) VALUES (?, ?, ?)")
+            .bind(crate::auth::sha256_hex(&code))
+            .bind(bridge)
+            .bind(now() + ttl_secs)
+            .execute(&self.pool)
+            .await?;
+        Ok(code)
+    }
+
+    /// Bridge names, sorted.
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn bridges(&self) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query("SELECT name FROM bridges ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    /// Whether `bridge` exists.
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn bridge_exists(&self, bridge: &str) -> Result<bool, StorageError> {
+        Ok(sqlx::query("SELECT 1 FROM bridges WHERE name = ?")
+            .bind(bridge)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
+    }
+
+    /// Redeems an enrollment code: registers `public_key` for its bridge and returns
+    /// `(bridge, key_id)`.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown, used or expired code; database failure.
+    pub async fn enroll(
+        &self,
+        code: &str,
+        public_key: &str,
+    ) -> Result<(String, String), StorageError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "SELECT bridge FROM enrollments WHERE code_hash = ? AND used_at IS NULL AND expires_at > ?",
+        )
+        .bind(crate::auth::sha256_hex(code))
+        .bind(now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Err(StorageError::NotFound(
+                "the enrollment code is unknown, expired or already used".into(),
+            ));
+        };
+        let bridge: String = row.get(0);
+        sqlx::query("UPDATE enrollments SET used_at = ? WHERE code_hash = ?")
+            .bind(now())
+            .bind(crate::auth::sha256_hex(code))
+            .execute(&mut *tx)
+            .await?;
+        let key_id = crate::auth::random_id("key_");
+        sqlx::query(
+            "INSERT INTO device_keys (key_id, bridge, public_key, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(&key_id)
+        .bind(&bridge)
+        .bind(public_key)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((bridge, key_id))
+    }
+
+    /// Registers a device key directly (used by `machine-mcp up`, which enrolls itself).
+    ///
+    /// # Errors
+    /// Unknown bridge; database failure.
+    pub async fn register_key(
+        &self,
+        bridge: &str,
+        public_key: &str,
+    ) -> Result<String, StorageError> {
+        if !self.bridge_exists(bridge).await? {
+            return Err(StorageError::NotFound(format!("no bridge {bridge}")));
+        }
+        let key_id = crate::auth::random_id("key_");
+        sqlx::query(
+            "INSERT INTO device_keys (key_id, bridge, public_key, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(&key_id)
+        .bind(bridge)
+        .bind(public_key)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(key_id)
+    }
+
+    /// The unrevoked device key `key_id`.
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn device_key(&self, key_id: &str) -> Result<Option<DeviceKey>, StorageError> {
+        let row = sqlx::query(
+            "SELECT key_id, bridge, public_key FROM device_keys WHERE key_id = ? AND revoked_at IS NULL",
+        )
+        .bind(key_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| DeviceKey {
+            key_id: r.get(0),
+            bridge: r.get(1),
+            public_key: r.get(2),
+        }))
+    }
+
+    /// Creates a token for `bridge` with `role`; returns the record and the token (shown once).
+    ///
+    /// # Errors
+    /// Unknown bridge; database failure.
+    pub async fn create_token(
+        &self,
+        bridge: &str,
+        role: Role,
+        label: Option<&str>,
+    ) -> Result<(TokenRecord, String), StorageError> {
+        if !self.bridge_exists(bridge).await? {
+            return Err(StorageError::NotFound(format!(
+                "no bridge {bridge}; create it with `machine-mcp relay bridge add {bridge}`"
+            )));
+        }
+        let token = crate::auth::random_secret("mbt_");
+        let rec = TokenRecord {
+            id: crate::auth::random_id("tok_"),
+            bridge: bridge.to_owned(),
+            role,
+            label: label.map(str::to_owned),
+            created_at: now(),
+            revoked_at: None,
+        };
+        sqlx::query(
+            "INSERT INTO tokens (id, bridge, role, token_hash, label, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&rec.id)
+        .bind(&rec.bridge)
+        .bind(rec.role.as_str())
+        .bind(crate::auth::sha256_hex(&token))
+        .bind(&rec.label)
+        .bind(rec.created_at)
+        .execute(&self.pool)
+        .await?;
+        Ok((rec, token))
+    }
+
+    /// The unrevoked token whose hash is `token_hash`.
+    ///
+    /// # Errors
+    /// Database failure; a stored role this build does not know (`Corrupt`).
+    pub async fn token_by_hash(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<TokenRecord>, StorageError> {
+        let row = sqlx::query(
+            "SELECT id, bridge, role, label, created_at, revoked_at FROM tokens WHERE token_hash = ? AND revoked_at IS NULL",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(token_row).transpose()
+    }
+
+    /// Tokens, optionally of one bridge, oldest first.
+    ///
+    /// # Errors
+    /// Database failure; unreadable rows.
+    pub async fn tokens(&self, bridge: Option<&str>) -> Result<Vec<TokenRecord>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT id, bridge, role, label, created_at, revoked_at FROM tokens WHERE ?1 IS NULL OR bridge = ?1 ORDER BY created_at, id",
+        )
+        .bind(bridge)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(token_row).collect()
+    }
+
+    /// Revokes token `id`.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown or already revoked id; database failure.
+    pub async fn revoke_token(&self, id: &str) -> Result<(), StorageError> {
+        let r = sqlx::query("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+            .bind(now())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        if r.rows_affected() == 0 {
+            return Err(StorageError::NotFound(format!("no active token {id}")));
+        }
+        Ok(())
+    }
+
+    /// Stores the catalog (servers of the last hello, JSON) of `bridge`.
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn set_catalog(&self, bridge: &str, catalog: &str) -> Result<(), StorageError> {
+        sqlx::query("UPDATE bridges SET catalog = ? WHERE name = ?")
+            .bind(catalog)
+            .bind(bridge)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The stored catalog of `bridge`, if any.
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn catalog(&self, bridge: &str) -> Result<Option<String>, StorageError> {
+        let row = sqlx::query("SELECT catalog FROM bridges WHERE name = ?")
+            .bind(bridge)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.and_then(|r| r.get::<Option<String>, _>(0)))
+    }
+}
+
+fn token_row(r: sqlx::sqlite::SqliteRow) -> Result<TokenRecord, StorageError> {
+    let role: String = r.get(2);
+    Ok(TokenRecord {
+        id: r.get(0),
+        bridge: r.get(1),
+        role: Role::parse(&role).map_err(StorageError::Corrupt)?,
+        label: r.get(3),
+        created_at: r.get(4),
+        revoked_at: r.get(5),
+    })
+}
+
+/// Keeps the database owner-only; it holds key material and token hashes.
+fn restrict_permissions(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for p in [
+        path.to_owned(),
+        path.with_extension("db-wal"),
+        path.with_extension("db-shm"),
+    ] {
+        if p.exists() {
+            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tokens_and_enrollment() {
+        let s = SqliteStorage::memory().await.unwrap();
+        let code = s.add_bridge("laptop", 3600).await.unwrap();
+        let (bridge, key_id) = s.enroll(&code, "pk").await.unwrap();
+        assert_eq!(bridge, "laptop");
+        assert!(s.enroll(&code, "pk2").await.is_err(), "a code works once");
+        assert_eq!(
+            s.device_key(&key_id).await.unwrap().unwrap().public_key,
+            "pk"
+        );
+        let (rec, token) = s
+            .create_token("laptop", Role::Reviewer, Some("ci"))
+            .await
+            .unwrap();
+        let found = s
+            .token_by_hash(&crate::auth::sha256_hex(&token))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found, rec);
+        s.revoke_token(&rec.id).await.unwrap();
+        assert!(
+            s.token_by_hash(&crate::auth::sha256_hex(&token))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(s.create_token("nope", Role::Owner, None).await.is_err());
+    }
+}

@@ -1,0 +1,325 @@
+//! Resumable SSE streams (MCP 2025-11-25 Streamable HTTP §Resumability and Redelivery).
+//!
+//! Every POST answered with SSE, and every session's standalone GET stream, is a [`Stream`]: an
+//! append-only list of events numbered from 0 (0 is the priming event with empty data). An HTTP
+//! response is just a reader from some event on; when the client disconnects the stream goes on
+//! collecting, and `GET` + `Last-Event-ID: <stream>-<n>` by the same principal and session reads
+//! from event `n + 1`. A closed HTTP stream is transport loss, never cancellation (invariant 5).
+//! Finished streams are kept for [`RESUMABLE_RETENTION`], at most [`RESUMABLE_STREAMS_PER_BRIDGE`]
+//! per bridge; a terminal message over [`RESUMABLE_TERMINAL_MAX_BYTES`] is delivered live but
+//! replaced by an error once read, so replay cannot hold it.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
+};
+
+use serde_json::{Value, json};
+use tokio::{sync::watch, time::Instant};
+
+use protocol::limits::{
+    RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE, RESUMABLE_TERMINAL_MAX_BYTES,
+};
+
+/// Most events an open stream holds; older ones are dropped (and counted) beyond it.
+const STREAM_EVENTS_MAX: usize = 10_000;
+
+/// One event as sent: its number and its JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Position in the stream (0 = priming event).
+    pub seq: u64,
+    /// JSON-RPC message text; empty for the priming event.
+    pub data: String,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Events from `first_seq` on.
+    events: VecDeque<Event>,
+    first_seq: u64,
+    next_seq: u64,
+    done: bool,
+    done_at: Option<Instant>,
+    dropped: u64,
+}
+
+/// A resumable stream of server messages.
+#[derive(Debug)]
+pub struct Stream {
+    id: String,
+    /// The session it belongs to.
+    pub sid: String,
+    /// The principal that may read it.
+    pub principal: String,
+    /// The bridge (for retention accounting).
+    pub bridge: String,
+    inner: Mutex<Inner>,
+    changed: watch::Sender<u64>,
+    /// Highest event number written to any HTTP response so far (0 = none yet).
+    sent_upto: std::sync::atomic::AtomicU64,
+}
+
+impl Stream {
+    /// A new stream holding its priming event.
+    pub fn new(sid: &str, principal: &str, bridge: &str) -> Arc<Self> {
+        let mut events = VecDeque::new();
+        events.push_back(Event {
+            seq: 0,
+            data: String::new(),
+        });
+        Arc::new(Self {
+            id: crate::auth::random_id("st"),
+            sid: sid.to_owned(),
+            principal: principal.to_owned(),
+            bridge: bridge.to_owned(),
+            inner: Mutex::new(Inner {
+                events,
+                first_seq: 0,
+                next_seq: 1,
+                done: false,
+                done_at: None,
+                dropped: 0,
+            }),
+            changed: watch::channel(0).0,
+            sent_upto: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Records that event `seq` was written to a response.
+    pub fn note_sent(&self, seq: u64) {
+        self.sent_upto
+            .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Where a new reader that wants only unsent events starts: after the last event written to
+    /// any response, or from the beginning when none was.
+    pub fn unsent_cursor(&self) -> Option<u64> {
+        match self.sent_upto.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// The stream's id (the part of event ids before the `-`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The SSE event id of event `seq`.
+    pub fn event_id(&self, seq: u64) -> String {
+        format!("{}-{seq}", self.id)
+    }
+
+    /// Appends a message; with `terminal` the stream is finished after it. Returns false if the
+    /// stream was already finished (the message is not added).
+    pub fn push(&self, message: &Value, terminal: bool) -> bool {
+        let data = message.to_string();
+        let Ok(mut g) = self.inner.lock() else {
+            return false;
+        };
+        if g.done {
+            return false;
+        }
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        g.events.push_back(Event { seq, data });
+        while g.events.len() > STREAM_EVENTS_MAX {
+            g.events.pop_front();
+            g.first_seq += 1;
+            g.dropped += 1;
+        }
+        if terminal {
+            g.done = true;
+            g.done_at = Some(Instant::now());
+        }
+        drop(g);
+        self.changed.send_replace(seq);
+        true
+    }
+
+    /// Finishes the stream without a further message (a cancelled request).
+    pub fn finish(&self) {
+        if let Ok(mut g) = self.inner.lock()
+            && !g.done
+        {
+            g.done = true;
+            g.done_at = Some(Instant::now());
+        }
+        self.changed.send_modify(|v| *v += 0);
+    }
+
+    /// Whether the stream is finished.
+    pub fn is_done(&self) -> bool {
+        self.inner.lock().map(|g| g.done).unwrap_or(true)
+    }
+
+    /// Events after `after` (all when `None`), and whether the stream is finished after them.
+    /// An oversized terminal message is handed out once, then replaced by an error.
+    pub fn read_after(&self, after: Option<u64>) -> (Vec<Event>, bool) {
+        let Ok(mut g) = self.inner.lock() else {
+            return (Vec::new(), true);
+        };
+        let from = after.map_or(0, |a| a + 1);
+        let out: Vec<Event> = g.events.iter().filter(|e| e.seq >= from).cloned().collect();
+        let done = g.done;
+        if done
+            && let Some(last) = g.events.back_mut()
+            && last.data.len() > RESUMABLE_TERMINAL_MAX_BYTES
+            && out.last().is_some_and(|e| e.seq == last.seq)
+        {
+            let id = serde_json::from_str::<Value>(&last.data)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .unwrap_or(Value::Null);
+            last.data = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002,
+                "message": "the result was delivered once and is too large to replay"}})
+            .to_string();
+        }
+        (out, done)
+    }
+
+    /// A receiver that changes whenever events are added or the stream finishes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn finished_at(&self) -> Option<Instant> {
+        self.inner.lock().ok().and_then(|g| g.done_at)
+    }
+}
+
+/// All streams of this relay node, for `Last-Event-ID` lookups and retention.
+#[derive(Debug, Default)]
+pub struct Streams {
+    map: Mutex<HashMap<String, Arc<Stream>>>,
+}
+
+impl Streams {
+    /// Registers a stream.
+    pub fn insert(&self, s: Arc<Stream>) {
+        if let Ok(mut m) = self.map.lock() {
+            m.insert(s.id.clone(), s);
+        }
+    }
+
+    /// The stream named by a `Last-Event-ID`, with the event number, if it exists and belongs to
+    /// `sid` and `principal` (a foreign cursor is as unknown as a made-up one).
+    pub fn lookup(
+        &self,
+        last_event_id: &str,
+        sid: &str,
+        principal: &str,
+    ) -> Option<(Arc<Stream>, u64)> {
+        let (id, seq) = last_event_id.rsplit_once('-')?;
+        let seq: u64 = seq.parse().ok()?;
+        let m = self.map.lock().ok()?;
+        let s = m.get(id)?;
+        (s.sid == sid && s.principal == principal).then(|| (s.clone(), seq))
+    }
+
+    /// Drops finished streams past their retention, and the oldest finished ones of a bridge
+    /// beyond the per-bridge cap. Returns how many were dropped.
+    pub fn sweep(&self) -> usize {
+        let Ok(mut m) = self.map.lock() else { return 0 };
+        let now = Instant::now();
+        let before = m.len();
+        m.retain(|_, s| {
+            s.finished_at()
+                .is_none_or(|t| now.duration_since(t) < RESUMABLE_RETENTION)
+        });
+        let mut finished: HashMap<String, Vec<(Instant, String)>> = HashMap::new();
+        for (id, s) in m.iter() {
+            if let Some(t) = s.finished_at() {
+                finished
+                    .entry(s.bridge.clone())
+                    .or_default()
+                    .push((t, id.clone()));
+            }
+        }
+        for (_, mut v) in finished {
+            if v.len() > RESUMABLE_STREAMS_PER_BRIDGE {
+                v.sort();
+                for (_, id) in v.iter().take(v.len() - RESUMABLE_STREAMS_PER_BRIDGE) {
+                    m.remove(id);
+                }
+            }
+        }
+        before - m.len()
+    }
+
+    /// Forgets every stream of session `sid`.
+    pub fn remove_session(&self, sid: &str) {
+        if let Ok(mut m) = self.map.lock() {
+            m.retain(|_, s| s.sid != sid);
+        }
+    }
+
+    /// Streams held.
+    pub fn len(&self) -> usize {
+        self.map.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Whether no stream is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_replay_after_a_cursor_and_foreign_cursors_fail() {
+        let s = Stream::new("sid", "p1", "b");
+        s.push(
+            &json!({"jsonrpc": "2.0", "method": "notifications/progress"}),
+            false,
+        );
+        s.push(&json!({"jsonrpc": "2.0", "id": 1, "result": {}}), true);
+        let (all, done) = s.read_after(None);
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(done);
+        let (tail, _) = s.read_after(Some(1));
+        assert_eq!(tail.len(), 1);
+        assert!(tail[0].data.contains("\"result\""));
+        assert!(
+            !s.push(&json!({}), false),
+            "a finished stream takes nothing"
+        );
+        let streams = Streams::default();
+        streams.insert(s.clone());
+        let cursor = s.event_id(1);
+        assert!(streams.lookup(&cursor, "sid", "p1").is_some());
+        assert!(streams.lookup(&cursor, "sid", "p2").is_none());
+        assert!(streams.lookup(&cursor, "other", "p1").is_none());
+        assert!(streams.lookup("nonsense", "sid", "p1").is_none());
+    }
+
+    #[test]
+    fn oversized_terminal_messages_are_handed_out_once() {
+        let s = Stream::new("sid", "p", "b");
+        let big = "x".repeat(RESUMABLE_TERMINAL_MAX_BYTES + 10);
+        s.push(
+            &json!({"jsonrpc": "2.0", "id": 7, "result": {"big": big}}),
+            true,
+        );
+        let (first, _) = s.read_after(Some(0));
+        assert!(first[0].data.len() > RESUMABLE_TERMINAL_MAX_BYTES);
+        let (again, _) = s.read_after(Some(0));
+        assert!(again[0].data.contains("-32002"));
+        assert!(again[0].data.contains("\"id\":7"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finished_streams_expire_after_retention() {
+        let streams = Streams::default();
+        let s = Stream::new("sid", "p", "b");
+        streams.insert(s.clone());
+        s.push(&json!({"id": 1, "result": {}}), true);
+        assert_eq!(streams.sweep(), 0);
+        tokio::time::advance(RESUMABLE_RETENTION + std::time::Duration::from_secs(1)).await;
+        assert_eq!(streams.sweep(), 1);
+    }
+}
