@@ -1,1 +1,99 @@
-//! The machine-bridge daemon (in progress).
+//! The machine-bridge daemon: the user's machine end of the relay.
+//!
+//! It keeps one outbound WebSocket to the relay ([`link`]), authenticated by a P-256 device key
+//! created once and registered at enrollment ([`identity`]), and hosts the MCP sessions the relay
+//! opens ([`sessions`]): the built-in runtime, with the caller's role intersected with the local
+//! policy on every call, or an upstream stdio server from a Claude Desktop-style servers file
+//! ([`servers`]), one child process per session.
+//!
+//! Main entry points: [`catalog`] (what the daemon announces), [`link::run`], [`link::enroll`].
+
+pub mod backoff;
+pub mod identity;
+pub mod link;
+pub mod servers;
+pub mod sessions;
+
+use std::{collections::BTreeMap, collections::HashSet, sync::Arc};
+
+use protocol::frame::{RUNTIME_SERVER, ServerInfo};
+use rmcp::{ServerHandler, model::ListToolsResult};
+use runtime::{McpServer, Principal, Profile, Runtime};
+use serde_json::Value;
+
+use crate::servers::UpstreamSpec;
+
+/// Installs rustls's ring crypto provider (for `wss://` relays); safe to call more than once.
+pub fn init_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The runtime's catalog entry: its `initialize` result and the tools each role may see.
+pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
+    let info = McpServer::new(runtime.access(None), Principal::local()).get_info();
+    let initialize = serde_json::to_value(&info).unwrap_or(Value::Null);
+    let tools: BTreeMap<String, Value> = [
+        ("owner", Profile::Full),
+        ("operator", Profile::Agent),
+        ("editor", Profile::Edit),
+        ("reviewer", Profile::Review),
+    ]
+    .into_iter()
+    .map(|(role, profile)| {
+        let access = runtime.access(Some(profile));
+        let list = ListToolsResult::with_all_items(
+            runtime::catalog::allowed(access.policy())
+                .map(|t| t.to_tool())
+                .collect(),
+        );
+        (
+            role.to_owned(),
+            serde_json::to_value(list).unwrap_or(Value::Null),
+        )
+    })
+    .collect();
+    ServerInfo {
+        name: RUNTIME_SERVER.to_owned(),
+        initialize,
+        tools,
+    }
+}
+
+/// Probes every upstream server (concurrently) and returns the full catalog plus the upstreams
+/// that answered, each with the names of its read-only tools. A server that fails to start is
+/// left out with an error logged.
+pub async fn catalog(
+    runtime: &Arc<Runtime>,
+    upstreams: Vec<UpstreamSpec>,
+) -> (Vec<ServerInfo>, Vec<(UpstreamSpec, HashSet<String>)>) {
+    let mut servers = vec![runtime_catalog(runtime)];
+    let probes = upstreams.into_iter().map(|spec| async move {
+        let r = servers::probe(&spec).await;
+        (spec, r)
+    });
+    let mut ok = Vec::new();
+    for (spec, r) in futures_util::future::join_all(probes).await {
+        match r {
+            Ok(info) => {
+                let read_only: HashSet<String> = info
+                    .tools
+                    .get("reviewer")
+                    .and_then(|v| v.get("tools"))
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| {
+                                t.get("name").and_then(Value::as_str).map(str::to_owned)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                tracing::info!(server = %spec.name, "upstream server ready");
+                servers.push(info);
+                ok.push((spec, read_only));
+            }
+            Err(e) => tracing::error!(server = %spec.name, error = %e, "upstream server left out"),
+        }
+    }
+    (servers, ok)
+}

@@ -48,6 +48,197 @@ pub(crate) enum Command {
     /// Reads newline-delimited JSON-RPC on stdin and writes only JSON-RPC to stdout; logs go to
     /// stderr.
     Stdio(StdioArgs),
+    /// Run a relay and a daemon in one process on loopback: the one-command start for remote
+    /// MCP clients on this machine (Streamable HTTP with a bearer token).
+    Up(UpArgs),
+    /// Run the daemon: keep this machine connected to a relay and serve the MCP sessions it
+    /// carries.
+    Connect(ConnectArgs),
+    /// Run or administer a relay (bridges, tokens).
+    #[command(subcommand)]
+    Relay(RelayCommand),
+}
+
+/// Options of the state directory.
+#[derive(Debug, Args)]
+pub(crate) struct StateArgs {
+    /// Where keys, enrollment and the relay store live (default: $MACHINE_MCP_STATE_DIR, else
+    /// $XDG_STATE_HOME/machine-mcp, else ~/.local/state/machine-mcp).
+    #[arg(long, value_name = "DIR", env = "MACHINE_MCP_STATE_DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+}
+
+/// Link timing overrides for tests (hidden).
+#[derive(Debug, Args, Clone, Copy)]
+pub(crate) struct TimingArgs {
+    /// Reconnect grace in milliseconds (default 120000).
+    #[arg(long, hide = true, value_name = "MS")]
+    pub(crate) reconnect_grace_ms: Option<u64>,
+    /// Daemon heartbeat interval in milliseconds (default 25000).
+    #[arg(long, hide = true, value_name = "MS")]
+    pub(crate) heartbeat_ms: Option<u64>,
+    /// Relay liveness timeout in milliseconds (default 90000).
+    #[arg(long, hide = true, value_name = "MS")]
+    pub(crate) liveness_ms: Option<u64>,
+}
+
+/// Arguments of `machine-mcp up`.
+#[derive(Debug, Args)]
+pub(crate) struct UpArgs {
+    /// The directory to expose (default: the current directory).
+    #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// Loopback address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8750")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Client authentication: a bearer token (default) or none.
+    #[arg(long, value_name = "MODE", default_value = "token")]
+    pub(crate) auth: AuthArg,
+    /// A Claude Desktop-style `{"mcpServers": {...}}` file of stdio servers to carry too.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) servers: Option<PathBuf>,
+    /// Print one JSON object (mcp_url, servers, token) on stdout once ready, instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+    #[command(flatten)]
+    pub(crate) timing: TimingArgs,
+}
+
+/// Client authentication mode.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum AuthArg {
+    /// Static bearer tokens.
+    Token,
+    /// No authentication (loopback listeners only).
+    None,
+}
+
+/// Arguments of `machine-mcp connect`.
+#[derive(Debug, Args)]
+pub(crate) struct ConnectArgs {
+    /// The relay's public URL, e.g. https://relay.example.com.
+    #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY")]
+    pub(crate) relay: url::Url,
+    /// The directory to expose (default: the current directory).
+    #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// Enroll this machine with a one-time code from `machine-mcp relay bridge add NAME`.
+    #[arg(long, value_name = "CODE")]
+    pub(crate) enroll: Option<String>,
+    /// A Claude Desktop-style `{"mcpServers": {...}}` file of stdio servers to carry too.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) servers: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+    #[command(flatten)]
+    pub(crate) timing: TimingArgs,
+}
+
+/// `machine-mcp relay ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum RelayCommand {
+    /// Serve the relay: MCP Streamable HTTP for clients, WebSocket for daemons.
+    Serve(RelayServeArgs),
+    /// Bridges (one per enrolled daemon).
+    #[command(subcommand)]
+    Bridge(BridgeCommand),
+    /// Static bearer tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+/// Where the relay keeps its store.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// The relay's SQLite store (default: STATE_DIR/relay/relay.db).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) store: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+}
+
+/// Arguments of `machine-mcp relay serve`.
+#[derive(Debug, Args)]
+pub(crate) struct RelayServeArgs {
+    /// Address to listen on (TLS is expected to end at a reverse proxy in front).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8750")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// The URL clients and daemons use to reach this relay (default: http://LISTEN).
+    #[arg(long, value_name = "URL")]
+    pub(crate) public_url: Option<url::Url>,
+    /// Client authentication: bearer tokens (default) or none (loopback listeners only).
+    #[arg(long, value_name = "MODE", default_value = "token")]
+    pub(crate) auth: AuthArg,
+    /// Another origin allowed to call the MCP endpoints from a browser (repeatable).
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub(crate) allowed_origins: Vec<String>,
+    /// Relayed requests in flight per bridge.
+    #[arg(long, value_name = "N", default_value_t = protocol::limits::RELAYED_REQUESTS_PER_BRIDGE)]
+    pub(crate) max_inflight: usize,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) timing: TimingArgs,
+}
+
+/// `machine-mcp relay bridge ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum BridgeCommand {
+    /// Create a bridge (if needed) and print a one-time enrollment code for its daemon.
+    Add {
+        /// Bridge name: letters, digits, '-' and '_'.
+        name: String,
+        /// Minutes the code stays valid.
+        #[arg(long, default_value_t = 60)]
+        code_ttl_minutes: i64,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List bridges.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// `machine-mcp relay token ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Create a bearer token and print it once (only its hash is stored).
+    Create {
+        /// The bridge it grants.
+        #[arg(long)]
+        bridge: String,
+        /// owner (full), operator (agent), editor (edit) or reviewer (review).
+        #[arg(long, default_value = "owner")]
+        role: String,
+        /// A note to recognise it by.
+        #[arg(long)]
+        label: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List tokens (never the tokens themselves).
+    List {
+        /// Only this bridge's.
+        #[arg(long)]
+        bridge: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke a token by its id.
+    Revoke {
+        /// The token id (tok_...).
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 /// Arguments of `machine-mcp stdio`.

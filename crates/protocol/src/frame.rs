@@ -4,7 +4,8 @@
 //! One WebSocket per daemon, opened by the daemon to `/daemon/v1/connect`; every frame is one JSON
 //! text message `{"type": "...", ...}` of at most [`crate::limits::RELAY_FRAME_MAX_BYTES`].
 //! Handshake: relay `welcome` → daemon `hello` → relay `hello_ack` → relay `probe` → daemon
-//! `probe_result` → relay `resume` → relay `ready`. Then `open`/`rpc`/`close` carry MCP sessions
+//! `probe_result` → relay `resume` → relay `ready`. Enrollment uses the same endpoint: relay
+//! `welcome` → daemon `enroll` → relay `enrolled`, then the socket closes. Then `open`/`rpc`/`close` carry MCP sessions
 //! keyed by a relay-assigned `sid`, daemon `rpc` frames carry a per-session `seq` that the relay
 //! acknowledges with `ack`, and both sides exchange `heartbeat`/`heartbeat_ack`.
 //!
@@ -18,8 +19,6 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Path of the daemon WebSocket endpoint on the relay.
 pub const CONNECT_PATH: &str = "/daemon/v1/connect";
-/// Path of the enrollment endpoint on the relay.
-pub const ENROLL_PATH: &str = "/daemon/v1/enroll";
 
 /// Name of the built-in runtime among a daemon's servers.
 pub const RUNTIME_SERVER: &str = "runtime";
@@ -43,6 +42,13 @@ pub enum RelayFrame {
         challenge: String,
         /// When the challenge expires (Unix ms).
         expires_at: u64,
+    },
+    /// The enrollment code was redeemed; the socket closes after this frame.
+    Enrolled {
+        /// The bridge enrolled.
+        bridge: String,
+        /// The id of the registered key, named in every `hello`.
+        key_id: String,
     },
     /// The hello was verified.
     HelloAck {
@@ -112,6 +118,14 @@ pub enum RelayFrame {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum DaemonFrame {
+    /// Instead of `hello`: redeem a one-time enrollment code (printed by `relay bridge add`) and
+    /// register this device's public key. The relay answers `enrolled` and closes.
+    Enroll {
+        /// The one-time code.
+        code: String,
+        /// The device public key, SEC1 uncompressed point, base64url.
+        public_key: String,
+    },
     /// The daemon's identity and signed challenge.
     Hello {
         /// Link protocol version.
@@ -202,24 +216,6 @@ pub fn hello_transcript(
         "{HELLO_SIGNATURE_SCHEME}\n{relay_origin}\n{challenge}\n{bridge}\n{instance_id}\n{timestamp}"
     )
     .into_bytes()
-}
-
-/// Body of `POST /daemon/v1/enroll`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EnrollRequest {
-    /// The one-time code printed by `relay bridge add`.
-    pub code: String,
-    /// The device public key, SEC1 uncompressed point, base64url.
-    pub public_key: String,
-}
-
-/// Answer of a successful enrollment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EnrollResponse {
-    /// The bridge enrolled.
-    pub bridge: String,
-    /// The id of the registered key, named in every `hello`.
-    pub key_id: String,
 }
 
 /// WebSocket close code: the socket was replaced by a verified daemon of the same bridge.

@@ -45,10 +45,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::RelayConfig;
 pub use storage::SqliteStorage;
 
-use protocol::{
-    frame::{CONNECT_PATH, ENROLL_PATH},
-    limits::MCP_REQUEST_BODY_MAX_BYTES,
-};
+use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
 /// The relay's HTTP application over `hub`.
 pub fn router(hub: Arc<hub::Hub>) -> Router {
@@ -66,7 +63,6 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
                 .delete(mcp::delete_server),
         )
         .route(CONNECT_PATH, get(link::connect))
-        .route(ENROLL_PATH, axum::routing::post(link::enroll))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))

@@ -10,13 +10,11 @@
 use std::{sync::Arc, time::Duration};
 
 use axum::{
-    Json,
     extract::{
         State,
         ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade},
     },
-    http::StatusCode,
-    response::{IntoResponse, Response},
+    response::Response,
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use futures_util::{SinkExt, StreamExt};
@@ -26,7 +24,7 @@ use tokio::sync::mpsc;
 use protocol::{
     frame::{
         CLOSE_NOT_READY, CLOSE_PROTOCOL, CLOSE_REPLACED, CLOSE_UNAUTHENTICATED, DaemonFrame,
-        EnrollRequest, EnrollResponse, PROTOCOL_VERSION, RelayFrame, hello_transcript,
+        PROTOCOL_VERSION, RelayFrame, hello_transcript,
     },
     limits::RELAY_FRAME_MAX_BYTES,
 };
@@ -47,33 +45,6 @@ pub async fn connect(State(hub): State<Arc<Hub>>, ws: WebSocketUpgrade) -> Respo
     ws.max_message_size(RELAY_FRAME_MAX_BYTES)
         .max_frame_size(RELAY_FRAME_MAX_BYTES)
         .on_upgrade(move |socket| run(hub, socket))
-}
-
-/// Redeems an enrollment code for a device public key.
-pub async fn enroll(State(hub): State<Arc<Hub>>, Json(req): Json<EnrollRequest>) -> Response {
-    let key_ok = URL_SAFE_NO_PAD
-        .decode(&req.public_key)
-        .ok()
-        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
-        .is_some();
-    if !key_ok {
-        return (
-            StatusCode::BAD_REQUEST,
-            "public_key is not a P-256 public key (SEC1, base64url)",
-        )
-            .into_response();
-    }
-    match hub.storage.enroll(&req.code, &req.public_key).await {
-        Ok((bridge, key_id)) => {
-            tracing::info!(%bridge, %key_id, "daemon enrolled");
-            Json(EnrollResponse { bridge, key_id }).into_response()
-        }
-        Err(StorageError::NotFound(m)) => (StatusCode::FORBIDDEN, m).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "enrollment failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "enrollment failed").into_response()
-        }
-    }
 }
 
 fn now_ms() -> u64 {
@@ -110,7 +81,11 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
         }
     });
     let link_tx = LinkTx(tx);
-    let outcome = session(&hub, &link_tx, &mut stream).await;
+    let mut promoted = false;
+    let outcome = session(&hub, &link_tx, &mut stream, &mut promoted).await;
+    if !promoted {
+        Metrics::add(&hub.metrics.sockets_candidate, -1);
+    }
     if let Err((code, reason)) = &outcome {
         tracing::info!(code, %reason, "daemon socket closed");
         link_tx.close(*code, reason);
@@ -147,7 +122,12 @@ async fn next_frame(stream: &mut Incoming, within: Duration) -> Result<DaemonFra
     }
 }
 
-async fn session(hub: &Arc<Hub>, tx: &LinkTx, stream: &mut Incoming) -> Result<(), (u16, String)> {
+async fn session(
+    hub: &Arc<Hub>,
+    tx: &LinkTx,
+    stream: &mut Incoming,
+    promoted: &mut bool,
+) -> Result<(), (u16, String)> {
     let timing = hub.config.timing;
     // 1. welcome
     let challenge = crate::auth::random_secret("");
@@ -168,19 +148,32 @@ async fn session(hub: &Arc<Hub>, tx: &LinkTx, stream: &mut Incoming) -> Result<(
                 (c, r)
             }
         })?;
-    let DaemonFrame::Hello {
-        protocol,
-        bridge,
-        instance_id,
-        key_id,
-        timestamp,
-        signature,
-        version,
-        servers,
-    } = hello
-    else {
-        return Err((CLOSE_PROTOCOL, "expected hello".into()));
-    };
+    let (protocol, bridge, instance_id, key_id, timestamp, signature, version, servers) =
+        match hello {
+            DaemonFrame::Hello {
+                protocol,
+                bridge,
+                instance_id,
+                key_id,
+                timestamp,
+                signature,
+                version,
+                servers,
+            } => (
+                protocol,
+                bridge,
+                instance_id,
+                key_id,
+                timestamp,
+                signature,
+                version,
+                servers,
+            ),
+            DaemonFrame::Enroll { code, public_key } => {
+                return enroll(hub, tx, &code, &public_key).await;
+            }
+            _ => return Err((CLOSE_PROTOCOL, "expected hello".into())),
+        };
     if protocol != PROTOCOL_VERSION {
         return Err((
             CLOSE_PROTOCOL,
@@ -238,16 +231,43 @@ async fn session(hub: &Arc<Hub>, tx: &LinkTx, stream: &mut Incoming) -> Result<(
     if let Some(old) = hub.promote(&b, link) {
         old.tx.close(CLOSE_REPLACED, "replaced by verified daemon");
     }
+    *promoted = true;
     Metrics::add(&hub.metrics.sockets_candidate, -1);
     Metrics::add(&hub.metrics.sockets_ready, 1);
     tracing::info!(bridge = %b.name, instance = %instance_id, resumed, "daemon ready");
     let result = serve(hub, tx, stream, timing.liveness_timeout).await;
     hub.link_lost(&b, link_id);
     Metrics::add(&hub.metrics.sockets_ready, -1);
-    Metrics::add(&hub.metrics.sockets_candidate, 1); // balanced below
-    Metrics::add(&hub.metrics.sockets_candidate, -1);
     tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
     result
+}
+
+/// Redeems an enrollment code for a device public key, answers `enrolled` and ends the socket.
+async fn enroll(hub: &Hub, tx: &LinkTx, code: &str, public_key: &str) -> Result<(), (u16, String)> {
+    let key_ok = URL_SAFE_NO_PAD
+        .decode(public_key)
+        .ok()
+        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
+        .is_some();
+    if !key_ok {
+        return Err((
+            CLOSE_PROTOCOL,
+            "public_key is not a P-256 public key (SEC1, base64url)".into(),
+        ));
+    }
+    match hub.storage.enroll(code, public_key).await {
+        Ok((bridge, key_id)) => {
+            tracing::info!(%bridge, %key_id, "daemon enrolled");
+            tx.try_send(RelayFrame::Enrolled { bridge, key_id });
+            tx.close(1000, "enrolled");
+            Ok(())
+        }
+        Err(StorageError::NotFound(m)) => Err((CLOSE_UNAUTHENTICATED, m)),
+        Err(e) => {
+            tracing::error!(error = %e, "enrollment failed");
+            Err((1011, "enrollment failed".into()))
+        }
+    }
 }
 
 async fn serve(
@@ -281,7 +301,9 @@ async fn serve(
                 let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
             }
             DaemonFrame::HeartbeatAck { .. } | DaemonFrame::ProbeResult { .. } => {}
-            DaemonFrame::Hello { .. } => return Err((CLOSE_PROTOCOL, "duplicate hello".into())),
+            DaemonFrame::Hello { .. } | DaemonFrame::Enroll { .. } => {
+                return Err((CLOSE_PROTOCOL, "duplicate hello".into()));
+            }
         }
     }
 }
@@ -333,6 +355,7 @@ async fn verify_hello(
 fn frame_name(f: &DaemonFrame) -> &'static str {
     match f {
         DaemonFrame::Hello { .. } => "hello",
+        DaemonFrame::Enroll { .. } => "enroll",
         DaemonFrame::ProbeResult { .. } => "probe_result",
         DaemonFrame::Rpc { .. } => "rpc",
         DaemonFrame::Closed { .. } => "closed",

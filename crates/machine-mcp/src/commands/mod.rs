@@ -1,16 +1,36 @@
-//! One module per subcommand; [`run`] dispatches.
+//! One module per subcommand; [`run`] dispatches. Shared here: the policy from flags, the state
+//! directory, and the runtime for a workspace.
 
+mod connect;
+mod relay;
 mod stdio;
+mod up;
 
-use anyhow::Result;
-use runtime::policy::{ExecMode, Policy, PolicyOverrides, Profile};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use crate::cli::{Command, ExecModeArg, PolicyArgs, ProfileArg};
+use anyhow::{Context, Result};
+use runtime::{
+    Runtime, RuntimeConfig,
+    policy::{ExecMode, Policy, PolicyOverrides, Profile},
+};
+
+use crate::cli::{
+    Command, ExecModeArg, PolicyArgs, ProfileArg, RelayCommand, StateArgs, TimingArgs,
+};
+
+/// Foreground budget of process calls made through the relay: remote hosts cut calls after
+/// about 60 s, so a longer command returns a session id instead (DESIGN §3 "Processes").
+pub(crate) const REMOTE_FOREGROUND_BUDGET: Duration = Duration::from_secs(25);
 
 /// Runs `command` to completion.
 pub(crate) async fn run(command: Command) -> Result<()> {
     match command {
         Command::Stdio(args) => stdio::run(args).await,
+        Command::Up(args) => up::run(args).await,
+        Command::Connect(args) => connect::run(args).await,
+        Command::Relay(RelayCommand::Serve(args)) => relay::serve(args).await,
+        Command::Relay(RelayCommand::Bridge(cmd)) => relay::bridge(cmd).await,
+        Command::Relay(RelayCommand::Token(cmd)) => relay::token(cmd).await,
     }
 }
 
@@ -36,4 +56,83 @@ pub(crate) fn policy(p: &PolicyArgs) -> Policy {
             full_env: p.full_env,
         },
     )
+}
+
+/// The state directory: the flag, else `$XDG_STATE_HOME/machine-mcp`, else
+/// `~/.local/state/machine-mcp`.
+pub(crate) fn state_dir(s: &StateArgs) -> Result<PathBuf> {
+    if let Some(d) = &s.state_dir {
+        return Ok(d.clone());
+    }
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(x).join("machine-mcp"));
+    }
+    let home =
+        std::env::var_os("HOME").context("neither --state-dir, XDG_STATE_HOME nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".local/state/machine-mcp"))
+}
+
+/// A runtime for `workspace` (default: the current directory) under the policy flags.
+pub(crate) fn build_runtime(
+    workspace: Option<PathBuf>,
+    p: &PolicyArgs,
+    yield_after: Option<Duration>,
+) -> Result<Arc<Runtime>> {
+    let workspace = match workspace {
+        Some(w) => w,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let runtime = Runtime::new(RuntimeConfig {
+        workspace: workspace.clone(),
+        policy: policy(p),
+        default_yield_after: yield_after,
+    })
+    .with_context(|| {
+        format!(
+            "workspace {} is not a usable directory",
+            workspace.display()
+        )
+    })?;
+    Ok(Arc::new(runtime))
+}
+
+/// Relay link timing with the hidden test overrides applied.
+pub(crate) fn relay_timing(t: &TimingArgs) -> ::relay::config::LinkTiming {
+    let mut timing = ::relay::config::LinkTiming::default();
+    if let Some(ms) = t.reconnect_grace_ms {
+        timing.reconnect_grace = Duration::from_millis(ms);
+    }
+    if let Some(ms) = t.liveness_ms {
+        timing.liveness_timeout = Duration::from_millis(ms);
+    }
+    timing
+}
+
+/// Daemon link timing with the hidden test overrides applied.
+pub(crate) fn daemon_timing(t: &TimingArgs) -> daemon::link::LinkTiming {
+    let mut timing = daemon::link::LinkTiming::default();
+    if let Some(ms) = t.reconnect_grace_ms {
+        timing.grace = Duration::from_millis(ms);
+    }
+    if let Some(ms) = t.heartbeat_ms {
+        timing.heartbeat = Duration::from_millis(ms);
+        timing.silence = Duration::from_millis(ms * 3);
+    }
+    timing
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
 }

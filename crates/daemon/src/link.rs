@@ -1,0 +1,471 @@
+//! The daemon end of the relay link (DESIGN §5): connect, authenticate, become ready, serve,
+//! and reconnect.
+//!
+//! One attempt walks `connect → handshake → probe/resume → ready → serve`, each step bounded by
+//! its deadline. Losing the link detaches the hosted sessions, which keep running and keep their
+//! unacknowledged output for the reconnect grace; a verified reconnect of this same instance gets
+//! `resume` naming what the relay still awaits. Reconnects back off `min(1 s·2^n, 15 s)` with
+//! jitter; an outage is reported after 10 s and then at growing intervals, and its end once.
+//! Errors a retry cannot fix (the relay refused the key, speaks another protocol version, or
+//! another daemon instance took over the bridge) stop the daemon with an actionable message.
+
+use std::{sync::Arc, time::Duration};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::{net::TcpStream, sync::mpsc, time::Instant};
+use tokio_tungstenite::{
+    MaybeTlsStream, WebSocketStream,
+    tungstenite::{Message, protocol::WebSocketConfig, protocol::frame::coding::CloseCode},
+};
+use tokio_util::sync::CancellationToken;
+
+use protocol::{
+    frame::{
+        CLOSE_PROTOCOL, CLOSE_REPLACED, CLOSE_UNAUTHENTICATED, CONNECT_PATH, DaemonFrame,
+        PROTOCOL_VERSION, RelayFrame, ServerInfo, hello_transcript,
+    },
+    limits,
+};
+
+use crate::{
+    backoff::{self, Warnings},
+    identity::DeviceKey,
+    sessions::Sessions,
+};
+
+/// Timing of the link; production uses the contract (DESIGN §7), tests may shorten it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkTiming {
+    /// Interval of application heartbeats; one unanswered by the next means the link is dead.
+    pub heartbeat: Duration,
+    /// Silence after which the link is dead.
+    pub silence: Duration,
+    /// Time allowed for TCP, TLS and the WebSocket upgrade.
+    pub connect: Duration,
+    /// Time allowed for `welcome` and `hello_ack`.
+    pub hello: Duration,
+    /// Time allowed from `hello_ack` to `ready`.
+    pub readiness: Duration,
+    /// How long hosted sessions wait for a reconnect before they are ended.
+    pub grace: Duration,
+}
+
+impl Default for LinkTiming {
+    fn default() -> Self {
+        Self {
+            heartbeat: limits::HEARTBEAT_INTERVAL,
+            silence: limits::HEARTBEAT_SILENCE_TIMEOUT,
+            connect: limits::CONNECT_ATTEMPT_TIMEOUT,
+            hello: limits::HELLO_DEADLINE,
+            readiness: limits::READINESS_DEADLINE,
+            grace: limits::RECONNECT_GRACE,
+        }
+    }
+}
+
+/// What the link needs.
+#[derive(Debug)]
+pub struct LinkConfig {
+    /// Relay base URL (its public URL: the origin is signed into every hello).
+    pub relay: url::Url,
+    /// The bridge this daemon enrolled as.
+    pub bridge: String,
+    /// The registered key's id.
+    pub key_id: String,
+    /// The device key.
+    pub key: Arc<DeviceKey>,
+    /// The catalog sent in every hello.
+    pub servers: Vec<ServerInfo>,
+    /// Timing.
+    pub timing: LinkTiming,
+    /// Set to true while the link is ready, false while it is not.
+    pub ready: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+/// Why the link stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// Retrying cannot help; the message says what to do.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+enum Attempt {
+    /// Lost after having been ready (or never got there): retry.
+    Retry(String),
+    /// Stop (shutdown requested).
+    Stop,
+    Fatal(String),
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The relay's WebSocket URL for `base` (`http` → `ws`, `https` → `wss`).
+pub fn connect_url(base: &url::Url) -> Result<url::Url, String> {
+    let mut u = base.clone();
+    let scheme = match base.scheme() {
+        "http" | "ws" => "ws",
+        "https" | "wss" => "wss",
+        s => return Err(format!("relay URL scheme {s:?} is not http(s)")),
+    };
+    u.set_scheme(scheme)
+        .map_err(|_| "bad relay URL".to_owned())?;
+    u.set_path(CONNECT_PATH);
+    u.set_query(None);
+    Ok(u)
+}
+
+/// Keeps the daemon connected until `shutdown` fires or a fatal error.
+///
+/// # Errors
+/// [`LinkError::Fatal`] when the relay refuses this daemon for a reason a retry cannot fix.
+pub async fn run(
+    config: LinkConfig,
+    sessions: Arc<Sessions>,
+    shutdown: CancellationToken,
+) -> Result<(), LinkError> {
+    let instance_id = format!("inst_{}", uuid::Uuid::new_v4().simple());
+    tracing::info!(relay = %config.relay, bridge = %config.bridge, instance = %instance_id, "connecting to the relay");
+    let mut attempt: u32 = 0;
+    let mut outage: Option<(Instant, Warnings, bool)> = None;
+    let mut lost_at: Option<Instant> = None;
+    loop {
+        let ready_flag = config.ready.clone();
+        let mut on_ready = || {
+            if let Some(r) = &ready_flag {
+                r.send_replace(true);
+            }
+            attempt = 0;
+            lost_at = None;
+            if let Some((start, _, warned)) = outage.take() {
+                let secs = start.elapsed().as_secs();
+                if warned {
+                    tracing::warn!(
+                        after_s = secs,
+                        "reconnected to the relay; the outage is over"
+                    );
+                } else {
+                    tracing::info!(after_s = secs, "reconnected to the relay");
+                }
+            } else {
+                tracing::info!("connected to the relay and ready");
+            }
+        };
+        let why =
+            match attempt_once(&config, &instance_id, &sessions, &shutdown, &mut on_ready).await {
+                Attempt::Stop => {
+                    sessions.close_all();
+                    return Ok(());
+                }
+                Attempt::Fatal(m) => {
+                    sessions.close_all();
+                    return Err(LinkError::Fatal(m));
+                }
+                Attempt::Retry(why) => why,
+            };
+        sessions.detach();
+        if let Some(r) = &config.ready {
+            r.send_replace(false);
+        }
+        let now = Instant::now();
+        let lost = *lost_at.get_or_insert(now);
+        let (start, warnings, warned) =
+            outage.get_or_insert_with(|| (now, Warnings::default(), false));
+        if warnings.due(now.duration_since(*start)) {
+            *warned = true;
+            tracing::warn!(relay = %config.relay, down_s = now.duration_since(*start).as_secs(), reason = %why, "the relay is unreachable; retrying");
+        } else {
+            tracing::debug!(reason = %why, "relay link attempt failed");
+        }
+        let delay = backoff::delay(attempt, rand::random::<f64>());
+        attempt = attempt.saturating_add(1);
+        let grace_end = lost + config.timing.grace;
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => {
+                sessions.close_all();
+                return Ok(());
+            }
+        }
+        if Instant::now() >= grace_end && !sessions.is_empty() {
+            tracing::warn!(
+                "the relay did not come back within the reconnect grace; ending the sessions it carried"
+            );
+            sessions.close_all();
+        }
+    }
+}
+
+async fn attempt_once(
+    config: &LinkConfig,
+    instance_id: &str,
+    sessions: &Arc<Sessions>,
+    shutdown: &CancellationToken,
+    on_ready: &mut impl FnMut(),
+) -> Attempt {
+    let url = match connect_url(&config.relay) {
+        Ok(u) => u,
+        Err(e) => return Attempt::Fatal(e),
+    };
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(limits::RELAY_FRAME_MAX_BYTES))
+        .max_frame_size(Some(limits::RELAY_FRAME_MAX_BYTES));
+    let connect =
+        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_config), false);
+    let ws = tokio::select! {
+        r = tokio::time::timeout(config.timing.connect, connect) => match r {
+            Err(_) => return Attempt::Retry("connect timed out".into()),
+            Ok(Err(e)) => return Attempt::Retry(format!("connect failed: {e}")),
+            Ok(Ok((ws, _))) => ws,
+        },
+        _ = shutdown.cancelled() => return Attempt::Stop,
+    };
+    let (mut sink, mut stream) = ws.split();
+    let (out_tx, mut out_rx) = mpsc::channel::<DaemonFrame>(4096);
+    let writer = tokio::spawn(async move {
+        while let Some(f) = out_rx.recv().await {
+            let Ok(text) = serde_json::to_string(&f) else {
+                continue;
+            };
+            if sink.send(Message::Text(text.into())).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let r = handshake_and_serve(
+        config,
+        instance_id,
+        sessions,
+        shutdown,
+        on_ready,
+        &mut stream,
+        &out_tx,
+    )
+    .await;
+    drop(out_tx);
+    writer.abort();
+    r
+}
+
+/// Reads the next relay frame within `within`.
+async fn next(
+    stream: &mut futures_util::stream::SplitStream<Ws>,
+    within: Duration,
+) -> Result<RelayFrame, Attempt> {
+    loop {
+        let msg = match tokio::time::timeout(within, stream.next()).await {
+            Err(_) => return Err(Attempt::Retry("the relay went silent".into())),
+            Ok(None) => return Err(Attempt::Retry("the relay closed the connection".into())),
+            Ok(Some(Err(e))) => return Err(Attempt::Retry(format!("connection error: {e}"))),
+            Ok(Some(Ok(m))) => m,
+        };
+        match msg {
+            Message::Text(t) => {
+                return serde_json::from_str(t.as_str())
+                    .map_err(|e| Attempt::Retry(format!("unreadable frame from the relay: {e}")));
+            }
+            Message::Close(frame) => {
+                return Err(classify_close(
+                    frame.map(|f| (u16::from(f.code), f.reason.to_string())),
+                ));
+            }
+            Message::Binary(_) => {
+                return Err(Attempt::Retry("the relay sent a binary frame".into()));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn classify_close(close: Option<(u16, String)>) -> Attempt {
+    match close {
+        Some((CLOSE_UNAUTHENTICATED, reason)) => Attempt::Fatal(format!(
+            "the relay refused this daemon: {reason}. Enroll again with `machine-mcp connect --enroll CODE` (get a code with `machine-mcp relay bridge add NAME`)"
+        )),
+        Some((CLOSE_REPLACED, _)) => Attempt::Fatal(
+            "another daemon instance took over this bridge (the relay replaced this connection); stopping so the two do not fight".into(),
+        ),
+        Some((CLOSE_PROTOCOL, reason)) => Attempt::Fatal(format!("the relay reported a protocol error: {reason}")),
+        Some((code, reason)) => Attempt::Retry(format!("the relay closed the connection ({code} {reason})")),
+        None => Attempt::Retry("the relay closed the connection".into()),
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+async fn handshake_and_serve(
+    config: &LinkConfig,
+    instance_id: &str,
+    sessions: &Arc<Sessions>,
+    shutdown: &CancellationToken,
+    on_ready: &mut impl FnMut(),
+    stream: &mut futures_util::stream::SplitStream<Ws>,
+    out: &mpsc::Sender<DaemonFrame>,
+) -> Attempt {
+    let t = config.timing;
+    // welcome → hello → hello_ack
+    let welcome = match next(stream, t.hello).await {
+        Ok(f) => f,
+        Err(a) => return a,
+    };
+    let RelayFrame::Welcome {
+        protocol,
+        challenge,
+        ..
+    } = welcome
+    else {
+        return Attempt::Retry("the relay did not start with welcome".into());
+    };
+    if protocol != PROTOCOL_VERSION {
+        return Attempt::Fatal(format!(
+            "the relay speaks link protocol {protocol}; this daemon speaks {PROTOCOL_VERSION}: upgrade the older side"
+        ));
+    }
+    let origin = config.relay.origin().ascii_serialization();
+    let timestamp = now_ms();
+    let transcript = hello_transcript(&origin, &challenge, &config.bridge, instance_id, timestamp);
+    let hello = DaemonFrame::Hello {
+        protocol: PROTOCOL_VERSION,
+        bridge: config.bridge.clone(),
+        instance_id: instance_id.to_owned(),
+        key_id: config.key_id.clone(),
+        timestamp,
+        signature: config.key.sign(&transcript),
+        version: env!("CARGO_PKG_VERSION").into(),
+        servers: config.servers.clone(),
+    };
+    if out.send(hello).await.is_err() {
+        return Attempt::Retry("the connection closed".into());
+    }
+    match next(stream, t.hello).await {
+        Ok(RelayFrame::HelloAck { .. }) => {}
+        Ok(_) => return Attempt::Retry("expected hello_ack".into()),
+        Err(a) => return a,
+    }
+    // probe → probe_result (through the normal send path), resume, ready
+    let deadline = Instant::now() + t.readiness;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match next(stream, left).await {
+            Ok(RelayFrame::Probe { id }) => {
+                if out.send(DaemonFrame::ProbeResult { id }).await.is_err() {
+                    return Attempt::Retry("the connection closed".into());
+                }
+            }
+            Ok(RelayFrame::Resume {
+                sessions: keep,
+                requests,
+            }) => {
+                let reqs: Vec<(String, serde_json::Value)> =
+                    requests.into_iter().map(|r| (r.sid, r.id)).collect();
+                sessions.resume(&keep, &reqs, out.clone());
+            }
+            Ok(RelayFrame::Ready {}) => break,
+            Ok(RelayFrame::HeartbeatAck { .. }) => {}
+            Ok(other) => {
+                return Attempt::Retry(format!("unexpected frame before ready: {other:?}"));
+            }
+            Err(a) => return a,
+        }
+    }
+    on_ready();
+    serve(t, sessions, shutdown, stream, out).await
+}
+
+async fn serve(
+    t: LinkTiming,
+    sessions: &Arc<Sessions>,
+    shutdown: &CancellationToken,
+    stream: &mut futures_util::stream::SplitStream<Ws>,
+    out: &mpsc::Sender<DaemonFrame>,
+) -> Attempt {
+    let mut beat = tokio::time::interval(t.heartbeat);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    beat.tick().await;
+    let mut seq: u64 = 0;
+    let mut unanswered: Option<u64> = None;
+    loop {
+        tokio::select! {
+            frame = next(stream, t.silence) => {
+                let frame = match frame {
+                    Ok(f) => f,
+                    Err(a) => return a,
+                };
+                match frame {
+                    RelayFrame::Open { sid, server, principal, role, initialize } => sessions.open(&sid, &server, &principal, &role, initialize),
+                    RelayFrame::Rpc { sid, message } => sessions.rpc(&sid, message),
+                    RelayFrame::Ack { sid, seq } => sessions.ack(&sid, seq),
+                    RelayFrame::Close { sid } => sessions.close(&sid),
+                    RelayFrame::Heartbeat { seq } => { let _ = out.try_send(DaemonFrame::HeartbeatAck { seq }); }
+                    RelayFrame::HeartbeatAck { seq: s } => if unanswered == Some(s) { unanswered = None },
+                    RelayFrame::Probe { id } => { let _ = out.try_send(DaemonFrame::ProbeResult { id }); }
+                    other => tracing::debug!(?other, "ignoring an unexpected frame"),
+                }
+            }
+            _ = beat.tick() => {
+                if unanswered.is_some() {
+                    return Attempt::Retry("a heartbeat went unanswered (half-open connection)".into());
+                }
+                seq += 1;
+                unanswered = Some(seq);
+                if out.try_send(DaemonFrame::Heartbeat { seq }).is_err() {
+                    return Attempt::Retry("the link's send queue is full".into());
+                }
+            }
+            _ = shutdown.cancelled() => return Attempt::Stop,
+        }
+    }
+}
+
+/// Redeems an enrollment `code` at `relay` for `key`; returns `(bridge, key_id)`.
+///
+/// # Errors
+/// A message saying why: the relay is unreachable, refused the code, or broke the protocol.
+pub async fn enroll(
+    relay: &url::Url,
+    code: &str,
+    key: &DeviceKey,
+    timeout: Duration,
+) -> Result<(String, String), String> {
+    let url = connect_url(relay)?;
+    let work = async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .map_err(|e| format!("cannot reach the relay at {relay}: {e}"))?;
+        let enroll = DaemonFrame::Enroll {
+            code: code.to_owned(),
+            public_key: key.public_key(),
+        };
+        let text = serde_json::to_string(&enroll).map_err(|e| e.to_string())?;
+        let mut sent = false;
+        while let Some(msg) = ws.next().await {
+            match msg.map_err(|e| format!("relay connection error: {e}"))? {
+                Message::Text(t) => match serde_json::from_str::<RelayFrame>(t.as_str()) {
+                    Ok(RelayFrame::Welcome { .. }) if !sent => {
+                        ws.send(Message::Text(text.clone().into()))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        sent = true;
+                    }
+                    Ok(RelayFrame::Enrolled { bridge, key_id }) => return Ok((bridge, key_id)),
+                    _ => return Err("unexpected answer from the relay".to_owned()),
+                },
+                Message::Close(Some(f)) if f.code != CloseCode::Normal => {
+                    return Err(format!("the relay refused the enrollment: {}", f.reason));
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        Err("the relay closed the connection without enrolling".to_owned())
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .map_err(|_| "enrollment timed out".to_owned())?
+}

@@ -1,0 +1,148 @@
+//! `machine-mcp relay serve|bridge|token`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use relay::{RelayConfig, SqliteStorage, auth::Role, config::AuthMode};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{AuthArg, BridgeCommand, RelayServeArgs, StoreArgs, TokenCommand};
+
+fn store_path(s: &StoreArgs) -> Result<PathBuf> {
+    match &s.store {
+        Some(p) => Ok(p.clone()),
+        None => Ok(super::state_dir(&s.state)?.join("relay").join("relay.db")),
+    }
+}
+
+async fn open(s: &StoreArgs) -> Result<SqliteStorage> {
+    let path = store_path(s)?;
+    SqliteStorage::open(&path)
+        .await
+        .with_context(|| format!("cannot open the relay store {}", path.display()))
+}
+
+pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
+    let storage = open(&args.store).await?;
+    let public_url = match args.public_url {
+        Some(u) => u,
+        None => format!("http://{}", args.listen)
+            .parse()
+            .context("bad --listen address")?,
+    };
+    let config = RelayConfig {
+        listen: args.listen,
+        public_url: public_url.clone(),
+        auth: match args.auth {
+            AuthArg::Token => AuthMode::Token,
+            AuthArg::None => AuthMode::None,
+        },
+        allowed_origins: args.allowed_origins,
+        max_inflight_per_bridge: args.max_inflight.max(1),
+        timing: super::relay_timing(&args.timing),
+    };
+    let listener = relay::bind(&config).await?;
+    let bridges = storage.bridges().await.unwrap_or_default();
+    eprintln!(
+        "machine-mcp relay listening on {} (public URL {public_url}); bridges: {}",
+        config.listen,
+        if bridges.is_empty() {
+            "none yet (add one with `machine-mcp relay bridge add NAME`)".to_owned()
+        } else {
+            bridges.join(", ")
+        }
+    );
+    let stop = CancellationToken::new();
+    let signal = stop.clone();
+    tokio::spawn(async move {
+        super::shutdown_signal().await;
+        tracing::info!("shutting down the relay");
+        signal.cancel();
+    });
+    relay::serve_on(listener, config, storage, stop).await?;
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !ok {
+        bail!("bridge name {name:?} must be 1-64 letters, digits, '-' or '_'");
+    }
+    Ok(())
+}
+
+pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
+    match cmd {
+        BridgeCommand::Add {
+            name,
+            code_ttl_minutes,
+            store,
+        } => {
+            check_name(&name)?;
+            let s = open(&store).await?;
+            let code = s.add_bridge(&name, code_ttl_minutes.max(1) * 60).await?;
+            println!("{code}");
+            eprintln!(
+                "bridge {name}: enrollment code above, valid for {code_ttl_minutes} min and for one use.\n\
+                 On the machine to connect, run:\n  machine-mcp connect --relay <RELAY URL> --enroll {code} --workspace <DIR>\n\
+                 Then give a client a token: machine-mcp relay token create --bridge {name} --role operator"
+            );
+        }
+        BridgeCommand::List { store } => {
+            let s = open(&store).await?;
+            for b in s.bridges().await? {
+                println!("{b}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
+    match cmd {
+        TokenCommand::Create {
+            bridge,
+            role,
+            label,
+            store,
+        } => {
+            let role = Role::parse(&role).map_err(anyhow::Error::msg)?;
+            let s = open(&store).await?;
+            let (rec, token) = s.create_token(&bridge, role, label.as_deref()).await?;
+            println!("{token}");
+            eprintln!(
+                "token {} for bridge {} with role {}: shown once above; send it as `Authorization: Bearer <token>`.",
+                rec.id,
+                rec.bridge,
+                rec.role.as_str()
+            );
+        }
+        TokenCommand::List { bridge, store } => {
+            let s = open(&store).await?;
+            for t in s.tokens(bridge.as_deref()).await? {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    t.id,
+                    t.bridge,
+                    t.role.as_str(),
+                    if t.revoked_at.is_some() {
+                        "revoked"
+                    } else {
+                        "active"
+                    },
+                    t.label.unwrap_or_default()
+                );
+            }
+        }
+        TokenCommand::Revoke { id, store } => {
+            let s = open(&store).await?;
+            s.revoke_token(&id).await?;
+            eprintln!("token {id} revoked");
+        }
+    }
+    Ok(())
+}

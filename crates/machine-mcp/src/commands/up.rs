@@ -1,0 +1,250 @@
+//! `machine-mcp up`: a relay on loopback and a daemon in one process, enrolled automatically.
+
+use std::{os::unix::fs::OpenOptionsExt, path::Path, sync::Arc, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use daemon::{
+    identity::{DeviceKey, Enrollment},
+    link::{self, LinkConfig},
+    sessions::Sessions,
+};
+use relay::{RelayConfig, SqliteStorage, auth::Role, config::AuthMode};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{AuthArg, UpArgs};
+
+/// The bridge `up` serves.
+const BRIDGE: &str = "local";
+/// How long `up` waits for its own daemon to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub(crate) async fn run(args: UpArgs) -> Result<()> {
+    daemon::init_tls();
+    if !args.listen.ip().is_loopback() {
+        bail!(
+            "machine-mcp up listens on loopback only ({} is not); for a public relay use `machine-mcp relay serve` and `machine-mcp connect`",
+            args.listen
+        );
+    }
+    let dir = super::state_dir(&args.state)?.join("up");
+    let storage = SqliteStorage::open(&dir.join("relay.db"))
+        .await
+        .with_context(|| format!("cannot open the relay store in {}", dir.display()))?;
+    let public_url: url::Url = format!("http://{}", args.listen)
+        .parse()
+        .context("bad --listen")?;
+    let auth = match args.auth {
+        AuthArg::Token => AuthMode::Token,
+        AuthArg::None => AuthMode::None,
+    };
+    let config = RelayConfig {
+        listen: args.listen,
+        public_url: public_url.clone(),
+        auth,
+        allowed_origins: Vec::new(),
+        max_inflight_per_bridge: protocol::limits::RELAYED_REQUESTS_PER_BRIDGE,
+        timing: super::relay_timing(&args.timing),
+    };
+    let listener = relay::bind(&config).await?;
+    // Enroll our own daemon: the bridge, its device key, and (with token auth) an owner token.
+    if !storage.bridge_exists(BRIDGE).await? {
+        storage.add_bridge(BRIDGE, 1).await?;
+    }
+    let key = Arc::new(DeviceKey::load_or_create(&dir.join("daemon"))?);
+    let enrollment = match Enrollment::load(&dir.join("daemon"))? {
+        Some(e)
+            if storage
+                .device_key(&e.key_id)
+                .await?
+                .is_some_and(|k| k.public_key == key.public_key()) =>
+        {
+            e
+        }
+        _ => {
+            let key_id = storage.register_key(BRIDGE, &key.public_key()).await?;
+            let e = Enrollment {
+                relay: public_url.to_string(),
+                bridge: BRIDGE.into(),
+                key_id,
+            };
+            e.save(&dir.join("daemon"))?;
+            e
+        }
+    };
+    let token = match auth {
+        AuthMode::Token => Some(owner_token(&storage, &dir).await?),
+        AuthMode::None => None,
+    };
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn(relay::serve_on(listener, config, storage, stop.clone()));
+
+    let runtime = super::build_runtime(
+        args.workspace,
+        &args.policy,
+        Some(super::REMOTE_FOREGROUND_BUDGET),
+    )?;
+    let upstreams = match &args.servers {
+        Some(f) => {
+            daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?
+        }
+        None => Vec::new(),
+    };
+    let (servers, upstreams) = daemon::catalog(&runtime, upstreams).await;
+    let names: Vec<String> = servers
+        .iter()
+        .map(|s| s.name.clone())
+        .filter(|n| n != protocol::frame::RUNTIME_SERVER)
+        .collect();
+    let sessions = Sessions::new(runtime.clone(), upstreams);
+    let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
+    let link_config = LinkConfig {
+        relay: public_url.clone(),
+        bridge: enrollment.bridge.clone(),
+        key_id: enrollment.key_id.clone(),
+        key,
+        servers,
+        timing: super::daemon_timing(&args.timing),
+        ready: Some(ready_tx),
+    };
+    let link_stop = stop.clone();
+    let link_task = tokio::spawn(link::run(link_config, sessions, link_stop));
+
+    let became_ready = tokio::time::timeout(READY_TIMEOUT, ready_rx.wait_for(|r| *r)).await;
+    if !matches!(became_ready, Ok(Ok(_))) {
+        stop.cancel();
+        bail!(
+            "the daemon did not become ready within {} s (see the log above)",
+            READY_TIMEOUT.as_secs()
+        );
+    }
+    let base = public_url.as_str().trim_end_matches('/');
+    let mcp_url = format!("{base}/b/{BRIDGE}/mcp");
+    let server_urls: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .map(|n| (n.clone(), json!(format!("{base}/b/{BRIDGE}/s/{n}/mcp"))))
+        .collect();
+    if args.json {
+        println!(
+            "{}",
+            json!({"mcp_url": mcp_url, "servers": server_urls, "token": token})
+        );
+    } else {
+        print_human(
+            &mcp_url,
+            &server_urls,
+            token.as_deref(),
+            runtime.workspace().root(),
+            runtime.policy().name(),
+        );
+    }
+    tokio::select! {
+        _ = super::shutdown_signal() => tracing::info!("shutting down"),
+        r = link_task => {
+            if let Ok(Err(e)) = r {
+                tracing::error!(error = %e, "the daemon link stopped");
+            }
+        }
+    }
+    stop.cancel();
+    runtime.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), relay_task).await;
+    Ok(())
+}
+
+/// The owner token of `up`'s bridge, kept in `dir/token` (0600) so restarts keep client configs
+/// working; a token revoked or missing from the store is replaced.
+async fn owner_token(storage: &SqliteStorage, dir: &Path) -> Result<String> {
+    let path = dir.join("token");
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        let t = t.trim().to_owned();
+        if storage
+            .token_by_hash(&relay::auth::sha256_hex(&t))
+            .await?
+            .is_some()
+        {
+            return Ok(t);
+        }
+    }
+    let (_, token) = storage
+        .create_token(BRIDGE, Role::Owner, Some("machine-mcp up"))
+        .await?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    std::io::Write::write_all(&mut f, token.as_bytes())?;
+    Ok(token)
+}
+
+fn print_human(
+    mcp_url: &str,
+    servers: &serde_json::Map<String, serde_json::Value>,
+    token: Option<&str>,
+    workspace: &Path,
+    policy: &str,
+) {
+    let header = match token {
+        Some(t) => format!("Authorization: Bearer {t}"),
+        None => String::new(),
+    };
+    println!(
+        "machine-mcp is up: workspace {} (policy {policy})",
+        workspace.display()
+    );
+    println!();
+    println!("MCP URL (Streamable HTTP): {mcp_url}");
+    for (name, url) in servers {
+        println!("  upstream {name}: {}", url.as_str().unwrap_or_default());
+    }
+    if let Some(t) = token {
+        println!("Bearer token:              {t}");
+    } else {
+        println!("No authentication (loopback only).");
+    }
+    println!();
+    println!("Claude Code:");
+    if token.is_some() {
+        println!("  claude mcp add --transport http machine {mcp_url} --header \"{header}\"");
+    } else {
+        println!("  claude mcp add --transport http machine {mcp_url}");
+    }
+    let headers = match token {
+        Some(t) => json!({"Authorization": format!("Bearer {t}")}),
+        None => json!({}),
+    };
+    println!();
+    println!("Cursor (.cursor/mcp.json):");
+    println!(
+        "{}",
+        pretty(&json!({"mcpServers": {"machine": {"url": mcp_url, "headers": headers}}}))
+    );
+    println!();
+    println!("VS Code (.vscode/mcp.json):");
+    println!(
+        "{}",
+        pretty(
+            &json!({"servers": {"machine": {"type": "http", "url": mcp_url, "headers": headers}}})
+        )
+    );
+    println!();
+    println!("Any stdio-only client, through mcp-remote:");
+    let mut args = vec![json!("-y"), json!("mcp-remote"), json!(mcp_url)];
+    if token.is_some() {
+        args.push(json!("--header"));
+        args.push(json!(header));
+    }
+    println!(
+        "{}",
+        pretty(&json!({"mcpServers": {"machine": {"command": "npx", "args": args}}}))
+    );
+    println!();
+    println!("Press Ctrl-C to stop.");
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
