@@ -168,6 +168,8 @@ struct SessionInner {
     last_seq: u64,
     outbox: VecDeque<Value>,
     last_active: Instant,
+    /// The session was ended; nothing may be registered or sent any more.
+    ended: bool,
 }
 
 /// One MCP session (DESIGN §4): bound to its principal, its bridge and one served server.
@@ -204,6 +206,9 @@ pub enum SendError {
     /// A request with this id is already in flight in the session.
     #[error("a request with this id is already in flight in this session")]
     DuplicateId,
+    /// The session was ended meanwhile.
+    #[error("the session has ended")]
+    Ended,
 }
 
 /// JSON-RPC id → map key; numbers and strings never collide.
@@ -313,6 +318,7 @@ impl Hub {
                 last_seq: 0,
                 outbox: VecDeque::new(),
                 last_active: Instant::now(),
+                ended: false,
             }),
             bridge,
         });
@@ -348,14 +354,23 @@ impl Hub {
         let Some(s) = self.sessions.lock().ok().and_then(|mut m| m.remove(sid)) else {
             return;
         };
+        tracing::debug!(bridge = %s.bridge.name, code, "ending a session");
         Metrics::add(&self.metrics.sessions, -1);
         let (pending, opened) = match s.inner.lock() {
-            Ok(mut g) => (
-                g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>(),
-                g.opened_on.take(),
-            ),
+            Ok(mut g) => {
+                g.ended = true;
+                g.outbox.clear();
+                (
+                    g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>(),
+                    g.opened_on.take(),
+                )
+            }
             Err(_) => (Vec::new(), None),
         };
+        tracing::debug!(
+            pending = pending.len(),
+            "settling the requests of an ended session"
+        );
         self.settle_all(&s, pending, code, message);
         s.standalone.finish();
         if tell_daemon
@@ -424,6 +439,9 @@ impl Hub {
                 .inner
                 .lock()
                 .map_err(|_| SendError::Busy(s.bridge.name.clone()))?;
+            if g.ended {
+                return Err(SendError::Ended);
+            }
             if g.pending.contains_key(&key) {
                 return Err(SendError::DuplicateId);
             }
@@ -468,6 +486,9 @@ impl Hub {
     pub fn send(&self, s: &Session, link: &Link, message: Value) -> Result<(), SendError> {
         let busy = || SendError::Busy(s.bridge.name.clone());
         let mut g = s.inner.lock().map_err(|_| busy())?;
+        if g.ended {
+            return Err(SendError::Ended);
+        }
         g.last_active = Instant::now();
         if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
             g.initialized = true;
@@ -662,31 +683,35 @@ impl Hub {
     /// the bound sessions when it is the same instance or ends them when it is a new one, and
     /// flushes client messages queued while the daemon was away. Returns the replaced link.
     pub fn promote(&self, bridge: &Arc<Bridge>, link: Link) -> Option<Link> {
-        let (old, restarted) = {
-            let Ok(mut g) = bridge.inner.lock() else {
-                return None;
-            };
-            let old = g.active.replace(link.clone());
-            let restarted = g
-                .bound_instance
+        // A new instance inherits nothing: end the previous instance's sessions before the new
+        // link is visible, so no request can slip onto it in between.
+        let restarted = bridge.inner.lock().ok().and_then(|g| {
+            g.bound_instance
                 .as_ref()
                 .filter(|b| **b != link.instance_id)
-                .cloned();
-            if g.detached_at.take().is_some() {
-                Metrics::add(&self.metrics.detached, -(g.inflight as i64));
-            }
-            g.bound_instance = Some(link.instance_id.clone());
-            (old, restarted)
-        };
-        if old.is_some() || restarted.is_some() {
-            self.metrics.reconnects.fetch_add(1, Ordering::Relaxed);
-        }
+                .cloned()
+        });
         if let Some(old_instance) = restarted {
             self.end_bound(
                 &bridge.name,
                 &old_instance,
                 "the machine's daemon restarted; the outcome of this request is unknown (it may have had effects): check before retrying",
             );
+        }
+        let (old, rebound) = {
+            let Ok(mut g) = bridge.inner.lock() else {
+                return None;
+            };
+            let rebound = g.bound_instance.is_some();
+            let old = g.active.replace(link.clone());
+            if g.detached_at.take().is_some() {
+                Metrics::add(&self.metrics.detached, -(g.inflight as i64));
+            }
+            g.bound_instance = Some(link.instance_id.clone());
+            (old, rebound)
+        };
+        if old.is_some() || rebound {
+            self.metrics.reconnects.fetch_add(1, Ordering::Relaxed);
         }
         bridge.ready.send_replace(Some(link.clone()));
         self.flush_outboxes(bridge, &link);
@@ -741,6 +766,7 @@ impl Hub {
     }
 
     fn end_bound(&self, bridge: &str, instance: &str, message: &str) {
+        tracing::debug!(bridge, instance, "ending the sessions of a daemon instance");
         let victims: Vec<String> = self
             .sessions
             .lock()

@@ -18,10 +18,7 @@ use axum::{
     body::Bytes,
     extract::{Path, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
-    response::{
-        IntoResponse, Response,
-        sse::{Event as SseEvent, KeepAlive, Sse},
-    },
+    response::{IntoResponse, Response},
 };
 use futures_util::Stream as FuturesStream;
 use serde_json::{Value, json};
@@ -449,6 +446,7 @@ async fn request(
     let Some(link) = link else {
         return offline_answer(s, method, id);
     };
+    tracing::debug!(method, instance = %link.instance_id, "relaying a request");
     let (sink, stream, waiter) = if sse {
         let st = Stream::new(&s.sid, &s.principal.id, &s.bridge.name);
         hub.streams.insert(st.clone());
@@ -467,10 +465,26 @@ async fn request(
                 &format!("{n} requests are already in flight on this bridge; retry shortly"),
             );
         }
+        Err(SendError::Ended) => {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                -32001,
+                "MCP session not found: initialize again",
+            );
+        }
         Err(e) => return rpc_error(StatusCode::CONFLICT, id, -32600, &e.to_string()),
     }
     if let Err(e) = hub.send(s, &link, message) {
         hub.unregister(s, &id);
+        if matches!(e, SendError::Ended) {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                -32001,
+                "MCP session not found: initialize again",
+            );
+        }
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
@@ -559,28 +573,58 @@ async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMa
     StatusCode::OK.into_response()
 }
 
+/// Reconnection delay suggested to clients in the priming event (SSE `retry`, ms).
+const SSE_RETRY_MS: u64 = 1000;
+
 /// An SSE response reading `st` after event `after` (from the priming event when `None`).
+///
+/// Written by hand rather than with axum's `Sse` so the priming event carries an id and an empty
+/// `data:` field and a `retry` hint (MCP 2025-11-25 Streamable HTTP §Resumability), and so a
+/// keepalive comment follows every quiet interval.
 fn sse_response(hub: &Hub, st: Arc<Stream>, after: Option<u64>) -> Response {
-    let body = events(st, after);
-    Sse::new(body)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(hub.config.timing.sse_keepalive)
-                .text("keepalive"),
-        )
+    let body = axum::body::Body::from_stream(events(st, after, hub.config.timing.sse_keepalive));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        body,
+    )
         .into_response()
+}
+
+/// Encodes one event: `id:`, then `data:` lines (a priming event has one empty `data:`).
+fn encode(id: &str, data: &str, priming: bool) -> Bytes {
+    let mut s = String::with_capacity(data.len() + id.len() + 32);
+    s.push_str("id: ");
+    s.push_str(id);
+    s.push('\n');
+    if priming {
+        s.push_str(&format!("retry: {SSE_RETRY_MS}\ndata: \n\n"));
+        return Bytes::from(s);
+    }
+    for line in data.split('\n') {
+        s.push_str("data: ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push('\n');
+    Bytes::from(s)
 }
 
 fn events(
     st: Arc<Stream>,
     after: Option<u64>,
-) -> impl FuturesStream<Item = Result<SseEvent, Infallible>> {
+    keepalive: Duration,
+) -> impl FuturesStream<Item = Result<Bytes, Infallible>> {
     struct State {
         st: Arc<Stream>,
         cursor: Option<u64>,
         rx: tokio::sync::watch::Receiver<u64>,
         buf: std::collections::VecDeque<crate::stream::Event>,
         done: bool,
+        keepalive: Duration,
     }
     let rx = st.subscribe();
     let state = State {
@@ -589,14 +633,15 @@ fn events(
         rx,
         buf: Default::default(),
         done: false,
+        keepalive,
     };
     futures_util::stream::unfold(state, |mut s| async move {
         loop {
             if let Some(e) = s.buf.pop_front() {
                 s.cursor = Some(e.seq);
                 s.st.note_sent(e.seq);
-                let ev = SseEvent::default().id(s.st.event_id(e.seq)).data(e.data);
-                return Some((Ok(ev), s));
+                let bytes = encode(&s.st.event_id(e.seq), &e.data, e.seq == 0);
+                return Some((Ok(bytes), s));
             }
             if s.done {
                 return None;
@@ -611,8 +656,11 @@ fn events(
             if done {
                 return None;
             }
-            if s.rx.changed().await.is_err() {
-                return None;
+            tokio::select! {
+                r = s.rx.changed() => if r.is_err() { return None },
+                _ = tokio::time::sleep(s.keepalive) => {
+                    return Some((Ok(Bytes::from_static(b": keepalive\n\n")), s));
+                }
             }
         }
     })

@@ -10,7 +10,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
     sync::{
-        Mutex,
+        Condvar, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
         mpsc,
     },
@@ -136,7 +136,7 @@ pub(crate) fn candidates(
         })
     });
     let mut files = found.into_inner().unwrap_or_default();
-    files.sort_unstable();
+    files.sort_unstable_by(|a, b| path_order(a, b));
     Ok(files)
 }
 
@@ -150,7 +150,30 @@ pub(crate) struct Run<'a> {
     pub(crate) cancel: &'a CancellationToken,
 }
 
+/// Most files one worker claims at once; runs start at one file and double up to this, so a
+/// search that hits its cap early opens few files, and a long one takes one lock and sends one
+/// message per run instead of per file.
+const MAX_RUN: usize = 64;
+
+/// Dispatch state shared by the workers (one lock per run of files).
+struct Sched {
+    /// Next file index to hand out.
+    next: usize,
+    /// Length of the next run.
+    run: usize,
+    /// Matches found per file, once searched.
+    counts: Vec<Option<usize>>,
+    /// Files `0..frontier` are all searched.
+    frontier: usize,
+    /// Matches in files `0..frontier`.
+    prefix: usize,
+}
+
 /// Searches `files` in order from `cursor`, returning the first `max_matches` hits.
+///
+/// Workers claim runs of consecutive files, never more than a window ahead of the first file not
+/// yet searched, so the work done past the cap stays bounded; the merger takes results in file
+/// order and stops at the cap.
 pub(crate) fn run(
     opts: &Run<'_>,
     mut files: Vec<PathBuf>,
@@ -159,25 +182,28 @@ pub(crate) fn run(
 ) -> Outcome {
     let mut first_skip = 0;
     if let Some(c) = &cursor {
-        let start = files.partition_point(|p| p.as_path() < c.path.as_path());
+        let start = files.partition_point(|p| path_order(p, &c.path).is_lt());
         if files.get(start) == Some(&c.path) {
             first_skip = c.skip;
         }
         files.drain(..start);
     }
     let total = files.len();
-    let next_index = AtomicUsize::new(0);
+    let threads = opts.threads.max(1);
+    // How far past the first unsearched file runs may start: at least two files per thread, then
+    // as far as the confirmed prefix reaches (doubling), at most two full runs per thread.
+    let window = |frontier: usize| (2 * threads).max(frontier).min(2 * threads * MAX_RUN);
     let stop = AtomicBool::new(false);
     let opened = AtomicUsize::new(0);
-    // Matches known in the contiguous prefix of finished files: workers stop taking files as soon
-    // as it reaches the cap, and it bounds how many matches a file must still yield.
-    let prefix_matches = AtomicUsize::new(0);
-    let finished = Mutex::new(Prefix {
-        counts: vec![None; files.len()],
+    let sched = Mutex::new(Sched {
+        next: 0,
+        run: 1,
+        counts: vec![None; total],
         frontier: 0,
-        matches: 0,
+        prefix: 0,
     });
-    let (tx, rx) = mpsc::channel::<(usize, FileResult)>();
+    let advanced = Condvar::new();
+    let (tx, rx) = mpsc::channel::<Vec<(usize, FileResult)>>();
     let files_ref = &files;
     let mut out = Outcome {
         files: Vec::new(),
@@ -188,10 +214,9 @@ pub(crate) fn run(
         cancelled: false,
     };
     std::thread::scope(|s| {
-        for _ in 0..opts.threads.max(1) {
+        for _ in 0..threads {
             let tx = tx.clone();
-            let (next_index, stop, opened, prefix_matches, finished) =
-                (&next_index, &stop, &opened, &prefix_matches, &finished);
+            let (stop, opened, sched, advanced) = (&stop, &opened, &sched, &advanced);
             s.spawn(move || {
                 let mut searcher = SearcherBuilder::new()
                     .line_number(true)
@@ -200,34 +225,66 @@ pub(crate) fn run(
                     .after_context(opts.context)
                     .build();
                 loop {
-                    if stop.load(Ordering::Relaxed) || opts.cancel.is_cancelled() {
-                        break;
-                    }
-                    let i = next_index.fetch_add(1, Ordering::Relaxed);
-                    if i >= files_ref.len() {
-                        break;
-                    }
-                    opened.fetch_add(1, Ordering::Relaxed);
-                    let skip = if i == 0 { first_skip } else { 0 };
-                    let need = opts
-                        .max_matches
-                        .saturating_sub(prefix_matches.load(Ordering::Relaxed))
-                        .max(1);
-                    let r = search_file(&mut searcher, opts, &files_ref[i], skip + need, stop);
-                    let found = r.hits.len().saturating_sub(skip);
-                    if let Ok(mut f) = finished.lock() {
-                        f.counts[i] = Some(found);
-                        while let Some(Some(n)) = f.counts.get(f.frontier).copied() {
-                            f.matches += n;
-                            f.frontier += 1;
+                    // Claim a run within the window.
+                    let (start, end, prefix) = {
+                        let Ok(mut g) = sched.lock() else { return };
+                        loop {
+                            if stop.load(Ordering::Relaxed)
+                                || opts.cancel.is_cancelled()
+                                || g.next >= total
+                            {
+                                return;
+                            }
+                            if g.next < g.frontier + window(g.frontier) {
+                                break;
+                            }
+                            g = match advanced.wait_timeout(g, Duration::from_millis(50)) {
+                                Ok((g, _)) => g,
+                                Err(_) => return,
+                            };
                         }
-                        prefix_matches.store(f.matches, Ordering::Relaxed);
-                        if f.matches >= opts.max_matches {
+                        let start = g.next;
+                        let end = (start + g.run)
+                            .min(total)
+                            .min(g.frontier + window(g.frontier));
+                        g.next = end;
+                        g.run = (g.run * 2).min(MAX_RUN);
+                        (start, end, g.prefix)
+                    };
+                    let mut batch = Vec::with_capacity(end - start);
+                    let mut local = 0usize;
+                    for (i, path) in files_ref.iter().enumerate().take(end).skip(start) {
+                        if stop.load(Ordering::Relaxed) || opts.cancel.is_cancelled() {
+                            break;
+                        }
+                        opened.fetch_add(1, Ordering::Relaxed);
+                        let skip = if i == 0 { first_skip } else { 0 };
+                        let need = opts.max_matches.saturating_sub(prefix + local).max(1);
+                        let r = search_file(&mut searcher, opts, path, skip + need, stop);
+                        local += r.hits.len().saturating_sub(skip);
+                        batch.push((i, r));
+                        // Everything after this file is beyond the cap for sure.
+                        if prefix + local >= opts.max_matches && i + 1 < end {
+                            break;
+                        }
+                    }
+                    if let Ok(mut g) = sched.lock() {
+                        for (i, r) in &batch {
+                            let skip = if *i == 0 { first_skip } else { 0 };
+                            g.counts[*i] = Some(r.hits.len().saturating_sub(skip));
+                        }
+                        while let Some(Some(n)) = g.counts.get(g.frontier).copied() {
+                            g.prefix += n;
+                            g.frontier += 1;
+                        }
+                        if g.prefix >= opts.max_matches {
                             stop.store(true, Ordering::Relaxed);
                         }
                     }
-                    if tx.send((i, r)).is_err() {
-                        break;
+                    advanced.notify_all();
+                    let complete = batch.len() == end - start;
+                    if tx.send(batch).is_err() || !complete {
+                        return;
                     }
                 }
             });
@@ -238,9 +295,7 @@ pub(crate) fn run(
         let mut last_progress: Option<tokio::time::Instant> = None;
         'merge: loop {
             match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok((i, r)) => {
-                    pending.insert(i, r);
-                }
+                Ok(batch) => pending.extend(batch),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     if pending.is_empty() {
@@ -267,8 +322,7 @@ pub(crate) fn run(
                     h.file = out.files.len();
                     out.hits.push(h);
                 }
-                let used_file = take > 0;
-                if used_file {
+                if take > 0 {
                     out.files.push(files_ref[file_index].clone());
                 }
                 if out.hits.len() >= opts.max_matches {
@@ -304,15 +358,23 @@ pub(crate) fn run(
             }
         }
         stop.store(true, Ordering::Relaxed);
+        advanced.notify_all();
     });
     out.files_searched = opened.load(Ordering::Relaxed);
     out
 }
 
-struct Prefix {
-    counts: Vec<Option<usize>>,
-    frontier: usize,
-    matches: usize,
+/// The order of a depth-first walk with sorted directories: byte order with `/` below every
+/// other byte (so `a/b` sorts before `a-b`, as `a` sorts before `a-b`). Same as comparing by
+/// components for the walker's normalized paths, at the cost of one pass over the bytes.
+pub(crate) fn path_order(a: &Path, b: &Path) -> std::cmp::Ordering {
+    use std::os::unix::ffi::OsStrExt;
+    let key = |c: u8| if c == b'/' { 0 } else { c };
+    a.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&c| key(c))
+        .cmp(b.as_os_str().as_bytes().iter().map(|&c| key(c)))
 }
 
 struct FileResult {
@@ -551,8 +613,24 @@ mod tests {
         let d = tree();
         let o = go(d.path(), 3, None);
         assert_eq!(o.hits.len(), 3);
-        assert!(o.files_searched <= 3, "searched {}", o.files_searched);
+        assert!(
+            o.files_searched <= 4,
+            "searched {} (at most 2 per thread ahead)",
+            o.files_searched
+        );
         assert_eq!(o.next.as_ref().unwrap().skip, 3);
+    }
+
+    #[test]
+    fn path_order_is_component_order() {
+        let mut v: Vec<PathBuf> = ["a-b", "a/b", "a/b/c", "a.txt", "a", "ab", "a/c"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let mut by_components = v.clone();
+        by_components.sort();
+        v.sort_by(|a, b| path_order(a, b));
+        assert_eq!(v, by_components);
     }
 
     #[test]

@@ -42,10 +42,10 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
         timing: super::relay_timing(&args.timing),
     };
     let listener = relay::bind(&config).await?;
+    let bound = listener.local_addr().unwrap_or(config.listen);
     let bridges = storage.bridges().await.unwrap_or_default();
     eprintln!(
-        "machine-mcp relay listening on {} (public URL {public_url}); bridges: {}",
-        config.listen,
+        "machine-mcp relay listening on {bound} (public URL {public_url}); bridges: {}",
         if bridges.is_empty() {
             "none yet (add one with `machine-mcp relay bridge add NAME`)".to_owned()
         } else {

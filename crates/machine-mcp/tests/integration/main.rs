@@ -6,10 +6,12 @@
 mod containment;
 mod edit;
 mod git;
+mod net;
 mod patch;
 mod policy;
 mod process;
 mod protocol;
 mod read;
+mod relay;
 mod search;
 mod util;

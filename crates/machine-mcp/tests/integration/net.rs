@@ -1,0 +1,534 @@
+//! Fixtures for relay tests: relay and daemon processes, a controllable TCP proxy between them,
+//! and a small MCP Streamable HTTP client.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{Shutdown, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::util::bin;
+
+/// A child process killed on drop, with its stderr collected.
+pub(crate) struct Proc {
+    pub(crate) child: Child,
+    pub(crate) stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    pub(crate) fn spawn(args: &[&str], stderr_tx: Option<mpsc::Sender<String>>) -> Self {
+        let mut child = Command::new(bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn machine-mcp");
+        let err = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if let Some(tx) = &stderr_tx {
+                    let _ = tx.send(l.clone());
+                }
+                keep.lock().unwrap().push(l);
+            }
+        });
+        Self {
+            child,
+            stderr: lines,
+        }
+    }
+
+    /// Waits until a stderr line contains `needle`.
+    pub(crate) fn wait_log(&self, needle: &str, within: Duration) {
+        let end = Instant::now() + within;
+        while !self
+            .stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+        {
+            assert!(
+                Instant::now() < end,
+                "no log line with {needle:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub(crate) fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `machine-mcp ARGS` to completion and returns stdout (trimmed); panics on failure.
+pub(crate) fn run_cli(args: &[&str]) -> String {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "machine-mcp {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A TCP proxy whose connections can be cut or silenced.
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
+    conns: Arc<Mutex<Vec<Conn>>>,
+}
+
+struct Conn {
+    a: TcpStream,
+    b: TcpStream,
+    silent: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards to `127.0.0.1:upstream` (settable later).
+    pub(crate) fn start(upstream: Arc<Mutex<u16>>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conns: Arc<Mutex<Vec<Conn>>> = Arc::default();
+        let c = conns.clone();
+        std::thread::spawn(move || {
+            for inbound in listener.incoming() {
+                let Ok(inbound) = inbound else { continue };
+                let target = *upstream.lock().unwrap();
+                let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let silent = Arc::new(AtomicBool::new(false));
+                pump(
+                    inbound.try_clone().unwrap(),
+                    outbound.try_clone().unwrap(),
+                    silent.clone(),
+                );
+                pump(
+                    outbound.try_clone().unwrap(),
+                    inbound.try_clone().unwrap(),
+                    silent.clone(),
+                );
+                c.lock().unwrap().push(Conn {
+                    a: inbound,
+                    b: outbound,
+                    silent,
+                });
+            }
+        });
+        Self { port, conns }
+    }
+
+    /// Closes every current connection (both sides see the TCP connection end).
+    pub(crate) fn cut(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.a.shutdown(Shutdown::Both);
+            let _ = c.b.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Stops forwarding on every current connection while keeping it open (half-open link);
+    /// new connections forward normally.
+    pub(crate) fn silence(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.silent.store(true, Ordering::SeqCst);
+            std::mem::forget(c.a);
+            std::mem::forget(c.b);
+        }
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, silent: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if silent.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        if !silent.load(Ordering::SeqCst) {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+    });
+}
+
+/// A relay process with one bridge, its enrollment code, and a proxy in front.
+pub(crate) struct Relay {
+    pub(crate) proc: Proc,
+    pub(crate) port: u16,
+    pub(crate) proxy: Proxy,
+    pub(crate) store: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Relay {
+    /// Starts `relay serve` behind a proxy whose address is the public URL.
+    pub(crate) fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("relay.db");
+        let upstream = Arc::new(Mutex::new(0u16));
+        let proxy = Proxy::start(upstream.clone());
+        let public = format!("http://127.0.0.1:{}", proxy.port);
+        let (tx, rx) = mpsc::channel();
+        let mut args = vec![
+            "relay",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--public-url",
+            &public,
+            "--store",
+            store.to_str().unwrap(),
+            "--log-level",
+            "debug",
+        ];
+        args.extend_from_slice(extra);
+        let proc = Proc::spawn(&args, Some(tx));
+        let port = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("relay starts");
+            if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1) {
+                break rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse::<u16>()
+                    .unwrap();
+            }
+        };
+        *upstream.lock().unwrap() = port;
+        Self {
+            proc,
+            port,
+            proxy,
+            store,
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn store_args(&self) -> Vec<String> {
+        vec!["--store".into(), self.store.to_str().unwrap().into()]
+    }
+
+    /// `relay bridge add NAME` → enrollment code.
+    pub(crate) fn add_bridge(&self, name: &str) -> String {
+        let mut a = vec!["relay", "bridge", "add", name];
+        let s = self.store_args();
+        a.extend(s.iter().map(String::as_str));
+        run_cli(&a)
+    }
+
+    /// `relay token create` → token.
+    pub(crate) fn token(&self, bridge: &str, role: &str) -> String {
+        let mut a = vec![
+            "relay", "token", "create", "--bridge", bridge, "--role", role,
+        ];
+        let s = self.store_args();
+        a.extend(s.iter().map(String::as_str));
+        run_cli(&a)
+    }
+
+    /// The public URL (through the proxy).
+    pub(crate) fn public(&self) -> String {
+        format!("http://127.0.0.1:{}", self.proxy.port)
+    }
+
+    /// The direct URL of the relay (clients use this; daemons go through the proxy).
+    pub(crate) fn direct(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Prometheus text.
+    pub(crate) fn metrics(&self) -> String {
+        ureq::get(&format!("{}/metrics", self.direct()))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+    }
+
+    /// The value of one metric line.
+    pub(crate) fn metric(&self, name_and_labels: &str) -> i64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(name_and_labels)
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(-1)
+    }
+
+    /// Starts a daemon for `bridge` (enrolling with `code` if given) in `state`.
+    pub(crate) fn daemon(
+        &self,
+        state: &Path,
+        workspace: &Path,
+        code: Option<&str>,
+        extra: &[&str],
+    ) -> Proc {
+        let public = self.public();
+        let mut args = vec![
+            "connect",
+            "--relay",
+            &public,
+            "--workspace",
+            workspace.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--heartbeat-ms",
+            "1000",
+            "--log-level",
+            "debug",
+        ];
+        if let Some(c) = code {
+            args.extend(["--enroll", c]);
+        }
+        args.extend_from_slice(extra);
+        Proc::spawn(&args, None)
+    }
+
+    /// Waits until the relay has `n` ready daemon sockets.
+    pub(crate) fn wait_ready(&self, n: i64) {
+        let end = Instant::now() + Duration::from_secs(30);
+        while self.metric("machine_mcp_relay_daemon_sockets{state=\"ready\"}") != n {
+            assert!(
+                Instant::now() < end,
+                "no {n} ready daemon(s); relay log:\n{}",
+                self.proc.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A minimal MCP Streamable HTTP client.
+pub(crate) struct Client {
+    pub(crate) url: String,
+    pub(crate) token: Option<String>,
+    pub(crate) session: Option<String>,
+    next_id: i64,
+}
+
+/// An HTTP answer: status, the session header, and the JSON-RPC messages of its body.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) session: Option<String>,
+    pub(crate) messages: Vec<Value>,
+}
+
+impl Client {
+    pub(crate) fn new(url: &str, token: Option<&str>) -> Self {
+        Self {
+            url: url.to_owned(),
+            token: token.map(str::to_owned),
+            session: None,
+            next_id: 1,
+        }
+    }
+
+    pub(crate) fn id(&mut self) -> i64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn request(&self, method: &str) -> ureq::Request {
+        let mut r = ureq::request(method, &self.url).timeout(Duration::from_secs(120));
+        if let Some(t) = &self.token {
+            r = r.set("Authorization", &format!("Bearer {t}"));
+        }
+        if let Some(s) = &self.session {
+            r = r.set("Mcp-Session-Id", s);
+        }
+        r
+    }
+
+    /// POSTs `body` and reads the whole answer (JSON or SSE until it ends).
+    pub(crate) fn post(&self, body: &Value) -> Answer {
+        let r = self
+            .request("POST")
+            .set("Content-Type", "application/json")
+            .set("Accept", "application/json, text/event-stream")
+            .send_string(&body.to_string());
+        let resp = match r {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("POST failed: {e}"),
+        };
+        answer(resp)
+    }
+
+    /// POSTs `body` and returns a reader of its SSE events as they arrive.
+    pub(crate) fn post_stream(&self, body: &Value) -> SseReader {
+        let resp = self
+            .request("POST")
+            .set("Content-Type", "application/json")
+            .set("Accept", "text/event-stream, application/json")
+            .send_string(&body.to_string())
+            .expect("POST");
+        SseReader::new(resp)
+    }
+
+    /// GET the standalone stream or, with `last_event_id`, a replay.
+    pub(crate) fn get_stream(&self, last_event_id: Option<&str>) -> Result<SseReader, u16> {
+        let mut r = self.request("GET").set("Accept", "text/event-stream");
+        if let Some(l) = last_event_id {
+            r = r.set("Last-Event-ID", l);
+        }
+        match r.call() {
+            Ok(resp) => Ok(SseReader::new(resp)),
+            Err(ureq::Error::Status(code, _)) => Err(code),
+            Err(e) => panic!("GET failed: {e}"),
+        }
+    }
+
+    pub(crate) fn delete(&self) -> u16 {
+        match self.request("DELETE").call() {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(c, _)) => c,
+            Err(e) => panic!("DELETE failed: {e}"),
+        }
+    }
+
+    /// `initialize` + `notifications/initialized`; remembers the session.
+    pub(crate) fn initialize(&mut self) -> Value {
+        let a = self.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "relay-tests", "version": "0"}}}));
+        assert_eq!(a.status, 200, "initialize: {a:?}");
+        self.session = a.session.clone();
+        let n = self.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        assert_eq!(n.status, 202);
+        a.messages.into_iter().last().expect("initialize result")
+    }
+
+    /// `tools/call` and its final message.
+    pub(crate) fn call(&mut self, tool: &str, args: Value) -> Value {
+        let id = self.id();
+        let a = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}}));
+        assert_eq!(a.status, 200, "{tool}: {a:?}");
+        a.messages.into_iter().last().expect("a response")
+    }
+
+    /// `tools/list` tool names.
+    pub(crate) fn tool_names(&mut self) -> Vec<String> {
+        let id = self.id();
+        let a = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+        let last = a.messages.last().cloned().unwrap_or(Value::Null);
+        last["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("tools/list: {a:?}"))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+fn answer(resp: ureq::Response) -> Answer {
+    let status = resp.status();
+    let session = resp.header("mcp-session-id").map(str::to_owned);
+    let sse = resp.content_type() == "text/event-stream";
+    let messages = if sse {
+        let mut r = SseReader::new(resp);
+        let mut v = Vec::new();
+        while let Some((_, m)) = r.next_message(Duration::from_secs(120)) {
+            if !m.is_null() {
+                v.push(m);
+            }
+        }
+        v
+    } else {
+        let text = resp.into_string().unwrap_or_default();
+        serde_json::from_str(&text).into_iter().collect()
+    };
+    Answer {
+        status,
+        session,
+        messages,
+    }
+}
+
+/// Reads SSE events from a response body on a background thread.
+pub(crate) struct SseReader {
+    rx: mpsc::Receiver<(Option<String>, String)>,
+}
+
+impl SseReader {
+    fn new(resp: ureq::Response) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let reader = resp.into_reader();
+        std::thread::spawn(move || {
+            let mut id = None;
+            let mut data: Option<Vec<String>> = None;
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { break };
+                if line.is_empty() {
+                    if let Some(d) = data.take() {
+                        let _ = tx.send((id.take(), d.join("\n")));
+                    }
+                    continue;
+                }
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.to_owned());
+                } else if let Some(v) = line
+                    .strip_prefix("data: ")
+                    .or_else(|| line.strip_prefix("data:"))
+                {
+                    data.get_or_insert_with(Vec::new).push(v.to_owned());
+                }
+            }
+        });
+        Self { rx }
+    }
+
+    /// The next event with its id: a JSON-RPC message, or `Value::Null` for the priming event
+    /// (empty data); `None` at the end of the stream or after `timeout`.
+    pub(crate) fn next_message(&mut self, timeout: Duration) -> Option<(Option<String>, Value)> {
+        let (id, data) = self.rx.recv_timeout(timeout).ok()?;
+        if data.trim().is_empty() {
+            return Some((id, Value::Null));
+        }
+        Some((id, serde_json::from_str(&data).expect("SSE data is JSON")))
+    }
+}
+
+/// The error object of a tool error result.
+pub(crate) fn tool_error(response: &Value) -> Value {
+    assert_eq!(
+        response["result"]["isError"], true,
+        "expected a tool error: {response}"
+    );
+    serde_json::from_str(response["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+}

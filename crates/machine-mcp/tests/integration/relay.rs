@@ -1,0 +1,542 @@
+//! The relay and the daemon link end to end: real processes, real sockets, a TCP proxy between
+//! daemon and relay for faults.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{
+    net::{Client, Relay, tool_error},
+    util::Tree,
+};
+
+struct Setup {
+    relay: Relay,
+    daemon: crate::net::Proc,
+    state: tempfile::TempDir,
+    ws: Tree,
+    token: String,
+}
+
+/// A relay with bridge `b1`, an owner token, and an `agent` daemon through the proxy.
+fn setup() -> Setup {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    ws.write("hello.txt", "hello from the workspace\n");
+    let daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--profile", "agent"],
+    );
+    relay.wait_ready(1);
+    daemon.wait_log("connected to the relay and ready", Duration::from_secs(30));
+    Setup {
+        relay,
+        daemon,
+        state,
+        ws,
+        token,
+    }
+}
+
+fn mcp_url(relay: &Relay, bridge: &str) -> String {
+    format!("{}/b/{bridge}/mcp", relay.direct())
+}
+
+#[test]
+fn tools_are_listed_and_called_through_the_relay() {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    let init = c.initialize();
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(init["result"]["serverInfo"]["name"], "machine-mcp");
+    let names = c.tool_names();
+    assert!(
+        names.contains(&"run_process".to_owned()) && !names.contains(&"exec_command".to_owned()),
+        "{names:?}"
+    );
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+    // Remote callers get a foreground budget: a long command comes back as a session.
+    let metrics = s.relay.metrics();
+    assert!(
+        metrics.contains("machine_mcp_relay_sessions 1"),
+        "{metrics}"
+    );
+    assert_eq!(c.delete(), 200);
+    let a = c.post(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}));
+    assert_eq!(a.status, 404, "a deleted session is gone");
+}
+
+#[test]
+fn http_rules_of_streamable_http() {
+    let s = setup();
+    let url = mcp_url(&s.relay, "b1");
+    let mut c = Client::new(&url, Some(&s.token));
+    c.initialize();
+    // 400 without a session, 404 with an unknown one.
+    let mut no_session = Client::new(&url, Some(&s.token));
+    assert_eq!(
+        no_session
+            .post(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            .status,
+        400
+    );
+    no_session.session = Some("made.up".into());
+    assert_eq!(
+        no_session
+            .post(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            .status,
+        404
+    );
+    // 401 without a token, with a bearer challenge; 403 with a foreign Origin.
+    let r = ureq::post(&url)
+        .set("Content-Type", "application/json")
+        .send_string("{}");
+    match r {
+        Err(ureq::Error::Status(401, resp)) => assert!(
+            resp.header("www-authenticate")
+                .unwrap_or("")
+                .starts_with("Bearer")
+        ),
+        other => panic!("expected 401, got {other:?}"),
+    }
+    let r = ureq::post(&url)
+        .set("Authorization", &format!("Bearer {}", s.token))
+        .set("Origin", "https://evil.example")
+        .set("Content-Type", "application/json")
+        .send_string(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert!(matches!(r, Err(ureq::Error::Status(403, _))), "{r:?}");
+    let r = ureq::post(&url)
+        .set("Authorization", &format!("Bearer {}", s.token))
+        .set("Host", "evil.example")
+        .set("Content-Type", "application/json")
+        .send_string(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert!(
+        matches!(r, Err(ureq::Error::Status(403, _))),
+        "a foreign Host on a loopback listener: {r:?}"
+    );
+    // 400 for an unsupported protocol version header.
+    let r = ureq::post(&url)
+        .set("Authorization", &format!("Bearer {}", s.token))
+        .set("Mcp-Session-Id", c.session.as_deref().unwrap())
+        .set("Mcp-Protocol-Version", "1999-01-01")
+        .set("Content-Type", "application/json")
+        .send_string(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert!(matches!(r, Err(ureq::Error::Status(400, _))), "{r:?}");
+    // A batch is refused; a body over 8 MiB is refused.
+    let a = c.post(&json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]));
+    assert_eq!(a.status, 400);
+    let big = "x".repeat(9 << 20);
+    let a = c.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": big}}));
+    assert_eq!(a.status, 413);
+    // Plain JSON when the client does not accept SSE.
+    let r = ureq::post(&url)
+        .set("Authorization", &format!("Bearer {}", s.token))
+        .set("Mcp-Session-Id", c.session.as_deref().unwrap())
+        .set("Accept", "application/json")
+        .set("Content-Type", "application/json")
+        .send_string(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#)
+        .unwrap();
+    assert_eq!(r.content_type(), "application/json");
+    let v: Value = serde_json::from_str(&r.into_string().unwrap()).unwrap();
+    assert_eq!(v, json!({"jsonrpc": "2.0", "id": 5, "result": {}}));
+    // Health and metrics.
+    assert_eq!(
+        ureq::get(&format!("{}/healthz", s.relay.direct()))
+            .call()
+            .unwrap()
+            .status(),
+        200
+    );
+    for m in [
+        "machine_mcp_relay_sessions",
+        "machine_mcp_relay_inflight_requests",
+        "machine_mcp_relay_detached_requests",
+        "machine_mcp_relay_daemon_sockets{state=\"ready\"}",
+        "machine_mcp_relay_daemon_reconnects_total",
+    ] {
+        assert!(s.relay.metric(m) >= 0, "metric {m}");
+    }
+}
+
+#[test]
+fn two_sessions_with_the_same_request_id_each_get_their_own_response() {
+    let s = setup();
+    let url = mcp_url(&s.relay, "b1");
+    let mut a = Client::new(&url, Some(&s.token));
+    let mut b = Client::new(&url, Some(&s.token));
+    a.initialize();
+    b.initialize();
+    let call = |who: &str| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", format!("sleep 1; echo {who}")]}}})
+    };
+    let ra = a.post_stream(&call("from-a"));
+    let rb = b.post_stream(&call("from-b"));
+    for (mut r, who) in [(ra, "from-a"), (rb, "from-b")] {
+        let mut last = Value::Null;
+        while let Some((_, m)) = r.next_message(Duration::from_secs(30)) {
+            last = m;
+        }
+        assert_eq!(last["id"], 7);
+        assert_eq!(
+            last["result"]["structuredContent"]["stdout"],
+            format!("{who}\n")
+        );
+    }
+}
+
+#[test]
+fn tokens_are_bound_to_their_bridge_and_roles_are_enforced_at_the_daemon() {
+    let s = setup();
+    let _code_b2 = s.relay.add_bridge("b2");
+    let token_b2 = s.relay.token("b2", "owner");
+    let other = Client::new(&mcp_url(&s.relay, "b1"), Some(&token_b2));
+    let a = other.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}}));
+    assert_eq!(a.status, 403, "a token for bridge b2 cannot reach b1");
+    let reviewer = s.relay.token("b1", "reviewer");
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&reviewer));
+    c.initialize();
+    let names = c.tool_names();
+    for t in [
+        "write_file",
+        "edit_file",
+        "apply_patch",
+        "run_process",
+        "exec_command",
+        "start_process",
+        "git_commit",
+    ] {
+        assert!(
+            !names.contains(&t.to_owned()),
+            "reviewer sees {t}: {names:?}"
+        );
+    }
+    assert!(names.contains(&"read_file".to_owned()));
+    // Even when called anyway, the daemon refuses.
+    let r = c.call("write_file", json!({"path": "pwned.txt", "content": "x"}));
+    assert_eq!(tool_error(&r)["code"], "policy_denied");
+    let r = c.call("run_process", json!({"argv": ["touch", "pwned2.txt"]}));
+    assert_eq!(tool_error(&r)["code"], "policy_denied");
+    assert!(!s.ws.path().join("pwned.txt").exists() && !s.ws.path().join("pwned2.txt").exists());
+    // A revoked token is refused.
+    let list = crate::net::run_cli(
+        &[
+            &["relay", "token", "list", "--bridge", "b1"][..],
+            &s.relay
+                .store_args()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        ]
+        .concat(),
+    );
+    let reviewer_id = list
+        .lines()
+        .find(|l| l.contains("reviewer"))
+        .unwrap()
+        .split('\t')
+        .next()
+        .unwrap()
+        .to_owned();
+    crate::net::run_cli(
+        &[
+            &["relay", "token", "revoke", &reviewer_id][..],
+            &s.relay
+                .store_args()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        c.post(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
+            .status,
+        401
+    );
+}
+
+#[test]
+fn the_link_dropped_mid_call_reconnects_as_the_same_instance_and_the_result_arrives() {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let mut stream = c.post_stream(&json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "sleep 10; echo survived"], "yield_after_seconds": 60}}}));
+    std::thread::sleep(Duration::from_secs(2));
+    let reconnects = s.relay.metric("machine_mcp_relay_daemon_reconnects_total");
+    s.relay.proxy.cut();
+    let mut last = Value::Null;
+    while let Some((_, m)) = stream.next_message(Duration::from_secs(40)) {
+        last = m;
+    }
+    assert_eq!(last["id"], 42, "relay log:\n{}", s.relay.proc.log());
+    assert_eq!(last["result"]["structuredContent"]["stdout"], "survived\n");
+    assert_eq!(last["result"]["structuredContent"]["exit_code"], 0);
+    assert!(s.relay.metric("machine_mcp_relay_daemon_reconnects_total") > reconnects);
+    assert_eq!(s.relay.metric("machine_mcp_relay_detached_requests"), 0);
+}
+
+#[test]
+fn a_restarted_daemon_inherits_nothing_and_old_sessions_get_404() {
+    let mut s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert!(r["result"]["structuredContent"].is_object());
+    let mut running = c.post_stream(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sleep", "30"]}}}));
+    assert!(
+        running.next_message(Duration::from_secs(10)).is_some(),
+        "the call started"
+    );
+    s.daemon.kill();
+    let state = s.state.path().to_owned();
+    let _daemon2 = s
+        .relay
+        .daemon(&state, s.ws.path(), None, &["--profile", "agent"]);
+    // The new instance becomes ready and ends the old instance's sessions.
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = c.post(&json!({"jsonrpc": "2.0", "id": 77, "method": "ping"}));
+        if a.status == 404 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "old session still served: {a:?}\nrelay:\n{}",
+            s.relay.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The call in flight on the old instance ends with "outcome unknown", not a silent hang.
+    let mut last = Value::Null;
+    while let Some((_, m)) = running.next_message(Duration::from_secs(30)) {
+        last = m;
+    }
+    assert_eq!(last["id"], 8);
+    assert_eq!(last["error"]["code"], -32003, "{last}");
+    c.session = None;
+    c.initialize();
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+}
+
+#[test]
+fn while_the_daemon_is_offline_initialize_and_tools_list_answer_and_calls_fail_fast() {
+    let mut s = setup();
+    s.daemon.kill();
+    s.relay.wait_ready(0);
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    let init = c.initialize();
+    assert_eq!(init["result"]["serverInfo"]["name"], "machine-mcp");
+    assert!(c.tool_names().contains(&"read_file".to_owned()));
+    let start = Instant::now();
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    let e = tool_error(&r);
+    assert_eq!(e["code"], "unavailable");
+    assert_eq!(e["retryable"], true);
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "failed after {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_silent_link_is_detected_and_replaced_within_two_heartbeat_intervals() {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let reconnects = s.relay.metric("machine_mcp_relay_daemon_reconnects_total");
+    let start = Instant::now();
+    s.relay.proxy.silence();
+    let end = start + Duration::from_secs(30);
+    while s.relay.metric("machine_mcp_relay_daemon_reconnects_total") <= reconnects {
+        assert!(Instant::now() < end, "never replaced");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = start.elapsed();
+    // Heartbeat 1 s: detection within two intervals, plus the first backoff (≤ 1 s) and handshake.
+    assert!(
+        took < Duration::from_millis(2000 + 1000 + 500),
+        "replaced after {took:?}\nrelay:\n{}\ndaemon:\n{}",
+        s.relay.proc.log(),
+        s.daemon.log()
+    );
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+}
+
+#[test]
+fn a_closed_sse_stream_is_not_cancellation_and_get_replays_without_rerunning() {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let mut stream = c.post_stream(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "echo run >> runs.log; sleep 2; echo finished"]}}}));
+    // The priming event carries the stream's first event id; then the client goes away.
+    let (prime, m) = stream
+        .next_message(Duration::from_secs(10))
+        .expect("priming event");
+    assert!(m.is_null(), "the first event primes: {m}");
+    let prime = prime.expect("the priming event has an id");
+    drop(stream);
+    std::thread::sleep(Duration::from_secs(4));
+    // Resume after the priming event: the result is replayed, not re-executed.
+    let mut replay = c.get_stream(Some(&prime)).expect("replay");
+    let (_, m) = replay
+        .next_message(Duration::from_secs(10))
+        .expect("the result");
+    assert_eq!(m["id"], 5);
+    assert_eq!(m["result"]["structuredContent"]["stdout"], "finished\n");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.path().join("runs.log")).unwrap(),
+        "run\n",
+        "ran exactly once"
+    );
+    // A foreign session cannot replay it.
+    let mut other = Client::new(&c.url, Some(&s.token));
+    other.initialize();
+    assert_eq!(other.get_stream(Some(&prime)).err(), Some(404));
+}
+
+/// A hand-driven daemon socket (no probe answers unless asked).
+fn fake_socket(
+    relay: &Relay,
+) -> tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>> {
+    let url = format!("ws://127.0.0.1:{}/daemon/v1/connect", relay.port);
+    let (ws, _) = tungstenite::connect(url).expect("connect to the relay");
+    ws
+}
+
+fn read_frame(
+    ws: &mut tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
+) -> Result<Value, Option<u16>> {
+    loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => {
+                return Ok(serde_json::from_str(t.as_str()).unwrap());
+            }
+            Ok(tungstenite::Message::Close(f)) => return Err(f.map(|f| u16::from(f.code))),
+            Ok(_) => {}
+            Err(_) => return Err(None),
+        }
+    }
+}
+
+#[test]
+fn an_unverified_daemon_never_displaces_a_healthy_one() {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    // 1. A hello whose signature does not verify is refused with 4001.
+    let mut bad = fake_socket(&s.relay);
+    let welcome = read_frame(&mut bad).unwrap();
+    assert_eq!(welcome["type"], "welcome");
+    let key = daemon::identity::DeviceKey::load_or_create(&s.state.path().join("fake")).unwrap();
+    let hello = |key_id: &str, challenge: &str, sign: bool| {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let transcript =
+            protocol::frame::hello_transcript(&s.relay.public(), challenge, "b1", "inst_fake", ts);
+        let signature = if sign {
+            key.sign(&transcript)
+        } else {
+            key.sign(b"something else")
+        };
+        json!({"type": "hello", "protocol": 1, "bridge": "b1", "instance_id": "inst_fake", "key_id": key_id,
+               "timestamp": ts, "signature": signature, "version": "test", "servers": []})
+    };
+    let enrolled_key = s.relay.add_bridge("b1"); // a second code for the same bridge
+    let mut enroll = fake_socket(&s.relay);
+    let _ = read_frame(&mut enroll).unwrap();
+    enroll
+        .send(tungstenite::Message::Text(
+            json!({"type": "enroll", "code": enrolled_key, "public_key": key.public_key()})
+                .to_string()
+                .into(),
+        ))
+        .unwrap();
+    let enrolled = read_frame(&mut enroll).unwrap();
+    let key_id = enrolled["key_id"].as_str().unwrap().to_owned();
+    bad.send(tungstenite::Message::Text(
+        hello(&key_id, welcome["challenge"].as_str().unwrap(), false)
+            .to_string()
+            .into(),
+    ))
+    .unwrap();
+    assert_eq!(
+        read_frame(&mut bad).err(),
+        Some(Some(protocol::frame::CLOSE_UNAUTHENTICATED))
+    );
+    assert_eq!(
+        s.relay
+            .metric("machine_mcp_relay_daemon_sockets{state=\"ready\"}"),
+        1
+    );
+    // 2. A correctly signed daemon that never answers the probe stays a candidate, and is dropped
+    //    at the readiness deadline; the incumbent serves throughout.
+    let mut slow = fake_socket(&s.relay);
+    let welcome = read_frame(&mut slow).unwrap();
+    slow.send(tungstenite::Message::Text(
+        hello(&key_id, welcome["challenge"].as_str().unwrap(), true)
+            .to_string()
+            .into(),
+    ))
+    .unwrap();
+    assert_eq!(read_frame(&mut slow).unwrap()["type"], "hello_ack");
+    assert_eq!(read_frame(&mut slow).unwrap()["type"], "probe");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let r = c.call("read_file", json!({"path": "hello.txt"}));
+        assert_eq!(
+            r["result"]["structuredContent"]["content"],
+            "hello from the workspace\n"
+        );
+        assert_eq!(
+            s.relay
+                .metric("machine_mcp_relay_daemon_sockets{state=\"candidate\"}"),
+            1
+        );
+        assert_eq!(
+            s.relay
+                .metric("machine_mcp_relay_daemon_sockets{state=\"ready\"}"),
+            1
+        );
+    }
+    let closed = read_frame(&mut slow).err();
+    assert_eq!(
+        closed,
+        Some(Some(protocol::frame::CLOSE_NOT_READY)),
+        "the silent candidate is closed at the deadline"
+    );
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+    assert_eq!(
+        s.relay
+            .metric("machine_mcp_relay_daemon_sockets{state=\"candidate\"}"),
+        0
+    );
+}
