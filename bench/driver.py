@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -364,6 +365,11 @@ def bench_search(binary, rg, tree, queries, runs, max_matches):
             sc = resp["result"]["structuredContent"]
             n_ours = len(sc["matches"])
             _, n_rg, _, _ = run_rg(rg_argv(rg, q), tree)
+            if not q.get("include") and (n_ours == 0 or sc["files_searched"] < 1000):
+                raise RuntimeError(
+                    f"query {q['name']}: searched {sc['files_searched']} files, found {n_ours} matches; "
+                    "is the tree ignored (e.g. by a .gitignore above it or at its top)?"
+                )
             if not sc["complete"]:
                 raise RuntimeError(
                     f"query {q['name']}: search_text stopped at max_matches={max_matches}; "
@@ -481,11 +487,37 @@ def machine_info():
     }
 
 
+def paired_ratio(row):
+    """Median over rounds of ours/rg, each pair measured back to back: load that drifts during
+    the run hits both members of a pair, so this is steadier than a ratio of medians."""
+    return statistics.median(o / r for o, r in zip(row["ours"], row["rg"]))
+
+
+def cpu_busy_seconds():
+    """CPU time spent busy by the whole machine since boot (all CPUs), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds():
+    """CPU time of this driver and every child it has reaped (servers, rg, head, sed)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def tool_version(argv):
     try:
         return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.splitlines()[0].strip()
     except (OSError, IndexError):
         return "?"
+
+
+def cell(text):
+    """Escapes a table cell (GFM also honours \\| inside code spans in tables)."""
+    return text.replace("|", "\\|")
 
 
 def status(ok):
@@ -512,6 +544,7 @@ def main():
     info = machine_info()
     load_start = info["load"]
     t_start = time.time()
+    busy_start, own_start, mono_start = cpu_busy_seconds(), own_cpu_seconds(), time.monotonic()
 
     queries = [
         {"name": "literal", "pattern": "PM_RESUME", "literal": True, "with_sorted": True},
@@ -534,16 +567,23 @@ def main():
 
     load_end = os.getloadavg()
     elapsed = time.time() - t_start
+    # CPUs kept busy by other processes during the run, on average: machine busy time minus ours.
+    others = max(0.0, (cpu_busy_seconds() - busy_start) - (own_cpu_seconds() - own_start)) / (
+        time.monotonic() - mono_start
+    )
 
     L = []
     L.append("# machine-mcp benchmark results")
     L.append("")
     L.append(f"- Date (UTC): {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t_start))}, run took {elapsed:.0f} s")
     L.append(f"- Machine: {info['nproc']} CPUs ({info['cpu']}), {info['mem']} RAM, Linux {info['kernel']}")
+    loaded = others > 0.25
     L.append(
-        f"- Load average (1/5/15 min) at start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-        f"at end: {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f}"
-        + ("  ⚠️ loaded machine: other work was running (load > nproc/2)" if max(load_start[0], load_end[0]) > info["nproc"] / 2 else "")
+        f"- Other processes kept {others:.2f} of {info['nproc']} CPUs busy on average during the run "
+        f"(machine busy time from /proc/stat minus this benchmark's own processes); load average "
+        f"(1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}"
+        + (" — ⚠️ loaded machine: numbers are noisier and rg's parallelism helps it less" if loaded
+           else " — quiet machine")
     )
     L.append(f"- machine-mcp: `{tool_version([a.bin, '--version'])}` ({os.environ.get('BENCH_GIT_REV', '?')}), release profile")
     L.append(f"- rustc: `{os.environ.get('BENCH_RUSTC', '?')}`")
@@ -581,11 +621,13 @@ def main():
     for row in sr:
         q = row["q"]
         om, rm = ms(statistics.median(row["ours"])), ms(statistics.median(row["rg"]))
-        ratio = om / rm
+        ratio = paired_ratio(row)
         walk = bool(q.get("include"))
+        shown = cell(q["pattern"] if not walk else "-g " + q["include"][0])
         L.append(
-            f"| 3 | `search_text` {q['name']}: `{q['pattern'] if not walk else '-g ' + q['include'][0]}`, median of {len(row['ours'])} "
-            f"| {fmt_ms(om)} ms | `rg` {fmt_ms(rm)} ms | **{ratio:.2f}x** | ≤ 1.5x | {status(ratio <= 1.5)} |"
+            f"| 3 | `search_text` {cell(q['name'])}: `{shown}`, median of {len(row['ours'])} "
+            f"| {fmt_ms(om)} ms | `rg` {fmt_ms(rm)} ms | **{ratio:.2f}x** (paired) "
+            + ("| — | (diagnostic) |" if walk else f"| ≤ 1.5x | {status(ratio <= 1.5)} |")
         )
     for label, snap in mem:
         L.append(
@@ -598,8 +640,10 @@ def main():
     L.append(
         "Ours: the `tools/call` round trip on a warm session (request written → response line read). "
         "rg: spawn → exit with its stdout read through a pipe (includes rg's own process start, a few ms). "
-        "Runs alternate ours/rg after one warm-up each; the page cache was warmed before. CPU = user+sys "
-        "of the whole process per search (ours from /proc/PID/stat deltas, rg from wait4)."
+        "Runs alternate ours/rg after one warm-up each; the page cache was warmed before. Ratio = median "
+        "over the rounds of ours/rg within each back-to-back pair (in the summary too). CPU = user+sys "
+        "of the whole process per search (ours from /proc/PID/stat deltas, rg from wait4); its ratio "
+        "depends little on load, while wall time favours rg on an idle machine (rg keeps both CPUs busy)."
     )
     L.append("")
     L.append(
@@ -612,16 +656,16 @@ def main():
         oc, rc = statistics.median(row["ours_cpu"]), statistics.median(row["rg_cpu"])
         srt = fmt_ms(ms(statistics.median(row["rg_sorted"]))) + " ms" if row["rg_sorted"] else "—"
         L.append(
-            f"| {q['name']} | {row['n_ours']} / {row['n_rg']}{'' if row['n_ours'] == row['n_rg'] else ' ⚠️ differ'} "
+            f"| {cell(q['name'])} | {row['n_ours']} / {row['n_rg']}{'' if row['n_ours'] == row['n_rg'] else ' ⚠️ differ'} "
             f"| {row['files_searched']} | {row['resp_bytes'] / 1024:.0f} KiB "
             f"| {fmt_ms(ms(statistics.median(row['ours'])))} ({fmt_ms(ms(min(row['ours'])))}–{fmt_ms(ms(max(row['ours'])))}) ms "
             f"| {fmt_ms(ms(statistics.median(row['rg'])))} ({fmt_ms(ms(min(row['rg'])))}–{fmt_ms(ms(max(row['rg'])))}) ms "
-            f"| {statistics.median(row['ours']) / statistics.median(row['rg']):.2f}x "
-            f"| {oc:.2f} / {rc:.2f} | {srt} |"
+            f"| {paired_ratio(row):.2f}x "
+            f"| {oc:.2f} / {rc:.2f} ({oc / rc:.2f}x) | {srt} |"
         )
     L.append("")
     q0 = sr[0]["q"]
-    L.append(f"rg command (literal row): `{' '.join(rg_argv('rg', q0))}` (regex rows without `-F`); "
+    L.append(f"rg command (literal row): `{shlex.join(rg_argv('rg', q0))}` (regex rows without `-F`); "
              f"ours: `search_text` with `max_matches: 5000` — every query has fewer matches, so the call returns "
              f"`complete: true` (checked) and both sides search every file.")
     L.append("")

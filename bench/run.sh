@@ -16,7 +16,10 @@
 #      table and writes it to bench/results/latest.md.
 #
 # Knobs (environment): RG_VERSION, KERNEL_PKG, KERNEL_VERSION (an exact Debian version of
-# KERNEL_PKG; default: apt's candidate), BENCH_CACHE (default bench/.cache).
+# KERNEL_PKG; default: apt's candidate), BENCH_CACHE (default bench/.cache), MCP_BIN (benchmark
+# this binary instead of building target/release/machine-mcp; MCP_BIN_DESC says what it is in the
+# results). Extra arguments go to driver.py
+# (e.g. --quick, --search-runs 11, --out FILE).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -66,9 +69,14 @@ fi
 say "rg: $("$RG" --version | head -1) ($RG_SOURCE)"
 
 # ---- 2. build ----------------------------------------------------------------------------------
-say "building machine-mcp (release)"
-(cd "$ROOT" && cargo build --release --locked -p machine-mcp >&2)
-BIN=$ROOT/target/release/machine-mcp
+if [ -n "${MCP_BIN:-}" ]; then
+    BIN=$MCP_BIN  # benchmark another build (e.g. a patched one) against the same references
+    say "using MCP_BIN=$BIN (not building)"
+else
+    say "building machine-mcp (release)"
+    (cd "$ROOT" && cargo build --release --locked -p machine-mcp >&2)
+    BIN=$ROOT/target/release/machine-mcp
+fi
 [ -x "$BIN" ]
 
 # ---- 3. the tree -------------------------------------------------------------------------------
@@ -107,6 +115,7 @@ find "$TREE" >/dev/null
 rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then rev="$rev+dirty"; fi
 export BENCH_GIT_REV="commit $rev"
+if [ -n "${MCP_BIN:-}" ]; then BENCH_GIT_REV="${MCP_BIN_DESC:-MCP_BIN=$MCP_BIN, not built by this script}"; fi
 export BENCH_RUSTC="$(rustc --version)"
 export BENCH_RG_SOURCE="$RG_SOURCE"
 
