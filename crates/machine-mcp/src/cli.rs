@@ -80,6 +80,9 @@ pub(crate) struct TimingArgs {
     /// Relay liveness timeout in milliseconds (default 90000).
     #[arg(long, hide = true, value_name = "MS")]
     pub(crate) liveness_ms: Option<u64>,
+    /// Foreground budget of remote process calls in milliseconds (default 25000).
+    #[arg(long, hide = true, value_name = "MS")]
+    pub(crate) foreground_budget_ms: Option<u64>,
 }
 
 /// Arguments of `machine-mcp up`.

@@ -96,6 +96,12 @@ pub(crate) fn build_runtime(
     Ok(Arc::new(runtime))
 }
 
+/// The foreground budget of remote process calls, with the hidden test override applied.
+pub(crate) fn remote_budget(t: &TimingArgs) -> Duration {
+    t.foreground_budget_ms
+        .map_or(REMOTE_FOREGROUND_BUDGET, Duration::from_millis)
+}
+
 /// Relay link timing with the hidden test overrides applied.
 pub(crate) fn relay_timing(t: &TimingArgs) -> ::relay::config::LinkTiming {
     let mut timing = ::relay::config::LinkTiming::default();

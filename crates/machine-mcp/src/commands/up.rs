@@ -82,7 +82,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let runtime = super::build_runtime(
         args.workspace,
         &args.policy,
-        Some(super::REMOTE_FOREGROUND_BUDGET),
+        Some(super::remote_budget(&args.timing)),
     )?;
     let upstreams = match &args.servers {
         Some(f) => {

@@ -190,6 +190,8 @@ pub(crate) struct Relay {
     pub(crate) port: u16,
     pub(crate) proxy: Proxy,
     pub(crate) store: PathBuf,
+    upstream: Arc<Mutex<u16>>,
+    extra: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -200,43 +202,28 @@ impl Relay {
         let store = dir.path().join("relay.db");
         let upstream = Arc::new(Mutex::new(0u16));
         let proxy = Proxy::start(upstream.clone());
-        let public = format!("http://127.0.0.1:{}", proxy.port);
-        let (tx, rx) = mpsc::channel();
-        let mut args = vec![
-            "relay",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--public-url",
-            &public,
-            "--store",
-            store.to_str().unwrap(),
-            "--log-level",
-            "debug",
-        ];
-        args.extend_from_slice(extra);
-        let proc = Proc::spawn(&args, Some(tx));
-        let port = loop {
-            let line = rx
-                .recv_timeout(Duration::from_secs(30))
-                .expect("relay starts");
-            if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1) {
-                break rest
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .parse::<u16>()
-                    .unwrap();
-            }
-        };
+        let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        let (proc, port) = spawn_relay(proxy.port, &store, &extra);
         *upstream.lock().unwrap() = port;
         Self {
             proc,
             port,
             proxy,
             store,
+            upstream,
+            extra,
             _dir: dir,
         }
+    }
+
+    /// Replaces the relay process with a new one on the same store (and a new port behind the
+    /// same proxy).
+    pub(crate) fn restart(&mut self) {
+        self.proc.kill();
+        let (proc, port) = spawn_relay(self.proxy.port, &self.store, &self.extra);
+        *self.upstream.lock().unwrap() = port;
+        self.proc = proc;
+        self.port = port;
     }
 
     pub(crate) fn store_args(&self) -> Vec<String> {
@@ -332,6 +319,39 @@ impl Relay {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+fn spawn_relay(proxy_port: u16, store: &Path, extra: &[String]) -> (Proc, u16) {
+    let public = format!("http://127.0.0.1:{proxy_port}");
+    let (tx, rx) = mpsc::channel();
+    let mut args = vec![
+        "relay",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--public-url",
+        &public,
+        "--store",
+        store.to_str().unwrap(),
+        "--log-level",
+        "debug",
+    ];
+    args.extend(extra.iter().map(String::as_str));
+    let proc = Proc::spawn(&args, Some(tx));
+    let port = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("relay starts");
+        if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u16>()
+                .unwrap();
+        }
+    };
+    (proc, port)
 }
 
 /// A minimal MCP Streamable HTTP client.

@@ -540,3 +540,275 @@ fn an_unverified_daemon_never_displaces_a_healthy_one() {
         0
     );
 }
+
+#[test]
+fn notifications_cancelled_through_the_relay_kills_the_call() {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let mut stream = c.post_stream(&json!({"jsonrpc": "2.0", "id": 31, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "echo $$ > call.pid; exec sleep 100"]}}}));
+    let pidfile = s.ws.path().join("call.pid");
+    let end = Instant::now() + Duration::from_secs(20);
+    let pid: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < end, "the process never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let a = c.post(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 31, "reason": "test"}}));
+    assert_eq!(a.status, 202);
+    // The request's stream ends without a response, and the process is gone.
+    let mut got_response = false;
+    while let Some((_, m)) = stream.next_message(Duration::from_secs(10)) {
+        got_response |= m.get("id").is_some();
+    }
+    assert!(!got_response, "a cancelled request gets no response");
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z")
+    {
+        assert!(
+            Instant::now() < end,
+            "the cancelled call's process {pid} survived"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn long_process_calls_through_the_relay_come_back_as_sessions() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--profile", "agent", "--foreground-budget-ms", "1000"],
+    );
+    relay.wait_ready(1);
+    daemon.wait_log("connected to the relay and ready", Duration::from_secs(30));
+    let mut c = Client::new(&mcp_url(&relay, "b1"), Some(&token));
+    c.initialize();
+    let start = Instant::now();
+    let r = c.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", "echo started; sleep 3; echo done"]}),
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(2900),
+        "returned at the budget"
+    );
+    let out = &r["result"]["structuredContent"];
+    assert_eq!(out["still_running"], true, "{r}");
+    let id = out["session_id"].as_str().unwrap();
+    let r = c.call(
+        "read_process",
+        json!({"session_id": id, "wait_for_exit": true, "wait_ms": 10000}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["stdout"]["data"],
+        "started\ndone\n"
+    );
+}
+
+#[test]
+fn auth_none_is_refused_on_a_non_loopback_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("r.db");
+    let out = std::process::Command::new(crate::util::bin())
+        .args([
+            "relay",
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--auth",
+            "none",
+            "--store",
+            store.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--auth none is refused"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = std::process::Command::new(crate::util::bin())
+        .args([
+            "up",
+            "--json",
+            "--listen",
+            &listen,
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--state-dir",
+            state.path().to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let v: Value = serde_json::from_str(&line).expect("one JSON object");
+    assert_eq!(v["mcp_url"], format!("http://{listen}/b/local/mcp"));
+    let token = v["token"].as_str().unwrap().to_owned();
+    let mut c = Client::new(v["mcp_url"].as_str().unwrap(), Some(&token));
+    c.initialize();
+    assert!(c.tool_names().contains(&"read_file".to_owned()));
+    nix_interrupt(child.id());
+    let end = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < end, "up did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(
+        std::net::TcpListener::bind(&listen).is_ok(),
+        "the port is free again"
+    );
+}
+
+fn nix_interrupt(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
+}
+
+/// Processes whose command line contains `needle` (for finding upstream children).
+fn processes_with(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+#[test]
+fn upstream_servers_run_per_session_with_role_filtering_and_die_with_their_session() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let owner = relay.token("b1", "owner");
+    let reviewer = relay.token("b1", "reviewer");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let inner = Tree::new();
+    inner.write("inner.txt", "from the upstream server\n");
+    let marker = inner.path().to_str().unwrap().to_owned();
+    // Carry another MCP stdio server (here: machine-mcp itself on another directory).
+    let servers = ws.write(
+        "servers.json",
+        json!({"mcpServers": {"inner": {"command": crate::util::bin(), "args": ["stdio", "--workspace", marker, "--profile", "edit"]}}}).to_string(),
+    );
+    let daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--servers", servers.to_str().unwrap()],
+    );
+    relay.wait_ready(1);
+    daemon.wait_log("connected to the relay and ready", Duration::from_secs(30));
+    let before = processes_with(&marker);
+    let url = format!("{}/b/b1/s/inner/mcp", relay.direct());
+    let mut c = Client::new(&url, Some(&owner));
+    c.initialize();
+    let r = c.call("read_file", json!({"path": "inner.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "from the upstream server\n"
+    );
+    assert_eq!(
+        processes_with(&marker),
+        before + 1,
+        "one child for the session"
+    );
+    assert!(c.tool_names().contains(&"write_file".to_owned()));
+    // A reviewer sees only read-only tools of the upstream, and is refused the others.
+    let mut rc = Client::new(&url, Some(&reviewer));
+    rc.initialize();
+    let names = rc.tool_names();
+    assert!(
+        names.contains(&"read_file".to_owned()) && !names.contains(&"write_file".to_owned()),
+        "{names:?}"
+    );
+    let r = rc.call("write_file", json!({"path": "x.txt", "content": "x"}));
+    assert_eq!(tool_error(&r)["code"], "policy_denied");
+    assert!(!inner.path().join("x.txt").exists());
+    // Ending the sessions ends their children.
+    assert_eq!(c.delete(), 200);
+    assert_eq!(rc.delete(), 200);
+    let end = Instant::now() + Duration::from_secs(10);
+    while processes_with(&marker) > before {
+        assert!(
+            Instant::now() < end,
+            "upstream children outlived their sessions"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_relay_restart_is_an_outage_the_daemon_reports_and_recovers_from() {
+    let mut s = setup();
+    // Stop the relay; the daemon keeps retrying through the proxy, which now points nowhere.
+    s.relay.proc.kill();
+    s.daemon
+        .wait_log("the relay is unreachable", Duration::from_secs(30));
+    // A new relay process on the same store: the daemon's key is still registered.
+    let upstream_port = restart_relay(&mut s.relay);
+    assert!(upstream_port > 0);
+    s.daemon
+        .wait_log("the outage is over", Duration::from_secs(30));
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+}
+
+fn restart_relay(relay: &mut Relay) -> u16 {
+    relay.restart();
+    relay.port
+}
