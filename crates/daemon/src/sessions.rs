@@ -38,6 +38,8 @@ use crate::servers::{self, UpstreamSpec};
 const RETAINED_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// Client messages queued for one session's server.
 const INBOUND_QUEUE: usize = 256;
+/// Sessions one daemon hosts at once; an `open` beyond it is answered with `closed`.
+const MAX_SESSIONS: usize = 256;
 
 /// JSON-RPC id → key (numbers and strings never collide).
 fn id_key(id: &Value) -> String {

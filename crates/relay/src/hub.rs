@@ -47,8 +47,9 @@ use crate::{
 const SESSIONS_PER_BRIDGE: usize = 1_000;
 /// Client messages queued for a daemon that is away.
 const OUTBOX_MAX: usize = 256;
-/// A session unused this long is dropped.
-const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// A session without requests in flight and unused this long is ended (its daemon side, possibly
+/// an upstream child process, with it); a client that comes back gets 404 and initializes again.
+const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// JSON-RPC error code: the outcome of a request is unknown (its daemon restarted or never came
 /// back), so it may have had side effects.
