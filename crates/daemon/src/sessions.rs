@@ -133,13 +133,18 @@ impl Sessions {
         role: &str,
         initialize: Value,
     ) {
-        if self
-            .hosts
-            .lock()
-            .map(|h| h.contains_key(sid))
-            .unwrap_or(true)
-        {
-            return;
+        match self.hosts.lock() {
+            Ok(h) if h.contains_key(sid) => return,
+            Ok(h) if h.len() >= MAX_SESSIONS => {
+                drop(h);
+                self.send_closed(
+                    sid,
+                    &format!("this daemon already hosts {MAX_SESSIONS} sessions"),
+                );
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => return,
         }
         let stop = CancellationToken::new();
         let swallow = initialize.get("id").map(id_key);
