@@ -665,8 +665,3 @@ fn events(
         }
     })
 }
-
-/// How long a request waits for an offline daemon (exposed for tests).
-pub fn offline_wait(hub: &Hub) -> Duration {
-    hub.config.timing.offline_wait
-}
