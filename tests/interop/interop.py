@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks for tests/interop/run.sh: real MCP clients against `machine-mcp stdio`.
+"""Checks for tests/interop/run.sh: real MCP clients against `machine-mcp stdio` and, through
+`machine-mcp up`, against the relay over Streamable HTTP.
 
 Subcommands (run.sh calls them; each check prints one line `PASS <name>` or
 `FAIL <name>: <why>`, followed on failure by indented details):
@@ -10,9 +11,17 @@ Subcommands (run.sh calls them; each check prints one line `PASS <name>` or
   inspector WORK BIN   Inspector CLI v1 and v2 checks (env: INTEROP_NODE, INTEROP_NODE_MODULES)
   conformance NAME RC OUTDIR LOG...
                        judge one conformance-suite scenario from its exit code and checks.json
+  conformance-suite LABEL RC OUTDIR LOG BASELINE LOG...
+                       judge one run of the whole active suite (BASELINE: its --expected-failures
+                       file, or ""): one check that all scenarios ran, one per scenario
+  relay ts|python|inspector WORK TREE_UP EDIT_UP
+                       one client against two `machine-mcp up --profile agent --json` (their JSON
+                       lines in TREE_UP and EDIT_UP; logs beside them as .log): TREE_UP serves
+                       WORK/tree, EDIT_UP serves WORK/relay-edits (copies made here); `ts` and
+                       `inspector` need INTEROP_NODE and INTEROP_NODE_MODULES
   tee LOG -- CMD...    run CMD, copying its stdin/stdout lines to LOG (to see the wire)
 
-Only `sdk` needs the `mcp` package; the rest use the standard library.
+Only `sdk` and `relay python` need the `mcp` package; the rest use the standard library.
 """
 
 from __future__ import annotations
@@ -504,6 +513,359 @@ def cmd_conformance(name: str, rc: int, outdir: Path, logs: list[Path]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# the relay (`machine-mcp up`): the conformance suite through it, and real clients over Streamable
+# HTTP with a bearer token
+
+# Scenarios of the active suite (@modelcontextprotocol/conformance 0.1.16).
+ACTIVE_SCENARIOS = 30
+# Expected failures we understand exactly: scenario -> (the one failing check, its HTTP status).
+# dns-rebinding-protection sends its requests with undici directly, not through the global fetch
+# the preloaded module wraps, so they carry no bearer token: the foreign Host/Origin request is
+# still rejected (403, checked first), and the valid one gets 401 instead of a 2xx.
+KNOWN_XFAIL = {"dns-rebinding-protection": ("localhost-host-valid-accepted", 401)}
+# the tools --profile agent shows (no shell) and the ones each relay client must find
+AGENT_TOOLS = TOOLS - {"exec_command"}
+RELAY_TOOLS = {"read_file", "search_text", "edit_file", "run_process"}
+
+
+def baseline_names(path: Path) -> list[str]:
+    """The `server:` list of a suite baseline file (simple `- name` lines)."""
+    names, in_server = [], False
+    for line in path.read_text().splitlines():
+        if line[:1].strip():
+            in_server = line.startswith("server:")
+        m = re.match(r"\s+-\s*['\"]?([^'\"#\s]+)", line)
+        if in_server and m:
+            names.append(m.group(1))
+    return names
+
+
+def cmd_conformance_suite(label: str, rc: int, outdir: Path, log: Path, baseline: Path | None,
+                          extra_logs: list[Path]) -> int:
+    """Judge one run of the whole active suite: one check for the run, one per scenario."""
+    checks = Checks()
+    xfail = set(baseline_names(baseline)) if baseline else set()
+    text = log.read_text(errors="replace") if log.exists() else ""
+    m = re.search(r"Running \w+ suite \((\d+) scenarios\)", text)
+    ran = re.findall(r"^=== Running scenario: (\S+) ===", text, re.M)
+    results: dict[str, list[dict[str, Any]] | None] = {}
+    for name in ran:
+        files = sorted(outdir.glob(f"server-{name}-*/checks.json"))
+        results[name] = json.loads(files[-1].read_text()) if files else None
+    logs = lambda: [log, *extra_logs]  # noqa: E731
+
+    def bad_checks(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [c for c in items if c.get("status") not in ("SUCCESS", "INFO")]
+
+    def describe(items: list[dict[str, Any]]) -> str:
+        return "; ".join(f"{c.get('status')} {c.get('id') or c.get('name')}: {c.get('errorMessage', '')}"
+                         for c in items)[:2000]
+
+    def scenario(name: str) -> Callable[[], None]:
+        def go() -> None:
+            items = results[name]
+            check(items, f"no checks.json for {name}")
+            bad = bad_checks(items)
+            if name not in xfail:
+                check(not bad, describe(bad))
+                return
+            # an expected failure must fail, and (when we know why) for exactly that reason
+            check(bad, f"XPASS: {name} is in the baseline {baseline} but passed (a stale entry fails the suite too)")
+            if name in KNOWN_XFAIL:
+                cid, status = KNOWN_XFAIL[name]
+                got = [(c.get("id"), (c.get("details") or {}).get("statusCode")) for c in bad]
+                check(got == [(cid, status)],
+                      f"expected failure for another reason: want only {cid} with HTTP {status}; {describe(bad)}")
+        return go
+
+    def run() -> None:
+        want = m and int(m.group(1))
+        check(want == ACTIVE_SCENARIOS and len(ran) == ACTIVE_SCENARIOS,
+              f"the suite announced {want} scenarios and ran {len(ran)}, want {ACTIVE_SCENARIOS} (exit {rc})")
+        missing = [n for n, r in results.items() if r is None]
+        check(not missing, f"no checks.json for {missing}")
+        unexpected = [n for n, r in results.items() if r and bool(bad_checks(r)) != (n in xfail)]
+        if not unexpected:  # the scenario checks say all is as expected: so must the suite
+            check(rc == 0, f"suite exit {rc} although every scenario is as expected")
+
+    what = f"all {ACTIVE_SCENARIOS} active scenarios ran" + (f", baseline {baseline.name}" if baseline else "")
+    checks.run(f"{label}: {what}", run, logs)
+    for name in ran:
+        tag = " (expected failure: no bearer token on the suite's raw requests)" \
+            if name in KNOWN_XFAIL and name in xfail else " (expected failure)" if name in xfail else ""
+        checks.run(f"{label}: {name}{tag}", scenario(name), logs)
+    return 1 if checks.failed else 0
+
+
+def load_up(path: Path) -> dict[str, Any]:
+    """The JSON line `machine-mcp up --json` printed."""
+    return json.loads(path.read_text().splitlines()[0])
+
+
+def relay_copy(edits: Path, t: dict[str, Any], client: str) -> tuple[Path, dict[str, Any]]:
+    """A fresh copy of the edit target's crate at EDITS/CLIENT inside the edit `up`'s workspace;
+    returns the workspace and the edit with its path relative to it."""
+    dst = edits / client
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(Path(t["tree"]) / t["edit"]["crate"], dst, symlinks=True)
+    return edits, {**t["edit"], "path": f"{client}/{t['edit']['path']}"}
+
+
+def check_tools(names: set[str]) -> None:
+    check(RELAY_TOOLS <= names, f"missing {sorted(RELAY_TOOLS - names)} in {sorted(names)}")
+    check(names == AGENT_TOOLS, f"tools {sorted(names)}, want --profile agent's {sorted(AGENT_TOOLS)}")
+
+
+def check_echo(sc: dict[str, Any]) -> None:
+    check(sc.get("exit_code") == 0 and sc.get("stdout") == "hi\n" and sc.get("still_running") is False
+          and sc.get("timed_out") is False, f"run_process echo hi: {short(sc)}")
+
+
+def relay_plan(t: dict[str, Any]) -> dict[str, Any]:
+    """The calls every relay client makes on the tree, by name."""
+    return {
+        "read": ("read_file", {"path": t["read"], "start_line": 5, "end_line": 25}),
+        "search": ("search_text", {"pattern": LITERAL, "literal": True, "max_matches": 10}),
+        "regex": ("search_text", {"pattern": REGEX, "path": t["regex_crate"], "max_matches": 10}),
+        "echo": ("run_process", {"argv": ["echo", "hi"]}),
+    }
+
+
+def cmd_relay(client: str, work: Path, tree_up: Path, edit_up: Path) -> int:
+    """Checks of one client (ts, python, inspector) against two `up --profile agent` with token
+    auth: TREE_UP on the source tree, EDIT_UP on WORK/relay-edits (copies made here)."""
+    t = load_tree(work)
+    tree = Path(t["tree"])
+    a, b = load_up(tree_up), load_up(edit_up)
+    edits = work / "relay-edits"
+    logs = work / "logs"
+    up_logs = [tree_up.with_suffix(".log"), edit_up.with_suffix(".log")]
+    plan = relay_plan(t)
+    rx = re.compile(REGEX)
+    checks = Checks()
+    return {"ts": relay_ts, "python": relay_python, "inspector": relay_inspector}[client](
+        checks, t, tree, a, b, edits, logs, up_logs, plan, rx)
+
+
+def relay_ts(checks: Checks, t: dict[str, Any], tree: Path, a: dict[str, Any], b: dict[str, Any], edits: Path,
+             logs: Path, up_logs: list[Path], plan: dict[str, Any], rx: re.Pattern[str]) -> int:
+    node = os.environ["INTEROP_NODE"]
+    modules = os.environ["INTEROP_NODE_MODULES"]
+    script = Path(__file__).with_name("ts-client.mjs")
+
+    def session(name: str, up: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        log = logs / f"relay-ts-{name}.log"
+        stdin = json.dumps({"calls": [{"name": n, "arguments": args} for n, args in calls]})
+        p = subprocess.run([node, str(script), modules, up["mcp_url"]], input=stdin, capture_output=True,
+                           text=True, timeout=CALL_TIMEOUT * 2, check=False,
+                           env={**os.environ, "INTEROP_TOKEN": up["token"]})
+        log.write_text(f"$ node ts-client.mjs {modules} {up['mcp_url']}\nplan: {stdin}\n{p.stderr}\n"
+                       f"--- exit {p.returncode}; stdout:\n{short(p.stdout, 6000)}\n")
+        check(p.returncode == 0, f"ts-client.mjs exit {p.returncode}: {short(p.stderr.strip(), 600)}")
+        return json.loads(p.stdout)
+
+    names = ["read", "search", "echo"]
+    out: dict[str, Any] = {}
+    logf = lambda: [logs / "relay-ts-tree.log", *up_logs]  # noqa: E731
+
+    def result(i: int) -> dict[str, Any]:
+        check(out, "no session (see the initialize check)")
+        r = out["results"][i]
+        check("result" in r, f"the SDK threw: {r.get('error')}")
+        return r["result"]
+
+    def init() -> None:
+        out.update(session("tree", a, [plan[n] for n in names]))
+        check(out["protocol_version"] == "2025-11-25", f"negotiated {out['protocol_version']!r}, want 2025-11-25")
+        check((out["server"] or {}).get("name") == "machine-mcp", f"serverInfo {out['server']}")
+        check("tools" in (out["capabilities"] or {}), f"no tools capability: {out['capabilities']}")
+        check(out["session_id"], "no MCP-Session-Id")
+
+    def tools() -> None:
+        check(out and not out.get("tools_error"), f"tools/list: {out.get('tools_error')}")
+        check_tools({x["name"] for x in out["tools"]})
+
+    checks.run("ts-sdk (relay): initialize (2025-11-25, serverInfo, session id)", init, logf)
+    checks.run(f"ts-sdk (relay): tools/list is --profile agent's {len(AGENT_TOOLS)} tools", tools, logf)
+    checks.run("ts-sdk (relay): read_file line range",
+               lambda: check_read(tree, t["read"], 5, 25, structured(result(0))), logf)
+    checks.run("ts-sdk (relay): search_text literal",
+               lambda: check_matches(tree, structured(result(1)), lambda line: LITERAL in line, "literal search"), logf)
+    checks.run("ts-sdk (relay): run_process [echo, hi]", lambda: check_echo(structured(result(2))), logf)
+    checks.run("ts-sdk (relay): DELETE ends the session",
+               lambda: check(out and out["terminated"] is True, f"terminateSession: {out.get('terminated')}"), logf)
+
+    def edit() -> None:
+        ws, e = relay_copy(edits, t, "ts")
+        before = (ws / e["path"]).read_text()
+        o = session("edit", b, [("edit_file", {"path": e["path"], "old_text": e["old"],
+                                               "new_text": e["old"] + EDIT_SUFFIX})])
+        r = o["results"][0]
+        check("result" in r, f"the SDK threw: {r.get('error')}")
+        check_edit(ws, e, before, structured(r["result"]))
+
+    checks.run("ts-sdk (relay): edit_file on a copy", edit, lambda: [logs / "relay-ts-edit.log", *up_logs])
+    return 1 if checks.failed else 0
+
+
+def relay_python(checks: Checks, t: dict[str, Any], tree: Path, a: dict[str, Any], b: dict[str, Any], edits: Path,
+                 logs: Path, up_logs: list[Path], plan: dict[str, Any], rx: re.Pattern[str]) -> int:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    log = logs / "relay-python.log"
+    logf = lambda: [log, *up_logs]  # noqa: E731
+
+    def session(up: dict[str, Any], mode: str = "legacy", wire: list[str] | None = None):
+        def runner(body: Callable[[Any], Any]) -> Callable[[], None]:
+            def go() -> None:
+                async def record(response: Any) -> None:  # method of each POST and its status
+                    req = response.request
+                    method = json.loads(req.content).get("method", "(response)") if req.content else "-"
+                    line = f"{req.method} {method} -> {response.status_code}"
+                    with open(log, "a") as f:
+                        f.write(line + "\n")
+                    if wire is not None:
+                        wire.append(line)
+
+                async def main() -> None:
+                    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {up['token']}"},
+                                              timeout=httpx2.Timeout(CALL_TIMEOUT, read=300),
+                                              event_hooks={"response": [record]})
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        async with http, Client(streamable_http_client(up["mcp_url"], http_client=http),
+                                                mode=mode, read_timeout_seconds=CALL_TIMEOUT) as c:
+                            await body(c)
+                anyio.run(main)
+            return go
+        return runner
+
+    def res(r: Any) -> dict[str, Any]:
+        return r.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    async def call(c: Any, name: str) -> dict[str, Any]:
+        tool, args = plan[name]
+        return structured(res(await c.call_tool(tool, args)))
+
+    async def basics(c: Any) -> None:
+        check(c.protocol_version == "2025-11-25", f"negotiated {c.protocol_version!r}, want 2025-11-25")
+        check(c.server_info and c.server_info.name == "machine-mcp", f"serverInfo {c.server_info!r}")
+        check(c.server_capabilities.tools is not None, "no tools capability")
+
+    async def tools(c: Any) -> None:
+        check_tools({x.name for x in (await c.list_tools()).tools})
+
+    async def read(c: Any) -> None:
+        check_read(tree, t["read"], 5, 25, await call(c, "read"))
+
+    async def regex(c: Any) -> None:
+        check_matches(tree, await call(c, "regex"), lambda line: bool(rx.search(line)), "regex search",
+                      under=t["regex_crate"])
+
+    async def echo(c: Any) -> None:
+        check_echo(await call(c, "echo"))
+
+    checks.run("python-sdk (relay): initialize (legacy mode)", session(a)(basics), logf)
+    checks.run(f"python-sdk (relay): tools/list is --profile agent's {len(AGENT_TOOLS)} tools", session(a)(tools), logf)
+    checks.run("python-sdk (relay): read_file line range", session(a)(read), logf)
+    checks.run("python-sdk (relay): search_text regex under a path", session(a)(regex), logf)
+    checks.run("python-sdk (relay): run_process [echo, hi]", session(a)(echo), logf)
+
+    ws, e = relay_copy(edits, t, "python")
+    before = (ws / e["path"]).read_text()
+
+    async def edit(c: Any) -> None:
+        args = {"path": e["path"], "old_text": e["old"], "new_text": e["old"] + EDIT_SUFFIX}
+        check_edit(ws, e, before, structured(res(await c.call_tool("edit_file", args))))
+
+    checks.run("python-sdk (relay): edit_file on a copy", session(b)(edit), logf)
+
+    wire: list[str] = []
+
+    async def auto(c: Any) -> None:
+        check(c.protocol_version == "2025-11-25", f"negotiated {c.protocol_version!r}, want 2025-11-25")
+        check(c.session.initialize_result is not None, "no initialize result: the fallback did not happen")
+        check_echo(await call(c, "echo"))
+        posts = [w for w in wire if w.startswith("POST ")]
+        check(len(posts) >= 2 and posts[0].startswith("POST server/discover -> ")
+              and posts[1].startswith("POST initialize -> 200"),
+              f"wire {posts[:3]}, want server/discover (refused) then initialize")
+
+    checks.run("python-sdk (relay): default mode (server/discover probe falls back to initialize)",
+               session(a, "auto", wire)(auto), logf)
+    return 1 if checks.failed else 0
+
+
+def relay_inspector(checks: Checks, t: dict[str, Any], tree: Path, a: dict[str, Any], b: dict[str, Any],
+                    edits: Path, logs: Path, up_logs: list[Path], plan: dict[str, Any], rx: re.Pattern[str]) -> int:
+    node = os.environ["INTEROP_NODE"]
+    modules = Path(os.environ["INTEROP_NODE_MODULES"])
+    v1 = modules / "@modelcontextprotocol/inspector-cli/build/cli.js"
+    v2 = modules / "@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+    work = logs.parent
+    env = {**os.environ, "MCP_CATALOG_PATH": str(work / "inspector-catalog.json"), "NO_COLOR": "1"}
+    n = [0]
+    last = [Path("/nonexistent")]
+
+    def run(version: int, up: dict[str, Any], method: list[str], want_rc: int = 0) -> Any:
+        n[0] += 1
+        log = last[0] = logs / f"relay-inspector-v{version}-{n[0]}.log"
+        # the URL first: --header takes several values and would swallow it
+        target = [up["mcp_url"], "--transport", "http", "--header", f"Authorization: Bearer {up['token']}"]
+        if version == 1:  # v1 bug: it must run from inside the install's node_modules
+            argv, cwd = [node, str(v1), "--cli", *target, *method], modules
+        else:
+            argv, cwd = [node, str(v2), "--cli", "--format", "json", *target, *method], work
+        p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=CALL_TIMEOUT, check=False)
+        stderr = [line for line in p.stderr.splitlines() if not line.startswith("unknown format ")]
+        shown = " ".join(argv).replace(up["token"], "<token>")
+        log.write_text(f"$ {shown}\n" + "\n".join(stderr) + f"\n--- exit {p.returncode}; stdout:\n{short(p.stdout, 3000)}\n")
+        try:
+            out = json.loads(p.stdout)
+        except json.JSONDecodeError:
+            raise AssertionError(f"exit {p.returncode}, stdout is not JSON: {short(p.stdout, 200)}") from None
+        check(p.returncode == want_rc, f"exit code {p.returncode}, want {want_rc}: {short(out, 300)}")
+        return out.get("result", out) if version == 2 else out
+
+    def tool(name: str, args: dict[str, Any]) -> list[str]:
+        return ["--method", "tools/call", "--tool-name", name, "--tool-args-json", json.dumps(args)]
+
+    def v1_tool(name: str, args: dict[str, Any]) -> list[str]:
+        return ["--method", "tools/call", "--tool-name", name, "--tool-arg",
+                *[f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in args.items()]]
+
+    def tools(version: int) -> Callable[[], None]:
+        def go() -> None:
+            out = run(version, a, ["--method", "tools/list"] + (["--strict"] if version == 2 else []))
+            check_tools({x["name"] for x in out["tools"]})
+        return go
+
+    def edit() -> None:
+        ws, e = relay_copy(edits, t, "inspector")
+        before = (ws / e["path"]).read_text()
+        out = run(2, b, tool("edit_file", {"path": e["path"], "old_text": e["old"], "new_text": e["old"] + EDIT_SUFFIX}))
+        check_edit(ws, e, before, structured(out))
+
+    logf = lambda: [last[0], *up_logs]  # noqa: E731
+    checks.run(f"inspector-v2 (relay): initialize + tools/list --strict is --profile agent's {len(AGENT_TOOLS)} tools",
+               tools(2), logf)
+    checks.run("inspector-v2 (relay): read_file line range",
+               lambda: check_read(tree, t["read"], 5, 25, structured(run(2, a, tool(*plan["read"])))), logf)
+    checks.run("inspector-v2 (relay): search_text literal",
+               lambda: check_matches(tree, structured(run(2, a, tool(*plan["search"]))),
+                                     lambda line: LITERAL in line, "literal search"), logf)
+    checks.run("inspector-v2 (relay): run_process [echo, hi]",
+               lambda: check_echo(structured(run(2, a, tool(*plan["echo"])))), logf)
+    checks.run("inspector-v2 (relay): edit_file on a copy", edit, logf)
+    checks.run(f"inspector-v1 (relay): tools/list is --profile agent's {len(AGENT_TOOLS)} tools", tools(1), logf)
+    checks.run("inspector-v1 (relay): run_process [echo, hi] (--tool-arg argv=JSON)",
+               lambda: check_echo(structured(run(1, a, v1_tool(*plan["echo"])))), logf)
+    return 1 if checks.failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
 # tee: a transparent stdio relay that records the JSON-RPC lines in both directions
 
 def cmd_tee(log: Path, cmd: list[str]) -> int:
@@ -544,6 +906,12 @@ def main(argv: list[str]) -> int:
         return cmd_inspector(Path(argv[1]), argv[2])
     if len(argv) >= 4 and argv[0] == "conformance":
         return cmd_conformance(argv[1], int(argv[2]), Path(argv[3]), [Path(p) for p in argv[4:]])
+    if len(argv) >= 6 and argv[0] == "conformance-suite":
+        baseline = Path(argv[5]) if argv[5] else None
+        return cmd_conformance_suite(argv[1], int(argv[2]), Path(argv[3]), Path(argv[4]), baseline,
+                                     [Path(p) for p in argv[6:]])
+    if len(argv) == 5 and argv[0] == "relay" and argv[1] in ("ts", "python", "inspector"):
+        return cmd_relay(argv[1], Path(argv[2]), Path(argv[3]), Path(argv[4]))
     if len(argv) >= 4 and argv[0] == "tee" and argv[2] == "--":
         return cmd_tee(Path(argv[1]), argv[3:])
     print(__doc__, file=sys.stderr)

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Interop tests: drive real third-party MCP clients against `machine-mcp stdio`.
+# Interop tests: drive real third-party MCP clients against `machine-mcp stdio` and, through
+# `machine-mcp up` (relay and daemon on loopback), over Streamable HTTP with a bearer token.
 #
 #   tests/interop/run.sh [PATH-TO-machine-mcp]     (default: `cargo build` and use target/debug)
+#
+# The conformance fixture server (crates/conformance-fixture) is always built with cargo; with no
+# argument machine-mcp is built too.
 #
 # Installs its clients itself (Node 22 and the pinned npm packages from the npm registry, the
 # pinned Python `mcp` SDK from PyPI) into a cache dir, once; later runs reuse it. Prints one
@@ -11,19 +15,27 @@
 # Environment:
 #   MACHINE_MCP_INTEROP_CACHE   cache dir (default: tests/interop/.cache)
 #   MACHINE_MCP_INTEROP_PYTHON  Python >= 3.11 for the venv (default: python3)
-#   MACHINE_MCP_INTEROP_KEEP=1  keep the temp work dir (trees, logs, suite results)
+#   MACHINE_MCP_INTEROP_KEEP=1  keep the temp work dir (trees, logs, suite results, `up` state dirs)
+#   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay")
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 SCENARIOS=(server-initialize ping tools-list)
 
+PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay} "
+UP_STOP_SECS=15 # how long `up` may take to exit after SIGINT (then `timeout` kills it)
+
 passed=0 failed=0 gw_pid="" start=$SECONDS
+declare -A UP_PID=() # `machine-mcp up` processes still running: name -> pid (of its `timeout`)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/machine-mcp-interop.XXXXXX")"
 mkdir -p "$WORK/logs"
 
 cleanup() {
   if [ -n "$gw_pid" ]; then kill "$gw_pid" 2>/dev/null || true; wait "$gw_pid" 2>/dev/null || true; fi
+  local name
+  for name in "${!UP_PID[@]}"; do kill -INT "${UP_PID[$name]}" 2>/dev/null || true; done
+  for name in "${!UP_PID[@]}"; do wait "${UP_PID[$name]}" 2>/dev/null || true; done
   if [ "${MACHINE_MCP_INTEROP_KEEP:-0}" = 1 ]; then echo "interop: work dir kept: $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -78,16 +90,22 @@ source "$HERE/install.sh" all
 # ---------------------------------------------------------------------------------------------
 # the server binary and a real source tree (crates of our own dependency graph)
 
+# the conformance fixture always comes from cargo; machine-mcp too unless given
+packages=(-p conformance-fixture)
+[ $# -ge 1 ] || packages=(-p machine-mcp "${packages[@]}")
+(cd "$REPO" && timeout 1800 cargo build "${packages[@]}") >"$WORK/logs/build.log" 2>&1 \
+  || fatal "cargo build ${packages[*]}" "$WORK/logs/build.log"
+target_dir="$(cd "$REPO" && cargo metadata --no-deps --format-version 1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')" \
+  || fatal "cannot read the target directory from cargo metadata"
 if [ $# -ge 1 ]; then
   BIN="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 else
-  (cd "$REPO" && timeout 1800 cargo build -p machine-mcp --bin machine-mcp) >"$WORK/logs/build.log" 2>&1 \
-    || fatal "cargo build" "$WORK/logs/build.log"
-  target_dir="$(cd "$REPO" && cargo metadata --no-deps --format-version 1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
   BIN="$target_dir/debug/machine-mcp"
 fi
+FIXTURE="$target_dir/debug/conformance-fixture"
 [ -x "$BIN" ] || fatal "no executable at $BIN"
 "$BIN" --version >/dev/null 2>&1 || fatal "$BIN --version failed"
+[ -x "$FIXTURE" ] || fatal "no executable at $FIXTURE"
 
 (cd "$REPO" && timeout 600 cargo fetch --locked) >"$WORK/logs/cargo-fetch.log" 2>&1 || fatal "cargo fetch" "$WORK/logs/cargo-fetch.log"
 timeout 300 "$PY" "$HERE/interop.py" tree "$WORK" >"$WORK/logs/tree.log" 2>&1 \
@@ -95,24 +113,33 @@ timeout 300 "$PY" "$HERE/interop.py" tree "$WORK" >"$WORK/logs/tree.log" 2>&1 \
 note "server $BIN ($("$BIN" --version)); $(cat "$WORK/logs/tree.log")"
 
 # ---------------------------------------------------------------------------------------------
-# checks
+# helpers
 
-# a. Python SDK (stdio client)
-tally python-sdk 240 "$PY" "$HERE/interop.py" sdk "$WORK" "$BIN"
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+CONF_JS="$MODULES/@modelcontextprotocol/conformance/dist/index.js"
 
-# b. Inspector CLI v1 and v2
-tally inspector 400 env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES" \
-  "$PY" "$HERE/interop.py" inspector "$WORK" "$BIN"
+# ---------------------------------------------------------------------------------------------
+# stdio: `machine-mcp stdio` with the Python SDK, the Inspector CLI and (behind supergateway) a
+# few conformance scenarios
 
-# c. conformance suite, through supergateway (Streamable HTTP, one server child per session)
-shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; } # quoting for the gateway's shell
-port="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-"$NODE" "$MODULES/supergateway/dist/index.js" \
-  --stdio "$(shq "$BIN") stdio --workspace $(shq "$WORK/tree") --profile review" \
-  --outputTransport streamableHttp --stateful --port "$port" --streamableHttpPath /mcp \
-  --healthEndpoint /healthz --logLevel info >"$WORK/logs/gateway.log" 2>&1 &
-gw_pid=$!
-if timeout 30 "$PY" - "http://127.0.0.1:$port/healthz" <<'PY'
+stdio_part() {
+  local s rc port
+  # a. Python SDK (stdio client)
+  tally python-sdk 240 "$PY" "$HERE/interop.py" sdk "$WORK" "$BIN"
+
+  # b. Inspector CLI v1 and v2
+  tally inspector 400 env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES" \
+    "$PY" "$HERE/interop.py" inspector "$WORK" "$BIN"
+
+  # c. conformance suite, through supergateway (Streamable HTTP, one server child per session)
+  shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; } # quoting for the gateway's shell
+  port="$(free_port)"
+  "$NODE" "$MODULES/supergateway/dist/index.js" \
+    --stdio "$(shq "$BIN") stdio --workspace $(shq "$WORK/tree") --profile review" \
+    --outputTransport streamableHttp --stateful --port "$port" --streamableHttpPath /mcp \
+    --healthEndpoint /healthz --logLevel info >"$WORK/logs/gateway.log" 2>&1 &
+  gw_pid=$!
+  if timeout 30 "$PY" - "http://127.0.0.1:$port/healthz" <<'PY'
 import sys, time, urllib.request
 while True:
     try:
@@ -121,24 +148,160 @@ while True:
     except OSError:
         time.sleep(0.2)
 PY
-then
-  for s in "${SCENARIOS[@]}"; do
-    set +e
-    timeout 120 "$NODE" "$MODULES/@modelcontextprotocol/conformance/dist/index.js" server \
-      --url "http://localhost:$port/mcp" --scenario "$s" -o "$WORK/conformance" >"$WORK/logs/conformance-$s.log" 2>&1
-    rc=$?
-    set -e
-    tally "conformance-$s" 60 "$PY" "$HERE/interop.py" conformance "$s" "$rc" "$WORK/conformance" \
-      "$WORK/logs/conformance-$s.log" "$WORK/logs/gateway.log"
+  then
+    for s in "${SCENARIOS[@]}"; do
+      set +e
+      timeout 120 "$NODE" "$CONF_JS" server \
+        --url "http://localhost:$port/mcp" --scenario "$s" -o "$WORK/conformance" >"$WORK/logs/conformance-$s.log" 2>&1
+      rc=$?
+      set -e
+      tally "conformance-$s" 60 "$PY" "$HERE/interop.py" conformance "$s" "$rc" "$WORK/conformance" \
+        "$WORK/logs/conformance-$s.log" "$WORK/logs/gateway.log"
+    done
+  else
+    echo "FAIL conformance: supergateway did not answer on 127.0.0.1:$port within 30s"
+    dump "$WORK/logs/gateway.log"
+    failed=$((failed + 1))
+  fi
+  kill "$gw_pid" 2>/dev/null || true
+  wait "$gw_pid" 2>/dev/null || true
+  gw_pid=""
+}
+
+# ---------------------------------------------------------------------------------------------
+# relay: `machine-mcp up` (relay and daemon in one process on loopback), reached over Streamable
+# HTTP: the whole conformance suite with the fixture server carried as an upstream (auth none,
+# then token auth), and the TypeScript SDK, the Python SDK and the Inspector CLI with a bearer
+# token on the source tree (--profile agent)
+
+# up_start NAME ARGS...: start `machine-mcp up ARGS --json` on a free loopback port with the state
+# dir $WORK/state-NAME, and wait (60 s) for its JSON line in $WORK/logs/up-NAME.json (its log:
+# up-NAME.log). A port taken meanwhile is retried. On failure, prints a FAIL line and returns 1.
+up_start() {
+  local name="$1" try port pid i line
+  shift
+  local json="$WORK/logs/up-$name.json" log="$WORK/logs/up-$name.log"
+  for try in 1 2 3; do
+    port="$(free_port)"
+    : >"$json"
+    # `timeout` bounds its life and forwards our SIGINT (then kills it UP_STOP_SECS later)
+    timeout -k "$UP_STOP_SECS" 900 "$BIN" up --listen "127.0.0.1:$port" --state-dir "$WORK/state-$name" --json "$@" \
+      >"$json" 2>"$log" &
+    pid=$!
+    UP_PID[$name]=$pid
+    for ((i = 0; i < 600; i++)); do
+      line="$(head -n 1 "$json")"
+      if [[ "$line" == "{"*"}" ]]; then return 0; fi
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "FAIL relay: up ($name) printed no JSON line within 60s"
+    else
+      wait "$pid" 2>/dev/null || true
+      unset "UP_PID[$name]"
+      if grep -qi "address already in use" "$log" && [ "$try" -lt 3 ]; then continue; fi
+      echo "FAIL relay: up ($name) exited before it was ready"
+    fi
+    failed=$((failed + 1))
+    dump "$log"
+    up_stop "$name" quiet
+    return 1
   done
-else
-  echo "FAIL conformance: supergateway did not answer on 127.0.0.1:$port within 30s"
-  dump "$WORK/logs/gateway.log"
-  failed=$((failed + 1))
-fi
-kill "$gw_pid" 2>/dev/null || true
-wait "$gw_pid" 2>/dev/null || true
-gw_pid=""
+}
+
+# up_field NAME EXPR: a field of up NAME's JSON line (EXPR indexes `j` in Python)
+up_field() { "$PY" -c 'import json, sys; j = json.loads(open(sys.argv[1]).readline()); print(eval(sys.argv[2]))' "$WORK/logs/up-$1.json" "$2"; }
+
+# up_stop NAME [quiet]: SIGINT, then check that it exits 0 within UP_STOP_SECS and leaves none of
+# its child processes (upstream servers) behind: a check of its own unless quiet
+up_stop() {
+  local name="$1" quiet="${2:-}" pid="${UP_PID[$1]:-}" mcp kids="" rc i k alive=""
+  [ -n "$pid" ] || return 0
+  unset "UP_PID[$name]"
+  mcp="$(pgrep -P "$pid" | head -n 1 || true)" # machine-mcp, under `timeout`
+  [ -z "$mcp" ] || kids="$(pgrep -P "$mcp" | tr '\n' ' ' || true)"
+  kill -INT "$pid" 2>/dev/null || true
+  set +e
+  wait "$pid"
+  rc=$?
+  set -e
+  [ -z "$quiet" ] || return 0
+  # its children get EOF or a kill when it exits; give them (and their reaping) 10 s
+  for ((i = 0; i < 100; i++)); do
+    alive=""
+    for k in $kids; do if kill -0 "$k" 2>/dev/null; then alive+="$k "; fi; done
+    [ -n "$alive" ] || break
+    sleep 0.1
+  done
+  [ -z "$kids" ] || echo "up ($name): children ${kids}gone after ~$((i * 100)) ms" >>"$WORK/logs/up-$name.log"
+  if [ "$rc" = 0 ] && [ -z "$alive" ]; then
+    passed=$((passed + 1))
+    echo "PASS relay: up ($name) stops on SIGINT (exit 0, no child left)"
+  else
+    failed=$((failed + 1))
+    if [ "$rc" = 137 ]; then rc="killed after ${UP_STOP_SECS}s"; else rc="exit $rc"; fi
+    echo "FAIL relay: up ($name) on SIGINT: $rc; children still running: ${alive:-none}"
+    dump "$WORK/logs/up-$name.log"
+  fi
+}
+
+# conformance_run NAME LABEL BASELINE [HEADERS-JSON]: the whole active suite against up NAME's
+# upstream `conformance` (as http://localhost:PORT/..., which dns-rebinding-protection needs),
+# HEADERS added to the suite's fetch by inject-headers.mjs; then judge it
+conformance_run() {
+  local name="$1" label="$2" baseline="$3" headers="${4:-}" url rc out="$WORK/conformance-$1"
+  local log="$WORK/logs/conformance-$name.log" suite=("$NODE") inject="${4:-}"
+  url="$(up_field "$name" 'j["servers"]["conformance"]')" || { echo "FAIL $label: no upstream conformance in up's JSON"; failed=$((failed + 1)); return; }
+  url="${url/http:\/\/127.0.0.1:/http://localhost:}"
+  if [ -n "$headers" ]; then suite+=(--import "$HERE/inject-headers.mjs"); else inject='{}'; fi
+  set +e
+  INTEROP_INJECT_URL="$url" INTEROP_INJECT_HEADERS="$inject" timeout 300 "${suite[@]}" "$CONF_JS" server \
+    --url "$url" --suite active ${baseline:+--expected-failures "$baseline"} -o "$out" >"$log" 2>&1
+  rc=$?
+  set -e
+  tally "relay-conformance-$name" 60 "$PY" "$HERE/interop.py" conformance-suite "$label" "$rc" "$out" "$log" \
+    "$baseline" "$WORK/logs/up-$name.log"
+}
+
+relay_part() {
+  local t0=$SECONDS token node_env
+  "$PY" -c 'import json, sys; print(json.dumps({"mcpServers": {"conformance": {"command": sys.argv[1]}}}))' \
+    "$FIXTURE" >"$WORK/servers.json"
+
+  # a. conformance suite, auth none: all scenarios must pass
+  if up_start conf-none --workspace "$WORK/tree" --profile review --auth none --servers "$WORK/servers.json"; then
+    conformance_run conf-none "relay conformance (auth none)" ""
+    up_stop conf-none
+  fi
+  # b. conformance suite, token auth, the token added to the suite's fetch
+  if up_start conf-token --workspace "$WORK/tree" --profile review --servers "$WORK/servers.json"; then
+    token="$(up_field conf-token 'j["token"]')"
+    conformance_run conf-token "relay conformance (token)" "$HERE/conformance-baseline-token.yml" \
+      "{\"Authorization\": \"Bearer $token\"}"
+    up_stop conf-token
+  fi
+
+  # c. real clients with the bearer token: reads, searches and processes on the tree, edits on
+  # copies in relay-edits (a second `up`)
+  mkdir -p "$WORK/relay-edits"
+  if up_start tree --workspace "$WORK/tree" --profile agent && up_start edits --workspace "$WORK/relay-edits" --profile agent; then
+    node_env=(env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES")
+    local ups=("$WORK" "$WORK/logs/up-tree.json" "$WORK/logs/up-edits.json")
+    tally relay-ts 180 "${node_env[@]}" "$PY" "$HERE/interop.py" relay ts "${ups[@]}"
+    tally relay-python 180 "$PY" "$HERE/interop.py" relay python "${ups[@]}"
+    tally relay-inspector 300 "${node_env[@]}" "$PY" "$HERE/interop.py" relay inspector "${ups[@]}"
+  fi
+  up_stop tree
+  up_stop edits
+  note "relay part: $((SECONDS - t0))s"
+}
+
+# ---------------------------------------------------------------------------------------------
+# checks
+
+if [[ "$PARTS" == *" stdio "* ]]; then stdio_part; fi
+if [[ "$PARTS" == *" relay "* ]]; then relay_part; fi
 
 note "done in $((SECONDS - start))s"
 summary
