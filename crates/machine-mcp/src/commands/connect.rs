@@ -14,6 +14,15 @@ use crate::cli::ConnectArgs;
 
 pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     daemon::init_tls();
+    // Ctrl-C or SIGTERM stops the daemon at any point, starting up included.
+    let stop = CancellationToken::new();
+    {
+        let t = stop.clone();
+        tokio::spawn(async move {
+            super::shutdown_signal().await;
+            t.cancel();
+        });
+    }
     let dir = super::state_dir(&args.state)?.join("daemon");
     let key = Arc::new(DeviceKey::load_or_create(&dir)?);
     let enrollment = match &args.enroll {
@@ -51,7 +60,10 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         }
         None => Vec::new(),
     };
-    let (servers, upstreams) = daemon::catalog(&runtime, upstreams).await;
+    let (servers, upstreams) = tokio::select! {
+        r = daemon::catalog(&runtime, upstreams) => r,
+        _ = stop.cancelled() => return Ok(()),
+    };
     let sessions = Sessions::new(runtime.clone(), upstreams);
     tracing::info!(
         workspace = %runtime.workspace().root().display(),
@@ -59,12 +71,6 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         bridge = %enrollment.bridge,
         "daemon starting"
     );
-    let stop = CancellationToken::new();
-    let signal = stop.clone();
-    tokio::spawn(async move {
-        super::shutdown_signal().await;
-        signal.cancel();
-    });
     let config = LinkConfig {
         relay: args.relay,
         bridge: enrollment.bridge,

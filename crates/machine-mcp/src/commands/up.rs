@@ -27,6 +27,15 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
             args.listen
         );
     }
+    // Ctrl-C or SIGTERM stops `up` at any point, starting up included.
+    let interrupted = CancellationToken::new();
+    {
+        let t = interrupted.clone();
+        tokio::spawn(async move {
+            super::shutdown_signal().await;
+            t.cancel();
+        });
+    }
     let dir = super::state_dir(&args.state)?.join("up");
     let storage = SqliteStorage::open(&dir.join("relay.db"))
         .await
@@ -90,7 +99,14 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         }
         None => Vec::new(),
     };
-    let (servers, upstreams) = daemon::catalog(&runtime, upstreams).await;
+    let (servers, upstreams) = tokio::select! {
+        r = daemon::catalog(&runtime, upstreams) => r,
+        _ = interrupted.cancelled() => {
+            stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), relay_task).await;
+            return Ok(());
+        }
+    };
     let names: Vec<String> = servers
         .iter()
         .map(|s| s.name.clone())
@@ -110,7 +126,15 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let link_stop = stop.clone();
     let link_task = tokio::spawn(link::run(link_config, sessions, link_stop));
 
-    let became_ready = tokio::time::timeout(READY_TIMEOUT, ready_rx.wait_for(|r| *r)).await;
+    let became_ready = tokio::select! {
+        r = tokio::time::timeout(READY_TIMEOUT, ready_rx.wait_for(|r| *r)) => r,
+        _ = interrupted.cancelled() => {
+            stop.cancel();
+            runtime.shutdown().await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), relay_task).await;
+            return Ok(());
+        }
+    };
     if !matches!(became_ready, Ok(Ok(_))) {
         stop.cancel();
         bail!(
@@ -139,7 +163,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         );
     }
     tokio::select! {
-        _ = super::shutdown_signal() => tracing::info!("shutting down"),
+        _ = interrupted.cancelled() => tracing::info!("shutting down"),
         r = link_task => {
             if let Ok(Err(e)) = r {
                 tracing::error!(error = %e, "the daemon link stopped");

@@ -650,6 +650,12 @@ fn auth_none_is_refused_on_a_non_loopback_listener() {
 fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
     let state = tempfile::tempdir().unwrap();
     let ws = Tree::new();
+    let inner = Tree::new();
+    let marker = inner.path().to_str().unwrap().to_owned();
+    let servers = ws.write(
+        "servers.json",
+        json!({"mcpServers": {"inner": {"command": crate::util::bin(), "args": ["stdio", "--workspace", marker]}}}).to_string(),
+    );
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -664,8 +670,12 @@ fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
             &listen,
             "--workspace",
             ws.path().to_str().unwrap(),
+        ])
+        .args([
             "--state-dir",
             state.path().to_str().unwrap(),
+            "--servers",
+            servers.to_str().unwrap(),
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -679,10 +689,23 @@ fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
     .unwrap();
     let v: Value = serde_json::from_str(&line).expect("one JSON object");
     assert_eq!(v["mcp_url"], format!("http://{listen}/b/local/mcp"));
+    assert_eq!(
+        v["servers"]["inner"],
+        format!("http://{listen}/b/local/s/inner/mcp")
+    );
     let token = v["token"].as_str().unwrap().to_owned();
     let mut c = Client::new(v["mcp_url"].as_str().unwrap(), Some(&token));
     c.initialize();
     assert!(c.tool_names().contains(&"read_file".to_owned()));
+    // An upstream session with its child process, left open.
+    let mut u = Client::new(v["servers"]["inner"].as_str().unwrap(), Some(&token));
+    u.initialize();
+    assert!(u.tool_names().contains(&"read_file".to_owned()));
+    assert_eq!(
+        processes_with(&marker),
+        1,
+        "one child for the session (the catalog probe is gone)"
+    );
     nix_interrupt(child.id());
     let end = Instant::now() + Duration::from_secs(15);
     let status = loop {
@@ -693,10 +716,61 @@ fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
+    assert_eq!(
+        processes_with(&marker),
+        0,
+        "every upstream child is gone when up exits"
+    );
     assert!(
         std::net::TcpListener::bind(&listen).is_ok(),
         "the port is free again"
     );
+}
+
+#[test]
+fn up_stops_on_ctrl_c_even_before_it_is_ready() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    // An upstream that never answers keeps `up` busy probing it (up to 30 s).
+    let servers = ws.write(
+        "servers.json",
+        json!({"mcpServers": {"slow": {"command": "sleep", "args": ["100"]}}}).to_string(),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(crate::util::bin())
+        .args([
+            "up",
+            "--json",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ])
+        .args([
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--servers",
+            servers.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    nix_interrupt(child.id());
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.code().is_some(), "exited by itself: {st:?}");
+            break;
+        }
+        assert!(Instant::now() < end, "up ignored Ctrl-C while starting");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn nix_interrupt(pid: u32) {
