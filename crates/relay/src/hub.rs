@@ -654,16 +654,7 @@ impl Hub {
         }
         let mut sessions = Vec::new();
         let mut requests = Vec::new();
-        let all: Vec<Arc<Session>> = self
-            .sessions
-            .lock()
-            .map(|m| {
-                m.values()
-                    .filter(|s| s.bridge.name == bridge.name)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let all = self.bridge_sessions(&bridge.name);
         for s in all {
             if let Ok(g) = s.inner.lock()
                 && g.opened_on.as_deref() == Some(instance)
@@ -720,16 +711,7 @@ impl Hub {
     }
 
     fn flush_outboxes(&self, bridge: &Bridge, link: &Link) {
-        let all: Vec<Arc<Session>> = self
-            .sessions
-            .lock()
-            .map(|m| {
-                m.values()
-                    .filter(|s| s.bridge.name == bridge.name)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let all = self.bridge_sessions(&bridge.name);
         for s in all {
             let queued: Vec<Value> = s
                 .inner
@@ -766,24 +748,32 @@ impl Hub {
         );
     }
 
-    fn end_bound(&self, bridge: &str, instance: &str, message: &str) {
-        tracing::debug!(bridge, instance, "ending the sessions of a daemon instance");
-        let victims: Vec<String> = self
-            .sessions
+    /// The live sessions of the bridge named `bridge` (a snapshot; the map lock is released).
+    fn bridge_sessions(&self, bridge: &str) -> Vec<Arc<Session>> {
+        self.sessions
             .lock()
             .map(|m| {
                 m.values()
                     .filter(|s| s.bridge.name == bridge)
-                    .filter(|s| {
-                        s.inner
-                            .lock()
-                            .map(|g| g.opened_on.as_deref() == Some(instance))
-                            .unwrap_or(false)
-                    })
-                    .map(|s| s.sid.clone())
+                    .cloned()
                     .collect()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    fn end_bound(&self, bridge: &str, instance: &str, message: &str) {
+        tracing::debug!(bridge, instance, "ending the sessions of a daemon instance");
+        let victims: Vec<String> = self
+            .bridge_sessions(bridge)
+            .into_iter()
+            .filter(|s| {
+                s.inner
+                    .lock()
+                    .map(|g| g.opened_on.as_deref() == Some(instance))
+                    .unwrap_or(false)
+            })
+            .map(|s| s.sid.clone())
+            .collect();
         for sid in victims {
             self.end_session(&sid, OUTCOME_UNKNOWN, message, false);
         }

@@ -49,17 +49,12 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
             ),
         },
     };
-    let runtime = super::build_runtime(
+    let (runtime, upstreams) = super::remote_runtime(
         args.workspace,
         &args.policy,
-        Some(super::remote_budget(&args.timing)),
+        &args.timing,
+        args.servers.as_deref(),
     )?;
-    let upstreams = match &args.servers {
-        Some(f) => {
-            daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?
-        }
-        None => Vec::new(),
-    };
     let (servers, upstreams) = tokio::select! {
         r = daemon::catalog(&runtime, upstreams) => r,
         _ = stop.cancelled() => return Ok(()),

@@ -6,7 +6,11 @@ mod relay;
 mod stdio;
 mod up;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use anyhow::{Context, Result};
 use runtime::{
@@ -94,6 +98,27 @@ pub(crate) fn build_runtime(
         )
     })?;
     Ok(Arc::new(runtime))
+}
+
+/// The runtime a daemon serves (`connect`, `up`): [`build_runtime`] with the remote foreground
+/// budget, and the upstream servers of `--servers FILE` (none without it).
+///
+/// # Errors
+/// What [`build_runtime`] returns, and an unreadable or invalid servers file.
+pub(crate) fn remote_runtime(
+    workspace: Option<PathBuf>,
+    p: &PolicyArgs,
+    t: &TimingArgs,
+    servers: Option<&Path>,
+) -> Result<(Arc<Runtime>, Vec<daemon::servers::UpstreamSpec>)> {
+    let runtime = build_runtime(workspace, p, Some(remote_budget(t)))?;
+    let upstreams = match servers {
+        Some(f) => {
+            daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?
+        }
+        None => Vec::new(),
+    };
+    Ok((runtime, upstreams))
 }
 
 /// The foreground budget of remote process calls, with the hidden test override applied.

@@ -88,17 +88,12 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let stop = CancellationToken::new();
     let relay_task = tokio::spawn(relay::serve_on(listener, config, storage, stop.clone()));
 
-    let runtime = super::build_runtime(
+    let (runtime, upstreams) = super::remote_runtime(
         args.workspace,
         &args.policy,
-        Some(super::remote_budget(&args.timing)),
+        &args.timing,
+        args.servers.as_deref(),
     )?;
-    let upstreams = match &args.servers {
-        Some(f) => {
-            daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?
-        }
-        None => Vec::new(),
-    };
     let (servers, upstreams) = tokio::select! {
         r = daemon::catalog(&runtime, upstreams) => r,
         _ = interrupted.cancelled() => {

@@ -1,6 +1,7 @@
 //! The relay and the daemon link end to end: real processes, real sockets, a TCP proxy between
 //! daemon and relay for faults.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -646,6 +647,35 @@ fn auth_none_is_refused_on_a_non_loopback_listener() {
     );
 }
 
+/// Starts `machine-mcp up --json` on a free loopback port for `ws`, with its state in `state`
+/// and the upstream servers of `servers`; stderr is discarded.
+fn spawn_up(
+    ws: &Path,
+    state: &Path,
+    servers: &Path,
+    stdout: std::process::Stdio,
+) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = std::process::Command::new(crate::util::bin())
+        .args(["up", "--json", "--listen", &listen])
+        .arg("--workspace")
+        .arg(ws)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--servers")
+        .arg(servers)
+        .stdout(stdout)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    (child, listen)
+}
+
 #[test]
 fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
     let state = tempfile::tempdir().unwrap();
@@ -656,31 +686,12 @@ fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
         "servers.json",
         json!({"mcpServers": {"inner": {"command": crate::util::bin(), "args": ["stdio", "--workspace", marker]}}}).to_string(),
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut child = std::process::Command::new(crate::util::bin())
-        .args([
-            "up",
-            "--json",
-            "--listen",
-            &listen,
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ])
-        .args([
-            "--state-dir",
-            state.path().to_str().unwrap(),
-            "--servers",
-            servers.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut child, listen) = spawn_up(
+        ws.path(),
+        state.path(),
+        &servers,
+        std::process::Stdio::piped(),
+    );
     let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(child.stdout.take().unwrap()),
@@ -736,30 +747,12 @@ fn up_stops_on_ctrl_c_even_before_it_is_ready() {
         "servers.json",
         json!({"mcpServers": {"slow": {"command": "sleep", "args": ["100"]}}}).to_string(),
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = std::process::Command::new(crate::util::bin())
-        .args([
-            "up",
-            "--json",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ])
-        .args([
-            "--state-dir",
-            state.path().to_str().unwrap(),
-            "--servers",
-            servers.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut child, _) = spawn_up(
+        ws.path(),
+        state.path(),
+        &servers,
+        std::process::Stdio::null(),
+    );
     std::thread::sleep(Duration::from_millis(1500));
     nix_interrupt(child.id());
     let end = Instant::now() + Duration::from_secs(5);
