@@ -6,6 +6,14 @@
 //!   (`core.hooksPath=/dev/null`), external diff and textconv (`--no-ext-diff --no-textconv` on
 //!   the commands that diff), signature verification (`log.showSignature=false`), implicit bare
 //!   repositories (`safe.bareRepository=explicit`), pagers and colour;
+//! - in a discovered repository ([`run_in`]), also empties every content filter its
+//!   configuration defines (`filter.<driver>.clean`, `.smudge`, `.process`, with
+//!   `.required=false`), found by [`discover`] with `git config --get-regexp` (reading
+//!   configuration runs nothing). The overrides go through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_<n>`/
+//!   `GIT_CONFIG_VALUE_<n>` (git-config(1) "ENVIRONMENT"), which outrank repository config and
+//!   carry any driver name exactly; an empty command means "no filter" to git. Diffs therefore
+//!   compare raw file contents. Submodules are never entered (`--ignore-submodules=all`), so
+//!   their own configuration is never read;
 //! - gets a clean environment: no inherited `GIT_*` variable can redirect the repository, index or
 //!   config; prompts are off and optional locks are not taken;
 //! - passes caller-supplied revisions after `--end-of-options` (a revision starting with `-` is
@@ -18,6 +26,7 @@
 
 use std::{
     ffi::OsString,
+    os::unix::ffi::OsStringExt,
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
@@ -67,6 +76,8 @@ const ENV_KEEP: &[&str] = &[
 pub(crate) struct Repo {
     pub(crate) worktree: PathBuf,
     pub(crate) git_dir: PathBuf,
+    /// Configuration overrides (key, value) that disable the repository's content filters.
+    overrides: Vec<(OsString, OsString)>,
 }
 
 /// What a git command printed.
@@ -125,13 +136,39 @@ pub(crate) fn pathspec(repo: &Repo, path: &Path) -> ToolResult<OsString> {
     Ok(s)
 }
 
-/// Runs `git <SAFE_CONFIG> args` in `cwd`, with `stdin` if given, keeping at most `cap` bytes of
-/// stdout.
+/// Runs `git <SAFE_CONFIG> args` in `repo`'s work tree with its content filters disabled (see
+/// the module docs), with `stdin` if given, keeping at most `cap` bytes of stdout.
+///
+/// # Errors
+/// As [`run`].
+pub(crate) async fn run_in(
+    repo: &Repo,
+    args: &[OsString],
+    stdin: Option<&[u8]>,
+    cap: usize,
+    cancel: &CancellationToken,
+) -> ToolResult<Output> {
+    exec(&repo.worktree, &repo.overrides, args, stdin, cap, cancel).await
+}
+
+/// Runs `git <SAFE_CONFIG> args` in `cwd` (before a repository is known: only for commands that
+/// read no file contents), with `stdin` if given, keeping at most `cap` bytes of stdout.
 ///
 /// # Errors
 /// `unavailable` when git is not installed, `timeout` after 60 s, `cancelled`.
 pub(crate) async fn run(
     cwd: &Path,
+    args: &[OsString],
+    stdin: Option<&[u8]>,
+    cap: usize,
+    cancel: &CancellationToken,
+) -> ToolResult<Output> {
+    exec(cwd, &[], args, stdin, cap, cancel).await
+}
+
+async fn exec(
+    cwd: &Path,
+    overrides: &[(OsString, OsString)],
     args: &[OsString],
     stdin: Option<&[u8]>,
     cap: usize,
@@ -152,6 +189,13 @@ pub(crate) async fn run(
         .env("GIT_OPTIONAL_LOCKS", "0")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("LC_ALL", "C")
+        .env("GIT_CONFIG_COUNT", overrides.len().to_string())
+        .envs(overrides.iter().enumerate().flat_map(|(i, (k, v))| {
+            [
+                (OsString::from(format!("GIT_CONFIG_KEY_{i}")), k),
+                (OsString::from(format!("GIT_CONFIG_VALUE_{i}")), v),
+            ]
+        }))
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -263,9 +307,10 @@ pub(crate) async fn discover(
         ));
     };
     let canon = |p: &str| std::fs::canonicalize(p).map_err(|e| ToolError::io(p, &e));
-    let repo = Repo {
+    let mut repo = Repo {
         worktree: canon(top)?,
         git_dir: canon(gd)?,
+        overrides: Vec::new(),
     };
     if ws.restricted() {
         if !ws.contains(&repo.worktree) {
@@ -281,7 +326,54 @@ pub(crate) async fn discover(
             ));
         }
     }
+    let config: Vec<OsString> = ["config", "--null", "--get-regexp", r"^filter\."]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let out = run(&repo.worktree, &config, None, 1024 * 1024, cancel).await?;
+    // Exit status 1: no filter configured.
+    if out.code != Some(0) && out.code != Some(1) {
+        return Err(out.error("reading the repository's configuration"));
+    }
+    if out.truncated {
+        return Err(ToolError::invalid(
+            "the repository's configuration defines too many filters to disable them safely",
+        ));
+    }
+    repo.overrides = filter_overrides(&out.stdout);
     Ok(repo)
+}
+
+/// The overrides that disable every filter driver named in `git config --null --get-regexp
+/// '^filter\.'` output (`filter.<driver>.<variable>\n<value>\0` records; the driver name may
+/// contain dots, the variable cannot).
+fn filter_overrides(listing: &[u8]) -> Vec<(OsString, OsString)> {
+    let mut drivers: Vec<&[u8]> = listing
+        .split(|b| *b == 0)
+        .filter_map(|record| {
+            let key = record.split(|b| *b == b'\n').next()?;
+            let rest = key.strip_prefix(b"filter.")?;
+            let dot = rest.iter().rposition(|b| *b == b'.')?;
+            Some(&rest[..dot])
+        })
+        .collect();
+    drivers.sort_unstable();
+    drivers.dedup();
+    drivers
+        .into_iter()
+        .flat_map(|d| {
+            [
+                ("clean", ""),
+                ("smudge", ""),
+                ("process", ""),
+                ("required", "false"),
+            ]
+            .map(|(var, value)| {
+                let key = [b"filter.", d, b".", var.as_bytes()].concat();
+                (OsString::from_vec(key), OsString::from(value))
+            })
+        })
+        .collect()
 }
 
 /// An operation in progress in the repository that makes committing wrong, if any.
@@ -298,4 +390,28 @@ pub(crate) fn operation_in_progress(repo: &Repo) -> Option<&'static str> {
     .into_iter()
     .find(|(f, _)| g.join(f).exists())
     .map(|(_, what)| what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_filter_driver_is_disabled_exactly_once() {
+        let listing = b"filter.lfs.clean\ngit-lfs clean -- %f\0filter.lfs.process\ngit-lfs filter-process\0filter.My.Dotted.smudge\nx\ny\0filter.\xffraw.clean\nz\0";
+        let keys: Vec<OsString> = filter_overrides(listing)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let mut want = Vec::new();
+        for d in [&b"My.Dotted"[..], b"lfs", b"\xffraw"] {
+            for v in ["clean", "smudge", "process", "required"] {
+                want.push(OsString::from_vec(
+                    [b"filter.", d, b".", v.as_bytes()].concat(),
+                ));
+            }
+        }
+        assert_eq!(keys, want);
+        assert!(filter_overrides(b"").is_empty());
+    }
 }

@@ -1,6 +1,6 @@
 //! Git tools on real repositories, and their confinement.
 
-use std::{path::Path, process::Command};
+use std::{path::Path, process::Command, time::Duration};
 
 use serde_json::json;
 
@@ -243,6 +243,61 @@ fn policies_gate_git_commit_and_writes_into_dot_git() {
         json!({"path": ".git/info/exclude", "content": "*.log\n"}),
     );
     assert!(!r.is_error, "with an exec mode the write is allowed");
+}
+
+/// Regression (adversarial report F11): `git_diff` ran a `filter.<driver>.clean` command from
+/// the repository's config, i.e. any program, under a profile with no exec mode at all.
+#[test]
+fn repository_configured_filters_never_run_even_under_review() {
+    let t = Tree::new();
+    repo(t.path());
+    let marker = t.path().join("filter-ran");
+    let helper = t.path().join("filter.sh");
+    std::fs::write(
+        &helper,
+        format!("#!/bin/sh\necho ran >> {}\ncat\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let h = helper.to_str().unwrap();
+    // A plain driver, one whose name has dots and capitals (subsection names keep both), and
+    // one that is only a long-running `process` filter; all marked required.
+    for (name, var) in [
+        ("evil", "clean"),
+        ("evil", "smudge"),
+        ("My.Filter", "clean"),
+        ("proc", "process"),
+    ] {
+        git(t.path(), &["config", &format!("filter.{name}.{var}"), h]);
+        git(
+            t.path(),
+            &["config", &format!("filter.{name}.required"), "true"],
+        );
+    }
+    std::fs::write(
+        t.path().join(".gitattributes"),
+        "a.txt filter=evil\nb.txt filter=My.Filter\nnew.txt filter=proc\n",
+    )
+    .unwrap();
+    // Touch every tracked file so git must re-read (and would filter) their contents.
+    std::thread::sleep(Duration::from_millis(1100));
+    for f in ["a.txt", "b.txt"] {
+        let body = std::fs::read(t.path().join(f)).unwrap();
+        std::fs::write(t.path().join(f), body).unwrap();
+    }
+    let mut s = Server::start(t.path(), &["--profile", "review"]);
+    let diff = s.call("git_diff", json!({}));
+    assert!(!diff.is_error, "{:?}", diff.content);
+    assert!(diff.structured["diff"].as_str().unwrap().contains("+TWO"));
+    assert!(!s.call("git_diff", json!({"staged": true})).is_error);
+    assert!(!s.call("git_status", json!({})).is_error);
+    assert!(!s.call("git_show", json!({"revision": "HEAD"})).is_error);
+    assert!(!s.call("git_log", json!({"path": "a.txt"})).is_error);
+    assert!(
+        !marker.exists(),
+        "a repository-configured filter ran: {}",
+        std::fs::read_to_string(&marker).unwrap_or_default()
+    );
 }
 
 #[test]

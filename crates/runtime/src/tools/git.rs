@@ -191,8 +191,8 @@ async fn git_status(
     cx: CallContext,
 ) -> ToolResult<StatusOutput> {
     let (repo, _) = repo_at(&rt, &args.path, &cx).await?;
-    let out = git::run(
-        &repo.worktree,
+    let out = git::run_in(
+        &repo,
         &os(&[
             "status",
             "--porcelain=v2",
@@ -394,13 +394,13 @@ async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResul
     let mut patch = base.clone();
     patch.push(format!("-U{ctx}").into());
     patch.extend(["--".into(), spec.clone()]);
-    let out = git::run(&repo.worktree, &patch, None, cap, &cx.cancel).await?;
+    let out = git::run_in(&repo, &patch, None, cap, &cx.cancel).await?;
     if !out.ok() && !out.truncated {
         return Err(out.error("git diff"));
     }
     let mut numstat = base;
     numstat.extend(["--numstat".into(), "-z".into(), "--".into(), spec]);
-    let ns = git::run(&repo.worktree, &numstat, None, 4 * 1024 * 1024, &cx.cancel).await?;
+    let ns = git::run_in(&repo, &numstat, None, 4 * 1024 * 1024, &cx.cancel).await?;
     let ws = rt.workspace();
     let files = parse_numstat(&ns.stdout)
         .into_iter()
@@ -504,7 +504,7 @@ async fn git_log(rt: Arc<Access>, args: LogArgs, cx: CallContext) -> ToolResult<
     if args.path.is_some() {
         a.push(pathspec(&repo, &target)?);
     }
-    let out = git::run(&repo.worktree, &a, None, 16 * 1024 * 1024, &cx.cancel).await?;
+    let out = git::run_in(&repo, &a, None, 16 * 1024 * 1024, &cx.cancel).await?;
     if !out.ok() {
         if out.stderr.contains("does not have any commits") {
             return Ok(LogOutput {
@@ -582,7 +582,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
         "--end-of-options",
     ]);
     meta.push(args.revision.clone().into());
-    let m = git::run(&repo.worktree, &meta, None, 1024 * 1024, &cx.cancel).await?;
+    let m = git::run_in(&repo, &meta, None, 1024 * 1024, &cx.cancel).await?;
     if !m.ok() {
         return Err(ToolError::new(
             ToolErrorCode::NotFound,
@@ -605,7 +605,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
         "--end-of-options",
     ]);
     patch.push(args.revision.clone().into());
-    let p = git::run(&repo.worktree, &patch, None, cap, &cx.cancel).await?;
+    let p = git::run_in(&repo, &patch, None, cap, &cx.cancel).await?;
     if !p.ok() && !p.truncated {
         return Err(p.error("git show"));
     }
@@ -673,8 +673,8 @@ async fn git_commit(
         )));
     }
     if !args.allow_empty {
-        let staged = git::run(
-            &repo.worktree,
+        let staged = git::run_in(
+            &repo,
             &os(&["diff", "--cached", "--quiet", "--ignore-submodules=all"]),
             None,
             1024,
@@ -702,8 +702,8 @@ async fn git_commit(
     if args.allow_empty {
         a.push("--allow-empty".into());
     }
-    let out = git::run(
-        &repo.worktree,
+    let out = git::run_in(
+        &repo,
         &a,
         Some(args.message.as_bytes()),
         64 * 1024,
@@ -713,16 +713,9 @@ async fn git_commit(
     if !out.ok() {
         return Err(out.error("git commit").with_side_effects());
     }
-    let head = git::run(
-        &repo.worktree,
-        &os(&["rev-parse", "HEAD"]),
-        None,
-        1024,
-        &cx.cancel,
-    )
-    .await?;
-    let br = git::run(
-        &repo.worktree,
+    let head = git::run_in(&repo, &os(&["rev-parse", "HEAD"]), None, 1024, &cx.cancel).await?;
+    let br = git::run_in(
+        &repo,
         &os(&["symbolic-ref", "--short", "-q", "HEAD"]),
         None,
         1024,
