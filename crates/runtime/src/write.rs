@@ -8,10 +8,11 @@
 use std::{
     fs::{self, File, Permissions},
     io::{self, Read, Write},
-    os::unix::fs::PermissionsExt,
+    os::unix::fs::{OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
 };
 
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use tempfile::NamedTempFile;
 
 use crate::{
@@ -137,17 +138,39 @@ pub(crate) fn check_sha256(path: &Path, display: &str, expected: &str) -> ToolRe
     Ok(())
 }
 
+/// Opens `path` for reading only if it is a regular file, without ever blocking: the open is
+/// non-blocking (a FIFO with no writer, or a device, would otherwise hang the call) and the
+/// type is checked on the opened descriptor, so a swap between check and open cannot matter.
+/// The returned file is back in blocking mode.
+///
+/// # Errors
+/// `not_found`, `permission_denied` and other I/O errors naming `display`; `invalid_request`
+/// "not a regular file" for directories (with a hint to use list_dir), FIFOs, sockets and
+/// devices.
+pub(crate) fn open_regular(path: &Path, display: &str) -> ToolResult<(File, fs::Metadata)> {
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
+        .open(path)
+        .map_err(|e| ToolError::io(display, &e))?;
+    let meta = file.metadata().map_err(|e| ToolError::io(display, &e))?;
+    if !meta.is_file() {
+        return Err(ToolError::invalid(format!(
+            "{display}: not a regular file{}",
+            if meta.is_dir() { " (use list_dir)" } else { "" }
+        )));
+    }
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))
+        .map_err(|e| ToolError::io(display, &e.into()))?;
+    Ok((file, meta))
+}
+
 /// Reads a whole regular file of at most `max` bytes.
 ///
 /// # Errors
-/// `not_found`, `permission_denied`, `invalid_request` (not a regular file), `limit_exceeded`
-/// (larger than `max`).
+/// What [`open_regular`] returns, and `limit_exceeded` (larger than `max`).
 pub(crate) fn read_bounded(path: &Path, display: &str, max: u64) -> ToolResult<Vec<u8>> {
-    let file = File::open(path).map_err(|e| ToolError::io(display, &e))?;
-    let meta = file.metadata().map_err(|e| ToolError::io(display, &e))?;
-    if !meta.is_file() {
-        return Err(ToolError::invalid(format!("{display}: not a regular file")));
-    }
+    let (file, meta) = open_regular(path, display)?;
     if meta.len() > max {
         return Err(ToolError::limit(format!(
             "{display}: {} bytes is over the limit of {max} bytes",

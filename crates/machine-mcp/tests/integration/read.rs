@@ -95,6 +95,54 @@ fn binary_and_non_utf8_files_are_clear_errors() {
     assert_eq!(r.code(), "invalid_request");
 }
 
+/// Regression (adversarial report F2): opening a FIFO with no writer blocked forever, so
+/// read_file, edit_file, view_image and apply_patch on one never answered and held a call slot
+/// (16 of them wedged the server). Special files are refused at once and nothing is written.
+#[test]
+fn fifos_and_devices_are_refused_at_once() {
+    let t = Tree::new();
+    let fifo = t.path().join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", t.path().join("zero")).unwrap();
+    let mut s = Server::start(t.path(), &[]);
+    let calls = [
+        ("read_file", json!({"path": "pipe"})),
+        ("read_file", json!({"path": "pipe", "tail_lines": 3})),
+        (
+            "edit_file",
+            json!({"path": "pipe", "old_text": "a", "new_text": "b"}),
+        ),
+        ("view_image", json!({"path": "pipe"})),
+        (
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Update File: pipe\n@@\n-a\n+b\n*** End Patch\n"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "pipe", "content": "x", "expected_sha256": "00"}),
+        ),
+        ("read_file", json!({"path": "zero"})),
+        ("view_image", json!({"path": "zero"})),
+    ];
+    for (tool, args) in calls {
+        let r = s.call(tool, args.clone());
+        assert!(r.is_error, "{tool} {args}: {:?}", r.structured);
+        let msg = r.error["message"].as_str().unwrap_or_default().to_owned();
+        assert!(msg.contains("not a regular file"), "{tool} {args}: {msg}");
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+}
+
 #[test]
 fn crlf_and_bom_are_reported() {
     let t = Tree::new();

@@ -22,7 +22,7 @@ use crate::{
     read::{self, ReadError, Span},
     text::LineEnding,
     tools::blocking,
-    write::read_bounded,
+    write::{open_regular, read_bounded},
 };
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
@@ -367,15 +367,7 @@ async fn read_file(
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
         let display = ws.display(p.real());
-        let mut file = fs::File::open(p.real()).map_err(|e| ToolError::io(&args.path, &e))?;
-        let meta = file.metadata().map_err(|e| ToolError::io(&args.path, &e))?;
-        if !meta.is_file() {
-            return Err(ToolError::invalid(format!(
-                "{}: not a regular file{}",
-                args.path,
-                if meta.is_dir() { " (use list_dir)" } else { "" }
-            )));
-        }
+        let (mut file, meta) = open_regular(p.real(), &args.path)?;
         let ex = read::read(&mut file, meta.len(), span, max).map_err(|e| match e {
             ReadError::Io(err) => ToolError::io(&args.path, &err),
             ReadError::Binary(at) => ToolError::invalid(format!(
