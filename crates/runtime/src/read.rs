@@ -38,6 +38,9 @@ pub(crate) struct Excerpt {
     pub(crate) total_lines: Option<u64>,
     pub(crate) truncated: bool,
     pub(crate) next_start_line: Option<u64>,
+    /// A line longer than the budget whose first (range) or last (tail) bytes alone are in
+    /// `content`, and that line's length in bytes (with its line break) when known.
+    pub(crate) cut_line: Option<(u64, Option<u64>)>,
     pub(crate) bom: bool,
     pub(crate) line_ending: LineEnding,
     /// SHA-256 of the whole file when every byte was read.
@@ -129,6 +132,8 @@ fn read_lines(
     let mut partial_line = false;
     let mut at_line_start = true; // the next segment begins a line
     let mut line_start_in_out = 0usize; // offset in `out` where the current line began
+    let mut line_len: u64 = 0; // bytes of the current line seen so far
+    let mut cut_len: Option<u64> = None; // length of the cut line, once its end is seen
     loop {
         let n = file.read(&mut block)?;
         if n == 0 {
@@ -143,6 +148,7 @@ fn read_lines(
             let seg_end = nl.map_or(n, |i| i + 1);
             let seg = &chunk[pos..seg_end];
             let in_range = line >= start && end.is_none_or(|e| line <= e);
+            line_len += seg.len() as u64;
             if !collecting_done && in_range {
                 if at_line_start {
                     line_start_in_out = out.len();
@@ -183,7 +189,11 @@ fn read_lines(
             last_byte_newline = nl.is_some();
             at_line_start = nl.is_some();
             if nl.is_some() {
+                if partial_line && last_line_in_out == Some(line) {
+                    cut_len = Some(line_len);
+                }
                 line += 1;
+                line_len = 0;
             }
             pos = seg_end;
         }
@@ -192,6 +202,9 @@ fn read_lines(
         }
     }
     let total = reached_eof.then(|| if last_byte_newline { line - 1 } else { line });
+    if reached_eof && partial_line && !last_byte_newline && last_line_in_out == Some(line) {
+        cut_len = Some(line_len); // the cut line is the unterminated last one
+    }
     if let Some(t) = total {
         if start > t.max(1) || (t == 0 && start > 1) {
             return Err(ReadError::PastEnd { total: t });
@@ -214,6 +227,10 @@ fn read_lines(
         total_lines: total,
         truncated,
         next_start_line: next_start,
+        cut_line: partial_line
+            .then_some(last_line_in_out)
+            .flatten()
+            .map(|l| (l, cut_len)),
         bom: false,
         line_ending: LineEnding::None,
         sha256: reached_eof.then(|| hex::encode(hasher.finalize())),
@@ -280,14 +297,24 @@ fn read_tail(file: &mut File, size: u64, n: u64, max_bytes: usize) -> Result<Exc
             None => wanted.clear(),
         }
     }
+    let mut cut_bytes: Option<Option<u64>> = None;
     if wanted.len() > max_bytes {
         // Keep the newest lines that fit: drop from the front up to a line start.
-        let cut = wanted.len() - max_bytes;
+        let mut cut = wanted.len() - max_bytes;
         match memchr::memchr(b'\n', &wanted[cut..]).map(|i| cut + i + 1) {
             Some(s) if s < wanted.len() => {
                 wanted.drain(..s);
             }
             _ => {
+                // The last line alone is over budget: keep its end, from a char boundary.
+                let body = wanted.strip_suffix(b"\n").unwrap_or(&wanted);
+                let line_start = memchr::memrchr(b'\n', body).map(|i| i + 1);
+                let whole_line_seen = line_start.is_some() || start_offset.is_some() || pos == 0;
+                cut_bytes =
+                    Some(whole_line_seen.then(|| (wanted.len() - line_start.unwrap_or(0)) as u64));
+                while cut < wanted.len() && wanted[cut] & 0xC0 == 0x80 {
+                    cut += 1;
+                }
                 wanted.drain(..cut);
             }
         }
@@ -308,6 +335,7 @@ fn read_tail(file: &mut File, size: u64, n: u64, max_bytes: usize) -> Result<Exc
         total_lines: total,
         truncated,
         next_start_line: None,
+        cut_line: cut_bytes.and_then(|len| end_line.map(|l| (l, len))),
         bom: false,
         line_ending: LineEnding::None,
         sha256: None,

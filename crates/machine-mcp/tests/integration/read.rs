@@ -95,6 +95,47 @@ fn binary_and_non_utf8_files_are_clear_errors() {
     assert_eq!(r.code(), "invalid_request");
 }
 
+/// Regression (adversarial report F5): a line longer than max_bytes came back cut with nothing
+/// saying so except `truncated`, and `next_start_line` moved past its rest; `max_bytes: 0`
+/// silently returned one byte. A cut line is now named (`cut_line`, with its length when known)
+/// and 0 is refused.
+#[test]
+fn a_line_longer_than_max_bytes_is_reported_as_cut() {
+    let t = Tree::new();
+    t.write("long.txt", format!("{}\nend\n", "x".repeat(3000)));
+    let mut s = Server::start(t.path(), &[]);
+    let out = s
+        .call("read_file", json!({"path": "long.txt", "max_bytes": 1000}))
+        .ok()
+        .clone();
+    assert_eq!(out["content"], "x".repeat(1000));
+    assert_eq!(out["truncated"], true);
+    assert_eq!(out["cut_line"], 1);
+    assert_eq!(out["cut_line_bytes"], 3001);
+    assert_eq!(out["next_start_line"], 2);
+    // The tail keeps the newest whole lines that fit; a last line alone too long keeps its end
+    // (from a character boundary: the line is made of 3-byte characters).
+    t.write("tail.txt", format!("a\n{}\n", "\u{20ac}".repeat(1000)));
+    let out = s
+        .call(
+            "read_file",
+            json!({"path": "tail.txt", "tail_lines": 1, "max_bytes": 1001}),
+        )
+        .ok()
+        .clone();
+    assert_eq!(out["truncated"], true);
+    assert_eq!(out["content"], format!("{}\n", "\u{20ac}".repeat(333)));
+    assert_eq!(out["cut_line"], 2);
+    assert_eq!(out["cut_line_bytes"], 3001);
+    let out = s
+        .call("read_file", json!({"path": "long.txt", "max_bytes": 5000}))
+        .ok()
+        .clone();
+    assert_eq!(out["cut_line"], serde_json::Value::Null);
+    let r = s.call("read_file", json!({"path": "long.txt", "max_bytes": 0}));
+    assert_eq!(r.code(), "invalid_request");
+}
+
 /// Regression (adversarial report F2): opening a FIFO with no writer blocked forever, so
 /// read_file, edit_file, view_image and apply_patch on one never answered and held a call slot
 /// (16 of them wedged the server). Special files are refused at once and nothing is written.

@@ -296,7 +296,8 @@ pub(crate) struct ReadFileArgs {
     /// Return the last N lines instead of a range.
     #[schemars(range(min = 1))]
     tail_lines: Option<u64>,
-    /// Most bytes of content to return (default 1048576, capped at 5242880).
+    /// Most bytes of content to return: 1 to 5242880 (larger values are capped), default
+    /// 1048576. Content ends at a line boundary unless one line alone is longer (see cut_line).
     #[schemars(range(min = 1))]
     max_bytes: Option<usize>,
 }
@@ -320,6 +321,14 @@ pub(crate) struct ReadFileOutput {
     truncated: bool,
     /// The line to pass as start_line to continue; null when nothing follows.
     next_start_line: Option<u64>,
+    /// A line longer than max_bytes that `content` holds only part of: its first bytes for a
+    /// range read, its last bytes for tail_lines. Its other bytes cannot be read with this
+    /// max_bytes (raise it, up to 5242880). Absent when no line was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cut_line: Option<u64>,
+    /// Length in bytes of cut_line (with its line break) when the read saw all of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cut_line_bytes: Option<u64>,
     /// The file starts with a UTF-8 byte order mark.
     bom: bool,
     /// Line endings seen in `content`: none, lf, crlf or mixed.
@@ -359,10 +368,13 @@ async fn read_file(
             Span::Lines { start, end }
         }
     };
+    if args.max_bytes == Some(0) {
+        return Err(ToolError::invalid("max_bytes must be at least 1"));
+    }
     let max = args
         .max_bytes
         .unwrap_or(READ_DEFAULT_MAX_BYTES)
-        .clamp(1, READ_HARD_MAX_BYTES);
+        .min(READ_HARD_MAX_BYTES);
     blocking(move || {
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
@@ -393,6 +405,8 @@ async fn read_file(
             size_bytes: meta.len(),
             truncated: ex.truncated,
             next_start_line: ex.next_start_line,
+            cut_line: ex.cut_line.map(|(l, _)| l),
+            cut_line_bytes: ex.cut_line.and_then(|(_, b)| b),
             bom: ex.bom,
             line_ending: ex.line_ending,
             sha256: ex.sha256,
