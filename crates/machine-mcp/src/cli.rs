@@ -160,8 +160,11 @@ pub(crate) enum RelayCommand {
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
     /// The relay's SQLite store (default: STATE_DIR/relay/relay.db).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "up")]
     pub(crate) store: Option<PathBuf>,
+    /// Use the store of `machine-mcp up` (STATE_DIR/up/relay.db; its bridge is `local`).
+    #[arg(long)]
+    pub(crate) up: bool,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }

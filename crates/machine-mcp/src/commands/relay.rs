@@ -11,15 +11,47 @@ use crate::cli::{AuthArg, BridgeCommand, RelayServeArgs, StoreArgs, TokenCommand
 fn store_path(s: &StoreArgs) -> Result<PathBuf> {
     match &s.store {
         Some(p) => Ok(p.clone()),
-        None => Ok(super::state_dir(&s.state)?.join("relay").join("relay.db")),
+        None => Ok(super::state_dir(&s.state)?
+            .join(if s.up { "up" } else { "relay" })
+            .join("relay.db")),
     }
 }
 
+/// Opens the store, creating it when missing (`relay serve`, `relay bridge add`).
 async fn open(s: &StoreArgs) -> Result<SqliteStorage> {
     let path = store_path(s)?;
     SqliteStorage::open(&path)
         .await
         .with_context(|| format!("cannot open the relay store {}", path.display()))
+}
+
+/// Opens a store that must already exist (the commands that read or change its bridges and
+/// tokens), so that a wrong path is an error rather than a new empty store.
+///
+/// # Errors
+/// No store at the path (with a hint at `--up` when the store of `machine-mcp up` exists), or
+/// it cannot be opened.
+async fn open_existing(s: &StoreArgs) -> Result<SqliteStorage> {
+    let path = store_path(s)?;
+    if !path.exists() {
+        let up_store = super::state_dir(&s.state)
+            .map(|d| d.join("up").join("relay.db"))
+            .ok()
+            .filter(|p| !s.up && s.store.is_none() && p.exists());
+        match up_store {
+            Some(up) => bail!(
+                "there is no relay store at {}; the store of `machine-mcp up` is {}: add --up",
+                path.display(),
+                up.display()
+            ),
+            None => bail!(
+                "there is no relay store at {}; start with `machine-mcp relay bridge add NAME`, \
+                 pass --store PATH, or --up for the store of `machine-mcp up`",
+                path.display()
+            ),
+        }
+    }
+    open(s).await
 }
 
 pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
@@ -93,7 +125,7 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
             );
         }
         BridgeCommand::List { store } => {
-            let s = open(&store).await?;
+            let s = open_existing(&store).await?;
             for b in s.bridges().await? {
                 println!("{b}");
             }
@@ -111,7 +143,7 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
             store,
         } => {
             let role = Role::parse(&role).map_err(anyhow::Error::msg)?;
-            let s = open(&store).await?;
+            let s = open_existing(&store).await?;
             let (rec, token) = s.create_token(&bridge, role, label.as_deref()).await?;
             println!("{token}");
             eprintln!(
@@ -122,7 +154,7 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
             );
         }
         TokenCommand::List { bridge, store } => {
-            let s = open(&store).await?;
+            let s = open_existing(&store).await?;
             for t in s.tokens(bridge.as_deref()).await? {
                 println!(
                     "{}\t{}\t{}\t{}\t{}",
@@ -139,7 +171,7 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
             }
         }
         TokenCommand::Revoke { id, store } => {
-            let s = open(&store).await?;
+            let s = open_existing(&store).await?;
             s.revoke_token(&id).await?;
             eprintln!("token {id} revoked");
         }

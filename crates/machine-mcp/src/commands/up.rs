@@ -221,6 +221,9 @@ fn print_human(
     }
     if let Some(t) = token {
         println!("Bearer token:              {t}");
+        println!(
+            "  (role owner; more tokens: machine-mcp relay token create --up --bridge local --role reviewer)"
+        );
     } else {
         println!("No authentication (loopback only).");
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::{
-    net::{Client, Relay, tool_error},
+    net::{Client, Relay, run_cli, tool_error},
     util::Tree,
 };
 
@@ -878,4 +878,50 @@ fn a_relay_restart_is_an_outage_the_daemon_reports_and_recovers_from() {
 fn restart_relay(relay: &mut Relay) -> u16 {
     relay.restart();
     relay.port
+}
+
+/// Regression (adversarial report F13): `up` keeps its store in STATE_DIR/up/relay.db, but the
+/// token commands only looked in STATE_DIR/relay/relay.db, told the user to add a bridge there
+/// (a second store the running `up` never reads), and created that store as a side effect.
+#[test]
+fn token_commands_reach_the_store_of_up_and_never_create_a_store_by_looking() {
+    let state = tempfile::tempdir().unwrap();
+    let st = state.path().to_str().unwrap();
+    // `up` enrolls its bridge "local" itself; `bridge add --up` stands in for it here.
+    run_cli(&["relay", "bridge", "add", "local", "--up", "--state-dir", st]);
+    assert!(state.path().join("up/relay.db").exists());
+    let token = run_cli(&[
+        "relay",
+        "token",
+        "create",
+        "--bridge",
+        "local",
+        "--role",
+        "reviewer",
+        "--up",
+        "--state-dir",
+        st,
+    ]);
+    assert!(token.starts_with("mbt_"), "{token}");
+    assert!(run_cli(&["relay", "token", "list", "--up", "--state-dir", st]).contains("reviewer"));
+    // Without --up: a clear error that points at --up, and no store appears.
+    let out = std::process::Command::new(crate::util::bin())
+        .args([
+            "relay",
+            "token",
+            "create",
+            "--bridge",
+            "local",
+            "--state-dir",
+            st,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--up"), "{err}");
+    assert!(
+        !state.path().join("relay").exists(),
+        "a lookup created a store"
+    );
 }
