@@ -34,13 +34,24 @@ pub(crate) fn created(path: &str, new: &str, max_bytes: usize) -> String {
     cut(text, max_bytes)
 }
 
-/// Cuts `text` to at most `max_bytes` on a char boundary and says so.
+/// Cuts `text` to at most `max_bytes` on a char boundary and says so with its total size.
 pub(crate) fn cut(text: String, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text;
     }
-    let total = text.len();
-    let mut end = max_bytes;
+    let note = format!("... diff truncated ({} bytes total)\n", text.len());
+    cut_with(text, max_bytes, &note)
+}
+
+/// Marks `text`, which a producer already stopped at `max_bytes` (its total is unknown), as cut
+/// there: cuts it to `max_bytes` on a char boundary and appends the note.
+pub(crate) fn mark_cut(text: String, max_bytes: usize) -> String {
+    let note = format!("... diff truncated at {max_bytes} bytes (max_bytes)\n");
+    cut_with(text, max_bytes, &note)
+}
+
+fn cut_with(text: String, max_bytes: usize, note: &str) -> String {
+    let mut end = max_bytes.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -48,7 +59,7 @@ pub(crate) fn cut(text: String, max_bytes: usize) -> String {
     if !out.ends_with('\n') {
         out.push('\n');
     }
-    out.push_str(&format!("... diff truncated ({total} bytes total)\n"));
+    out.push_str(note);
     out
 }
 

@@ -337,3 +337,43 @@ fn repository_configured_helpers_never_run() {
         "a repository-configured helper or hook ran"
     );
 }
+
+/// Regression (adversarial report F12): `git_show` of a revision that is not a commit was an
+/// `internal_error`, and a cut diff claimed a "total" that was only the bytes kept.
+#[test]
+fn show_refuses_non_commits_and_cut_diffs_say_where_they_were_cut() {
+    let t = Tree::new();
+    repo(t.path());
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    for rev in ["HEAD:a.txt", "^HEAD", "HEAD^{tree}"] {
+        let r = s.call("git_show", json!({"revision": rev}));
+        assert_eq!(r.code(), "invalid_request", "{rev}: {:?}", r.error);
+        assert!(
+            r.error["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a commit"),
+            "{rev}: {:?}",
+            r.error
+        );
+    }
+    let full = s.call("git_diff", json!({})).structured["diff"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(full.len() > 40, "{full}");
+    let cut = s.call("git_diff", json!({"max_bytes": 20}));
+    let text = cut.structured["diff"].as_str().unwrap();
+    assert_eq!(cut.structured["truncated"], true);
+    assert!(text.starts_with(&full[..20]), "{text}");
+    assert!(
+        text.ends_with("... diff truncated at 20 bytes (max_bytes)\n"),
+        "{text}"
+    );
+    let cut = s.call("git_show", json!({"revision": "HEAD", "max_bytes": 10}));
+    let text = cut.structured["diff"].as_str().unwrap();
+    assert!(
+        text.ends_with("... diff truncated at 10 bytes (max_bytes)\n"),
+        "{text}"
+    );
+}

@@ -412,7 +412,7 @@ async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResul
         .collect();
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.truncated {
-        text = diff::cut(text + " ", cap);
+        text = diff::mark_cut(text, cap);
     }
     Ok(DiffOutput {
         files,
@@ -592,7 +592,11 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
     let text = String::from_utf8_lossy(&m.stdout).into_owned();
     let f: Vec<&str> = text.splitn(5, '\x1f').collect();
     if f.len() != 5 {
-        return Err(ToolError::internal("unexpected git show output"));
+        // `git show` prints a blob or tree as it is, and nothing for `^REV`.
+        return Err(ToolError::invalid(format!(
+            "revision {:?} is not a commit (git_show shows one commit; use read_file for a file)",
+            args.revision
+        )));
     }
     let mut patch = os(&[
         "show",
@@ -613,7 +617,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
         .trim_start_matches('\n')
         .to_owned();
     if p.truncated {
-        diff_text = diff::cut(diff_text + " ", cap);
+        diff_text = diff::mark_cut(diff_text, cap);
     }
     Ok(ShowOutput {
         commit: f[0].to_owned(),
