@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    runtime::memory::limit_arenas();
     let cli = cli::Cli::parse();
     logging::init(&cli.global);
     let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -38,6 +38,7 @@ pub mod stdio;
 mod diff;
 mod edit;
 mod git;
+pub mod memory;
 mod patch;
 mod process;
 mod read;
@@ -118,6 +119,7 @@ pub struct Runtime {
     workspace: Workspace,
     policy: Policy,
     calls: Arc<Semaphore>,
+    idle_trim: Arc<memory::IdleTrim>,
     default_yield_after: Option<Duration>,
     sessions: process::sessions::Sessions,
     scratch: process::env::Scratch,
@@ -139,6 +141,7 @@ impl Runtime {
             workspace,
             policy: config.policy,
             calls: Arc::new(Semaphore::new(protocol::limits::CONCURRENT_TOOL_CALLS)),
+            idle_trim: Arc::default(),
             default_yield_after: config.default_yield_after,
             sessions: process::sessions::Sessions::default(),
             scratch: process::env::Scratch::new(scratch),
@@ -186,6 +189,18 @@ impl Runtime {
 
     pub(crate) fn call_slots(&self) -> &Arc<Semaphore> {
         &self.calls
+    }
+
+    /// Records that a tool call starts (see [`memory::IdleTrim`]).
+    pub(crate) fn call_started(&self) {
+        self.idle_trim.call_started();
+    }
+
+    /// Records that a tool call ended, after its permit is released: once the runtime is idle,
+    /// freed heap memory goes back to the system (see [`memory::IdleTrim`]).
+    pub(crate) fn call_ended(&self) {
+        self.idle_trim
+            .call_ended(&self.calls, protocol::limits::CONCURRENT_TOOL_CALLS);
     }
 
     pub(crate) fn sessions(&self) -> &process::sessions::Sessions {

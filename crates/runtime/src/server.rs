@@ -108,6 +108,8 @@ impl McpServer {
                 .retryable(),
             ));
         };
+        let runtime = self.access.runtime().clone();
+        runtime.call_started();
         let fut = spec.invoke(self.access.clone(), arguments, cx);
         // Each call runs in its own task so a panic is contained to this call (internal_error).
         let outcome = tokio::spawn(async move {
@@ -116,6 +118,7 @@ impl McpServer {
             r
         })
         .await;
+        runtime.call_ended();
         Ok(match outcome {
             Ok(Ok(Reply::Structured(value))) => CallToolResult::structured(value),
             Ok(Ok(Reply::Content(blocks))) => CallToolResult::success(blocks),
