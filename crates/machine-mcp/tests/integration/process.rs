@@ -412,3 +412,29 @@ fn isolated_environments_hide_the_servers_variables() {
             .contains("SECRET_TOKEN=s3cr3t")
     );
 }
+
+/// Regression (adversarial report F9): a write to a process that does not read its stdin
+/// blocked the call until the process exited, holding a call slot. It now gives up after a
+/// bounded wait with a `timeout` that says how much was written, and the session stays usable.
+#[test]
+fn a_write_the_process_never_reads_times_out_and_says_how_much_went_in() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("start_process", json!({"argv": ["sleep", "60"]}));
+    let id = r.ok()["session_id"].as_str().unwrap().to_owned();
+    let chunk = "x".repeat(64 * 1024);
+    let mut timed_out = None;
+    // A pipe holds 64 KiB by default (up to 1 MiB when raised): a few writes fill it.
+    for _ in 0..20 {
+        let w = s.call("write_process", json!({"session_id": id, "data": chunk}));
+        if w.is_error {
+            timed_out = Some(w);
+            break;
+        }
+    }
+    let w = timed_out.expect("writes to a process that never reads stdin kept succeeding");
+    assert_eq!(w.code(), "timeout", "{:?}", w.error);
+    assert!(w.error["bytes_written"].is_u64(), "{:?}", w.error);
+    let k = s.call("kill_process", json!({"session_id": id, "force": true}));
+    assert!(!k.is_error, "{:?}", k.error);
+}

@@ -36,6 +36,9 @@ use output::StreamBuf;
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 /// Read size of the output pumps.
 const PUMP_CHUNK: usize = 64 * 1024;
+/// How long a stdin write waits for the process to take the data (a full pipe or terminal
+/// buffer means the process is not reading).
+pub(crate) const STDIN_WRITE_WAIT: Duration = Duration::from_secs(5);
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -137,6 +140,15 @@ impl std::fmt::Debug for Proc {
 pub(crate) enum StdinError {
     #[error("stdin is closed")]
     Closed,
+    /// The process took only `written` bytes within [`STDIN_WRITE_WAIT`].
+    #[error(
+        "the process did not read its stdin for {} s: {written} of {total} bytes were written",
+        STDIN_WRITE_WAIT.as_secs()
+    )]
+    Stalled { written: usize, total: usize },
+    /// The call was cancelled after `written` bytes.
+    #[error("cancelled after {written} bytes were written")]
+    Cancelled { written: usize },
     #[error("writing stdin failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -355,17 +367,46 @@ impl Proc {
         self.wait().await
     }
 
-    /// Writes `data` to stdin, then closes it if `close`.
+    /// Writes `data` to stdin, then closes it if `close`, waiting at most [`STDIN_WRITE_WAIT`]
+    /// for the process to take it.
     ///
     /// # Errors
-    /// Stdin was closed before, or the write failed (the process exited).
-    pub(crate) async fn write_stdin(&self, data: &[u8], close: bool) -> Result<(), StdinError> {
-        let mut guard = self.stdin.lock().await;
+    /// Stdin was closed before; the write failed (the process exited); the process took not all
+    /// of it in time ([`StdinError::Stalled`], stdin stays open); `cancel` fired.
+    pub(crate) async fn write_stdin(
+        &self,
+        data: &[u8],
+        close: bool,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<(), StdinError> {
+        let deadline = tokio::time::Instant::now() + STDIN_WRITE_WAIT;
+        let mut guard = tokio::select! {
+            g = self.stdin.lock() => g,
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(StdinError::Stalled { written: 0, total: data.len() });
+            }
+            _ = cancel.cancelled() => return Err(StdinError::Cancelled { written: 0 }),
+        };
         match guard.as_mut() {
             None if data.is_empty() && close => Ok(()),
             None => Err(StdinError::Closed),
             Some(StdinSink::Pipe(p)) => {
-                p.write_all(data).await?;
+                let mut written = 0;
+                while written < data.len() {
+                    // A pipe write that has not completed has written nothing, so dropping it
+                    // at the deadline loses no byte.
+                    let n = tokio::select! {
+                        r = p.write(&data[written..]) => r?,
+                        _ = tokio::time::sleep_until(deadline) => {
+                            return Err(StdinError::Stalled { written, total: data.len() });
+                        }
+                        _ = cancel.cancelled() => return Err(StdinError::Cancelled { written }),
+                    };
+                    if n == 0 {
+                        return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+                    }
+                    written += n;
+                }
                 p.flush().await?;
                 if close {
                     let _ = p.shutdown().await;
@@ -379,15 +420,22 @@ impl Proc {
                 if close {
                     bytes.push(0x04); // EOT: a terminal's end of input
                 }
-                tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                let total = bytes.len();
+                // A terminal write blocks in a thread; past the deadline the call returns and
+                // the thread finishes when the process reads or the session ends.
+                let write = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
                     let mut w = w
                         .lock()
                         .map_err(|_| std::io::Error::other("stdin lock poisoned"))?;
                     w.write_all(&bytes)?;
                     w.flush()
-                })
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()))??;
+                });
+                tokio::select! {
+                    r = write => r.map_err(|e| std::io::Error::other(e.to_string()))??,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        return Err(StdinError::Stalled { written: 0, total });
+                    }
+                }
                 if close {
                     *guard = None;
                 }

@@ -17,7 +17,7 @@ use crate::{
     context::CallContext,
     error::{ToolError, ToolErrorCode, ToolResult},
     policy::Capability,
-    process::{Proc, Stream, sessions::Session},
+    process::{Proc, StdinError, Stream, sessions::Session},
     tools::process::{EXEC_HINTS, check_argv, spawn_error, spawn_spec},
 };
 
@@ -67,7 +67,9 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 title: "Write to a process",
                 description: "Write text (at most 64 KiB) to a process session's stdin; \
                               close_stdin: true closes it afterwards (on a PTY it sends Ctrl-D). \
-                              Include \"\\n\" to submit a line.",
+                              Include \"\\n\" to submit a line. If the process does not \
+                              take the data within 5 s (it is not reading stdin), the call \
+                              returns a timeout error with bytes_written.",
                 capability: Capability::ExecDirect,
                 hints: session_hints,
             },
@@ -362,9 +364,20 @@ async fn write_process(
         )));
     }
     s.proc
-        .write_stdin(args.data.as_bytes(), args.close_stdin)
+        .write_stdin(args.data.as_bytes(), args.close_stdin, &cx.cancel)
         .await
-        .map_err(|e| ToolError::conflict(format!("process session {}: {e}", s.id)))?;
+        .map_err(|e| {
+            let message = format!("process session {}: {e}", s.id);
+            match e {
+                StdinError::Stalled { written, .. } => {
+                    ToolError::new(ToolErrorCode::Timeout, message)
+                        .detail("bytes_written", written)
+                        .retryable()
+                }
+                StdinError::Cancelled { .. } => ToolError::cancelled(),
+                StdinError::Closed | StdinError::Io(_) => ToolError::conflict(message),
+            }
+        })?;
     Ok(WriteProcessOutput {
         bytes_written: args.data.len(),
         stdin_open: s.proc.stdin_open().await,
