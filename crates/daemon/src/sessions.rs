@@ -411,9 +411,10 @@ impl Sessions {
     /// A server message of session `h`.
     fn emit(&self, h: &Host, mut message: Value, related: Option<Value>) {
         let is_response = message.get("method").is_none();
+        let mut method = None;
         if is_response && let Some(id) = message.get("id") {
             let key = id_key(id);
-            let method = h
+            method = h
                 .inflight
                 .lock()
                 .ok()
@@ -428,9 +429,8 @@ impl Sessions {
         }
         let size = message.to_string().len();
         if size > RELAY_FRAME_MAX_BYTES - 1024 {
-            let id = message.get("id").cloned().unwrap_or(Value::Null);
             tracing::warn!(sid = %h.sid, size, "a server message is too large for the relay link; replaced by an error");
-            message = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": format!("the result ({size} bytes) is larger than the relay link allows ({RELAY_FRAME_MAX_BYTES} bytes); ask for less")}});
+            message = too_large(&message, method.as_deref(), size);
         }
         let Ok(mut r) = h.out.lock() else { return };
         if is_response && r.swallow.is_some() && message.get("id").map(id_key) == r.swallow {
@@ -589,4 +589,22 @@ async fn run_upstream(
     let _ = child.start_kill();
     let _ = child.wait().await;
     sessions.ended(&host.sid, &format!("upstream server {name} exited"));
+}
+
+/// What replaces a server message of `size` bytes that no relay frame can carry: for a
+/// `tools/call` result, a tool error (`limit_exceeded`; the call did complete, so its side
+/// effects happened) the model can act on by asking for less (MCP 2025-11-25, Tools §Error
+/// Handling); for anything else a JSON-RPC internal error (-32603) with the same advice.
+fn too_large(message: &Value, method: Option<&str>, size: usize) -> Value {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let advice = format!(
+        "the result ({size} bytes) is larger than the relay link carries ({RELAY_FRAME_MAX_BYTES} bytes); \
+         ask for less (a smaller max_bytes, a narrower range or path)"
+    );
+    if method == Some("tools/call") && message.get("result").is_some() {
+        let e = runtime::ToolError::limit(format!("the call completed, but {advice}"))
+            .with_side_effects();
+        return json!({"jsonrpc": "2.0", "id": id, "result": runtime::server::error_result(&e)});
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": advice}})
 }

@@ -925,3 +925,35 @@ fn token_commands_reach_the_store_of_up_and_never_create_a_store_by_looking() {
         "a lookup created a store"
     );
 }
+
+/// Regression (adversarial report F14): a result larger than a relay frame (a 5 MiB read_file is
+/// about 10.5 MB: the text is carried as content and as structuredContent) came back as a bare
+/// JSON-RPC -32603. A tool call now gets a tool error (`limit_exceeded`) the model can act on,
+/// and the session goes on.
+#[test]
+fn a_result_too_large_for_the_link_is_a_tool_error_the_model_can_act_on() {
+    let s = setup();
+    // 5.3 MB of 100-byte lines: read_file returns its 5 MiB cap.
+    s.ws.write("big.txt", format!("{}\n", "y".repeat(99)).repeat(53_000));
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let r = c.call(
+        "read_file",
+        json!({"path": "big.txt", "max_bytes": 5_242_880}),
+    );
+    assert_eq!(
+        r["result"]["isError"],
+        true,
+        "{}",
+        &r.to_string()[..300.min(r.to_string().len())]
+    );
+    let e = tool_error(&r);
+    assert_eq!(e["code"], "limit_exceeded", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("max_bytes"), "{e}");
+    let ok = c.call(
+        "read_file",
+        json!({"path": "big.txt", "max_bytes": 1_000_000}),
+    );
+    assert_ne!(ok["result"]["isError"], true, "the session goes on");
+    assert!(ok["result"]["structuredContent"]["content"].is_string());
+}
