@@ -76,7 +76,7 @@ pub enum ServeError {
     #[error("{0}")]
     Config(String),
     /// The listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: std::net::SocketAddr,

@@ -237,6 +237,18 @@ fn policies_gate_git_commit_and_writes_into_dot_git() {
     let r = s.call("edit_file", json!({"path": ".git/config", "old_text": "[core]", "new_text": "[core]\n\tfsmonitor = /bin/evil"}));
     assert_eq!(r.code(), "policy_denied");
     assert!(!t.path().join(".git/hooks/post-checkout").exists());
+    // On a case-insensitive file system (macOS, Windows) ".GIT" is the same directory
+    // (adversarial report F11); the message reads as one sentence.
+    let r = s.call(
+        "write_file",
+        json!({"path": ".GIT/config", "content": "[filter \"x\"]\n"}),
+    );
+    assert_eq!(r.code(), "policy_denied");
+    assert!(
+        !r.error["message"].as_str().unwrap().contains("  "),
+        "{:?}",
+        r.error
+    );
     let mut s = Server::start(t.path(), &["--profile", "agent"]);
     let r = s.call(
         "write_file",

@@ -52,11 +52,18 @@ pub(crate) fn guard_git_internals(rt: &Access, real: &Path, display: &str) -> To
     if rt.policy().allows(Capability::ExecDirect) {
         return Ok(());
     }
-    if real.components().any(|c| c.as_os_str() == ".git") {
+    // Any case: on a case-insensitive file system ".GIT" is the git directory.
+    let in_git = real.components().any(|c| {
+        c.as_os_str()
+            .to_str()
+            .is_some_and(|n| n.eq_ignore_ascii_case(".git"))
+    });
+    if in_git {
         return Err(ToolError::new(
             ToolErrorCode::PolicyDenied,
             format!(
-                "{display}: writing inside a .git directory needs an exec mode (direct or shell);                  the {} policy has none",
+                "{display}: writing inside a .git directory needs an exec mode (direct or shell); \
+                 the {} policy has none",
                 rt.policy().name()
             ),
         ));
