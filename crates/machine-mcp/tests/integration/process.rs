@@ -438,3 +438,66 @@ fn a_write_the_process_never_reads_times_out_and_says_how_much_went_in() {
     let k = s.call("kill_process", json!({"session_id": id, "force": true}));
     assert!(!k.is_error, "{:?}", k.error);
 }
+
+/// Regression (adversarial report F8): a descendant that calls `setsid()` leaves the process
+/// group and session and, once its parent exits, every parent link — it escaped the timeout, the
+/// normal end of the call and the server's shutdown. Descendants are now also found by a marker
+/// variable they inherit.
+#[test]
+fn descendants_that_call_setsid_are_killed_with_the_tree() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let spawn_escapee = |file: &str| {
+        format!("setsid sh -c 'echo $$ > {file}; exec sleep 300' </dev/null >/dev/null 2>&1 &")
+    };
+    // Timeout: the leader is still running when the tree is terminated.
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", format!("{} sleep 30", spawn_escapee("a.pid"))], "timeout_seconds": 1}),
+    );
+    assert_eq!(r.ok()["timed_out"], true);
+    let a: u64 = String::from_utf8(t.read("a.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_gone(a, Duration::from_secs(5)),
+        "setsid descendant {a} survived a timeout"
+    );
+    // Normal exit: the leader is gone before its descendant.
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", format!("{} sleep 0.5", spawn_escapee("b.pid"))]}),
+    );
+    assert_eq!(r.ok()["exit_code"], 0);
+    let b: u64 = String::from_utf8(t.read("b.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_gone(b, Duration::from_secs(5)),
+        "setsid descendant {b} survived the call"
+    );
+    // Shutdown: a session's escaped descendant dies with the server.
+    let r = s.call(
+        "start_process",
+        json!({"argv": ["sh", "-c", format!("{} sleep 300", spawn_escapee("c.pid"))]}),
+    );
+    assert!(!r.is_error);
+    let end = Instant::now() + Duration::from_secs(5);
+    while !t.path().join("c.pid").exists() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let c: u64 = String::from_utf8(t.read("c.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    s.close_stdin();
+    assert!(
+        wait_gone(c, Duration::from_secs(10)),
+        "setsid descendant {c} outlived the server"
+    );
+}

@@ -116,7 +116,7 @@ enum StdinSink {
 
 /// A running (or finished) child process and its captured output.
 pub(crate) struct Proc {
-    pid: u32,
+    tree: tree::Tree,
     pty: bool,
     pub(crate) stdout: Arc<Stream>,
     pub(crate) stderr: Arc<Stream>,
@@ -129,7 +129,7 @@ pub(crate) struct Proc {
 impl std::fmt::Debug for Proc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proc")
-            .field("pid", &self.pid)
+            .field("pid", &self.tree.leader())
             .field("pty", &self.pty)
             .finish_non_exhaustive()
     }
@@ -180,11 +180,14 @@ impl Proc {
             .argv
             .split_first()
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
+        let tag = tree::Tree::new_tag();
+        let (tree_key, tree_value) = tree::env_var(&tag);
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .env(tree_key, tree_value)
             .process_group(0)
             .stdin(if stdin.is_some() || keep_stdin_open {
                 Stdio::piped()
@@ -196,6 +199,7 @@ impl Proc {
             .kill_on_drop(false);
         let mut child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
+        let tree = tree::Tree::new(pid, tag);
         let stdout = Stream::new();
         let stderr = Stream::new();
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -218,7 +222,7 @@ impl Proc {
             });
         }
         let proc = Arc::new(Self {
-            pid,
+            tree: tree.clone(),
             pty: false,
             stdout,
             stderr,
@@ -242,7 +246,7 @@ impl Proc {
                     signal: None,
                 },
             };
-            finish(pid, pumps, exit, exit_tx).await;
+            finish(&tree, pumps, exit, exit_tx).await;
         });
         Ok(proc)
     }
@@ -262,10 +266,14 @@ impl Proc {
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
+        let tag = tree::Tree::new_tag();
+        let (tree_key, tree_value) = tree::env_var(&tag);
+        cmd.env(tree_key, tree_value);
         cmd.cwd(&spec.cwd);
         let mut child = pair.slave.spawn_command(cmd).map_err(|e| io(&e))?;
         drop(pair.slave);
         let pid = child.process_id().unwrap_or(0);
+        let tree = tree::Tree::new(pid, tag);
         let reader = pair.master.try_clone_reader().map_err(|e| io(&e))?;
         let writer = pair.master.take_writer().map_err(|e| io(&e))?;
         let stdout = Stream::new();
@@ -274,7 +282,7 @@ impl Proc {
         let out = stdout.clone();
         let pump = tokio::task::spawn_blocking(move || pump_blocking(reader, out));
         let proc = Arc::new(Self {
-            pid,
+            tree: tree.clone(),
             pty: true,
             stdout,
             stderr,
@@ -299,7 +307,7 @@ impl Proc {
             // The PTY reader sees EOF only once the master is closed.
             let finish_fut = async {
                 tokio::time::sleep(DRAIN_AFTER_EXIT).await;
-                tree::terminate_tree(pid, TERMINATION_GRACE).await;
+                tree::terminate_tree(&tree, TERMINATION_GRACE).await;
                 if let Some(p) = weak.upgrade()
                     && let Ok(mut m) = p.pty_master.lock()
                 {
@@ -315,7 +323,7 @@ impl Proc {
 
     /// The leader's pid (also its process group id).
     pub(crate) fn pid(&self) -> u32 {
-        self.pid
+        self.tree.leader()
     }
 
     /// Whether stdout and stderr are one terminal stream.
@@ -359,9 +367,9 @@ impl Proc {
     pub(crate) async fn terminate(&self, force: bool) -> Exit {
         if self.exit().is_none() {
             if force {
-                tree::kill_tree_now(self.pid).await;
+                tree::kill_tree_now(&self.tree).await;
             } else {
-                tree::terminate_tree(self.pid, TERMINATION_GRACE).await;
+                tree::terminate_tree(&self.tree, TERMINATION_GRACE).await;
             }
         }
         self.wait().await
@@ -452,8 +460,8 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if self.exit().is_none() && self.pid != 0 {
-            tree::signal_tree(self.pid, Signal::SIGKILL);
+        if self.exit().is_none() && self.tree.leader() != 0 {
+            tree::signal_tree(&self.tree, Signal::SIGKILL);
         }
     }
 }
@@ -461,7 +469,7 @@ impl Drop for Proc {
 /// After the leader exited: drain the pipes briefly, terminate what is left of the tree, then
 /// publish the exit.
 async fn finish(
-    pid: u32,
+    tree: &tree::Tree,
     pumps: Vec<tokio::task::JoinHandle<()>>,
     exit: Exit,
     tx: watch::Sender<Option<Exit>>,
@@ -473,10 +481,10 @@ async fn finish(
         .is_err()
     {
         // Something in the tree still holds the pipes open.
-        tree::terminate_tree(pid, TERMINATION_GRACE).await;
+        tree::terminate_tree(tree, TERMINATION_GRACE).await;
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut all).await;
-    } else if !tree::members(pid).is_empty() {
-        tree::terminate_tree(pid, TERMINATION_GRACE).await;
+    } else if !tree::members(tree).is_empty() {
+        tree::terminate_tree(tree, TERMINATION_GRACE).await;
     }
     tx.send_replace(Some(exit));
 }

@@ -1,13 +1,16 @@
 //! Finding and terminating a whole process tree (DESIGN §3 "Processes", invariant 10).
 //!
 //! Every child is started as the leader of its own process group (a PTY child also leads its own
-//! session). The tree of a leader is every live process that is in its process group, in its
-//! session when it leads one, or descends from it by parent links — found by scanning `/proc`.
-//! Termination sends SIGTERM to all of them, waits up to the grace for them to go, then sends
-//! SIGKILL to whatever is left. A process that moved itself into a new session (`setsid`) and
-//! reparented away is out of reach; that is the documented limit of process-group tracking.
+//! session) with [`TREE_ENV`] set to a tag unique to it, which its descendants inherit. The tree
+//! of a leader is every live process that is in its process group, in its session when it leads
+//! one, descends from it by parent links, or — started no earlier than the leader — carries its
+//! tag in its environment (this finds a descendant that called `setsid()` and was reparented
+//! away once its parent exited), all found by scanning `/proc`. Termination sends SIGTERM to all
+//! of them, waits up to the grace for them to go, then sends SIGKILL to whatever is left. Out of
+//! reach: a descendant that left the group and session, was reparented, and also cleared or
+//! replaced its environment (a deliberate escape).
 
-use std::{collections::HashSet, time::Duration};
+use std::{collections::HashSet, ffi::OsString, time::Duration};
 
 use nix::{
     sys::signal::{Signal, kill, killpg},
@@ -17,6 +20,54 @@ use nix::{
 /// Poll interval while waiting for a tree to exit.
 const POLL: Duration = Duration::from_millis(25);
 
+/// The environment variable that marks every process of a tree; see the module docs.
+pub(crate) const TREE_ENV: &str = "MACHINE_MCP_TREE";
+
+/// A process tree: its leader and the tag its processes carry in [`TREE_ENV`].
+#[derive(Debug, Clone)]
+pub(crate) struct Tree {
+    leader: u32,
+    tag: String,
+    /// The leader's start time (clock ticks since boot); 0 when unknown.
+    started: u64,
+}
+
+impl Tree {
+    /// A fresh tag for a process about to start: this server's pid and a random part.
+    pub(crate) fn new_tag() -> String {
+        format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())
+    }
+
+    /// The tree of the just-started `leader`, whose environment holds `TREE_ENV=tag`.
+    pub(crate) fn new(leader: u32, tag: String) -> Self {
+        let started = read_stat(leader as i32).map_or(0, |s| s.started);
+        Self {
+            leader,
+            tag,
+            started,
+        }
+    }
+
+    /// The leader's pid.
+    pub(crate) fn leader(&self) -> u32 {
+        self.leader
+    }
+
+    /// Whether `pid`'s environment holds this tree's tag.
+    fn tagged(&self, pid: i32) -> bool {
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            return false;
+        };
+        let want = [TREE_ENV.as_bytes(), b"=", self.tag.as_bytes()].concat();
+        env.split(|b| *b == 0).any(|v| v == want.as_slice())
+    }
+}
+
+/// The variable to put in the environment of the process that will lead the tree `tag`.
+pub(crate) fn env_var(tag: &str) -> (OsString, OsString) {
+    (TREE_ENV.into(), tag.into())
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Stat {
     pid: i32,
@@ -24,6 +75,8 @@ struct Stat {
     pgrp: i32,
     session: i32,
     zombie: bool,
+    /// Start time, clock ticks since boot.
+    started: u64,
 }
 
 fn read_stat(pid: i32) -> Option<Stat> {
@@ -35,12 +88,15 @@ fn read_stat(pid: i32) -> Option<Stat> {
     let ppid = f.next()?.parse().ok()?;
     let pgrp = f.next()?.parse().ok()?;
     let session = f.next()?.parse().ok()?;
+    // Fields 7-21 (tty_nr .. itrealvalue), then field 22, starttime.
+    let started = f.nth(15)?.parse().ok()?;
     Some(Stat {
         pid,
         ppid,
         pgrp,
         session,
         zombie: state == "Z" || state == "X",
+        started,
     })
 }
 
@@ -53,13 +109,26 @@ fn all_stats() -> Vec<Stat> {
         .collect()
 }
 
-/// Live (non-zombie) members of `leader`'s tree.
-pub(crate) fn members(leader: u32) -> Vec<i32> {
-    let leader = leader as i32;
+/// Live (non-zombie) members of `tree`.
+pub(crate) fn members(tree: &Tree) -> Vec<i32> {
+    let leader = tree.leader as i32;
+    let me = std::process::id() as i32;
     let stats = all_stats();
     let mut set: HashSet<i32> = HashSet::new();
     for s in &stats {
         if s.pid == leader || s.pgrp == leader || s.session == leader {
+            set.insert(s.pid);
+        }
+    }
+    // Tagged processes; only those started since the leader can be, which skips reading the
+    // environment of nearly every other process on the machine.
+    for s in &stats {
+        if !s.zombie
+            && s.pid != me
+            && s.started >= tree.started
+            && !set.contains(&s.pid)
+            && tree.tagged(s.pid)
+        {
             set.insert(s.pid);
         }
     }
@@ -77,41 +146,44 @@ pub(crate) fn members(leader: u32) -> Vec<i32> {
     }
     stats
         .iter()
-        .filter(|s| set.contains(&s.pid) && !s.zombie && s.pid != std::process::id() as i32)
+        .filter(|s| set.contains(&s.pid) && !s.zombie && s.pid != me)
         .map(|s| s.pid)
         .collect()
 }
 
-/// Sends `sig` to `leader`'s process group and to every member of its tree.
-pub(crate) fn signal_tree(leader: u32, sig: Signal) {
-    let _ = killpg(Pid::from_raw(leader as i32), sig);
-    for pid in members(leader) {
+/// Sends `sig` to the leader's process group and to every member of the tree.
+pub(crate) fn signal_tree(tree: &Tree, sig: Signal) {
+    let _ = killpg(Pid::from_raw(tree.leader as i32), sig);
+    for pid in members(tree) {
         let _ = kill(Pid::from_raw(pid), sig);
     }
 }
 
 /// SIGTERM to the tree, up to `grace` for it to exit, then SIGKILL to what is left. Returns when
 /// no member is alive (or after a further second of SIGKILL retries).
-pub(crate) async fn terminate_tree(leader: u32, grace: Duration) {
-    signal_tree(leader, Signal::SIGTERM);
+pub(crate) async fn terminate_tree(tree: &Tree, grace: Duration) {
+    signal_tree(tree, Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     while tokio::time::Instant::now() < deadline {
-        if members(leader).is_empty() {
+        if members(tree).is_empty() {
             return;
         }
         tokio::time::sleep(POLL).await;
     }
-    kill_tree_now(leader).await;
+    kill_tree_now(tree).await;
 }
 
 /// SIGKILL to the tree until nothing is left (at most one second of retries).
-pub(crate) async fn kill_tree_now(leader: u32) {
+pub(crate) async fn kill_tree_now(tree: &Tree) {
     for _ in 0..40 {
-        signal_tree(leader, Signal::SIGKILL);
-        if members(leader).is_empty() {
+        signal_tree(tree, Signal::SIGKILL);
+        if members(tree).is_empty() {
             return;
         }
         tokio::time::sleep(POLL).await;
     }
-    tracing::warn!(leader, "processes of a terminated tree are still alive");
+    tracing::warn!(
+        leader = tree.leader,
+        "processes of a terminated tree are still alive"
+    );
 }
