@@ -168,9 +168,14 @@ impl SqliteStorage {
         public_key: &str,
     ) -> Result<(String, String), StorageError> {
         let mut tx = self.pool.begin().await?;
+        // Write first: a deferred transaction that read first could not wait for the write lock
+        // (SQLITE_BUSY at once under concurrent enrollments); a first write waits up to the
+        // busy timeout.
         let row = sqlx::query(
-            "SELECT bridge FROM enrollments WHERE code_hash = ? AND used_at IS NULL AND expires_at > ?",
+            "UPDATE enrollments SET used_at = ? \
+             WHERE code_hash = ? AND used_at IS NULL AND expires_at > ? RETURNING bridge",
         )
+        .bind(now())
         .bind(crate::auth::sha256_hex(code))
         .bind(now())
         .fetch_optional(&mut *tx)
@@ -181,11 +186,6 @@ impl SqliteStorage {
             ));
         };
         let bridge: String = row.get(0);
-        sqlx::query("UPDATE enrollments SET used_at = ? WHERE code_hash = ?")
-            .bind(now())
-            .bind(crate::auth::sha256_hex(code))
-            .execute(&mut *tx)
-            .await?;
         let key_id = crate::auth::random_id("key_");
         sqlx::query(
             "INSERT INTO device_keys (key_id, bridge, public_key, created_at) VALUES (?, ?, ?, ?)",
@@ -413,5 +413,29 @@ mod tests {
                 .is_none()
         );
         assert!(s.create_token("nope", Role::Owner, None).await.is_err());
+    }
+
+    /// Regression (benchmark with 100 daemons enrolling at once): the enrollment transaction
+    /// read first and wrote second, so concurrent ones failed with SQLITE_BUSY (a deferred
+    /// transaction cannot wait to upgrade its read lock) and daemons saw "enrollment failed".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_enrollments_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStorage::open(&dir.path().join("relay.db")).await.unwrap();
+        let mut codes = Vec::new();
+        for i in 0..64 {
+            codes.push(s.add_bridge(&format!("b{i}"), 3600).await.unwrap());
+        }
+        let tasks: Vec<_> = codes
+            .into_iter()
+            .map(|code| {
+                let s = s.clone();
+                tokio::spawn(async move { s.enroll(&code, "pk").await })
+            })
+            .collect();
+        for t in tasks {
+            let r = t.await.unwrap();
+            assert!(r.is_ok(), "{r:?}");
+        }
     }
 }
