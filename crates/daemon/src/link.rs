@@ -210,8 +210,9 @@ async fn attempt_once(
     let ws_config = WebSocketConfig::default()
         .max_message_size(Some(limits::RELAY_FRAME_MAX_BYTES))
         .max_frame_size(Some(limits::RELAY_FRAME_MAX_BYTES));
-    let connect =
-        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_config), false);
+    // disable_nagle: relayed messages are small and latency-bound; with Nagle each waits for
+    // the relay's delayed ACK (40 ms per call, BENCHMARKS.md relay section).
+    let connect = tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_config), true);
     let ws = tokio::select! {
         r = tokio::time::timeout(config.timing.connect, connect) => match r {
             Err(_) => return Attempt::Retry("connect timed out".into()),

@@ -39,7 +39,7 @@ pub mod stream;
 
 use std::{sync::Arc, time::Duration};
 
-use axum::{Router, extract::DefaultBodyLimit, routing::get};
+use axum::{Router, extract::DefaultBodyLimit, routing::get, serve::ListenerExt};
 use tokio_util::sync::CancellationToken;
 
 pub use config::RelayConfig;
@@ -145,6 +145,13 @@ pub async fn serve_on(
     };
     let app = router(hub);
     let stop = shutdown.clone();
+    // Without TCP_NODELAY a small response written in two pieces (headers, then body or an SSE
+    // event) waits for the client's delayed ACK: 40 ms per call (BENCHMARKS.md, relay section).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
+        }
+    });
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
