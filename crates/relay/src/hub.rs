@@ -17,7 +17,7 @@
 //! - Deadlines are never extended by reconnecting.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -94,7 +94,73 @@ pub struct Link {
 }
 
 /// The catalog a daemon announced: its servers by name.
-pub type Catalog = HashMap<String, ServerInfo>;
+pub type Catalog = HashMap<String, CachedServer>;
+
+/// One server of a catalog as the relay keeps it: compact JSON text, not a parsed tree (a parsed
+/// catalog of the built-in runtime, four role views with their schemas, takes about 0.9 MiB per
+/// bridge), and shared between bridges that announced the same text (see [`TextCache`]).
+#[derive(Debug, Clone)]
+pub struct CachedServer {
+    /// The server's `initialize` result (a JSON object).
+    pub initialize: Arc<str>,
+    /// `tools/list` results (JSON objects) by role name.
+    pub tools: BTreeMap<String, Arc<str>>,
+}
+
+impl CachedServer {
+    /// The `initialize` result, parsed.
+    pub fn initialize(&self) -> Value {
+        serde_json::from_str(&self.initialize).unwrap_or(Value::Null)
+    }
+
+    /// The `tools/list` result `role` may see, parsed.
+    pub fn tools_for(&self, role: &str) -> Option<Value> {
+        self.tools
+            .get(role)
+            .and_then(|t| serde_json::from_str(t).ok())
+    }
+}
+
+/// Interned JSON texts: identical catalog parts (every daemon of one version announces the same
+/// tool list) are kept once. An entry goes when no bridge uses it any more.
+#[derive(Debug, Default)]
+pub struct TextCache(Mutex<HashSet<Arc<str>>>);
+
+impl TextCache {
+    /// The shared copy of `value`'s compact JSON text.
+    pub fn intern(&self, value: &Value) -> Arc<str> {
+        let text = value.to_string();
+        let Ok(mut set) = self.0.lock() else {
+            return Arc::from(text);
+        };
+        if let Some(hit) = set.get(text.as_str()) {
+            return hit.clone();
+        }
+        // Drop texts only the cache still holds, then keep the new one.
+        set.retain(|t| Arc::strong_count(t) > 1);
+        let text: Arc<str> = Arc::from(text);
+        set.insert(text.clone());
+        text
+    }
+
+    /// A catalog from a daemon's announced servers, its texts interned.
+    pub fn catalog(&self, servers: Vec<ServerInfo>) -> Catalog {
+        servers
+            .into_iter()
+            .map(|s| {
+                let cached = CachedServer {
+                    initialize: self.intern(&s.initialize),
+                    tools: s
+                        .tools
+                        .iter()
+                        .map(|(role, t)| (role.clone(), self.intern(t)))
+                        .collect(),
+                };
+                (s.name, cached)
+            })
+            .collect()
+    }
+}
 
 #[derive(Debug, Default)]
 struct BridgeInner {
@@ -236,6 +302,7 @@ pub struct Hub {
     bridges: Mutex<HashMap<String, Arc<Bridge>>>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     next_link: AtomicU64,
+    texts: TextCache,
 }
 
 impl Hub {
@@ -248,6 +315,7 @@ impl Hub {
             streams: Streams::default(),
             metrics: Metrics::default(),
             bridges: Mutex::new(HashMap::new()),
+            texts: TextCache::default(),
             sessions: Mutex::new(HashMap::new()),
             next_link: AtomicU64::new(1),
         })
@@ -266,7 +334,7 @@ impl Hub {
         let catalog = match self.storage.catalog(name).await {
             Ok(Some(text)) => serde_json::from_str::<Vec<ServerInfo>>(&text)
                 .ok()
-                .map(|v| Arc::new(v.into_iter().map(|s| (s.name.clone(), s)).collect())),
+                .map(|v| Arc::new(self.texts.catalog(v))),
             _ => None,
         };
         let Ok(mut m) = self.bridges.lock() else {
@@ -635,7 +703,7 @@ impl Hub {
         {
             tracing::warn!(bridge = %bridge.name, error = %e, "could not store the daemon catalog");
         }
-        let cat: Catalog = servers.into_iter().map(|s| (s.name.clone(), s)).collect();
+        let cat = self.texts.catalog(servers);
         if let Ok(mut g) = bridge.inner.lock() {
             g.catalog = Some(Arc::new(cat));
         }
@@ -862,4 +930,47 @@ enum Target {
     Stream(Arc<Stream>),
     Standalone,
     Unmatched,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(tools: Value) -> ServerInfo {
+        ServerInfo {
+            name: "machine".into(),
+            initialize: json!({"protocolVersion": "2025-11-25"}),
+            tools: [
+                ("owner".to_owned(), tools.clone()),
+                ("reviewer".to_owned(), tools),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    #[test]
+    fn identical_catalogs_share_their_text_and_unused_text_is_dropped() {
+        let cache = TextCache::default();
+        let tools = json!({"tools": [{"name": "read_file", "inputSchema": {"type": "object"}}]});
+        let a = cache.catalog(vec![server(tools.clone())]);
+        let b = cache.catalog(vec![server(tools.clone())]);
+        assert!(Arc::ptr_eq(
+            &a["machine"].tools["owner"],
+            &b["machine"].tools["owner"]
+        ));
+        assert!(Arc::ptr_eq(
+            &a["machine"].tools["owner"],
+            &a["machine"].tools["reviewer"]
+        ));
+        assert_eq!(a["machine"].tools_for("reviewer"), Some(tools));
+        assert_eq!(a["machine"].initialize()["protocolVersion"], "2025-11-25");
+        drop((a, b));
+        cache.intern(&json!("something else"));
+        assert_eq!(
+            cache.0.lock().unwrap().len(),
+            1,
+            "only the new text is left"
+        );
+    }
 }

@@ -402,7 +402,7 @@ async fn initialize(
     } else {
         SUPPORTED_VERSIONS[0].to_owned()
     };
-    let mut result = info.initialize.clone();
+    let mut result = info.initialize();
     result["protocolVersion"] = json!(version);
     let Some(session) = hub.create_session(b, server, principal, &version, message) else {
         return rpc_error(
@@ -519,7 +519,7 @@ fn offline_answer(s: &Session, method: &str, id: Value) -> Response {
         "tools/list" => {
             let tools = s.bridge.catalog().and_then(|c| {
                 c.get(&s.server)
-                    .and_then(|i| i.tools.get(s.principal.role.as_str()).cloned())
+                    .and_then(|i| i.tools_for(s.principal.role.as_str()))
             });
             match tools {
                 Some(t) => json_reply(json!({"jsonrpc": "2.0", "id": id, "result": t})),

@@ -421,7 +421,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_enrollments_all_succeed() {
         let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStorage::open(&dir.path().join("relay.db")).await.unwrap();
+        let s = SqliteStorage::open(&dir.path().join("relay.db"))
+            .await
+            .unwrap();
         let mut codes = Vec::new();
         for i in 0..64 {
             codes.push(s.add_bridge(&format!("b{i}"), 3600).await.unwrap());
