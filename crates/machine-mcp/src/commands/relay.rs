@@ -91,7 +91,10 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
         tracing::info!("shutting down the relay");
         signal.cancel();
     });
-    relay::serve_on(listener, config, storage, stop).await?;
+    let trim = runtime::memory::trim_periodically();
+    let served = relay::serve_on(listener, config, storage, stop).await;
+    trim.abort();
+    served?;
     Ok(())
 }
 

@@ -87,6 +87,8 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     };
     let stop = CancellationToken::new();
     let relay_task = tokio::spawn(relay::serve_on(listener, config, storage, stop.clone()));
+    // The runtime trims after its calls; the relay half has no call boundaries.
+    let _trim = AbortOnDrop(runtime::memory::trim_periodically());
 
     let (runtime, upstreams) = super::remote_runtime(
         args.workspace,
@@ -269,4 +271,13 @@ fn print_human(
 
 fn pretty(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// Aborts a task when dropped (whichever way `up` returns).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
