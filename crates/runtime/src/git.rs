@@ -222,12 +222,12 @@ async fn exec(
             let _ = pipe.shutdown().await;
         });
     }
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let read_out = async {
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    let read_out = async move {
         let mut buf = Vec::new();
         let mut truncated = false;
-        if let Some(o) = out.as_mut() {
+        if let Some(mut o) = out {
             let mut chunk = vec![0u8; 64 * 1024];
             loop {
                 match o.read(&mut chunk).await {
@@ -242,15 +242,24 @@ async fn exec(
                     }
                 }
             }
+            // Closing our end now makes a git still writing fail (EPIPE) and exit, so its
+            // stderr ends too; holding it open would leave git blocked and the call waiting
+            // for the timeout.
+            drop(o);
         }
         (buf, truncated)
     };
-    let read_err = async {
-        let mut buf = Vec::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.take(STDERR_MAX as u64).read_to_end(&mut buf).await;
+    let read_err = async move {
+        let mut kept = Vec::new();
+        if let Some(mut e) = err {
+            // Drain all of it (a git blocked on a full stderr pipe never ends), keep the head.
+            let mut chunk = vec![0u8; 4 * 1024];
+            while let Ok(n @ 1..) = e.read(&mut chunk).await {
+                let room = STDERR_MAX.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+            }
         }
-        String::from_utf8_lossy(&buf).into_owned()
+        String::from_utf8_lossy(&kept).into_owned()
     };
     let work = async {
         let ((stdout, truncated), stderr) = tokio::join!(read_out, read_err);
@@ -331,14 +340,15 @@ pub(crate) async fn discover(
         .map(OsString::from)
         .collect();
     let out = run(&repo.worktree, &config, None, 1024 * 1024, cancel).await?;
-    // Exit status 1: no filter configured.
-    if out.code != Some(0) && out.code != Some(1) {
-        return Err(out.error("reading the repository's configuration"));
-    }
+    // Past the cap git was stopped, so its exit status says nothing.
     if out.truncated {
         return Err(ToolError::invalid(
             "the repository's configuration defines too many filters to disable them safely",
         ));
+    }
+    // Exit status 1: no filter configured.
+    if out.code != Some(0) && out.code != Some(1) {
+        return Err(out.error("reading the repository's configuration"));
     }
     repo.overrides = filter_overrides(&out.stdout);
     Ok(repo)

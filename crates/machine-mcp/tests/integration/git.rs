@@ -389,3 +389,32 @@ fn show_refuses_non_commits_and_cut_diffs_say_where_they_were_cut() {
         "{text}"
     );
 }
+
+/// Regression (re-check of adversarial report F11): when git's output passed the cap, the
+/// reader stopped but still waited for git's stderr to end, while git was blocked writing the
+/// rest of its stdout — the call hung until the 60 s git timeout. A repository whose config
+/// lists megabytes of filter settings did that to every git tool, and through the relay a
+/// reviewer could hold all call slots with it.
+#[test]
+fn git_output_past_the_cap_ends_the_call_at_once() {
+    let t = Tree::new();
+    repo(t.path());
+    let config = t.path().join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "[filter \"big\"]\n\tclean = {}\n",
+        "x".repeat(2 << 20)
+    ));
+    std::fs::write(&config, text).unwrap();
+    let mut s = Server::start(t.path(), &["--profile", "review"]);
+    let r = s.call("git_status", json!({}));
+    assert_eq!(r.code(), "invalid_request", "{:?}", r.error);
+    assert!(
+        r.error["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many filters"),
+        "{:?}",
+        r.error
+    );
+}
