@@ -152,7 +152,14 @@ pub(crate) fn open_regular(path: &Path, display: &str) -> ToolResult<(File, fs::
         .read(true)
         .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
         .open(path)
-        .map_err(|e| ToolError::io(display, &e))?;
+        .map_err(|e| {
+            // A Unix socket cannot be opened at all (ENXIO).
+            if e.raw_os_error() == Some(nix::errno::Errno::ENXIO as i32) {
+                ToolError::invalid(format!("{display}: not a regular file (a socket)"))
+            } else {
+                ToolError::io(display, &e)
+            }
+        })?;
     let meta = file.metadata().map_err(|e| ToolError::io(display, &e))?;
     if !meta.is_file() {
         return Err(ToolError::invalid(format!(

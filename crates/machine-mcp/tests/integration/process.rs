@@ -435,6 +435,13 @@ fn a_write_the_process_never_reads_times_out_and_says_how_much_went_in() {
     let w = timed_out.expect("writes to a process that never reads stdin kept succeeding");
     assert_eq!(w.code(), "timeout", "{:?}", w.error);
     assert!(w.error["bytes_written"].is_u64(), "{:?}", w.error);
+    // Bytes that went in are an effect on the process.
+    assert_eq!(
+        w.error["side_effects_started"],
+        w.error["bytes_written"].as_u64() != Some(0),
+        "{:?}",
+        w.error
+    );
     let k = s.call("kill_process", json!({"session_id": id, "force": true}));
     assert!(!k.is_error, "{:?}", k.error);
 }

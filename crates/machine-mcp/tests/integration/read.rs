@@ -149,6 +149,7 @@ fn fifos_and_devices_are_refused_at_once() {
         .unwrap();
     assert!(made.success());
     std::os::unix::fs::symlink("/dev/zero", t.path().join("zero")).unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(t.path().join("sock")).unwrap();
     let mut s = Server::start(t.path(), &[]);
     let calls = [
         ("read_file", json!({"path": "pipe"})),
@@ -167,6 +168,11 @@ fn fifos_and_devices_are_refused_at_once() {
             json!({"path": "pipe", "content": "x", "expected_sha256": "00"}),
         ),
         ("read_file", json!({"path": "zero"})),
+        ("read_file", json!({"path": "sock"})),
+        (
+            "edit_file",
+            json!({"path": "sock", "old_text": "a", "new_text": "b"}),
+        ),
         ("view_image", json!({"path": "zero"})),
     ];
     for (tool, args) in calls {

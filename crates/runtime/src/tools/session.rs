@@ -370,9 +370,15 @@ async fn write_process(
             let message = format!("process session {}: {e}", s.id);
             match e {
                 StdinError::Stalled { written, .. } => {
-                    ToolError::new(ToolErrorCode::Timeout, message)
+                    let e = ToolError::new(ToolErrorCode::Timeout, message)
                         .detail("bytes_written", written)
-                        .retryable()
+                        .retryable();
+                    // Bytes that went in are an effect on the process.
+                    if written > 0 {
+                        e.with_side_effects()
+                    } else {
+                        e
+                    }
                 }
                 StdinError::Cancelled { .. } => ToolError::cancelled(),
                 StdinError::Closed | StdinError::Io(_) => ToolError::conflict(message),
