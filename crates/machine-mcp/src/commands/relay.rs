@@ -44,6 +44,11 @@ async fn open_existing(s: &StoreArgs) -> Result<SqliteStorage> {
                 path.display(),
                 up.display()
             ),
+            None if s.up => bail!(
+                "there is no relay store at {}: `machine-mcp up` has not run with this state \
+                 directory yet (pass the same --state-dir as `up`)",
+                path.display()
+            ),
             None => bail!(
                 "there is no relay store at {}; start with `machine-mcp relay bridge add NAME`, \
                  pass --store PATH, or --up for the store of `machine-mcp up`",
