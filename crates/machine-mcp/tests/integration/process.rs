@@ -4,48 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::util::{RESPONSE_TIMEOUT, Server, Tree, parse_reply};
-
-/// Whether `pid` is still a running process (a zombie awaiting its reaper counts as gone).
-fn alive(pid: u64) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => {
-            let state = s
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .split_whitespace()
-                .next()
-                .unwrap_or("");
-            state != "Z" && state != "X"
-        }
-        Err(_) => false,
-    }
-}
-
-fn wait_gone(pid: u64, within: Duration) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    !alive(pid)
-}
-
-fn wait_file(path: &std::path::Path, within: Duration) -> String {
-    let end = Instant::now() + within;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.ends_with('\n')
-        {
-            return s;
-        }
-        assert!(Instant::now() < end, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use crate::util::{RESPONSE_TIMEOUT, Server, Tree, alive, parse_reply, wait_file, wait_gone};
 
 const STUBBORN_TREE: &str =
     "trap '' TERM; sleep 1000 & echo $! > grandchild.pid; echo $$ > child.pid; wait";
@@ -493,12 +452,7 @@ fn descendants_that_call_setsid_are_killed_with_the_tree() {
         json!({"argv": ["sh", "-c", format!("{} sleep 300", spawn_escapee("c.pid"))]}),
     );
     assert!(!r.is_error);
-    let end = Instant::now() + Duration::from_secs(5);
-    while !t.path().join("c.pid").exists() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let c: u64 = String::from_utf8(t.read("c.pid"))
-        .unwrap()
+    let c: u64 = wait_file(&t.path().join("c.pid"), Duration::from_secs(5))
         .trim()
         .parse()
         .unwrap();

@@ -569,18 +569,10 @@ fn notifications_cancelled_through_the_relay_kills_the_call() {
         got_response |= m.get("id").is_some();
     }
     assert!(!got_response, "a cancelled request gets no response");
-    let end = Instant::now() + Duration::from_secs(10);
-    while std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z")
-    {
-        assert!(
-            Instant::now() < end,
-            "the cancelled call's process {pid} survived"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        crate::util::wait_gone(pid.into(), Duration::from_secs(10)),
+        "the cancelled call's process {pid} survived"
+    );
 }
 
 #[test]

@@ -320,3 +320,46 @@ impl Tree {
         std::fs::read(self.dir.path().join(rel)).unwrap()
     }
 }
+
+/// Whether `pid` is still a running process (a zombie awaiting its reaper counts as gone).
+pub(crate) fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            let state = s
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `within` for `pid` to be gone ([`alive`] false); whether it went.
+pub(crate) fn wait_gone(pid: u64, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    !alive(pid)
+}
+
+/// Waits up to `within` for `path` to hold a whole line and returns its text; panics if not.
+pub(crate) fn wait_file(path: &std::path::Path, within: Duration) -> String {
+    let end = Instant::now() + within;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.ends_with('\n')
+        {
+            return s;
+        }
+        assert!(Instant::now() < end, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
