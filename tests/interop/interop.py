@@ -81,6 +81,10 @@ class Checks:
         sys.stdout.flush()
 
 
+def res(r: Any) -> dict[str, Any]:
+    """A Python SDK result as the JSON the server sent (aliases, no nulls)."""
+    return r.model_dump(mode="json", by_alias=True, exclude_none=True)
+
 def dump(path: Path, lines: int = 40) -> None:
     if not path.exists():
         return
@@ -288,9 +292,6 @@ def cmd_sdk(work: Path, binary: str) -> int:
                 anyio.run(main)
             return go
         return runner
-
-    def res(r: Any) -> dict[str, Any]:
-        return r.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def basics(c: Any) -> None:
         check(c.protocol_version == "2025-11-25", f"negotiated {c.protocol_version!r}, want 2025-11-25")
@@ -741,9 +742,6 @@ def relay_python(checks: Checks, t: dict[str, Any], tree: Path, a: dict[str, Any
                 anyio.run(main)
             return go
         return runner
-
-    def res(r: Any) -> dict[str, Any]:
-        return r.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def call(c: Any, name: str) -> dict[str, Any]:
         tool, args = plan[name]
