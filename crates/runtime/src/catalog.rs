@@ -99,6 +99,33 @@ impl ToolSpec {
         F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolResult<O>> + Send + 'static,
     {
+        Self::with_output(meta, f, |out: O| {
+            serde_json::to_value(out)
+                .map_err(|e| ToolError::internal(format!("serializing the result: {e}")))
+        })
+    }
+
+    /// Like [`ToolSpec::structured`], for an output type whose `Into<Value>` moves its strings
+    /// instead of copying them as `serde_json::to_value` does (for results that carry up to a
+    /// megabyte of text). The conversion must produce what `to_value` would; each such impl has
+    /// a test saying so.
+    pub(crate) fn structured_owned<A, O, F, Fut>(meta: ToolMeta, f: F) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        O: Serialize + JsonSchema + Into<Value> + 'static,
+        F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult<O>> + Send + 'static,
+    {
+        Self::with_output(meta, f, |out: O| Ok(out.into()))
+    }
+
+    fn with_output<A, O, F, Fut>(meta: ToolMeta, f: F, convert: fn(O) -> ToolResult<Value>) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        O: JsonSchema + 'static,
+        F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult<O>> + Send + 'static,
+    {
         Self {
             meta,
             input_schema: input_schema::<A>(meta.name),
@@ -107,14 +134,7 @@ impl ToolSpec {
                 Err(e) => Box::pin(std::future::ready(Err(e))),
                 Ok(a) => {
                     let fut = f(rt, a, cx);
-                    Box::pin(async move {
-                        let out = fut.await?;
-                        serde_json::to_value(out)
-                            .map(Reply::Structured)
-                            .map_err(|e| {
-                                ToolError::internal(format!("serializing the result: {e}"))
-                            })
-                    })
+                    Box::pin(async move { convert(fut.await?).map(Reply::Structured) })
                 }
             }),
         }

@@ -259,7 +259,7 @@ async fn exec(
                 kept.extend_from_slice(&chunk[..n.min(room)]);
             }
         }
-        String::from_utf8_lossy(&kept).into_owned()
+        crate::text::lossy(&kept).into_owned()
     };
     let work = async {
         let ((stdout, truncated), stderr) = tokio::join!(read_out, read_err);
@@ -307,7 +307,7 @@ pub(crate) async fn discover(
             ),
         ));
     }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = crate::text::lossy(&out.stdout);
     let mut lines = text.lines();
     let (Some(top), Some(gd)) = (lines.next(), lines.next()) else {
         return Err(ToolError::new(

@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 pub mod catalog;
 pub mod context;
 pub mod error;
+pub mod json;
 pub mod path;
 pub mod policy;
 pub mod server;

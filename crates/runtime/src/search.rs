@@ -475,7 +475,7 @@ impl Sink for Collect<'_> {
             .ok()
             .flatten()
             .map_or(1, |m| m.start() as u64 + 1);
-        let text = String::from_utf8_lossy(bytes).into_owned();
+        let text = crate::text::lossy(bytes).into_owned();
         if self.context > 0 {
             self.lines
                 .insert(line, cut_line(&text, column as usize - 1, 200));
@@ -495,7 +495,7 @@ impl Sink for Collect<'_> {
             return Ok(false);
         }
         let line = ctx.line_number().unwrap_or(0);
-        let text = String::from_utf8_lossy(strip_eol(ctx.bytes()));
+        let text = crate::text::lossy(strip_eol(ctx.bytes()));
         self.lines.insert(line, cut_line(&text, 0, 200));
         if self.matches.len() >= self.limit && line >= self.last_match_line + self.context {
             self.hit_limit = true;

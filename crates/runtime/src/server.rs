@@ -120,7 +120,7 @@ impl McpServer {
         .await;
         runtime.call_ended();
         Ok(match outcome {
-            Ok(Ok(Reply::Structured(value))) => CallToolResult::structured(value),
+            Ok(Ok(Reply::Structured(value))) => structured_result(value),
             Ok(Ok(Reply::Content(blocks))) => CallToolResult::success(blocks),
             Ok(Err(e)) => error_result(&e),
             Err(join) => {
@@ -129,6 +129,22 @@ impl McpServer {
             }
         })
     }
+}
+
+/// A successful structured result: `structuredContent` plus its serialized JSON as the one text
+/// block, which MCP 2025-11-25 (Server Features › Tools › Structured Content) says a server SHOULD
+/// send for clients without structured content support. Like rmcp's `CallToolResult::structured`,
+/// but the mirror is written by [`crate::json`] (a `read_process` result carries up to 2 MiB of
+/// output, and serializing it was most of the call's cost).
+pub(crate) fn structured_result(value: serde_json::Value) -> CallToolResult {
+    let mirror = crate::json::to_string(&value).unwrap_or_else(|e| {
+        // Unreachable for a `Value` (its keys are strings); the mirror is a courtesy, not the data.
+        tracing::error!(error = %e, "could not mirror a structured result as text");
+        String::new()
+    });
+    let mut result = CallToolResult::success(vec![ContentBlock::text(mirror)]);
+    result.structured_content = Some(value);
+    result
 }
 
 /// Renders a [`ToolError`] as an `isError: true` result (no `structuredContent`).

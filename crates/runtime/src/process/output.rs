@@ -4,6 +4,8 @@
 
 use std::collections::VecDeque;
 
+use crate::text::utf8_lossy;
+
 /// One stream's captured output.
 #[derive(Debug)]
 pub(crate) struct StreamBuf {
@@ -84,7 +86,19 @@ impl StreamBuf {
         } else {
             &self.last_line
         };
-        String::from_utf8_lossy(line).trim().to_owned()
+        crate::text::lossy(line).trim().to_owned()
+    }
+
+    /// The window bytes at `range` (indices into the window), copied slice by slice.
+    fn copy_window(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        let (a, b) = self.window.as_slices();
+        let mut bytes = Vec::with_capacity(range.len());
+        // The range within `a`, then the rest within `b`.
+        let in_a = range.start.min(a.len())..range.end.min(a.len());
+        bytes.extend_from_slice(&a[in_a]);
+        let in_b = range.start.saturating_sub(a.len())..range.end.saturating_sub(a.len());
+        bytes.extend_from_slice(&b[in_b]);
+        bytes
     }
 
     /// Up to `max` bytes from absolute `offset`: `(start, bytes, dropped)` where `dropped` is how
@@ -95,7 +109,7 @@ impl StreamBuf {
         let dropped = start - offset.min(start);
         let skip = (start - self.window_start()) as usize;
         let n = max.min(self.window.len() - skip);
-        let mut bytes: Vec<u8> = self.window.range(skip..skip + n).copied().collect();
+        let mut bytes = self.copy_window(skip..skip + n);
         let more_follow = !eof || skip + n < self.window.len();
         if more_follow {
             bytes.truncate(complete_utf8_prefix(&bytes));
@@ -107,67 +121,80 @@ impl StreamBuf {
     /// joined by a marker naming what was left out. Returns `(text, truncated)`.
     pub(crate) fn head_and_tail(&self, max: usize) -> (String, bool) {
         if self.total as usize <= max && self.window.len() as u64 == self.total {
-            let all: Vec<u8> = self.window.iter().copied().collect();
-            return (String::from_utf8_lossy(&all).into_owned(), false);
+            return (utf8_lossy(self.copy_window(0..self.window.len())), false);
         }
         let half = max / 2;
         let head = &self.head[..self.head.len().min(half)];
         let head = &head[..complete_utf8_prefix(head)];
         let tail_len = self.window.len().min(half);
-        let tail: Vec<u8> = self
-            .window
-            .range(self.window.len() - tail_len..)
-            .copied()
-            .collect();
+        let tail = self.copy_window(self.window.len() - tail_len..self.window.len());
         let skip = tail
             .iter()
             .take(3)
             .take_while(|&&b| b & 0xC0 == 0x80)
             .count();
         let omitted = self.total - head.len() as u64 - (tail.len() - skip) as u64;
-        let mut s = String::from_utf8_lossy(head).into_owned();
+        let mut s = crate::text::lossy(head).into_owned();
         s.push_str(&format!(
             "\n[... {omitted} bytes omitted; {} bytes in total ...]\n",
             self.total
         ));
-        s.push_str(&String::from_utf8_lossy(&tail[skip..]));
+        s.push_str(&crate::text::lossy(&tail[skip..]));
         (s, true)
     }
 }
 
-/// Length of the longest prefix of `b` that does not end inside a UTF-8 sequence.
+/// Length of the longest prefix of `b` that does not end inside a UTF-8 sequence: `b.len()`,
+/// or the position of a lead byte in the last three bytes whose sequence is incomplete. Only
+/// the tail is looked at (the bytes are validated, and decoded lossily, once, by the caller);
+/// invalid bytes elsewhere are kept.
 pub(crate) fn complete_utf8_prefix(b: &[u8]) -> usize {
-    match std::str::from_utf8(b) {
-        Ok(_) => b.len(),
-        Err(e) if e.error_len().is_none() => e.valid_up_to(),
-        // Invalid bytes (not just a cut sequence): keep everything, it is decoded lossily.
-        Err(_) => {
-            let tail_start = b.len().saturating_sub(3);
-            match b[tail_start..].iter().rposition(|&x| x & 0xC0 == 0xC0) {
-                Some(p) => {
-                    let lead = b[tail_start + p];
-                    let need = if lead >= 0xF0 {
-                        4
-                    } else if lead >= 0xE0 {
-                        3
-                    } else {
-                        2
-                    };
-                    if b.len() - (tail_start + p) < need {
-                        tail_start + p
-                    } else {
-                        b.len()
-                    }
-                }
-                None => b.len(),
-            }
-        }
+    let tail_start = b.len().saturating_sub(3);
+    // 0xC2..=0xF4 are the bytes that can start a multi-byte sequence (RFC 3629 §4).
+    let Some(p) = b[tail_start..]
+        .iter()
+        .rposition(|x| matches!(x, 0xC2..=0xF4))
+    else {
+        return b.len();
+    };
+    let lead_at = tail_start + p;
+    let need = match b[lead_at] {
+        0xF0.. => 4,
+        0xE0.. => 3,
+        _ => 2,
+    };
+    if b.len() - lead_at < need {
+        lead_at
+    } else {
+        b.len()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn complete_utf8_prefix_cuts_only_an_unfinished_last_sequence() {
+        let euro = "\u{20ac}".as_bytes(); // 3 bytes
+        let face = "\u{1f600}".as_bytes(); // 4 bytes
+        for (bytes, want) in [
+            (&b""[..], 0),
+            (b"abc", 3),
+            ("a\u{e9}".as_bytes(), 3),
+            (&b"a\xC3"[..], 1),
+            (&[b'a', euro[0], euro[1]][..], 1),
+            (euro, 3),
+            (&face[..3], 0),
+            (&face[..2], 0),
+            (face, 4),
+            // An invalid byte earlier is kept (decoded lossily later); only the tail counts.
+            (&b"\xFFa\xC3"[..], 2),
+            (&b"\xFFab"[..], 3),
+        ] {
+            assert_eq!(complete_utf8_prefix(bytes), want, "{bytes:?}");
+        }
+    }
 
     #[test]
     fn window_drops_oldest_and_reports_it() {

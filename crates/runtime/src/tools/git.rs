@@ -240,7 +240,7 @@ struct RawEntry {
 
 /// Parses `git status --porcelain=v2 --branch -z`.
 fn parse_status(bytes: &[u8]) -> (Branch, Vec<RawEntry>) {
-    let text = String::from_utf8_lossy(bytes);
+    let text = crate::text::lossy(bytes);
     let mut records = text.split('\0').filter(|r| !r.is_empty());
     let mut branch = Branch::default();
     let mut entries = Vec::new();
@@ -410,7 +410,7 @@ async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResul
             deleted: d,
         })
         .collect();
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut text = crate::text::lossy(&out.stdout).into_owned();
     if out.truncated {
         text = diff::mark_cut(text, cap);
     }
@@ -423,7 +423,7 @@ async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResul
 
 /// Parses `--numstat -z`: `added\tdeleted\tpath\0`, or for renames `added\tdeleted\t\0old\0new\0`.
 fn parse_numstat(bytes: &[u8]) -> Vec<(Option<u64>, Option<u64>, String)> {
-    let text = String::from_utf8_lossy(bytes);
+    let text = crate::text::lossy(bytes);
     let mut recs = text.split('\0');
     let mut out = Vec::new();
     while let Some(r) = recs.next() {
@@ -513,7 +513,7 @@ async fn git_log(rt: Arc<Access>, args: LogArgs, cx: CallContext) -> ToolResult<
         }
         return Err(out.error("git log"));
     }
-    let commits = String::from_utf8_lossy(&out.stdout)
+    let commits = crate::text::lossy(&out.stdout)
         .split('\0')
         .filter(|r| !r.trim().is_empty())
         .filter_map(|r| {
@@ -589,7 +589,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
             format!("revision {:?}: {}", args.revision, m.stderr.trim()),
         ));
     }
-    let text = String::from_utf8_lossy(&m.stdout).into_owned();
+    let text = crate::text::lossy(&m.stdout).into_owned();
     let f: Vec<&str> = text.splitn(5, '\x1f').collect();
     if f.len() != 5 {
         // `git show` prints a blob or tree as it is, and nothing for `^REV`.
@@ -613,7 +613,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
     if !p.ok() && !p.truncated {
         return Err(p.error("git show"));
     }
-    let mut diff_text = String::from_utf8_lossy(&p.stdout)
+    let mut diff_text = crate::text::lossy(&p.stdout)
         .trim_start_matches('\n')
         .to_owned();
     if p.truncated {
@@ -727,7 +727,7 @@ async fn git_commit(
     )
     .await?;
     Ok(CommitOutput {
-        commit: String::from_utf8_lossy(&head.stdout).trim().to_owned(),
+        commit: crate::text::lossy(&head.stdout).trim().to_owned(),
         subject: args
             .message
             .lines()
@@ -737,7 +737,7 @@ async fn git_commit(
             .to_owned(),
         branch: br
             .ok()
-            .then(|| String::from_utf8_lossy(&br.stdout).trim().to_owned()),
+            .then(|| crate::text::lossy(&br.stdout).trim().to_owned()),
     })
 }
 

@@ -5,6 +5,7 @@ use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use protocol::limits::{
     PROCESS_SESSIONS_MAX, PTY_DEFAULT_SIZE, SESSION_READ_DEFAULT_BYTES, SESSION_READ_MAX_BYTES,
@@ -45,7 +46,7 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
             },
             start_process,
         ),
-        ToolSpec::structured(
+        ToolSpec::structured_owned(
             ToolMeta {
                 name: "read_process",
                 title: "Read process output",
@@ -247,6 +248,34 @@ pub(crate) struct ProcessState {
     stderr: Chunk,
 }
 
+// By hand, not with `json!`, which serializes each field by reference (a copy of `data`).
+impl From<Chunk> for Value {
+    fn from(c: Chunk) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert("data".into(), Value::String(c.data));
+        m.insert("offset".into(), c.offset.into());
+        m.insert("next_offset".into(), c.next_offset.into());
+        m.insert("dropped_bytes".into(), c.dropped_bytes.into());
+        m.insert("total_bytes".into(), c.total_bytes.into());
+        Value::Object(m)
+    }
+}
+
+impl From<ProcessState> for Value {
+    fn from(p: ProcessState) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert("session_id".into(), Value::String(p.session_id));
+        m.insert("running".into(), p.running.into());
+        m.insert("exit_code".into(), p.exit_code.into());
+        m.insert("signal".into(), p.signal.into());
+        m.insert("timed_out".into(), p.timed_out.into());
+        m.insert("stdin_open".into(), p.stdin_open.into());
+        m.insert("stdout".into(), p.stdout.into());
+        m.insert("stderr".into(), p.stderr.into());
+        Value::Object(m)
+    }
+}
+
 async fn read_process(
     rt: Arc<Access>,
     args: ReadProcessArgs,
@@ -294,13 +323,15 @@ async fn state(s: &Session, stdout_offset: u64, stderr_offset: u64, max: usize) 
         stream
             .with(|b| {
                 let (start, bytes, dropped) = b.read(offset, max, exit.is_some());
-                Chunk {
-                    data: String::from_utf8_lossy(&bytes).into_owned(),
-                    offset: start,
-                    next_offset: start + bytes.len() as u64,
-                    dropped_bytes: dropped,
-                    total_bytes: b.total(),
-                }
+                (start, bytes, dropped, b.total())
+            })
+            // Decoded after the buffer's lock is released: the reader task appends meanwhile.
+            .map(|(start, bytes, dropped, total)| Chunk {
+                offset: start,
+                next_offset: start + bytes.len() as u64,
+                data: crate::text::utf8_lossy(bytes),
+                dropped_bytes: dropped,
+                total_bytes: total,
             })
             .unwrap_or(Chunk {
                 data: String::new(),
@@ -475,4 +506,40 @@ async fn list_processes(
         })
         .collect();
     Ok(ListProcessesOutput { sessions })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(data: &str, offset: u64) -> Chunk {
+        Chunk {
+            data: data.to_owned(),
+            offset,
+            next_offset: offset + data.len() as u64,
+            dropped_bytes: 3,
+            total_bytes: 99,
+        }
+    }
+
+    fn state(exited: bool) -> ProcessState {
+        ProcessState {
+            session_id: "proc-1".into(),
+            running: !exited,
+            exit_code: exited.then_some(2),
+            signal: exited.then(|| "SIGTERM".to_owned()),
+            timed_out: exited,
+            stdin_open: !exited,
+            stdout: chunk("out\n\"quoted\"", 7),
+            stderr: chunk("", 0),
+        }
+    }
+
+    #[test]
+    fn owned_conversion_matches_serde() {
+        for exited in [false, true] {
+            let by_serde = serde_json::to_value(state(exited)).unwrap();
+            assert_eq!(Value::from(state(exited)), by_serde);
+        }
+    }
 }
