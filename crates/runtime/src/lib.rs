@@ -19,7 +19,7 @@
 //!     policy: Policy::profile(Profile::Agent),
 //!     default_yield_after: None,
 //! })?;
-//! machine_bridge_runtime::stdio::serve(runtime.into(), tokio::io::stdin(), tokio::io::stdout()).await?;
+//! machine_bridge_runtime::stdio::serve_process_stdio(runtime.into()).await?;
 //! # Ok(()) }
 //! ```
 
