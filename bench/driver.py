@@ -392,6 +392,7 @@ def main():
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--fixture", help="target/release/conformance-fixture (relay section)")
     ap.add_argument("--loadgen", help="bench/.cache/bin/loadgen (relay section)")
+    ap.add_argument("--streamer", help="bench/.cache/bin/streamer (processes section)")
     ap.add_argument("--node", help="Node.js 22 for the peers (processes and relay sections)")
     ap.add_argument("--modules", help="node_modules with the pinned peers (bench/npm)")
     ap.add_argument("--producer", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "producer.py"))
@@ -424,6 +425,8 @@ def main():
         ap.error("the search and memory sections need --rg and --tree")
     if "relay" in only and not (a.fixture and a.loadgen):
         ap.error("the relay section needs --fixture and --loadgen")
+    if "processes" in only and not a.streamer:
+        ap.error("the processes section needs --streamer")
     dc_js = os.path.join(a.modules, "@wonderwhy-er/desktop-commander/dist/index.js") if a.modules else None
     if dc_js and not os.path.exists(dc_js):
         dc_js = None
@@ -465,7 +468,7 @@ def main():
             with tempfile.TemporaryDirectory(prefix="mcp-bench-proc-") as pws:
                 rp = processes.bench_run_process(a.bin, pws, a.process_calls)
                 st = processes.bench_stream(a.bin, pws, a.producer, a.node, dc_js if a.node else None,
-                                            a.stream_bytes, a.stream_rounds, a.stream_bytes // 5)
+                                            a.streamer, a.stream_bytes, a.stream_rounds, a.stream_bytes // 5)
             res["processes"] = (rp, st)
         if "relay" in only:
             log(f"{next(step)}/{n} relay ...")

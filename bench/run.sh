@@ -19,7 +19,8 @@
 #   4. for the processes and relay sections: Node.js $NODE_VERSION from the npm registry's
 #      node-linux-<arch> package into bench/.cache (when `node` is missing or older than 22), the
 #      pinned peers of bench/npm/package-lock.json (npm ci --ignore-scripts into bench/.cache/npm),
-#      the load generator (rustc -O bench/loadgen.rs), the conformance fixture (cargo build
+#      the load generator (rustc -O bench/loadgen.rs) and the stream reader (rustc -O
+#      bench/streamer.rs), the conformance fixture (cargo build
 #      --release -p conformance-fixture);
 #   5. warms the page cache and runs bench/driver.py (Python 3 stdlib), which prints the Markdown
 #      table and writes it to bench/results/latest.md.
@@ -151,6 +152,15 @@ if want relay; then
         rustc --edition 2021 -O -o "$LOADGEN" "$HERE/loadgen.rs"
     fi
     EXTRA+=(--fixture "$FIXTURE" --loadgen "$LOADGEN")
+fi
+if want processes; then
+    mkdir -p "$CACHE/bin"
+    STREAMER=$CACHE/bin/streamer
+    if [ ! -x "$STREAMER" ] || [ "$HERE/streamer.rs" -nt "$STREAMER" ]; then
+        say "building the stream reader"
+        rustc --edition 2021 -O -o "$STREAMER" "$HERE/streamer.rs"
+    fi
+    EXTRA+=(--streamer "$STREAMER")
 fi
 [ -z "$NEED_NODE" ] || EXTRA+=(--node "$NODE" --modules "$MODULES")
 
