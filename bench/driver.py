@@ -508,7 +508,9 @@ def main():
         L.append(f"- peers: Node.js `{tool_version([a.node, '--version'])}`; {PEERS} (npm ci of bench/npm/package-lock.json)")
     if "relay" in res:
         L.append("- load client of the relay section: bench/loadgen.rs (std-only Rust, `rustc -O`), the same for every target")
-    L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references (sections 1–5)")
+    L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references (sections 1–5; "
+             "the session stream of section 5 is read by bench/streamer.rs, compiled, for ours and its references alike, "
+             "and once more by the Python client as a diagnostic)")
     if "search" in res or "memory" in res:
         L.append(f"- tree: {a.tree_desc}")
     L.append(f"- reproduce: `{a.reproduce}`")
