@@ -148,7 +148,7 @@ if want relay; then
     FIXTURE=$ROOT/target/release/conformance-fixture
     mkdir -p "$CACHE/bin"
     LOADGEN=$CACHE/bin/loadgen
-    if [ ! -x "$LOADGEN" ] || [ "$HERE/loadgen.rs" -nt "$LOADGEN" ]; then
+    if [ ! -x "$LOADGEN" ] || [ "$HERE/loadgen.rs" -nt "$LOADGEN" ] || [ "$HERE/clientutil.rs" -nt "$LOADGEN" ]; then
         rustc --edition 2021 -O -o "$LOADGEN" "$HERE/loadgen.rs"
     fi
     EXTRA+=(--fixture "$FIXTURE" --loadgen "$LOADGEN")
@@ -156,7 +156,7 @@ fi
 if want processes; then
     mkdir -p "$CACHE/bin"
     STREAMER=$CACHE/bin/streamer
-    if [ ! -x "$STREAMER" ] || [ "$HERE/streamer.rs" -nt "$STREAMER" ]; then
+    if [ ! -x "$STREAMER" ] || [ "$HERE/streamer.rs" -nt "$STREAMER" ] || [ "$HERE/clientutil.rs" -nt "$STREAMER" ]; then
         say "building the stream reader"
         rustc --edition 2021 -O -o "$STREAMER" "$HERE/streamer.rs"
     fi

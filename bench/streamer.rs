@@ -35,6 +35,9 @@
 //! time runs from the start call (or the producer's spawn) to the read that reports the exit with
 //! everything read. Any failure exits 1 with a message on stderr.
 
+mod clientutil;
+
+use clientutil::{json_escape, self_cpu};
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -49,30 +52,6 @@ const O_NONBLOCK: i32 = 0o4000;
 fn die(msg: impl AsRef<str>) -> ! {
     eprintln!("streamer: {}", msg.as_ref());
     std::process::exit(1);
-}
-
-/// This process's user + system CPU seconds (from /proc/self/stat, 10 ms resolution).
-fn self_cpu() -> f64 {
-    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (t(11) + t(12)) / 100.0
-}
-
-fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
 }
 
 /// The reader's side of the producer's pacing FIFO.
@@ -263,7 +242,7 @@ struct Outcome {
 
 fn ours(server: &[String], producer: &[String], credit: &mut Credit) -> Outcome {
     let mut s = Session::start(server, "2025-11-25");
-    let argv: Vec<String> = producer.iter().map(|a| json_str(a)).collect();
+    let argv: Vec<String> = producer.iter().map(|a| json_escape(a)).collect();
     let started = s.call_text("start_process", &format!(r#"{{"argv":[{}]}}"#, argv.join(",")));
     let sid = started
         .split("\"session_id\":\"")
@@ -322,7 +301,7 @@ fn dc(server: &[String], producer: &[String], credit: &mut Credit, deadline_s: f
     let mut s = Session::start(server, "2025-06-18");
     let length = MIB / LINE_LEN;
     let full_line = "a".repeat(LINE_LEN - 1);
-    let cmd = json_str(&producer.join(" "));
+    let cmd = json_escape(&producer.join(" "));
     let started = s.call_text("start_process", &format!(r#"{{"command":{cmd},"timeout_ms":1}}"#)).to_owned();
     let pid = number_after(&started, "PID ").unwrap_or_else(|| die(format!("start_process: {}", &started[..started.len().min(300)])));
     let (mut consumed, mut intact, mut calls) = (0u64, 0u64, 0u64);
