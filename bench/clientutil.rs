@@ -29,3 +29,10 @@ pub fn json_escape(s: &str) -> String {
     o.push('"');
     o
 }
+
+/// Starts `argv` with stdin and stdout piped to this process and stderr discarded: an MCP stdio
+/// server under test.
+pub fn spawn_piped(argv: &[String]) -> std::io::Result<std::process::Child> {
+    use std::process::{Command, Stdio};
+    Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
+}

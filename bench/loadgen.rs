@@ -31,11 +31,11 @@
 
 mod clientutil;
 
-use clientutil::{json_escape, self_cpu};
+use clientutil::{json_escape, self_cpu, spawn_piped};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -178,13 +178,7 @@ struct StdioTarget {
 
 impl StdioTarget {
     fn start(argv: &[String]) -> (Self, String) {
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| die(format!("cannot start {}: {e}", argv[0])));
+        let mut child = spawn_piped(argv).unwrap_or_else(|e| die(format!("cannot start {}: {e}", argv[0])));
         let stdin = Arc::new(Mutex::new(child.stdin.take().unwrap_or_else(|| die("no stdin"))));
         let stdout = child.stdout.take().unwrap_or_else(|| die("no stdout"));
         let routes: Arc<Mutex<HashMap<u64, Sender<(Instant, bool, String)>>>> =

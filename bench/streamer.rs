@@ -37,7 +37,7 @@
 
 mod clientutil;
 
-use clientutil::{json_escape, self_cpu};
+use clientutil::{json_escape, self_cpu, spawn_piped};
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -162,13 +162,7 @@ struct Session {
 
 impl Session {
     fn start(argv: &[String], protocol: &str) -> Self {
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| die(format!("starting {}: {e}", argv[0])));
+        let mut child = spawn_piped(argv).unwrap_or_else(|e| die(format!("starting {}: {e}", argv[0])));
         let stdin = child.stdin.take().unwrap_or_else(|| die("no stdin"));
         let stdout = child.stdout.take().unwrap_or_else(|| die("no stdout"));
         // The child is reaped when this process exits (it ends when its stdin closes).
