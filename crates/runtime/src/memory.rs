@@ -103,7 +103,7 @@ pub fn limit_arenas() {
 /// With [`limit_arenas`], the workspace's only `unsafe` (the lint is `deny`; this module is
 /// the one allowed place): neither `libc` nor `nix` has a safe binding of these calls.
 #[allow(unsafe_code)]
-fn trim() {
+pub(crate) fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists under its arena locks; it
     // has no preconditions and is safe to call from any thread at any time.

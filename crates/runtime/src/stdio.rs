@@ -25,6 +25,7 @@ use tokio::{
     io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader},
     sync::mpsc,
 };
+use tokio_util::sync::CancellationToken;
 
 use protocol::limits::STDIO_LINE_MAX_BYTES;
 
@@ -59,9 +60,22 @@ where
 /// Reading or writing the streams failed before the session started.
 pub async fn serve_process_stdio(runtime: Arc<Runtime>) -> io::Result<()> {
     widen_stdout_pipe();
-    let transport = StdioTransport::with_blocking_output(tokio::io::stdin(), raw_stdout()?);
-    serve_transport(runtime, transport).await
+    let (transport, writer) = StdioTransport::blocking(tokio::io::stdin(), raw_stdout()?);
+    let served = serve_transport(runtime, transport).await;
+    // The session is over and every sender is gone: let the writer finish the lines still
+    // queued (a result that was running when stdin ended), unless the client stopped reading.
+    let drained = tokio::task::spawn_blocking(move || writer.join());
+    if tokio::time::timeout(STDOUT_DRAIN_WAIT, drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!("stdout is not being read; exiting with answers unwritten");
+    }
+    served
 }
+
+/// How long [`serve_process_stdio`] waits, after stdin ended, for queued answers to be written.
+pub const STDOUT_DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A writer to file descriptor 1 without `std::io::Stdout`'s line buffering, which scans every
 /// write for its last newline (a megabyte per result); the writer thread buffers by itself.
@@ -127,9 +141,12 @@ impl OutQueue {
 }
 
 /// An rmcp [`Transport`] over a byte stream pair, with the framing rules of the module docs.
+/// The session ends when the input ends or the output can no longer be written.
 pub struct StdioTransport {
     incoming: mpsc::Receiver<ClientJsonRpcMessage>,
     outgoing: OutQueue,
+    /// Cancelled by the writer when a write fails: nothing can be answered any more.
+    output_closed: CancellationToken,
 }
 
 impl std::fmt::Debug for StdioTransport {
@@ -146,8 +163,9 @@ impl StdioTransport {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
-        tokio::spawn(write_loop(output, out_rx));
-        Self::with_queue(input, OutQueue::Task(out_tx))
+        let closed = CancellationToken::new();
+        tokio::spawn(write_loop(output, out_rx, closed.clone()));
+        Self::with_queue(input, OutQueue::Task(out_tx), closed)
     }
 
     /// Like [`StdioTransport::new`], but lines are written to a blocking `output` by a dedicated
@@ -162,16 +180,32 @@ impl StdioTransport {
         R: AsyncRead + Unpin + Send + 'static,
         W: io::Write + Send + 'static,
     {
-        let (out_tx, out_rx) = std::sync::mpsc::sync_channel(OUTGOING_QUEUE);
-        #[allow(clippy::expect_used)]
-        std::thread::Builder::new()
-            .name("stdout-writer".into())
-            .spawn(move || write_thread(output, out_rx))
-            .expect("starting the stdout writer thread");
-        Self::with_queue(input, OutQueue::Thread(out_tx))
+        Self::blocking(input, output).0
     }
 
-    fn with_queue<R>(input: R, outgoing: OutQueue) -> Self
+    /// [`StdioTransport::with_blocking_output`] and its writer thread, which ends once every
+    /// line queued before the transport was dropped is written.
+    fn blocking<R, W>(input: R, output: W) -> (Self, std::thread::JoinHandle<()>)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: io::Write + Send + 'static,
+    {
+        let (out_tx, out_rx) = std::sync::mpsc::sync_channel(OUTGOING_QUEUE);
+        let closed = CancellationToken::new();
+        let on_failure = closed.clone();
+        #[allow(clippy::expect_used)]
+        let writer = std::thread::Builder::new()
+            .name("stdout-writer".into())
+            .spawn(move || {
+                write_thread(output, out_rx);
+                on_failure.cancel();
+            })
+            .expect("starting the stdout writer thread");
+        let transport = Self::with_queue(input, OutQueue::Thread(out_tx), closed);
+        (transport, writer)
+    }
+
+    fn with_queue<R>(input: R, outgoing: OutQueue, output_closed: CancellationToken) -> Self
     where
         R: AsyncRead + Unpin + Send + 'static,
     {
@@ -180,6 +214,7 @@ impl StdioTransport {
         Self {
             incoming: in_rx,
             outgoing,
+            output_closed,
         }
     }
 }
@@ -201,7 +236,13 @@ impl Transport<RoleServer> for StdioTransport {
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
-        self.incoming.recv().await
+        tokio::select! {
+            msg = self.incoming.recv() => msg,
+            () = self.output_closed.cancelled() => {
+                tracing::info!("stdout is closed; ending the session");
+                None
+            }
+        }
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
@@ -243,7 +284,11 @@ impl Lines {
 }
 
 /// Writes each outgoing message as one line to an async `output`.
-async fn write_loop<W: AsyncWrite + Unpin>(mut output: W, mut rx: mpsc::Receiver<Outgoing>) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut output: W,
+    mut rx: mpsc::Receiver<Outgoing>,
+    closed: CancellationToken,
+) {
     let mut lines = Lines::default();
     loop {
         let msg = match tokio::time::timeout(KEEP_LINE_BUFFER, rx.recv()).await {
@@ -257,10 +302,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut output: W, mut rx: mpsc::Receiver
         let Some(line) = lines.encode(msg) else {
             continue;
         };
-        if output.write_all(line).await.is_err() {
-            return;
-        }
-        if rx.is_empty() && output.flush().await.is_err() {
+        if output.write_all(line).await.is_err() || (rx.is_empty() && output.flush().await.is_err())
+        {
+            closed.cancel();
             return;
         }
     }
@@ -287,6 +331,9 @@ fn write_thread<W: io::Write>(output: W, rx: std::sync::mpsc::Receiver<Outgoing>
             }
         }
         drop(json);
+        // The answers of a burst are freed only as they are written, which can be after the
+        // runtime's idle trim ran: give the memory back now that the writer is idle too.
+        crate::memory::trim();
         next = rx.recv().ok();
     }
 }

@@ -233,3 +233,99 @@ fn progress_notifications_carry_the_token_and_cancellation_stops_the_work() {
         "no response for a cancelled request"
     );
 }
+
+fn handshake_lines() -> String {
+    format!(
+        "{}\n{}\n",
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+}
+
+/// `printf REQUESTS | machine-mcp stdio > out`: input ends right after a call whose result is
+/// megabytes long. The answer must still be written, whole, before the process exits (it was
+/// lost or cut mid-line).
+#[test]
+fn a_result_still_running_at_end_of_input_is_written_whole() {
+    use std::io::Write;
+    let t = Tree::new();
+    let line = format!("{}\n", "b".repeat(99));
+    std::fs::write(t.path().join("big.txt"), line.repeat(40_000)).unwrap();
+    let out_path = t.path().join("out.jsonl");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut child = std::process::Command::new(crate::util::bin())
+        .args(["stdio", "--workspace"])
+        .arg(t.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "read_file", "arguments": {"path": "big.txt", "max_bytes": 5_000_000}}});
+    stdin
+        .write_all(format!("{}{call}\n", handshake_lines()).as_bytes())
+        .unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(text.ends_with('\n'), "the output ends mid-line");
+    let replies: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let read = replies
+        .iter()
+        .find(|r| r["id"] == 1)
+        .expect("no answer to the read_file call");
+    assert_eq!(
+        read["result"]["structuredContent"]["content"]
+            .as_str()
+            .unwrap()
+            .len(),
+        4_000_000
+    );
+}
+
+/// A client that closes its end of our stdout but keeps stdin open: nothing can be answered any
+/// more, so the server must end (it kept running, and kept running new calls, until stdin
+/// closed).
+#[test]
+fn a_closed_stdout_ends_the_process() {
+    use std::io::{Read, Write};
+    let t = Tree::new();
+    let mut child = std::process::Command::new(crate::util::bin())
+        .args(["stdio", "--workspace"])
+        .arg(t.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    stdin.write_all(handshake_lines().as_bytes()).unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    // The next answer finds the pipe closed.
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.code().is_some(), "{status:?}");
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server still runs 10 s after its stdout was closed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(stdin);
+}
