@@ -1,7 +1,9 @@
 //! JSON text for outgoing messages.
 //!
 //! Every JSON-RPC message this runtime writes, and the text mirror of a structured tool result,
-//! is serialized here with `sonic-rs`, whose string escaping is SIMD: a `read_process` answer is
+//! is serialized with `sonic-rs`, here or, for `machine-mcp stdio`, straight into stdout by the
+//! writer thread in `stdio.rs` (it needs sonic-rs's I/O error kind to tell a closed stdout from a
+//! serialization error). sonic-rs's string escaping is SIMD: a `read_process` answer is
 //! mostly one or two strings of up to 1 MiB each, and escaping them with `serde_json`'s byte loop
 //! took more time than everything else the call does (about 2.1 ms against 0.3 ms for a message
 //! carrying 1 MiB of output twice, on the benchmark machine). The output is plain RFC 8259 JSON
