@@ -55,6 +55,7 @@ pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
     ServerInfo {
         name: RUNTIME_SERVER.to_owned(),
         initialize,
+        discover: None,
         tools,
     }
 }

@@ -340,6 +340,7 @@ async fn handshake_and_serve(
         signature: config.key.sign(&transcript),
         version: env!("CARGO_PKG_VERSION").into(),
         servers: config.servers.clone(),
+        revision: protocol::frame::LINK_REVISION,
     };
     if out.send(hello).await.is_err() {
         return Attempt::Retry("the connection closed".into());
@@ -403,6 +404,7 @@ async fn serve(
                     RelayFrame::Rpc { sid, message } => sessions.rpc(&sid, message),
                     RelayFrame::Ack { sid, seq } => sessions.ack(&sid, seq),
                     RelayFrame::Close { sid } => sessions.close(&sid),
+                    RelayFrame::Call { sid, .. } => tracing::warn!(%sid, "call frames are not served yet"),
                     RelayFrame::Heartbeat { seq } => { let _ = out.try_send(DaemonFrame::HeartbeatAck { seq }); }
                     RelayFrame::HeartbeatAck { seq: s } => if unanswered == Some(s) { unanswered = None },
                     RelayFrame::Probe { id } => { let _ = out.try_send(DaemonFrame::ProbeResult { id }); }

@@ -194,6 +194,7 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
     Ok(ServerInfo {
         name: spec.name.clone(),
         initialize: init,
+        discover: None,
         tools: ROLES
             .iter()
             .map(|(r, _)| ((*r).to_owned(), filter_tools(r, &all)))

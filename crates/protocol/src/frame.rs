@@ -17,6 +17,19 @@ use serde_json::Value;
 /// The link protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The compatible revision of link protocol 1 this build speaks, announced in `welcome` and
+/// `hello` (absent means 1). Revision 2 adds [`RelayFrame::Call`]: one MCP 2026-07-28 request
+/// without an MCP session. A relay sends `call` only to a daemon whose `hello` announced
+/// revision 2 or later; older daemons keep serving the handshake era unchanged.
+pub const LINK_REVISION: u32 = 2;
+
+/// The first revision with [`RelayFrame::Call`].
+pub const REVISION_STATELESS: u32 = 2;
+
+fn revision_1() -> u32 {
+    1
+}
+
 /// Path of the daemon WebSocket endpoint on the relay.
 pub const CONNECT_PATH: &str = "/daemon/v1/connect";
 
@@ -42,6 +55,9 @@ pub enum RelayFrame {
         challenge: String,
         /// When the challenge expires (Unix ms).
         expires_at: u64,
+        /// Compatible protocol revision ([`LINK_REVISION`]); 1 when absent.
+        #[serde(default = "revision_1")]
+        revision: u32,
     },
     /// The enrollment code was redeemed; the socket closes after this frame.
     Enrolled {
@@ -82,6 +98,26 @@ pub enum RelayFrame {
         role: String,
         /// The client's `initialize` request (a JSON-RPC message).
         initialize: Value,
+    },
+    /// Revision 2: one MCP 2026-07-28 request, served without an MCP session (MCP 2026-07-28
+    /// Basic › Transports: every request carries its version, client info and capabilities in
+    /// `_meta`). `sid` is relay-assigned, unique among the bridge's session ids, and names this
+    /// call in every later frame exactly like a session: the daemon answers with `rpc {sid, seq,
+    /// related, message}` (messages related to the request, then its response), the relay
+    /// acknowledges them with `ack`, forwards `notifications/cancelled` as `rpc {sid, message}`,
+    /// lists the call in `resume` while it is awaited, and sends `close {sid}` once it has the
+    /// response. Principal and role are the caller's, as in `open`.
+    Call {
+        /// Relay-assigned id of this call (same namespace as session ids).
+        sid: String,
+        /// Which server: [`RUNTIME_SERVER`] or an upstream's name.
+        server: String,
+        /// The caller (token or account id).
+        principal: String,
+        /// The caller's role (`owner`, `operator`, `editor`, `reviewer`).
+        role: String,
+        /// The client's JSON-RPC request, `_meta` included.
+        message: Value,
     },
     /// A client → server JSON-RPC message for session `sid`.
     Rpc {
@@ -145,6 +181,9 @@ pub enum DaemonFrame {
         version: String,
         /// What this daemon serves, with cached catalogs.
         servers: Vec<ServerInfo>,
+        /// Compatible protocol revision ([`LINK_REVISION`]); 1 when absent (older daemons).
+        #[serde(default = "revision_1")]
+        revision: u32,
     },
     /// Answer to `probe`.
     ProbeResult {
@@ -198,6 +237,11 @@ pub struct ServerInfo {
     pub name: String,
     /// The server's `initialize` result (JSON), answered while the daemon is offline.
     pub initialize: Value,
+    /// Revision 2: the server's `server/discover` result (MCP 2026-07-28 Server › Discover),
+    /// answered while the daemon is offline; absent from older daemons (the relay then derives
+    /// one from `initialize`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discover: Option<Value>,
     /// `tools/list` results per role (`owner`, `operator`, `editor`, `reviewer`): the tools that
     /// role may see.
     pub tools: std::collections::BTreeMap<String, Value>,
@@ -255,6 +299,30 @@ mod tests {
             }
         ));
         assert!(serde_json::from_str::<DaemonFrame>(r#"{"type":"bogus"}"#).is_err());
+    }
+
+    #[test]
+    fn frames_without_a_revision_are_revision_1() {
+        let w: RelayFrame = serde_json::from_str(
+            r#"{"type":"welcome","protocol":1,"server":"r","version":"0","challenge":"c","expires_at":1}"#,
+        )
+        .unwrap();
+        assert!(matches!(w, RelayFrame::Welcome { revision: 1, .. }));
+        let h: DaemonFrame = serde_json::from_str(
+            r#"{"type":"hello","protocol":1,"bridge":"b","instance_id":"i","key_id":"k","timestamp":1,"signature":"s","version":"0","servers":[]}"#,
+        )
+        .unwrap();
+        assert!(matches!(h, DaemonFrame::Hello { revision: 1, .. }));
+        let c = RelayFrame::Call {
+            sid: "c1".into(),
+            server: RUNTIME_SERVER.into(),
+            principal: "tok_1".into(),
+            role: "owner".into(),
+            message: serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        };
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(text.starts_with(r#"{"type":"call""#), "{text}");
+        assert_eq!(serde_json::from_str::<RelayFrame>(&text).unwrap(), c);
     }
 
     #[test]

@@ -940,6 +940,7 @@ mod tests {
         ServerInfo {
             name: "machine".into(),
             initialize: json!({"protocolVersion": "2025-11-25"}),
+            discover: None,
             tools: [
                 ("owner".to_owned(), tools.clone()),
                 ("reviewer".to_owned(), tools),

@@ -137,6 +137,7 @@ async fn session(
         version: env!("CARGO_PKG_VERSION").into(),
         challenge: challenge.clone(),
         expires_at: now_ms() + timing.hello_deadline.as_millis() as u64,
+        revision: protocol::frame::LINK_REVISION,
     });
     // 2. hello
     let hello = next_frame(stream, timing.hello_deadline)
@@ -159,6 +160,7 @@ async fn session(
                 signature,
                 version,
                 servers,
+                ..
             } => (
                 protocol,
                 bridge,
