@@ -315,8 +315,17 @@ for m in sent[1:]:
             errs.append(f"{m['method']}: {json.dumps(r[0]['error'])[:200]}")
 if errs:
     failed("after server/discover: " + "; ".join(errs))
+# and the host got the tools in the new era: a tools/list with 2026-07-28 `_meta`, answered with tools
+lists = [m for m in sent if m.get("method") == "tools/list"]
+if not lists:
+    failed("no tools/list followed server/discover")
+lpv = ((lists[0].get("params") or {}).get("_meta") or {}).get("io.modelcontextprotocol/protocolVersion")
+lr = [x for x in answers if x.get("id") == lists[0].get("id") and "result" in x]
+ntools = len((lr[0]["result"].get("tools") or [])) if lr else 0
+if lpv != pv or not ntools:
+    failed(f"tools/list after server/discover: _meta protocolVersion {lpv}, {ntools} tools in its answer")
 print(f"PASS claude-code {label}: server/discover ({pv}) answered with supportedVersions {versions}; "
-      f"no initialize follows ({summary})")
+      f"no initialize follows; tools/list ({lpv}) gave {ntools} tools ({summary})")
 PY
 }
 
