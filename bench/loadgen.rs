@@ -6,8 +6,18 @@
 //! ```text
 //! loadgen (--stdio -- CMD ARGS... | --http URL [--header 'K: V']...)
 //!         [--tool NAME] [--args JSON] [--warmup N] [--phase C:N]... [--protocol VERSION]
-//!         [--quickack]
+//!         [--era legacy|2026] [--quickack]
 //! ```
+//!
+//! `--era legacy` (the default) is the session era: `initialize` (protocolVersion `--protocol`,
+//! default 2025-11-25) + `notifications/initialized`, and over HTTP every request carries the
+//! `Mcp-Session-Id` the server assigned. `--era 2026` is MCP 2026-07-28 without a session: no
+//! `initialize`; a `server/discover` first (checked: its `supportedVersions` must name
+//! 2026-07-28), then every request carries `_meta` with `io.modelcontextprotocol/protocolVersion`
+//! "2026-07-28", `io.modelcontextprotocol/clientInfo` and `io.modelcontextprotocol/clientCapabilities`
+//! `{}` (spec 2026-07-28 basic/index.mdx), and over HTTP the headers `MCP-Protocol-Version:
+//! 2026-07-28`, `Mcp-Method` and, for `tools/call`, `Mcp-Name` (basic/transports/streamable-http.mdx,
+//! "Standard headers"); no `Mcp-Session-Id`, no `DELETE` at the end.
 //!
 //! `--quickack` (HTTP only, a diagnostic, not what real clients do): sets TCP_QUICKACK on the
 //! client's sockets before every request and after reading the response headers, so the client
@@ -16,7 +26,7 @@
 //! algorithm until that ACK; with `--quickack` the stall disappears, which tells such a server
 //! apart from one that is slow.
 //!
-//! One MCP session: `initialize` + `notifications/initialized`, then `--warmup` calls at the
+//! One MCP session (legacy era; in the 2026 era the same without the session): `initialize` + `notifications/initialized`, then `--warmup` calls at the
 //! first phase's concurrency (not measured), then each phase: C closed-loop workers issue N
 //! `tools/call` requests in all. Over stdio the C workers share the child's pipes (requests are
 //! matched to responses by id); over HTTP each worker has its own keep-alive connection (TCP
@@ -43,6 +53,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const PROTOCOL: &str = "2025-11-25";
+/// The sessionless protocol revision of `--era 2026`.
+const PROTOCOL_2026: &str = "2026-07-28";
+/// `_meta` of every 2026-07-28 request (spec 2026-07-28 basic/index.mdx, "_meta"): version,
+/// client info and (empty) client capabilities, repeated on each request since there is no session.
+const META_2026: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"machine-bridge-loadgen","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
 
 fn die(msg: impl AsRef<str>) -> ! {
     eprintln!("loadgen: {}", msg.as_ref());
@@ -58,6 +73,7 @@ struct Opts {
     warmup: u64,
     phases: Vec<(usize, u64)>,
     protocol: String,
+    era2026: bool,
     quickack: bool,
 }
 
@@ -70,7 +86,8 @@ fn parse_opts() -> Opts {
         args: "{}".into(),
         warmup: 200,
         phases: Vec::new(),
-        protocol: PROTOCOL.into(),
+        protocol: String::new(),
+        era2026: false,
         quickack: false,
     };
     let mut it = std::env::args().skip(1);
@@ -83,6 +100,13 @@ fn parse_opts() -> Opts {
             "--args" => o.args = val(),
             "--protocol" => o.protocol = val(),
             "--quickack" => o.quickack = true,
+            "--era" => {
+                o.era2026 = match val().as_str() {
+                    "legacy" => false,
+                    "2026" | "2026-07-28" => true,
+                    e => die(format!("--era wants legacy or 2026, not {e}")),
+                }
+            }
             "--warmup" => o.warmup = val().parse().unwrap_or_else(|_| die("bad --warmup")),
             "--phase" => {
                 let v = val();
@@ -114,14 +138,55 @@ fn parse_opts() -> Opts {
     if o.phases.is_empty() {
         o.phases.push((1, 1000));
     }
+    if o.protocol.is_empty() {
+        o.protocol = if o.era2026 { PROTOCOL_2026 } else { PROTOCOL }.into();
+    }
+    if o.era2026 && !o.tool.bytes().all(|b| b.is_ascii_graphic()) {
+        die("--era 2026: the tool name must be plain visible ASCII (Mcp-Name is sent unencoded)");
+    }
     o
 }
 
-fn call_body(id: u64, tool: &str, args: &str) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":{},"arguments":{args}}}}}"#,
-        json_escape(tool)
-    )
+/// The `tools/call` request of the era under test: the JSON-RPC body for an id, and (2026 era)
+/// the per-request HTTP headers `Mcp-Method` and `Mcp-Name`.
+struct CallShape {
+    /// `"name":…,"arguments":…` plus, in the 2026 era, `,"_meta":{…}`.
+    params: String,
+    /// Header lines (each ending in CRLF) added to the HTTP request; empty in the legacy era.
+    headers: String,
+}
+
+impl CallShape {
+    fn new(tool: &str, args: &str, era2026: bool) -> Self {
+        let mut params = format!(r#""name":{},"arguments":{args}"#, json_escape(tool));
+        let mut headers = String::new();
+        if era2026 {
+            params.push(',');
+            params.push_str(META_2026);
+            headers = format!("Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\n");
+        }
+        CallShape { params, headers }
+    }
+
+    fn body(&self, id: u64) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{{}}}}}"#, self.params)
+    }
+}
+
+/// `server/discover` with the 2026-07-28 `_meta` (spec 2026-07-28 server/discover.mdx).
+fn discover_body(id: u64) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"server/discover","params":{{{META_2026}}}}}"#)
+}
+
+/// Dies unless `msg` is a `server/discover` result whose supportedVersions name 2026-07-28.
+fn check_discover(msg: &str) {
+    let ok = msg.contains("\"result\"")
+        && msg
+            .split_once("\"supportedVersions\"")
+            .is_some_and(|(_, rest)| rest.split(']').next().unwrap_or("").contains(&format!("\"{PROTOCOL_2026}\"")));
+    if !ok {
+        die(format!("server/discover: no result naming {PROTOCOL_2026}: {}", &msg[..msg.len().min(500)]));
+    }
 }
 
 fn init_body(protocol: &str) -> String {
@@ -177,7 +242,7 @@ struct StdioTarget {
 }
 
 impl StdioTarget {
-    fn start(argv: &[String]) -> (Self, String) {
+    fn start(argv: &[String], era2026: bool) -> (Self, String) {
         let mut child = spawn_piped(argv).unwrap_or_else(|e| die(format!("cannot start {}: {e}", argv[0])));
         let stdin = Arc::new(Mutex::new(child.stdin.take().unwrap_or_else(|| die("no stdin"))));
         let stdout = child.stdout.take().unwrap_or_else(|| die("no stdout"));
@@ -203,6 +268,11 @@ impl StdioTarget {
             }
         });
         let t = StdioTarget { child, stdin, routes };
+        if era2026 {
+            let (_, _, disc) = t.request(0, &discover_body(0));
+            check_discover(&disc);
+            return (t, disc);
+        }
         let (_, _, init) = t.request(0, &init_body(&PROTOCOL_OVERRIDE.lock().unwrap()));
         if !init.contains("\"result\"") {
             die(format!("initialize failed: {init}"));
@@ -311,10 +381,12 @@ impl HttpConn {
     }
 
     /// One request on this keep-alive connection; `want` is the JSON-RPC id to wait for.
+    /// `headers`: extra header lines for this request (each ending in CRLF).
     fn roundtrip(
         &mut self,
         method: &str,
         session: Option<&str>,
+        headers: &str,
         body: &str,
         want: Option<u64>,
     ) -> HttpResponse {
@@ -322,7 +394,7 @@ impl HttpConn {
             if self.stream.is_none() {
                 self.connect();
             }
-            match self.try_roundtrip(method, session, body, want) {
+            match self.try_roundtrip(method, session, headers, body, want) {
                 Ok(r) => return r,
                 // A keep-alive connection the server closed while idle: reconnect once.
                 Err(e) if attempt == 0 => {
@@ -339,6 +411,7 @@ impl HttpConn {
         &mut self,
         method: &str,
         session: Option<&str>,
+        headers: &str,
         body: &str,
         want: Option<u64>,
     ) -> Result<HttpResponse, String> {
@@ -354,6 +427,7 @@ impl HttpConn {
         if let Some(sid) = session {
             req.push_str(&format!("Mcp-Session-Id: {sid}\r\n"));
         }
+        req.push_str(headers);
         for h in self.extra.iter() {
             req.push_str(h);
             req.push_str("\r\n");
@@ -536,7 +610,7 @@ enum Target {
     Http { session: Option<String> },
 }
 
-fn run_phase(target: &Target, conns: &mut Vec<HttpConn>, c: usize, n: u64, next_id: &AtomicU64, tool: &str, args: &str) -> PhaseResult {
+fn run_phase(target: &Target, conns: &mut Vec<HttpConn>, c: usize, n: u64, next_id: &AtomicU64, call: &CallShape) -> PhaseResult {
     let issued = Arc::new(AtomicU64::new(0));
     let cpu0 = self_cpu();
     let t0 = Instant::now();
@@ -553,7 +627,7 @@ fn run_phase(target: &Target, conns: &mut Vec<HttpConn>, c: usize, n: u64, next_
                 let mut conn = conn;
                 while issued.fetch_add(1, Ordering::Relaxed) < n {
                     let id = next_id.fetch_add(1, Ordering::Relaxed);
-                    let body = call_body(id, tool, args);
+                    let body = call.body(id);
                     match target {
                         Target::Stdio(t) => {
                             let (ns, err, _) = t.request(id, &body);
@@ -563,7 +637,7 @@ fn run_phase(target: &Target, conns: &mut Vec<HttpConn>, c: usize, n: u64, next_
                         Target::Http { session, .. } => {
                             let conn = conn.as_mut().unwrap();
                             let t = Instant::now();
-                            let r = conn.roundtrip("POST", session.as_deref(), &body, Some(id));
+                            let r = conn.roundtrip("POST", session.as_deref(), &call.headers, &body, Some(id));
                             lat.push(t.elapsed().as_nanos() as u64);
                             if r.status != 200 || r.message.is_empty() || is_error(&r.message) {
                                 errors += 1;
@@ -599,44 +673,55 @@ fn main() {
     let max_c = o.phases.iter().map(|p| p.0).max().unwrap_or(1);
     let next_id = AtomicU64::new(1);
     let mut conns: Vec<HttpConn> = Vec::new();
-    let (target, first) = if let Some(argv) = &o.stdio {
-        let (t, _) = StdioTarget::start(argv);
-        (Target::Stdio(Arc::new(t)), String::new())
+    let call = CallShape::new(&o.tool, &o.args, o.era2026);
+    let target = if let Some(argv) = &o.stdio {
+        let (t, _) = StdioTarget::start(argv, o.era2026);
+        Target::Stdio(Arc::new(t))
     } else {
         let url = Arc::new(parse_url(o.url.as_ref().unwrap()));
         let extra = Arc::new(o.headers.clone());
         let mut c0 = HttpConn::new(url.clone(), extra.clone());
-        let r = c0.roundtrip("POST", None, &init_body(&o.protocol), Some(0));
-        if r.status != 200 || !r.message.contains("\"result\"") {
-            die(format!("initialize: HTTP {} {}", r.status, r.message));
-        }
-        let session = r.session.clone();
-        let r2 = c0.roundtrip("POST", session.as_deref(), INITIALIZED, None);
-        if !(200..300).contains(&r2.status) {
-            die(format!("notifications/initialized: HTTP {}", r2.status));
-        }
+        let session = if o.era2026 {
+            // No session in 2026-07-28: a discover to check the era is served, then plain calls.
+            let r = c0.roundtrip("POST", None, "Mcp-Method: server/discover\r\n", &discover_body(0), Some(0));
+            if r.status != 200 {
+                die(format!("server/discover: HTTP {} {}", r.status, r.message));
+            }
+            check_discover(&r.message);
+            None
+        } else {
+            let r = c0.roundtrip("POST", None, "", &init_body(&o.protocol), Some(0));
+            if r.status != 200 || !r.message.contains("\"result\"") {
+                die(format!("initialize: HTTP {} {}", r.status, r.message));
+            }
+            let session = r.session.clone();
+            let r2 = c0.roundtrip("POST", session.as_deref(), "", INITIALIZED, None);
+            if !(200..300).contains(&r2.status) {
+                die(format!("notifications/initialized: HTTP {}", r2.status));
+            }
+            session
+        };
         conns.push(c0);
         for _ in 1..max_c {
             conns.push(HttpConn::new(url.clone(), extra.clone()));
         }
-        (Target::Http { session }, String::new())
+        Target::Http { session }
     };
-    let _ = first;
     // One checked call: its result goes into the output, so the driver can verify it.
     let first_result = {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
-        let body = call_body(id, &o.tool, &o.args);
+        let body = call.body(id);
         match &target {
             Target::Stdio(t) => t.request(id, &body).2,
-            Target::Http { session, .. } => conns[0].roundtrip("POST", session.as_deref(), &body, Some(id)).message,
+            Target::Http { session, .. } => conns[0].roundtrip("POST", session.as_deref(), &call.headers, &body, Some(id)).message,
         }
     };
     if o.warmup > 0 {
-        run_phase(&target, &mut conns, o.phases[0].0, o.warmup, &next_id, &o.tool, &o.args);
+        run_phase(&target, &mut conns, o.phases[0].0, o.warmup, &next_id, &call);
     }
     let mut out = Vec::new();
     for &(c, n) in &o.phases {
-        out.push(run_phase(&target, &mut conns, c, n, &next_id, &o.tool, &o.args));
+        out.push(run_phase(&target, &mut conns, c, n, &next_id, &call));
     }
     // Close the session.
     match target {
@@ -646,7 +731,7 @@ fn main() {
             }
         }
         Target::Http { session: Some(sid), .. } => {
-            let _ = conns[0].try_roundtrip("DELETE", Some(&sid), "", None);
+            let _ = conns[0].try_roundtrip("DELETE", Some(&sid), "", "", None);
         }
         Target::Http { .. } => {}
     }
@@ -666,7 +751,11 @@ fn main() {
             lat.join(",")
         ));
     }
-    s.push_str(&format!("],\"total_cpu_s\":{:.2},\"first_result\":", self_cpu()));
+    s.push_str(&format!(
+        "],\"era\":\"{}\",\"total_cpu_s\":{:.2},\"first_result\":",
+        if o.era2026 { "2026-07-28" } else { "legacy" },
+        self_cpu()
+    ));
     s.push_str(&json_escape(&first_result));
     s.push('}');
     println!("{s}");
