@@ -19,8 +19,11 @@ Measures:
   6. relay (bench/relay.py): a trivial tool call direct over stdio, through our relay,
      supergateway and mcp-proxy, one load client (bench/loadgen.rs); relay memory with 100
      connected daemons.
+     relay-eras (bench/relay.py): a trivial tool call through one relay in both MCP eras, the
+     legacy session era and 2026-07-28 (sessionless), the same load client, the same run.
 
-`--only SECTION[,SECTION...]` runs a subset (startup, read_file, search, memory, processes, relay).
+`--only SECTION[,SECTION...]` runs a subset (startup, read_file, search, memory, processes, relay,
+relay-eras).
 """
 
 import argparse
@@ -54,7 +57,7 @@ from common import (
     status,
 )
 
-SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay")
+SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras")
 PEER_VERSIONS = {"desktop-commander": "0.2.52", "supergateway": "4.0.0", "mcp-proxy": "6.7.19"}
 PEERS = "@wonderwhy-er/desktop-commander 0.2.52, supergateway 4.0.0, mcp-proxy 6.7.19"
 
@@ -423,8 +426,8 @@ def main():
         ap.error(f"unknown section(s) {bad}; known: {','.join(SECTIONS)}")
     if ("search" in only or "memory" in only) and not (a.rg and a.tree):
         ap.error("the search and memory sections need --rg and --tree")
-    if "relay" in only and not (a.fixture and a.loadgen):
-        ap.error("the relay section needs --fixture and --loadgen")
+    if ("relay" in only or "relay-eras" in only) and not (a.fixture and a.loadgen):
+        ap.error("the relay sections need --fixture and --loadgen")
     if "processes" in only and not a.streamer:
         ap.error("the processes section needs --streamer")
     dc_js = os.path.join(a.modules, "@wonderwhy-er/desktop-commander/dist/index.js") if a.modules else None
@@ -479,6 +482,11 @@ def main():
             with tempfile.TemporaryDirectory(prefix="mcp-bench-relaymem-") as rws:
                 mem100 = relay.bench_relay_memory(a.bin, a.relay_daemons, a.relay_settle, rws)
             res["relay"] = (load, mem100)
+        if "relay-eras" in only:
+            log(f"{next(step)}/{n} relay, both MCP eras ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-eras-") as rws:
+                res["relay-eras"] = relay.bench_relay_eras(a.bin, a.fixture, a.loadgen, a.relay_rounds,
+                                                           a.relay_c1, a.relay_c10, rws)
 
     load_end = os.getloadavg()
     elapsed = time.time() - t_start
@@ -506,7 +514,7 @@ def main():
         L.append(f"- reference: `{tool_version([a.rg, '--version'])}` ({os.environ.get('BENCH_RG_SOURCE', '?')})")
     if a.node and a.modules:
         L.append(f"- peers: Node.js `{tool_version([a.node, '--version'])}`; {PEERS} (npm ci of bench/npm/package-lock.json)")
-    if "relay" in res:
+    if "relay" in res or "relay-eras" in res:
         L.append("- load client of the relay section: bench/loadgen.rs (std-only Rust, `rustc -O`), the same for every target")
     L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references (sections 1–5; "
              "the session stream of section 5 is read by bench/streamer.rs, compiled, for ours and its references alike, "
@@ -571,6 +579,10 @@ def main():
         details += det
     if "relay" in res:
         rows, det = relay.report(*res["relay"], a.relay_c1, a.relay_c10)
+        L.extend(rows)
+        details += det
+    if "relay-eras" in res:
+        rows, det = relay.report_eras(res["relay-eras"], a.relay_c1, a.relay_c10)
         L.extend(rows)
         details += det
     L.append("")

@@ -17,6 +17,14 @@ stdio and two stdio→HTTP fronts, and the relay's memory with 100 connected dae
     143-byte answer) with `machine-mcp stdio` + `list_processes` direct as its reference.
     Targets rotate within each round (direct, relay, built-in direct, built-in relay,
     supergateway, mcp-proxy) and rounds repeat, so a burst of load hits all of them.
+6c. Both MCP eras through the relay (section `relay-eras`): one `machine-mcp up` (token auth,
+    the fixture carried), and loadgen against it in the legacy era (`initialize` +
+    `Mcp-Session-Id`, protocol 2025-11-25) and in the 2026-07-28 era (`--era 2026`: no session;
+    `server/discover` once, then every `tools/call` with `_meta` protocolVersion/clientInfo/
+    clientCapabilities and the `Mcp-Method`/`Mcp-Name` headers), for the carried fixture
+    (`test_simple_text`) and the built-in runtime (`list_processes`); the four targets rotate within
+    each round. A 2026 target that fails (a relay without the 2026 path answers its
+    `server/discover` with HTTP 400) is reported as failed with loadgen's message, never skipped.
 6b. Relay memory: `machine-mcp relay serve` (token auth) alone, then with 100 bridges
     (`relay bridge add`) and 100 `machine-mcp connect --enroll CODE` processes, each with its own
     state dir; VmRSS/VmHWM of the relay process once all 100 daemon sockets are `ready` (from
@@ -113,11 +121,11 @@ class Front:
             self.log.close()
 
 
-def run_loadgen(loadgen, target_args, tool, n1, n10, server_pid=None, args="{}"):
+def run_loadgen(loadgen, target_args, tool, n1, n10, server_pid=None, args="{}", era="legacy"):
     """One loadgen run; returns its JSON plus CPU figures. server_pid: the HTTP front whose
     process tree's CPU is measured around the run; for stdio targets the server is loadgen's
     child, and its CPU is loadgen's wait4 total minus loadgen's own."""
-    argv = [loadgen, "--tool", tool, "--args", args, "--warmup", str(WARMUP),
+    argv = [loadgen, "--tool", tool, "--args", args, "--warmup", str(WARMUP), "--era", era,
             "--phase", f"1:{n1}", "--phase", f"10:{n10}"] + target_args
     cpu0 = tree_cpu_seconds(server_pid) if server_pid else 0.0
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -224,6 +232,130 @@ def bench_relay_load(binary, fixture, node, modules, loadgen, rounds, n1, n10, w
     finally:
         for f in fronts.values():
             f.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# 6c. both eras through the relay
+
+ERA_TARGETS = (
+    # name, era, URL key in up's JSON, tool
+    ("fixture-legacy", "legacy", "fixture", "test_simple_text"),
+    ("fixture-2026", "2026", "fixture", "test_simple_text"),
+    ("builtin-legacy", "legacy", "mcp_url", "list_processes"),
+    ("builtin-2026", "2026", "mcp_url", "list_processes"),
+)
+
+
+def bench_relay_eras(binary, fixture, loadgen, rounds, n1, n10, workdir):
+    """Returns {target: [loadgen JSON per round]} and {target: error} for targets that failed (the
+    target is not run again in later rounds)."""
+    ws = os.path.join(workdir, "ws")
+    os.makedirs(ws, exist_ok=True)
+    servers = os.path.join(workdir, "servers.json")
+    with open(servers, "w") as f:
+        json.dump({"mcpServers": {"fixture": {"command": fixture, "args": []}}}, f)
+    port = free_port()
+    front = Front(
+        "relay",
+        [binary, "up", "--auth", "token", "--servers", servers, "--json", "--workspace", ws,
+         "--state-dir", os.path.join(workdir, "state-up"), "--listen", f"127.0.0.1:{port}",
+         "--log-level", "warn"],
+        env=dict(os.environ), json_stdout=True, log_path=os.path.join(workdir, "relay-eras.log"),
+    )
+    res = {name: [] for name, *_ in ERA_TARGETS}
+    errors = {}
+    try:
+        hdr = []
+        for h in front.headers:
+            hdr += ["--header", h]
+        for r in range(rounds):
+            for name, era, key, tool in ERA_TARGETS:
+                if name in errors:
+                    continue
+                url = front.info["mcp_url"] if key == "mcp_url" else front.info["servers"][key]
+                try:
+                    d = run_loadgen(loadgen, ["--http", url] + hdr, tool, n1, n10, server_pid=front.p.pid, era=era)
+                except RuntimeError as e:
+                    errors[name] = str(e)
+                    log(f"  {name} round {r + 1}: FAILED: {str(e)[-300:]}")
+                    continue
+                res[name].append(d)
+                c1, c10 = d["phases"]
+                log(f"  {name} round {r + 1}: c=1 p50 {ms(pct(c1['latencies_ns'], 50)):.3f} ms, "
+                    f"c=10 {c10['requests'] / c10['elapsed_s']:.0f} calls/s")
+    finally:
+        front.close()
+    return res, errors
+
+
+ERA_LABELS = {
+    "fixture-legacy": "relay → fixture `test_simple_text`, legacy era (`initialize` 2025-11-25 + `Mcp-Session-Id`)",
+    "fixture-2026": "relay → fixture `test_simple_text`, 2026-07-28 (no session, `_meta` + `Mcp-Method`/`Mcp-Name`)",
+    "builtin-legacy": "relay → built-in `list_processes` (`/b/local/mcp`), legacy era",
+    "builtin-2026": "relay → built-in `list_processes` (`/b/local/mcp`), 2026-07-28",
+}
+
+
+def _err(text):
+    """A failure message for one table cell: one line, its last 300 characters."""
+    return cell(" ".join(text.split())[-300:])
+
+
+def report_eras(eras, n1, n10):
+    runs, errors = eras
+    rows, det = [], []
+    a = {k: (_agg(v, 0), _agg(v, 1)) for k, v in runs.items() if v}
+    rounds = max((len(v) for v in runs.values()), default=0)
+    for what, new, old in (("fixture `test_simple_text`", "fixture-2026", "fixture-legacy"),
+                           ("built-in `list_processes`", "builtin-2026", "builtin-legacy")):
+        if old not in a:
+            rows.append(f"| 6 | relay → {what}, legacy era | ❌ failed: {_err(errors.get(old, 'no run'))} | — | — | — | ❌ failed |")
+            continue
+        o1, o10 = a[old]
+        ref = (f"legacy era, same `up`, same run: {fmt_ms(ms(pct(o1['lat'], 50)))} / {fmt_ms(ms(pct(o1['lat'], 99)))} ms; "
+               f"{o10['tput']:.0f} calls/s")
+        if new not in a:
+            rows.append(
+                f"| 6 | 2026-07-28 `tools/call` through the relay → {what}, c=1 p50 / p99; c=10 throughput "
+                f"| ❌ failed: {_err(errors.get(new, 'no run'))} | {ref} | — | — | ❌ failed |")
+            continue
+        n1_, n10_ = a[new]
+        p50n, p50o = ms(pct(n1_["lat"], 50)), ms(pct(o1["lat"], 50))
+        rows.append(
+            f"| 6 | 2026-07-28 `tools/call` through the relay → {what}, c=1 p50 / p99 ({rounds} × {n1} calls); "
+            f"c=10 throughput (median of {rounds} × {n10}) "
+            f"| {fmt_ms(p50n)} / {fmt_ms(ms(pct(n1_['lat'], 99)))} ms; {n10_['tput']:.0f} calls/s | {ref} "
+            f"| {p50n / p50o:.2f}x p50; {n10_['tput'] / o10['tput']:.2f}x calls/s | — | (reported) |"
+        )
+    det.append("## Relay, both eras, details")
+    det.append("")
+    det.append(
+        f"One `machine-mcp up --auth token --servers FILE` (the fixture carried as `fixture`); the same load client "
+        f"(`bench/loadgen.rs`) per target and round: legacy = `initialize` (2025-11-25) + "
+        f"`notifications/initialized`, then every call with the `Mcp-Session-Id`; 2026-07-28 = `--era 2026`: one "
+        f"`server/discover` (its `supportedVersions` must name 2026-07-28), then every `tools/call` with "
+        f"`MCP-Protocol-Version: 2026-07-28`, `Mcp-Method: tools/call`, `Mcp-Name: TOOL` and `params._meta` "
+        f"(`io.modelcontextprotocol/protocolVersion`, `clientInfo`, `clientCapabilities` `{{}}`), no session. "
+        f"{WARMUP} warm-up calls, {n1} sequential calls (c=1), {n10} calls from 10 closed-loop workers with a "
+        f"keep-alive connection each (c=10); the four targets rotate within each of the {rounds} rounds. Server CPU: "
+        f"the `up` process tree (relay, daemon, fixture processes) per call, warm-up included."
+    )
+    det.append("")
+    det.append("| target | c=1 p50 | c=1 p99 | c=10 p50 | c=10 p99 | c=10 calls/s (rounds) | client CPU µs/call, c=1 / c=10 | server CPU µs/call |")
+    det.append("|---|---|---|---|---|---|---|---|")
+    for k, *_ in ERA_TARGETS:
+        if k not in a:
+            det.append(f"| {ERA_LABELS[k]} | ❌ failed: {_err(errors.get(k, 'no run'))} | | | | | | |")
+            continue
+        p1, p10 = a[k]
+        det.append(
+            f"| {ERA_LABELS[k]} | {fmt_ms(ms(pct(p1['lat'], 50)))} ms | {fmt_ms(ms(pct(p1['lat'], 99)))} ms "
+            f"| {fmt_ms(ms(pct(p10['lat'], 50)))} ms | {fmt_ms(ms(pct(p10['lat'], 99)))} ms "
+            f"| {p10['tput']:.0f} ({', '.join(f'{x:.0f}' for x in p10['tputs'])}) "
+            f"| {p1['client_us']:.0f} / {p10['client_us']:.0f} | {p1['server_us']:.0f} |"
+        )
+    det.append("")
+    return rows, det
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # machine-mcp benchmark: startup, read_file round trips, search_text vs ripgrep, idle memory,
-# processes (run_process, session output throughput vs desktop-commander), and the relay (a tool
-# call direct / through our relay / supergateway / mcp-proxy; relay memory with 100 daemons).
+# processes (run_process, session output throughput vs desktop-commander), the relay (a tool
+# call direct / through our relay / supergateway / mcp-proxy; relay memory with 100 daemons), and
+# relay-eras (a tool call through the relay in the legacy MCP era and in 2026-07-28).
 #
 # Reproduce (from anywhere; Debian/Ubuntu as root, or with sudo for apt-get):
 #   bash bench/run.sh                          # full run, writes bench/results/latest.md
 #   bash bench/run.sh --quick                  # few iterations, to check the script
 #   bash bench/run.sh --only processes,relay   # a subset: startup, read_file, search, memory,
-#                                              # processes, relay (comma-separated)
+#                                              # processes, relay, relay-eras (comma-separated)
 #
 # What it does:
 #   1. installs what is missing: xz-utils (apt), ripgrep $RG_VERSION (cargo install --locked into
@@ -21,7 +22,7 @@
 #      pinned peers of bench/npm/package-lock.json (npm ci --ignore-scripts into bench/.cache/npm),
 #      the load generator (rustc -O bench/loadgen.rs) and the stream reader (rustc -O
 #      bench/streamer.rs), the conformance fixture (cargo build
-#      --release -p conformance-fixture);
+#      --release -p conformance-fixture); relay-eras needs only the fixture and the load generator;
 #   5. warms the page cache and runs bench/driver.py (Python 3 stdlib), which prints the Markdown
 #      table and writes it to bench/results/latest.md.
 #
@@ -43,7 +44,7 @@ mkdir -p "$CACHE" "$HERE/results"
 
 # Which sections run (driver.py gets the same --only); the tree and rg are needed only for
 # search and memory, Node and the peers only for processes and relay.
-ONLY=startup,read_file,search,memory,processes,relay
+ONLY=startup,read_file,search,memory,processes,relay,relay-eras
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[$i]}" in
@@ -142,7 +143,7 @@ fi
 [ -x "$BIN" ]
 
 EXTRA=()
-if want relay; then
+if want relay || want relay-eras; then
     say "building the conformance fixture and the load generator"
     (cd "$ROOT" && cargo build --release --locked -p conformance-fixture >&2)
     FIXTURE=$ROOT/target/release/conformance-fixture
