@@ -16,14 +16,14 @@
 #   MACHINE_MCP_INTEROP_CACHE   cache dir (default: tests/interop/.cache)
 #   MACHINE_MCP_INTEROP_PYTHON  Python >= 3.11 for the venv (default: python3)
 #   MACHINE_MCP_INTEROP_KEEP=1  keep the temp work dir (trees, logs, suite results, `up` state dirs)
-#   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay")
+#   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay host"; host = Claude Code's CLI)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 SCENARIOS=(server-initialize ping tools-list)
 
-PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay} "
+PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay host} "
 UP_STOP_SECS=15 # how long `up` may take to exit after SIGINT (then `timeout` kills it)
 
 passed=0 failed=0 gw_pid="" start=$SECONDS
@@ -302,6 +302,10 @@ relay_part() {
 
 if [[ "$PARTS" == *" stdio "* ]]; then stdio_part; fi
 if [[ "$PARTS" == *" relay "* ]]; then relay_part; fi
+# a real host: Claude Code's CLI health-checks `machine-mcp stdio` and `up` (claude-code.sh)
+if [[ "$PARTS" == *" host "* ]]; then
+  tally claude-code 300 env INTEROP_NODE_MODULES="$MODULES" INTEROP_PY="$PY" "$HERE/claude-code.sh" "$WORK" "$BIN"
+fi
 
 note "done in $((SECONDS - start))s"
 summary
