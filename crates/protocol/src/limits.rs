@@ -41,6 +41,14 @@ pub const RESUMABLE_TERMINAL_MAX_BYTES: usize = 1_500_000;
 pub const CALL_BUDGET_MAX: Duration = Duration::from_secs(600);
 /// Relay overhead allowed on top of [`CALL_BUDGET_MAX`].
 pub const RELAY_OVERHEAD: Duration = Duration::from_secs(5);
+/// Longest a relayed MCP 2026-07-28 `subscriptions/listen` stays open; the relay then ends it
+/// gracefully with a `subscriptions/listen` result (MCP 2026-07-28 Basic › Patterns ›
+/// Subscriptions § Graceful Closure) and the client listens again.
+pub const SUBSCRIPTION_MAX: Duration = Duration::from_secs(24 * 3600);
+/// How long the relay holds the answer to an MCP 2026-07-28 request that may be streamed: a
+/// response that arrives within it, with nothing before it, is sent as one JSON body (with the
+/// HTTP status its error calls for); otherwise the answer becomes an SSE stream.
+pub const STATELESS_RESPONSE_HOLD: Duration = Duration::from_millis(1000);
 /// Time a daemon has to send `hello` after `welcome`.
 pub const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 /// Time from `hello_ack` to `ready` (probe and resume).

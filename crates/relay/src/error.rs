@@ -20,6 +20,9 @@ pub struct HttpError {
     pub message: String,
     /// Add `WWW-Authenticate: Bearer` (RFC 6750 §3) to a 401.
     pub challenge: bool,
+    /// The error's `data` member, when it has one (e.g. the `supported` versions of an MCP
+    /// 2026-07-28 `UnsupportedProtocolVersionError`).
+    pub data: Option<Value>,
 }
 
 impl HttpError {
@@ -36,6 +39,15 @@ impl HttpError {
             code,
             message: message.into(),
             challenge: false,
+            data: None,
+        }
+    }
+
+    /// The same refusal with an error `data` member.
+    pub fn with_data(self, data: Value) -> Self {
+        Self {
+            data: Some(data),
+            ..self
         }
     }
 
@@ -50,7 +62,11 @@ impl HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let body = json!({"jsonrpc": "2.0", "id": self.id, "error": {"code": self.code, "message": self.message}});
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(data) = self.data {
+            error["data"] = data;
+        }
+        let body = json!({"jsonrpc": "2.0", "id": self.id, "error": error});
         let mut r = (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],

@@ -32,7 +32,7 @@ use tokio::{
 
 use protocol::{
     frame::{RelayFrame, ResumeRequest, ServerInfo},
-    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD},
+    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX},
 };
 
 use crate::{
@@ -56,6 +56,8 @@ const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 pub const OUTCOME_UNKNOWN: i64 = -32003;
 /// JSON-RPC error code: the daemon is offline or the link failed; retrying may succeed.
 pub const UNAVAILABLE: i64 = -32000;
+/// The MCP 2026-07-28 long-lived request (Basic › Patterns › Subscriptions).
+pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
 
 /// What the socket writer sends.
 #[derive(Debug)]
@@ -89,8 +91,17 @@ pub struct Link {
     pub id: u64,
     /// The daemon process's instance id.
     pub instance_id: String,
+    /// The link protocol revision its `hello` announced (1 = before `call`).
+    pub revision: u32,
     /// Frames to the daemon.
     pub tx: LinkTx,
+}
+
+impl Link {
+    /// Whether the daemon serves `call` frames (MCP 2026-07-28 requests without a session).
+    pub fn serves_calls(&self) -> bool {
+        self.revision >= protocol::frame::REVISION_STATELESS
+    }
 }
 
 /// The catalog a daemon announced: its servers by name.
@@ -103,14 +114,26 @@ pub type Catalog = HashMap<String, CachedServer>;
 pub struct CachedServer {
     /// The server's `initialize` result (a JSON object).
     pub initialize: Arc<str>,
+    /// The server's `server/discover` result, when the daemon announced one (link revision 2).
+    pub discover: Option<Arc<str>>,
     /// `tools/list` results (JSON objects) by role name.
     pub tools: BTreeMap<String, Arc<str>>,
+    /// The `x-mcp-header` annotations of its tools, by tool name (checked against the
+    /// `Mcp-Param-*` headers of MCP 2026-07-28 `tools/call` requests).
+    pub param_headers: Arc<HashMap<String, Vec<crate::stateless::ParamHeader>>>,
 }
 
 impl CachedServer {
     /// The `initialize` result, parsed.
     pub fn initialize(&self) -> Value {
         serde_json::from_str(&self.initialize).unwrap_or(Value::Null)
+    }
+
+    /// The announced `server/discover` result, parsed.
+    pub fn discover(&self) -> Option<Value> {
+        self.discover
+            .as_deref()
+            .and_then(|d| serde_json::from_str(d).ok())
     }
 
     /// The `tools/list` result `role` may see, parsed.
@@ -150,11 +173,13 @@ impl TextCache {
             .map(|s| {
                 let cached = CachedServer {
                     initialize: self.intern(&s.initialize),
+                    discover: s.discover.as_ref().map(|d| self.intern(d)),
                     tools: s
                         .tools
                         .iter()
                         .map(|(role, t)| (role.clone(), self.intern(t)))
                         .collect(),
+                    param_headers: Arc::new(crate::stateless::param_headers(s.tools.values())),
                 };
                 (s.name, cached)
             })
@@ -224,6 +249,8 @@ struct Pending {
     sink: Sink,
     deadline: Instant,
     progress_token: Option<String>,
+    /// A `subscriptions/listen` of a call: ended gracefully at its deadline.
+    listen: bool,
 }
 
 #[derive(Debug)]
@@ -252,6 +279,10 @@ pub struct Session {
     pub principal: Principal,
     /// The negotiated protocol version.
     pub protocol_version: String,
+    /// A call (link revision 2): one MCP 2026-07-28 request served without an MCP session,
+    /// opened on the daemon with a `call` frame carrying the request itself and ended once it is
+    /// answered. Not visible to clients, not counted as a session.
+    pub call: bool,
     initialize: Value,
     /// Server messages related to no request, until (and while) the client's GET stream reads them.
     pub standalone: Arc<Stream>,
@@ -377,6 +408,7 @@ impl Hub {
             server: server.to_owned(),
             principal,
             protocol_version: protocol_version.to_owned(),
+            call: false,
             initialize,
             standalone,
             inner: Mutex::new(SessionInner {
@@ -394,7 +426,7 @@ impl Hub {
         let mut m = self.sessions.lock().ok()?;
         let on_bridge = m
             .values()
-            .filter(|x| x.bridge.name == s.bridge.name)
+            .filter(|x| !x.call && x.bridge.name == s.bridge.name)
             .count();
         if on_bridge >= SESSIONS_PER_BRIDGE {
             return None;
@@ -402,6 +434,112 @@ impl Hub {
         m.insert(sid, s.clone());
         Metrics::add(&self.metrics.sessions, 1);
         Some(s)
+    }
+
+    /// Creates the call that carries one MCP 2026-07-28 request (`version` is its
+    /// `io.modelcontextprotocol/protocolVersion`) to `server` on `bridge` for `principal`. Its id
+    /// is `c` + 256 random bits (session ids always hold a `.`, so the two never meet). Calls are
+    /// bounded by the bridge's in-flight limit when their request is registered, not by
+    /// [`SESSIONS_PER_BRIDGE`].
+    pub fn create_call(
+        &self,
+        bridge: Arc<Bridge>,
+        server: &str,
+        principal: Principal,
+        version: &str,
+    ) -> Option<Arc<Session>> {
+        let sid = crate::auth::random_secret("c");
+        let standalone = Stream::new(&sid, &principal.id, &bridge.name);
+        let s = Arc::new(Session {
+            sid: sid.clone(),
+            server: server.to_owned(),
+            principal,
+            protocol_version: version.to_owned(),
+            call: true,
+            initialize: Value::Null,
+            standalone,
+            inner: Mutex::new(SessionInner {
+                opened_on: None,
+                initialized: true,
+                pending: HashMap::new(),
+                progress: HashMap::new(),
+                last_seq: 0,
+                outbox: VecDeque::new(),
+                last_active: Instant::now(),
+                ended: false,
+            }),
+            bridge,
+        });
+        self.sessions.lock().ok()?.insert(sid, s.clone());
+        Some(s)
+    }
+
+    /// The live call of `principal` on `bridge`/`server` whose request has id `id`, if exactly
+    /// one matches (for a `notifications/cancelled` a 2026-07-28 client POSTs).
+    pub fn find_call(
+        &self,
+        bridge: &str,
+        server: &str,
+        principal: &Principal,
+        id: &Value,
+    ) -> Option<Arc<Session>> {
+        let key = id_key(id);
+        let mut found = self.bridge_sessions(bridge).into_iter().filter(|s| {
+            s.call
+                && s.server == server
+                && s.principal == *principal
+                && s.inner
+                    .lock()
+                    .map(|g| g.pending.contains_key(&key))
+                    .unwrap_or(false)
+        });
+        let first = found.next()?;
+        found.next().is_none().then_some(first)
+    }
+
+    /// The client of call `s` is gone before its answer (MCP 2026-07-28 Basic › Transports ›
+    /// Streamable HTTP § Cancellation: closing the response stream cancels the request): the
+    /// daemon gets `notifications/cancelled` for the request and `close` for the call. Nothing
+    /// happens when the call was already answered.
+    pub fn cancel_call(&self, s: &Session, id: &Value, reason: &str) {
+        let p = s
+            .inner
+            .lock()
+            .ok()
+            .and_then(|mut g| g.pending.remove(&id_key(id)));
+        let Some(p) = p else {
+            return;
+        };
+        tracing::debug!(bridge = %s.bridge.name, reason, "cancelling a call");
+        self.finish_pending(s, p, None);
+        if let Some(link) = s.bridge.active() {
+            let _ = self.send(
+                s,
+                &link,
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": id, "reason": reason}}),
+            );
+        }
+        self.end_session(&s.sid, UNAVAILABLE, reason, true);
+    }
+
+    /// Ends call `sid` once its request is answered (after the answer was acknowledged), telling
+    /// the daemon with `close`. Sessions and calls still awaited are left alone.
+    pub fn close_if_answered(&self, sid: &str) {
+        let Some(s) = self.session_by_sid(sid) else {
+            return;
+        };
+        if !s.call {
+            return;
+        }
+        let answered = s
+            .inner
+            .lock()
+            .map(|g| g.pending.is_empty() && g.opened_on.is_some())
+            .unwrap_or(false);
+        if answered {
+            self.end_session(sid, UNAVAILABLE, "the call was answered", true);
+        }
     }
 
     /// The session `sid` if it exists and was issued to `principal`.
@@ -423,8 +561,10 @@ impl Hub {
         let Some(s) = self.sessions.lock().ok().and_then(|mut m| m.remove(sid)) else {
             return;
         };
-        tracing::debug!(bridge = %s.bridge.name, code, "ending a session");
-        Metrics::add(&self.metrics.sessions, -1);
+        tracing::debug!(bridge = %s.bridge.name, code, call = s.call, "ending a session");
+        if !s.call {
+            Metrics::add(&self.metrics.sessions, -1);
+        }
         let (pending, opened) = match s.inner.lock() {
             Ok(mut g) => {
                 g.ended = true;
@@ -521,13 +661,21 @@ impl Hub {
             if let Some(t) = &token {
                 g.progress.insert(t.clone(), key.clone());
             }
+            let listen = s.call
+                && message.get("method").and_then(Value::as_str) == Some(SUBSCRIPTIONS_LISTEN);
+            let budget = if listen {
+                SUBSCRIPTION_MAX
+            } else {
+                CALL_BUDGET_MAX + RELAY_OVERHEAD
+            };
             g.pending.insert(
                 key,
                 Pending {
                     id: id.clone(),
                     sink,
-                    deadline: Instant::now() + CALL_BUDGET_MAX + RELAY_OVERHEAD,
+                    deadline: Instant::now() + budget,
                     progress_token: token,
+                    listen,
                 },
             );
             g.last_active = Instant::now();
@@ -565,6 +713,24 @@ impl Hub {
                 // Sent with the open, whenever that happens.
                 return Ok(());
             }
+        }
+        if s.call && g.opened_on.as_deref() != Some(&link.instance_id) {
+            // A call is opened by its request and lives on that daemon instance only.
+            if g.opened_on.is_some() {
+                return Err(SendError::Ended);
+            }
+            link.tx
+                .try_send(RelayFrame::Call {
+                    sid: s.sid.clone(),
+                    server: s.server.clone(),
+                    principal: s.principal.id.clone(),
+                    role: s.principal.role.as_str().to_owned(),
+                    message,
+                })
+                .then_some(())
+                .ok_or_else(busy)?;
+            g.opened_on = Some(link.instance_id.clone());
+            return Ok(());
         }
         if g.opened_on.as_deref() != Some(&link.instance_id) {
             link.tx
@@ -644,7 +810,14 @@ impl Hub {
                 return true; // a replayed duplicate
             }
             g.last_seq = seq;
-            if is_response {
+            let is_request = !is_response
+                && message.get("method").is_some()
+                && message.get("id").is_some_and(|i| !i.is_null());
+            if s.call && is_request {
+                // MCP 2026-07-28 removed server → client requests (Basic › Transports ›
+                // Streamable HTTP § Receiving Messages: input requests travel inside results).
+                Target::Refuse(message.get("id").cloned().unwrap_or(Value::Null))
+            } else if is_response {
                 let key = message.get("id").map(id_key);
                 match key.and_then(|k| g.pending.remove(&k)) {
                     Some(p) => {
@@ -673,6 +846,8 @@ impl Hub {
                         sink: Sink::Stream(st),
                         ..
                     }) => Target::Stream(st.clone()),
+                    // A call's client reads only its request's response (no standalone stream).
+                    _ if s.call => Target::Unmatched,
                     _ => Target::Standalone,
                 }
             }
@@ -689,6 +864,18 @@ impl Hub {
             }
             Target::Unmatched => {
                 self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
+            }
+            Target::Refuse(id) => {
+                let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+                tracing::warn!(bridge = %s.bridge.name, method, "refused a server-to-client request to an MCP 2026-07-28 client");
+                if let Some(link) = s.bridge.active() {
+                    let _ = self.send(
+                        &s,
+                        &link,
+                        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+                            "message": format!("{method}: the client speaks MCP 2026-07-28, which has no server-to-client requests")}}),
+                    );
+                }
             }
         }
         true
@@ -901,6 +1088,22 @@ impl Hub {
                 }
                 Err(_) => continue,
             };
+            let (ended_listens, late): (Vec<Pending>, Vec<Pending>) =
+                late.into_iter().partition(|p| p.listen);
+            for p in ended_listens {
+                // Graceful closure (MCP 2026-07-28 Basic › Patterns › Subscriptions).
+                let done = json!({"jsonrpc": "2.0", "id": p.id, "result": {"resultType": "complete",
+                    "_meta": {"io.modelcontextprotocol/subscriptionId": p.id}}});
+                if let Some(link) = s.bridge.active() {
+                    let _ = self.send(
+                        &s,
+                        &link,
+                        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": {"requestId": p.id, "reason": "the subscription reached its longest lifetime"}}),
+                    );
+                }
+                self.finish_pending(&s, p, Some(done));
+            }
             for p in &late {
                 if let Some(link) = s.bridge.active() {
                     let _ = self.send(
@@ -919,6 +1122,8 @@ impl Hub {
             );
             if idle {
                 self.end_session(&s.sid, UNAVAILABLE, "idle session", true);
+            } else if s.call {
+                self.close_if_answered(&s.sid);
             }
         }
         self.streams.sweep();
@@ -930,6 +1135,8 @@ enum Target {
     Stream(Arc<Stream>),
     Standalone,
     Unmatched,
+    /// A server → client request to a call: answered with an error, never delivered.
+    Refuse(Value),
 }
 
 #[cfg(test)]

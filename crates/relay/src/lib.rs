@@ -34,6 +34,7 @@ pub mod link;
 pub mod mcp;
 pub mod metrics;
 pub mod ops;
+pub mod stateless;
 pub mod storage;
 pub mod stream;
 

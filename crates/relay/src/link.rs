@@ -149,7 +149,7 @@ async fn session(
                 (c, r)
             }
         })?;
-    let (protocol, bridge, instance_id, key_id, timestamp, signature, version, servers) =
+    let (protocol, bridge, instance_id, key_id, timestamp, signature, version, servers, revision) =
         match hello {
             DaemonFrame::Hello {
                 protocol,
@@ -160,7 +160,7 @@ async fn session(
                 signature,
                 version,
                 servers,
-                ..
+                revision,
             } => (
                 protocol,
                 bridge,
@@ -170,6 +170,7 @@ async fn session(
                 signature,
                 version,
                 servers,
+                revision,
             ),
             DaemonFrame::Enroll { code, public_key } => {
                 return enroll(hub, tx, &code, &public_key).await;
@@ -192,7 +193,7 @@ async fn session(
         &signature,
     )
     .await?;
-    tracing::info!(%bridge, instance = %instance_id, daemon_version = %version, "daemon authenticated");
+    tracing::info!(%bridge, instance = %instance_id, daemon_version = %version, revision, "daemon authenticated");
     let _ = tx.try_send(RelayFrame::HelloAck {
         bridge: bridge.clone(),
     });
@@ -227,6 +228,7 @@ async fn session(
     let link = Link {
         id: hub.next_link_id(),
         instance_id: instance_id.clone(),
+        revision,
         tx: tx.clone(),
     };
     let link_id = link.id;
@@ -294,9 +296,14 @@ async fn serve(
                 message,
             } => {
                 hub.deliver(&sid, seq, related.as_ref(), message);
-                if !tx.try_send(RelayFrame::Ack { sid, seq }) {
+                if !tx.try_send(RelayFrame::Ack {
+                    sid: sid.clone(),
+                    seq,
+                }) {
                     return Err((1011, "link queue full".into()));
                 }
+                // A call ends with its answer: `close` follows the `ack` of the response.
+                hub.close_if_answered(&sid);
             }
             DaemonFrame::Closed { sid, reason } => hub.daemon_closed(&sid, &reason),
             DaemonFrame::Heartbeat { seq } => {

@@ -1,10 +1,16 @@
 //! MCP Streamable HTTP endpoints (MCP 2025-11-25 Transports §Streamable HTTP):
 //! `/b/{bridge}/mcp` (the built-in runtime) and `/b/{bridge}/s/{server}/mcp` (upstream servers).
 //!
+//! Both eras are served on these URLs, decided per POSTed message by [`stateless::era`]: MCP
+//! 2026-07-28 requests (per-request `_meta`, no session) go to [`crate::stateless`]; `initialize`
+//! and the session traffic of 2025-11-25, 2025-06-18 and 2025-03-26 stay here.
+//!
 //! Checks, in order: `Host` (loopback listeners only accept loopback names and the public host;
 //! §Security Warning, DNS rebinding), `Origin` (a present, foreign origin → 403), credentials
-//! (401 / 403), the bridge, `MCP-Protocol-Version` (unsupported → 400), then the session
-//! (`MCP-Session-Id` missing → 400, unknown or ended → 404, the client's cue to re-initialize).
+//! (401 / 403), the bridge, then for the session era `MCP-Protocol-Version` (unsupported → 400
+//! with the 2026-07-28 `UnsupportedProtocolVersionError`, which lists every served version) and
+//! the session (`MCP-Session-Id` missing → 400, unknown or ended → 404, the client's cue to
+//! re-initialize).
 //! `POST` carries one JSON-RPC message: a request is answered as SSE when `Accept` allows it
 //! (priming event at once, keepalive comments, the response last) else as JSON; notifications and
 //! responses get 202. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and
@@ -28,10 +34,12 @@ use crate::{
     config::AuthMode,
     error::HttpError,
     hub::{Bridge, Hub, SendError, Session, Sink, UNAVAILABLE},
+    stateless::{self, Era},
     stream::Stream,
 };
 
-/// Protocol versions the relay negotiates, newest first.
+/// Protocol versions the relay negotiates with `initialize` (the session era), newest first;
+/// [`stateless::MODERN_VERSIONS`] are served without a session.
 pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 /// Header carrying the session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -107,7 +115,7 @@ pub async fn delete_server(
     delete(hub, bridge, server, headers).await
 }
 
-/// Host, Origin, credentials, bridge and protocol-version checks shared by every method.
+/// Host, Origin, credentials and bridge checks shared by every method and both eras.
 async fn admit(
     hub: &Hub,
     bridge: &str,
@@ -169,16 +177,30 @@ async fn admit(
     if !hub.storage.bridge_exists(bridge).await.unwrap_or(false) {
         return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
     }
-    if let Some(v) = headers.get(VERSION_HEADER) {
-        let ok = v.to_str().is_ok_and(|v| SUPPORTED_VERSIONS.contains(&v));
-        if !ok {
-            return Err(HttpError::new(
+    Ok((principal, hub.bridge(bridge).await))
+}
+
+/// The session era's `MCP-Protocol-Version` check (MCP 2025-11-25 Transports § Protocol Version
+/// Header: an unsupported version → 400). The refusal is the 2026-07-28
+/// `UnsupportedProtocolVersionError` naming every served version, so a client of either era
+/// learns what to retry with.
+fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
+    let Some(v) = headers.get(VERSION_HEADER) else {
+        return Ok(());
+    };
+    match v.to_str() {
+        Ok(v) if SUPPORTED_VERSIONS.contains(&v) => Ok(()),
+        other => {
+            let requested = other.unwrap_or("");
+            Err(HttpError::rpc(
                 StatusCode::BAD_REQUEST,
-                "unsupported MCP-Protocol-Version",
-            ));
+                Value::Null,
+                stateless::UNSUPPORTED_PROTOCOL_VERSION,
+                format!("unsupported MCP-Protocol-Version {requested:?}"),
+            )
+            .with_data(json!({"supported": stateless::ALL_VERSIONS, "requested": requested})))
         }
     }
-    Ok((principal, hub.bridge(bridge).await))
 }
 
 fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
@@ -213,7 +235,8 @@ fn origin_allowed(hub: &Hub, origin: &str) -> bool {
     false
 }
 
-fn wants_sse(headers: &HeaderMap) -> bool {
+/// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).
+pub fn wants_sse(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -303,6 +326,12 @@ async fn post(
             -32600,
             "not a JSON-RPC 2.0 message",
         );
+    }
+    if stateless::era(&headers, &message) == Era::Modern {
+        return stateless::post(&hub, b, &server, principal, &headers, message).await;
+    }
+    if let Err(e) = legacy_version(&headers) {
+        return e.into_response();
     }
     let method = message
         .get("method")
@@ -540,6 +569,9 @@ async fn get(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) 
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
+    if let Err(e) = legacy_version(&headers) {
+        return e.into_response();
+    }
     if !wants_sse(&headers) {
         return plain(
             StatusCode::NOT_ACCEPTABLE,
@@ -565,6 +597,9 @@ async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMa
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
+    if let Err(e) = legacy_version(&headers) {
+        return e.into_response();
+    }
     let session = match session_of(&hub, &headers, &principal, &server) {
         Ok(s) => s,
         Err(r) => return r.into_response(),

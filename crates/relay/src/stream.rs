@@ -149,6 +149,15 @@ impl Stream {
         self.changed.send_modify(|v| *v += 0);
     }
 
+    /// How many messages the stream holds after its priming event, and whether it is finished,
+    /// without handing any out.
+    pub fn summary(&self) -> (usize, bool) {
+        self.inner
+            .lock()
+            .map(|g| (g.events.iter().filter(|e| e.seq > 0).count(), g.done))
+            .unwrap_or((0, true))
+    }
+
     /// Whether the stream is finished.
     pub fn is_done(&self) -> bool {
         self.inner.lock().map(|g| g.done).unwrap_or(true)
