@@ -315,6 +315,10 @@ for m in sent[1:]:
             errs.append(f"{m['method']}: {json.dumps(r[0]['error'])[:200]}")
 if errs:
     failed("after server/discover: " + "; ".join(errs))
+# no session in 2026-07-28: the server must not mint one (streamable-http.mdx, backward compatibility)
+minted = [m.get("method") for m in sent if (m.get("__response") or {}).get("headers", {}).get("mcp-session-id")]
+if minted:
+    failed(f"an Mcp-Session-Id was minted in the 2026-07-28 era, on the answers to: {', '.join(minted)}")
 # and the host got the tools in the new era: a tools/list with 2026-07-28 `_meta`, answered with tools
 lists = [m for m in sent if m.get("method") == "tools/list"]
 if not lists:
