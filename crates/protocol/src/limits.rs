@@ -24,6 +24,14 @@ pub const RELAY_FRAME_MAX_BYTES: usize = 8 * MIB;
 pub const CONCURRENT_TOOL_CALLS: usize = 16;
 /// Default bound on relayed requests in flight per bridge.
 pub const RELAYED_REQUESTS_PER_BRIDGE: usize = 32;
+/// Pooled legacy sessions a daemon keeps to bridge MCP 2026-07-28 calls to upstream stdio
+/// servers of the old era (one child process per server and principal). When a new one would
+/// exceed it, the least recently used idle one is closed; with none idle the call is answered
+/// with a retryable error.
+pub const UPSTREAM_POOLED_SESSIONS_MAX: usize = 32;
+/// How long a pooled legacy upstream session stays open with no call in flight and no
+/// `subscriptions/listen` open; then its child process is stopped.
+pub const UPSTREAM_POOLED_SESSION_IDLE: Duration = Duration::from_secs(300);
 
 // === Relay link timing ===
 
@@ -86,6 +94,20 @@ pub const SESSION_OUTPUT_RETAINED_BYTES: usize = MIB;
 pub const SESSION_STDIN_WRITE_MAX_BYTES: usize = 64 * KIB;
 /// How long an exited process session stays readable.
 pub const SESSION_RETENTION_AFTER_EXIT: Duration = Duration::from_secs(30 * 60);
+
+// === Tasks (MCP extension `io.modelcontextprotocol/tasks`, SEP-2663) ===
+
+/// How long a task-eligible call (`run_process`, `exec_command`) of a client that declared the
+/// tasks extension runs in the foreground before it becomes a task: a call that finishes sooner
+/// is answered with its result, one that does not is answered with `CreateTaskResult`.
+pub const TASK_FOREGROUND_BUDGET: Duration = Duration::from_secs(3);
+/// Tasks one runtime keeps (working and finished). When a new task would exceed it, the finished
+/// task that ended first is discarded; working tasks are bounded by [`CONCURRENT_TOOL_CALLS`].
+pub const TASKS_MAX: usize = 64;
+/// How long a finished task stays readable with `tasks/get` after it ended.
+pub const TASK_RETENTION_AFTER_END: Duration = Duration::from_secs(30 * 60);
+/// The polling interval suggested to clients in `pollIntervalMs`.
+pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default and largest `max_bytes` of one `read_process` call, per stream.
 pub const SESSION_READ_DEFAULT_BYTES: usize = 64 * KIB;
 /// Largest `max_bytes` of one `read_process` call, per stream (all that is retained).

@@ -98,6 +98,10 @@ pub struct CallContext {
     pub principal: Principal,
     /// The MCP protocol version negotiated for the session, when known.
     pub protocol_version: Option<String>,
+    /// The call may become a task (SEP-2663): its work may outlive the request, so a process
+    /// does not yield to a process session after the server's default foreground budget (the
+    /// task is the durable handle); an explicit `yield_after_seconds` is still honoured.
+    pub in_task: bool,
 }
 
 impl CallContext {
@@ -108,6 +112,7 @@ impl CallContext {
             progress: ProgressSink::none(),
             principal: Principal::local(),
             protocol_version: None,
+            in_task: false,
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod path;
 pub mod policy;
 pub mod server;
 pub mod stdio;
+pub mod tasks;
 
 mod diff;
 mod edit;
@@ -123,6 +124,7 @@ pub struct Runtime {
     idle_trim: Arc<memory::IdleTrim>,
     default_yield_after: Option<Duration>,
     sessions: process::sessions::Sessions,
+    tasks: tasks::Tasks,
     scratch: process::env::Scratch,
 }
 
@@ -145,6 +147,7 @@ impl Runtime {
             idle_trim: Arc::default(),
             default_yield_after: config.default_yield_after,
             sessions: process::sessions::Sessions::default(),
+            tasks: tasks::Tasks::default(),
             scratch: process::env::Scratch::new(scratch),
         })
     }
@@ -152,6 +155,7 @@ impl Runtime {
     /// Terminates every process session (SIGTERM, 2 s grace, SIGKILL) and removes the scratch
     /// directory of isolated children. Call once when the process is about to exit.
     pub async fn shutdown(&self) {
+        self.tasks.cancel_all();
         self.sessions.shutdown().await;
         let _ = std::fs::remove_dir_all(self.scratch.root());
     }
@@ -210,6 +214,11 @@ impl Runtime {
 
     pub(crate) fn scratch(&self) -> &process::env::Scratch {
         &self.scratch
+    }
+
+    /// The tasks of every session of this runtime (see [`tasks`]).
+    pub fn tasks(&self) -> &tasks::Tasks {
+        &self.tasks
     }
 
     pub(crate) fn default_yield_after(&self) -> Option<Duration> {

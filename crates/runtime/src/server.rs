@@ -1,10 +1,25 @@
 //! [`McpServer`]: the one MCP server type every transport serves (rmcp `ServerHandler`).
 //!
-//! Protocol rules it implements (MCP 2025-11-25 unless noted):
-//! - Versions `2025-11-25`, `2025-06-18`, `2025-03-26` are negotiated at `initialize`: the client's
-//!   version when supported, else the newest (Lifecycle §Version Negotiation).
-//! - `server/discover` (the 2026-07-28 probe) gets a JSON-RPC error so clients fall back to
-//!   `initialize`: this server does not serve the stateless revision.
+//! Protocol rules it implements (MCP 2025-11-25 unless noted). Both eras are served, decided per
+//! request by rmcp (`_meta["io.modelcontextprotocol/protocolVersion"]`), never per connection:
+//! - Handshake era: `2025-11-25`, `2025-06-18`, `2025-03-26` are negotiated at `initialize`: the
+//!   client's version when supported, else the newest (Lifecycle §Version Negotiation).
+//! - Stateless era: `server/discover` (MCP 2026-07-28 Server › Discover) answers the supported
+//!   versions, capabilities, `serverInfo` and instructions; a request carrying the per-request
+//!   `_meta` fields (2026-07-28 Basic §Per-request protocol fields) is served without
+//!   `initialize`; its result carries `resultType`, list results `ttlMs`/`cacheScope` (Server ›
+//!   Utilities › Caching; rmcp fills `0`/`private`: a tool list depends on the caller's
+//!   authority). A probe with `server/discover` followed by `initialize` on one connection works.
+//! - `subscriptions/listen` (2026-07-28 Basic › Patterns › Subscriptions) is acknowledged with
+//!   an empty filter: the runtime's tool list is fixed for the life of the process, so it
+//!   advertises no `listChanged` and sends no notification. (Carried upstreams whose lists do
+//!   change are bridged by the daemon.) No server→client request is ever sent, in either era.
+//! - Tasks (extension `io.modelcontextprotocol/tasks`, SEP-2663; 2026-07-28 only): a call of a
+//!   [`tasks::TASK_TOOLS`] tool from a client that declared the extension in the request's
+//!   `clientCapabilities` runs in the foreground for [`TASK_FOREGROUND_BUDGET`]; if it is still
+//!   running then, it becomes a task (`CreateTaskResult`) read with `tasks/get` and stopped with
+//!   `tasks/cancel` (which kills its process tree). Tasks live in the [`crate::Runtime`] and belong
+//!   to the principal (see [`crate::tasks`]).
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
@@ -12,34 +27,44 @@
 //! - A call whose request carries a progress token gets `notifications/progress` from its handler.
 //! - `notifications/cancelled` fires the call's cancellation token; rmcp then drops its response.
 
-use std::{borrow::Cow, sync::Arc};
+use std::{
+    borrow::Cow,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-        CustomResult, DiscoverResult, ErrorCode, Implementation, ListToolsResult,
-        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
-        ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+        CreateTaskResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode, GetTaskParams,
+        GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
+        ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
+        SubscriptionFilter, UpdateTaskParams,
     },
     service::RequestContext,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
-use protocol::limits::CONCURRENT_TOOL_CALLS;
+use protocol::limits::{CONCURRENT_TOOL_CALLS, TASK_FOREGROUND_BUDGET};
 
 use crate::{
     Access, SERVER_NAME, VERSION,
     catalog::{self, Reply},
     context::{CallContext, Principal, ProgressSink, ProgressUpdate},
     error::{ToolError, ToolErrorCode},
+    tasks::{self, TaskEntry},
 };
 
-/// Protocol versions served, oldest first.
-pub const SUPPORTED_PROTOCOL_VERSIONS: [ProtocolVersion; 3] = [
+/// Protocol versions served, oldest first: the handshake era and the stateless 2026-07-28.
+pub const SUPPORTED_PROTOCOL_VERSIONS: [ProtocolVersion; 4] = [
     ProtocolVersion::V_2025_03_26,
     ProtocolVersion::V_2025_06_18,
     ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
 ];
 
 /// Queued progress reports per call; more are dropped (progress is advisory).
@@ -47,7 +72,17 @@ const PROGRESS_QUEUE: usize = 16;
 
 /// Methods this server knows; a request for one of them whose params do not parse is answered
 /// with -32602 instead of -32601.
-const KNOWN_METHODS: &[&str] = &["initialize", "ping", "tools/list", "tools/call"];
+const KNOWN_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "server/discover",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
 
 /// One MCP session's server: the runtime as its caller may use it ([`Access`]), and the caller.
 #[derive(Debug, Clone)]
@@ -65,6 +100,116 @@ impl McpServer {
     /// What this session may do.
     pub fn access(&self) -> &Arc<Access> {
         &self.access
+    }
+
+    /// This server's `server/discover` result (MCP 2026-07-28 Server › Discover) as JSON: what a
+    /// relay answers while the daemon is away.
+    pub fn discover_value(&self) -> serde_json::Value {
+        serde_json::to_value(DiscoverResult::from_server_info(
+            SUPPORTED_PROTOCOL_VERSIONS.to_vec(),
+            self.get_info(),
+        ))
+        .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// A progress sink for one call: `notifications/progress` to the client while `foreground`
+    /// holds (the request carried a progress token), and the latest line as the task's status
+    /// message when the call runs as `task`.
+    fn progress_sink(
+        &self,
+        context: &RequestContext<RoleServer>,
+        task: Option<(Arc<TaskEntry>, Arc<AtomicBool>)>,
+    ) -> ProgressSink {
+        let token = context.meta.get_progress_token();
+        if token.is_none() && task.is_none() {
+            return ProgressSink::none();
+        }
+        let (tx, mut rx) = mpsc::channel::<ProgressUpdate>(PROGRESS_QUEUE);
+        let peer = context.peer.clone();
+        // Ends when the call drops its sink (the sender).
+        tokio::spawn(async move {
+            while let Some(u) = rx.recv().await {
+                if let (Some((entry, _)), Some(m)) = (&task, &u.message) {
+                    entry.set_status_message(m.clone());
+                }
+                let foreground = task
+                    .as_ref()
+                    .is_none_or(|(_, detached)| !detached.load(Ordering::Acquire));
+                let Some(token) = token.clone().filter(|_| foreground) else {
+                    continue;
+                };
+                let mut p = ProgressNotificationParam::new(token, u.progress);
+                if let Some(t) = u.total {
+                    p = p.with_total(t);
+                }
+                if let Some(m) = u.message {
+                    p = p.with_message(m);
+                }
+                if peer.notify_progress(p).await.is_err() && task.is_none() {
+                    break;
+                }
+            }
+        });
+        ProgressSink::new(tx)
+    }
+
+    /// `tools/call` of a [`tasks::TASK_TOOLS`] tool for a client that declared tasks: the result
+    /// if the call ends within [`TASK_FOREGROUND_BUDGET`], else a task (module docs). The task's
+    /// work is cancelled by `notifications/cancelled` only while it is in the foreground; after
+    /// that only by `tasks/cancel` (SEP-2663 §Cancelling Tasks: `notifications/cancelled` MUST
+    /// NOT cancel a task).
+    async fn call_as_task(
+        &self,
+        name: String,
+        arguments: rmcp::model::JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let cancel = CancellationToken::new();
+        let entry = TaskEntry::new(self.principal.clone(), cancel.clone());
+        let detached = Arc::new(AtomicBool::new(false));
+        let cx = CallContext {
+            cancel: cancel.clone(),
+            progress: self.progress_sink(&context, Some((entry.clone(), detached.clone()))),
+            principal: self.principal.clone(),
+            protocol_version: context.protocol_version().map(|v| v.to_string()),
+            in_task: true,
+        };
+        let (tx, mut rx) = oneshot::channel();
+        let server = self.clone();
+        let work = entry.clone();
+        tokio::spawn(async move {
+            let outcome = server.call(&name, arguments, cx).await;
+            work.finish(&outcome);
+            let _ = tx.send(outcome);
+        });
+        tokio::select! {
+            outcome = &mut rx => return finished(outcome),
+            () = context.ct.cancelled() => {
+                // rmcp sends no response to a cancelled request; stop the work.
+                cancel.cancel();
+                return Ok(error_result(&ToolError::cancelled()).into());
+            }
+            () = tokio::time::sleep(TASK_FOREGROUND_BUDGET) => {}
+        }
+        detached.store(true, Ordering::Release);
+        match self.access.runtime().tasks().insert(entry.clone()) {
+            Ok(()) => Ok(CallToolResponse::Task(CreateTaskResult::new(
+                entry.detailed().task,
+            ))),
+            Err(_) => {
+                tracing::info!("the task table is full; the call stays in the foreground");
+                finished(rx.await)
+            }
+        }
+    }
+
+    /// The task `id` of this session's principal (SEP-2663: -32602 when unknown or not theirs).
+    fn task(&self, id: &str) -> Result<Arc<TaskEntry>, ErrorData> {
+        self.access
+            .runtime()
+            .tasks()
+            .get(id, &self.principal)
+            .ok_or_else(tasks::not_found)
     }
 
     /// Runs one tool call to completion and renders its result; the transport-independent core of
@@ -131,6 +276,31 @@ impl McpServer {
     }
 }
 
+/// The answer to a call whose work ended while the request still waited.
+fn finished(
+    outcome: Result<Result<CallToolResult, ErrorData>, oneshot::error::RecvError>,
+) -> Result<CallToolResponse, ErrorData> {
+    match outcome {
+        Ok(r) => r.map(Into::into),
+        Err(_) => Err(ErrorData::internal_error(
+            "the call ended unexpectedly",
+            None,
+        )),
+    }
+}
+
+/// Whether a request may be answered with a task: protocol 2026-07-28 or later and the tasks
+/// extension in the request's client capabilities (SEP-2663 §Capability Negotiation; the
+/// extension is not defined for the handshake era).
+fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+        && context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+}
+
 /// A successful structured result: `structuredContent` plus its serialized JSON as the one text
 /// block, which MCP 2025-11-25 (Server Features › Tools › Structured Content) says a server SHOULD
 /// send for clients without structured content support. Like rmcp's `CallToolResult::structured`,
@@ -154,40 +324,68 @@ pub fn error_result(e: &ToolError) -> CallToolResult {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(
-                Implementation::new(SERVER_NAME, VERSION)
-                    .with_title("machine-bridge")
-                    .with_description(
-                        "A workspace on this machine: files, search, edits and patches",
-                    ),
-            )
-            .with_protocol_version(ProtocolVersion::V_2025_11_25)
-            .with_instructions(format!(
-                "Tools act on the workspace {}. Paths are relative to it{}. Call server_info for \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(
+            Implementation::new(SERVER_NAME, VERSION)
+                .with_title("machine-bridge")
+                .with_description("A workspace on this machine: files, search, edits and patches"),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+        .with_instructions(format!(
+            "Tools act on the workspace {}. Paths are relative to it{}. Call server_info for \
                  the policy and limits.",
-                self.access.workspace().root().display(),
-                if self.access.workspace().restricted() {
-                    " and may not leave it"
-                } else {
-                    " (absolute paths are accepted)"
-                }
-            ))
+            self.access.workspace().root().display(),
+            if self.access.workspace().restricted() {
+                " and may not leave it"
+            } else {
+                " (absolute paths are accepted)"
+            }
+        ))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(&SUPPORTED_PROTOCOL_VERSIONS)
     }
 
-    async fn discover(
+    fn accepted_subscription_filter(
         &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // rmcp intersects this with what the capabilities advertise: nothing, since the tool
+        // list never changes (module docs). The stream is acknowledged and stays open.
+        Some(requested.clone())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
         _context: RequestContext<RoleServer>,
-    ) -> Result<DiscoverResult, ErrorData> {
-        Err(ErrorData::new(
-            ErrorCode::METHOD_NOT_FOUND,
-            "server/discover is not supported: use initialize",
-            None,
-        ))
+    ) -> Result<GetTaskResult, ErrorData> {
+        Ok(GetTaskResult::new(self.task(&request.task_id)?.detailed()))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // No task of this server asks for input; responses for unknown keys are ignored
+        // (SEP-2663 §Updating Tasks).
+        self.task(&request.task_id).map(drop)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task(&request.task_id)?.cancel();
+        Ok(())
     }
 
     async fn list_tools(
@@ -207,37 +405,20 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let progress = match context.meta.get_progress_token() {
-            Some(token) => {
-                let (tx, mut rx) = mpsc::channel::<ProgressUpdate>(PROGRESS_QUEUE);
-                let peer = context.peer.clone();
-                // Ends when the call drops its sink (the sender).
-                tokio::spawn(async move {
-                    while let Some(u) = rx.recv().await {
-                        let mut p = ProgressNotificationParam::new(token.clone(), u.progress);
-                        if let Some(t) = u.total {
-                            p = p.with_total(t);
-                        }
-                        if let Some(m) = u.message {
-                            p = p.with_message(m);
-                        }
-                        if peer.notify_progress(p).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                ProgressSink::new(tx)
-            }
-            None => ProgressSink::none(),
-        };
-        let cx = CallContext {
-            cancel: context.ct.clone(),
-            progress,
-            principal: self.principal.clone(),
-            protocol_version: context.protocol_version().map(|v| v.to_string()),
-        };
         let name = request.name.to_string();
         tracing::debug!(tool = %name, "tool call");
+        if tasks::TASK_TOOLS.contains(&name.as_str()) && declares_tasks(&context) {
+            return self
+                .call_as_task(name, request.arguments.unwrap_or_default(), context)
+                .await;
+        }
+        let cx = CallContext {
+            cancel: context.ct.clone(),
+            progress: self.progress_sink(&context, None),
+            principal: self.principal.clone(),
+            protocol_version: context.protocol_version().map(|v| v.to_string()),
+            in_task: false,
+        };
         let result = self
             .call(&name, request.arguments.unwrap_or_default(), cx)
             .await?;

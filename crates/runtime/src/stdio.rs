@@ -6,10 +6,13 @@
 //! - A batch (a JSON array) is answered with -32600: MCP since 2025-06-18 has no batches.
 //! - A message that is not a JSON-RPC 2.0 request, notification or response is answered with
 //!   -32600, with its `id` when it had a usable one.
-//! - `server/discover` (the 2026-07-28 stateless probe) is answered with -32601 so the client falls
-//!   back to `initialize`; this server does not serve that revision.
-//! - Before `initialize`, a request other than `initialize` and `ping` is answered with -32600
-//!   "not initialized"; notifications and responses are dropped.
+//! - Both MCP eras, per request (MCP 2026-07-28 Basic › Transports › stdio): `server/discover` and
+//!   any request whose `params._meta` names `io.modelcontextprotocol/protocolVersion` go to the
+//!   server without `initialize` (rmcp checks the rest of the per-request fields); a client may
+//!   probe with `server/discover` and then `initialize` on the same connection.
+//! - Before `initialize`, any other request but `ping` is answered with -32600 "not
+//!   initialized"; notifications and responses are dropped until `initialize` or a 2026-07-28
+//!   request was delivered (a 2026-07-28 client cancels with `notifications/cancelled`).
 //!
 //! Only JSON-RPC goes to stdout; each message is one line, flushed as it is written.
 
@@ -30,6 +33,18 @@ use tokio_util::sync::CancellationToken;
 use protocol::limits::STDIO_LINE_MAX_BYTES;
 
 use crate::{Runtime, context::Principal, server::McpServer};
+
+/// The per-request protocol version field of MCP 2026-07-28 (Basic §Per-request protocol
+/// fields), in a request's `params._meta`.
+const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+fn is_discover(msg: &ClientJsonRpcMessage) -> bool {
+    matches!(
+        msg,
+        rmcp::model::JsonRpcMessage::Request(r)
+            if matches!(r.request, rmcp::model::ClientRequest::DiscoverRequest(_))
+    )
+}
 
 /// Outgoing messages queued for the writer.
 const OUTGOING_QUEUE: usize = 256;
@@ -379,6 +394,8 @@ enum Frame {
 enum Kind {
     Initialize,
     PreInitRequest,
+    /// A 2026-07-28 request: `server/discover`, or one carrying the per-request `_meta` fields.
+    Stateless,
     Request,
     Other,
 }
@@ -390,6 +407,9 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
 ) {
     let mut line = Vec::with_capacity(8 * 1024);
     let mut initialized = false;
+    // A 2026-07-28 request other than discover was delivered: the client uses the stateless
+    // lifecycle, and its notifications (cancellation) must reach the server.
+    let mut stateless = false;
     loop {
         line.clear();
         let over = match read_bounded_line(&mut input, &mut line, STDIO_LINE_MAX_BYTES).await {
@@ -422,6 +442,8 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
                     match kind {
                         Kind::Initialize => initialized = true,
                         Kind::PreInitRequest => {}
+                        Kind::Stateless => stateless |= !is_discover(&msg),
+                        Kind::Other if stateless => {}
                         Kind::Request => {
                             let id = request_id(&msg);
                             let raw = error_line(
@@ -544,17 +566,16 @@ fn classify(line: &[u8]) -> Frame {
         }
         return Frame::Reject(error_line(&id, -32602, "params must be an object"));
     }
-    if method.as_deref() == Some("server/discover") && !id.is_null() {
-        // The 2026-07-28 probe: an error makes clients fall back to initialize.
-        return Frame::Reject(error_line(
-            &id,
-            -32601,
-            "server/discover is not supported: negotiate 2025-11-25, 2025-06-18 or 2025-03-26 with initialize",
-        ));
-    }
+    let per_request_version = obj
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(PROTOCOL_VERSION_META))
+        .is_some();
     let kind = match (method.as_deref(), id.is_null()) {
         (Some("initialize"), false) => Kind::Initialize,
         (Some("ping"), false) => Kind::PreInitRequest,
+        (Some("server/discover"), false) => Kind::Stateless,
+        (Some(_), false) if per_request_version => Kind::Stateless,
         (Some(_), false) => Kind::Request,
         _ => Kind::Other,
     };

@@ -5,6 +5,7 @@
 
 mod containment;
 mod edit;
+mod era;
 mod git;
 mod net;
 mod patch;
@@ -14,4 +15,5 @@ mod protocol;
 mod read;
 mod relay;
 mod search;
+mod stateless;
 mod util;

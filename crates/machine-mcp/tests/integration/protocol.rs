@@ -1,4 +1,5 @@
-//! MCP over stdio: version negotiation, framing errors, ping, discover, cancellation, progress.
+//! MCP over stdio: version negotiation, framing errors, ping, cancellation, progress (the
+//! 2026-07-28 era and `server/discover` are in `era.rs`).
 
 use std::time::Duration;
 
@@ -101,19 +102,6 @@ fn a_line_over_8_mib_is_rejected_and_the_next_line_is_served() {
     s.send_bytes(&big);
     let m = s.wait_for(&json!(78), RESPONSE_TIMEOUT).expect("response");
     assert_eq!(m["result"], json!({}));
-}
-
-#[test]
-fn server_discover_gets_an_error_so_clients_fall_back() {
-    let t = Tree::new();
-    let mut s = Server::spawn(t.path(), &[]);
-    let r = s.request(
-        "server/discover",
-        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
-    );
-    assert!(r["error"]["code"].is_i64(), "{r}");
-    let init = initialize(&mut s, "2025-11-25");
-    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
 }
 
 #[test]

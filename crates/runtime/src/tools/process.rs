@@ -287,6 +287,7 @@ async fn run(
     let yield_after = match common.yield_after_seconds {
         Some(0) => return Err(ToolError::invalid("yield_after_seconds must be at least 1")),
         Some(s) => Some(Duration::from_secs(s)),
+        None if cx.in_task => None,
         None => rt.default_yield_after(),
     };
     let stdin = match common.stdin {
