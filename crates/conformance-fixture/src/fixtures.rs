@@ -49,6 +49,10 @@ pub(crate) const TOOL_JSON_SCHEMA_2020_12: &str = "json_schema_2020_12_tool";
 /// Pending scenario `server-sse-polling`: a slow tool during which the HTTP front is expected
 /// to close the POST SSE stream (the closing itself is HTTP-side, not this server's).
 pub(crate) const TOOL_RECONNECTION: &str = "test_reconnection";
+/// Interop checks (not a suite scenario): emits `notifications/tools/list_changed` — on a legacy
+/// (`initialize`) session as a plain notification, and to every open 2026-07-28
+/// `subscriptions/listen` stream that accepted it (spec 2026-07-28 basic/patterns/subscriptions).
+pub(crate) const TOOL_LIST_CHANGED: &str = "test_tool_list_changed";
 
 /// Text of [`TOOL_SIMPLE_TEXT`].
 pub(crate) const SIMPLE_TEXT: &str = "This is a simple text response for testing.";
@@ -99,6 +103,9 @@ pub(crate) const RES_MIXED: &str = "test://mixed-content-resource";
 pub(crate) const WATCH_INTERVAL_MS: u64 = 3_000;
 /// Environment variable overriding [`WATCH_INTERVAL_MS`] (milliseconds; `0` turns updates off).
 pub(crate) const WATCH_INTERVAL_ENV: &str = "CONFORMANCE_FIXTURE_WATCH_INTERVAL_MS";
+/// Command-line flag that restricts the fixture to the legacy era (`initialize`, up to
+/// 2025-11-25): `server/discover` is then answered with -32601, as an old server would.
+pub(crate) const LEGACY_ONLY_FLAG: &str = "--legacy-only";
 
 /// JSON body of the templated resource for `id`.
 pub(crate) fn template_body(id: &str) -> String {

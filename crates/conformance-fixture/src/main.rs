@@ -16,7 +16,13 @@
 //! `test_reconnection` (a slow call during which the HTTP front should close the SSE stream).
 //!
 //! Protocol: newline-delimited JSON-RPC on stdin/stdout (stdout carries nothing else); logs go to
-//! stderr (`RUST_LOG`, default `warn`). It negotiates protocol versions up to 2025-11-25.
+//! stderr (`RUST_LOG`, default `warn`). `initialize` negotiates protocol versions up to
+//! 2025-11-25; 2026-07-28 requests (spec 2026-07-28: `server/discover`, per-request `_meta`,
+//! `subscriptions/listen`) are served without `initialize`, unless it is started with
+//! `--legacy-only`: then it behaves as a server of the old era (`server/discover` -> -32601),
+//! which is what a relay has to bridge for 2026-07-28 clients. The extra tool
+//! `test_tool_list_changed` sends `notifications/tools/list_changed` (to the `initialize`
+//! session, and to every open `subscriptions/listen` stream).
 //! `CONFORMANCE_FIXTURE_WATCH_INTERVAL_MS` (default 3000, `0` = off) paces the
 //! `notifications/resources/updated` it sends while `test://watched-resource` is subscribed.
 
@@ -31,6 +37,18 @@ use crate::{fixtures as fx, server::ConformanceServer};
 
 fn main() -> ExitCode {
     init_logging();
+    let mut legacy_only = false;
+    for arg in std::env::args().skip(1) {
+        if arg == fx::LEGACY_ONLY_FLAG {
+            legacy_only = true;
+        } else {
+            eprintln!(
+                "conformance-fixture: unknown argument {arg:?} (usage: conformance-fixture [{}])",
+                fx::LEGACY_ONLY_FLAG
+            );
+            return ExitCode::from(2);
+        }
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .worker_threads(2)
@@ -43,14 +61,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = rt.block_on(run());
+    let code = rt.block_on(run(legacy_only));
     rt.shutdown_timeout(Duration::from_millis(200));
     code
 }
 
 /// Serves one MCP session on stdin/stdout until the client goes away.
-async fn run() -> ExitCode {
-    let server = ConformanceServer::new(watch_interval());
+async fn run(legacy_only: bool) -> ExitCode {
+    let server = ConformanceServer::new(watch_interval(), legacy_only);
     let running = match server.serve(stdio()).await {
         Ok(running) => running,
         // stdin ended before `initialize`: nothing to serve, not an error.

@@ -5,7 +5,12 @@
 //!
 //! Logging, sampling and `resources/subscribe` are deprecated in rmcp (SEP-2577, protocol
 //! 2026-07-28) but are exactly what the 2025-06-18/2025-11-25 scenarios exercise; this module
-//! therefore allows `deprecated` and negotiates at most 2025-11-25.
+//! therefore allows `deprecated`. `initialize` negotiates at most 2025-11-25; unless started with
+//! `--legacy-only`, the fixture also speaks 2026-07-28 (spec 2026-07-28 server/discover,
+//! basic/index "per-request metadata"): `server/discover` is answered, requests with complete
+//! `_meta` are served without `initialize`, and `subscriptions/listen` streams
+//! (basic/patterns/subscriptions) receive the list-changed notifications of
+//! [`fx::TOOL_LIST_CHANGED`].
 #![allow(
     deprecated,
     reason = "the conformance scenarios test logging, sampling and resources/subscribe"
@@ -13,7 +18,7 @@
 
 use std::{
     borrow::Cow,
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -34,17 +39,20 @@ use rmcp::{
         ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
         ResourceTemplate, ResourceUpdatedNotificationParam, Role, SamplingMessage,
         SamplingMessageContentBlock, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
-    service::{Peer, RequestContext},
+    service::{Peer, RequestContext, SubscriptionContext, SubscriptionSink},
 };
 use serde_json::{Map, Value, json};
 
 use crate::fixtures as fx;
 
-/// The newest protocol version this fixture negotiates: the suite's scenarios are written for
-/// 2025-06-18 and 2025-11-25 (2026-07-28 has no server→client requests and no logging).
+/// The newest protocol version `initialize` negotiates: the suite's handshake scenarios are
+/// written for 2025-06-18 and 2025-11-25 (2026-07-28 has no `initialize`).
 const NEWEST_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+/// The newest protocol version served through the 2026-07-28 per-request lifecycle (not with
+/// `--legacy-only`).
+const NEWEST_MODERN_VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_28;
 
 /// The conformance fixture server (one instance per stdio session).
 #[derive(Debug, Clone)]
@@ -65,12 +73,19 @@ struct SessionState {
     watcher_started: AtomicBool,
     /// Interval of simulated changes of the watched resource; `None` disables them.
     watch_interval: Option<Duration>,
+    /// `--legacy-only`: no `server/discover`, no 2026-07-28 requests.
+    legacy_only: bool,
+    /// Open `subscriptions/listen` streams, by a local sequence number.
+    listeners: Mutex<BTreeMap<u64, SubscriptionSink>>,
+    /// Next key of [`Self::listeners`].
+    next_listener: AtomicU64,
 }
 
 impl ConformanceServer {
     /// A fresh session; `watch_interval` paces `notifications/resources/updated` for a
-    /// subscribed `test://watched-resource` (`None`: never sent).
-    pub(crate) fn new(watch_interval: Option<Duration>) -> Self {
+    /// subscribed `test://watched-resource` (`None`: never sent); `legacy_only` turns the
+    /// 2026-07-28 era off (`server/discover` is then -32601, as from an old server).
+    pub(crate) fn new(watch_interval: Option<Duration>, legacy_only: bool) -> Self {
         Self {
             state: Arc::new(SessionState {
                 min_level: Mutex::new(LoggingLevel::Debug),
@@ -78,6 +93,9 @@ impl ConformanceServer {
                 watched_revision: AtomicU64::new(0),
                 watcher_started: AtomicBool::new(false),
                 watch_interval,
+                legacy_only,
+                listeners: Mutex::new(BTreeMap::new()),
+                next_listener: AtomicU64::new(0),
             }),
         }
     }
@@ -222,6 +240,12 @@ fn tools() -> Vec<Tool> {
             "Runs for delayMs (default 500 ms) and then answers; the HTTP front is expected to close \
              the POST SSE stream meanwhile and replay the answer after Last-Event-ID (SEP-1699)",
             Arc::new(fx::reconnection_input_schema()),
+        ),
+        Tool::new(
+            fx::TOOL_LIST_CHANGED,
+            "Sends notifications/tools/list_changed: on an initialize session, and to every open \
+             subscriptions/listen stream that asked for it (2026-07-28)",
+            empty(),
         ),
     ]
 }
@@ -387,6 +411,34 @@ impl ConformanceServer {
     }
 
     /// Starts (once per session) the task that simulates changes of the watched resource.
+    /// [`fx::TOOL_LIST_CHANGED`]: `notifications/tools/list_changed` to the legacy session (if
+    /// this request belongs to one) and to every open `subscriptions/listen` stream that
+    /// accepted it; reports where it went.
+    async fn tool_list_changed(&self, context: &RequestContext<RoleServer>) -> CallToolResult {
+        let legacy = context.peer.peer_info().is_some();
+        if legacy && let Err(e) = context.peer.notify_tool_list_changed().await {
+            return tool_error(format!("notifications/tools/list_changed not sent: {e}"));
+        }
+        let sinks: Vec<SubscriptionSink> = self
+            .state
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let mut listeners = 0_usize;
+        for sink in sinks {
+            match sink.notify_tool_list_changed().await {
+                Ok(()) => listeners += 1,
+                Err(e) => tracing::info!(error = %e, "listener skipped"),
+            }
+        }
+        tool_text(format!(
+            "notifications/tools/list_changed sent (initialize session: {legacy}, listeners: {listeners})"
+        ))
+    }
+
     fn start_watcher(&self, peer: Peer<RoleServer>) {
         let Some(interval) = self.state.watch_interval else {
             return;
@@ -519,19 +571,61 @@ impl ServerHandler for ConformanceServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_VERSION))
+        if self.state.legacy_only {
+            Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_VERSION))
+        } else {
+            Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_MODERN_VERSION))
+        }
     }
 
     async fn discover(
         &self,
         _context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
-        // The 2026-07-28 stateless probe: answer -32601 so a client falls back to `initialize`.
-        Err(ErrorData::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            "server/discover",
-            None,
+        if self.state.legacy_only {
+            // As an old server: -32601, so a client falls back to `initialize`.
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "server/discover",
+                None,
+            ));
+        }
+        // Spec 2026-07-28 server/discover: versions, capabilities, server info, instructions.
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
         ))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // The list-changed categories only (resource updates stay legacy `resources/subscribe`);
+        // rmcp intersects this with the request and the advertised capabilities.
+        (!self.state.legacy_only).then(|| {
+            let mut accepted = SubscriptionFilter::new();
+            accepted.tools_list_changed = requested.tools_list_changed;
+            accepted.prompts_list_changed = requested.prompts_list_changed;
+            accepted.resources_list_changed = requested.resources_list_changed;
+            accepted
+        })
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let key = self.state.next_listener.fetch_add(1, Ordering::Relaxed);
+        self.state
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, context.sink().clone());
+        context.cancelled().await;
+        self.state
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
+        Ok(())
     }
 
     async fn set_level(
@@ -662,6 +756,7 @@ impl ServerHandler for ConformanceServer {
                 Value::Object(args)
             )),
             fx::TOOL_RECONNECTION => Self::tool_reconnection(&args, &context).await?,
+            fx::TOOL_LIST_CHANGED => self.tool_list_changed(&context).await,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("unknown tool: {other}"),
@@ -850,7 +945,7 @@ mod tests {
     #[test]
     fn every_tool_has_a_description_and_object_schema() {
         let tools = tools();
-        assert_eq!(tools.len(), 14);
+        assert_eq!(tools.len(), 15);
         let names: BTreeSet<_> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(names.len(), tools.len(), "tool names are unique");
         for tool in &tools {

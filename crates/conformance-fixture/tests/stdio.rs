@@ -26,23 +26,7 @@ struct Fixture {
 impl Fixture {
     /// Spawns the binary (with `env` added) and completes the initialize handshake.
     async fn start(env: &[(&str, &str)]) -> Result<(Self, Value), Box<dyn std::error::Error>> {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_conformance-fixture"));
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn()?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut fixture = Self {
-            child,
-            stdin,
-            lines: BufReader::new(stdout).lines(),
-            next_id: 0,
-        };
+        let mut fixture = Self::spawn(&[], env)?;
         let init = fixture
             .request(
                 "initialize",
@@ -57,6 +41,28 @@ impl Fixture {
             .send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
             .await?;
         Ok((fixture, init))
+    }
+
+    /// Spawns the binary with `args` (and `env` added), without any handshake.
+    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Result<Self, Box<dyn std::error::Error>> {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_conformance-fixture"));
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn()?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        Ok(Self {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+            next_id: 0,
+        })
     }
 
     async fn send(&mut self, message: &Value) -> TestResult {
@@ -168,6 +174,7 @@ async fn handshake_catalogue_and_static_fixtures() -> TestResult {
         "test_elicitation_sep1330_enums",
         "json_schema_2020_12_tool",
         "test_reconnection",
+        "test_tool_list_changed",
     ] {
         assert!(names.contains(&name), "{name} not listed");
     }
@@ -408,4 +415,109 @@ async fn eof_before_initialize_exits_cleanly() -> TestResult {
     let status = timeout(WAIT, child.wait()).await??;
     assert!(status.success(), "exit status {status}");
     Ok(())
+}
+
+/// The complete per-request `_meta` of a 2026-07-28 request (spec 2026-07-28 basic/index).
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "fixture-test", "version": "0" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+#[tokio::test]
+async fn list_changed_tool_notifies_the_initialize_session() -> TestResult {
+    let (mut fx, _) = Fixture::start(&[]).await?;
+    let (before, response) = fx
+        .exchange(
+            "tools/call",
+            json!({ "name": "test_tool_list_changed", "arguments": {} }),
+        )
+        .await?;
+    let methods: Vec<&str> = before.iter().filter_map(|m| m["method"].as_str()).collect();
+    assert_eq!(methods, ["notifications/tools/list_changed"]);
+    assert!(
+        text_of(&response["result"]).contains("initialize session: true"),
+        "{response}"
+    );
+    fx.finish().await
+}
+
+#[tokio::test]
+async fn modern_era_discover_and_listen_receive_list_changed() -> TestResult {
+    let mut fx = Fixture::spawn(&[], &[])?;
+    let discover = fx
+        .request("server/discover", json!({ "_meta": modern_meta() }))
+        .await?;
+    let versions = discover["supportedVersions"]
+        .as_array()
+        .ok_or("no supportedVersions")?;
+    assert!(versions.contains(&json!("2026-07-28")), "{discover}");
+    assert!(versions.contains(&json!("2025-11-25")), "{discover}");
+    assert_eq!(discover["capabilities"]["tools"]["listChanged"], true);
+
+    // subscriptions/listen stays open: its acknowledgement arrives as a notification
+    fx.next_id += 1;
+    let listen_id = fx.next_id;
+    fx.send(&json!({
+        "jsonrpc": "2.0", "id": listen_id, "method": "subscriptions/listen",
+        "params": { "_meta": modern_meta(), "notifications": { "toolsListChanged": true } }
+    }))
+    .await?;
+    let ack = fx.recv().await?;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true);
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        listen_id
+    );
+
+    let (before, response) = fx
+        .exchange(
+            "tools/call",
+            json!({ "_meta": modern_meta(), "name": "test_tool_list_changed", "arguments": {} }),
+        )
+        .await?;
+    // on the listen stream, not tied to the call: it may come before or after the response
+    let changed = match before.as_slice() {
+        [] => fx.recv().await?,
+        [one] => one.clone(),
+        more => return Err(format!("unexpected messages: {more:?}").into()),
+    };
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        listen_id
+    );
+    assert!(
+        text_of(&response["result"]).contains("initialize session: false, listeners: 1"),
+        "{response}"
+    );
+    fx.finish().await
+}
+
+#[tokio::test]
+async fn legacy_only_refuses_discover_and_modern_requests() -> TestResult {
+    // As a server of the old era: every 2026-07-28 request is refused (rmcp checks the
+    // requested version first: -32022 unsupported protocol version), and initialize works.
+    let mut fx = Fixture::spawn(&["--legacy-only"], &[])?;
+    for method in ["server/discover", "tools/list"] {
+        let code = fx
+            .error_code(method, json!({ "_meta": modern_meta() }))
+            .await?;
+        assert!(code == -32022 || code == -32601, "{method}: code {code}");
+    }
+    let init = fx
+        .request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": { "name": "fixture-test", "version": "0" }
+            }),
+        )
+        .await?;
+    assert_eq!(init["protocolVersion"], "2025-11-25");
+    fx.finish().await
 }
