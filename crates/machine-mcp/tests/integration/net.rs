@@ -506,7 +506,7 @@ pub(crate) struct SseReader {
 }
 
 impl SseReader {
-    fn new(resp: ureq::Response) -> Self {
+    pub(crate) fn new(resp: ureq::Response) -> Self {
         let (tx, rx) = mpsc::channel();
         let reader = resp.into_reader();
         std::thread::spawn(move || {

@@ -11,16 +11,16 @@ use crate::{
     util::Tree,
 };
 
-struct Setup {
-    relay: Relay,
-    daemon: crate::net::Proc,
-    state: tempfile::TempDir,
-    ws: Tree,
-    token: String,
+pub(crate) struct Setup {
+    pub(crate) relay: Relay,
+    pub(crate) daemon: crate::net::Proc,
+    pub(crate) state: tempfile::TempDir,
+    pub(crate) ws: Tree,
+    pub(crate) token: String,
 }
 
 /// A relay with bridge `b1`, an owner token, and an `agent` daemon through the proxy.
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let relay = Relay::start(&[]);
     let code = relay.add_bridge("b1");
     let token = relay.token("b1", "owner");
@@ -44,7 +44,7 @@ fn setup() -> Setup {
     }
 }
 
-fn mcp_url(relay: &Relay, bridge: &str) -> String {
+pub(crate) fn mcp_url(relay: &Relay, bridge: &str) -> String {
     format!("{}/b/{bridge}/mcp", relay.direct())
 }
 
@@ -641,7 +641,7 @@ fn auth_none_is_refused_on_a_non_loopback_listener() {
 
 /// Starts `machine-mcp up --json` on a free loopback port for `ws`, with its state in `state`
 /// and the upstream servers of `servers`; stderr is discarded.
-fn spawn_up(
+pub(crate) fn spawn_up(
     ws: &Path,
     state: &Path,
     servers: &Path,

@@ -1,0 +1,560 @@
+//! MCP 2026-07-28 through the relay: requests without a session on the same URLs as the session
+//! era (`server/discover`, `tools/list`, `tools/call`), the header and `_meta` checks, offline
+//! answers from the catalog, a link drop during a call, and cancellation by closing the stream.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::{
+    net::{Client, SseReader, tool_error},
+    relay::{mcp_url, setup, spawn_up},
+    util::Tree,
+};
+
+const MODERN: &str = "2026-07-28";
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless-tests", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+/// An HTTP answer to a modern POST.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    content_type: String,
+    session: Option<String>,
+    messages: Vec<Value>,
+}
+
+impl Reply {
+    /// The last message (the response).
+    fn last(&self) -> &Value {
+        self.messages
+            .last()
+            .unwrap_or_else(|| panic!("no message: {self:?}"))
+    }
+}
+
+/// A 2026-07-28 client: every request carries `_meta` and the mirrored headers; no session.
+struct Modern {
+    url: String,
+    token: String,
+    next: i64,
+}
+
+impl Modern {
+    fn new(url: &str, token: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            token: token.to_owned(),
+            next: 100,
+        }
+    }
+
+    /// A request body with `_meta` merged into `params`.
+    fn body(&mut self, method: &str, mut params: Value) -> Value {
+        self.next += 1;
+        params["_meta"] = meta();
+        json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params})
+    }
+
+    /// The headers a conforming client sends for `body`.
+    fn headers_for(body: &Value) -> Vec<(String, String)> {
+        let method = body["method"].as_str().unwrap().to_owned();
+        let mut h = vec![
+            ("MCP-Protocol-Version".to_owned(), MODERN.to_owned()),
+            ("Mcp-Method".to_owned(), method.clone()),
+        ];
+        if method == "tools/call" {
+            h.push((
+                "Mcp-Name".to_owned(),
+                body["params"]["name"].as_str().unwrap().to_owned(),
+            ));
+        }
+        h
+    }
+
+    fn request(&self, headers: &[(String, String)], accept: &str) -> ureq::Request {
+        let mut r = ureq::post(&self.url)
+            .timeout(Duration::from_secs(120))
+            .set("Authorization", &format!("Bearer {}", self.token))
+            .set("Content-Type", "application/json")
+            .set("Accept", accept);
+        for (k, v) in headers {
+            r = r.set(k, v);
+        }
+        r
+    }
+
+    /// POSTs `body` with `headers` and reads the whole answer.
+    fn send(&self, body: &Value, headers: &[(String, String)], accept: &str) -> Reply {
+        let resp = match self.request(headers, accept).send_string(&body.to_string()) {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("POST failed: {e}"),
+        };
+        let status = resp.status();
+        let content_type = resp.content_type().to_owned();
+        let session = resp.header("mcp-session-id").map(str::to_owned);
+        let messages = if content_type == "text/event-stream" {
+            let mut r = SseReader::new(resp);
+            let mut v = Vec::new();
+            while let Some((id, m)) = r.next_message(Duration::from_secs(120)) {
+                assert!(id.is_none(), "2026-07-28 streams carry no event ids");
+                assert!(!m.is_null(), "2026-07-28 streams have no priming event");
+                v.push(m);
+            }
+            v
+        } else {
+            let text = resp.into_string().unwrap_or_default();
+            serde_json::from_str(&text).into_iter().collect()
+        };
+        Reply {
+            status,
+            content_type,
+            session,
+            messages,
+        }
+    }
+
+    /// A conforming request accepting JSON and SSE.
+    fn rpc(&mut self, method: &str, params: Value) -> Reply {
+        let body = self.body(method, params);
+        let h = Self::headers_for(&body);
+        self.send(&body, &h, "application/json, text/event-stream")
+    }
+
+    /// A conforming request whose SSE answer is read as it arrives.
+    fn stream(&mut self, method: &str, params: Value) -> SseReader {
+        let body = self.body(method, params);
+        let h = Self::headers_for(&body);
+        let resp = self
+            .request(&h, "text/event-stream, application/json")
+            .send_string(&body.to_string())
+            .expect("POST");
+        assert_eq!(resp.content_type(), "text/event-stream");
+        SseReader::new(resp)
+    }
+}
+
+fn tool_names(reply: &Reply) -> Vec<String> {
+    reply.last()["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tools/list: {reply:?}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `up` for a workspace, killed on drop.
+struct Up {
+    child: std::process::Child,
+    mcp_url: String,
+    servers: Value,
+    token: String,
+    _state: tempfile::TempDir,
+}
+
+impl Up {
+    fn start(ws: &Tree, servers: Value) -> Self {
+        let state = tempfile::tempdir().unwrap();
+        let file = ws.write("servers.json", servers.to_string());
+        let (mut child, _) = spawn_up(ws.path(), state.path(), &file, std::process::Stdio::piped());
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v: Value = serde_json::from_str(&line).expect("up prints one JSON object");
+        Self {
+            child,
+            mcp_url: v["mcp_url"].as_str().unwrap().to_owned(),
+            servers: v["servers"].clone(),
+            token: v["token"].as_str().unwrap().to_owned(),
+            _state: state,
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn assert_discover(reply: &Reply) {
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(reply.session.is_none(), "no session is issued: {reply:?}");
+    let r = &reply.last()["result"];
+    assert_eq!(r["resultType"], "complete", "{r}");
+    let versions = r["supportedVersions"]
+        .as_array()
+        .expect("supportedVersions");
+    assert!(versions.contains(&json!(MODERN)), "{r}");
+    assert!(r["capabilities"]["tools"].is_object(), "{r}");
+    assert!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string(),
+        "{r}"
+    );
+    assert!(r["ttlMs"].as_u64().is_some(), "{r}");
+    assert!(
+        matches!(r["cacheScope"].as_str(), Some("public" | "private")),
+        "{r}"
+    );
+}
+
+#[test]
+fn discover_through_up_answers_the_probe_of_2026_07_28_hosts() {
+    let ws = Tree::new();
+    let up = Up::start(&ws, json!({"mcpServers": {}}));
+    let mut c = Modern::new(&up.mcp_url, &up.token);
+    let d = c.rpc("server/discover", json!({}));
+    assert_discover(&d);
+    assert_eq!(
+        d.last()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "machine-mcp"
+    );
+    let r = c.rpc(
+        "tools/call",
+        json!({"name": "list_dir", "arguments": {"path": "."}}),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_ne!(r.last()["result"]["isError"], true, "{r:?}");
+}
+
+#[test]
+fn a_carried_upstream_is_served_to_2026_clients_through_up() {
+    let ws = Tree::new();
+    let inner = Tree::new();
+    inner.write("inner.txt", "from the upstream server\n");
+    let up = Up::start(
+        &ws,
+        json!({"mcpServers": {"inner": {"command": crate::util::bin(),
+            "args": ["stdio", "--workspace", inner.path()]}}}),
+    );
+    let url = up.servers["inner"].as_str().unwrap().to_owned();
+    let mut c = Modern::new(&url, &up.token);
+    assert_discover(&c.rpc("server/discover", json!({})));
+    let list = c.rpc("tools/list", json!({}));
+    assert!(
+        tool_names(&list).contains(&"read_file".to_owned()),
+        "{list:?}"
+    );
+    let r = c.rpc(
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "inner.txt"}}),
+    );
+    assert_eq!(
+        r.last()["result"]["structuredContent"]["content"],
+        "from the upstream server\n",
+        "{r:?}"
+    );
+}
+
+#[test]
+fn tools_are_listed_and_called_without_a_session() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let list = c.rpc("tools/list", json!({}));
+    assert_eq!(list.status, 200, "{list:?}");
+    assert!(list.session.is_none());
+    let names = tool_names(&list);
+    assert!(names.contains(&"read_file".to_owned()), "{names:?}");
+    let result = &list.last()["result"];
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert!(result["ttlMs"].as_u64().is_some(), "{result}");
+    assert!(result["cacheScope"].is_string(), "{result}");
+    // A quick answer with nothing before it comes back as one JSON body.
+    let r = c.rpc(
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+    );
+    assert_eq!(
+        (r.status, r.content_type.as_str()),
+        (200, "application/json"),
+        "{r:?}"
+    );
+    assert_eq!(
+        r.last()["result"]["structuredContent"]["content"],
+        "hello from the workspace\n",
+        "{r:?}"
+    );
+    assert_eq!(r.last()["result"]["resultType"], "complete");
+    // A client that accepts only JSON, and a stray session id, which is ignored.
+    let body = c.body(
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+    );
+    let mut h = Modern::headers_for(&body);
+    h.push(("Mcp-Session-Id".into(), "made.up".into()));
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.session.is_none(), "no session id is echoed");
+    assert_eq!(
+        r.last()["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+    assert_eq!(
+        s.relay.metric("machine_mcp_relay_sessions"),
+        0,
+        "no session was created"
+    );
+    // Calls end with their answer: nothing stays in flight.
+    assert_eq!(s.relay.metric("machine_mcp_relay_inflight_requests"), 0);
+}
+
+#[test]
+fn headers_that_contradict_the_body_are_refused_before_anything_runs() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let body = c.body(
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "pwned.txt", "content": "x"}}),
+    );
+    // Mcp-Method says tools/list, the body says tools/call.
+    let mut h = Modern::headers_for(&body);
+    h[1].1 = "tools/list".into();
+    let r = c.send(&body, &h, "application/json, text/event-stream");
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.last()["error"]["code"], -32020, "{r:?}");
+    assert_eq!(r.last()["id"], body["id"]);
+    // Mcp-Name names another tool.
+    let mut h = Modern::headers_for(&body);
+    h[2].1 = "read_file".into();
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(
+        (r.status, r.last()["error"]["code"].clone()),
+        (400, json!(-32020))
+    );
+    // No Mcp-Method at all.
+    let h = vec![("MCP-Protocol-Version".to_owned(), MODERN.to_owned())];
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(
+        (r.status, r.last()["error"]["code"].clone()),
+        (400, json!(-32020))
+    );
+    // The version header differs from _meta.
+    let mut h = Modern::headers_for(&body);
+    h[0].1 = "2025-11-25".into();
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(
+        (r.status, r.last()["error"]["code"].clone()),
+        (400, json!(-32020))
+    );
+    assert!(
+        !s.ws.path().join("pwned.txt").exists(),
+        "a refused call ran"
+    );
+}
+
+#[test]
+fn requests_missing_required_meta_or_naming_an_unknown_version_are_refused() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    // No clientCapabilities.
+    let mut body = c.body("tools/list", json!({}));
+    body["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    let h = Modern::headers_for(&body);
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(
+        (r.status, r.last()["error"]["code"].clone()),
+        (400, json!(-32602)),
+        "{r:?}"
+    );
+    // No _meta at all, with the 2026-07-28 header.
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(
+        (r.status, r.last()["error"]["code"].clone()),
+        (400, json!(-32602)),
+        "{r:?}"
+    );
+    // server/discover needs its _meta too.
+    let body = json!({"jsonrpc": "2.0", "id": 6, "method": "server/discover", "params": {}});
+    let h = vec![
+        ("MCP-Protocol-Version".to_owned(), MODERN.to_owned()),
+        ("Mcp-Method".to_owned(), "server/discover".to_owned()),
+    ];
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(
+        (r.status, r.last()["error"]["code"].clone()),
+        (400, json!(-32602)),
+        "{r:?}"
+    );
+    // A version nobody serves: the error lists the supported ones.
+    let mut body = c.body("tools/list", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let mut h = Modern::headers_for(&body);
+    h[0].1 = "2099-01-01".into();
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(r.status, 400, "{r:?}");
+    let e = &r.last()["error"];
+    assert_eq!(e["code"], -32022, "{e}");
+    assert_eq!(e["data"]["requested"], "2099-01-01");
+    let supported = e["data"]["supported"].as_array().unwrap();
+    assert!(
+        supported.contains(&json!(MODERN)) && supported.contains(&json!("2025-11-25")),
+        "{e}"
+    );
+}
+
+#[test]
+fn discover_then_initialize_on_the_same_url_serves_both_eras() {
+    let s = setup();
+    let url = mcp_url(&s.relay, "b1");
+    let mut m = Modern::new(&url, &s.token);
+    assert_discover(&m.rpc("server/discover", json!({})));
+    // The same URL, now in the session era.
+    let mut c = Client::new(&url, Some(&s.token));
+    let init = c.initialize();
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert!(c.session.is_some());
+    assert!(c.tool_names().contains(&"read_file".to_owned()));
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+    // And both keep working side by side.
+    let list = m.rpc("tools/list", json!({}));
+    assert!(tool_names(&list).contains(&"read_file".to_owned()));
+    assert_eq!(s.relay.metric("machine_mcp_relay_sessions"), 1);
+}
+
+#[test]
+fn while_the_daemon_is_offline_discover_and_tools_list_come_from_the_catalog() {
+    let mut s = setup();
+    s.daemon.kill();
+    s.relay.wait_ready(0);
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let d = c.rpc("server/discover", json!({}));
+    assert_discover(&d);
+    assert_eq!(
+        d.last()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "machine-mcp"
+    );
+    let list = c.rpc("tools/list", json!({}));
+    assert_eq!(list.status, 200, "{list:?}");
+    assert!(tool_names(&list).contains(&"read_file".to_owned()));
+    let result = &list.last()["result"];
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["ttlMs"], 0, "a cached copy is immediately stale");
+    assert_eq!(
+        result["cacheScope"], "private",
+        "lists are filtered per role"
+    );
+    // A reviewer's offline list is the reviewer's.
+    let reviewer = s.relay.token("b1", "reviewer");
+    let mut rc = Modern::new(&mcp_url(&s.relay, "b1"), &reviewer);
+    let names = tool_names(&rc.rpc("tools/list", json!({})));
+    assert!(!names.contains(&"write_file".to_owned()), "{names:?}");
+    let start = Instant::now();
+    let r = c.rpc(
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+    );
+    let e = tool_error(r.last());
+    assert_eq!(e["code"], "unavailable");
+    assert_eq!(e["retryable"], true);
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn the_link_dropped_mid_call_reconnects_and_the_2026_result_arrives() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let mut stream = c.stream(
+        "tools/call",
+        json!({"name": "run_process", "arguments": {"argv": ["sh", "-c", "sleep 10; echo survived"], "yield_after_seconds": 60}}),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let reconnects = s.relay.metric("machine_mcp_relay_daemon_reconnects_total");
+    s.relay.proxy.cut();
+    let mut last = Value::Null;
+    while let Some((_, m)) = stream.next_message(Duration::from_secs(40)) {
+        last = m;
+    }
+    assert_eq!(last["id"], c.next, "relay log:\n{}", s.relay.proc.log());
+    assert_eq!(
+        last["result"]["structuredContent"]["stdout"], "survived\n",
+        "{last}"
+    );
+    assert!(s.relay.metric("machine_mcp_relay_daemon_reconnects_total") > reconnects);
+    assert_eq!(s.relay.metric("machine_mcp_relay_detached_requests"), 0);
+    assert_eq!(s.relay.metric("machine_mcp_relay_inflight_requests"), 0);
+}
+
+#[test]
+fn closing_the_response_stream_cancels_the_call() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let body = c.body(
+        "tools/call",
+        json!({"name": "run_process", "arguments": {"argv": ["sh", "-c", "echo $$ > call.pid; exec sleep 100"], "yield_after_seconds": 60}}),
+    );
+    // A raw connection, so that closing it really closes the TCP stream.
+    let text = body.to_string();
+    let mut head = format!(
+        "POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: text/event-stream, application/json\r\nContent-Length: {}\r\n",
+        s.relay.port,
+        s.token,
+        text.len()
+    );
+    for (k, v) in Modern::headers_for(&body) {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", s.relay.port)).unwrap();
+    sock.write_all(head.as_bytes()).unwrap();
+    sock.write_all(text.as_bytes()).unwrap();
+    let pidfile = s.ws.path().join("call.pid");
+    let end = Instant::now() + Duration::from_secs(20);
+    let pid: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < end, "the process never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The stream is open (its headers came); then the client goes away.
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut first = [0u8; 64];
+    let n = sock.read(&mut first).unwrap();
+    assert!(
+        String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&first[..n])
+    );
+    drop(sock);
+    assert!(
+        crate::util::wait_gone(pid.into(), Duration::from_secs(30)),
+        "the cancelled call's process {pid} survived\nrelay:\n{}",
+        s.relay.proc.log()
+    );
+    let end = Instant::now() + Duration::from_secs(10);
+    while s.relay.metric("machine_mcp_relay_inflight_requests") != 0 {
+        assert!(
+            Instant::now() < end,
+            "the cancelled call is still in flight"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
