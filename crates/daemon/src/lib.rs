@@ -9,6 +9,7 @@
 //! Main entry points: [`catalog`] (what the daemon announces), [`link::run`], [`link::enroll`].
 
 pub mod backoff;
+pub mod bridge;
 pub mod identity;
 pub mod link;
 pub mod servers;
@@ -28,10 +29,12 @@ pub fn init_tls() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// The runtime's catalog entry: its `initialize` result and the tools each role may see.
+/// The runtime's catalog entry: its `initialize` and `server/discover` (MCP 2026-07-28 Server ›
+/// Discover) results and the tools each role may see.
 pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
-    let info = McpServer::new(runtime.access(None), Principal::local()).get_info();
-    let initialize = serde_json::to_value(&info).unwrap_or(Value::Null);
+    let server = McpServer::new(runtime.access(None), Principal::local());
+    let initialize = serde_json::to_value(server.get_info()).unwrap_or(Value::Null);
+    let discover = Some(server.discover_value());
     let tools: BTreeMap<String, Value> = [
         ("owner", Profile::Full),
         ("operator", Profile::Agent),
@@ -55,7 +58,7 @@ pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
     ServerInfo {
         name: RUNTIME_SERVER.to_owned(),
         initialize,
-        discover: None,
+        discover,
         tools,
     }
 }

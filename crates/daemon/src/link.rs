@@ -404,7 +404,7 @@ async fn serve(
                     RelayFrame::Rpc { sid, message } => sessions.rpc(&sid, message),
                     RelayFrame::Ack { sid, seq } => sessions.ack(&sid, seq),
                     RelayFrame::Close { sid } => sessions.close(&sid),
-                    RelayFrame::Call { sid, .. } => tracing::warn!(%sid, "call frames are not served yet"),
+                    RelayFrame::Call { sid, server, principal, role, message } => sessions.call(&sid, &server, &principal, &role, message),
                     RelayFrame::Heartbeat { seq } => { let _ = out.try_send(DaemonFrame::HeartbeatAck { seq }); }
                     RelayFrame::HeartbeatAck { seq: s } => if unanswered == Some(s) { unanswered = None },
                     RelayFrame::Probe { id } => { let _ = out.try_send(DaemonFrame::ProbeResult { id }); }

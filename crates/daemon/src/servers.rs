@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use protocol::frame::{RUNTIME_SERVER, ServerInfo};
 
 /// Longest time a server may take to start and answer `initialize` and `tools/list`.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One upstream server from the servers file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +120,8 @@ pub fn filter_tools(role: &str, result: &Value) -> Value {
     r
 }
 
-/// Starts `spec` once, runs `initialize` and `tools/list`, and returns its catalog.
+/// Starts `spec` once, runs `initialize` and `tools/list`, and returns its catalog (with the
+/// `server/discover` result the era bridge answers for it, [`crate::bridge::discover_from_initialize`]).
 ///
 /// # Errors
 /// A message saying why the server could not be probed.
@@ -193,8 +194,8 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
     let all = json!({ "tools": tools });
     Ok(ServerInfo {
         name: spec.name.clone(),
+        discover: Some(crate::bridge::discover_from_initialize(&init)),
         initialize: init,
-        discover: None,
         tools: ROLES
             .iter()
             .map(|(r, _)| ((*r).to_owned(), filter_tools(r, &all)))

@@ -7,6 +7,14 @@
 //! session has been attached to that link's epoch — after replaying its older messages — so
 //! sequence numbers reach the relay in order. The response to the `initialize` a session was
 //! opened with is swallowed: the relay already answered it.
+//!
+//! A `call` (link revision 2) is one MCP 2026-07-28 request without a session (MCP 2026-07-28
+//! Basic › Transports: every request carries its version and capabilities in `_meta`). It is
+//! hosted like a session under its relay-assigned `sid` — same sequence numbers, retention,
+//! acknowledgement and replay on `resume` — and ends with its response: the server behind it
+//! stops at once, the retained response is dropped when the relay acknowledges it (or closes the
+//! sid). The runtime serves it through rmcp's inline lifecycle (no `initialize`); an upstream
+//! server of the old era serves it through the era bridge ([`crate::bridge`]).
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -32,13 +40,17 @@ use protocol::{
     limits::RELAY_FRAME_MAX_BYTES,
 };
 
-use crate::servers::{self, UpstreamSpec};
+use crate::{
+    bridge,
+    servers::{self, UpstreamSpec},
+};
 
 /// Bytes of unacknowledged output kept per session; beyond it the oldest is dropped (and logged).
 const RETAINED_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// Client messages queued for one session's server.
 const INBOUND_QUEUE: usize = 256;
-/// Sessions one daemon hosts at once; an `open` beyond it is answered with `closed`.
+/// Sessions (and calls) one daemon hosts at once; an `open` beyond it is answered with `closed`,
+/// a `call` with a retryable JSON-RPC error.
 const MAX_SESSIONS: usize = 256;
 
 /// JSON-RPC id → key (numbers and strings never collide).
@@ -57,11 +69,25 @@ struct Retention {
     /// Link epoch this session's output is being sent on (0 = none).
     epoch: u64,
     swallow: Option<String>,
+    /// A call's output is complete (its response was emitted, or it was cancelled): nothing more
+    /// is emitted.
+    ended: bool,
+    /// The sequence number of a call's response.
+    done_seq: Option<u64>,
 }
 
 enum Input {
     Runtime(mpsc::Sender<ClientJsonRpcMessage>),
     Upstream(mpsc::Sender<String>),
+    /// A call answered by the daemon or bridged to a pooled upstream session: it takes no
+    /// further client messages (its cancellation ends it through `stop`).
+    None,
+}
+
+/// The request a call host serves.
+struct CallOf {
+    id: Value,
+    key: String,
 }
 
 /// One hosted session.
@@ -74,6 +100,20 @@ pub(crate) struct Host {
     /// Client requests forwarded and not yet answered: key → (id, method).
     inflight: Mutex<HashMap<String, (Value, String)>>,
     stop: CancellationToken,
+    /// Set when this host serves one `call` instead of a session.
+    call: Option<CallOf>,
+}
+
+impl Host {
+    /// The session or call id.
+    pub(crate) fn sid_str(&self) -> &str {
+        &self.sid
+    }
+
+    /// Resolves once this session or call has ended (for a call: answered or cancelled).
+    pub(crate) async fn stopped(&self) {
+        self.stop.cancelled().await;
+    }
 }
 
 /// Current link: its epoch and frame sender.
@@ -89,6 +129,7 @@ pub struct Sessions {
     link: Mutex<LinkSlot>,
     runtime: Arc<Runtime>,
     upstreams: HashMap<String, (UpstreamSpec, Arc<HashSet<String>>)>,
+    pool: bridge::Pool,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -121,6 +162,7 @@ impl Sessions {
                 .into_iter()
                 .map(|(s, t)| (s.name.clone(), (s, Arc::new(t))))
                 .collect(),
+            pool: bridge::Pool::default(),
         })
     }
 
@@ -161,6 +203,7 @@ impl Sessions {
                 }),
                 inflight: Mutex::new(HashMap::new()),
                 stop: stop.clone(),
+                call: None,
             });
             let access = self.runtime.access(Some(role_profile(role)));
             let server = McpServer::new(access, Principal::named(principal));
@@ -210,6 +253,7 @@ impl Sessions {
                 }),
                 inflight: Mutex::new(HashMap::new()),
                 stop: stop.clone(),
+                call: None,
             });
             tokio::spawn(run_upstream(
                 self.clone(),
@@ -241,23 +285,25 @@ impl Sessions {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let id = message.get("id").cloned();
-        if let (Some(m), Some(id)) = (&method, &id) {
-            // Upstream authority: restricted roles may only call read-only tools.
-            if m == "tools/call"
-                && let Some(ro) = &host.upstream_tools
-                && !servers::ROLES
-                    .iter()
-                    .any(|(r, all)| *r == host.role && *all)
+        if let Some(c) = &host.call {
+            // A call takes no client message but the cancellation of its request.
+            if method.as_deref() == Some("notifications/cancelled")
+                && message.pointer("/params/requestId").map(id_key).as_ref() == Some(&c.key)
             {
-                let tool = message
-                    .pointer("/params/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                if !ro.contains(tool) {
-                    let err = json!({"code": "policy_denied", "message": format!("{tool} is not read-only and role {} may only call read-only tools of this server", host.role), "retryable": false, "side_effects_started": false});
-                    self.emit(&host, json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": err.to_string()}], "isError": true}}), None);
-                    return;
+                tracing::debug!(sid, "call cancelled by the client");
+                self.end_call(&host);
+                if let Ok(mut m) = self.hosts.lock() {
+                    m.remove(sid);
                 }
+            } else {
+                tracing::debug!(sid, ?method, "ignoring a client message for a call");
+            }
+            return;
+        }
+        if let (Some(m), Some(id)) = (&method, &id) {
+            if let Some(denied) = denial(&host, &message) {
+                self.emit(&host, denied, None);
+                return;
             }
             if let Ok(mut f) = host.inflight.lock() {
                 f.insert(id_key(id), (id.clone(), m.clone()));
@@ -287,6 +333,7 @@ impl Sessions {
                     tracing::warn!(sid, "upstream input queue full; message dropped");
                 }
             }
+            Input::None => {}
         }
     }
 
@@ -300,12 +347,209 @@ impl Sessions {
                     r.bytes -= n;
                 }
             }
+            if r.done_seq.is_some_and(|d| d <= seq) {
+                drop(r);
+                if let Ok(mut m) = self.hosts.lock() {
+                    m.remove(sid);
+                }
+            }
         }
     }
 
-    /// Ends session `sid` (its server is stopped).
+    /// Ends session or call `sid` (its server is stopped; an unanswered call is cancelled, and
+    /// for an answered one this only drops its retained response).
     pub fn close(&self, sid: &str) {
         if let Some(h) = self.hosts.lock().ok().and_then(|mut m| m.remove(sid)) {
+            self.end_call(&h);
+            h.stop.cancel();
+        }
+    }
+
+    /// Serves call `sid`: one MCP 2026-07-28 request `message` to `server` for `principal` with
+    /// `role` (link revision 2, `call` frame). Its output goes out as `rpc` frames of `sid`,
+    /// the response last. The runtime gets the same authority as a session of `open` (the
+    /// role's profile intersected with the daemon policy); an upstream is reached through a
+    /// pooled legacy session of (`server`, `principal`) with the role filtering of sessions.
+    /// A second call with the same sid is ignored.
+    pub fn call(
+        self: &Arc<Self>,
+        sid: &str,
+        server: &str,
+        principal: &str,
+        role: &str,
+        message: Value,
+    ) {
+        let (Some(id), Some(method)) = (
+            message.get("id").cloned(),
+            message
+                .get("method")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        ) else {
+            tracing::warn!(sid, "a call frame without a request; ignored");
+            return;
+        };
+        let full = match self.hosts.lock() {
+            Ok(h) if h.contains_key(sid) => return,
+            Ok(h) => h.len() >= MAX_SESSIONS,
+            Err(_) => return,
+        };
+        let runtime = server == RUNTIME_SERVER;
+        let upstream = (!runtime)
+            .then(|| self.upstreams.get(server).cloned())
+            .flatten();
+        let (input, rx) = if runtime && !full {
+            let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
+            (Input::Runtime(tx), Some(rx))
+        } else {
+            (Input::None, None)
+        };
+        let host = Arc::new(Host {
+            sid: sid.to_owned(),
+            role: role.to_owned(),
+            upstream_tools: upstream.as_ref().map(|(_, ro)| ro.clone()),
+            input,
+            out: Mutex::new(Retention::default()),
+            inflight: Mutex::new(HashMap::from([(id_key(&id), (id.clone(), method.clone()))])),
+            stop: CancellationToken::new(),
+            call: Some(CallOf {
+                key: id_key(&id),
+                id: id.clone(),
+            }),
+        });
+        if let Ok(mut h) = self.hosts.lock() {
+            h.insert(sid.to_owned(), host.clone());
+        }
+        self.attach_host(&host);
+        let immediate = if full {
+            Some(bridge::error(
+                &id,
+                -32603,
+                &format!(
+                    "this daemon already serves {MAX_SESSIONS} sessions and calls; retry later"
+                ),
+                Some(json!({"retryable": true})),
+            ))
+        } else if method == "initialize" {
+            Some(bridge::error(
+                &id,
+                -32600,
+                "initialize opens a session; it cannot be sent as a single 2026-07-28 request",
+                None,
+            ))
+        } else if !runtime && upstream.is_none() {
+            Some(bridge::error(
+                &id,
+                -32602,
+                &format!("no server {server:?} on this daemon"),
+                None,
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = immediate {
+            self.emit(&host, e, None);
+            return;
+        }
+        if let Some(rx) = rx {
+            self.serve_runtime_call(&host, rx, principal, message);
+            return;
+        }
+        let Some((spec, _)) = upstream else { return };
+        if let Err(e) = bridge::check_meta(&message) {
+            self.emit(&host, e, None);
+            return;
+        }
+        if let Some(mut denied) = denial(&host, &message) {
+            if let Some(r) = denied.get_mut("result") {
+                bridge::complete_result(&method, r);
+            }
+            self.emit(&host, denied, None);
+            return;
+        }
+        let sessions = self.clone();
+        let principal = principal.to_owned();
+        tokio::spawn(async move {
+            let legacy = tokio::select! {
+                l = sessions.pool.get(&sessions, &spec, &principal) => l,
+                _ = host.stop.cancelled() => return,
+            };
+            match legacy {
+                Ok(l) => l.submit(&sessions, &host, message),
+                Err(e) => sessions.emit(
+                    &host,
+                    bridge::error(&id, -32603, &e, Some(json!({"retryable": true}))),
+                    None,
+                ),
+            }
+        });
+    }
+
+    /// Serves a runtime call through an [`McpServer`] over a [`ChannelTransport`], with no
+    /// `initialize`: rmcp's inline lifecycle answers `server/discover`, rejects a request whose
+    /// `_meta` lacks the required fields, and otherwise serves the request in the 2026-07-28 era.
+    fn serve_runtime_call(
+        self: &Arc<Self>,
+        host: &Arc<Host>,
+        rx: mpsc::Receiver<ClientJsonRpcMessage>,
+        principal: &str,
+        message: Value,
+    ) {
+        let access = self.runtime.access(Some(role_profile(&host.role)));
+        let server = McpServer::new(access, Principal::named(principal));
+        let transport = ChannelTransport {
+            rx,
+            host: host.clone(),
+            sessions: self.clone(),
+        };
+        let sessions = self.clone();
+        let h = host.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                r = server.serve(transport) => {
+                    if let Ok(running) = r {
+                        tokio::select! {
+                            _ = running.waiting() => {}
+                            _ = h.stop.cancelled() => {}
+                        }
+                    }
+                }
+                _ = h.stop.cancelled() => {}
+            }
+            let id = h.call.as_ref().map(|c| c.id.clone()).unwrap_or(Value::Null);
+            sessions.emit(
+                &h,
+                bridge::error(&id, -32603, "the server ended before answering", None),
+                None,
+            );
+        });
+        let id = host
+            .call
+            .as_ref()
+            .map(|c| c.id.clone())
+            .unwrap_or(Value::Null);
+        match (
+            serde_json::from_value::<ClientJsonRpcMessage>(message),
+            &host.input,
+        ) {
+            (Ok(m), Input::Runtime(tx)) => {
+                let _ = tx.try_send(m);
+            }
+            (Err(e), _) => self.emit(
+                host,
+                bridge::error(&id, -32600, &format!("invalid message: {e}"), None),
+                None,
+            ),
+            _ => {}
+        }
+    }
+
+    /// Marks a call's output complete (nothing more is emitted) and stops what serves it.
+    fn end_call(&self, h: &Host) {
+        if h.call.is_some() {
+            if let Ok(mut r) = h.out.lock() {
+                r.ended = true;
+            }
             h.stop.cancel();
         }
     }
@@ -318,8 +562,10 @@ impl Sessions {
             .map(|mut m| m.drain().map(|(_, h)| h).collect())
             .unwrap_or_default();
         for h in all {
+            self.end_call(&h);
             h.stop.cancel();
         }
+        self.pool.close_all();
     }
 
     /// Sessions hosted.
@@ -341,7 +587,8 @@ impl Sessions {
 
     /// A new link is ready after `resume`: sessions not in `keep` are ended, in-flight requests
     /// of kept sessions not in `keep_requests` are cancelled, and each kept session's unacknowledged
-    /// output is replayed on `tx` before anything new.
+    /// output is replayed on `tx` before anything new. A call is kept when its sid is in `keep`
+    /// or its request in `keep_requests`; otherwise it is cancelled (or, answered, forgotten).
     pub fn resume(
         self: &Arc<Self>,
         keep: &[String],
@@ -363,6 +610,15 @@ impl Sessions {
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
         for h in all {
+            if let Some(c) = &h.call {
+                if keep.contains(&h.sid) || keep_req.contains(&(h.sid.clone(), c.key.clone())) {
+                    self.attach_host(&h);
+                } else {
+                    tracing::info!(sid = %h.sid, "ending a call the relay no longer awaits");
+                    self.close(&h.sid);
+                }
+                continue;
+            }
             if !keep.contains(&h.sid) {
                 tracing::info!(sid = %h.sid, "ending a session the relay no longer awaits");
                 self.close(&h.sid);
@@ -408,9 +664,16 @@ impl Sessions {
         self.hosts.lock().ok()?.get(sid).cloned()
     }
 
-    /// A server message of session `h`.
-    fn emit(&self, h: &Host, mut message: Value, related: Option<Value>) {
+    /// A server message of session or call `h`.
+    pub(crate) fn emit(&self, h: &Host, mut message: Value, mut related: Option<Value>) {
         let is_response = message.get("method").is_none();
+        if let Some(c) = &h.call
+            && !is_response
+            && related.is_none()
+        {
+            // Everything a call's server sends belongs to its one request.
+            related = Some(c.id.clone());
+        }
         let mut method = None;
         if is_response && let Some(id) = message.get("id") {
             let key = id_key(id);
@@ -433,12 +696,23 @@ impl Sessions {
             message = too_large(&message, method.as_deref(), size);
         }
         let Ok(mut r) = h.out.lock() else { return };
+        if r.ended {
+            return;
+        }
         if is_response && r.swallow.is_some() && message.get("id").map(id_key) == r.swallow {
             r.swallow = None;
             return;
         }
         r.next_seq += 1;
         let seq = r.next_seq;
+        let answered = is_response
+            && h.call
+                .as_ref()
+                .is_some_and(|c| message.get("id").map(id_key).as_ref() == Some(&c.key));
+        if answered {
+            r.ended = true;
+            r.done_seq = Some(seq);
+        }
         r.unacked
             .push_back((seq, related.clone(), message.clone(), size));
         r.bytes += size;
@@ -460,6 +734,11 @@ impl Sessions {
                 related,
                 message,
             });
+        }
+        drop(r);
+        if answered {
+            // The call's state ends with its response; only the retained copy stays until acked.
+            h.stop.cancel();
         }
     }
 
@@ -591,6 +870,31 @@ async fn run_upstream(
     sessions.ended(&host.sid, &format!("upstream server {name} exited"));
 }
 
+/// The answer to a client request `message` of `host` that its role may not make: restricted
+/// roles may only call read-only tools of an upstream server (a tool error `policy_denied`).
+fn denial(host: &Host, message: &Value) -> Option<Value> {
+    let ro = host.upstream_tools.as_ref()?;
+    if message.get("method").and_then(Value::as_str) != Some("tools/call")
+        || servers::ROLES
+            .iter()
+            .any(|(r, all)| *r == host.role && *all)
+    {
+        return None;
+    }
+    let tool = message
+        .pointer("/params/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if ro.contains(tool) {
+        return None;
+    }
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let err = json!({"code": "policy_denied", "message": format!("{tool} is not read-only and role {} may only call read-only tools of this server", host.role), "retryable": false, "side_effects_started": false});
+    Some(
+        json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": err.to_string()}], "isError": true}}),
+    )
+}
+
 /// What replaces a server message of `size` bytes that no relay frame can carry: for a
 /// `tools/call` result, a tool error (`limit_exceeded`; the call did complete, so its side
 /// effects happened) the model can act on by asking for less (MCP 2025-11-25, Tools §Error
@@ -607,4 +911,607 @@ fn too_large(message: &Value, method: Option<&str>, size: usize) -> Value {
         return json!({"jsonrpc": "2.0", "id": id, "result": runtime::server::error_result(&e)});
     }
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": advice}})
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        io::{BufRead, Write},
+        time::Duration,
+    };
+
+    use super::*;
+
+    /// The per-request `_meta` of an MCP 2026-07-28 request (Basic § Request metadata).
+    fn meta() -> Value {
+        json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        })
+    }
+
+    fn request(id: Value, method: &str, mut params: Value) -> Value {
+        params["_meta"] = meta();
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    }
+
+    fn runtime() -> (tempfile::TempDir, Arc<Runtime>) {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Runtime::new(runtime::RuntimeConfig {
+            workspace: dir.path().into(),
+            policy: runtime::policy::Policy::profile(Profile::Full),
+            default_yield_after: None,
+        })
+        .unwrap();
+        (dir, Arc::new(rt))
+    }
+
+    /// Attaches a fresh link (as after `resume` listing `keep`/`requests`) and returns its frames.
+    fn link(
+        s: &Arc<Sessions>,
+        keep: &[&str],
+        requests: &[(&str, Value)],
+    ) -> mpsc::Receiver<DaemonFrame> {
+        let (tx, rx) = mpsc::channel(1024);
+        let keep: Vec<String> = keep.iter().map(|k| (*k).to_owned()).collect();
+        let reqs: Vec<(String, Value)> = requests
+            .iter()
+            .map(|(s, id)| ((*s).to_owned(), id.clone()))
+            .collect();
+        s.resume(&keep, &reqs, tx);
+        rx
+    }
+
+    /// The next `rpc` frame of `sid` (others are skipped): (seq, related, message).
+    async fn next_rpc(
+        rx: &mut mpsc::Receiver<DaemonFrame>,
+        sid: &str,
+    ) -> (u64, Option<Value>, Value) {
+        loop {
+            let f = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+                .await
+                .expect("a frame in time")
+                .expect("link open");
+            if let DaemonFrame::Rpc {
+                sid: s,
+                seq,
+                related,
+                message,
+            } = f
+                && s == sid
+            {
+                return (seq, related, message);
+            }
+        }
+    }
+
+    /// The response of call `sid` (its related messages skipped); acknowledges it.
+    async fn answer(s: &Arc<Sessions>, rx: &mut mpsc::Receiver<DaemonFrame>, sid: &str) -> Value {
+        loop {
+            let (seq, _, m) = next_rpc(rx, sid).await;
+            if m.get("method").is_none() {
+                s.ack(sid, seq);
+                return m;
+            }
+        }
+    }
+
+    fn names(list: &Value) -> Vec<String> {
+        list["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn runtime_calls_answer_tools_list_and_discover_without_initialize() {
+        let (_dir, rt) = runtime();
+        let s = Sessions::new(rt, Vec::new());
+        let mut rx = link(&s, &[], &[]);
+        s.call(
+            "c1",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            request(json!(1), "tools/list", json!({})),
+        );
+        let owner = answer(&s, &mut rx, "c1").await;
+        assert_eq!(owner["id"], 1);
+        assert_eq!(owner["result"]["resultType"], "complete", "{owner}");
+        assert!(names(&owner["result"]).contains(&"run_process".to_owned()));
+        s.call(
+            "c2",
+            RUNTIME_SERVER,
+            "tok",
+            "reviewer",
+            request(json!("a"), "tools/list", json!({})),
+        );
+        let reviewer = answer(&s, &mut rx, "c2").await;
+        assert_eq!(reviewer["id"], "a");
+        assert!(!names(&reviewer["result"]).contains(&"run_process".to_owned()));
+        s.call(
+            "c3",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            request(json!(2), "server/discover", json!({})),
+        );
+        let d = answer(&s, &mut rx, "c3").await;
+        assert_eq!(d["result"]["resultType"], "complete", "{d}");
+        assert!(
+            d["result"]["supportedVersions"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("2026-07-28"))
+        );
+        // Acknowledged answers end the calls; a later close is harmless.
+        assert!(s.is_empty(), "{} hosts left", s.len());
+        s.close("c1");
+    }
+
+    #[tokio::test]
+    async fn a_call_without_its_meta_fields_gets_the_json_rpc_error() {
+        let (_dir, rt) = runtime();
+        let s = Sessions::new(rt, Vec::new());
+        let mut rx = link(&s, &[], &[]);
+        s.call(
+            "c1",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}),
+        );
+        let e = answer(&s, &mut rx, "c1").await;
+        assert_eq!(e["id"], 5);
+        assert_eq!(e["error"]["code"], -32602, "{e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("io.modelcontextprotocol/protocolVersion")
+        );
+        assert!(s.is_empty());
+    }
+
+    fn sleep_call(id: Value, seconds: u32) -> Value {
+        request(
+            id,
+            "tools/call",
+            json!({"name": "run_process", "arguments": {"argv": ["sleep", seconds.to_string()]}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_call_is_not_answered_and_ends() {
+        let (_dir, rt) = runtime();
+        let s = Sessions::new(rt, Vec::new());
+        let mut rx = link(&s, &[], &[]);
+        s.call(
+            "c1",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            sleep_call(json!(9), 2),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.rpc(
+            "c1",
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}),
+        );
+        assert!(s.is_empty());
+        // The sleep would have ended after 2 s; nothing of c1 may come.
+        let late = tokio::time::timeout(Duration::from_secs(3), next_rpc(&mut rx, "c1")).await;
+        assert!(late.is_err(), "a cancelled call was answered: {late:?}");
+    }
+
+    #[tokio::test]
+    async fn resume_replays_an_unacknowledged_answer_and_cancels_calls_not_listed() {
+        let (_dir, rt) = runtime();
+        let s = Sessions::new(rt, Vec::new());
+        let mut first = link(&s, &[], &[]);
+        s.call(
+            "c1",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            request(json!(1), "tools/list", json!({})),
+        );
+        // Sent on the first link, which drops before the relay acknowledges it.
+        let (seq, _, sent) = next_rpc(&mut first, "c1").await;
+        assert_eq!(sent["result"]["resultType"], "complete");
+        s.detach();
+        // Answered while no link is up.
+        s.call(
+            "c2",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            request(json!(2), "server/discover", json!({})),
+        );
+        // Still running, and not awaited by the relay after the reconnect.
+        s.call(
+            "c3",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            sleep_call(json!(3), 2),
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut second = link(&s, &[], &[("c1", json!(1)), ("c2", json!(2))]);
+        let (seq1, _, again) = next_rpc(&mut second, "c1").await;
+        assert_eq!((seq1, &again), (seq, &sent));
+        let (_, _, late) = next_rpc(&mut second, "c2").await;
+        assert_eq!(late["id"], 2);
+        assert!(late["result"]["supportedVersions"].is_array(), "{late}");
+        assert!(
+            s.host("c3").is_none(),
+            "the call not listed was not cancelled"
+        );
+        let none = tokio::time::timeout(Duration::from_secs(3), next_rpc(&mut second, "c3")).await;
+        assert!(none.is_err(), "a cancelled call was answered");
+    }
+
+    // === The era bridge, against a scripted old-era stdio server ===
+
+    const FIXTURE_ENV: &str = "MB_LEGACY_FIXTURE";
+
+    /// Not a test: when the test binary is started with `MB_LEGACY_FIXTURE=1` this function is
+    /// a stdio MCP server of the old era (2025-11-25, no `server/discover`). Its tools answer
+    /// with the request id and `_meta` they received, so tests can see what the bridge forwards.
+    #[test]
+    fn legacy_fixture_server() {
+        if std::env::var(FIXTURE_ENV).as_deref() != Ok("1") {
+            return;
+        }
+        // End the harness's "test ... " line so the first message starts a line of its own.
+        let _ = writeln!(std::io::stdout().lock());
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().lines();
+        let mut cancelled: Vec<Value> = Vec::new();
+        let send = |v: Value| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{v}");
+            let _ = out.flush();
+        };
+        while let Some(Ok(line)) = lines.next() {
+            let Ok(m) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            let id = m.get("id").cloned().unwrap_or(Value::Null);
+            let method = m["method"].as_str().unwrap_or("").to_owned();
+            let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+            match method.as_str() {
+                "initialize" => send(reply(json!({
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"tools": {"listChanged": true}},
+                    "serverInfo": {"name": "legacy-fixture", "version": "1.0"},
+                    "instructions": "a fixture"}))),
+                "notifications/cancelled" => cancelled.push(m["params"]["requestId"].clone()),
+                "tools/list" => send(reply(json!({"tools": [
+                    {"name": "read", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+                    {"name": "write", "inputSchema": {"type": "object"}}
+                ]}))),
+                "tools/call" => {
+                    let args = m["params"]["arguments"].clone();
+                    if let Some(ms) = args.get("sleep_ms").and_then(Value::as_u64) {
+                        std::thread::sleep(Duration::from_millis(ms));
+                    }
+                    let mut extra = json!(null);
+                    if args.get("sample") == Some(&json!(true)) {
+                        send(
+                            json!({"jsonrpc": "2.0", "id": "srv-1", "method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 1}}),
+                        );
+                        for l in lines.by_ref() {
+                            let Ok(v) = serde_json::from_str::<Value>(&l.unwrap_or_default())
+                            else {
+                                continue;
+                            };
+                            if v["id"] == "srv-1" {
+                                extra = v;
+                                break;
+                            }
+                        }
+                    }
+                    if args.get("change") == Some(&json!(true)) {
+                        send(
+                            json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                        );
+                    }
+                    if let Some(t) = m.pointer("/params/_meta/progressToken") {
+                        send(
+                            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": t, "progress": 1}}),
+                        );
+                    }
+                    let seen = json!({"id": id, "meta": m["params"].get("_meta"), "args": args,
+                        "cancelled": cancelled, "sampling": extra});
+                    send(reply(
+                        json!({"content": [{"type": "text", "text": seen.to_string()}]}),
+                    ));
+                }
+                "" => {}
+                other if m.get("id").is_some() && !other.starts_with("notifications/") => send(
+                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
+                ),
+                _ => {}
+            }
+        }
+        std::process::exit(0);
+    }
+
+    fn fixture_spec(dir: &std::path::Path) -> UpstreamSpec {
+        UpstreamSpec {
+            name: "legacy".into(),
+            command: std::env::current_exe().unwrap().display().to_string(),
+            args: vec![
+                "sessions::tests::legacy_fixture_server".into(),
+                "--exact".into(),
+                "--test-threads=1".into(),
+            ],
+            env: [(FIXTURE_ENV.to_owned(), "1".to_owned())].into(),
+            cwd: dir.into(),
+        }
+    }
+
+    /// What a fixture tool saw (its text content, parsed).
+    fn seen(answer: &Value) -> Value {
+        serde_json::from_str(answer["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    }
+
+    fn bridged() -> (tempfile::TempDir, Arc<Sessions>) {
+        let (dir, rt) = runtime();
+        let spec = fixture_spec(dir.path());
+        let s = Sessions::new(rt, vec![(spec, HashSet::from(["read".to_owned()]))]);
+        (dir, s)
+    }
+
+    #[tokio::test]
+    async fn the_bridge_rewrites_ids_strips_meta_and_completes_results() {
+        let (_dir, s) = bridged();
+        let mut rx = link(&s, &[], &[]);
+        let call = |sid: &str, args: Value| {
+            let mut r = request(
+                json!(1),
+                "tools/call",
+                json!({"name": "read", "arguments": args}),
+            );
+            r["params"]["_meta"]["progressToken"] = json!("p");
+            s.call(sid, "legacy", "tok", "owner", r);
+        };
+        // Two concurrent calls with the same id (and progress token) on one pooled session.
+        call("c1", json!({"sleep_ms": 300, "n": 1}));
+        call("c2", json!({"n": 2}));
+        let mut answers = HashMap::new();
+        let mut progress = Vec::new();
+        while answers.len() < 2 {
+            let f = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            let DaemonFrame::Rpc {
+                sid,
+                seq,
+                related,
+                message,
+            } = f
+            else {
+                continue;
+            };
+            if message.get("method").is_some() {
+                assert_eq!(message["method"], "notifications/progress");
+                assert_eq!(message["params"]["progressToken"], "p", "{message}");
+                assert_eq!(related, Some(json!(1)));
+                progress.push(sid);
+                continue;
+            }
+            s.ack(&sid, seq);
+            answers.insert(sid, message);
+        }
+        assert_eq!(progress.len(), 2);
+        let (a1, a2) = (&answers["c1"], &answers["c2"]);
+        assert_eq!((&a1["id"], &a2["id"]), (&json!(1), &json!(1)));
+        assert_eq!(a1["result"]["resultType"], "complete");
+        let (s1, s2) = (seen(a1), seen(a2));
+        assert_eq!(
+            (s1["args"]["n"].as_i64(), s2["args"]["n"].as_i64()),
+            (Some(1), Some(2))
+        );
+        assert_ne!(s1["id"], s2["id"], "the child saw the same id twice");
+        let m1 = s1["meta"].as_object().unwrap();
+        assert!(
+            m1.keys()
+                .all(|k| !k.starts_with("io.modelcontextprotocol/")),
+            "{m1:?}"
+        );
+        assert_ne!(s1["meta"]["progressToken"], s2["meta"]["progressToken"]);
+        assert_eq!(
+            s.pool.len(),
+            1,
+            "one pooled session per server and principal"
+        );
+
+        s.call(
+            "c3",
+            "legacy",
+            "tok",
+            "owner",
+            request(json!(3), "tools/list", json!({})),
+        );
+        let list = answer(&s, &mut rx, "c3").await;
+        assert_eq!(list["result"]["resultType"], "complete");
+        assert_eq!(list["result"]["ttlMs"], 0);
+        assert_eq!(list["result"]["cacheScope"], "private");
+        assert_eq!(names(&list["result"]), ["read", "write"]);
+
+        s.call(
+            "c4",
+            "legacy",
+            "tok",
+            "owner",
+            request(json!(4), "server/discover", json!({})),
+        );
+        let d = answer(&s, &mut rx, "c4").await;
+        assert_eq!(
+            d["result"]["supportedVersions"],
+            json!(["2026-07-28", "2025-11-25"])
+        );
+        assert_eq!(
+            d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "legacy-fixture"
+        );
+        assert_eq!(d["result"]["instructions"], "a fixture");
+        assert_eq!(d["result"]["capabilities"]["tools"]["listChanged"], true);
+
+        s.call(
+            "c5",
+            "legacy",
+            "tok",
+            "owner",
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
+        );
+        assert_eq!(answer(&s, &mut rx, "c5").await["error"]["code"], -32602);
+        assert!(s.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_bridge_keeps_role_filtering_and_answers_child_requests_itself() {
+        let (_dir, s) = bridged();
+        let mut rx = link(&s, &[], &[]);
+        s.call(
+            "c1",
+            "legacy",
+            "tok",
+            "reviewer",
+            request(json!(1), "tools/list", json!({})),
+        );
+        let list = answer(&s, &mut rx, "c1").await;
+        assert_eq!(names(&list["result"]), ["read"]);
+        assert_eq!(list["result"]["cacheScope"], "private");
+        s.call(
+            "c2",
+            "legacy",
+            "tok",
+            "reviewer",
+            request(
+                json!(2),
+                "tools/call",
+                json!({"name": "write", "arguments": {}}),
+            ),
+        );
+        let denied = answer(&s, &mut rx, "c2").await;
+        assert_eq!(denied["result"]["isError"], true);
+        assert_eq!(denied["result"]["resultType"], "complete");
+        assert!(
+            denied["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("policy_denied")
+        );
+        // A sampling request of the child is answered by the daemon, never forwarded.
+        s.call(
+            "c3",
+            "legacy",
+            "tok",
+            "reviewer",
+            request(
+                json!(3),
+                "tools/call",
+                json!({"name": "read", "arguments": {"sample": true}}),
+            ),
+        );
+        let a = answer(&s, &mut rx, "c3").await;
+        assert_eq!(seen(&a)["sampling"]["error"]["code"], -32601, "{a}");
+    }
+
+    #[tokio::test]
+    async fn the_bridge_acknowledges_listen_forwards_list_changes_and_cancels_at_the_child() {
+        let (_dir, s) = bridged();
+        let mut rx = link(&s, &[], &[]);
+        s.call(
+            "l1",
+            "legacy",
+            "tok",
+            "owner",
+            request(
+                json!(7),
+                "subscriptions/listen",
+                json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}}),
+            ),
+        );
+        let (_, _, ack) = next_rpc(&mut rx, "l1").await;
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        assert_eq!(
+            ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            7
+        );
+        assert_eq!(
+            ack["params"]["notifications"],
+            json!({"toolsListChanged": true})
+        );
+        s.call(
+            "c1",
+            "legacy",
+            "tok",
+            "owner",
+            request(
+                json!(1),
+                "tools/call",
+                json!({"name": "write", "arguments": {"change": true}}),
+            ),
+        );
+        let (_, related, changed) = next_rpc(&mut rx, "l1").await;
+        assert_eq!(changed["method"], "notifications/tools/list_changed");
+        assert_eq!(
+            changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            7
+        );
+        assert_eq!(related, Some(json!(7)));
+        answer(&s, &mut rx, "c1").await;
+        // Cancelling the listen ends it; cancelling a forwarded call reaches the child.
+        s.rpc("l1", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}));
+        s.call(
+            "c2",
+            "legacy",
+            "tok",
+            "owner",
+            request(
+                json!(2),
+                "tools/call",
+                json!({"name": "write", "arguments": {"sleep_ms": 500}}),
+            ),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.close("c2");
+        s.call(
+            "c3",
+            "legacy",
+            "tok",
+            "owner",
+            request(
+                json!(3),
+                "tools/call",
+                json!({"name": "write", "arguments": {"change": true}}),
+            ),
+        );
+        let a = answer(&s, &mut rx, "c3").await;
+        assert_eq!(
+            seen(&a)["cancelled"].as_array().map(Vec::len),
+            Some(1),
+            "{a}"
+        );
+        // The listen is gone: the list change of c3 reached no one.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), next_rpc(&mut rx, "l1"))
+                .await
+                .is_err()
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), next_rpc(&mut rx, "c2"))
+                .await
+                .is_err()
+        );
+        assert!(s.is_empty());
+    }
 }

@@ -1,0 +1,866 @@
+//! The era bridge: MCP 2026-07-28 requests (relay `call` frames) served by upstream stdio servers
+//! that speak only the handshake era (MCP 2025-11-25 and older).
+//!
+//! Per (server, principal) the daemon keeps one pooled legacy session ([`Legacy`]): a child
+//! process started like the upstream sessions of `open`, initialized by the daemon itself
+//! (`protocolVersion` 2025-11-25, client `machine-mcp`), reused by every call of that principal,
+//! stopped after [`UPSTREAM_POOLED_SESSION_IDLE`] without work, and bounded in number by
+//! [`UPSTREAM_POOLED_SESSIONS_MAX`].
+//!
+//! Translation, per request:
+//! - the request id is rewritten to a number unique within the pooled session (concurrent calls
+//!   may use the same id) and restored on the answer; a progress token likewise;
+//! - the per-request `_meta` keys of 2026-07-28 (`io.modelcontextprotocol/*`, MCP 2026-07-28
+//!   Basic § Request metadata) are removed before forwarding;
+//! - results get `resultType: "complete"` (2026-07-28 Basic § Result types) and, for the cacheable
+//!   operations, `ttlMs: 0` and `cacheScope: "private"` (Server › Utilities › Caching): the
+//!   daemon cannot know how long an old-era server's lists stay valid, and what a caller sees
+//!   depends on its role and on the principal's own child process, so nothing may be shared
+//!   between callers and every use re-fetches;
+//! - `server/discover` is answered from the child's `initialize` result ([`discover_from_initialize`]);
+//! - `subscriptions/listen` is acknowledged (Basic › Patterns › Subscriptions § Acknowledgment)
+//!   with the list-changed kinds the child advertises, and the child's `list_changed`
+//!   notifications are forwarded to each listening call until it is cancelled;
+//! - requests of the child (sampling, elicitation, roots) never reach a 2026-07-28 client, which
+//!   has no way to answer them: the daemon answers them with a JSON-RPC error (`ping` with `{}`);
+//! - a cancelled call becomes `notifications/cancelled` for the rewritten id.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use protocol::limits::{UPSTREAM_POOLED_SESSION_IDLE, UPSTREAM_POOLED_SESSIONS_MAX};
+use serde_json::{Map, Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    sync::mpsc,
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    servers::{self, UpstreamSpec},
+    sessions::{Host, Sessions},
+};
+
+/// The protocol version of the 2026 era the bridge serves.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// The protocol version the daemon initializes pooled legacy sessions with.
+pub const LEGACY_VERSION: &str = "2025-11-25";
+/// Prefix of the per-request `_meta` keys of MCP 2026-07-28 (Basic § Request metadata).
+const META_PREFIX: &str = "io.modelcontextprotocol/";
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// JSON-RPC error code of `UnsupportedProtocolVersionError` (MCP 2026-07-28 schema).
+const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// Client messages queued for one pooled child.
+const CHILD_INPUT_QUEUE: usize = 256;
+
+/// Operations whose complete results carry caching hints (MCP 2026-07-28 Server › Utilities ›
+/// Caching § Cacheable Results).
+const CACHEABLE: [&str; 6] = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// A JSON-RPC error response.
+pub(crate) fn error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut e = json!({"code": code, "message": message});
+    if let Some(d) = data {
+        e["data"] = d;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": e})
+}
+
+/// Checks the per-request `_meta` of a 2026-07-28 request (MCP 2026-07-28 Basic § Request
+/// metadata): `protocolVersion` and `clientCapabilities` are required, and the version must be
+/// [`MODERN_VERSION`]. Returns the error response to send otherwise (the same codes and wording
+/// rmcp's inline lifecycle uses for the runtime).
+pub fn check_meta(message: &Value) -> Result<(), Value> {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let meta = message.pointer("/params/_meta");
+    let version = meta
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    let caps = meta
+        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .filter(|c| c.is_object());
+    let mut missing = Vec::new();
+    if version.is_none() {
+        missing.push(META_PROTOCOL_VERSION);
+    }
+    if caps.is_none() {
+        missing.push(META_CLIENT_CAPABILITIES);
+    }
+    if !missing.is_empty() {
+        return Err(error(
+            &id,
+            -32602,
+            &format!(
+                "request _meta is missing or has malformed required fields: {}",
+                missing.join(", ")
+            ),
+            None,
+        ));
+    }
+    match version {
+        Some(MODERN_VERSION) => Ok(()),
+        v => Err(error(
+            &id,
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            Some(json!({"requested": v, "supported": [MODERN_VERSION]})),
+        )),
+    }
+}
+
+/// The `server/discover` result (MCP 2026-07-28 Server › Discover, schema `DiscoverResult`) of an
+/// old-era upstream server, derived from its `initialize` result: the versions it is reachable
+/// with (2026-07-28 through this bridge, and the version it negotiated), its capabilities less
+/// what the bridge does not carry (`resources.subscribe`, which 2026-07-28 replaced by
+/// `subscriptions/listen` resource subscriptions, and the old `tasks` capability), its
+/// `serverInfo` in `_meta`, its instructions, and private, immediately stale caching hints.
+pub fn discover_from_initialize(init: &Value) -> Value {
+    let mut versions = vec![Value::from(MODERN_VERSION)];
+    if let Some(v) = init.get("protocolVersion").and_then(Value::as_str)
+        && v != MODERN_VERSION
+    {
+        versions.push(Value::from(v));
+    }
+    let mut caps = init
+        .get("capabilities")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    if let Some(r) = caps.get_mut("resources").and_then(Value::as_object_mut) {
+        r.remove("subscribe");
+    }
+    if let Some(c) = caps.as_object_mut() {
+        c.remove("tasks");
+    }
+    let mut out = json!({
+        "resultType": "complete",
+        "supportedVersions": versions,
+        "capabilities": caps,
+        "ttlMs": 0,
+        "cacheScope": "private",
+    });
+    if let Some(info) = init.get("serverInfo") {
+        out["_meta"] = json!({ META_SERVER_INFO: info });
+    }
+    if let Some(i) = init.get("instructions").filter(|i| i.is_string()) {
+        out["instructions"] = i.clone();
+    }
+    out
+}
+
+/// Makes an old-era result a complete 2026-07-28 result of `method`: `resultType`, and caching
+/// hints for the cacheable operations (see the module docs for the values).
+pub fn complete_result(method: &str, result: &mut Value) {
+    let Some(r) = result.as_object_mut() else {
+        return;
+    };
+    r.entry("resultType").or_insert_with(|| json!("complete"));
+    if CACHEABLE.contains(&method) {
+        r.entry("ttlMs").or_insert_with(|| json!(0));
+        r.entry("cacheScope").or_insert_with(|| json!("private"));
+    }
+}
+
+/// Removes the 2026-07-28 per-request `_meta` keys of `message` (an empty `_meta` goes too) and
+/// replaces its progress token by `token`; returns the client's progress token.
+pub fn strip_meta(message: &mut Value, token: &str) -> Option<Value> {
+    let params = message.get_mut("params")?.as_object_mut()?;
+    let meta = params.get_mut("_meta")?.as_object_mut()?;
+    meta.retain(|k, _| !k.starts_with(META_PREFIX));
+    let original = meta.get("progressToken").cloned();
+    if original.is_some() {
+        meta.insert("progressToken".into(), json!(token));
+    }
+    if meta.is_empty() {
+        params.remove("_meta");
+    }
+    original
+}
+
+/// Which list-changed notifications a `subscriptions/listen` asked for and the child offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+}
+
+impl Filter {
+    /// What the bridge honours of `requested` (the listen request's `notifications`) given the
+    /// child's `capabilities`: each list-changed kind the child advertises with `listChanged`.
+    /// Resource subscriptions are not bridged (the acknowledgment omits them, as Subscriptions §
+    /// Acknowledgment requires for unsupported kinds).
+    fn accept(requested: &Value, capabilities: &Value) -> Self {
+        let asked = |k: &str| requested.get(k) == Some(&Value::Bool(true));
+        let offers = |c: &str| {
+            capabilities.pointer(&format!("/{c}/listChanged")) == Some(&Value::Bool(true))
+        };
+        Self {
+            tools: asked("toolsListChanged") && offers("tools"),
+            prompts: asked("promptsListChanged") && offers("prompts"),
+            resources: asked("resourcesListChanged") && offers("resources"),
+        }
+    }
+
+    fn to_json(self) -> Value {
+        let mut m = Map::new();
+        for (on, k) in [
+            (self.tools, "toolsListChanged"),
+            (self.prompts, "promptsListChanged"),
+            (self.resources, "resourcesListChanged"),
+        ] {
+            if on {
+                m.insert(k.into(), Value::Bool(true));
+            }
+        }
+        Value::Object(m)
+    }
+
+    fn wants(self, method: &str) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            _ => false,
+        }
+    }
+}
+
+/// A forwarded request awaiting the child's answer.
+struct Route {
+    host: Arc<Host>,
+    id: Value,
+    method: String,
+    token: Option<(String, Value)>,
+}
+
+/// An open `subscriptions/listen` call.
+struct Listener {
+    host: Arc<Host>,
+    id: Value,
+    filter: Filter,
+}
+
+/// One pooled legacy session: an upstream child initialized by the daemon.
+pub(crate) struct Legacy {
+    server: String,
+    tx: mpsc::Sender<String>,
+    init: Value,
+    next_id: AtomicU64,
+    routes: Mutex<HashMap<u64, Route>>,
+    listeners: Mutex<HashMap<String, Listener>>,
+    last_used: Mutex<Instant>,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for Legacy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Legacy")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the pooled session of one (server, principal) is started and kept; its lock makes
+/// concurrent first calls share one start.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Legacy>>>>;
+
+/// The pooled legacy sessions of one daemon.
+#[derive(Default)]
+pub(crate) struct Pool {
+    /// Per (server, principal): the slot its session is started in (one start at a time).
+    slots: Mutex<HashMap<(String, String), Slot>>,
+    /// Every running pooled session, and how many are being started.
+    live: Mutex<(Vec<Arc<Legacy>>, usize)>,
+}
+
+impl Pool {
+    /// The running pooled sessions.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.live
+            .lock()
+            .map(|l| l.0.iter().filter(|x| !x.stop.is_cancelled()).count())
+            .unwrap_or(0)
+    }
+
+    /// The pooled session of (`spec`, `principal`), started (and initialized) when there is none.
+    ///
+    /// # Errors
+    /// A message for a retryable JSON-RPC error: the pool is full of busy sessions, or the child
+    /// could not be started or initialized.
+    pub(crate) async fn get(
+        &self,
+        sessions: &Arc<Sessions>,
+        spec: &UpstreamSpec,
+        principal: &str,
+    ) -> Result<Arc<Legacy>, String> {
+        let slot = {
+            let mut m = self.slots.lock().map_err(|_| "pool poisoned")?;
+            m.entry((spec.name.clone(), principal.to_owned()))
+                .or_default()
+                .clone()
+        };
+        let mut g = slot.lock().await;
+        if let Some(l) = g.as_ref()
+            && !l.stop.is_cancelled()
+        {
+            l.touch();
+            return Ok(l.clone());
+        }
+        self.reserve()?;
+        let started = Legacy::start(sessions, spec).await;
+        let mut live = self.live.lock().map_err(|_| "pool poisoned")?;
+        live.1 -= 1;
+        let l = started?;
+        live.0.push(l.clone());
+        *g = Some(l.clone());
+        Ok(l)
+    }
+
+    /// Makes room for one more session: closes the least recently used idle one when the pool
+    /// is full.
+    fn reserve(&self) -> Result<(), String> {
+        let mut live = self.live.lock().map_err(|_| "pool poisoned")?;
+        live.0.retain(|l| !l.stop.is_cancelled());
+        if live.0.len() + live.1 >= UPSTREAM_POOLED_SESSIONS_MAX {
+            let oldest = live
+                .0
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.busy())
+                .min_by_key(|(_, l)| l.last_used())
+                .map(|(i, _)| i);
+            let Some(i) = oldest else {
+                return Err(format!(
+                    "this daemon already runs {UPSTREAM_POOLED_SESSIONS_MAX} busy upstream sessions; retry later"
+                ));
+            };
+            let l = live.0.remove(i);
+            tracing::info!(server = %l.server, "closing the least recently used idle upstream session to make room");
+            l.stop.cancel();
+        }
+        live.1 += 1;
+        Ok(())
+    }
+
+    /// Stops every pooled session.
+    pub(crate) fn close_all(&self) {
+        if let Ok(mut live) = self.live.lock() {
+            for l in live.0.drain(..) {
+                l.stop.cancel();
+            }
+        }
+    }
+}
+
+impl Legacy {
+    /// Starts `spec`'s child and initializes it as a 2025-11-25 client.
+    async fn start(sessions: &Arc<Sessions>, spec: &UpstreamSpec) -> Result<Arc<Self>, String> {
+        let mut child =
+            servers::spawn(spec).map_err(|e| format!("cannot start {}: {e}", spec.command))?;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        if let Some(err) = child.stderr.take() {
+            let name = spec.name.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(err).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    tracing::debug!(server = %name, "{l}");
+                }
+            });
+        }
+        let mut lines = BufReader::new(stdout).lines();
+        let handshake = async {
+            let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": LEGACY_VERSION, "capabilities": {},
+                "clientInfo": {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")}}});
+            write_line(&mut stdin, &init.to_string()).await?;
+            let result = loop {
+                let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
+                    return Err("exited before answering initialize".to_owned());
+                };
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if v.get("id") == Some(&json!(0)) && v.get("method").is_none() {
+                    if let Some(e) = v.get("error") {
+                        return Err(format!("answered initialize with an error: {e}"));
+                    }
+                    break v.get("result").cloned().unwrap_or(Value::Null);
+                }
+            };
+            write_line(
+                &mut stdin,
+                &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+            )
+            .await?;
+            Ok::<Value, String>(result)
+        };
+        let init = match tokio::time::timeout(servers::PROBE_TIMEOUT, handshake).await {
+            Ok(Ok(init)) => init,
+            Ok(Err(e)) => {
+                kill(&mut child).await;
+                return Err(format!("upstream server {}: {e}", spec.name));
+            }
+            Err(_) => {
+                kill(&mut child).await;
+                return Err(format!(
+                    "upstream server {} did not answer initialize within {} s",
+                    spec.name,
+                    servers::PROBE_TIMEOUT.as_secs()
+                ));
+            }
+        };
+        let (tx, rx) = mpsc::channel(CHILD_INPUT_QUEUE);
+        let legacy = Arc::new(Self {
+            server: spec.name.clone(),
+            tx,
+            init,
+            next_id: AtomicU64::new(1),
+            routes: Mutex::new(HashMap::new()),
+            listeners: Mutex::new(HashMap::new()),
+            last_used: Mutex::new(Instant::now()),
+            stop: CancellationToken::new(),
+        });
+        tracing::info!(server = %spec.name, "started a pooled upstream session for 2026-07-28 calls");
+        tokio::spawn(
+            legacy
+                .clone()
+                .run(sessions.clone(), child, stdin, lines, rx),
+        );
+        Ok(legacy)
+    }
+
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    fn last_used(&self) -> Instant {
+        self.last_used
+            .lock()
+            .map(|t| *t)
+            .unwrap_or_else(|_| Instant::now())
+    }
+
+    /// Whether a call is in flight or a listener open.
+    fn busy(&self) -> bool {
+        self.routes.lock().map(|r| !r.is_empty()).unwrap_or(false)
+            || self
+                .listeners
+                .lock()
+                .map(|l| !l.is_empty())
+                .unwrap_or(false)
+    }
+
+    /// Serves the call `message` of `host` (its `_meta` already checked, its authority already
+    /// enforced).
+    pub(crate) fn submit(
+        self: &Arc<Self>,
+        sessions: &Arc<Sessions>,
+        host: &Arc<Host>,
+        mut message: Value,
+    ) {
+        self.touch();
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        match method.as_str() {
+            "server/discover" => {
+                let result = discover_from_initialize(&self.init);
+                sessions.emit(
+                    host,
+                    json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                    None,
+                );
+                return;
+            }
+            "subscriptions/listen" => {
+                let requested = message
+                    .pointer("/params/notifications")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let caps = self
+                    .init
+                    .get("capabilities")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let filter = Filter::accept(&requested, &caps);
+                if let Ok(mut l) = self.listeners.lock() {
+                    l.insert(
+                        host.sid_str().to_owned(),
+                        Listener {
+                            host: host.clone(),
+                            id: id.clone(),
+                            filter,
+                        },
+                    );
+                }
+                sessions.emit(
+                    host,
+                    json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                        "params": {"_meta": {META_SUBSCRIPTION_ID: id}, "notifications": filter.to_json()}}),
+                    None,
+                );
+                self.watch(host);
+                return;
+            }
+            _ => {}
+        }
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let token_name = format!("mb-{n}");
+        let token = strip_meta(&mut message, &token_name).map(|t| (token_name, t));
+        message["id"] = json!(n);
+        if let Ok(mut r) = self.routes.lock() {
+            r.insert(
+                n,
+                Route {
+                    host: host.clone(),
+                    id: id.clone(),
+                    method,
+                    token,
+                },
+            );
+        }
+        if self.tx.try_send(message.to_string()).is_err() {
+            if let Ok(mut r) = self.routes.lock() {
+                r.remove(&n);
+            }
+            sessions.emit(
+                host,
+                error(
+                    &id,
+                    -32603,
+                    "the upstream server's input queue is full; retry",
+                    Some(json!({"retryable": true})),
+                ),
+                None,
+            );
+            return;
+        }
+        self.watch(host);
+    }
+
+    /// Forgets `host`'s call once it ends: an unanswered request is cancelled at the child
+    /// (MCP 2025-11-25 Basic › Utilities › Cancellation), a listener removed.
+    fn watch(self: &Arc<Self>, host: &Arc<Host>) {
+        let me = self.clone();
+        let h = host.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = h.stopped() => {}
+                _ = me.stop.cancelled() => return,
+            }
+            let sid = h.sid_str();
+            let cancelled: Vec<u64> = me
+                .routes
+                .lock()
+                .map(|mut r| {
+                    let ids: Vec<u64> = r
+                        .iter()
+                        .filter(|(_, route)| route.host.sid_str() == sid)
+                        .map(|(n, _)| *n)
+                        .collect();
+                    for n in &ids {
+                        r.remove(n);
+                    }
+                    ids
+                })
+                .unwrap_or_default();
+            for n in cancelled {
+                let _ = me.tx.try_send(
+                    json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": n, "reason": "the client cancelled the request"}})
+                    .to_string(),
+                );
+            }
+            if let Ok(mut l) = me.listeners.lock() {
+                l.remove(sid);
+            }
+            me.touch();
+        });
+    }
+
+    /// A message from the child.
+    fn on_child_message(&self, sessions: &Arc<Sessions>, mut v: Value) {
+        let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
+        match (method, v.get("id").cloned()) {
+            (None, Some(id)) => {
+                let Some(route) = id
+                    .as_u64()
+                    .and_then(|n| self.routes.lock().ok()?.remove(&n))
+                else {
+                    return;
+                };
+                self.touch();
+                v["id"] = route.id.clone();
+                if let Some(result) = v.get_mut("result") {
+                    complete_result(&route.method, result);
+                }
+                sessions.emit(&route.host, v, None);
+            }
+            (Some(m), Some(id)) => {
+                let reply = if m == "ping" {
+                    json!({"jsonrpc": "2.0", "id": id, "result": {}})
+                } else {
+                    error(
+                        &id,
+                        -32601,
+                        &format!(
+                            "{m} is not available: the client reached this server through MCP 2026-07-28, which has no server-to-client requests"
+                        ),
+                        None,
+                    )
+                };
+                let _ = self.tx.try_send(reply.to_string());
+            }
+            (Some(m), None) if m == "notifications/progress" => {
+                let Some(token) = v
+                    .pointer("/params/progressToken")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                else {
+                    return;
+                };
+                let target =
+                    self.routes.lock().ok().and_then(|r| {
+                        r.values().find_map(|route| {
+                            route.token.as_ref().filter(|(name, _)| *name == token).map(
+                                |(_, orig)| (route.host.clone(), route.id.clone(), orig.clone()),
+                            )
+                        })
+                    });
+                if let Some((host, rid, orig)) = target {
+                    v["params"]["progressToken"] = orig;
+                    sessions.emit(&host, v, Some(rid));
+                }
+            }
+            (Some(m), None) => {
+                let targets: Vec<(Arc<Host>, Value)> = self
+                    .listeners
+                    .lock()
+                    .map(|l| {
+                        l.values()
+                            .filter(|x| x.filter.wants(&m))
+                            .map(|x| (x.host.clone(), x.id.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for (host, id) in targets {
+                    sessions.emit(
+                        &host,
+                        json!({"jsonrpc": "2.0", "method": m, "params": {"_meta": {META_SUBSCRIPTION_ID: id}}}),
+                        None,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        sessions: Arc<Sessions>,
+        mut child: tokio::process::Child,
+        mut stdin: tokio::process::ChildStdin,
+        mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+        mut rx: mpsc::Receiver<String>,
+    ) {
+        let reader = async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) if v.is_object() => self.on_child_message(&sessions, v),
+                    _ => {
+                        tracing::debug!(server = %self.server, "ignoring a non-JSON-RPC line on stdout")
+                    }
+                }
+            }
+        };
+        let writer = async {
+            while let Some(line) = rx.recv().await {
+                if write_line(&mut stdin, &line).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let idle = async {
+            loop {
+                let due = self.last_used() + UPSTREAM_POOLED_SESSION_IDLE;
+                tokio::time::sleep_until(due.max(Instant::now() + Duration::from_millis(10))).await;
+                if self.busy() {
+                    self.touch();
+                } else if self.last_used().elapsed() >= UPSTREAM_POOLED_SESSION_IDLE {
+                    break;
+                }
+            }
+        };
+        let why = tokio::select! {
+            _ = reader => "exited",
+            _ = writer => "stopped reading its input",
+            _ = idle => "was idle",
+            _ = self.stop.cancelled() => "was closed",
+            _ = child.wait() => "exited",
+        };
+        self.stop.cancel();
+        tracing::info!(server = %self.server, "pooled upstream session ended: the server {why}");
+        drop(stdin);
+        kill(&mut child).await;
+        let routes: Vec<Route> = self
+            .routes
+            .lock()
+            .map(|mut r| r.drain().map(|(_, v)| v).collect())
+            .unwrap_or_default();
+        let listeners: Vec<Listener> = self
+            .listeners
+            .lock()
+            .map(|mut l| l.drain().map(|(_, v)| v).collect())
+            .unwrap_or_default();
+        let msg = format!(
+            "upstream server {} {why} before answering; retry",
+            self.server
+        );
+        for r in routes {
+            sessions.emit(
+                &r.host,
+                error(&r.id, -32603, &msg, Some(json!({"retryable": true}))),
+                None,
+            );
+        }
+        for l in listeners {
+            // Graceful closure (Subscriptions § Graceful Closure): the stream ends with a result.
+            sessions.emit(
+                &l.host,
+                json!({"jsonrpc": "2.0", "id": l.id, "result": {"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: l.id}}}),
+                None,
+            );
+        }
+    }
+}
+
+async fn write_line(w: &mut tokio::process::ChildStdin, line: &str) -> Result<(), String> {
+    w.write_all(line.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    w.write_all(b"\n").await.map_err(|e| e.to_string())?;
+    w.flush().await.map_err(|e| e.to_string())
+}
+
+async fn kill(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_is_checked_like_the_inline_lifecycle() {
+        let ok = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+            META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {}}}});
+        assert!(check_meta(&ok).is_ok());
+        let e =
+            check_meta(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).unwrap_err();
+        assert_eq!(e["error"]["code"], -32602);
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(META_CLIENT_CAPABILITIES)
+        );
+        let old = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {
+            META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_CAPABILITIES: {}}}});
+        let e = check_meta(&old).unwrap_err();
+        assert_eq!(e["error"]["code"], UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(e["error"]["data"]["supported"], json!([MODERN_VERSION]));
+    }
+
+    #[test]
+    fn meta_keys_of_2026_are_stripped_and_the_progress_token_rewritten() {
+        let mut m = json!({"id": 1, "method": "tools/call", "params": {"name": "x", "_meta": {
+            META_PROTOCOL_VERSION: MODERN_VERSION, "io.modelcontextprotocol/clientInfo": {},
+            "progressToken": 7, "other": true}}});
+        assert_eq!(strip_meta(&mut m, "mb-3"), Some(json!(7)));
+        assert_eq!(
+            m["params"]["_meta"],
+            json!({"progressToken": "mb-3", "other": true})
+        );
+        let mut m = json!({"id": 1, "method": "tools/list", "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}}});
+        assert_eq!(strip_meta(&mut m, "t"), None);
+        assert_eq!(m["params"], json!({}));
+    }
+
+    #[test]
+    fn results_become_complete_and_lists_cacheable() {
+        let mut r = json!({"tools": []});
+        complete_result("tools/list", &mut r);
+        assert_eq!(
+            r,
+            json!({"tools": [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
+        );
+        let mut r = json!({"content": []});
+        complete_result("tools/call", &mut r);
+        assert_eq!(r, json!({"content": [], "resultType": "complete"}));
+    }
+
+    #[test]
+    fn discover_is_derived_from_initialize() {
+        let init = json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": false}, "tasks": {}},
+            "serverInfo": {"name": "db", "version": "1"}, "instructions": "use it"});
+        let d = discover_from_initialize(&init);
+        assert_eq!(
+            d["supportedVersions"],
+            json!([MODERN_VERSION, "2025-06-18"])
+        );
+        assert_eq!(
+            d["capabilities"],
+            json!({"tools": {"listChanged": true}, "resources": {"listChanged": false}})
+        );
+        assert_eq!(d["_meta"][META_SERVER_INFO]["name"], "db");
+        assert_eq!(d["instructions"], "use it");
+        assert_eq!(d["resultType"], "complete");
+        assert_eq!(d["cacheScope"], "private");
+        assert_eq!(d["ttlMs"], 0);
+    }
+
+    #[test]
+    fn listen_filter_honours_only_advertised_list_changes() {
+        let caps = json!({"tools": {"listChanged": true}, "prompts": {}});
+        let f = Filter::accept(
+            &json!({"toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": ["a"]}),
+            &caps,
+        );
+        assert_eq!(f.to_json(), json!({"toolsListChanged": true}));
+        assert!(f.wants("notifications/tools/list_changed"));
+        assert!(!f.wants("notifications/prompts/list_changed"));
+    }
+}
