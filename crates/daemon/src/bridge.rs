@@ -553,7 +553,7 @@ impl Legacy {
                 error(
                     &id,
                     -32603,
-                    "the upstream server's input queue is full; retry",
+                    "the upstream session is not taking input (busy or ending); retry",
                     Some(json!({"retryable": true})),
                 ),
                 None,

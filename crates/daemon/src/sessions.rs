@@ -1514,4 +1514,107 @@ mod tests {
         );
         assert!(s.is_empty());
     }
+
+    /// The workspace's `conformance-fixture` binary next to this test binary, when it was built
+    /// (`cargo build -p conformance-fixture`).
+    fn conformance_fixture() -> Option<std::path::PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let bin = exe.parent()?.parent()?.join("conformance-fixture");
+        bin.is_file().then_some(bin)
+    }
+
+    /// The bridge against a real rmcp server of the old era: the conformance fixture started
+    /// with `--legacy-only` (its `server/discover` is -32601, it serves only after `initialize`).
+    /// Skipped with a message when the fixture binary was not built.
+    #[tokio::test]
+    async fn the_conformance_fixture_in_legacy_only_mode_is_bridged() {
+        let Some(bin) = conformance_fixture() else {
+            eprintln!("skipped: build the fixture first (cargo build -p conformance-fixture)");
+            return;
+        };
+        let (dir, rt) = runtime();
+        let spec = UpstreamSpec {
+            name: "fixture".into(),
+            command: bin.display().to_string(),
+            args: vec!["--legacy-only".into()],
+            env: Default::default(),
+            cwd: dir.path().into(),
+        };
+        let s = Sessions::new(rt, vec![(spec, HashSet::new())]);
+        let mut rx = link(&s, &[], &[]);
+        s.call(
+            "d",
+            "fixture",
+            "tok",
+            "owner",
+            request(json!(1), "server/discover", json!({})),
+        );
+        let d = answer(&s, &mut rx, "d").await;
+        assert_eq!(d["result"]["supportedVersions"][0], "2026-07-28", "{d}");
+        assert!(d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string());
+        s.call(
+            "l",
+            "fixture",
+            "tok",
+            "owner",
+            request(json!(2), "tools/list", json!({})),
+        );
+        let l = answer(&s, &mut rx, "l").await;
+        assert_eq!(l["result"]["resultType"], "complete", "{l}");
+        assert_eq!(l["result"]["cacheScope"], "private");
+        assert!(names(&l["result"]).contains(&"test_simple_text".to_owned()));
+        s.call(
+            "t",
+            "fixture",
+            "tok",
+            "owner",
+            request(
+                json!(3),
+                "tools/call",
+                json!({"name": "test_simple_text", "arguments": {}}),
+            ),
+        );
+        let t = answer(&s, &mut rx, "t").await;
+        assert_eq!(
+            t["result"]["content"][0]["text"], "This is a simple text response for testing.",
+            "{t}"
+        );
+        let mut p = request(
+            json!(4),
+            "tools/call",
+            json!({"name": "test_tool_with_progress", "arguments": {}}),
+        );
+        p["params"]["_meta"]["progressToken"] = json!("mine");
+        s.call("p", "fixture", "tok", "owner", p);
+        let mut steps = 0;
+        loop {
+            let (seq, _, m) = next_rpc(&mut rx, "p").await;
+            if m["method"] == "notifications/progress" {
+                assert_eq!(m["params"]["progressToken"], "mine", "{m}");
+                steps += 1;
+                continue;
+            }
+            s.ack("p", seq);
+            assert_eq!(m["result"]["resultType"], "complete", "{m}");
+            break;
+        }
+        assert_eq!(steps, 3);
+        // Sampling cannot reach a 2026-07-28 client: the tool fails, the call is answered.
+        s.call(
+            "x",
+            "fixture",
+            "tok",
+            "owner",
+            request(
+                json!(5),
+                "tools/call",
+                json!({"name": "test_sampling", "arguments": {"prompt": "hi"}}),
+            ),
+        );
+        let x = answer(&s, &mut rx, "x").await;
+        // (The daemon initializes with no client capabilities, so the fixture does not even ask.)
+        assert_eq!(x["result"]["isError"], true, "{x}");
+        assert_eq!(x["result"]["resultType"], "complete");
+        assert!(s.is_empty());
+    }
 }
