@@ -419,7 +419,7 @@ fn a_closed_sse_stream_is_not_cancellation_and_get_replays_without_rerunning() {
 }
 
 /// A hand-driven daemon socket (no probe answers unless asked).
-fn fake_socket(
+pub(crate) fn fake_socket(
     relay: &Relay,
 ) -> tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>> {
     let url = format!("ws://127.0.0.1:{}/daemon/v1/connect", relay.port);
@@ -427,7 +427,7 @@ fn fake_socket(
     ws
 }
 
-fn read_frame(
+pub(crate) fn read_frame(
     ws: &mut tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
 ) -> Result<Value, Option<u16>> {
     loop {

@@ -10,8 +10,8 @@ use std::{
 use serde_json::{Value, json};
 
 use crate::{
-    net::{Client, SseReader, tool_error},
-    relay::{mcp_url, setup, spawn_up},
+    net::{Client, Relay, SseReader, tool_error},
+    relay::{fake_socket, mcp_url, read_frame, setup, spawn_up},
     util::Tree,
 };
 
@@ -507,21 +507,7 @@ fn closing_the_response_stream_cancels_the_call() {
         "tools/call",
         json!({"name": "run_process", "arguments": {"argv": ["sh", "-c", "echo $$ > call.pid; exec sleep 100"], "yield_after_seconds": 60}}),
     );
-    // A raw connection, so that closing it really closes the TCP stream.
-    let text = body.to_string();
-    let mut head = format!(
-        "POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: text/event-stream, application/json\r\nContent-Length: {}\r\n",
-        s.relay.port,
-        s.token,
-        text.len()
-    );
-    for (k, v) in Modern::headers_for(&body) {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut sock = std::net::TcpStream::connect(("127.0.0.1", s.relay.port)).unwrap();
-    sock.write_all(head.as_bytes()).unwrap();
-    sock.write_all(text.as_bytes()).unwrap();
+    let mut sock = raw_post(s.relay.port, &s.token, &body);
     let pidfile = s.ws.path().join("call.pid");
     let end = Instant::now() + Duration::from_secs(20);
     let pid: u32 = loop {
@@ -535,14 +521,8 @@ fn closing_the_response_stream_cancels_the_call() {
         std::thread::sleep(Duration::from_millis(20));
     };
     // The stream is open (its headers came); then the client goes away.
-    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut first = [0u8; 64];
-    let n = sock.read(&mut first).unwrap();
-    assert!(
-        String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&first[..n])
-    );
+    let head = read_some(&mut sock);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     drop(sock);
     assert!(
         crate::util::wait_gone(pid.into(), Duration::from_secs(30)),
@@ -556,5 +536,163 @@ fn closing_the_response_stream_cancels_the_call() {
             "the cancelled call is still in flight"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// POSTs `body` (with the headers of a conforming client, accepting SSE) to `/b/b1/mcp` over a
+/// raw connection, so that dropping it really closes the TCP stream.
+fn raw_post(port: u16, token: &str, body: &Value) -> std::net::TcpStream {
+    let text = body.to_string();
+    let mut head = format!(
+        "POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: text/event-stream, application/json\r\nContent-Length: {}\r\n",
+        text.len()
+    );
+    for (k, v) in Modern::headers_for(body) {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    sock.write_all(head.as_bytes()).unwrap();
+    sock.write_all(text.as_bytes()).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sock
+}
+
+/// What arrives on `sock` within its read timeout (at least one read).
+fn read_some(sock: &mut std::net::TcpStream) -> String {
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = sock.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+fn wait_inflight(relay: &Relay, n: i64) {
+    let end = Instant::now() + Duration::from_secs(30);
+    while relay.metric("machine_mcp_relay_inflight_requests") != n {
+        assert!(
+            Instant::now() < end,
+            "in flight: {} (want {n})\nrelay:\n{}",
+            relay.metric("machine_mcp_relay_inflight_requests"),
+            relay.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn subscriptions_listen_stays_open_until_the_client_closes_it() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let body = c.body(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    let mut sock = raw_post(s.relay.port, &s.token, &body);
+    // Headers and the acknowledgment arrive at once (a subscription is never held back as JSON).
+    let mut got = String::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !got.contains("notifications/subscriptions/acknowledged") {
+        assert!(Instant::now() < end, "no acknowledgment: {got:?}");
+        got.push_str(&read_some(&mut sock));
+    }
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        got.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{got}"
+    );
+    assert!(
+        !got.to_ascii_lowercase().contains("mcp-session-id"),
+        "{got}"
+    );
+    // Longer than the response hold: still open, still in flight.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.relay.metric("machine_mcp_relay_inflight_requests"), 1);
+    drop(sock);
+    wait_inflight(&s.relay, 0);
+}
+
+#[test]
+fn a_daemon_older_than_revision_2_gets_no_call_and_2026_clients_get_the_catalog_or_a_clear_error() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let key = daemon::identity::DeviceKey::load_or_create(&state.path().join("old")).unwrap();
+    let mut enroll = fake_socket(&relay);
+    let _ = read_frame(&mut enroll).unwrap();
+    enroll
+        .send(tungstenite::Message::Text(
+            json!({"type": "enroll", "code": code, "public_key": key.public_key()})
+                .to_string()
+                .into(),
+        ))
+        .unwrap();
+    let key_id = read_frame(&mut enroll).unwrap()["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A revision-1 daemon: its hello names no revision and its catalog no discover result.
+    let mut ws = fake_socket(&relay);
+    let welcome = read_frame(&mut ws).unwrap();
+    assert_eq!(welcome["revision"], 2, "{welcome}");
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let transcript = protocol::frame::hello_transcript(
+        &relay.public(),
+        welcome["challenge"].as_str().unwrap(),
+        "b1",
+        "inst_old",
+        ts,
+    );
+    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": {"name": "old-daemon", "version": "0.9"}, "instructions": "An old one."});
+    let tools = json!({"tools": [{"name": "read_file", "inputSchema": {"type": "object"}}]});
+    let hello = json!({"type": "hello", "protocol": 1, "bridge": "b1", "instance_id": "inst_old",
+        "key_id": key_id, "timestamp": ts, "signature": key.sign(&transcript), "version": "0.9",
+        "servers": [{"name": "runtime", "initialize": init, "tools": {"owner": tools}}]});
+    ws.send(tungstenite::Message::Text(hello.to_string().into()))
+        .unwrap();
+    assert_eq!(read_frame(&mut ws).unwrap()["type"], "hello_ack");
+    let probe = read_frame(&mut ws).unwrap();
+    ws.send(tungstenite::Message::Text(
+        json!({"type": "probe_result", "id": probe["id"]})
+            .to_string()
+            .into(),
+    ))
+    .unwrap();
+    assert_eq!(read_frame(&mut ws).unwrap()["type"], "resume");
+    assert_eq!(read_frame(&mut ws).unwrap()["type"], "ready");
+    relay.wait_ready(1);
+    let mut c = Modern::new(&mcp_url(&relay, "b1"), &token);
+    let d = c.rpc("server/discover", json!({}));
+    assert_discover(&d);
+    let r = &d.last()["result"];
+    assert_eq!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "old-daemon"
+    );
+    assert_eq!(r["instructions"], "An old one.");
+    assert_eq!(r["capabilities"], json!({"tools": {"listChanged": false}}));
+    let list = c.rpc("tools/list", json!({}));
+    assert_eq!(tool_names(&list), vec!["read_file".to_owned()]);
+    let start = Instant::now();
+    let r = c.rpc(
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "x"}}),
+    );
+    assert!(start.elapsed() < Duration::from_secs(2), "answered at once");
+    assert_eq!(r.status, 501, "{r:?}");
+    let msg = r.last()["error"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains("too old for MCP 2026-07-28"), "{msg}");
+    // Nothing was sent to the old daemon: no `call` frame (it would not understand it).
+    if let tungstenite::stream::MaybeTlsStream::Plain(t) = ws.get_mut() {
+        t.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+    }
+    while let Ok(f) = read_frame(&mut ws) {
+        assert_ne!(f["type"], "call", "{f}");
     }
 }
