@@ -10,6 +10,12 @@
 //!   any request whose `params._meta` names `io.modelcontextprotocol/protocolVersion` go to the
 //!   server without `initialize` (rmcp checks the rest of the per-request fields); a client may
 //!   probe with `server/discover` and then `initialize` on the same connection.
+//! - A request whose id is the id of a request still in flight is answered with -32600 and not
+//!   run (JSON-RPC 2.0 §4: ids identify requests; MCP 2025-11-25 Basic §Requests: an id MUST NOT
+//!   have been used before by the requestor in the same session). An id is free again once its
+//!   answer is written or the request is cancelled.
+//! - A second `initialize` is answered with -32600; the session keeps what it negotiated
+//!   (Lifecycle §Initialization happens once).
 //! - Before `initialize`, any other request but `ping` is answered with -32600 "not
 //!   initialized"; notifications and responses are dropped until `initialize` or a 2026-07-28
 //!   request was delivered (a 2026-07-28 client cancels with `notifications/cancelled`).
@@ -160,6 +166,7 @@ impl OutQueue {
 pub struct StdioTransport {
     incoming: mpsc::Receiver<ClientJsonRpcMessage>,
     outgoing: OutQueue,
+    in_flight: InFlight,
     /// Cancelled by the writer when a write fails: nothing can be answered any more.
     output_closed: CancellationToken,
 }
@@ -225,12 +232,40 @@ impl StdioTransport {
         R: AsyncRead + Unpin + Send + 'static,
     {
         let (in_tx, in_rx) = mpsc::channel(64);
-        tokio::spawn(read_loop(BufReader::new(input), in_tx, outgoing.clone()));
+        let in_flight = InFlight::default();
+        tokio::spawn(read_loop(
+            BufReader::new(input),
+            in_tx,
+            outgoing.clone(),
+            in_flight.clone(),
+        ));
         Self {
             incoming: in_rx,
             outgoing,
+            in_flight,
             output_closed,
         }
+    }
+}
+
+/// Ids of the client's requests that are delivered and not yet answered (or cancelled).
+#[derive(Debug, Clone, Default)]
+struct InFlight(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records `id` as in flight; `false` when it already is.
+    fn begin(&self, id: &Value) -> bool {
+        self.lock().insert(id.to_string())
+    }
+
+    fn end(&self, id: &Value) {
+        self.lock().remove(&id.to_string());
     }
 }
 
@@ -246,6 +281,14 @@ impl Transport<RoleServer> for StdioTransport {
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let answered = match &item {
+            rmcp::model::JsonRpcMessage::Response(r) => Some(r.id.clone()),
+            rmcp::model::JsonRpcMessage::Error(e) => e.id.clone(),
+            _ => None,
+        };
+        if let Some(id) = answered {
+            self.in_flight.end(&id.into_json_value());
+        }
         let tx = self.outgoing.clone();
         async move { tx.send(Outgoing::Message(Box::new(item))).await }
     }
@@ -404,6 +447,7 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
     mut input: R,
     deliver: mpsc::Sender<ClientJsonRpcMessage>,
     reply: OutQueue,
+    in_flight: InFlight,
 ) {
     let mut line = Vec::with_capacity(8 * 1024);
     let mut initialized = false;
@@ -438,6 +482,22 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
             }
             Frame::Deliver(msg, kind) => {
                 let msg = *msg;
+                let refusal = match kind {
+                    Kind::Initialize if initialized => {
+                        Some("the session is already initialized; initialize happens once")
+                    }
+                    _ => None,
+                };
+                if let Some(why) = refusal {
+                    if reply
+                        .send(Outgoing::Raw(error_line(&request_id(&msg), -32600, why)))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    continue;
+                }
                 if !initialized {
                     match kind {
                         Kind::Initialize => initialized = true,
@@ -461,6 +521,22 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
                             continue;
                         }
                     }
+                }
+                let id = request_id(&msg);
+                if !id.is_null() && !in_flight.begin(&id) {
+                    let raw = error_line(
+                        &id,
+                        -32600,
+                        &format!("request id {id} is already in use by a request in flight"),
+                    );
+                    if reply.send(Outgoing::Raw(raw)).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                if let Some(cancelled) = cancelled_request(&msg) {
+                    // rmcp sends no answer for a cancelled request: its id is free again.
+                    in_flight.end(&cancelled);
                 }
                 if deliver.send(msg).await.is_err() {
                     break;
@@ -597,6 +673,21 @@ fn request_id(msg: &ClientJsonRpcMessage) -> Value {
     match msg {
         rmcp::model::JsonRpcMessage::Request(r) => r.id.clone().into_json_value(),
         _ => Value::Null,
+    }
+}
+
+/// The id a `notifications/cancelled` names, if `msg` is one.
+fn cancelled_request(msg: &ClientJsonRpcMessage) -> Option<Value> {
+    match msg {
+        rmcp::model::JsonRpcMessage::Notification(n) => match &n.notification {
+            rmcp::model::ClientNotification::CancelledNotification(c) => c
+                .params
+                .request_id
+                .clone()
+                .map(rmcp::model::NumberOrString::into_json_value),
+            _ => None,
+        },
+        _ => None,
     }
 }
 

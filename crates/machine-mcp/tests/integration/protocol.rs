@@ -317,3 +317,50 @@ fn a_closed_stdout_ends_the_process() {
     }
     drop(stdin);
 }
+
+/// Regression (issue 11 item 8): a second request with the id of one still in flight ran too,
+/// and one of the two answers was lost while both side effects happened.
+#[test]
+fn a_request_reusing_the_id_of_one_in_flight_is_refused_and_does_not_run() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &[]);
+    let first = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "run_process",
+        "arguments": {"argv": ["sh", "-c", "sleep 1; echo one >> log"]}}});
+    let second = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "run_process",
+        "arguments": {"argv": ["sh", "-c", "echo two >> log"]}}});
+    s.send_line(&first.to_string());
+    s.send_line(&second.to_string());
+    let refused = s.wait_for(&json!(5), RESPONSE_TIMEOUT).expect("an answer");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in flight"),
+        "{refused}"
+    );
+    let done = s
+        .wait_for(&json!(5), RESPONSE_TIMEOUT)
+        .expect("the first answer");
+    assert_eq!(done["result"]["structuredContent"]["stdout"], "", "{done}");
+    assert_eq!(String::from_utf8(t.read("log")).unwrap(), "one\n");
+    // Once answered, the id may be used again.
+    let again = s.request("ping", json!({}));
+    assert_eq!(again["result"], json!({}));
+    s.send_line(&json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}).to_string());
+    let reused = s.wait_for(&json!(5), RESPONSE_TIMEOUT).expect("ping");
+    assert_eq!(reused["result"], json!({}), "{reused}");
+}
+
+/// Regression (issue 11 item 8): a second `initialize` renegotiated the session's version.
+#[test]
+fn a_second_initialize_is_refused_and_the_session_keeps_its_version() {
+    let t = Tree::new();
+    let mut s = Server::spawn(t.path(), &[]);
+    let first = initialize(&mut s, "2025-11-25");
+    assert_eq!(first["result"]["protocolVersion"], "2025-11-25");
+    let second = initialize(&mut s, "2025-06-18");
+    assert_eq!(second["error"]["code"], -32600, "{second}");
+    let info = s.call("server_info", json!({}));
+    assert_eq!(info.ok()["protocol_version"], "2025-11-25");
+}
