@@ -16,4 +16,5 @@ mod read;
 mod relay;
 mod search;
 mod stateless;
+mod tasks_remote;
 mod util;

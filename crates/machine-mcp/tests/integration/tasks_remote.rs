@@ -1,0 +1,100 @@
+//! Tasks (SEP-2663) through the relay: a task lives in the daemon with its work, so a dropped
+//! link and a relay restart while it runs do not lose it, and it belongs to its principal.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::relay::{mcp_url, setup};
+
+/// A 2026-07-28 request (per-request `_meta` with the tasks extension, the mirrored headers)
+/// POSTed to `url` with `token`; the JSON-RPC response.
+fn post(url: &str, token: &str, id: i64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-remote", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let name = params
+        .get("name")
+        .or_else(|| params.get("taskId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut r = ureq::post(url)
+        .timeout(Duration::from_secs(60))
+        .set("Authorization", &format!("Bearer {token}"))
+        .set("Content-Type", "application/json")
+        .set("Accept", "application/json")
+        .set("MCP-Protocol-Version", "2026-07-28")
+        .set("Mcp-Method", method);
+    if let Some(n) = &name {
+        r = r.set("Mcp-Name", n);
+    }
+    let resp = match r.send_string(&body.to_string()) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST failed: {e}"),
+    };
+    let text = resp.into_string().unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+}
+
+#[test]
+fn a_task_survives_a_link_drop_and_a_relay_restart_and_belongs_to_its_principal() {
+    let mut s = setup();
+    let url = mcp_url(&s.relay, "b1");
+    let r = post(
+        &url,
+        &s.token,
+        1,
+        "tools/call",
+        json!({"name": "run_process",
+               "arguments": {"argv": ["sh", "-c", "sleep 8; echo survived"]}}),
+    );
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    let task = r["result"]["taskId"].as_str().expect("taskId").to_owned();
+
+    // The link drops, then the relay itself is replaced by a new process on the same store.
+    s.relay.proxy.cut();
+    s.relay.restart();
+    s.relay.wait_ready(1);
+    let url = mcp_url(&s.relay, "b1");
+
+    // Another principal of the same bridge cannot see it.
+    let other = s.relay.token("b1", "owner");
+    let foreign = post(
+        &url,
+        &other,
+        2,
+        "tasks/get",
+        json!({"taskId": task.clone()}),
+    );
+    assert_eq!(foreign["error"]["code"], -32602, "{foreign}");
+
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let done = loop {
+        let g = post(
+            &url,
+            &s.token,
+            3,
+            "tasks/get",
+            json!({"taskId": task.clone()}),
+        );
+        let status = g["result"]["status"].as_str().unwrap_or("").to_owned();
+        if status == "completed" || Instant::now() > deadline {
+            break g;
+        }
+        assert!(
+            status == "working" || g.get("error").is_some(),
+            "unexpected state: {g}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["structuredContent"]["stdout"],
+        "survived\n"
+    );
+}
