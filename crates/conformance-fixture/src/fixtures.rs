@@ -106,6 +106,10 @@ pub(crate) const WATCH_INTERVAL_ENV: &str = "CONFORMANCE_FIXTURE_WATCH_INTERVAL_
 /// Command-line flag that restricts the fixture to the legacy era (`initialize`, up to
 /// 2025-11-25): `server/discover` is then answered with -32601, as an old server would.
 pub(crate) const LEGACY_ONLY_FLAG: &str = "--legacy-only";
+/// How long [`TOOL_LIST_CHANGED`] waits for `subscriptions/listen` streams that were accepted but
+/// whose handler has not registered yet (rmcp acknowledges a subscription before it runs the
+/// handler, so a client may call the tool in between).
+pub(crate) const LISTEN_SETTLE_MS: u64 = 1_000;
 
 /// JSON body of the templated resource for `id`.
 pub(crate) fn template_body(id: &str) -> String {

@@ -79,6 +79,8 @@ struct SessionState {
     listeners: Mutex<BTreeMap<u64, SubscriptionSink>>,
     /// Next key of [`Self::listeners`].
     next_listener: AtomicU64,
+    /// Streams accepted by `accepted_subscription_filter` whose `listen` has not registered yet.
+    unregistered_listeners: AtomicU64,
 }
 
 impl ConformanceServer {
@@ -96,6 +98,7 @@ impl ConformanceServer {
                 legacy_only,
                 listeners: Mutex::new(BTreeMap::new()),
                 next_listener: AtomicU64::new(0),
+                unregistered_listeners: AtomicU64::new(0),
             }),
         }
     }
@@ -416,6 +419,13 @@ impl ConformanceServer {
     /// accepted it; reports where it went.
     async fn tool_list_changed(&self, context: &RequestContext<RoleServer>) -> CallToolResult {
         let legacy = context.peer.peer_info().is_some();
+        // a stream acknowledged just now may not be registered yet: give it a moment
+        let settle = tokio::time::Instant::now() + Duration::from_millis(fx::LISTEN_SETTLE_MS);
+        while self.state.unregistered_listeners.load(Ordering::Acquire) > 0
+            && tokio::time::Instant::now() < settle
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         if legacy && let Err(e) = context.peer.notify_tool_list_changed().await {
             return tool_error(format!("notifications/tools/list_changed not sent: {e}"));
         }
@@ -604,6 +614,9 @@ impl ServerHandler for ConformanceServer {
         // The list-changed categories only (resource updates stay legacy `resources/subscribe`);
         // rmcp intersects this with the request and the advertised capabilities.
         (!self.state.legacy_only).then(|| {
+            self.state
+                .unregistered_listeners
+                .fetch_add(1, Ordering::AcqRel);
             let mut accepted = SubscriptionFilter::new();
             accepted.tools_list_changed = requested.tools_list_changed;
             accepted.prompts_list_changed = requested.prompts_list_changed;
@@ -619,6 +632,12 @@ impl ServerHandler for ConformanceServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, context.sink().clone());
+        // saturating: rmcp calls accepted_subscription_filter first, but never wrap if not
+        let _ = self.state.unregistered_listeners.fetch_update(
+            Ordering::AcqRel,
+            Ordering::Acquire,
+            |n| Some(n.saturating_sub(1)),
+        );
         context.cancelled().await;
         self.state
             .listeners
