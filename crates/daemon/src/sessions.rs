@@ -1154,6 +1154,58 @@ mod tests {
         assert!(none.is_err(), "a cancelled call was answered");
     }
 
+    /// A call that becomes a task (SEP-2663) ends with its `CreateTaskResult`; the task lives on
+    /// in the runtime and a later call of the same principal reads it.
+    #[tokio::test]
+    async fn a_task_outlives_the_call_that_created_it() {
+        let (_dir, rt) = runtime();
+        let s = Sessions::new(rt, Vec::new());
+        let mut rx = link(&s, &[], &[]);
+        let with_tasks = |mut r: Value| {
+            r["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+                json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+            r
+        };
+        s.call(
+            "c1",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            with_tasks(sleep_call(json!(1), 4)),
+        );
+        let created = answer(&s, &mut rx, "c1").await;
+        assert_eq!(created["result"]["resultType"], "task", "{created}");
+        let task = created["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task: {created}"))
+            .to_owned();
+        assert!(
+            s.is_empty(),
+            "the call's state did not end with its response"
+        );
+        for n in 0.. {
+            let sid = format!("g{n}");
+            s.call(
+                &sid,
+                RUNTIME_SERVER,
+                "tok",
+                "owner",
+                with_tasks(request(json!(n), "tasks/get", json!({"taskId": task}))),
+            );
+            let got = answer(&s, &mut rx, &sid).await;
+            let status = got["result"]["status"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{got}"))
+                .to_owned();
+            if status == "completed" {
+                break;
+            }
+            assert_eq!(status, "working", "{got}");
+            assert!(n < 40, "the task did not complete");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     // === The era bridge, against a scripted old-era stdio server ===
 
     const FIXTURE_ENV: &str = "MB_LEGACY_FIXTURE";
