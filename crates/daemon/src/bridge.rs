@@ -267,6 +267,7 @@ pub(crate) struct Legacy {
     routes: Mutex<HashMap<u64, Route>>,
     listeners: Mutex<HashMap<String, Listener>>,
     last_used: Mutex<Instant>,
+    idle: Duration,
     stop: CancellationToken,
 }
 
@@ -283,15 +284,46 @@ impl std::fmt::Debug for Legacy {
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Legacy>>>>;
 
 /// The pooled legacy sessions of one daemon.
-#[derive(Default)]
 pub(crate) struct Pool {
     /// Per (server, principal): the slot its session is started in (one start at a time).
     slots: Mutex<HashMap<(String, String), Slot>>,
     /// Every running pooled session, and how many are being started.
     live: Mutex<(Vec<Arc<Legacy>>, usize)>,
+    /// Most sessions at once ([`UPSTREAM_POOLED_SESSIONS_MAX`]).
+    max: usize,
+    /// Idle time after which a session is stopped ([`UPSTREAM_POOLED_SESSION_IDLE`]).
+    idle: Duration,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Self::new(UPSTREAM_POOLED_SESSIONS_MAX, UPSTREAM_POOLED_SESSION_IDLE)
+    }
+}
+
+/// A place in the pool for a session being started; given back when the start ends, however it
+/// ends (a failed start, or a start abandoned because its call was cancelled).
+struct Reservation<'a>(&'a Pool);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut live) = self.0.live.lock() {
+            live.1 -= 1;
+        }
+    }
 }
 
 impl Pool {
+    /// A pool of at most `max` sessions, each stopped after `idle` without work.
+    pub(crate) fn new(max: usize, idle: Duration) -> Self {
+        Self {
+            slots: Mutex::new(HashMap::new()),
+            live: Mutex::new((Vec::new(), 0)),
+            max,
+            idle,
+        }
+    }
+
     /// The running pooled sessions.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -325,22 +357,24 @@ impl Pool {
             l.touch();
             return Ok(l.clone());
         }
-        self.reserve()?;
-        let started = Legacy::start(sessions, spec).await;
-        let mut live = self.live.lock().map_err(|_| "pool poisoned")?;
-        live.1 -= 1;
-        let l = started?;
-        live.0.push(l.clone());
+        let reservation = self.reserve()?;
+        let l = Legacy::start(sessions, spec, self.idle).await?;
+        self.live
+            .lock()
+            .map_err(|_| "pool poisoned")?
+            .0
+            .push(l.clone());
+        drop(reservation);
         *g = Some(l.clone());
         Ok(l)
     }
 
     /// Makes room for one more session: closes the least recently used idle one when the pool
     /// is full.
-    fn reserve(&self) -> Result<(), String> {
+    fn reserve(&self) -> Result<Reservation<'_>, String> {
         let mut live = self.live.lock().map_err(|_| "pool poisoned")?;
         live.0.retain(|l| !l.stop.is_cancelled());
-        if live.0.len() + live.1 >= UPSTREAM_POOLED_SESSIONS_MAX {
+        if live.0.len() + live.1 >= self.max {
             let oldest = live
                 .0
                 .iter()
@@ -350,7 +384,8 @@ impl Pool {
                 .map(|(i, _)| i);
             let Some(i) = oldest else {
                 return Err(format!(
-                    "this daemon already runs {UPSTREAM_POOLED_SESSIONS_MAX} busy upstream sessions; retry later"
+                    "this daemon already runs {} busy upstream sessions; retry later",
+                    self.max
                 ));
             };
             let l = live.0.remove(i);
@@ -358,7 +393,7 @@ impl Pool {
             l.stop.cancel();
         }
         live.1 += 1;
-        Ok(())
+        Ok(Reservation(self))
     }
 
     /// Stops every pooled session.
@@ -373,7 +408,11 @@ impl Pool {
 
 impl Legacy {
     /// Starts `spec`'s child and initializes it as a 2025-11-25 client.
-    async fn start(sessions: &Arc<Sessions>, spec: &UpstreamSpec) -> Result<Arc<Self>, String> {
+    async fn start(
+        sessions: &Arc<Sessions>,
+        spec: &UpstreamSpec,
+        idle: Duration,
+    ) -> Result<Arc<Self>, String> {
         let mut child =
             servers::spawn(spec).map_err(|e| format!("cannot start {}: {e}", spec.command))?;
         let mut stdin = child.stdin.take().ok_or("no stdin")?;
@@ -438,6 +477,7 @@ impl Legacy {
             routes: Mutex::new(HashMap::new()),
             listeners: Mutex::new(HashMap::new()),
             last_used: Mutex::new(Instant::now()),
+            idle,
             stop: CancellationToken::new(),
         });
         tracing::info!(server = %spec.name, "started a pooled upstream session for 2026-07-28 calls");
@@ -707,11 +747,11 @@ impl Legacy {
         };
         let idle = async {
             loop {
-                let due = self.last_used() + UPSTREAM_POOLED_SESSION_IDLE;
+                let due = self.last_used() + self.idle;
                 tokio::time::sleep_until(due.max(Instant::now() + Duration::from_millis(10))).await;
                 if self.busy() {
                     self.touch();
-                } else if self.last_used().elapsed() >= UPSTREAM_POOLED_SESSION_IDLE {
+                } else if self.last_used().elapsed() >= self.idle {
                     break;
                 }
             }

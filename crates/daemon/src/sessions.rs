@@ -154,6 +154,14 @@ impl Sessions {
         runtime: Arc<Runtime>,
         upstreams: Vec<(UpstreamSpec, HashSet<String>)>,
     ) -> Arc<Self> {
+        Self::with_pool(runtime, upstreams, bridge::Pool::default())
+    }
+
+    fn with_pool(
+        runtime: Arc<Runtime>,
+        upstreams: Vec<(UpstreamSpec, HashSet<String>)>,
+        pool: bridge::Pool,
+    ) -> Arc<Self> {
         Arc::new(Self {
             hosts: Mutex::new(HashMap::new()),
             link: Mutex::new(LinkSlot::default()),
@@ -162,7 +170,7 @@ impl Sessions {
                 .into_iter()
                 .map(|(s, t)| (s.name.clone(), (s, Arc::new(t))))
                 .collect(),
-            pool: bridge::Pool::default(),
+            pool,
         })
     }
 
@@ -971,7 +979,7 @@ mod tests {
         loop {
             let f = tokio::time::timeout(Duration::from_secs(20), rx.recv())
                 .await
-                .expect("a frame in time")
+                .unwrap_or_else(|_| panic!("no frame of {sid} in time"))
                 .expect("link open");
             if let DaemonFrame::Rpc {
                 sid: s,
@@ -1141,9 +1149,22 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
         let mut second = link(&s, &[], &[("c1", json!(1)), ("c2", json!(2))]);
-        let (seq1, _, again) = next_rpc(&mut second, "c1").await;
-        assert_eq!((seq1, &again), (seq, &sent));
-        let (_, _, late) = next_rpc(&mut second, "c2").await;
+        // Replayed in any order (sessions are not ordered among each other).
+        let mut replayed = HashMap::new();
+        while replayed.len() < 2 {
+            let f = tokio::time::timeout(Duration::from_secs(20), second.recv())
+                .await
+                .expect("the replay in time")
+                .expect("link open");
+            if let DaemonFrame::Rpc {
+                sid, seq, message, ..
+            } = f
+            {
+                replayed.insert(sid, (seq, message));
+            }
+        }
+        assert_eq!(replayed["c1"], (seq, sent));
+        let late = &replayed["c2"].1;
         assert_eq!(late["id"], 2);
         assert!(late["result"]["supportedVersions"].is_array(), "{late}");
         assert!(
@@ -1278,6 +1299,7 @@ mod tests {
                         );
                     }
                     let seen = json!({"id": id, "meta": m["params"].get("_meta"), "args": args,
+                        "pid": std::process::id(),
                         "cancelled": cancelled, "sampling": extra});
                     send(reply(
                         json!({"content": [{"type": "text", "text": seen.to_string()}]}),
@@ -1667,6 +1689,68 @@ mod tests {
         // (The daemon initializes with no client capabilities, so the fixture does not even ask.)
         assert_eq!(x["result"]["isError"], true, "{x}");
         assert_eq!(x["result"]["resultType"], "complete");
+        assert!(s.is_empty());
+    }
+
+    /// One pooled session per (server, principal), at most the pool's bound: a new one closes the
+    /// least recently used idle one, with none idle the call gets a retryable error; a session
+    /// without work closes after the idle time.
+    #[tokio::test]
+    async fn the_pool_is_bounded_and_idle_sessions_close() {
+        let (dir, rt) = runtime();
+        let spec = fixture_spec(dir.path());
+        let s = Sessions::with_pool(
+            rt,
+            vec![(spec, HashSet::from(["read".to_owned()]))],
+            bridge::Pool::new(1, Duration::from_millis(800)),
+        );
+        let mut rx = link(&s, &[], &[]);
+        let read = |id: i64| {
+            request(
+                json!(id),
+                "tools/call",
+                json!({"name": "read", "arguments": {}}),
+            )
+        };
+        s.call("a1", "legacy", "alice", "owner", read(1));
+        let pid_a = seen(&answer(&s, &mut rx, "a1").await)["pid"].clone();
+        s.call("a2", "legacy", "alice", "owner", read(2));
+        assert_eq!(
+            seen(&answer(&s, &mut rx, "a2").await)["pid"],
+            pid_a,
+            "not reused"
+        );
+        // Bob's session takes the only place: Alice's idle one is closed.
+        s.call("b1", "legacy", "bob", "owner", read(3));
+        let pid_b = seen(&answer(&s, &mut rx, "b1").await)["pid"].clone();
+        assert_ne!(pid_b, pid_a);
+        assert_eq!(s.pool.len(), 1);
+        // A listen keeps Bob's session busy: Alice cannot get one now.
+        s.call(
+            "bl",
+            "legacy",
+            "bob",
+            "owner",
+            request(
+                json!(4),
+                "subscriptions/listen",
+                json!({"notifications": {"toolsListChanged": true}}),
+            ),
+        );
+        let (_, _, ack) = next_rpc(&mut rx, "bl").await;
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        s.call("a3", "legacy", "alice", "owner", read(5));
+        let full = answer(&s, &mut rx, "a3").await;
+        assert_eq!(full["error"]["data"]["retryable"], true, "{full}");
+        // Busy sessions are not idle-closed; once the listen ends, the session closes.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(s.pool.len(), 1, "a busy session was closed");
+        s.rpc("bl", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}}));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(s.pool.len(), 0, "an idle session was kept");
+        s.call("a4", "legacy", "alice", "owner", read(6));
+        let pid_a2 = seen(&answer(&s, &mut rx, "a4").await)["pid"].clone();
+        assert_ne!(pid_a2, pid_a);
         assert!(s.is_empty());
     }
 }
