@@ -1227,6 +1227,36 @@ mod tests {
         }
     }
 
+    /// A runtime `subscriptions/listen` call is acknowledged and stays open until cancelled
+    /// (MCP 2026-07-28 Basic › Patterns › Subscriptions).
+    #[tokio::test]
+    async fn a_runtime_listen_stays_open_until_cancelled() {
+        let (_dir, rt) = runtime();
+        let s = Sessions::new(rt, Vec::new());
+        let mut rx = link(&s, &[], &[]);
+        s.call(
+            "l",
+            RUNTIME_SERVER,
+            "tok",
+            "owner",
+            request(
+                json!(1),
+                "subscriptions/listen",
+                json!({"notifications": {"toolsListChanged": true}}),
+            ),
+        );
+        let (_, _, ack) = next_rpc(&mut rx, "l").await;
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{ack}"
+        );
+        let more = tokio::time::timeout(Duration::from_secs(2), next_rpc(&mut rx, "l")).await;
+        assert!(more.is_err(), "the listen ended: {more:?}");
+        assert!(s.host("l").is_some());
+        s.rpc("l", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
+        assert!(s.is_empty());
+    }
+
     // === The era bridge, against a scripted old-era stdio server ===
 
     const FIXTURE_ENV: &str = "MB_LEGACY_FIXTURE";
