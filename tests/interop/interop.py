@@ -366,23 +366,25 @@ def cmd_sdk(work: Path, binary: str) -> int:
     checks.run("python-sdk: outside path is isError under --profile agent",
                session("agent", params(tree, "--profile", "agent"))(boundary), lambda: [logs / "sdk-agent.log"])
 
-    # -- the SDK's default mode probes server/discover, then falls back to initialize
+    # -- the SDK's default mode probes server/discover; answered, it stays on 2026-07-28 (no
+    # initialize follows: issue 9, where it used to get -32601 and fall back)
     wire = logs / "sdk-auto-wire.log"
 
     async def auto(c: Any) -> None:
-        check(c.protocol_version == "2025-11-25", f"negotiated {c.protocol_version!r}, want 2025-11-25")
-        check(c.session.initialize_result is not None, "no initialize result: the fallback did not happen")
+        check(c.protocol_version == "2026-07-28", f"negotiated {c.protocol_version!r}, want 2026-07-28")
+        check(c.session.initialize_result is None, "an initialize result: the client fell back")
         check_read(tree, t["read"], 1, 3, structured(res(await c.call_tool(
             "read_file", {"path": t["read"], "end_line": 3}))))
         sent = [json.loads(line[2:]) for line in wire.read_text().splitlines() if line.startswith("> ")]
         got = [json.loads(line[2:]) for line in wire.read_text().splitlines() if line.startswith("< ")]
         methods = [m.get("method") for m in sent]
-        check(methods[:2] == ["server/discover", "initialize"], f"client sent {methods}, want discover then initialize")
+        check(methods[:1] == ["server/discover"] and "initialize" not in methods,
+              f"client sent {methods}, want server/discover first and no initialize")
         reply = next((m for m in got if m.get("id") == sent[0].get("id")), None)
-        check(reply and reply.get("error", {}).get("code") == -32601,
-              f"server/discover reply {short(reply)}, want error -32601")
+        check(reply and "2026-07-28" in (reply.get("result") or {}).get("supportedVersions", []),
+              f"server/discover reply {short(reply)}, want a result offering 2026-07-28")
 
-    checks.run("python-sdk: default mode (server/discover probe falls back to initialize)",
+    checks.run("python-sdk: default mode (server/discover answered: 2026-07-28, no initialize)",
                session("auto", params(tree, wrap=wire), mode="auto")(auto), lambda: [logs / "sdk-auto.log", wire])
     return 1 if checks.failed else 0
 
@@ -783,15 +785,14 @@ def relay_python(checks: Checks, t: dict[str, Any], tree: Path, a: dict[str, Any
     wire: list[str] = []
 
     async def auto(c: Any) -> None:
-        check(c.protocol_version == "2025-11-25", f"negotiated {c.protocol_version!r}, want 2025-11-25")
-        check(c.session.initialize_result is not None, "no initialize result: the fallback did not happen")
+        check(c.protocol_version == "2026-07-28", f"negotiated {c.protocol_version!r}, want 2026-07-28")
+        check(c.session.initialize_result is None, "an initialize result: the client fell back")
         check_echo(await call(c, "echo"))
         posts = [w for w in wire if w.startswith("POST ")]
-        check(len(posts) >= 2 and posts[0].startswith("POST server/discover -> ")
-              and posts[1].startswith("POST initialize -> 200"),
-              f"wire {posts[:3]}, want server/discover (refused) then initialize")
+        check(posts and posts[0] == "POST server/discover -> 200" and not any(" initialize " in w for w in posts),
+              f"wire {posts[:3]}, want server/discover answered (200) and no initialize")
 
-    checks.run("python-sdk (relay): default mode (server/discover probe falls back to initialize)",
+    checks.run("python-sdk (relay): default mode (server/discover answered: 2026-07-28, no initialize)",
                session(a, "auto", wire)(auto), logf)
     return 1 if checks.failed else 0
 
