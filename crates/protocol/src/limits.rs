@@ -24,6 +24,9 @@ pub const RELAY_FRAME_MAX_BYTES: usize = 8 * MIB;
 pub const CONCURRENT_TOOL_CALLS: usize = 16;
 /// Default bound on relayed requests in flight per bridge.
 pub const RELAYED_REQUESTS_PER_BRIDGE: usize = 32;
+/// Open MCP 2026-07-28 `subscriptions/listen` streams per bridge on a relay; counted apart from
+/// [`RELAYED_REQUESTS_PER_BRIDGE`] so idle subscriptions never starve calls (HTTP 429 beyond).
+pub const SUBSCRIPTIONS_PER_BRIDGE: usize = 64;
 /// Pooled legacy sessions a daemon keeps to bridge MCP 2026-07-28 calls to upstream stdio
 /// servers of the old era (one child process per server and principal). When a new one would
 /// exceed it, the least recently used idle one is closed; with none idle the call is answered

@@ -32,7 +32,7 @@ use tokio::{
 
 use protocol::{
     frame::{RelayFrame, ResumeRequest, ServerInfo},
-    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX},
+    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE},
 };
 
 use crate::{
@@ -195,6 +195,8 @@ struct BridgeInner {
     bound_instance: Option<String>,
     detached_at: Option<Instant>,
     inflight: usize,
+    /// Open `subscriptions/listen` calls (bounded apart from `inflight`).
+    listens: usize,
 }
 
 /// One bridge's live state on this node.
@@ -601,13 +603,7 @@ impl Hub {
     }
 
     fn finish_pending(&self, s: &Session, p: Pending, terminal: Option<Value>) {
-        if let Ok(mut b) = s.bridge.inner.lock() {
-            b.inflight = b.inflight.saturating_sub(1);
-            if b.active.is_none() {
-                Metrics::add(&self.metrics.detached, -1);
-            }
-        }
-        Metrics::add(&self.metrics.inflight, -1);
+        self.release(s, p.listen);
         match (p.sink, terminal) {
             (Sink::Stream(st), Some(msg)) => {
                 st.push(&msg, true);
@@ -624,8 +620,12 @@ impl Hub {
 
     /// Registers request `message` (with id `id`) as in flight, answered to `sink`.
     ///
+    /// A `subscriptions/listen` call counts against [`SUBSCRIPTIONS_PER_BRIDGE`] instead of the
+    /// in-flight limit, and its deadline is [`SUBSCRIPTION_MAX`].
+    ///
     /// # Errors
-    /// [`SendError::TooMany`] over the bridge's in-flight limit; [`SendError::DuplicateId`].
+    /// [`SendError::TooMany`] over the bridge's in-flight (or subscription) limit;
+    /// [`SendError::DuplicateId`].
     pub fn register(
         &self,
         s: &Session,
@@ -634,14 +634,20 @@ impl Hub {
         sink: Sink,
     ) -> Result<(), SendError> {
         let key = id_key(id);
-        let max = self.config.max_inflight_per_bridge;
+        let listen =
+            s.call && message.get("method").and_then(Value::as_str) == Some(SUBSCRIPTIONS_LISTEN);
+        let max = if listen {
+            SUBSCRIPTIONS_PER_BRIDGE
+        } else {
+            self.config.max_inflight_per_bridge
+        };
         {
             let mut b = s
                 .bridge
                 .inner
                 .lock()
                 .map_err(|_| SendError::Busy(s.bridge.name.clone()))?;
-            if b.inflight >= max {
+            if (if listen { b.listens } else { b.inflight }) >= max {
                 return Err(SendError::TooMany(max));
             }
             let mut g = s
@@ -661,8 +667,6 @@ impl Hub {
             if let Some(t) = &token {
                 g.progress.insert(t.clone(), key.clone());
             }
-            let listen = s.call
-                && message.get("method").and_then(Value::as_str) == Some(SUBSCRIPTIONS_LISTEN);
             let budget = if listen {
                 SUBSCRIPTION_MAX
             } else {
@@ -679,20 +683,43 @@ impl Hub {
                 },
             );
             g.last_active = Instant::now();
-            b.inflight += 1;
+            if listen {
+                b.listens += 1;
+            } else {
+                b.inflight += 1;
+            }
         }
-        Metrics::add(&self.metrics.inflight, 1);
+        if listen {
+            Metrics::add(&self.metrics.subscriptions, 1);
+        } else {
+            Metrics::add(&self.metrics.inflight, 1);
+        }
         Ok(())
     }
 
     /// Withdraws a registered request without an answer (it could not be sent).
     pub fn unregister(&self, s: &Session, id: &Value) -> Option<Sink> {
         let p = s.inner.lock().ok()?.pending.remove(&id_key(id))?;
+        self.release(s, p.listen);
+        Some(p.sink)
+    }
+
+    /// Gives back the bridge slot of a request that is no longer pending.
+    fn release(&self, s: &Session, listen: bool) {
+        if listen {
+            if let Ok(mut b) = s.bridge.inner.lock() {
+                b.listens = b.listens.saturating_sub(1);
+            }
+            Metrics::add(&self.metrics.subscriptions, -1);
+            return;
+        }
         if let Ok(mut b) = s.bridge.inner.lock() {
             b.inflight = b.inflight.saturating_sub(1);
+            if b.active.is_none() {
+                Metrics::add(&self.metrics.detached, -1);
+            }
         }
         Metrics::add(&self.metrics.inflight, -1);
-        Some(p.sink)
     }
 
     /// Sends a client message of session `s` to `link`, opening the session there first if

@@ -569,6 +569,9 @@ async fn get(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) 
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
+    if let Some(r) = stateless::method_not_allowed(&headers) {
+        return r;
+    }
     if let Err(e) = legacy_version(&headers) {
         return e.into_response();
     }
@@ -597,6 +600,9 @@ async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMa
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
+    if let Some(r) = stateless::method_not_allowed(&headers) {
+        return r;
+    }
     if let Err(e) = legacy_version(&headers) {
         return e.into_response();
     }

@@ -11,6 +11,8 @@ pub struct Metrics {
     pub inflight: AtomicI64,
     /// Of those, requests whose daemon socket is gone (awaiting the same instance).
     pub detached: AtomicI64,
+    /// Open `subscriptions/listen` streams of MCP 2026-07-28 clients (not in `inflight`).
+    pub subscriptions: AtomicI64,
     /// Daemon sockets handshaking (hello, probe, resume).
     pub sockets_candidate: AtomicI64,
     /// Daemon sockets that are a bridge's active daemon.
@@ -51,6 +53,12 @@ impl Metrics {
             "gauge",
             "Relayed client requests awaiting a response.",
             &[(String::new(), g(&self.inflight).into())],
+        );
+        metric(
+            "machine_mcp_relay_subscriptions",
+            "gauge",
+            "Open subscriptions/listen streams (MCP 2026-07-28), not counted as in-flight requests.",
+            &[(String::new(), g(&self.subscriptions).into())],
         );
         metric(
             "machine_mcp_relay_detached_requests",

@@ -742,7 +742,10 @@ async fn call(
     };
     match (stream, waiter) {
         (Some(st), _) => {
-            if !listen && let Some(reply) = hold(&st, STATELESS_RESPONSE_HOLD).await {
+            if !listen
+                && accepts_json(headers)
+                && let Some(reply) = hold(&st, STATELESS_RESPONSE_HOLD).await
+            {
                 drop(guard);
                 return json_body(status_of(&reply), &reply);
             }
@@ -758,6 +761,40 @@ async fn call(
         }
         (None, None) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+/// Whether the client's `Accept` admits `application/json` (absent `Accept` admits anything).
+fn accepts_json(headers: &HeaderMap) -> bool {
+    let mut any = false;
+    let ok = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|part| {
+            any = true;
+            let mut it = part.split(';');
+            let mime = it.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q_zero = it.any(|p| {
+                matches!(p.trim().strip_prefix("q="), Some(q) if q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
+            });
+            matches!(mime.as_str(), "application/json" | "application/*" | "*/*") && !q_zero
+        });
+    ok || !any
+}
+
+/// `GET` or `DELETE` by a client naming a 2026-07-28 version: that revision has neither (MCP
+/// 2026-07-28 Streamable HTTP § Backward Compatibility, Earlier Streamable HTTP Revisions: 405).
+pub fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
+    let v = headers.get(VERSION_HEADER)?.to_str().ok()?;
+    MODERN_VERSIONS.contains(&v).then(|| {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "MCP 2026-07-28 has no GET or DELETE on the MCP endpoint",
+        )
+            .into_response()
+    })
 }
 
 /// Waits up to `max` for `st` to finish with its response as its only message, and returns that
@@ -1122,6 +1159,23 @@ mod tests {
         assert_eq!(d["instructions"], "Use it well.");
         assert_eq!(d["ttlMs"], 0);
         assert_eq!(d["cacheScope"], "public");
+    }
+
+    #[test]
+    fn accept_headers_decide_whether_a_json_body_may_be_sent() {
+        assert!(accepts_json(&HeaderMap::new()));
+        assert!(accepts_json(&headers(&[(
+            "accept",
+            "application/json, text/event-stream"
+        )])));
+        assert!(accepts_json(&headers(&[("accept", "*/*")])));
+        assert!(!accepts_json(&headers(&[("accept", "text/event-stream")])));
+        assert!(!accepts_json(&headers(&[(
+            "accept",
+            "text/event-stream, application/json;q=0"
+        )])));
+        assert!(method_not_allowed(&headers(&[("mcp-protocol-version", "2026-07-28")])).is_some());
+        assert!(method_not_allowed(&headers(&[("mcp-protocol-version", "2025-11-25")])).is_none());
     }
 
     #[test]

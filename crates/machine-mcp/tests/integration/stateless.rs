@@ -566,13 +566,13 @@ fn read_some(sock: &mut std::net::TcpStream) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-fn wait_inflight(relay: &Relay, n: i64) {
+fn wait_metric(relay: &Relay, name: &str, n: i64) {
     let end = Instant::now() + Duration::from_secs(30);
-    while relay.metric("machine_mcp_relay_inflight_requests") != n {
+    while relay.metric(name) != n {
         assert!(
             Instant::now() < end,
-            "in flight: {} (want {n})\nrelay:\n{}",
-            relay.metric("machine_mcp_relay_inflight_requests"),
+            "{name}: {} (want {n})\nrelay:\n{}",
+            relay.metric(name),
             relay.proc.log()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -605,11 +605,13 @@ fn subscriptions_listen_stays_open_until_the_client_closes_it() {
         !got.to_ascii_lowercase().contains("mcp-session-id"),
         "{got}"
     );
-    // Longer than the response hold: still open, still in flight.
+    // Longer than the response hold: still open, counted as a subscription and not against the
+    // bridge's in-flight requests (idle subscriptions never starve calls).
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(s.relay.metric("machine_mcp_relay_inflight_requests"), 1);
+    assert_eq!(s.relay.metric("machine_mcp_relay_subscriptions"), 1);
+    assert_eq!(s.relay.metric("machine_mcp_relay_inflight_requests"), 0);
     drop(sock);
-    wait_inflight(&s.relay, 0);
+    wait_metric(&s.relay, "machine_mcp_relay_subscriptions", 0);
 }
 
 #[test]
