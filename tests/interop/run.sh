@@ -117,6 +117,7 @@ note "server $BIN ($("$BIN" --version)); $(cat "$WORK/logs/tree.log")"
 
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 CONF_JS="$MODULES/@modelcontextprotocol/conformance/dist/index.js"
+CONF26_JS="$MODULES/conformance-2026/dist/index.js" # 0.2.0-alpha.12, the 2026-07-28 requirement set
 
 # ---------------------------------------------------------------------------------------------
 # stdio: `machine-mcp stdio` with the Python SDK, the Inspector CLI and (behind supergateway) a
@@ -127,11 +128,19 @@ stdio_part() {
   # a. Python SDK (stdio client)
   tally python-sdk 240 "$PY" "$HERE/interop.py" sdk "$WORK" "$BIN"
 
-  # b. Inspector CLI v1 and v2
+  # b. MCP 2026-07-28 clients forced to the new era (modern.py): the Python SDK and the
+  # TypeScript client 2.x against `machine-mcp stdio` and the fixture on stdio; discover then
+  # initialize on one raw connection
+  tally modern-raw 60 "$PY" "$HERE/modern.py" stdio raw "$WORK" "$BIN" "$FIXTURE"
+  tally modern-python 300 "$PY" "$HERE/modern.py" stdio python "$WORK" "$BIN" "$FIXTURE"
+  tally modern-ts 300 env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES" \
+    "$PY" "$HERE/modern.py" stdio ts "$WORK" "$BIN" "$FIXTURE"
+
+  # c. Inspector CLI v1 and v2
   tally inspector 400 env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES" \
     "$PY" "$HERE/interop.py" inspector "$WORK" "$BIN"
 
-  # c. conformance suite, through supergateway (Streamable HTTP, one server child per session)
+  # d. conformance suite, through supergateway (Streamable HTTP, one server child per session)
   shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; } # quoting for the gateway's shell
   port="$(free_port)"
   "$NODE" "$MODULES/supergateway/dist/index.js" \
@@ -264,14 +273,41 @@ conformance_run() {
     "$baseline" "$WORK/logs/up-$name.log"
 }
 
+# conformance26_run NAME TARGET URL: the suite's 2026-07-28 requirement set (`--requirements
+# 2026-07-28`, conformance 0.2.0-alpha.12) against URL of up NAME (auth none: some scenarios send
+# raw requests past any fetch wrapper), judged by modern.py per TARGET (fixture, runtime = the
+# daemon's built-in runtime, stdio = `machine-mcp stdio` carried as an upstream)
+conformance26_run() {
+  local name="$1" target="$2" url="$3" rc out="$WORK/conformance26-$2" log="$WORK/logs/conformance26-$2.log"
+  url="${url/http:\/\/127.0.0.1:/http://localhost:}"
+  set +e
+  timeout 180 "$NODE" "$CONF26_JS" server --url "$url" --requirements 2026-07-28 -o "$out" >"$log" 2>&1
+  rc=$?
+  set -e
+  tally "relay-conformance26-$target" 60 "$PY" "$HERE/modern.py" conformance "$target" \
+    "relay conformance 2026-07-28 ($target)" "$rc" "$out" "$log" "$WORK/logs/up-$name.log"
+}
+
 relay_part() {
   local t0=$SECONDS token node_env
   "$PY" -c 'import json, sys; print(json.dumps({"mcpServers": {"conformance": {"command": sys.argv[1]}}}))' \
     "$FIXTURE" >"$WORK/servers.json"
+  # the tree's `up` carries the fixture twice for the 2026-07-28 clients: both eras, and
+  # --legacy-only (an old-era server the daemon has to bridge)
+  "$PY" -c 'import json, sys; print(json.dumps({"mcpServers": {"conformance": {"command": sys.argv[1]},
+    "legacy": {"command": sys.argv[1], "args": ["--legacy-only"]}}}))' "$FIXTURE" >"$WORK/servers-modern.json"
+  # the auth-none `up` also carries `machine-mcp stdio` itself, for the 2026-07-28 suite
+  "$PY" -c 'import json, sys; print(json.dumps({"mcpServers": {"conformance": {"command": sys.argv[1]},
+    "machine": {"command": sys.argv[2], "args": ["stdio", "--workspace", sys.argv[3], "--profile", "review"]}}}))' \
+    "$FIXTURE" "$BIN" "$WORK/tree" >"$WORK/servers-none.json"
 
-  # a. conformance suite, auth none: all scenarios must pass
-  if up_start conf-none --workspace "$WORK/tree" --profile review --auth none --servers "$WORK/servers.json"; then
+  # a. conformance suite, auth none: all scenarios must pass; then the 2026-07-28 requirement set
+  # against the fixture, the built-in runtime and `machine-mcp stdio` carried
+  if up_start conf-none --workspace "$WORK/tree" --profile review --auth none --servers "$WORK/servers-none.json"; then
     conformance_run conf-none "relay conformance (auth none)" ""
+    conformance26_run conf-none fixture "$(up_field conf-none 'j["servers"]["conformance"]')"
+    conformance26_run conf-none runtime "$(up_field conf-none 'j["mcp_url"]')"
+    conformance26_run conf-none stdio "$(up_field conf-none 'j["servers"]["machine"]')"
     up_stop conf-none
   fi
   # b. conformance suite, token auth, the token added to the suite's fetch
@@ -285,12 +321,16 @@ relay_part() {
   # c. real clients with the bearer token: reads, searches and processes on the tree, edits on
   # copies in relay-edits (a second `up`)
   mkdir -p "$WORK/relay-edits"
-  if up_start tree --workspace "$WORK/tree" --profile agent && up_start edits --workspace "$WORK/relay-edits" --profile agent; then
+  if up_start tree --workspace "$WORK/tree" --profile agent --servers "$WORK/servers-modern.json" && up_start edits --workspace "$WORK/relay-edits" --profile agent; then
     node_env=(env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES")
     local ups=("$WORK" "$WORK/logs/up-tree.json" "$WORK/logs/up-edits.json")
     tally relay-ts 180 "${node_env[@]}" "$PY" "$HERE/interop.py" relay ts "${ups[@]}"
     tally relay-python 180 "$PY" "$HERE/interop.py" relay python "${ups[@]}"
     tally relay-inspector 300 "${node_env[@]}" "$PY" "$HERE/interop.py" relay inspector "${ups[@]}"
+    # the 2026-07-28 clients (modern.py): built-in runtime, and the fixture carried (both eras,
+    # and --legacy-only through the daemon's era bridge)
+    tally relay-modern-python 300 "$PY" "$HERE/modern.py" relay python "${ups[@]}"
+    tally relay-modern-ts 300 "${node_env[@]}" "$PY" "$HERE/modern.py" relay ts "${ups[@]}"
   fi
   up_stop tree
   up_stop edits
