@@ -679,7 +679,14 @@ async fn git_commit(
     if !args.allow_empty {
         let staged = git::run_in(
             &repo,
-            &os(&["diff", "--cached", "--quiet", "--ignore-submodules=all"]),
+            &os(&[
+                "diff",
+                "--cached",
+                "--quiet",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--ignore-submodules=all",
+            ]),
             None,
             1024,
             &cx.cancel,
