@@ -120,8 +120,14 @@ async fn serve_transport(runtime: Arc<Runtime>, transport: StdioTransport) -> io
             let _ = running.waiting().await;
             Ok(())
         }
+        // The input ended without an initialize: the client spoke MCP 2026-07-28 only (requests
+        // without a session are answered while rmcp waits for one), or sent nothing.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+            tracing::info!("stdio input ended (no initialize: a 2026-07-28 client or none)");
+            Ok(())
+        }
         Err(e) => {
-            // The input ended before initialize, or the handshake failed: nothing left to serve.
+            // The handshake failed: nothing left to serve.
             tracing::info!(error = %e, "stdio session ended before it started");
             Ok(())
         }
