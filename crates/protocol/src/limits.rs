@@ -105,7 +105,9 @@ pub const SESSION_RETENTION_AFTER_EXIT: Duration = Duration::from_secs(30 * 60);
 /// is answered with its result, one that does not is answered with `CreateTaskResult`.
 pub const TASK_FOREGROUND_BUDGET: Duration = Duration::from_secs(3);
 /// Tasks one runtime keeps (working and finished). When a new task would exceed it, the finished
-/// task that ended first is discarded; working tasks are bounded by [`CONCURRENT_TOOL_CALLS`].
+/// task that ended first is discarded. This also bounds working tasks: a call that becomes a task
+/// gives its [`CONCURRENT_TOOL_CALLS`] slot back, and when every kept task is still working a new
+/// one stays in the foreground (holding its slot) instead.
 pub const TASKS_MAX: usize = 64;
 /// How long a finished task stays readable with `tasks/get` after it ended.
 pub const TASK_RETENTION_AFTER_END: Duration = Duration::from_secs(30 * 60);

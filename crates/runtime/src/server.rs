@@ -24,16 +24,21 @@
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
 //! - At most [`CONCURRENT_TOOL_CALLS`] calls run at once; one more gets `limit_exceeded` at once.
+//!   A call that becomes a task gives its slot back (working tasks are bounded by
+//!   [`protocol::limits::TASKS_MAX`] instead), so tasks never lock other callers out.
 //! - A call whose request carries a progress token gets `notifications/progress` from its handler.
 //! - `notifications/cancelled` fires the call's cancellation token; rmcp then drops its response.
 
 use std::{
     borrow::Cow,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
 };
+
+/// The call slot a running call holds; a call that becomes a task takes it out and drops it.
+type CallSlot = Arc<Mutex<Option<OwnedSemaphorePermit>>>;
 
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
@@ -46,7 +51,7 @@ use rmcp::{
     },
     service::RequestContext,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use protocol::limits::{CONCURRENT_TOOL_CALLS, TASK_FOREGROUND_BUDGET};
@@ -177,8 +182,10 @@ impl McpServer {
         let (tx, mut rx) = oneshot::channel();
         let server = self.clone();
         let work = entry.clone();
+        let slot = CallSlot::default();
+        let held = slot.clone();
         tokio::spawn(async move {
-            let outcome = server.call(&name, arguments, cx).await;
+            let outcome = server.call_in_slot(&name, arguments, cx, held).await;
             work.finish(&outcome);
             let _ = tx.send(outcome);
         });
@@ -193,9 +200,13 @@ impl McpServer {
         }
         detached.store(true, Ordering::Release);
         match self.access.runtime().tasks().insert(entry.clone()) {
-            Ok(()) => Ok(CallToolResponse::Task(CreateTaskResult::new(
-                entry.detailed().task,
-            ))),
+            Ok(()) => {
+                // The task is bounded by TASKS_MAX from now on, not by the call slots.
+                drop(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+                Ok(CallToolResponse::Task(CreateTaskResult::new(
+                    entry.detailed().task,
+                )))
+            }
             Err(_) => {
                 tracing::info!("the task table is full; the call stays in the foreground");
                 finished(rx.await)
@@ -223,6 +234,19 @@ impl McpServer {
         name: &str,
         arguments: rmcp::model::JsonObject,
         cx: CallContext,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.call_in_slot(name, arguments, cx, CallSlot::default())
+            .await
+    }
+
+    /// [`Self::call`], with the call's slot permit kept in `slot` while the call runs, so that the
+    /// caller may release it early (a call that became a task).
+    async fn call_in_slot(
+        &self,
+        name: &str,
+        arguments: rmcp::model::JsonObject,
+        cx: CallContext,
+        slot: CallSlot,
     ) -> Result<CallToolResult, ErrorData> {
         let Some(spec) = catalog::find(name) else {
             return Err(ErrorData::invalid_params(
@@ -253,13 +277,14 @@ impl McpServer {
                 .retryable(),
             ));
         };
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
         let runtime = self.access.runtime().clone();
         runtime.call_started();
         let fut = spec.invoke(self.access.clone(), arguments, cx);
         // Each call runs in its own task so a panic is contained to this call (internal_error).
         let outcome = tokio::spawn(async move {
             let r = fut.await;
-            drop(permit);
+            drop(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
             r
         })
         .await;

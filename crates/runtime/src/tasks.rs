@@ -234,9 +234,8 @@ impl Tasks {
     /// first; when [`TASKS_MAX`] tasks are still kept, the finished one that ended first goes.
     ///
     /// # Errors
-    /// Every kept task is still working (at most [`protocol::limits::CONCURRENT_TOOL_CALLS`] can
-    /// be, so only a smaller `TASKS_MAX` makes this happen): the caller keeps the call in the
-    /// foreground instead.
+    /// Every kept task is still working (`TASKS_MAX` of them): the caller keeps the call in the
+    /// foreground instead, holding its call slot.
     pub fn insert(&self, entry: Arc<TaskEntry>) -> Result<(), Arc<TaskEntry>> {
         let mut tasks = self.lock();
         let now = Instant::now();

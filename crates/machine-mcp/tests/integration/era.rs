@@ -285,3 +285,35 @@ fn subscriptions_listen_is_acknowledged_and_ends_on_cancel() {
     let list = s.request("tools/list", json!({"_meta": meta(false)}));
     assert!(list["result"]["tools"].is_array(), "{list}");
 }
+
+/// A call that became a task gives its call slot back: as many tasks as there are call slots
+/// still leave room for other calls (tasks are bounded by `TASKS_MAX` instead).
+#[test]
+fn tasks_do_not_hold_call_slots() {
+    let t = Tree::new();
+    let mut s = Server::spawn(t.path(), &[]);
+    let ids: Vec<i64> = (0..protocol::limits::CONCURRENT_TOOL_CALLS)
+        .map(|_| {
+            s.send_request(
+                "tools/call",
+                call_params("run_process", json!({"argv": ["sleep", "60"]}), true),
+            )
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for id in ids {
+        let r = s.wait_for(&json!(id), RESPONSE_TIMEOUT).expect("response");
+        assert_eq!(r["result"]["resultType"], "task", "{r}");
+        tasks.push(r["result"]["taskId"].as_str().expect("taskId").to_owned());
+    }
+    std::fs::write(t.path().join("a.txt"), "hello\n").expect("write");
+    let r = s.request(
+        "tools/call",
+        call_params("read_file", json!({"path": "a.txt"}), true),
+    );
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    for id in tasks {
+        s.request("tasks/cancel", json!({"taskId": id, "_meta": meta(true)}));
+    }
+}
