@@ -6,15 +6,20 @@
 //!
 //! A modern request passes the same Host, Origin, credential and bridge checks as any other
 //! (`mcp::admit`), then:
+//! 0. a method 2026-07-28 removed (`initialize`, `ping`, `logging/setLevel`; changelog, SEP-2575)
+//!    → 404 with `-32601` and the request's id ([`removed_method`]; Streamable HTTP § Protocol
+//!    Version Header);
 //! 1. its per-request `_meta` (Basic § `_meta`, Per-request protocol fields): a missing
 //!    `io.modelcontextprotocol/protocolVersion` or `io.modelcontextprotocol/clientCapabilities` →
 //!    400 with `-32602`; a version the relay does not serve → 400 with `-32022`
-//!    (`UnsupportedProtocolVersionError`, `data.supported` lists every version of both eras);
+//!    (`UnsupportedProtocolVersionError`, `data.supported` lists what the endpoint's
+//!    `server/discover` reports, [`endpoint_versions`]);
 //! 2. its headers (Basic › Transports › Streamable HTTP § Request Metadata, § Server Validation):
 //!    `MCP-Protocol-Version` must be present and equal the `_meta` version, `Mcp-Method` must equal
 //!    the body's method, `Mcp-Name` must equal `params.name` (`tools/call`, `prompts/get`) or
-//!    `params.uri` (`resources/read`) after Base64-sentinel decoding (and, when sent, `taskId` of
-//!    `tasks/*`, SEP-2663), and the `Mcp-Param-*` headers of a `tools/call` must match the
+//!    `params.uri` (`resources/read`) after Base64-sentinel decoding, or `params.taskId`
+//!    (`tasks/get`, `tasks/update`, `tasks/cancel`; SEP-2663 § Streamable HTTP: Routing Headers),
+//!    and the `Mcp-Param-*` headers of a `tools/call` must match the
 //!    arguments its tool's `x-mcp-header` annotations name → otherwise 400 with `-32020`
 //!    (`HeaderMismatch`);
 //! 3. a stray `MCP-Session-Id` is ignored and none is issued (§ Backward Compatibility).
@@ -105,15 +110,23 @@ pub enum Era {
 }
 
 /// The era of one POSTed message (MCP 2026-07-28 Basic › Versioning § Backward Compatibility):
-/// `initialize` is legacy whatever else it carries; `server/discover` is modern; so is a message
-/// whose `_meta` names a protocol version (unless it names a legacy version inside a session) or
-/// whose `MCP-Protocol-Version` header names a version that is not a legacy one (an unknown one
-/// is then refused with the modern `UnsupportedProtocolVersionError`). Everything else — session
-/// traffic, notifications and responses of legacy clients — is legacy.
+/// `initialize` is legacy unless its `MCP-Protocol-Version` header or its `_meta` protocol
+/// version names a 2026-07-28 version (then it is a modern request for a method that era does
+/// not have, answered by [`removed_method`]); `server/discover` is modern; so is a message whose
+/// `_meta` names a protocol version (unless it names a legacy version inside a session) or whose
+/// `MCP-Protocol-Version` header names a version that is not a legacy one (an unknown one is then
+/// refused with the modern `UnsupportedProtocolVersionError`). Everything else — session traffic,
+/// notifications and responses of legacy clients — is legacy.
 pub fn era(headers: &HeaderMap, message: &Value) -> Era {
     let method = message.get("method").and_then(Value::as_str);
     match method {
-        Some("initialize") => return Era::Legacy,
+        Some("initialize") => {
+            return if names_modern(headers, message) {
+                Era::Modern
+            } else {
+                Era::Legacy
+            };
+        }
         Some("server/discover") => return Era::Modern,
         _ => {}
     }
@@ -134,6 +147,68 @@ pub fn era(headers: &HeaderMap, message: &Value) -> Era {
         },
         None => Era::Legacy,
     }
+}
+
+/// Methods of the handshake era that MCP 2026-07-28 removed (changelog items 2 and 5, SEP-2575),
+/// with what a client does instead.
+pub const REMOVED_METHODS: [(&str, &str); 3] = [
+    (
+        "initialize",
+        "use server/discover, or send initialize without the 2026-07-28 header for the 2025-11-25 era",
+    ),
+    (
+        "ping",
+        "any request shows the server is reachable (server/discover is the cheapest)",
+    ),
+    (
+        "logging/setLevel",
+        "set _meta[\"io.modelcontextprotocol/logLevel\"] on each request instead",
+    ),
+];
+
+/// The refusal of a 2026-07-28 request for a method that era does not have ([`REMOVED_METHODS`]):
+/// HTTP 404 with JSON-RPC `-32601` (Method not found) and the request's `id` (MCP 2026-07-28
+/// Basic › Transports › Streamable HTTP § Protocol Version Header: "If the server does not
+/// implement the requested RPC method, it MUST respond with `404 Not Found` and a JSON-RPC error
+/// with code `-32601`"). `None` for any other method.
+pub fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
+    let (_, instead) = REMOVED_METHODS.iter().find(|(m, _)| *m == method)?;
+    Some(HttpError::rpc(
+        StatusCode::NOT_FOUND,
+        id.clone(),
+        METHOD_NOT_FOUND,
+        format!("{method} is not part of MCP 2026-07-28; {instead}"),
+    ))
+}
+
+/// The protocol versions an endpoint serves, as its `server/discover` reports them
+/// (`supportedVersions` of the cached catalog's discover result, [`cached_discover`]): what its
+/// `UnsupportedProtocolVersionError` lists. [`ALL_VERSIONS`] when the bridge has no catalog entry
+/// for the server, or the entry names no versions.
+pub fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
+    let listed: Vec<String> = info
+        .map(cached_discover)
+        .and_then(|d| d.get("supportedVersions").cloned())
+        .and_then(|v| serde_json::from_value::<Vec<String>>(v).ok())
+        .unwrap_or_default();
+    if listed.is_empty() {
+        ALL_VERSIONS.iter().map(|v| (*v).to_owned()).collect()
+    } else {
+        listed
+    }
+}
+
+/// Whether a message names a 2026-07-28 version ([`MODERN_VERSIONS`]) in its
+/// `MCP-Protocol-Version` header or its `_meta` protocol version.
+fn names_modern(headers: &HeaderMap, message: &Value) -> bool {
+    let modern = |v: Option<&str>| v.is_some_and(|v| MODERN_VERSIONS.contains(&v));
+    modern(headers.get(VERSION_HEADER).and_then(|h| h.to_str().ok()))
+        || modern(
+            message
+                .pointer("/params/_meta")
+                .and_then(|m| m.get(META_PROTOCOL_VERSION))
+                .and_then(Value::as_str),
+        )
 }
 
 /// The sole value of header `name`: `Ok(None)` when absent; an error when repeated (these
@@ -239,13 +314,16 @@ pub fn param_headers<'a>(
 }
 
 /// Checks a modern request's `_meta` and headers (see the module docs for the order and the
-/// errors). `annotations` gives the `x-mcp-header` annotations of a called tool.
+/// errors). `supported` is what the endpoint's `server/discover` reports ([`endpoint_versions`]),
+/// listed in an `UnsupportedProtocolVersionError`; `annotations` gives the `x-mcp-header`
+/// annotations of a called tool.
 ///
 /// # Errors
 /// The refusal to send, with the request's id.
-pub fn validate(
+pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
     headers: &HeaderMap,
     message: &Value,
+    supported: &[S],
     annotations: impl Fn(&str) -> Option<Vec<ParamHeader>>,
 ) -> Result<(), HttpError> {
     let id = message.get("id").cloned().unwrap_or(Value::Null);
@@ -257,10 +335,10 @@ pub fn validate(
             StatusCode::BAD_REQUEST,
             UNSUPPORTED_PROTOCOL_VERSION,
             format!(
-                "Unsupported protocol version {requested:?}; this server supports {ALL_VERSIONS:?}"
+                "Unsupported protocol version {requested:?}; this server supports {supported:?}"
             ),
         )
-        .with_data(json!({"supported": ALL_VERSIONS, "requested": requested}))
+        .with_data(json!({"supported": supported, "requested": requested}))
     };
     let mismatch = |why: String| {
         bad(
@@ -344,8 +422,9 @@ pub fn validate(
     let (name_key, required) = match method {
         "tools/call" | "prompts/get" => (Some("name"), true),
         "resources/read" => (Some("uri"), true),
-        // SEP-2663: task requests name their task in Mcp-Name; checked when sent.
-        "tasks/get" | "tasks/update" | "tasks/cancel" => (Some("taskId"), false),
+        // SEP-2663 § Streamable HTTP: Routing Headers: the client MUST set Mcp-Name to the
+        // taskId, so intermediaries can route to the instance holding the task.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => (Some("taskId"), true),
         _ => (None, false),
     };
     if let Some(key) = name_key {
@@ -553,14 +632,18 @@ pub async fn post(
             );
         }
     };
+    // Only for a request of 2026-07-28: another version gets its version error from `validate`.
+    if names_modern(headers, &message)
+        && let Some(e) = removed_method(&method, &id)
+    {
+        tracing::debug!(bridge = %b.name, method, "refused a method MCP 2026-07-28 does not have");
+        return e.into_response();
+    }
     let catalog = b.catalog();
-    let annotations = |tool: &str| {
-        catalog
-            .as_ref()
-            .and_then(|c| c.get(server))
-            .and_then(|i| i.param_headers.get(tool).cloned())
-    };
-    if let Err(e) = validate(headers, &message, annotations) {
+    let cached = catalog.as_ref().and_then(|c| c.get(server));
+    let supported = endpoint_versions(cached);
+    let annotations = |tool: &str| cached.and_then(|i| i.param_headers.get(tool).cloned());
+    if let Err(e) = validate(headers, &message, &supported, annotations) {
         tracing::debug!(bridge = %b.name, method, error = %e.message, "refused an MCP 2026-07-28 request");
         return e.into_response();
     }
@@ -954,10 +1037,38 @@ mod tests {
             ),
             Era::Legacy
         );
+        // `initialize` naming 2026-07-28 (header or `_meta`) is a modern request for a method
+        // that era does not have; without either it opens a session as always.
         let init =
             json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"_meta": meta()}});
         assert_eq!(
             era(&headers(&[("mcp-protocol-version", "2026-07-28")]), &init),
+            Era::Modern
+        );
+        assert_eq!(era(&HeaderMap::new(), &init), Era::Modern);
+        let legacy_init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}}});
+        assert_eq!(era(&HeaderMap::new(), &legacy_init), Era::Legacy);
+        assert_eq!(
+            era(
+                &headers(&[("mcp-protocol-version", "2025-11-25")]),
+                &legacy_init
+            ),
+            Era::Legacy
+        );
+        assert_eq!(
+            era(
+                &headers(&[("mcp-protocol-version", "2026-07-28")]),
+                &legacy_init
+            ),
+            Era::Modern
+        );
+        // An unknown version on `initialize` stays the session era's negotiation.
+        assert_eq!(
+            era(
+                &headers(&[("mcp-protocol-version", "1999-01-01")]),
+                &legacy_init
+            ),
             Era::Legacy
         );
         let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover"});
@@ -998,29 +1109,37 @@ mod tests {
             "params": {"name": "read_file", "arguments": {"path": "a"}, "_meta": meta()}});
         let mut hs = modern_headers("tools/call");
         hs.push(("mcp-name", "read_file".into()));
-        assert!(validate(&h(&hs), &call, none).is_ok());
+        assert!(validate(&h(&hs), &call, &ALL_VERSIONS, none).is_ok());
         // Base64-sentinel names are decoded before comparing.
         let mut enc = modern_headers("tools/call");
         enc.push((
             "mcp-name",
             format!("=?base64?{}?=", STANDARD.encode("read_file")),
         ));
-        assert!(validate(&h(&enc), &call, none).is_ok());
+        assert!(validate(&h(&enc), &call, &ALL_VERSIONS, none).is_ok());
         // Mcp-Method differs from the body.
         let mut wrong = modern_headers("tools/list");
         wrong.push(("mcp-name", "read_file".into()));
-        let e = validate(&h(&wrong), &call, none).unwrap_err();
+        let e = validate(&h(&wrong), &call, &ALL_VERSIONS, none).unwrap_err();
         assert_eq!(
             (e.status, e.code, e.id.clone()),
             (StatusCode::BAD_REQUEST, HEADER_MISMATCH, json!(3))
         );
         // Mcp-Name missing, or naming another tool.
-        let e = validate(&h(&modern_headers("tools/call")), &call, none).unwrap_err();
+        let e = validate(
+            &h(&modern_headers("tools/call")),
+            &call,
+            &ALL_VERSIONS,
+            none,
+        )
+        .unwrap_err();
         assert_eq!(e.code, HEADER_MISMATCH);
         let mut other = modern_headers("tools/call");
         other.push(("mcp-name", "write_file".into()));
         assert_eq!(
-            validate(&h(&other), &call, none).unwrap_err().code,
+            validate(&h(&other), &call, &ALL_VERSIONS, none)
+                .unwrap_err()
+                .code,
             HEADER_MISMATCH
         );
         // Mcp-Method missing; duplicated.
@@ -1029,19 +1148,29 @@ mod tests {
             ("mcp-name", "read_file".to_owned()),
         ];
         assert_eq!(
-            validate(&h(&bare), &call, none).unwrap_err().code,
+            validate(&h(&bare), &call, &ALL_VERSIONS, none)
+                .unwrap_err()
+                .code,
             HEADER_MISMATCH
         );
         let mut dup = hs.clone();
         dup.push(("mcp-method", "tools/call".into()));
         assert_eq!(
-            validate(&h(&dup), &call, none).unwrap_err().code,
+            validate(&h(&dup), &call, &ALL_VERSIONS, none)
+                .unwrap_err()
+                .code,
             HEADER_MISMATCH
         );
         // The version header must be there and equal the _meta version.
         let list =
             json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": meta()}});
-        let e = validate(&headers(&[("mcp-method", "tools/list")]), &list, none).unwrap_err();
+        let e = validate(
+            &headers(&[("mcp-method", "tools/list")]),
+            &list,
+            &ALL_VERSIONS,
+            none,
+        )
+        .unwrap_err();
         assert_eq!(
             (e.status, e.code),
             (StatusCode::BAD_REQUEST, HEADER_MISMATCH)
@@ -1052,10 +1181,53 @@ mod tests {
                 ("mcp-protocol-version", "2025-11-25"),
             ]),
             &list,
+            &ALL_VERSIONS,
             none,
         )
         .unwrap_err();
         assert_eq!(e.code, HEADER_MISMATCH);
+    }
+
+    #[test]
+    fn task_requests_must_name_their_task_in_mcp_name() {
+        for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+            let body = json!({"jsonrpc": "2.0", "id": 9, "method": method,
+                "params": {"taskId": "t-1", "_meta": meta()}});
+            let mut ok = modern_headers(method);
+            ok.push(("mcp-name", "t-1".into()));
+            assert!(
+                validate(&h(&ok), &body, &ALL_VERSIONS, none).is_ok(),
+                "{method}"
+            );
+            let e = validate(&h(&modern_headers(method)), &body, &ALL_VERSIONS, none).unwrap_err();
+            assert_eq!(
+                (e.status, e.code, e.id.clone()),
+                (StatusCode::BAD_REQUEST, HEADER_MISMATCH, json!(9)),
+                "{method} without Mcp-Name"
+            );
+            let mut other = modern_headers(method);
+            other.push(("mcp-name", "t-2".into()));
+            let e = validate(&h(&other), &body, &ALL_VERSIONS, none).unwrap_err();
+            assert_eq!(e.code, HEADER_MISMATCH, "{method} naming another task");
+        }
+    }
+
+    #[test]
+    fn removed_methods_are_refused_as_unknown_in_2026_07_28() {
+        for method in ["initialize", "ping"] {
+            let e = removed_method(method, &json!(7)).expect(method);
+            assert_eq!(
+                (e.status, e.code, e.id.clone()),
+                (StatusCode::NOT_FOUND, METHOD_NOT_FOUND, json!(7))
+            );
+            assert!(
+                e.message
+                    .starts_with(&format!("{method} is not part of MCP 2026-07-28")),
+                "{}",
+                e.message
+            );
+        }
+        assert!(removed_method("tools/list", &json!(1)).is_none());
     }
 
     #[test]
@@ -1082,6 +1254,7 @@ mod tests {
             validate(
                 &with(&[("mcp-param-region", "us-west1"), ("mcp-param-n", "42.0")]),
                 &call(args.clone()),
+                &ALL_VERSIONS,
                 ann
             )
             .is_ok()
@@ -1090,6 +1263,7 @@ mod tests {
             validate(
                 &with(&[("mcp-param-region", "eu")]),
                 &call(args.clone()),
+                &ALL_VERSIONS,
                 ann
             )
             .unwrap_err()
@@ -1098,13 +1272,18 @@ mod tests {
             "a missing Mcp-Param-N and a wrong region"
         );
         assert_eq!(
-            validate(&with(&[("mcp-param-region", "us-west1")]), &call(args), ann)
-                .unwrap_err()
-                .code,
+            validate(
+                &with(&[("mcp-param-region", "us-west1")]),
+                &call(args),
+                &ALL_VERSIONS,
+                ann
+            )
+            .unwrap_err()
+            .code,
             HEADER_MISMATCH
         );
         assert!(
-            validate(&with(&[]), &call(json!({})), ann).is_ok(),
+            validate(&with(&[]), &call(json!({})), &ALL_VERSIONS, ann).is_ok(),
             "absent arguments need no header"
         );
     }
@@ -1112,14 +1291,26 @@ mod tests {
     #[test]
     fn required_meta_and_versions_are_checked() {
         let no_meta = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
-        let e = validate(&h(&modern_headers("tools/list")), &no_meta, none).unwrap_err();
+        let e = validate(
+            &h(&modern_headers("tools/list")),
+            &no_meta,
+            &ALL_VERSIONS,
+            none,
+        )
+        .unwrap_err();
         assert_eq!(
             (e.status, e.code),
             (StatusCode::BAD_REQUEST, INVALID_PARAMS)
         );
         let no_caps = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
             "params": {"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}}});
-        let e = validate(&h(&modern_headers("tools/list")), &no_caps, none).unwrap_err();
+        let e = validate(
+            &h(&modern_headers("tools/list")),
+            &no_caps,
+            &ALL_VERSIONS,
+            none,
+        )
+        .unwrap_err();
         assert_eq!(
             (e.status, e.code),
             (StatusCode::BAD_REQUEST, INVALID_PARAMS)
@@ -1130,7 +1321,7 @@ mod tests {
             ("mcp-protocol-version", "2099-01-01"),
             ("mcp-method", "tools/list"),
         ]);
-        let e = validate(&hs, &future, none).unwrap_err();
+        let e = validate(&hs, &future, &ALL_VERSIONS, none).unwrap_err();
         assert_eq!(
             (e.status, e.code),
             (StatusCode::BAD_REQUEST, UNSUPPORTED_PROTOCOL_VERSION)
@@ -1139,8 +1330,14 @@ mod tests {
         assert_eq!(data["requested"], "2099-01-01");
         assert_eq!(data["supported"], json!(ALL_VERSIONS));
         // An unknown version header without _meta is the same modern error.
-        let e = validate(&hs, &no_meta, none).unwrap_err();
+        let e = validate(&hs, &no_meta, &ALL_VERSIONS, none).unwrap_err();
         assert_eq!(e.code, UNSUPPORTED_PROTOCOL_VERSION);
+        // The versions listed are the endpoint's own (what its server/discover reports).
+        let e = validate(&hs, &future, &["2026-07-28", "2025-11-25"], none).unwrap_err();
+        assert_eq!(
+            e.data.unwrap()["supported"],
+            json!(["2026-07-28", "2025-11-25"])
+        );
     }
 
     #[test]

@@ -73,11 +73,13 @@ impl Modern {
             ("MCP-Protocol-Version".to_owned(), MODERN.to_owned()),
             ("Mcp-Method".to_owned(), method.clone()),
         ];
-        if method == "tools/call" {
-            h.push((
-                "Mcp-Name".to_owned(),
-                body["params"]["name"].as_str().unwrap().to_owned(),
-            ));
+        let name = match method.as_str() {
+            "tools/call" => body["params"]["name"].as_str(),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => body["params"]["taskId"].as_str(),
+            _ => None,
+        };
+        if let Some(n) = name {
+            h.push(("Mcp-Name".to_owned(), n.to_owned()));
         }
         h
     }
@@ -155,16 +157,16 @@ fn tool_names(reply: &Reply) -> Vec<String> {
 }
 
 /// `up` for a workspace, killed on drop.
-struct Up {
+pub(crate) struct Up {
     child: std::process::Child,
     mcp_url: String,
-    servers: Value,
-    token: String,
+    pub(crate) servers: Value,
+    pub(crate) token: String,
     _state: tempfile::TempDir,
 }
 
 impl Up {
-    fn start(ws: &Tree, servers: Value) -> Self {
+    pub(crate) fn start(ws: &Tree, servers: Value) -> Self {
         let state = tempfile::tempdir().unwrap();
         let file = ws.write("servers.json", servers.to_string());
         let (mut child, _) = spawn_up(ws.path(), state.path(), &file, std::process::Stdio::piped());
@@ -407,6 +409,113 @@ fn requests_missing_required_meta_or_naming_an_unknown_version_are_refused() {
         supported.contains(&json!(MODERN)) && supported.contains(&json!("2025-11-25")),
         "{e}"
     );
+}
+
+#[test]
+fn initialize_and_ping_naming_2026_07_28_are_methods_that_do_not_exist() {
+    let s = setup();
+    let url = mcp_url(&s.relay, "b1");
+    let mut c = Modern::new(&url, &s.token);
+    for method in ["initialize", "ping"] {
+        let r = c.rpc(method, json!({}));
+        assert_eq!(r.status, 404, "{method}: {r:?}");
+        let m = r.last();
+        assert_eq!(m["id"], c.next, "{method}: the id is echoed: {m}");
+        assert_eq!(m["error"]["code"], -32601, "{method}: {m}");
+        let text = m["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            text.starts_with(&format!("{method} is not part of MCP 2026-07-28")),
+            "{text}"
+        );
+    }
+    // A handshake-era initialize sent with the 2026-07-28 header alone is the same request.
+    let body = json!({"jsonrpc": "2.0", "id": "init-1", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "stateless-tests", "version": "0"}}});
+    let h = vec![
+        ("MCP-Protocol-Version".to_owned(), MODERN.to_owned()),
+        ("Mcp-Method".to_owned(), "initialize".to_owned()),
+    ];
+    let r = c.send(&body, &h, "application/json, text/event-stream");
+    assert_eq!(
+        (
+            r.status,
+            r.last()["error"]["code"].clone(),
+            r.last()["id"].clone()
+        ),
+        (404, json!(-32601), json!("init-1")),
+        "{r:?}"
+    );
+    assert!(r.session.is_none());
+    // Without the 2026-07-28 header, initialize opens a session as always, and ping works in it.
+    let mut legacy = Client::new(&url, Some(&s.token));
+    let init = legacy.initialize();
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    assert!(legacy.session.is_some());
+    let pong = legacy.post(&json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}));
+    assert_eq!(pong.status, 200, "{pong:?}");
+    assert_eq!(pong.messages.last().unwrap()["result"], json!({}));
+}
+
+#[test]
+fn task_requests_without_their_task_in_mcp_name_are_refused() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    for method in ["tasks/get", "tasks/cancel"] {
+        let mut body = c.body(method, json!({"taskId": "task-1"}));
+        body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+        let mut h = Modern::headers_for(&body);
+        assert_eq!(h[2], ("Mcp-Name".to_owned(), "task-1".to_owned()));
+        // Named: it reaches the server (which knows no such task: -32602, not a header error).
+        let r = c.send(&body, &h, "application/json");
+        assert_eq!(r.last()["error"]["code"], -32602, "{method}: {r:?}");
+        // Naming another task.
+        h[2].1 = "task-2".into();
+        let r = c.send(&body, &h, "application/json");
+        assert_eq!(
+            (
+                r.status,
+                r.last()["error"]["code"].clone(),
+                r.last()["id"].clone()
+            ),
+            (400, json!(-32020), body["id"].clone()),
+            "{method}: {r:?}"
+        );
+        // Not naming one.
+        h.truncate(2);
+        let r = c.send(&body, &h, "application/json");
+        assert_eq!(
+            (r.status, r.last()["error"]["code"].clone()),
+            (400, json!(-32020)),
+            "{method}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_carried_servers_unsupported_version_error_lists_what_its_discover_reports() {
+    let ws = Tree::new();
+    let inner = Tree::new();
+    let up = Up::start(
+        &ws,
+        json!({"mcpServers": {"inner": {"command": crate::util::bin(),
+            "args": ["stdio", "--workspace", inner.path()]}}}),
+    );
+    let url = up.servers["inner"].as_str().unwrap().to_owned();
+    let mut c = Modern::new(&url, &up.token);
+    let d = c.rpc("server/discover", json!({}));
+    assert_discover(&d);
+    let offered = d.last()["result"]["supportedVersions"].clone();
+    let mut body = c.body("tools/list", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let mut h = Modern::headers_for(&body);
+    h[0].1 = "2099-01-01".into();
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(r.status, 400, "{r:?}");
+    let e = &r.last()["error"];
+    assert_eq!(e["code"], -32022, "{e}");
+    assert_eq!(e["data"]["supported"], offered, "{e}");
 }
 
 #[test]
