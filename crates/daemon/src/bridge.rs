@@ -11,7 +11,10 @@
 //! - the request id is rewritten to a number unique within the pooled session (concurrent calls
 //!   may use the same id) and restored on the answer; a progress token likewise;
 //! - the per-request `_meta` keys of 2026-07-28 (`io.modelcontextprotocol/*`, MCP 2026-07-28
-//!   Basic § Request metadata) are removed before forwarding;
+//!   Basic § Request metadata) are removed before forwarding, except to a dual-era child (one
+//!   whose `server/discover`, asked after `initialize`, lists 2026-07-28): it gets them as the
+//!   client sent them, so it serves the request in that era with the client's declared
+//!   capabilities (the tasks extension, SEP-2663, exists only there);
 //! - results get `resultType: "complete"` (2026-07-28 Basic § Result types) and, for the cacheable
 //!   operations, `ttlMs: 0` and `cacheScope: "private"` (Server › Utilities › Caching): the
 //!   daemon cannot know how long an old-era server's lists stay valid, and what a caller sees
@@ -62,6 +65,9 @@ const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// Client messages queued for one pooled child.
 const CHILD_INPUT_QUEUE: usize = 256;
+/// How long a freshly initialized child has to answer the `server/discover` that tells whether
+/// it also serves 2026-07-28; silence counts as "no" (a handshake-era server may ignore it).
+const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Operations whose complete results carry caching hints (MCP 2026-07-28 Server › Utilities ›
 /// Caching § Cacheable Results).
@@ -194,6 +200,28 @@ pub fn strip_meta(message: &mut Value, token: &str) -> Option<Value> {
     original
 }
 
+/// Replaces the progress token of `message` by `token`, leaving the rest of its `_meta` as it is;
+/// returns the client's progress token.
+pub fn retoken(message: &mut Value, token: &str) -> Option<Value> {
+    let meta = message
+        .get_mut("params")?
+        .get_mut("_meta")?
+        .as_object_mut()?;
+    let original = meta.get("progressToken").cloned();
+    if original.is_some() {
+        meta.insert("progressToken".into(), json!(token));
+    }
+    original
+}
+
+/// Whether a `server/discover` answer lists [`MODERN_VERSION`] among its `supportedVersions`.
+fn serves_modern(answer: &Value) -> bool {
+    answer
+        .pointer("/result/supportedVersions")
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|v| v == MODERN_VERSION))
+}
+
 /// Which list-changed notifications a `subscriptions/listen` asked for and the child offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Filter {
@@ -263,6 +291,8 @@ pub(crate) struct Legacy {
     server: String,
     tx: mpsc::Sender<String>,
     init: Value,
+    /// The child serves 2026-07-28 requests too: per-request `_meta` goes to it unchanged.
+    modern: bool,
     next_id: AtomicU64,
     routes: Mutex<HashMap<u64, Route>>,
     listeners: Mutex<HashMap<String, Listener>>,
@@ -468,11 +498,42 @@ impl Legacy {
                 ));
             }
         };
+        // Asked after `initialize`: a handshake-era server answers an unknown method with an
+        // error, while a dual-era one may serve both eras on one connection (MCP 2026-07-28
+        // Basic › Versioning § Backward Compatibility).
+        let probe = async {
+            let discover = json!({"jsonrpc": "2.0", "id": "mb-discover", "method": "server/discover",
+                "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION,
+                    META_CLIENT_CAPABILITIES: {},
+                    "io.modelcontextprotocol/clientInfo":
+                        {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")}}}});
+            write_line(&mut stdin, &discover.to_string()).await?;
+            loop {
+                let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
+                    return Err("exited before answering server/discover".to_owned());
+                };
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if v.get("id") == Some(&json!("mb-discover")) && v.get("method").is_none() {
+                    return Ok::<bool, String>(serves_modern(&v));
+                }
+            }
+        };
+        let modern = match tokio::time::timeout(DISCOVER_PROBE_TIMEOUT, probe).await {
+            Ok(Ok(modern)) => modern,
+            Ok(Err(e)) => {
+                kill(&mut child).await;
+                return Err(format!("upstream server {}: {e}", spec.name));
+            }
+            Err(_) => false,
+        };
         let (tx, rx) = mpsc::channel(CHILD_INPUT_QUEUE);
         let legacy = Arc::new(Self {
             server: spec.name.clone(),
             tx,
             init,
+            modern,
             next_id: AtomicU64::new(1),
             routes: Mutex::new(HashMap::new()),
             listeners: Mutex::new(HashMap::new()),
@@ -480,7 +541,7 @@ impl Legacy {
             idle,
             stop: CancellationToken::new(),
         });
-        tracing::info!(server = %spec.name, "started a pooled upstream session for 2026-07-28 calls");
+        tracing::info!(server = %spec.name, modern, "started a pooled upstream session for 2026-07-28 calls");
         tokio::spawn(
             legacy
                 .clone()
@@ -571,7 +632,12 @@ impl Legacy {
         }
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let token_name = format!("mb-{n}");
-        let token = strip_meta(&mut message, &token_name).map(|t| (token_name, t));
+        let token = if self.modern {
+            retoken(&mut message, &token_name)
+        } else {
+            strip_meta(&mut message, &token_name)
+        }
+        .map(|t| (token_name, t));
         message["id"] = json!(n);
         if let Ok(mut r) = self.routes.lock() {
             r.insert(
@@ -856,6 +922,24 @@ mod tests {
         let mut m = json!({"id": 1, "method": "tools/list", "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}}});
         assert_eq!(strip_meta(&mut m, "t"), None);
         assert_eq!(m["params"], json!({}));
+    }
+
+    #[test]
+    fn a_dual_era_child_gets_the_meta_as_sent_with_its_progress_token_rewritten() {
+        let meta = json!({META_PROTOCOL_VERSION: MODERN_VERSION,
+            META_CLIENT_CAPABILITIES: {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "progressToken": 7});
+        let mut m = json!({"id": 1, "method": "tasks/get", "params": {"taskId": "t", "_meta": meta.clone()}});
+        assert_eq!(retoken(&mut m, "mb-3"), Some(json!(7)));
+        let mut want = meta;
+        want["progressToken"] = json!("mb-3");
+        assert_eq!(m["params"]["_meta"], want);
+        assert!(serves_modern(
+            &json!({"result": {"supportedVersions": ["2026-07-28", "2025-11-25"]}})
+        ));
+        assert!(!serves_modern(
+            &json!({"error": {"code": -32601, "message": "Method not found"}})
+        ));
     }
 
     #[test]

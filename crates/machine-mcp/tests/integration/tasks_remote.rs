@@ -5,7 +5,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::relay::{mcp_url, setup};
+use crate::{
+    relay::{mcp_url, setup},
+    stateless::Up,
+    util::Tree,
+};
 
 /// A 2026-07-28 request (per-request `_meta` with the tasks extension, the mirrored headers)
 /// POSTed to `url` with `token`; the JSON-RPC response.
@@ -39,6 +43,57 @@ fn post(url: &str, token: &str, id: i64, method: &str, mut params: Value) -> Val
     };
     let text = resp.into_string().unwrap_or_default();
     serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+}
+
+/// Polls `tasks/get` of `task` at `url` until it is no longer `working` (at most 40 s).
+fn wait_task(url: &str, token: &str, task: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let g = post(url, token, 3, "tasks/get", json!({"taskId": task}));
+        let status = g["result"]["status"].as_str().unwrap_or("").to_owned();
+        if status != "working" || Instant::now() > deadline {
+            return g;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn tasks_reach_a_carried_server_with_the_capabilities_the_client_declared() {
+    let ws = Tree::new();
+    let inner = Tree::new();
+    let up = Up::start(
+        &ws,
+        json!({"mcpServers": {"inner": {"command": crate::util::bin(),
+            "args": ["stdio", "--workspace", inner.path(), "--profile", "agent"]}}}),
+    );
+    let url = up.servers["inner"].as_str().unwrap().to_owned();
+    // The carried server itself answers: no such task (-32602), not a missing capability.
+    let g = post(
+        &url,
+        &up.token,
+        1,
+        "tasks/get",
+        json!({"taskId": "no-such-task"}),
+    );
+    assert_eq!(g["error"]["code"], -32602, "{g}");
+    // A long call becomes a task there, and tasks/get follows it to its result.
+    let r = post(
+        &url,
+        &up.token,
+        2,
+        "tools/call",
+        json!({"name": "run_process",
+               "arguments": {"argv": ["sh", "-c", "sleep 5; echo carried"]}}),
+    );
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    let task = r["result"]["taskId"].as_str().expect("taskId").to_owned();
+    let done = wait_task(&url, &up.token, &task);
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["structuredContent"]["stdout"],
+        "carried\n"
+    );
 }
 
 #[test]
