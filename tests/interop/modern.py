@@ -515,9 +515,6 @@ WHY = {
     "tasks": "the check needs the tasks scenarios' own tools (slow_compute, greet, failing_job, ...)",
     "n/a": "machine-mcp has no prompts, resources, completions or conformance test tools",
     "suite": "suite alpha: it calls prompts/list and resources/list on a server that does not advertise them",
-    "bug-removed-methods": "KNOWN PRODUCT BUG: `initialize`/`ping` sent at 2026-07-28 get 400 -32022 / a result, not 404 -32601",
-    "bug-carried-versions": "KNOWN PRODUCT BUG: a carried server's UnsupportedProtocolVersionError lists versions its server/discover does not offer",
-    "bug-carried-tasks": "KNOWN PRODUCT BUG: tasks/get through a carried server gets -32021 although the client declares the tasks extension",
 }
 ALL = "*"  # the whole scenario (some of its checks fail, for this reason)
 _IRR = ["basic-elicitation", "basic-list-roots", "basic-sampling", "capability-check", "ignore-extra-params",
@@ -540,7 +537,6 @@ _TASKS_TOOLS = {
 }
 _STATELESS_TOOLS = ["sep-2575-server-rejects-undeclared-capability", "sep-2575-missing-capability-http-400",
                     "sep-2575-http-server-no-independent-requests-on-stream", "sep-2575-server-no-log-without-loglevel"]
-_REMOVED = ["sep-2575-http-server-method-not-found-404-initialize", "sep-2575-http-server-method-not-found-404-ping"]
 
 
 def _expected(target: str) -> dict[str, dict[str, str]]:
@@ -554,22 +550,16 @@ def _expected(target: str) -> dict[str, dict[str, str]]:
     for name in _IRR:
         add(f"input-required-result-{name}", [ALL], "fixture" if target == "fixture" else "n/a")
     add("server-stateless", _STATELESS_TOOLS, "fixture" if target == "fixture" else "n/a")
-    add("server-stateless", _REMOVED, "bug-removed-methods")
-    if target != "runtime":
-        add("server-stateless", ["sep-2575-server-unsupported-version-error"], "bug-carried-versions")
     if target == "fixture":
         # no tasks extension at all: every tasks scenario but the skipped one fails
         for name in [*_TASKS_TOOLS, "tasks-capability-negotiation", "tasks-dispatch-and-envelope"]:
             add(name, [ALL], "fixture")
         add("json-schema-2020-12", [ALL], "fixture")  # no allOf, if/then/else, $anchor in its schema
-        add("sep-2164-resource-not-found", ["sep-2164-error-code"], "fixture")  # -32002, not -32602
         add("server-stateless", ["sep-2575-server-sends-prompts-list-changed-on-subscription",
                                  "sep-2575-server-sends-tools-list-changed-on-subscription"], "fixture")
         return e
     for name, ids in _TASKS_TOOLS.items():
         add(name, ids, "tasks")
-    if target == "stdio":
-        add("tasks-dispatch-and-envelope", ["sep-2663-tasks-get-invalid-task-id-32602"], "bug-carried-tasks")
     add("caching", ["sep-2549-prompts-list-caching-hints", "sep-2549-resources-list-caching-hints",
                     "sep-2549-resources-templates-list-caching-hints"], "suite")
     for name in ["completion-complete", "json-schema-2020-12", "sep-2164-resource-not-found", "prompts-list",
