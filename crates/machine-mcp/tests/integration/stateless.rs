@@ -610,13 +610,39 @@ fn the_link_dropped_mid_call_reconnects_and_the_2026_result_arrives() {
 
 #[test]
 fn closing_the_response_stream_cancels_the_call() {
+    closing_the_response_cancels(false, SSE_OR_JSON);
+}
+
+/// A call that may become a task is still in the foreground for its first seconds: closing its
+/// response then cancels it like any call (it has no task id the client could cancel).
+#[test]
+fn closing_the_response_in_the_foreground_window_cancels_a_task_capable_call() {
+    closing_the_response_cancels(true, SSE_OR_JSON);
+}
+
+/// The same for a client that takes only a JSON response (nothing is sent before the answer).
+#[test]
+fn closing_a_held_json_response_in_the_foreground_window_cancels_a_task_capable_call() {
+    closing_the_response_cancels(true, "application/json");
+}
+
+const SSE_OR_JSON: &str = "text/event-stream, application/json";
+
+/// Closes the response of a `run_process` call as soon as its process runs, and checks that the
+/// process is gone and nothing is left in flight; `tasks`: the client declared the tasks extension;
+/// `accept`: the request's `Accept`.
+fn closing_the_response_cancels(tasks: bool, accept: &str) {
     let s = setup();
     let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
-    let body = c.body(
+    let mut body = c.body(
         "tools/call",
         json!({"name": "run_process", "arguments": {"argv": ["sh", "-c", "echo $$ > call.pid; exec sleep 100"], "yield_after_seconds": 60}}),
     );
-    let mut sock = raw_post(s.relay.port, &s.token, &body);
+    if tasks {
+        body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    }
+    let mut sock = raw_post(s.relay.port, &s.token, &body, accept);
     let pidfile = s.ws.path().join("call.pid");
     let end = Instant::now() + Duration::from_secs(20);
     let pid: u32 = loop {
@@ -629,9 +655,11 @@ fn closing_the_response_stream_cancels_the_call() {
         assert!(Instant::now() < end, "the process never started");
         std::thread::sleep(Duration::from_millis(20));
     };
-    // The stream is open (its headers came); then the client goes away.
-    let head = read_some(&mut sock);
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    if accept.contains("text/event-stream") {
+        // The stream is open (its headers came); then the client goes away.
+        let head = read_some(&mut sock);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
     drop(sock);
     assert!(
         crate::util::wait_gone(pid.into(), Duration::from_secs(30)),
@@ -648,12 +676,12 @@ fn closing_the_response_stream_cancels_the_call() {
     }
 }
 
-/// POSTs `body` (with the headers of a conforming client, accepting SSE) to `/b/b1/mcp` over a
+/// POSTs `body` (with the headers of a conforming client and `accept`) to `/b/b1/mcp` over a
 /// raw connection, so that dropping it really closes the TCP stream.
-fn raw_post(port: u16, token: &str, body: &Value) -> std::net::TcpStream {
+fn raw_post(port: u16, token: &str, body: &Value, accept: &str) -> std::net::TcpStream {
     let text = body.to_string();
     let mut head = format!(
-        "POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: text/event-stream, application/json\r\nContent-Length: {}\r\n",
+        "POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nContent-Length: {}\r\n",
         text.len()
     );
     for (k, v) in Modern::headers_for(body) {
@@ -696,7 +724,7 @@ fn subscriptions_listen_stays_open_until_the_client_closes_it() {
         "subscriptions/listen",
         json!({"notifications": {"toolsListChanged": true}}),
     );
-    let mut sock = raw_post(s.relay.port, &s.token, &body);
+    let mut sock = raw_post(s.relay.port, &s.token, &body, SSE_OR_JSON);
     // Headers and the acknowledgment arrive at once (a subscription is never held back as JSON).
     let mut got = String::new();
     let end = Instant::now() + Duration::from_secs(10);
