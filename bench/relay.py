@@ -23,7 +23,9 @@ stdio and two stdio→HTTP fronts, and the relay's memory with 100 connected dae
     `server/discover` once, then every `tools/call` with `_meta` protocolVersion/clientInfo/
     clientCapabilities and the `Mcp-Method`/`Mcp-Name` headers), for the carried fixture
     (`test_simple_text`) and the built-in runtime (`list_processes`); the four targets rotate within
-    each round. A 2026 target that fails (a relay without the 2026 path answers its
+    each round. Besides the pooled p50/p99 and the median calls/s, the report gives the ratio
+    2026/legacy per round (the two eras of one tool run back to back) and its median, which drifts
+    less with the machine's load. A 2026 target that fails (a relay without the 2026 path answers its
     `server/discover` with HTTP 400) is reported as failed with loadgen's message, never skipped.
 6b. Relay memory: `machine-mcp relay serve` (token auth) alone, then with 100 bridges
     (`relay bridge add`) and 100 `machine-mcp connect --enroll CODE` processes, each with its own
@@ -321,11 +323,14 @@ def report_eras(eras, n1, n10):
             continue
         n1_, n10_ = a[new]
         p50n, p50o = ms(pct(n1_["lat"], 50)), ms(pct(o1["lat"], 50))
+        pr = _paired(runs[new], runs[old])
+        paired = (f" (paired per round, median: {pr['p50']:.2f}x p50; {pr['tput']:.2f}x calls/s)"
+                  if pr else "")
         rows.append(
             f"| 6 | 2026-07-28 `tools/call` through the relay → {what}, c=1 p50 / p99 ({rounds} × {n1} calls); "
             f"c=10 throughput (median of {rounds} × {n10}) "
             f"| {fmt_ms(p50n)} / {fmt_ms(ms(pct(n1_['lat'], 99)))} ms; {n10_['tput']:.0f} calls/s | {ref} "
-            f"| {p50n / p50o:.2f}x p50; {n10_['tput'] / o10['tput']:.2f}x calls/s | — | (reported) |"
+            f"| {p50n / p50o:.2f}x p50; {n10_['tput'] / o10['tput']:.2f}x calls/s{paired} | — | (reported) |"
         )
     det.append("## Relay, both eras, details")
     det.append("")
@@ -355,7 +360,31 @@ def report_eras(eras, n1, n10):
             f"| {p1['client_us']:.0f} / {p10['client_us']:.0f} | {p1['server_us']:.0f} |"
         )
     det.append("")
+    for what, new, old in (("fixture", "fixture-2026", "fixture-legacy"), ("built-in", "builtin-2026", "builtin-legacy")):
+        pr = _paired(runs.get(new, []), runs.get(old, []))
+        if not pr:
+            continue
+        det.append(
+            f"Paired ratios 2026-07-28 / legacy, {what}, per round (the two eras run back to back): c=1 p50 "
+            f"{', '.join(f'{x:.2f}' for x in pr['p50s'])} (median {pr['p50']:.2f}x); c=10 calls/s "
+            f"{', '.join(f'{x:.2f}' for x in pr['tputs'])} (median {pr['tput']:.2f}x)."
+        )
+        det.append("")
     return rows, det
+
+
+def _paired(new_runs, old_runs):
+    """Per-round ratios new/old of c=1 p50 and c=10 calls/s, and their medians; None without a
+    complete pair. The two targets of a pair run next to each other in every round, so a ratio
+    within a round is less exposed to the machine's load drifting between rounds."""
+    if not new_runs or len(new_runs) != len(old_runs):
+        return None
+    p50s, tputs = [], []
+    for n, o in zip(new_runs, old_runs):
+        (n1, n10), (o1, o10) = n["phases"], o["phases"]
+        p50s.append(pct(n1["latencies_ns"], 50) / pct(o1["latencies_ns"], 50))
+        tputs.append((n10["requests"] / n10["elapsed_s"]) / (o10["requests"] / o10["elapsed_s"]))
+    return {"p50s": p50s, "tputs": tputs, "p50": statistics.median(p50s), "tput": statistics.median(tputs)}
 
 
 # ---------------------------------------------------------------------------------------------
