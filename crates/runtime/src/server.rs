@@ -45,9 +45,9 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
         CreateTaskResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode, GetTaskParams,
-        GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
-        ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
-        SubscriptionFilter, UpdateTaskParams,
+        GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
+        ServerConfig, SubscriptionFilter, TASKS_EXTENSION_ID, UpdateTaskParams,
     },
     service::RequestContext,
 };
@@ -373,6 +373,27 @@ impl ServerHandler for McpServer {
         ))
     }
 
+    /// The handshake (2025-11-25 Lifecycle § Initialization), as rmcp negotiates it, without the
+    /// tasks extension in the capabilities: SEP-2663 defines it for 2026-07-28 only, so a session
+    /// is never offered what it cannot use (`server/discover` still lists it).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        if result.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
+            && let Some(extensions) = result.capabilities.extensions.as_mut()
+        {
+            extensions.remove(TASKS_EXTENSION_ID);
+            if extensions.is_empty() {
+                result.capabilities.extensions = None;
+            }
+        }
+        Ok(result)
+    }
+
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(&SUPPORTED_PROTOCOL_VERSIONS)
     }
@@ -432,7 +453,10 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         tracing::debug!(tool = %name, "tool call");
-        if tasks::TASK_TOOLS.contains(&name.as_str()) && declares_tasks(&context) {
+        if tasks::TASK_TOOLS.contains(&name.as_str())
+            && declares_tasks(&context)
+            && self.access.runtime().tasks().has_room()
+        {
             return self
                 .call_as_task(name, request.arguments.unwrap_or_default(), context)
                 .await;

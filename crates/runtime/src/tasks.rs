@@ -105,7 +105,23 @@ impl TaskEntry {
     }
 
     /// Sets the status line of a working task (its latest progress); ignored once finished.
+    /// Control characters other than tab (a process's raw output may hold NULs or escape
+    /// sequences) become U+FFFD: the line is shown to people and models as text.
     pub fn set_status_message(&self, message: String) {
+        let message = if message.chars().any(|c| c.is_control() && c != '\t') {
+            message
+                .chars()
+                .map(|c| {
+                    if c.is_control() && c != '\t' {
+                        char::REPLACEMENT_CHARACTER
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        } else {
+            message
+        };
         let mut inner = self.lock();
         if let State::Working { status_message } = &mut inner.state {
             *status_message = Some(message);
@@ -230,6 +246,15 @@ impl Tasks {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether [`Self::insert`] would take a new task now: fewer than [`TASKS_MAX`] are kept, or
+    /// one of them has finished (it would make room). A call is offered as a task only then, so
+    /// that one that cannot become a task behaves as for a client without tasks (it may yield
+    /// to a process session) instead of being held for its whole run.
+    pub fn has_room(&self) -> bool {
+        let tasks = self.lock();
+        tasks.len() < TASKS_MAX || tasks.values().any(|t| t.ended().is_some())
+    }
+
     /// Makes `entry` visible to `tasks/get`. Finished tasks past their retention are discarded
     /// first; when [`TASKS_MAX`] tasks are still kept, the finished one that ended first goes.
     ///
@@ -299,6 +324,32 @@ mod tests {
 
     fn entry(owner: &str) -> Arc<TaskEntry> {
         TaskEntry::new(Principal::named(owner), CancellationToken::new())
+    }
+
+    #[test]
+    fn room_for_a_task_while_fewer_than_the_maximum_are_kept_or_one_has_ended() {
+        let tasks = Tasks::default();
+        let kept: Vec<_> = (0..TASKS_MAX).map(|_| entry("a")).collect();
+        for t in &kept {
+            assert!(tasks.has_room());
+            tasks.insert(t.clone()).unwrap();
+        }
+        assert!(!tasks.has_room(), "every kept task is working");
+        assert!(tasks.insert(entry("b")).is_err());
+        kept[5].finish(&Ok(CallToolResult::success(vec![])));
+        assert!(tasks.has_room());
+        tasks.insert(entry("b")).unwrap();
+        assert!(!tasks.has_room());
+    }
+
+    #[test]
+    fn a_status_message_carries_no_control_characters() {
+        let t = entry("a");
+        t.set_status_message("a\0b\x1b[31mc\td\r".into());
+        assert_eq!(
+            t.detailed().task.status_message.as_deref(),
+            Some("a\u{fffd}b\u{fffd}[31mc\td\u{fffd}")
+        );
     }
 
     #[test]

@@ -203,11 +203,22 @@ fn tasks_are_not_offered_to_handshake_era_clients() {
     let t = Tree::new();
     let mut s = Server::spawn(t.path(), &[]);
     // Declaring the extension at initialize does not enable it: SEP-2663 defines it for
-    // 2026-07-28 only.
-    initialize(
+    // 2026-07-28 only, so the handshake's capabilities do not offer it either.
+    let init = initialize(
         &mut s,
         "2025-11-25",
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
+    assert!(
+        init["result"]["capabilities"]
+            .pointer("/extensions/io.modelcontextprotocol~1tasks")
+            .is_none(),
+        "{init}"
     );
     let id = s.send_request(
         "tools/call",
