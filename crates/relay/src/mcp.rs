@@ -327,6 +327,19 @@ async fn post(
             "not a JSON-RPC 2.0 message",
         );
     }
+    // MCP Basic § Requests: "Requests MUST include a string or integer ID", which "MUST NOT be
+    // null"; a request with another id would otherwise pass for a notification.
+    if message.get("method").is_some()
+        && let Some(id) = message.get("id")
+        && !(id.is_string() || id.is_i64() || id.is_u64())
+    {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            &format!("a request id is a string or an integer, not {id}"),
+        );
+    }
     if stateless::era(&headers, &message) == Era::Modern {
         return stateless::post(&hub, b, &server, principal, &headers, message).await;
     }

@@ -331,14 +331,20 @@ pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
     let bad =
         |status: StatusCode, code: i64, msg: String| HttpError::rpc(status, id.clone(), code, msg);
     let unsupported = |requested: &str| {
-        bad(
-            StatusCode::BAD_REQUEST,
-            UNSUPPORTED_PROTOCOL_VERSION,
+        // A handshake-era version is served, but only inside a session.
+        let why = if SUPPORTED_VERSIONS.contains(&requested) {
+            format!(
+                "Protocol version {requested:?} needs a session: send initialize first (without \
+                 _meta), or name 2026-07-28 to be served without one; this server supports \
+                 {supported:?}"
+            )
+        } else {
             format!(
                 "Unsupported protocol version {requested:?}; this server supports {supported:?}"
-            ),
-        )
-        .with_data(json!({"supported": supported, "requested": requested}))
+            )
+        };
+        bad(StatusCode::BAD_REQUEST, UNSUPPORTED_PROTOCOL_VERSION, why)
+            .with_data(json!({"supported": supported, "requested": requested}))
     };
     let mismatch = |why: String| {
         bad(

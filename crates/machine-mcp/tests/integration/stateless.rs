@@ -411,6 +411,60 @@ fn requests_missing_required_meta_or_naming_an_unknown_version_are_refused() {
     );
 }
 
+/// A handshake-era version in `_meta` without a session is not "unsupported" (discover lists it):
+/// the refusal says what to do instead of sending the client round in circles.
+#[test]
+fn a_handshake_era_version_without_a_session_is_told_to_initialize() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let mut body = c.body("tools/list", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25");
+    let mut h = Modern::headers_for(&body);
+    h[0].1 = "2025-11-25".into();
+    let r = c.send(&body, &h, "application/json");
+    assert_eq!(r.status, 400, "{r:?}");
+    let e = &r.last()["error"];
+    assert_eq!(e["code"], -32022, "{e}");
+    let text = e["message"].as_str().unwrap_or("");
+    assert!(
+        text.contains("initialize") && text.contains("2026-07-28"),
+        "{text}"
+    );
+}
+
+/// MCP Basic § Requests: a request id is a string or an integer, never null. A request with
+/// any other id is refused, not taken for a notification.
+#[test]
+fn request_ids_that_are_not_strings_or_integers_are_refused() {
+    let s = setup();
+    let mut c = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    for id in [json!(null), json!(1.5), json!({}), json!(1e30), json!(true)] {
+        let mut body = c.body("tools/list", json!({}));
+        body["id"] = id.clone();
+        let h = Modern::headers_for(&body);
+        let r = c.send(&body, &h, "application/json");
+        assert_eq!(
+            (
+                r.status,
+                r.last()["error"]["code"].clone(),
+                r.last()["id"].clone()
+            ),
+            (400, json!(-32600), json!(null)),
+            "id {id}: {r:?}"
+        );
+    }
+    // The same in the session era, before any session exists.
+    let body = json!({"jsonrpc": "2.0", "id": null, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "stateless-tests", "version": "0"}}});
+    let r = c.send(&body, &[], "application/json, text/event-stream");
+    assert_eq!(
+        (r.status, r.last()["error"]["code"].clone()),
+        (400, json!(-32600)),
+        "{r:?}"
+    );
+}
+
 #[test]
 fn initialize_and_ping_naming_2026_07_28_are_methods_that_do_not_exist() {
     let s = setup();
