@@ -104,10 +104,10 @@ pub const SESSION_RETENTION_AFTER_EXIT: Duration = Duration::from_secs(30 * 60);
 /// tasks extension runs in the foreground before it becomes a task: a call that finishes sooner
 /// is answered with its result, one that does not is answered with `CreateTaskResult`.
 pub const TASK_FOREGROUND_BUDGET: Duration = Duration::from_secs(3);
-/// Tasks one runtime keeps (working and finished). When a new task would exceed it, the finished
-/// task that ended first is discarded. This also bounds working tasks: a call that becomes a task
-/// gives its [`CONCURRENT_TOOL_CALLS`] slot back, and when every kept task is still working a new
-/// one stays in the foreground (holding its slot) instead.
+/// Tasks one runtime keeps (working, and finished within [`TASK_RETENTION_AFTER_END`]). No task is
+/// discarded early to make room: while this many are kept, a long call is not offered as a task
+/// (it runs as for a client without tasks). This also bounds working tasks, which give their
+/// [`CONCURRENT_TOOL_CALLS`] slot back.
 pub const TASKS_MAX: usize = 64;
 /// How long a finished task stays readable with `tasks/get` after it ended.
 pub const TASK_RETENTION_AFTER_END: Duration = Duration::from_secs(30 * 60);

@@ -12,7 +12,9 @@
 //!   makes it `failed`; `tasks/cancel` makes a still-working task `cancelled` once its work has
 //!   stopped (the process tree is killed first).
 //! - Bounded: at most [`TASKS_MAX`] tasks per runtime; a finished task is kept for
-//!   [`TASK_RETENTION_AFTER_END`] after it ended, then discarded.
+//!   [`TASK_RETENTION_AFTER_END`] after it ended, then discarded, and never before: the `ttlMs`
+//!   a client was given holds (SEP-2663 § Task: "the server may discard the task after the TTL
+//!   elapses"). While the table is full, a long call is not offered as a task.
 //!
 //! The store lives in the [`crate::Runtime`], not in an MCP session: a task created through one
 //! connection (or one relayed 2026-07-28 request) is read through any later one of the same
@@ -226,6 +228,13 @@ impl TaskEntry {
     }
 }
 
+/// Whether `t` is still kept at `now`: working, or finished less than
+/// [`TASK_RETENTION_AFTER_END`] ago.
+fn kept(t: &TaskEntry, now: Instant) -> bool {
+    t.ended()
+        .is_none_or(|e| now.duration_since(e) < TASK_RETENTION_AFTER_END)
+}
+
 fn error_object(e: &ErrorData) -> JsonObject {
     match serde_json::to_value(e) {
         Ok(serde_json::Value::Object(o)) => o,
@@ -246,39 +255,27 @@ impl Tasks {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether [`Self::insert`] would take a new task now: fewer than [`TASKS_MAX`] are kept, or
-    /// one of them has finished (it would make room). A call is offered as a task only then, so
-    /// that one that cannot become a task behaves as for a client without tasks (it may yield
+    /// Whether [`Self::insert`] would take a new task now: fewer than [`TASKS_MAX`] tasks are kept
+    /// (finished ones past their retention do not count). A call is offered as a task only then,
+    /// so that one that cannot become a task behaves as for a client without tasks (it may yield
     /// to a process session) instead of being held for its whole run.
     pub fn has_room(&self) -> bool {
-        let tasks = self.lock();
-        tasks.len() < TASKS_MAX || tasks.values().any(|t| t.ended().is_some())
+        let now = Instant::now();
+        self.lock().values().filter(|t| kept(t, now)).count() < TASKS_MAX
     }
 
     /// Makes `entry` visible to `tasks/get`. Finished tasks past their retention are discarded
-    /// first; when [`TASKS_MAX`] tasks are still kept, the finished one that ended first goes.
+    /// first; no other task is.
     ///
     /// # Errors
-    /// Every kept task is still working (`TASKS_MAX` of them): the caller keeps the call in the
-    /// foreground instead, holding its call slot.
+    /// [`TASKS_MAX`] tasks are kept (working, or finished within their retention): the caller
+    /// keeps the call in the foreground instead, holding its call slot.
     pub fn insert(&self, entry: Arc<TaskEntry>) -> Result<(), Arc<TaskEntry>> {
         let mut tasks = self.lock();
         let now = Instant::now();
-        tasks.retain(|_, t| {
-            t.ended()
-                .is_none_or(|e| now.duration_since(e) < TASK_RETENTION_AFTER_END)
-        });
+        tasks.retain(|_, t| kept(t, now));
         if tasks.len() >= TASKS_MAX {
-            let oldest = tasks
-                .values()
-                .filter_map(|t| t.ended().map(|e| (e, t.id.clone())))
-                .min();
-            match oldest {
-                Some((_, id)) => {
-                    tasks.remove(&id);
-                }
-                None => return Err(entry),
-            }
+            return Err(entry);
         }
         tasks.insert(entry.id.clone(), entry);
         Ok(())
@@ -326,8 +323,8 @@ mod tests {
         TaskEntry::new(Principal::named(owner), CancellationToken::new())
     }
 
-    #[test]
-    fn room_for_a_task_while_fewer_than_the_maximum_are_kept_or_one_has_ended() {
+    #[tokio::test(start_paused = true)]
+    async fn room_for_a_task_while_fewer_than_the_maximum_are_kept() {
         let tasks = Tasks::default();
         let kept: Vec<_> = (0..TASKS_MAX).map(|_| entry("a")).collect();
         for t in &kept {
@@ -335,8 +332,12 @@ mod tests {
             tasks.insert(t.clone()).unwrap();
         }
         assert!(!tasks.has_room(), "every kept task is working");
-        assert!(tasks.insert(entry("b")).is_err());
         kept[5].finish(&Ok(CallToolResult::success(vec![])));
+        assert!(
+            !tasks.has_room(),
+            "a finished task is kept for its retention"
+        );
+        tokio::time::advance(TASK_RETENTION_AFTER_END).await;
         assert!(tasks.has_room());
         tasks.insert(entry("b")).unwrap();
         assert!(!tasks.has_room());
@@ -400,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn the_store_is_bounded_and_discards_the_finished_task_that_ended_first() {
+    fn a_full_store_keeps_finished_tasks_for_their_whole_retention() {
         let tasks = Tasks::default();
         let mut ids = Vec::new();
         for _ in 0..TASKS_MAX {
@@ -409,17 +410,13 @@ mod tests {
             ids.push(t.id().to_owned());
             tasks.insert(t).unwrap();
         }
-        let newest = entry("a");
-        let newest_id = newest.id().to_owned();
-        tasks.insert(newest).unwrap();
-        let a = Principal::named("a");
+        assert!(!tasks.has_room());
         assert!(
-            tasks.get(&ids[0], &a).is_none(),
-            "the first finished task went"
+            tasks.insert(entry("b")).is_err(),
+            "no finished task is discarded before its ttl"
         );
-        assert!(tasks.get(&ids[1], &a).is_some());
-        assert!(tasks.get(&newest_id, &a).is_some());
-        assert_eq!(tasks.working(), 1);
+        let a = Principal::named("a");
+        assert!(ids.iter().all(|id| tasks.get(id, &a).is_some()));
     }
 
     #[test]
