@@ -35,8 +35,8 @@ pub(crate) struct Replaced {
     pub(crate) first_line: usize,
 }
 
-/// Most match lines reported in an ambiguity error.
-const MAX_REPORTED_LINES: usize = 20;
+/// Most match lines reported in an ambiguity error (also `apply_patch`'s).
+pub(crate) const MAX_REPORTED_LINES: usize = 20;
 
 /// Replaces `old` with `new` in `file` as described in the module docs.
 ///

@@ -15,10 +15,15 @@
 //!
 //! A hunk's context and removed lines are looked for after the previous hunk (after its anchor
 //! line when one is given): first exactly, then ignoring trailing whitespace, then ignoring
-//! surrounding whitespace. Untouched lines keep their own line endings; added lines get the file's
-//! dominant one. Filesystem effects live in `tools::patch`.
+//! surrounding whitespace; the first comparison that matches must match once, else the hunk is
+//! ambiguous. The result is byte-exact as `edit_file`'s: the BOM and untouched lines are kept, each
+//! with its own line ending; added lines take the ending of the lines they replace; a file without
+//! a final newline keeps having none. Filesystem effects live in `tools::patch`.
 
-use crate::text::{EolCounts, UTF8_BOM};
+use crate::{
+    edit::MAX_REPORTED_LINES,
+    text::{EolCounts, UTF8_BOM},
+};
 
 /// One file operation of a patch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,14 +257,26 @@ fn truncate(s: &str, n: usize) -> &str {
 pub(crate) struct HunkError {
     /// 1-based hunk number within its file.
     pub(crate) hunk: usize,
-    /// What was not found.
+    /// What was not found, or why the match is ambiguous.
     pub(crate) message: String,
+    /// For an ambiguous hunk: how many times its lines match; 0 otherwise.
+    pub(crate) matches: usize,
+    /// For an ambiguous hunk: the 1-based lines of the original file where its matches start
+    /// (at most [`MAX_REPORTED_LINES`]); empty otherwise.
+    pub(crate) candidates: Vec<usize>,
 }
 
 /// Applies `hunks` to a file's text (BOM allowed) and returns the new text.
 ///
+/// Byte exactness, as `edit_file` keeps it: the BOM and every untouched line (its ending included)
+/// are copied as they are; added lines take the line ending of the lines they replace (their
+/// majority, LF on a tie), else of the line before them, else of the line after, else the file's
+/// dominant one; a file without a final newline still has none.
+///
 /// # Errors
-/// [`HunkError`] naming the first hunk whose anchor or lines were not found.
+/// [`HunkError`] naming the first hunk whose anchor or lines were not found, or whose lines match
+/// more than once after the previous hunk (after its anchor line when it has one); then
+/// `candidates` holds the 1-based lines of the original file where the matches start.
 pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, HunkError> {
     let (bom, body) = match original.strip_prefix('\u{feff}') {
         Some(rest) => (true, rest),
@@ -267,13 +284,17 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
     };
     debug_assert_eq!(UTF8_BOM, "\u{feff}".as_bytes());
     let dominant = EolCounts::of(body.as_bytes()).dominant();
-    let mut lines: Vec<(String, String)> = split_lines(body);
+    let final_newline = body.is_empty() || body.ends_with('\n');
+    let mut lines = split_lines(body);
+    let past_end = lines.len() + 1;
     let mut cursor = 0usize;
     for (n, hunk) in hunks.iter().enumerate() {
         let number = n + 1;
         let fail = |message: String| HunkError {
             hunk: number,
             message,
+            matches: 0,
+            candidates: Vec::new(),
         };
         let mut from = cursor;
         if !hunk.anchor.is_empty() {
@@ -289,6 +310,7 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
                 HunkLine::Add(_) => None,
             })
             .collect();
+        let preview = || format!("{:?}", old.iter().take(3).collect::<Vec<_>>());
         let pos = if old.is_empty() {
             if hunk.end_of_file || hunk.anchor.is_empty() {
                 lines.len()
@@ -296,29 +318,75 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
                 from + 1
             }
         } else {
-            find_block(&lines, from, &old, hunk.end_of_file).ok_or_else(|| {
-                let preview: Vec<&str> = old.iter().take(3).copied().collect();
-                fail(format!(
-                    "these lines were not found{}: {:?}",
-                    if hunk.end_of_file {
-                        " at the end of the file"
+            match find_block(&lines, from, &old, hunk.end_of_file) {
+                Block::At(p) => p,
+                Block::NotFound => {
+                    return Err(fail(format!(
+                        "these lines were not found{}: {}",
+                        if hunk.end_of_file {
+                            " at the end of the file"
+                        } else {
+                            ""
+                        },
+                        preview()
+                    )));
+                }
+                Block::Ambiguous(all) => {
+                    let candidates: Vec<usize> = all
+                        .iter()
+                        .take(MAX_REPORTED_LINES)
+                        .map(|&p| lines[p].origin)
+                        .collect();
+                    let after = if !hunk.anchor.is_empty() {
+                        "its anchor line"
+                    } else if n > 0 {
+                        "the previous hunk"
                     } else {
-                        ""
-                    },
-                    preview
-                ))
-            })?
+                        "the start of the file"
+                    };
+                    return Err(HunkError {
+                        hunk: number,
+                        message: format!(
+                            "these lines match {} times after {after} (lines {}): {}; add context lines to make the match unique",
+                            all.len(),
+                            candidates
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            preview()
+                        ),
+                        matches: all.len(),
+                        candidates,
+                    });
+                }
+            }
         };
-        let mut replacement: Vec<(String, String)> = Vec::new();
+        let mut replacement: Vec<Line> = Vec::new();
         let mut k = pos;
-        for l in &hunk.lines {
+        let mut eol = dominant;
+        for (i, l) in hunk.lines.iter().enumerate() {
+            let starts_group = !matches!(l, HunkLine::Context(_))
+                && (i == 0 || matches!(hunk.lines[i - 1], HunkLine::Context(_)));
+            if starts_group {
+                let removed = hunk.lines[i..]
+                    .iter()
+                    .take_while(|l| !matches!(l, HunkLine::Context(_)))
+                    .filter(|l| matches!(l, HunkLine::Remove(_)))
+                    .count();
+                eol = added_eol(&lines, k, removed, dominant);
+            }
             match l {
                 HunkLine::Context(_) => {
                     replacement.push(lines[k].clone());
                     k += 1;
                 }
                 HunkLine::Remove(_) => k += 1,
-                HunkLine::Add(t) => replacement.push((t.clone(), dominant.to_owned())),
+                HunkLine::Add(t) => replacement.push(Line {
+                    text: t.clone(),
+                    eol,
+                    origin: lines.get(k).map_or(past_end, |l| l.origin),
+                }),
             }
         }
         let added = replacement.len();
@@ -330,22 +398,41 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
     if bom {
         out.push('\u{feff}');
     }
-    for (i, (text, eol)) in lines.iter().enumerate() {
-        out.push_str(text);
-        if eol.is_empty() && i + 1 < count {
-            out.push_str(dominant);
+    for (i, line) in lines.iter().enumerate() {
+        out.push_str(&line.text);
+        let eol = if i + 1 == count && !final_newline {
+            ""
+        } else if !line.eol.is_empty() {
+            line.eol
         } else {
-            out.push_str(eol);
-        }
+            // The old last line, now followed by added lines: it takes their ending.
+            lines
+                .get(i + 1)
+                .map(|l| l.eol)
+                .filter(|e| !e.is_empty())
+                .unwrap_or(dominant)
+        };
+        out.push_str(eol);
     }
     Ok(out)
 }
 
-/// Splits text into (line, line ending) pairs; the last line may have an empty ending.
-fn split_lines(text: &str) -> Vec<(String, String)> {
+/// One line of the file being patched.
+#[derive(Debug, Clone)]
+struct Line {
+    text: String,
+    /// `"\r\n"`, `"\n"`, or `""` for a last line without a line break.
+    eol: &'static str,
+    /// 1-based line in the original file; for an added line, the line it was inserted before.
+    origin: usize,
+}
+
+/// Splits text into lines; the last line may have an empty ending.
+fn split_lines(text: &str) -> Vec<Line> {
     let mut out = Vec::new();
     let mut rest = text;
     while !rest.is_empty() {
+        let origin = out.len() + 1;
         match rest.find('\n') {
             Some(i) => {
                 let (line, eol) = if i > 0 && rest.as_bytes()[i - 1] == b'\r' {
@@ -353,11 +440,19 @@ fn split_lines(text: &str) -> Vec<(String, String)> {
                 } else {
                     (&rest[..i], "\n")
                 };
-                out.push((line.to_owned(), eol.to_owned()));
+                out.push(Line {
+                    text: line.to_owned(),
+                    eol,
+                    origin,
+                });
                 rest = &rest[i + 1..];
             }
             None => {
-                out.push((rest.to_owned(), String::new()));
+                out.push(Line {
+                    text: rest.to_owned(),
+                    eol: "",
+                    origin,
+                });
                 rest = "";
             }
         }
@@ -365,16 +460,48 @@ fn split_lines(text: &str) -> Vec<(String, String)> {
     out
 }
 
-fn find_anchor(lines: &[(String, String)], from: usize, anchor: &str) -> Option<usize> {
+/// The ending for lines added in place of `lines[at..at + removed]`: that span's majority (LF on
+/// a tie, as `edit_file`), else the ending of the line before, else of the line after, else the
+/// file's `dominant` one.
+fn added_eol(lines: &[Line], at: usize, removed: usize, dominant: &'static str) -> &'static str {
+    let mut span = EolCounts::default();
+    for l in &lines[at..at + removed] {
+        match l.eol {
+            "\r\n" => span.crlf += 1,
+            "\n" => span.lf += 1,
+            _ => {}
+        }
+    }
+    if span.lf + span.crlf > 0 {
+        return span.dominant();
+    }
+    let before = at.checked_sub(1).map(|i| lines[i].eol);
+    let after = lines.get(at + removed).map(|l| l.eol);
+    before
+        .filter(|e| !e.is_empty())
+        .or(after.filter(|e| !e.is_empty()))
+        .unwrap_or(dominant)
+}
+
+fn find_anchor(lines: &[Line], from: usize, anchor: &str) -> Option<usize> {
     let a = anchor.trim();
     let tail = lines.get(from..)?;
     tail.iter()
-        .position(|(l, _)| l.trim() == a)
-        .or_else(|| tail.iter().position(|(l, _)| l.contains(a)))
+        .position(|l| l.text.trim() == a)
+        .or_else(|| tail.iter().position(|l| l.text.contains(a)))
         .map(|p| p + from)
 }
 
-fn find_block(lines: &[(String, String)], from: usize, old: &[&str], eof: bool) -> Option<usize> {
+/// Where a hunk's context and removed lines are.
+#[derive(Debug, PartialEq, Eq)]
+enum Block {
+    At(usize),
+    /// Every start (0-based index) of the first comparison that matched more than once.
+    Ambiguous(Vec<usize>),
+    NotFound,
+}
+
+fn find_block(lines: &[Line], from: usize, old: &[&str], eof: bool) -> Block {
     type Cmp = fn(&str, &str) -> bool;
     let passes: [Cmp; 3] = [
         |a, b| a == b,
@@ -382,20 +509,29 @@ fn find_block(lines: &[(String, String)], from: usize, old: &[&str], eof: bool) 
         |a, b| a.trim() == b.trim(),
     ];
     if old.len() > lines.len() {
-        return None;
+        return Block::NotFound;
     }
     let last_start = lines.len() - old.len();
-    let matches_at =
-        |p: usize, cmp: Cmp| old.iter().enumerate().all(|(j, o)| cmp(&lines[p + j].0, o));
+    let matches_at = |p: usize, cmp: Cmp| {
+        old.iter()
+            .enumerate()
+            .all(|(j, o)| cmp(&lines[p + j].text, o))
+    };
     for cmp in passes {
         if eof {
             if last_start >= from && matches_at(last_start, cmp) {
-                return Some(last_start);
+                return Block::At(last_start);
             }
             continue;
         }
-        if let Some(p) = (from..=last_start).find(|&p| matches_at(p, cmp)) {
-            return Some(p);
+        // Picking the first of several matches could patch the wrong place.
+        let all: Vec<usize> = (from..=last_start)
+            .filter(|&p| matches_at(p, cmp))
+            .collect();
+        match all.len() {
+            0 => {}
+            1 => return Block::At(all[0]),
+            _ => return Block::Ambiguous(all),
         }
     }
     // Hunks given out of order: accept a match before the cursor only when it is unique.
@@ -404,10 +540,10 @@ fn find_block(lines: &[(String, String)], from: usize, old: &[&str], eof: bool) 
             .filter(|&p| matches_at(p, cmp))
             .collect();
         if all.len() == 1 {
-            return Some(all[0]);
+            return Block::At(all[0]);
         }
     }
-    None
+    Block::NotFound
 }
 
 #[cfg(test)]
@@ -491,8 +627,80 @@ mod tests {
     }
 
     #[test]
-    fn appending_after_a_last_line_without_newline() {
-        let h = hunks("*** Begin Patch\n*** Update File: f\n@@\n b\n+c\n*** End Patch");
-        assert_eq!(apply_hunks("a\nb", &h).unwrap(), "a\nb\nc\n");
+    fn a_file_without_a_final_newline_keeps_having_none() {
+        let p = |body: &str| {
+            hunks(&format!(
+                "*** Begin Patch\n*** Update File: f\n{body}*** End Patch"
+            ))
+        };
+        assert_eq!(apply_hunks("a\nb", &p("@@\n b\n+c\n")).unwrap(), "a\nb\nc");
+        assert_eq!(apply_hunks("a\nb", &p("@@\n-b\n+B\n")).unwrap(), "a\nB");
+        assert_eq!(apply_hunks("a\nb", &p("@@\n a\n-b\n")).unwrap(), "a");
+        assert_eq!(
+            apply_hunks("a\r\nb", &p("@@\n-b\n+B\n+C\n")).unwrap(),
+            "a\r\nB\r\nC"
+        );
+        // A file that ends with a newline still does.
+        assert_eq!(
+            apply_hunks("a\nb\n", &p("@@\n b\n+c\n")).unwrap(),
+            "a\nb\nc\n"
+        );
+    }
+
+    #[test]
+    fn each_line_keeps_its_own_ending_in_a_mixed_file() {
+        let p = |body: &str| {
+            hunks(&format!(
+                "*** Begin Patch\n*** Update File: f\n{body}*** End Patch"
+            ))
+        };
+        // CRLF dominant: a replaced LF line stays LF, a replaced CRLF line stays CRLF.
+        let crlf = "a\r\nb\nc\r\nd\r\n";
+        assert_eq!(
+            apply_hunks(crlf, &p("@@\n a\n-b\n+B\n c\n-d\n+D\n")).unwrap(),
+            "a\r\nB\nc\r\nD\r\n"
+        );
+        // A line inserted after an LF line takes LF.
+        assert_eq!(
+            apply_hunks(crlf, &p("@@\n b\n+b2\n c\n")).unwrap(),
+            "a\r\nb\nb2\nc\r\nd\r\n"
+        );
+        // LF dominant: a replaced CRLF line stays CRLF.
+        assert_eq!(
+            apply_hunks("a\nb\r\nc\nd\n", &p("@@\n-b\n+B\n+B2\n")).unwrap(),
+            "a\nB\r\nB2\r\nc\nd\n"
+        );
+    }
+
+    #[test]
+    fn a_bom_survives_with_mixed_endings_and_no_final_newline() {
+        let h = hunks(
+            "*** Begin Patch\n*** Update File: f\n@@\n one\n-two\n+TWO\n three\n-last\n+LAST\n+more\n*** End Patch",
+        );
+        assert_eq!(
+            apply_hunks("\u{feff}one\r\ntwo\nthree\r\nlast", &h).unwrap(),
+            "\u{feff}one\r\nTWO\nthree\r\nLAST\r\nmore"
+        );
+    }
+
+    #[test]
+    fn a_hunk_matching_twice_after_the_previous_hunk_names_the_candidate_lines() {
+        let h = hunks(
+            "*** Begin Patch\n*** Update File: f\n@@\n-1\n+one\n+uno\n@@\n-x\n+X\n*** End Patch",
+        );
+        let e = apply_hunks("x\n1\nx\n2\nx\n", &h).unwrap_err();
+        assert_eq!(e.hunk, 2);
+        // Lines of the original file; line 1 is before the previous hunk and is no candidate.
+        assert_eq!(e.candidates, vec![3, 5]);
+        assert!(e.message.contains("lines 3, 5"), "{}", e.message);
+        // After an anchor, only the lines after it count.
+        let h = hunks("*** Begin Patch\n*** Update File: f\n@@ 2\n-x\n+X\n*** End Patch");
+        assert_eq!(
+            apply_hunks("x\n1\nx\n2\nx\n", &h).unwrap(),
+            "x\n1\nx\n2\nX\n"
+        );
+        // An exact match is unique even when a looser comparison would match twice.
+        let h = hunks("*** Begin Patch\n*** Update File: f\n@@\n-x\n+X\n*** End Patch");
+        assert_eq!(apply_hunks("x \nx\n", &h).unwrap(), "x \nX\n");
     }
 }

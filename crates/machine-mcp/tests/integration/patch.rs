@@ -88,3 +88,22 @@ fn dry_run_and_syntax_errors_write_nothing() {
     assert_eq!(r.code(), "conflict", "adding an existing file");
     assert_eq!(t.read("f.txt"), b"a\n");
 }
+
+#[test]
+fn updated_files_keep_their_bom_each_line_ending_and_a_missing_final_newline() {
+    let t = Tree::new();
+    t.write("mixed.txt", "\u{feff}one\r\ntwo\nthree\r\nlast");
+    t.write("crlf.txt", "a\r\nb\r\nc");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let patch = "*** Begin Patch\n\
+                 *** Update File: mixed.txt\n@@\n one\n-two\n+TWO\n three\n-last\n+LAST\n+more\n\
+                 *** Update File: crlf.txt\n@@\n b\n-c\n+C\n\
+                 *** End Patch";
+    let r = s.call("apply_patch", json!({"patch": patch}));
+    r.ok();
+    assert_eq!(
+        t.read("mixed.txt"),
+        "\u{feff}one\r\nTWO\nthree\r\nLAST\r\nmore".as_bytes()
+    );
+    assert_eq!(t.read("crlf.txt"), b"a\r\nb\r\nC");
+}

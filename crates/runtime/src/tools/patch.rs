@@ -48,8 +48,12 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                           prefixed ' ' (context), '-' (remove) or '+' (add), optionally \
                           \"*** End of File\". The whole patch is validated before anything is \
                           written and applied all or nothing (rolled back on failure); errors name \
-                          the file and the hunk. Line endings and BOMs of updated files are kept. \
-                          dry_run returns the diff without writing.",
+                          the file and the hunk. A hunk's lines must match once after the previous \
+                          hunk (after its anchor line when given); several matches are a conflict \
+                          naming the candidate lines. Updated files stay byte-exact: the BOM, each \
+                          untouched line's ending and a missing final newline are kept, added lines \
+                          take the ending of the lines they replace. dry_run returns the diff \
+                          without writing.",
             capability: Capability::Write,
             hints: Hints {
                 read_only: false,
@@ -239,10 +243,15 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                     old.to_owned()
                 } else {
                     patch::apply_hunks(old, hunks).map_err(|e| {
-                        fail(
+                        let mut err =
                             ToolError::conflict(format!("hunk {}: {}", e.hunk, e.message))
-                                .detail("hunk", e.hunk),
-                        )
+                                .detail("hunk", e.hunk);
+                        if !e.candidates.is_empty() {
+                            err = err
+                                .detail("match_count", e.matches)
+                                .detail("match_lines", e.candidates);
+                        }
+                        fail(err)
                     })?
                 };
                 claim(&mut seen, p.real(), named)?;
@@ -290,8 +299,11 @@ fn prefix(e: ToolError, op: &FileOp) -> ToolError {
     };
     let msg = format!("{verb} {}: {}", op.path(), e.message());
     let mut out = ToolError::new(e.code(), msg).detail("path", op.path());
-    if let Some(h) = e.to_json().get("hunk") {
-        out = out.detail("hunk", h.clone());
+    let details = e.to_json();
+    for key in ["hunk", "match_count", "match_lines"] {
+        if let Some(v) = details.get(key) {
+            out = out.detail(key, v.clone());
+        }
     }
     out
 }
@@ -545,6 +557,27 @@ mod tests {
         let e = commit(steps, None).unwrap_err();
         assert_eq!(e.code(), ToolErrorCode::Conflict);
         assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "a1\n");
+    }
+
+    #[test]
+    fn an_ambiguous_hunk_is_a_conflict_naming_the_candidate_lines() {
+        let (d, w) = ws();
+        fs::write(d.path().join("f.txt"), "x\n1\nx\n2\nx\n").unwrap();
+        let ops = patch::parse(
+            "*** Begin Patch\n*** Update File: f.txt\n@@\n-1\n+one\n@@\n-x\n+X\n*** End Patch",
+        )
+        .unwrap();
+        let e = plan(&w, &ops).unwrap_err();
+        assert_eq!(e.code(), ToolErrorCode::Conflict);
+        assert!(
+            e.message().contains("f.txt") && e.message().contains("lines 3, 5"),
+            "{}",
+            e.message()
+        );
+        let j = e.to_json();
+        assert_eq!(j["hunk"], 2);
+        assert_eq!(j["match_count"], 2);
+        assert_eq!(j["match_lines"], serde_json::json!([3, 5]));
     }
 
     #[test]
