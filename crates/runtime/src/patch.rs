@@ -318,7 +318,13 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
                 from + 1
             }
         } else {
-            match find_block(&lines, from, &old, hunk.end_of_file) {
+            match find_block(
+                &lines,
+                from,
+                &old,
+                hunk.end_of_file,
+                !hunk.anchor.is_empty(),
+            ) {
                 Block::At(p) => p,
                 Block::NotFound => {
                     return Err(fail(format!(
@@ -501,7 +507,11 @@ enum Block {
     NotFound,
 }
 
-fn find_block(lines: &[Line], from: usize, old: &[&str], eof: bool) -> Block {
+/// Where `old` is in `lines` at or after `from`: the only match of the strictest comparison that
+/// finds one, or [`Block::Ambiguous`]; `anchored`: the hunk named an `@@` anchor line, which
+/// already says where it is, so the first match after the anchor is taken (as patch tools that
+/// write this format expect: a short context such as a closing brace recurs further down).
+fn find_block(lines: &[Line], from: usize, old: &[&str], eof: bool, anchored: bool) -> Block {
     type Cmp = fn(&str, &str) -> bool;
     let passes: [Cmp; 3] = [
         |a, b| a == b,
@@ -531,6 +541,7 @@ fn find_block(lines: &[Line], from: usize, old: &[&str], eof: bool) -> Block {
         match all.len() {
             0 => {}
             1 => return Block::At(all[0]),
+            _ if anchored => return Block::At(all[0]),
             _ => return Block::Ambiguous(all),
         }
     }
@@ -693,11 +704,16 @@ mod tests {
         // Lines of the original file; line 1 is before the previous hunk and is no candidate.
         assert_eq!(e.candidates, vec![3, 5]);
         assert!(e.message.contains("lines 3, 5"), "{}", e.message);
-        // After an anchor, only the lines after it count.
+        // After an anchor, only the lines after it count, and the first match after it is taken.
         let h = hunks("*** Begin Patch\n*** Update File: f\n@@ 2\n-x\n+X\n*** End Patch");
         assert_eq!(
             apply_hunks("x\n1\nx\n2\nx\n", &h).unwrap(),
             "x\n1\nx\n2\nX\n"
+        );
+        let h = hunks("*** Begin Patch\n*** Update File: f\n@@ 1\n-x\n+X\n*** End Patch");
+        assert_eq!(
+            apply_hunks("x\n1\nx\n2\nx\n", &h).unwrap(),
+            "x\n1\nX\n2\nx\n"
         );
         // An exact match is unique even when a looser comparison would match twice.
         let h = hunks("*** Begin Patch\n*** Update File: f\n@@\n-x\n+X\n*** End Patch");

@@ -49,8 +49,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                           \"*** End of File\". The whole patch is validated before anything is \
                           written and applied all or nothing (rolled back on failure); errors name \
                           the file and the hunk. A hunk's lines must match once after the previous \
-                          hunk (after its anchor line when given); several matches are a conflict \
-                          naming the candidate lines. Updated files stay byte-exact: the BOM, each \
+                          hunk, or several matches are a conflict naming the candidate lines; a \
+                          hunk with an @@ anchor line takes the first match after the anchor. Updated files stay byte-exact: the BOM, each \
                           untouched line's ending and a missing final newline are kept, added lines \
                           take the ending of the lines they replace. dry_run returns the diff \
                           without writing.",
