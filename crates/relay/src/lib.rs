@@ -67,7 +67,37 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
+        .layer(axum::middleware::from_fn(refuse_declared_oversize))
         .with_state(hub)
+}
+
+/// Refuses a request whose `Content-Length` declares more than [`MCP_REQUEST_BODY_MAX_BYTES`]
+/// with 413 (RFC 9110 § 15.5.14) and a JSON-RPC error (-32600, id null) before any of the body is
+/// read: nothing is buffered for it, and a client that waits for the answer before sending the
+/// body (`Expect: 100-continue`, or reading first) gets it instead of a closed connection. A body
+/// without a declared length is still cut at the limit while it is read (`DefaultBodyLimit`).
+async fn refuse_declared_oversize(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(n) if n > MCP_REQUEST_BODY_MAX_BYTES as u64 => (
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
+                "code": -32600,
+                "message": format!(
+                    "the request body declares {n} bytes; at most {MCP_REQUEST_BODY_MAX_BYTES} are accepted"
+                )}})),
+        )
+            .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 /// Errors that stop the relay from serving.

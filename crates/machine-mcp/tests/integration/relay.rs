@@ -135,9 +135,24 @@ fn http_rules_of_streamable_http() {
     // A batch is refused; a body over 8 MiB is refused.
     let a = c.post(&json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]));
     assert_eq!(a.status, 400);
-    let big = "x".repeat(9 << 20);
-    let a = c.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": big}}));
-    assert_eq!(a.status, 413);
+    // The refusal comes from the declared length, before the body is read; a client still
+    // writing the body may then see its connection closed (CI saw a broken pipe), so the body
+    // is not sent here.
+    let head = format!(
+        "POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nMcp-Session-Id: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        s.relay.port,
+        s.token,
+        c.session.as_deref().unwrap(),
+        9 << 20
+    );
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", s.relay.port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    std::io::Write::write_all(&mut sock, head.as_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    let n = std::io::Read::read(&mut sock, &mut buf).unwrap_or(0);
+    let status = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(status.starts_with("HTTP/1.1 413"), "{status:?}");
     // Plain JSON when the client does not accept SSE.
     let r = ureq::post(&url)
         .set("Authorization", &format!("Bearer {}", s.token))
