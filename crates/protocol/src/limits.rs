@@ -95,8 +95,24 @@ pub const PROCESS_SESSIONS_MAX: usize = 8;
 pub const SESSION_OUTPUT_RETAINED_BYTES: usize = MIB;
 /// Largest single write to a process session's stdin.
 pub const SESSION_STDIN_WRITE_MAX_BYTES: usize = 64 * KIB;
-/// How long an exited process session stays readable.
+/// How long an exited process session stays readable (unless discarded earlier by
+/// [`EXITED_SESSIONS_MAX`] or [`EXITED_SESSIONS_OUTPUT_MAX_BYTES`]).
 pub const SESSION_RETENTION_AFTER_EXIT: Duration = Duration::from_secs(30 * 60);
+/// Exited process sessions one runtime keeps, across all principals. When one more exits, the
+/// exited session that ended first is discarded (its output freed; `read_process` of it then gets
+/// `not_found` saying so). Running sessions are never discarded; they are bounded by
+/// [`PROCESS_SESSIONS_MAX`].
+pub const EXITED_SESSIONS_MAX: usize = 32;
+/// Output bytes held for exited process sessions in total, across all principals: for each
+/// session, what its two streams retain (each stream's newest [`SESSION_OUTPUT_RETAINED_BYTES`]
+/// plus the first `PROCESS_OUTPUT_MAX_BYTES / 2`, so at most 2.5 MiB a session). Beyond it, the
+/// exited sessions that ended first are discarded until the rest fit, as for
+/// [`EXITED_SESSIONS_MAX`]. With this value at least six exited sessions with full output fit.
+pub const EXITED_SESSIONS_OUTPUT_MAX_BYTES: usize = 16 * MIB;
+/// Ids of discarded process sessions remembered (with their owner), so that `read_process` of
+/// one says it was discarded rather than that it never existed. The oldest is forgotten first;
+/// a forgotten id gets the plain `not_found`.
+pub const DISCARDED_SESSIONS_REMEMBERED: usize = 256;
 
 // === Tasks (MCP extension `io.modelcontextprotocol/tasks`, SEP-2663) ===
 

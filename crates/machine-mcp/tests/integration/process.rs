@@ -271,6 +271,101 @@ fn sessions_are_bounded_and_die_with_the_server() {
     }
 }
 
+/// Starts `argv` as a session and waits for it to exit; returns its id.
+fn run_session_to_exit(s: &mut Server, argv: Value) -> String {
+    let r = s.call("start_process", json!({ "argv": argv }));
+    let id = r.ok()["session_id"].as_str().unwrap().to_owned();
+    let st = s.call(
+        "read_process",
+        json!({"session_id": id, "max_bytes": 1, "wait_ms": 10000, "wait_for_exit": true}),
+    );
+    assert_eq!(st.ok()["running"], false, "{id} did not exit");
+    id
+}
+
+/// Issue 11 item 5: exited sessions were kept for 30 minutes without a count or byte bound
+/// (300 short sessions took the server from 13 MB to 787 MB).
+#[test]
+fn exited_sessions_are_bounded_in_count_and_bytes_and_the_oldest_goes_first() {
+    use protocol::limits::{
+        EXITED_SESSIONS_MAX, EXITED_SESSIONS_OUTPUT_MAX_BYTES, SESSION_OUTPUT_RETAINED_BYTES,
+    };
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    // Count: more short sessions than are kept.
+    let ids: Vec<String> = (0..EXITED_SESSIONS_MAX + 5)
+        .map(|i| run_session_to_exit(&mut s, json!(["echo", format!("run {i}")])))
+        .collect();
+    let listed = s.call("list_processes", json!({}));
+    let kept: Vec<&str> = listed.ok()["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept.len(), EXITED_SESSIONS_MAX, "{kept:?}");
+    assert_eq!(
+        kept,
+        ids[5..].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let r = s.call("read_process", json!({"session_id": ids[0]}));
+    assert_eq!(r.code(), "not_found");
+    let msg = r.error["message"].as_str().unwrap();
+    assert!(msg.contains("discarded") && msg.contains("memory"), "{msg}");
+    let newest = s.call("read_process", json!({"session_id": ids.last().unwrap()}));
+    assert_eq!(
+        newest.ok()["stdout"]["data"],
+        format!("run {}\n", EXITED_SESSIONS_MAX + 4)
+    );
+    // Bytes: each of these keeps at least its newest window of output, so fewer fit.
+    let big = SESSION_OUTPUT_RETAINED_BYTES + 100_000;
+    let fit = EXITED_SESSIONS_OUTPUT_MAX_BYTES / SESSION_OUTPUT_RETAINED_BYTES;
+    let big_ids: Vec<String> = (0..fit + 3)
+        .map(|_| run_session_to_exit(&mut s, json!(["head", "-c", big.to_string(), "/dev/zero"])))
+        .collect();
+    let listed = s.call("list_processes", json!({}));
+    let kept: Vec<&Value> = listed.ok()["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["stdout_bytes"] == json!(big))
+        .collect();
+    assert!(
+        kept.len() <= fit,
+        "{} sessions of {big} bytes kept",
+        kept.len()
+    );
+    let kept_ids: Vec<&str> = kept
+        .iter()
+        .map(|x| x["session_id"].as_str().unwrap())
+        .collect();
+    assert!(kept_ids.contains(&big_ids.last().unwrap().as_str()));
+    assert!(!kept_ids.contains(&big_ids[0].as_str()));
+    let r = s.call("read_process", json!({"session_id": big_ids[0]}));
+    assert_eq!(r.code(), "not_found");
+    // The newest keeps its whole window.
+    let r = s.call(
+        "read_process",
+        json!({"session_id": big_ids.last().unwrap(), "stdout_offset": 0, "max_bytes": 1}),
+    );
+    assert_eq!(
+        r.ok()["stdout"]["dropped_bytes"],
+        json!(big - SESSION_OUTPUT_RETAINED_BYTES)
+    );
+    // A running session is never discarded to make room.
+    let r = s.call("start_process", json!({"argv": ["sleep", "1000"]}));
+    let sleeper = r.ok()["session_id"].as_str().unwrap().to_owned();
+    for _ in 0..EXITED_SESSIONS_MAX + 1 {
+        run_session_to_exit(&mut s, json!(["true"]));
+    }
+    let r = s.call("read_process", json!({"session_id": sleeper}));
+    assert_eq!(r.ok()["running"], true);
+    // Another caller's ids stay unknown; the one id never issued is plain not_found.
+    let r = s.call("read_process", json!({"session_id": "proc-nope"}));
+    assert_eq!(r.code(), "not_found");
+    assert!(!r.error["message"].as_str().unwrap().contains("discarded"));
+}
+
 #[test]
 fn ping_stays_fast_while_16_calls_run_and_a_17th_is_refused_at_once() {
     let t = Tree::new();

@@ -126,6 +126,18 @@ impl Stream {
         self.buf.lock().ok().map(|b| f(&b))
     }
 
+    /// Gives back the buffer's spare capacity (once the process has finished) and returns the
+    /// bytes it still holds.
+    pub(crate) fn shrink(&self) -> usize {
+        self.buf
+            .lock()
+            .map(|mut b| {
+                b.shrink();
+                b.retained()
+            })
+            .unwrap_or(0)
+    }
+
     /// A receiver that sees every append.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()

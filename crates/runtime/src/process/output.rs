@@ -74,6 +74,17 @@ impl StreamBuf {
         self.total
     }
 
+    /// Bytes held: the head plus the window (a byte may be in both).
+    pub(crate) fn retained(&self) -> usize {
+        self.head.len() + self.window.len()
+    }
+
+    /// Gives back spare capacity, for a stream that gets no more output.
+    pub(crate) fn shrink(&mut self) {
+        self.head.shrink_to_fit();
+        self.window.shrink_to_fit();
+    }
+
     /// Absolute offset of the oldest retained byte.
     pub(crate) fn window_start(&self) -> u64 {
         self.total - self.window.len() as u64

@@ -58,7 +58,7 @@ pub(crate) struct ServerInfo {
     limits: Limits,
 }
 
-/// Bounds enforced by the tools (bytes and counts).
+/// Bounds enforced by the tools (bytes, counts and seconds).
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct Limits {
     /// Default `max_bytes` of `read_file`.
@@ -77,6 +77,17 @@ pub(crate) struct Limits {
     message_max_bytes: usize,
     /// Tool calls running at once.
     concurrent_tool_calls: usize,
+    /// Process sessions running at once; one more `start_process` gets `limit_exceeded`.
+    process_sessions_max: usize,
+    /// Seconds an exited process session stays readable, unless discarded earlier by the two
+    /// bounds below.
+    exited_session_retention_secs: u64,
+    /// Exited process sessions kept (across callers); beyond it the one that exited first is
+    /// discarded. Running sessions are never discarded.
+    exited_sessions_max: usize,
+    /// Output bytes held for exited process sessions in total (across callers); beyond it the
+    /// exited sessions that ended first are discarded until the rest fit.
+    exited_sessions_output_max_bytes: usize,
 }
 
 async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolResult<ServerInfo> {
@@ -102,6 +113,10 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             list_files_max: limits::LIST_FILES_MAX,
             message_max_bytes: limits::STDIO_LINE_MAX_BYTES,
             concurrent_tool_calls: limits::CONCURRENT_TOOL_CALLS,
+            process_sessions_max: limits::PROCESS_SESSIONS_MAX,
+            exited_session_retention_secs: limits::SESSION_RETENTION_AFTER_EXIT.as_secs(),
+            exited_sessions_max: limits::EXITED_SESSIONS_MAX,
+            exited_sessions_output_max_bytes: limits::EXITED_SESSIONS_OUTPUT_MAX_BYTES,
         },
     })
 }

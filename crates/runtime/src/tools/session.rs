@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use protocol::limits::{
-    PROCESS_SESSIONS_MAX, PTY_DEFAULT_SIZE, SESSION_READ_DEFAULT_BYTES, SESSION_READ_MAX_BYTES,
-    SESSION_READ_WAIT_MAX, SESSION_STDIN_WRITE_MAX_BYTES,
+    EXITED_SESSIONS_MAX, EXITED_SESSIONS_OUTPUT_MAX_BYTES, PROCESS_SESSIONS_MAX, PTY_DEFAULT_SIZE,
+    SESSION_READ_DEFAULT_BYTES, SESSION_READ_MAX_BYTES, SESSION_READ_WAIT_MAX,
+    SESSION_RETENTION_AFTER_EXIT, SESSION_STDIN_WRITE_MAX_BYTES,
 };
 
 use crate::{
@@ -18,7 +19,10 @@ use crate::{
     context::CallContext,
     error::{ToolError, ToolErrorCode, ToolResult},
     policy::Capability,
-    process::{Proc, StdinError, Stream, sessions::Session},
+    process::{
+        Proc, StdinError, Stream,
+        sessions::{Missing, Session},
+    },
     tools::process::{EXEC_HINTS, check_argv, spawn_error, spawn_spec},
 };
 
@@ -40,7 +44,9 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                               for a terminal (REPLs, curses tools) behave as in a terminal; stdout \
                               then carries the terminal output and stderr is empty. At most 8 \
                               sessions run at once; each keeps its newest 1 MiB per stream; exited \
-                              sessions stay readable for 30 minutes. Sessions end with the server.",
+                              sessions stay readable for 30 minutes, but at most 32 of them \
+                              holding 16 MiB of output are kept (the one that exited first is \
+                              discarded first). Sessions end with the server.",
                 capability: Capability::ExecDirect,
                 hints: EXEC_HINTS,
             },
@@ -98,7 +104,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 name: "list_processes",
                 title: "List process sessions",
                 description: "List this caller's process sessions (running, and exited within the \
-                              last 30 minutes) with command, pid, state and output sizes.",
+                              last 30 minutes, at most 32 exited ones holding 16 MiB of output) \
+                              with command, pid, state and output sizes.",
                 capability: Capability::ExecDirect,
                 hints: Hints::READ,
             },
@@ -179,12 +186,27 @@ fn full() -> ToolError {
     .retryable()
 }
 
+/// `not_found` for a session the caller cannot see, saying why when it is known.
 fn session(rt: &Access, id: &str, cx: &CallContext) -> ToolResult<Arc<Session>> {
-    rt.sessions().get(id, &cx.principal).ok_or_else(|| {
-        ToolError::new(
-            ToolErrorCode::NotFound,
-            format!("no process session {id} (exited sessions are kept for 30 minutes)"),
-        )
+    rt.sessions().get(id, &cx.principal).map_err(|why| {
+        let retention = SESSION_RETENTION_AFTER_EXIT.as_secs() / 60;
+        let message = match why {
+            Missing::Unknown => format!(
+                "no process session {id} (exited sessions are kept for {retention} minutes, \
+                 at most {EXITED_SESSIONS_MAX} of them)"
+            ),
+            Missing::Expired => format!(
+                "process session {id} exited more than {retention} minutes ago and was discarded"
+            ),
+            Missing::Evicted => format!(
+                "process session {id} had exited and was discarded to bound memory: at most \
+                 {EXITED_SESSIONS_MAX} exited sessions holding {} MiB of output are kept, and \
+                 the one that exited first goes first; read a session's output before starting \
+                 many more",
+                EXITED_SESSIONS_OUTPUT_MAX_BYTES >> 20
+            ),
+        };
+        ToolError::new(ToolErrorCode::NotFound, message)
     })
 }
 
