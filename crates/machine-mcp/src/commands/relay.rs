@@ -61,13 +61,14 @@ async fn open_existing(s: &StoreArgs) -> Result<SqliteStorage> {
 
 pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
     let storage = open(&args.store).await?;
-    let public_url = match args.public_url {
+    let defaulted = args.public_url.is_none();
+    let mut public_url = match args.public_url {
         Some(u) => u,
         None => format!("http://{}", args.listen)
             .parse()
             .context("bad --listen address")?,
     };
-    let config = RelayConfig {
+    let mut config = RelayConfig {
         listen: args.listen,
         public_url: public_url.clone(),
         auth: match args.auth {
@@ -80,6 +81,13 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
     };
     let listener = relay::bind(&config).await?;
     let bound = listener.local_addr().unwrap_or(config.listen);
+    // `--listen HOST:0` takes any free port; the default public URL names the one it got.
+    if defaulted && args.listen.port() == 0 {
+        public_url = format!("http://{bound}")
+            .parse()
+            .context("bad bound address")?;
+        config.public_url = public_url.clone();
+    }
     let bridges = storage.bridges().await.unwrap_or_default();
     eprintln!(
         "machine-mcp relay listening on {bound} (public URL {public_url}); bridges: {}",

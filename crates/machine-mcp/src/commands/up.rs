@@ -40,14 +40,14 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let storage = SqliteStorage::open(&dir.join("relay.db"))
         .await
         .with_context(|| format!("cannot open the relay store in {}", dir.display()))?;
-    let public_url: url::Url = format!("http://{}", args.listen)
+    let mut public_url: url::Url = format!("http://{}", args.listen)
         .parse()
         .context("bad --listen")?;
     let auth = match args.auth {
         AuthArg::Token => AuthMode::Token,
         AuthArg::None => AuthMode::None,
     };
-    let config = RelayConfig {
+    let mut config = RelayConfig {
         listen: args.listen,
         public_url: public_url.clone(),
         auth,
@@ -56,6 +56,18 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         timing: super::relay_timing(&args.timing),
     };
     let listener = relay::bind(&config).await?;
+    // `--listen 127.0.0.1:0` takes any free port: the daemon and the printed URLs use the one
+    // the listener got.
+    if args.listen.port() == 0 {
+        let bound = listener
+            .local_addr()
+            .context("cannot read the port the listener got")?;
+        public_url = format!("http://{bound}")
+            .parse()
+            .context("bad bound address")?;
+        config.listen = bound;
+        config.public_url = public_url.clone();
+    }
     // Enroll our own daemon: the bridge, its device key, and (with token auth) an owner token.
     if !storage.bridge_exists(BRIDGE).await? {
         storage.add_bridge(BRIDGE, 1).await?;

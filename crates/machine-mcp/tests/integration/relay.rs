@@ -683,6 +683,83 @@ pub(crate) fn spawn_up(
     (child, listen)
 }
 
+/// `relay serve --listen 127.0.0.1:0` without `--public-url`: its public URL names the port it
+/// got, not port 0.
+#[test]
+fn relay_serve_on_port_zero_names_the_port_it_got() {
+    let store = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(crate::util::bin())
+        .args(["relay", "serve", "--listen", "127.0.0.1:0", "--store"])
+        .arg(store.path().join("relay.db"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    // "machine-mcp relay listening on 127.0.0.1:PORT (public URL http://127.0.0.1:PORT/); ..."
+    let port = line
+        .split("listening on 127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!port.is_empty() && port != "0", "{line}");
+    assert!(
+        line.contains(&format!("(public URL http://127.0.0.1:{port}/)")),
+        "{line}"
+    );
+}
+
+/// `--listen 127.0.0.1:0` takes any free port: `up` prints the port it got and its daemon
+/// connects there (it used to be told to connect to port 0, and hung).
+#[test]
+fn up_on_port_zero_prints_the_port_it_got_and_serves() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    ws.write("hello.txt", "hi\n");
+    let mut child = std::process::Command::new(crate::util::bin())
+        .args(["up", "--json", "--listen", "127.0.0.1:0"])
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(line);
+    });
+    let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("up printed nothing within 60 s");
+    };
+    let v: Value = serde_json::from_str(&line).expect("one JSON object");
+    let url = v["mcp_url"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && !url.starts_with("http://127.0.0.1:0/"),
+        "{v}"
+    );
+    let mut c = Client::new(v["mcp_url"].as_str().unwrap(), v["token"].as_str());
+    c.initialize();
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(r["result"]["structuredContent"]["content"], "hi\n", "{r}");
+}
+
 #[test]
 fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
     let state = tempfile::tempdir().unwrap();
