@@ -168,5 +168,8 @@ pub const SEARCH_MAX_MATCHES: usize = 5_000;
 pub const SEARCH_MAX_CONTEXT_LINES: usize = 10;
 /// Longest matched line returned by `search_text`; longer lines are cut around the match.
 pub const SEARCH_LINE_MAX_BYTES: usize = 1_000;
+/// Most unreadable paths `search_text` and `list_files` return in `skipped`; `skipped_count`
+/// counts them all.
+pub const SKIPPED_PATHS_MAX: usize = 100;
 /// Minimum interval between two progress notifications of one call.
 pub const PROGRESS_MIN_INTERVAL: Duration = Duration::from_millis(250);

@@ -45,6 +45,7 @@ mod patch;
 mod process;
 mod read;
 mod search;
+mod skipped;
 mod text;
 mod tools;
 mod write;

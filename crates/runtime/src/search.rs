@@ -23,6 +23,8 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContex
 use ignore::{WalkBuilder, WalkState, overrides::OverrideBuilder};
 use tokio_util::sync::CancellationToken;
 
+use crate::skipped::SkipList;
+
 /// Where to search and which files count.
 #[derive(Debug, Clone)]
 pub(crate) struct Scope {
@@ -72,8 +74,10 @@ pub(crate) struct Outcome {
     pub(crate) next: Option<Cursor>,
     /// Files actually opened and searched (some only partly).
     pub(crate) files_searched: usize,
-    /// Files that could not be read.
+    /// Files that could not be read (searched files only, so at most `files_searched`).
     pub(crate) unreadable: usize,
+    /// Those files with their reasons.
+    pub(crate) skipped: SkipList,
     pub(crate) cancelled: bool,
 }
 
@@ -85,17 +89,27 @@ pub(crate) struct Progress {
     pub(crate) matches: usize,
 }
 
+/// The files a search will look at.
+#[derive(Debug, Default)]
+pub(crate) struct Candidates {
+    /// Regular files, sorted by [`path_order`].
+    pub(crate) files: Vec<PathBuf>,
+    /// Directories (and entries) the walk could not read, so files under them are missing.
+    pub(crate) skipped: SkipList,
+}
+
 /// Lists the regular files under `scope.root` that the filters keep, sorted by path. Symlinks are
-/// never followed and `.git` directories are skipped.
+/// never followed and `.git` directories are skipped. A directory that cannot be read (permission
+/// denied, a path longer than PATH_MAX, an I/O error) goes to `skipped`, never silently away.
 ///
 /// # Errors
 /// A bad include or exclude glob, with the glob in the message.
-pub(crate) fn candidates(
-    scope: &Scope,
-    cancel: &CancellationToken,
-) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Candidates, String> {
     if scope.root.is_file() {
-        return Ok(vec![scope.root.clone()]);
+        return Ok(Candidates {
+            files: vec![scope.root.clone()],
+            skipped: SkipList::default(),
+        });
     }
     let mut ob = OverrideBuilder::new(&scope.root);
     for g in &scope.include {
@@ -120,24 +134,36 @@ pub(crate) fn candidates(
         .threads(scope.threads)
         .filter_entry(|e| e.file_name() != ".git");
     let found = Mutex::new(Vec::new());
+    let skipped = Mutex::new(SkipList::default());
     wb.build_parallel().run(|| {
-        let found = &found;
+        let (found, skipped) = (&found, &skipped);
         Box::new(move |entry| {
             if cancel.is_cancelled() {
                 return WalkState::Quit;
             }
-            if let Ok(e) = entry
-                && e.file_type().is_some_and(|t| t.is_file())
-                && let Ok(mut v) = found.lock()
-            {
-                v.push(e.into_path());
+            match entry {
+                Ok(e) => {
+                    if e.file_type().is_some_and(|t| t.is_file())
+                        && let Ok(mut v) = found.lock()
+                    {
+                        v.push(e.into_path());
+                    }
+                }
+                Err(err) => {
+                    if let Ok(mut s) = skipped.lock() {
+                        s.push_walk_error(&err, &scope.root);
+                    }
+                }
             }
             WalkState::Continue
         })
     });
     let mut files = found.into_inner().unwrap_or_default();
     files.sort_unstable_by(|a, b| path_order(a, b));
-    Ok(files)
+    Ok(Candidates {
+        files,
+        skipped: skipped.into_inner().unwrap_or_default(),
+    })
 }
 
 /// Settings of one search run.
@@ -211,6 +237,7 @@ pub(crate) fn run(
         next: None,
         files_searched: 0,
         unreadable: 0,
+        skipped: SkipList::default(),
         cancelled: false,
     };
     std::thread::scope(|s| {
@@ -311,8 +338,9 @@ pub(crate) fn run(
             while let Some(r) = pending.remove(&frontier) {
                 let file_index = frontier;
                 frontier += 1;
-                if r.unreadable {
+                if let Some(err) = &r.error {
                     out.unreadable += 1;
+                    out.skipped.push_io(files_ref[file_index].clone(), err);
                 }
                 let skip = if file_index == 0 { first_skip } else { 0 };
                 let available = r.hits.len().saturating_sub(skip);
@@ -381,7 +409,8 @@ struct FileResult {
     hits: Vec<Hit>,
     /// The search stopped at its match limit, so the file may hold more.
     hit_limit: bool,
-    unreadable: bool,
+    /// Why the file could not be opened or read to its end (matches before a read error stay).
+    error: Option<std::io::Error>,
 }
 
 fn search_file(
@@ -402,7 +431,7 @@ fn search_file(
         last_match_line: 0,
         hit_limit: false,
     };
-    let unreadable = searcher.search_path(opts.matcher, path, &mut sink).is_err();
+    let error = searcher.search_path(opts.matcher, path, &mut sink).err();
     let Collect {
         matches,
         lines,
@@ -439,7 +468,7 @@ fn search_file(
     FileResult {
         hits,
         hit_limit,
-        unreadable,
+        error,
     }
 }
 
@@ -570,7 +599,7 @@ mod tests {
             threads: 2,
         };
         let cancel = CancellationToken::new();
-        let files = candidates(&scope, &cancel).unwrap();
+        let files = candidates(&scope, &cancel).unwrap().files;
         let m = RegexMatcherBuilder::new()
             .fixed_strings(true)
             .build("needle")

@@ -1,5 +1,7 @@
 //! read_file, list_dir, list_files, view_image, server_info.
 
+use std::os::unix::fs::PermissionsExt;
+
 use serde_json::json;
 
 use crate::util::{Server, Tree, rchar};
@@ -318,4 +320,48 @@ fn server_info_describes_policy_tools_and_limits() {
     assert_eq!(out["limits"]["exited_session_retention_secs"], 1800);
     assert_eq!(out["limits"]["exited_sessions_max"], 32);
     assert_eq!(out["limits"]["exited_sessions_output_max_bytes"], 16 << 20);
+}
+
+#[test]
+fn list_files_lists_directories_it_cannot_read_as_skipped() {
+    let t = Tree::new();
+    t.write("a.txt", "");
+    t.write("clean/c.txt", "");
+    let long = t.too_long_paths();
+    // Root lists a mode-000 directory anyway, so permission denied is only checked as non-root.
+    let as_user = !t.owned_by_root();
+    if as_user {
+        t.write("locked/b.txt", "");
+        std::fs::set_permissions(t.path().join("locked"), PermissionsExt::from_mode(0o000))
+            .unwrap();
+    }
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let out = s.call("list_files", json!({})).ok().clone();
+    if as_user {
+        std::fs::set_permissions(t.path().join("locked"), PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    // Listing a file does not open it: the too-long file is listed, the directory is not.
+    assert_eq!(out["files"], json!(["a.txt", "clean/c.txt", long.file]));
+    let mut skipped = vec![json!({"path": long.dir, "reason": "path too long"})];
+    if as_user {
+        skipped.push(json!({"path": "locked", "reason": "permission denied"}));
+    }
+    assert_eq!(out["skipped"], json!(skipped));
+    assert_eq!(out["skipped_count"], skipped.len());
+    assert_eq!(out["truncated"], false);
+    assert_eq!(out["complete"], false, "something was skipped");
+    let out = s.call("list_files", json!({"path": "clean"})).ok().clone();
+    assert_eq!(out["files"], json!(["clean/c.txt"]));
+    assert_eq!(out["skipped"], json!([]));
+    assert_eq!(out["skipped_count"], 0);
+    assert_eq!(out["complete"], true);
+    let out = s
+        .call("list_files", json!({"path": "clean", "max_files": 1}))
+        .ok()
+        .clone();
+    assert_eq!(
+        out["complete"], true,
+        "exactly max_files files is not truncated"
+    );
 }

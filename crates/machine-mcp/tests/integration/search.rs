@@ -1,5 +1,7 @@
 //! search_text: caps, continuation, filters, context.
 
+use std::os::unix::fs::PermissionsExt;
+
 use serde_json::{Value, json};
 
 use crate::util::{Server, Tree};
@@ -143,4 +145,48 @@ fn filters_case_and_context() {
     assert_eq!(r.code(), "invalid_request");
     let r = s.call("search_text", json!({"pattern": "x", "path": "nope"}));
     assert_eq!(r.code(), "not_found");
+}
+
+#[test]
+fn paths_that_cannot_be_read_are_listed_as_skipped_and_the_search_is_not_complete() {
+    let t = Tree::new();
+    t.write("a.txt", "needle\n");
+    let long = t.too_long_paths();
+    // Root reads a mode-000 directory anyway, so permission denied is only checked as non-root.
+    let as_user = !t.owned_by_root();
+    if as_user {
+        t.write("locked/b.txt", "needle\n");
+        std::fs::set_permissions(t.path().join("locked"), PermissionsExt::from_mode(0o000))
+            .unwrap();
+    }
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let out = s
+        .call("search_text", json!({"pattern": "needle", "literal": true}))
+        .ok()
+        .clone();
+    if as_user {
+        std::fs::set_permissions(t.path().join("locked"), PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    assert_eq!(matches(&out), [("a.txt".to_owned(), 1)]);
+    let mut skipped = vec![
+        json!({"path": long.dir, "reason": "path too long"}),
+        json!({"path": long.file, "reason": "path too long"}),
+    ];
+    if as_user {
+        skipped.push(json!({"path": "locked", "reason": "permission denied"}));
+    }
+    assert_eq!(out["skipped"], json!(skipped), "in path order, relative");
+    assert_eq!(out["skipped_count"], skipped.len());
+    assert_eq!(out["unreadable_files"], 1);
+    assert_eq!(out["complete"], false, "something was skipped");
+    assert!(out.get("next_cursor").is_none(), "nothing left to page");
+    // A search that skips nothing stays complete and says so.
+    let out = s
+        .call("search_text", json!({"pattern": "needle", "path": "a.txt"}))
+        .ok()
+        .clone();
+    assert_eq!(out["complete"], true);
+    assert_eq!(out["skipped_count"], 0);
+    assert_eq!(out["skipped"], json!([]));
 }

@@ -290,6 +290,17 @@ pub(crate) fn rchar(pid: u32) -> u64 {
         .expect("rchar")
 }
 
+/// Linux PATH_MAX: the longest path a system call takes, terminating NUL included.
+pub(crate) const PATH_MAX: usize = 4096;
+
+/// Paths made by [`Tree::too_long_paths`], relative to the workspace.
+pub(crate) struct TooLong {
+    /// A file whose own path is too long, in a directory that can still be listed.
+    pub(crate) file: String,
+    /// A directory whose path is too long (it cannot be listed).
+    pub(crate) dir: String,
+}
+
 /// A temporary workspace directory with helpers.
 pub(crate) struct Tree {
     pub(crate) dir: tempfile::TempDir,
@@ -318,6 +329,51 @@ impl Tree {
     /// Reads a file's bytes.
     pub(crate) fn read(&self, rel: &str) -> Vec<u8> {
         std::fs::read(self.dir.path().join(rel)).unwrap()
+    }
+
+    /// Builds, under `deep/`, a chain of 200-byte directory names down to the last directory
+    /// whose absolute path still fits PATH_MAX, and in it a file and a directory (holding
+    /// `needle.txt`) whose paths do not. The kernel refuses those paths with ENAMETOOLONG for
+    /// every user, root included (root ignores permission bits), so they are a read failure a
+    /// test can make anywhere. A child process creates them with paths relative to that last
+    /// directory; both hold the line `needle`.
+    pub(crate) fn too_long_paths(&self) -> TooLong {
+        let root = std::fs::canonicalize(self.path()).unwrap();
+        let abs_len = |rel: &str| root.as_os_str().len() + 1 + rel.len();
+        let name = |i: usize| format!("{i:03}{}", "d".repeat(197));
+        let mut rel = String::from("deep");
+        let mut i = 0;
+        // Go on while one more 200-byte name still fits: PATH_MAX counts the terminating NUL.
+        while abs_len(&rel) + 1 + 200 < PATH_MAX {
+            rel = format!("{rel}/{}", name(i));
+            i += 1;
+        }
+        std::fs::create_dir_all(root.join(&rel)).unwrap();
+        let file = format!("f{}", "f".repeat(199));
+        let dir = name(i);
+        let status = Command::new("sh")
+            .args([
+                "-c",
+                r#"printf 'needle\n' > "$1" && mkdir "$2" && printf 'needle\n' > "$2/needle.txt""#,
+                "sh",
+                &file,
+                &dir,
+            ])
+            .current_dir(root.join(&rel))
+            .status()
+            .expect("sh");
+        assert!(status.success(), "creating the too-long paths failed");
+        TooLong {
+            file: format!("{rel}/{file}"),
+            dir: format!("{rel}/{dir}"),
+        }
+    }
+
+    /// Whether this process is root (its files belong to uid 0), for which permission bits
+    /// deny nothing.
+    pub(crate) fn owned_by_root(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(self.path()).unwrap().uid() == 0
     }
 }
 

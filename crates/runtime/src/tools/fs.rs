@@ -20,6 +20,7 @@ use crate::{
     error::{ToolError, ToolResult},
     policy::Capability,
     read::{self, ReadError, Span},
+    skipped::{SkipList, SkippedPath},
     text::LineEnding,
     tools::blocking,
     write::{open_regular, read_bounded},
@@ -50,7 +51,11 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                               .git directories are skipped; symlinked directories are never \
                               followed. `glob` keeps only matching paths (gitignore syntax, e.g. \
                               \"*.rs\" or \"src/**/*.ts\"). At most max_files (default 2000, at most \
-                              20000); `truncated` says when more exist.",
+                              20000); `truncated` says when more exist. Directories that could not \
+                              be read (permission denied, longer than PATH_MAX, I/O errors) are \
+                              listed in `skipped` (the first 100 in path order, with reasons; \
+                              skipped_count counts all); `complete` is true only when nothing was \
+                              truncated or skipped.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
@@ -213,6 +218,13 @@ pub(crate) struct ListFilesOutput {
     files: Vec<String>,
     /// More files exist than were returned.
     truncated: bool,
+    /// Directories and entries that could not be read (so files under them are missing): the
+    /// first 100 in path order.
+    skipped: Vec<SkippedPath>,
+    /// How many paths were skipped in all.
+    skipped_count: usize,
+    /// Every file under `path` was listed: nothing truncated, nothing skipped.
+    complete: bool,
 }
 
 async fn list_files(
@@ -256,11 +268,18 @@ async fn list_files(
             .filter_entry(|e| e.file_name() != ".git");
         let mut files = Vec::new();
         let mut truncated = false;
+        let mut skipped = SkipList::default();
         for entry in wb.build() {
             if cx.cancel.is_cancelled() {
                 return Err(ToolError::cancelled());
             }
-            let Ok(entry) = entry else { continue };
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(err) => {
+                    skipped.push_walk_error(&err, root.real());
+                    continue;
+                }
+            };
             if entry.depth() == 0 || entry.file_type().is_none_or(|t| t.is_dir()) {
                 continue;
             }
@@ -270,10 +289,14 @@ async fn list_files(
             }
             files.push(ws.display(entry.path()));
         }
+        let skipped_count = skipped.total();
         Ok(ListFilesOutput {
             path: ws.display(root.real()),
             files,
             truncated,
+            skipped: skipped.render(ws),
+            skipped_count,
+            complete: !truncated && skipped_count == 0,
         })
     })
     .await

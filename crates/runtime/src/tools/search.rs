@@ -19,6 +19,7 @@ use crate::{
     error::{ToolError, ToolResult},
     policy::Capability,
     search::{self, Cursor, Run, Scope},
+    skipped::SkippedPath,
     text::sha256_hex,
     tools::blocking,
 };
@@ -34,7 +35,10 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                           include/exclude globs (gitignore syntax). Returns matching lines in path \
                           order with 1-based line and column, optional context lines, and stops \
                           at max_matches (default 200, at most 5000): then `complete` is false and \
-                          next_cursor continues with the same arguments plus cursor. Sends \
+                          next_cursor continues with the same arguments plus cursor. Paths that \
+                          could not be read (permission denied, longer than PATH_MAX, I/O \
+                          errors) are listed in `skipped` (the first 100 in path order, with \
+                          reasons; skipped_count counts all) and make `complete` false. Sends \
                           progress notifications when the request has a progress token; can be \
                           cancelled.",
             capability: Capability::Read,
@@ -126,7 +130,12 @@ pub(crate) struct SearchOutput {
     files_searched: usize,
     /// Files that could not be read and were skipped.
     unreadable_files: usize,
-    /// Every candidate file was searched to its end.
+    /// Directories and files that could not be read (so matches in them are missing): the first
+    /// 100 in path order.
+    skipped: Vec<SkippedPath>,
+    /// How many paths were skipped in all.
+    skipped_count: usize,
+    /// Every candidate file was searched to its end and nothing was skipped.
     complete: bool,
     /// Pass as cursor (with the same other arguments) to get the next page.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -182,7 +191,10 @@ async fn search_text(
             .as_deref()
             .map(|c| decode_cursor(c, root.real(), &fingerprint))
             .transpose()?;
-        let files = search::candidates(&scope, &cx.cancel).map_err(ToolError::invalid)?;
+        let search::Candidates {
+            files,
+            skipped: mut skipped_paths,
+        } = search::candidates(&scope, &cx.cancel).map_err(ToolError::invalid)?;
         if cx.cancel.is_cancelled() {
             return Err(ToolError::cancelled());
         }
@@ -206,6 +218,8 @@ async fn search_text(
         if out.cancelled {
             return Err(ToolError::cancelled());
         }
+        skipped_paths.extend(out.skipped);
+        let skipped_count = skipped_paths.total();
         let names: Vec<String> = out.files.iter().map(|p| ws.display(p)).collect();
         let matches = out
             .hits
@@ -223,7 +237,9 @@ async fn search_text(
             matches,
             files_searched: out.files_searched,
             unreadable_files: out.unreadable,
-            complete: out.next.is_none(),
+            skipped: skipped_paths.render(ws),
+            skipped_count,
+            complete: out.next.is_none() && skipped_count == 0,
             next_cursor: out
                 .next
                 .map(|c| encode_cursor(&c, root.real(), &fingerprint)),
