@@ -22,6 +22,14 @@ pub const RELAY_FRAME_MAX_BYTES: usize = 8 * MIB;
 
 /// Tool calls one runtime executes at once; a call beyond this gets `limit_exceeded` at once.
 pub const CONCURRENT_TOOL_CALLS: usize = 16;
+/// Tool calls one principal other than the owner (a relay token or account whose role is not
+/// `owner`) runs at once in a runtime; one more gets `limit_exceeded` naming this limit, so no
+/// such caller holds every slot. The owner (the local user, or the `owner` role) is not capped.
+pub const CALLS_PER_PRINCIPAL: usize = 8;
+/// Slots of [`CONCURRENT_TOOL_CALLS`] that only the runtime's owner (the local user, or a remote
+/// principal with the `owner` role) may take: every other principal together runs at most
+/// `CONCURRENT_TOOL_CALLS - OWNER_RESERVED_CALLS` calls, so the owner always gets service.
+pub const OWNER_RESERVED_CALLS: usize = 4;
 /// Default bound on relayed requests in flight per bridge.
 pub const RELAYED_REQUESTS_PER_BRIDGE: usize = 32;
 /// Open MCP 2026-07-28 `subscriptions/listen` streams per bridge on a relay; counted apart from

@@ -63,6 +63,29 @@ pub const SERVER_NAME: &str = "machine-mcp";
 /// This build's version (`serverInfo.version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// One running call of a principal, counted until dropped ([`Runtime::principal_call`]); the
+/// table keeps no entry for a principal with no running call.
+#[derive(Debug)]
+pub(crate) struct PrincipalCall {
+    table: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    principal: String,
+}
+
+impl Drop for PrincipalCall {
+    fn drop(&mut self) {
+        let mut m = self
+            .table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = m.get_mut(&self.principal) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.principal);
+            }
+        }
+    }
+}
+
 /// The runtime as one caller may use it (DESIGN §3 "Authority" = daemon policy ∩ caller role):
 /// the effective policy and path rules, over the shared runtime (sessions, limits). Built by
 /// [`Runtime::access`]; handlers only ever see this.
@@ -71,6 +94,7 @@ pub struct Access {
     runtime: Arc<Runtime>,
     policy: Policy,
     workspace: Workspace,
+    owner: bool,
 }
 
 impl Access {
@@ -87,6 +111,13 @@ impl Access {
     /// The shared runtime.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
+    }
+
+    /// Whether the caller is the runtime's owner (the local user, or a remote principal whose
+    /// role is `owner`, i.e. the `full` profile): only the owner may take the call slots kept
+    /// by [`protocol::limits::OWNER_RESERVED_CALLS`].
+    pub fn is_owner(&self) -> bool {
+        self.owner
     }
 
     pub(crate) fn sessions(&self) -> &process::sessions::Sessions {
@@ -122,6 +153,8 @@ pub struct Runtime {
     workspace: Workspace,
     policy: Policy,
     calls: Arc<Semaphore>,
+    others_calls: Arc<Semaphore>,
+    principal_calls: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     idle_trim: Arc<memory::IdleTrim>,
     default_yield_after: Option<Duration>,
     sessions: process::sessions::Sessions,
@@ -145,6 +178,10 @@ impl Runtime {
             workspace,
             policy: config.policy,
             calls: Arc::new(Semaphore::new(protocol::limits::CONCURRENT_TOOL_CALLS)),
+            others_calls: Arc::new(Semaphore::new(
+                protocol::limits::CONCURRENT_TOOL_CALLS - protocol::limits::OWNER_RESERVED_CALLS,
+            )),
+            principal_calls: Arc::default(),
             idle_trim: Arc::default(),
             default_yield_after: config.default_yield_after,
             sessions: process::sessions::Sessions::default(),
@@ -190,11 +227,35 @@ impl Runtime {
             runtime: self.clone(),
             policy,
             workspace,
+            owner: role.is_none_or(|r| r == Profile::Full),
         })
     }
 
     pub(crate) fn call_slots(&self) -> &Arc<Semaphore> {
         &self.calls
+    }
+
+    /// The slots principals other than the owner share ([`Access::is_owner`]).
+    pub(crate) fn others_call_slots(&self) -> &Arc<Semaphore> {
+        &self.others_calls
+    }
+
+    /// Counts one more running call of `principal`; `None` when it already runs
+    /// [`protocol::limits::CALLS_PER_PRINCIPAL`]. The count drops with the returned guard.
+    pub(crate) fn principal_call(&self, principal: &str) -> Option<PrincipalCall> {
+        let mut m = self
+            .principal_calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(principal.to_owned()).or_insert(0);
+        if *n >= protocol::limits::CALLS_PER_PRINCIPAL {
+            return None;
+        }
+        *n += 1;
+        Some(PrincipalCall {
+            table: self.principal_calls.clone(),
+            principal: principal.to_owned(),
+        })
     }
 
     /// Records that a tool call starts (see [`memory::IdleTrim`]).

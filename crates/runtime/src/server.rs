@@ -23,7 +23,10 @@
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
-//! - At most [`CONCURRENT_TOOL_CALLS`] calls run at once; one more gets `limit_exceeded` at once.
+//! - At most [`CONCURRENT_TOOL_CALLS`] calls run at once; a principal other than the owner runs
+//!   at most [`CALLS_PER_PRINCIPAL`], and those principals together leave
+//!   [`OWNER_RESERVED_CALLS`] slots free for the owner (who may use every slot: it is their
+//!   machine). One more gets `limit_exceeded` at once, its message naming the limit.
 //!   A call that becomes a task gives its slot back (working tasks are bounded by
 //!   [`protocol::limits::TASKS_MAX`] instead), so tasks never lock other callers out.
 //! - A call whose request carries a progress token gets `notifications/progress` from its handler.
@@ -38,7 +41,16 @@ use std::{
 };
 
 /// The call slot a running call holds; a call that becomes a task takes it out and drops it.
-type CallSlot = Arc<Mutex<Option<OwnedSemaphorePermit>>>;
+type CallSlot = Arc<Mutex<Option<CallPermit>>>;
+
+/// What a running call holds: a slot of [`CONCURRENT_TOOL_CALLS`] and, for a caller other than
+/// the owner, one of the slots the others share and its principal's count (module docs).
+#[derive(Debug)]
+struct CallPermit {
+    _slot: OwnedSemaphorePermit,
+    _others: Option<OwnedSemaphorePermit>,
+    _principal: Option<crate::PrincipalCall>,
+}
 
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
@@ -54,7 +66,9 @@ use rmcp::{
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{CONCURRENT_TOOL_CALLS, TASK_FOREGROUND_BUDGET};
+use protocol::limits::{
+    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
+};
 
 use crate::{
     Access, SERVER_NAME, VERSION,
@@ -263,21 +277,35 @@ impl McpServer {
                 ),
             )));
         }
-        let Ok(permit) = self
-            .access
-            .runtime()
-            .call_slots()
-            .clone()
-            .try_acquire_owned()
-        else {
-            return Ok(error_result(
-                &ToolError::limit(format!(
-                    "{CONCURRENT_TOOL_CALLS} tool calls are already running; try again when one finishes"
-                ))
-                .retryable(),
+        let busy = |why: String| Ok(error_result(&ToolError::limit(why).retryable()));
+        let rt = self.access.runtime();
+        // The owner may use every slot; any other principal gets a share.
+        let (principal, others) = if self.access.is_owner() {
+            (None, None)
+        } else {
+            let Some(principal) = rt.principal_call(cx.principal.id()) else {
+                return busy(format!(
+                    "{CALLS_PER_PRINCIPAL} tool calls of this caller are already running (the per-caller limit); try again when one finishes"
+                ));
+            };
+            let Ok(p) = rt.others_call_slots().clone().try_acquire_owned() else {
+                return busy(format!(
+                    "{} tool calls of other callers are running and the last {OWNER_RESERVED_CALLS} slots are kept for the owner; try again when one finishes",
+                    CONCURRENT_TOOL_CALLS - OWNER_RESERVED_CALLS
+                ));
+            };
+            (Some(principal), Some(p))
+        };
+        let Ok(permit) = rt.call_slots().clone().try_acquire_owned() else {
+            return busy(format!(
+                "{CONCURRENT_TOOL_CALLS} tool calls are already running (the server's limit); try again when one finishes"
             ));
         };
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(CallPermit {
+            _slot: permit,
+            _others: others,
+            _principal: principal,
+        });
         let runtime = self.access.runtime().clone();
         runtime.call_started();
         let fut = spec.invoke(self.access.clone(), arguments, cx);

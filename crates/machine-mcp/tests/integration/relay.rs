@@ -1041,3 +1041,83 @@ fn a_result_too_large_for_the_link_is_a_tool_error_the_model_can_act_on() {
     assert_ne!(ok["result"]["isError"], true, "the session goes on");
     assert!(ok["result"]["structuredContent"]["content"].is_string());
 }
+
+/// Issue 11 item 6: one principal cannot hold every call slot of a daemon. A principal other
+/// than the owner runs at most `CALLS_PER_PRINCIPAL` calls at once, those principals together
+/// leave `OWNER_RESERVED_CALLS` slots free, and the owner still gets service.
+#[test]
+fn one_principal_cannot_take_every_call_slot_and_the_owner_always_gets_one() {
+    use protocol::limits::{CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, OWNER_RESERVED_CALLS};
+    let s = setup();
+    let url = mcp_url(&s.relay, "b1");
+    let op1 = s.relay.token("b1", "operator");
+    let op2 = s.relay.token("b1", "operator");
+    // Starts a long call for `token` in a thread; its process writes its pid to `name`.
+    let start = |token: &str, name: String| {
+        let (url, token) = (url.clone(), token.to_owned());
+        std::thread::spawn(move || {
+            let mut c = Client::new(&url, Some(&token));
+            c.initialize();
+            let _ = c.post(
+                &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+                "name": "run_process", "arguments": {
+                    "argv": ["sh", "-c", format!("echo $$ > {name}; exec sleep 60")],
+                    "yield_after_seconds": 60}}}),
+            );
+        });
+    };
+    let wait_pids = |names: &[String]| -> Vec<i32> {
+        names
+            .iter()
+            .map(|n| {
+                crate::util::wait_file(&s.ws.path().join(n), Duration::from_secs(30))
+                    .trim()
+                    .parse()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let others = CONCURRENT_TOOL_CALLS - OWNER_RESERVED_CALLS;
+    let first: Vec<String> = (0..CALLS_PER_PRINCIPAL)
+        .map(|i| format!("a{i}.pid"))
+        .collect();
+    for n in &first {
+        start(&op1, n.clone());
+    }
+    let mut pids = wait_pids(&first);
+    let mut c1 = Client::new(&url, Some(&op1));
+    c1.initialize();
+    let e = tool_error(&c1.call("read_file", json!({"path": "hello.txt"})));
+    assert_eq!(e["code"], "limit_exceeded", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("this caller"),
+        "the error names the per-caller limit: {e}"
+    );
+    let second: Vec<String> = (0..others - CALLS_PER_PRINCIPAL)
+        .map(|i| format!("b{i}.pid"))
+        .collect();
+    for n in &second {
+        start(&op2, n.clone());
+    }
+    pids.extend(wait_pids(&second));
+    let mut c2 = Client::new(&url, Some(&op2));
+    c2.initialize();
+    let e = tool_error(&c2.call("read_file", json!({"path": "hello.txt"})));
+    assert_eq!(e["code"], "limit_exceeded", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("owner"),
+        "the error names the owner's reserve: {e}"
+    );
+    let mut owner = Client::new(&url, Some(&s.token));
+    owner.initialize();
+    let r = owner.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"], "hello from the workspace\n",
+        "{r}"
+    );
+    for p in pids {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &p.to_string()])
+            .status();
+    }
+}
