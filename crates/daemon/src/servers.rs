@@ -221,11 +221,14 @@ async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(
     Err("exited before answering".into())
 }
 
-/// Starts an upstream server with piped stdio in its own process group.
+/// Starts an upstream server with piped stdio in its own process group, tagged so that the
+/// runtime's watchdog ends it (and what it started) if the daemon is killed.
 pub(crate) fn spawn(spec: &UpstreamSpec) -> std::io::Result<tokio::process::Child> {
+    let (tree_key, tree_value) = runtime::watchdog::tag_env();
     tokio::process::Command::new(&spec.command)
         .args(&spec.args)
         .envs(&spec.env)
+        .env(tree_key, tree_value)
         .current_dir(&spec.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

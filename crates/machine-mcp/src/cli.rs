@@ -57,7 +57,17 @@ pub(crate) enum Command {
     /// Run or administer a relay (bridges, tokens).
     #[command(subcommand)]
     Relay(RelayCommand),
+    /// The watchdog a server starts before its first child (internal; see
+    /// `runtime::watchdog`).
+    #[command(name = WATCHDOG_SUBCOMMAND, hide = true)]
+    Watchdog {
+        /// The instance prefix of the server's tree tags.
+        instance: String,
+    },
 }
+
+/// The hidden subcommand that runs the watchdog.
+pub(crate) const WATCHDOG_SUBCOMMAND: &str = "internal-watchdog";
 
 /// Options of the state directory.
 #[derive(Debug, Args)]

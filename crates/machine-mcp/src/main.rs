@@ -11,6 +11,12 @@ use clap::Parser;
 fn main() -> ExitCode {
     runtime::memory::limit_arenas();
     let cli = cli::Cli::parse();
+    if let cli::Command::Watchdog { instance } = &cli.command {
+        // Synchronous and alone: no async runtime, no logging (its stderr is closed).
+        runtime::watchdog::run(instance);
+        return ExitCode::SUCCESS;
+    }
+    runtime::watchdog::enable(cli::WATCHDOG_SUBCOMMAND);
     logging::init(&cli.global);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -54,6 +54,7 @@ pub use context::{CallContext, Principal, ProgressSink, ProgressUpdate};
 pub use error::{ToolError, ToolErrorCode};
 pub use policy::Profile;
 pub use server::McpServer;
+pub use process::watchdog;
 pub use text::LineEnding;
 
 use crate::{path::Workspace, policy::Policy};

@@ -35,6 +35,11 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Relay(RelayCommand::Serve(args)) => relay::serve(args).await,
         Command::Relay(RelayCommand::Bridge(cmd)) => relay::bridge(cmd).await,
         Command::Relay(RelayCommand::Token(cmd)) => relay::token(cmd).await,
+        // `main` runs it before building the async runtime; kept here for a complete match.
+        Command::Watchdog { instance } => {
+            runtime::watchdog::run(&instance);
+            Ok(())
+        }
     }
 }
 

@@ -557,3 +557,64 @@ fn descendants_that_call_setsid_are_killed_with_the_tree() {
         "setsid descendant {c} outlived the server"
     );
 }
+
+/// Regression (issue 11 item 7): a SIGKILLed server runs no shutdown, so before, everything it
+/// had started — pipe and PTY sessions, their children and a grandchild that called `setsid()`
+/// — lived on, reparented to init. Now a watchdog process that outlives the server kills every
+/// process carrying the server's tree tag once the server is gone.
+#[test]
+fn nothing_the_server_started_outlives_a_sigkilled_server() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    // Three generations: the session leader, a child, and a grandchild in a new session.
+    let script = |dir: &str| {
+        format!(
+            "mkdir -p {dir}; sleep 300 & echo $! > {dir}/c.pid; \
+             setsid sh -c 'sleep 300 & echo $! > {dir}/gc.pid; wait' </dev/null >/dev/null 2>&1 & \
+             echo $$ > {dir}/leader.pid; wait"
+        )
+    };
+    let mut pids = Vec::new();
+    for (dir, pty) in [("pipes", false), ("pty", true)] {
+        let r = s.call(
+            "start_process",
+            json!({"argv": ["sh", "-c", script(dir)], "pty": pty}),
+        );
+        assert!(!r.is_error, "{:?}", r.error);
+        for f in ["leader.pid", "c.pid", "gc.pid"] {
+            let pid: u64 = wait_file(&t.path().join(dir).join(f), Duration::from_secs(5))
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(alive(pid), "{dir}/{f} {pid} is not running");
+            pids.push(pid);
+        }
+    }
+    // A run_process call that yielded to a session holds its tree too.
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", script("yielded")], "yield_after_seconds": 1}),
+    );
+    assert!(!r.is_error, "{:?}", r.error);
+    for f in ["leader.pid", "c.pid", "gc.pid"] {
+        let pid: u64 = wait_file(&t.path().join("yielded").join(f), Duration::from_secs(5))
+            .trim()
+            .parse()
+            .unwrap();
+        pids.push(pid);
+    }
+    let server = s.pid().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &server])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pid in &pids {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            wait_gone(*pid, left),
+            "process {pid} outlived the SIGKILLed server (all: {pids:?})"
+        );
+    }
+}

@@ -10,6 +10,7 @@ pub(crate) mod env;
 pub(crate) mod output;
 pub(crate) mod sessions;
 pub(crate) mod tree;
+pub mod watchdog;
 
 use std::{
     ffi::OsString,

@@ -33,9 +33,10 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
-    /// A fresh tag for a process about to start: this server's pid and a random part.
+    /// A fresh tag for a process about to start: this server's instance prefix and a random
+    /// part (see [`super::watchdog`], which this starts if it is not running yet).
     pub(crate) fn new_tag() -> String {
-        format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())
+        super::watchdog::new_tag()
     }
 
     /// The tree of the just-started `leader`, whose environment holds `TREE_ENV=tag`.
@@ -68,18 +69,20 @@ pub(crate) fn env_var(tag: &str) -> (OsString, OsString) {
     (TREE_ENV.into(), tag.into())
 }
 
+/// What the tree walk needs from `/proc/<pid>/stat`.
 #[derive(Debug, Clone, Copy)]
-struct Stat {
-    pid: i32,
-    ppid: i32,
+pub(crate) struct Stat {
+    pub(crate) pid: i32,
+    pub(crate) ppid: i32,
     pgrp: i32,
     session: i32,
-    zombie: bool,
+    pub(crate) zombie: bool,
     /// Start time, clock ticks since boot.
-    started: u64,
+    pub(crate) started: u64,
 }
 
-fn read_stat(pid: i32) -> Option<Stat> {
+/// The stat of `pid`; `None` when it is gone or unreadable.
+pub(crate) fn read_stat(pid: i32) -> Option<Stat> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may contain spaces; fields follow the last ')'.
     let rest = &s[s.rfind(')')? + 2..];
@@ -100,7 +103,8 @@ fn read_stat(pid: i32) -> Option<Stat> {
     })
 }
 
-fn all_stats() -> Vec<Stat> {
+/// The stat of every process in `/proc`.
+pub(crate) fn all_stats() -> Vec<Stat> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
