@@ -993,6 +993,9 @@ fn events(
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;

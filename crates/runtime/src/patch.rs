@@ -558,6 +558,9 @@ fn find_block(lines: &[Line], from: usize, old: &[&str], eof: bool, anchored: bo
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -241,6 +241,9 @@ fn resolve_physical(path: &Path, hops: usize) -> Result<WorkspacePath, Resolve> 
 const ELOOP: i32 = 40;
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
 

@@ -702,6 +702,9 @@ fn error_line(id: &Value, code: i64, message: &str) -> String {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
