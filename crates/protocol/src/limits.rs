@@ -179,5 +179,17 @@ pub const SEARCH_LINE_MAX_BYTES: usize = 1_000;
 /// Most unreadable paths `search_text` and `list_files` return in `skipped`; `skipped_count`
 /// counts them all.
 pub const SKIPPED_PATHS_MAX: usize = 100;
+/// Largest part of one ignore file (`.gitignore`, `.ignore`, `.git/info/exclude`, git's global
+/// excludes file) that `search_text` and `list_files` apply (1 MiB). Past it the file is read up
+/// to the last whole line within the bound, the rest does not apply, and the result's `notes`
+/// names the file and the cap. Bounds the memory and time of compiling the file (a glob costs
+/// ~16 KB compiled; issue 11 item 4).
+pub const IGNORE_FILE_MAX_BYTES: usize = MIB;
+/// Most patterns of one ignore file that `search_text` and `list_files` apply (10,000; blank and
+/// comment lines do not count). Later patterns do not apply, and the result's `notes` names the
+/// file and the cap.
+pub const IGNORE_FILE_MAX_PATTERNS: usize = 10_000;
+/// Most capped ignore files one `search_text` or `list_files` result names in `notes`.
+pub const IGNORE_NOTES_MAX: usize = 20;
 /// Minimum interval between two progress notifications of one call.
 pub const PROGRESS_MIN_INTERVAL: Duration = Duration::from_millis(250);

@@ -40,6 +40,7 @@ pub mod tasks;
 mod diff;
 mod edit;
 mod git;
+mod ignores;
 pub mod memory;
 mod patch;
 mod process;
@@ -132,6 +133,10 @@ impl Access {
     pub(crate) fn default_yield_after(&self) -> Option<Duration> {
         self.runtime.default_yield_after()
     }
+
+    pub(crate) fn ignore_cache(&self) -> &Arc<ignores::IgnoreCache> {
+        &self.runtime.ignore_cache
+    }
 }
 
 /// What a runtime is built from.
@@ -157,6 +162,8 @@ pub struct Runtime {
     others_calls: Arc<Semaphore>,
     principal_calls: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     idle_trim: Arc<memory::IdleTrim>,
+    /// Compiled ignore files, shared by concurrent walks (see [`ignores`]).
+    ignore_cache: Arc<ignores::IgnoreCache>,
     default_yield_after: Option<Duration>,
     sessions: process::sessions::Sessions,
     tasks: tasks::Tasks,
@@ -184,6 +191,7 @@ impl Runtime {
             )),
             principal_calls: Arc::default(),
             idle_trim: Arc::default(),
+            ignore_cache: Arc::default(),
             default_yield_after: config.default_yield_after,
             sessions: process::sessions::Sessions::default(),
             tasks: tasks::Tasks::default(),

@@ -23,7 +23,10 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContex
 use ignore::{WalkBuilder, WalkState, overrides::OverrideBuilder};
 use tokio_util::sync::CancellationToken;
 
-use crate::skipped::SkipList;
+use crate::{
+    ignores::{Cap, IgnoreCache, IgnoreFilter},
+    skipped::SkipList,
+};
 
 /// Where to search and which files count.
 #[derive(Debug, Clone)]
@@ -38,6 +41,8 @@ pub(crate) struct Scope {
     pub(crate) include_ignored: bool,
     /// Worker threads for walking and searching.
     pub(crate) threads: usize,
+    /// Compiled ignore files shared with concurrent calls.
+    pub(crate) ignore_cache: std::sync::Arc<IgnoreCache>,
 }
 
 /// Resume point of a search: files before `path` are done, and the first `skip` matches of `path`
@@ -96,6 +101,8 @@ pub(crate) struct Candidates {
     pub(crate) files: Vec<PathBuf>,
     /// Directories (and entries) the walk could not read, so files under them are missing.
     pub(crate) skipped: SkipList,
+    /// Ignore files that went past a cap and apply only in part.
+    pub(crate) capped_ignore_files: Vec<(PathBuf, Cap)>,
 }
 
 /// Lists the regular files under `scope.root` that the filters keep, sorted by path. Symlinks are
@@ -109,6 +116,7 @@ pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Ca
         return Ok(Candidates {
             files: vec![scope.root.clone()],
             skipped: SkipList::default(),
+            capped_ignore_files: Vec::new(),
         });
     }
     let mut ob = OverrideBuilder::new(&scope.root);
@@ -121,18 +129,20 @@ pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Ca
             .map_err(|e| format!("bad exclude glob {g:?}: {e}"))?;
     }
     let overrides = ob.build().map_err(|e| format!("bad glob: {e}"))?;
+    let filter = (!scope.include_ignored).then(|| {
+        std::sync::Arc::new(IgnoreFilter::new(
+            scope.ignore_cache.clone(),
+            &scope.root,
+            overrides.clone(),
+        ))
+    });
     let mut wb = WalkBuilder::new(&scope.root);
-    wb.hidden(false)
+    wb.standard_filters(false)
         .follow_links(false)
-        .require_git(false)
-        .git_ignore(!scope.include_ignored)
-        .git_exclude(!scope.include_ignored)
-        .git_global(!scope.include_ignored)
-        .ignore(!scope.include_ignored)
-        .parents(!scope.include_ignored)
         .overrides(overrides)
-        .threads(scope.threads)
-        .filter_entry(|e| e.file_name() != ".git");
+        .threads(scope.threads);
+    let keep = filter.clone();
+    wb.filter_entry(move |e| e.file_name() != ".git" && keep.as_ref().is_none_or(|f| f.keep(e)));
     let found = Mutex::new(Vec::new());
     let skipped = Mutex::new(SkipList::default());
     wb.build_parallel().run(|| {
@@ -163,6 +173,7 @@ pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Ca
     Ok(Candidates {
         files,
         skipped: skipped.into_inner().unwrap_or_default(),
+        capped_ignore_files: filter.map(|f| f.capped()).unwrap_or_default(),
     })
 }
 
@@ -597,6 +608,7 @@ mod tests {
             exclude: vec![],
             include_ignored: false,
             threads: 2,
+            ignore_cache: Default::default(),
         };
         let cancel = CancellationToken::new();
         let files = candidates(&scope, &cancel).unwrap().files;

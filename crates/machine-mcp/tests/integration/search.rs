@@ -190,3 +190,79 @@ fn paths_that_cannot_be_read_are_listed_as_skipped_and_the_search_is_not_complet
     assert_eq!(out["skipped_count"], 0);
     assert_eq!(out["skipped"], json!([]));
 }
+
+/// Peak resident memory of a process (`VmHWM` in /proc/PID/status), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+/// Issue 11 item 4: a 100,000-line `.gitignore` cost ~16 KB of memory per pattern and call
+/// (1.6 GB for one `list_files`). It is applied up to the pattern cap
+/// (`protocol::limits::IGNORE_FILE_MAX_PATTERNS`, 10,000): the result names the file and the cap,
+/// patterns past it do not apply, and the server's peak memory stays bounded while list_files
+/// and four parallel searches share one compiled matcher.
+#[test]
+fn an_oversized_gitignore_is_applied_up_to_the_cap_with_a_note_and_bounded_memory() {
+    const PATTERN_CAP: usize = 10_000; // protocol::limits::IGNORE_FILE_MAX_PATTERNS
+    let t = Tree::new();
+    let mut gitignore: String = (0..100_000).map(|i| format!("build-{i}/*.log\n")).collect();
+    gitignore.push_str("late.txt\n");
+    t.write(".gitignore", gitignore);
+    t.write("src/a.txt", "needle\n");
+    t.write("build-1/x.log", "needle\n");
+    t.write("late.txt", "needle\n");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+
+    let expect_note = |out: &Value| {
+        let notes = out["notes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no notes: {out}"));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let note = notes[0].as_str().unwrap();
+        assert!(
+            note.contains(".gitignore") && note.contains(&PATTERN_CAP.to_string()),
+            "the note names the file and the cap: {note}"
+        );
+    };
+    let listed = s.call("list_files", json!({}));
+    let out = listed.ok();
+    let files: Vec<&str> = out["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(files.contains(&"src/a.txt"), "{files:?}");
+    assert!(
+        !files.contains(&"build-1/x.log"),
+        "a pattern within the cap applies: {files:?}"
+    );
+    assert!(
+        files.contains(&"late.txt"),
+        "a pattern past the cap does not: {files:?}"
+    );
+    expect_note(out);
+
+    let replies = s.call_all(
+        "search_text",
+        (0..4).map(|_| json!({"pattern": "needle"})).collect(),
+    );
+    for r in &replies {
+        let out = r.ok();
+        let found: Vec<String> = matches(out).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(found, ["late.txt", "src/a.txt"], "{out}");
+        expect_note(out);
+    }
+    let peak = peak_rss(s.pid());
+    assert!(
+        peak < 300 * 1024 * 1024,
+        "peak RSS {} MiB (before the fix: ~1.6 GiB per call)",
+        peak >> 20
+    );
+}

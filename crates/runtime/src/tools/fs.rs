@@ -18,6 +18,7 @@ use crate::{
     catalog::{Hints, ToolMeta, ToolSpec},
     context::CallContext,
     error::{ToolError, ToolResult},
+    ignores::IgnoreFilter,
     policy::Capability,
     read::{self, ReadError, Span},
     skipped::{SkipList, SkippedPath},
@@ -225,6 +226,11 @@ pub(crate) struct ListFilesOutput {
     skipped_count: usize,
     /// Every file under `path` was listed: nothing truncated, nothing skipped.
     complete: bool,
+    /// Ignore files applied only in part because they exceed 1048576 bytes or 10000 patterns
+    /// (files their later patterns ignore are listed), one note per file, at most 20. Absent
+    /// when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
 }
 
 async fn list_files(
@@ -245,27 +251,31 @@ async fn list_files(
                 args.path
             )));
         }
-        let mut wb = WalkBuilder::new(root.real());
+        let mut ob = OverrideBuilder::new(root.real());
         if let Some(g) = &args.glob {
-            let mut ob = OverrideBuilder::new(root.real());
             ob.add(g)
                 .map_err(|e| ToolError::invalid(format!("bad glob {g:?}: {e}")))?;
-            wb.overrides(
-                ob.build()
-                    .map_err(|e| ToolError::invalid(format!("bad glob {g:?}: {e}")))?,
-            );
         }
-        let ig = !args.include_ignored;
-        wb.hidden(false)
+        let overrides = ob
+            .build()
+            .map_err(|e| ToolError::invalid(format!("bad glob: {e}")))?;
+        // Ignore files are read by our filter, capped and shared (issue 11 item 4).
+        let filter = (!args.include_ignored).then(|| {
+            Arc::new(IgnoreFilter::new(
+                rt.ignore_cache().clone(),
+                root.real(),
+                overrides.clone(),
+            ))
+        });
+        let keep = filter.clone();
+        let mut wb = WalkBuilder::new(root.real());
+        wb.standard_filters(false)
             .follow_links(false)
-            .require_git(false)
-            .git_ignore(ig)
-            .git_exclude(ig)
-            .git_global(ig)
-            .ignore(ig)
-            .parents(ig)
+            .overrides(overrides)
             .sort_by_file_name(|a, b| a.cmp(b))
-            .filter_entry(|e| e.file_name() != ".git");
+            .filter_entry(move |e| {
+                e.file_name() != ".git" && keep.as_ref().is_none_or(|f| f.keep(e))
+            });
         let mut files = Vec::new();
         let mut truncated = false;
         let mut skipped = SkipList::default();
@@ -297,6 +307,7 @@ async fn list_files(
             skipped: skipped.render(ws),
             skipped_count,
             complete: !truncated && skipped_count == 0,
+            notes: filter.map_or_else(Vec::new, |f| crate::ignores::notes(&f.capped(), ws)),
         })
     })
     .await

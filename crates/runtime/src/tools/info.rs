@@ -73,6 +73,12 @@ pub(crate) struct Limits {
     search_max_matches: usize,
     /// Largest `max_files` of `list_files`.
     list_files_max: usize,
+    /// Bytes of one ignore file (`.gitignore`, `.ignore`, git excludes) that `search_text` and
+    /// `list_files` apply; the rest is named in the result's `notes`.
+    ignore_file_max_bytes: usize,
+    /// Patterns of one ignore file that `search_text` and `list_files` apply; later patterns
+    /// are named in the result's `notes`.
+    ignore_file_max_patterns: usize,
     /// Largest JSON-RPC message accepted.
     message_max_bytes: usize,
     /// Tool calls running at once.
@@ -111,6 +117,8 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             edit_file_max_bytes: limits::EDIT_FILE_MAX_BYTES,
             search_max_matches: limits::SEARCH_MAX_MATCHES,
             list_files_max: limits::LIST_FILES_MAX,
+            ignore_file_max_bytes: limits::IGNORE_FILE_MAX_BYTES,
+            ignore_file_max_patterns: limits::IGNORE_FILE_MAX_PATTERNS,
             message_max_bytes: limits::STDIO_LINE_MAX_BYTES,
             concurrent_tool_calls: limits::CONCURRENT_TOOL_CALLS,
             process_sessions_max: limits::PROCESS_SESSIONS_MAX,

@@ -140,6 +140,11 @@ pub(crate) struct SearchOutput {
     /// Pass as cursor (with the same other arguments) to get the next page.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
+    /// Ignore files applied only in part because they exceed 1048576 bytes or 10000 patterns
+    /// (files their later patterns ignore are searched), one note per file, at most 20. Absent
+    /// when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
 }
 
 async fn search_text(
@@ -186,6 +191,7 @@ async fn search_text(
             exclude: args.exclude.clone(),
             include_ignored: args.include_ignored,
             threads,
+            ignore_cache: rt.ignore_cache().clone(),
         };
         let cursor = cursor
             .as_deref()
@@ -194,6 +200,7 @@ async fn search_text(
         let search::Candidates {
             files,
             skipped: mut skipped_paths,
+            capped_ignore_files,
         } = search::candidates(&scope, &cx.cancel).map_err(ToolError::invalid)?;
         if cx.cancel.is_cancelled() {
             return Err(ToolError::cancelled());
@@ -243,6 +250,7 @@ async fn search_text(
             next_cursor: out
                 .next
                 .map(|c| encode_cursor(&c, root.real(), &fingerprint)),
+            notes: crate::ignores::notes(&capped_ignore_files, ws),
         })
     })
     .await
