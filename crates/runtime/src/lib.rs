@@ -50,6 +50,7 @@ mod skipped;
 mod text;
 mod tools;
 mod write;
+mod write_lock;
 
 pub use context::{CallContext, Principal, ProgressSink, ProgressUpdate};
 pub use error::{ToolError, ToolErrorCode};
@@ -137,6 +138,10 @@ impl Access {
     pub(crate) fn ignore_cache(&self) -> &Arc<ignores::IgnoreCache> {
         &self.runtime.ignore_cache
     }
+
+    pub(crate) fn write_locks(&self) -> &Arc<write_lock::WriteLocks> {
+        &self.runtime.write_locks
+    }
 }
 
 /// What a runtime is built from.
@@ -168,6 +173,8 @@ pub struct Runtime {
     sessions: process::sessions::Sessions,
     tasks: tasks::Tasks,
     scratch: process::env::Scratch,
+    /// Per-file write locks shared by every session (see [`write_lock`]).
+    write_locks: Arc<write_lock::WriteLocks>,
 }
 
 impl Runtime {
@@ -196,6 +203,7 @@ impl Runtime {
             sessions: process::sessions::Sessions::default(),
             tasks: tasks::Tasks::default(),
             scratch: process::env::Scratch::new(scratch),
+            write_locks: Arc::default(),
         })
     }
 

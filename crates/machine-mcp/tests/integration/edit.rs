@@ -186,3 +186,96 @@ fn write_file_creates_dirs_keeps_mode_and_dry_run_writes_nothing() {
     assert!(r.ok()["diff"].as_str().unwrap().contains("+shallow"));
     assert_eq!(t.read("a/b/c.txt"), b"deep");
 }
+
+/// The most calls a server runs at once (`protocol::limits::CONCURRENT_TOOL_CALLS`); one more
+/// gets `limit_exceeded`, so each burst below is exactly this many calls.
+const BURST: usize = 16;
+
+#[test]
+fn concurrent_edits_of_one_file_are_all_kept() {
+    // Issue 11 item 3: concurrent edit_file calls on one file reported success while an edit
+    // committed between their read and their rename was overwritten.
+    const ROUNDS: usize = 4;
+    let markers = BURST * ROUNDS;
+    let t = Tree::new();
+    let body: String = (0..markers).map(|i| format!("m{i}\n")).collect();
+    t.write("f.txt", &body);
+    let mut s = Server::start(t.path(), &[]);
+    for round in 0..ROUNDS {
+        let calls = (round * BURST..(round + 1) * BURST)
+            .map(|i| json!({"path": "f.txt", "old_text": format!("m{i}\n"), "new_text": format!("M{i}\n")}))
+            .collect();
+        let replies = s.call_all("edit_file", calls);
+        let on_disk = String::from_utf8(t.read("f.txt")).unwrap();
+        let lines: Vec<&str> = on_disk.lines().collect();
+        let mut lost = Vec::new();
+        let mut refused = Vec::new();
+        for (k, r) in replies.iter().enumerate() {
+            let i = round * BURST + k;
+            if r.is_error {
+                assert_eq!(r.code(), "conflict", "call {i}: {}", r.error);
+                refused.push(i);
+                assert_eq!(lines[i], format!("m{i}"), "a refused edit changed nothing");
+            } else if lines[i] != format!("M{i}") {
+                lost.push(i);
+            }
+        }
+        assert!(
+            lost.is_empty(),
+            "round {round}: edits {lost:?} reported success but are not in the file"
+        );
+        assert!(
+            refused.is_empty(),
+            "round {round}: edits {refused:?} of distinct lines were refused as conflicts"
+        );
+    }
+    let expected: String = (0..markers).map(|i| format!("M{i}\n")).collect();
+    assert_eq!(String::from_utf8(t.read("f.txt")).unwrap(), expected);
+}
+
+#[test]
+fn racing_writers_with_one_expected_sha256_exactly_one_wins() {
+    // Issue 11 item 3: the expected_sha256 check and the rename were two steps, so several
+    // writers holding the same hash could all succeed, each overwriting the last.
+    const ROUNDS: usize = 8;
+    let t = Tree::new();
+    t.write("f.txt", "round 0\n");
+    let mut s = Server::start(t.path(), &[]);
+    for round in 0..ROUNDS {
+        let current = t.read("f.txt");
+        let expected = sha(&current);
+        let tool = if round % 2 == 0 {
+            "write_file"
+        } else {
+            "edit_file"
+        };
+        let calls = (0..BURST)
+            .map(|k| {
+                let content = format!("round {} writer {k}\n", round + 1);
+                if tool == "write_file" {
+                    json!({"path": "f.txt", "content": content, "expected_sha256": expected})
+                } else {
+                    json!({"path": "f.txt", "old_text": String::from_utf8_lossy(&current),
+                           "new_text": content, "expected_sha256": expected})
+                }
+            })
+            .collect();
+        let replies = s.call_all(tool, calls);
+        let winners: Vec<usize> = (0..BURST).filter(|&k| !replies[k].is_error).collect();
+        for r in replies.iter().filter(|r| r.is_error) {
+            assert_eq!(r.code(), "conflict", "{tool}: {}", r.error);
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round} ({tool}): writers {winners:?} all reported success with one expected_sha256"
+        );
+        let k = winners[0];
+        assert_eq!(
+            t.read("f.txt"),
+            format!("round {} writer {k}\n", round + 1).as_bytes(),
+            "the file holds the winner's content"
+        );
+        assert_eq!(replies[k].ok()["sha256"], sha(&t.read("f.txt")));
+    }
+}

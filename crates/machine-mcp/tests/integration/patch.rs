@@ -107,3 +107,49 @@ fn updated_files_keep_their_bom_each_line_ending_and_a_missing_final_newline() {
     );
     assert_eq!(t.read("crlf.txt"), b"a\r\nb\r\nC");
 }
+
+#[test]
+fn concurrent_patches_over_two_files_in_opposite_orders_all_apply() {
+    // Issue 11 item 3: every patch that reports success is in both files; the per-file locks are
+    // taken in path order, so patches naming the files in opposite orders cannot deadlock.
+    const CALLS: usize = 16; // protocol::limits::CONCURRENT_TOOL_CALLS
+    let t = Tree::new();
+    t.write(
+        "a.txt",
+        (0..CALLS).map(|i| format!("a{i}\n")).collect::<String>(),
+    );
+    t.write(
+        "b.txt",
+        (0..CALLS).map(|i| format!("b{i}\n")).collect::<String>(),
+    );
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let calls = (0..CALLS)
+        .map(|i| {
+            let a = format!("*** Update File: a.txt\n@@\n-a{i}\n+A{i}\n");
+            let b = format!("*** Update File: b.txt\n@@\n-b{i}\n+B{i}\n");
+            let (first, second) = if i % 2 == 0 { (a, b) } else { (b, a) };
+            json!({"patch": format!("*** Begin Patch\n{first}{second}*** End Patch")})
+        })
+        .collect();
+    let replies = s.call_all("apply_patch", calls);
+    let a = String::from_utf8(t.read("a.txt")).unwrap();
+    let b = String::from_utf8(t.read("b.txt")).unwrap();
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    for (i, r) in replies.iter().enumerate() {
+        if r.is_error {
+            assert_eq!(r.code(), "conflict", "patch {i}: {}", r.error);
+            assert_eq!((a[i], b[i]), (&*format!("a{i}"), &*format!("b{i}")));
+        } else {
+            assert_eq!(
+                (a[i], b[i]),
+                (&*format!("A{i}"), &*format!("B{i}")),
+                "patch {i} reported success but is not in both files"
+            );
+        }
+    }
+    let refused: Vec<usize> = (0..CALLS).filter(|&i| replies[i].is_error).collect();
+    assert!(
+        refused.is_empty(),
+        "patches {refused:?} of distinct lines were refused as conflicts"
+    );
+}

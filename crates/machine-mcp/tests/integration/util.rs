@@ -222,6 +222,24 @@ impl Server {
         let resp = self.request("tools/call", json!({"name": tool, "arguments": args}));
         parse_reply(&resp, self.output_schemas.get(tool))
     }
+
+    /// Sends one `tools/call` of `tool` per element of `calls`, all before reading any answer (so
+    /// they run concurrently), then returns the replies in the order of `calls`, each checked
+    /// like [`Server::call`]'s.
+    pub(crate) fn call_all(&mut self, tool: &str, calls: Vec<Value>) -> Vec<Reply> {
+        let ids: Vec<i64> = calls
+            .into_iter()
+            .map(|args| self.send_request("tools/call", json!({"name": tool, "arguments": args})))
+            .collect();
+        ids.iter()
+            .map(|id| {
+                let resp = self
+                    .wait_for(&json!(id), RESPONSE_TIMEOUT)
+                    .unwrap_or_else(|| panic!("no response to {tool} call {id}"));
+                parse_reply(&resp, self.output_schemas.get(tool))
+            })
+            .collect()
+    }
 }
 
 /// Interprets a `tools/call` response (see [`Server::call`]).

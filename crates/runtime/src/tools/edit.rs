@@ -14,9 +14,10 @@ use crate::{
     diff,
     edit::{self, EditError},
     error::{ToolError, ToolResult},
+    path::WorkspacePath,
     policy::Capability,
     text::{check_text, sha256_hex},
-    tools::{blocking, guard_git_internals},
+    tools::{blocking, blocking_locked, guard_git_internals},
     write::{Precondition, Staged, existing_mode, read_bounded},
 };
 
@@ -119,11 +120,8 @@ async fn write_file(
             "create_only and expected_sha256 contradict each other",
         ));
     }
-    blocking(move || {
-        let ws = rt.workspace();
-        let p = ws.resolve(&args.path)?;
-        let display = ws.display(p.real());
-        guard_git_internals(&rt, p.real(), &display)?;
+    let (p, display) = resolve_for_write(&rt, &args.path).await?;
+    blocking_locked(&rt, vec![p.real().to_owned()], move |_| {
         let existed = fs::symlink_metadata(p.real()).is_ok();
         if p.real().is_dir() {
             return Err(ToolError::invalid(format!("{display}: is a directory")));
@@ -216,11 +214,10 @@ async fn edit_file(
     if args.old_text == args.new_text {
         return Err(ToolError::invalid("old_text and new_text are identical"));
     }
-    blocking(move || {
-        let ws = rt.workspace();
-        let p = ws.resolve(&args.path)?;
-        let display = ws.display(p.real());
-        guard_git_internals(&rt, p.real(), &display)?;
+    let (p, display) = resolve_for_write(&rt, &args.path).await?;
+    // Read, check, compute and commit under the file's write lock: another writer of this
+    // server cannot commit in between, so a success is never overwritten unseen.
+    blocking_locked(&rt, vec![p.real().to_owned()], move |_| {
         let original = read_bounded(p.real(), &display, EDIT_FILE_MAX_BYTES as u64)?;
         let old_str = check_text(&original).map_err(|m| ToolError::invalid(format!("{display} {m}")))?;
         let previous = sha256_hex(&original);
@@ -264,6 +261,24 @@ async fn edit_file(
             sha256: sha,
             dry_run: args.dry_run,
         })
+    })
+    .await
+}
+
+/// Resolves `path` for writing (confined to the workspace, not inside git's configuration
+/// without an exec mode) and its display name, off the async threads.
+///
+/// # Errors
+/// What `Workspace::resolve` and `guard_git_internals` return.
+async fn resolve_for_write(rt: &Arc<Access>, path: &str) -> ToolResult<(WorkspacePath, String)> {
+    let rt = rt.clone();
+    let path = path.to_owned();
+    blocking(move || {
+        let ws = rt.workspace();
+        let p = ws.resolve(&path)?;
+        let display = ws.display(p.real());
+        guard_git_internals(&rt, p.real(), &display)?;
+        Ok((p, display))
     })
     .await
 }

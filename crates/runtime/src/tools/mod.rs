@@ -10,6 +10,7 @@ use crate::{
     catalog::ToolSpec,
     error::{ToolError, ToolErrorCode, ToolResult},
     policy::Capability,
+    write_lock::WriteGuard,
 };
 
 mod edit;
@@ -46,6 +47,19 @@ where
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(_) => Err(ToolError::cancelled()),
     }
+}
+
+/// Runs blocking work that writes the files at `paths` (resolved paths) while holding their
+/// write locks ([`crate::write_lock`]): no other writer of this runtime touches them between
+/// what `f` reads and what it commits. The locks are awaited without holding a thread; once `f`
+/// runs they are held until it returns, even if the call is cancelled meanwhile.
+pub(crate) async fn blocking_locked<T, F>(rt: &Access, paths: Vec<PathBuf>, f: F) -> ToolResult<T>
+where
+    F: FnOnce(&WriteGuard) -> ToolResult<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let guard = rt.write_locks().lock(paths).await;
+    blocking(move || f(&guard)).await
 }
 
 /// Refuses a write that could make git run a program when the policy allows no processes:

@@ -32,7 +32,7 @@ use crate::{
     path::Workspace,
     policy::Capability,
     text::{check_text, sha256_hex},
-    tools::{blocking, guard_git_internals},
+    tools::{blocking, blocking_locked, guard_git_internals},
     write::{Precondition, Staged, check_sha256, existing_mode, read_bounded},
 };
 
@@ -122,16 +122,37 @@ async fn apply_patch(
     args: ApplyPatchArgs,
     _cx: CallContext,
 ) -> ToolResult<ApplyPatchOutput> {
-    blocking(move || {
-        let ops = patch::parse(&args.patch).map_err(|e| {
-            ToolError::invalid(format!("patch line {}: {}", e.line, e.message))
-                .detail("line", e.line)
-        })?;
+    let dry_run = args.dry_run;
+    let (ops, paths) = {
+        let rt = rt.clone();
+        blocking(move || {
+            let ops = patch::parse(&args.patch).map_err(|e| {
+                ToolError::invalid(format!("patch line {}: {}", e.line, e.message))
+                    .detail("line", e.line)
+            })?;
+            let paths = targets(rt.workspace(), &ops);
+            Ok((ops, paths))
+        })
+        .await?
+    };
+    // Plan (read every original) and commit under the write locks of every file the patch
+    // touches, taken in path order, so no other writer of this server commits in between.
+    let access = rt.clone();
+    blocking_locked(&access, paths, move |locks| {
         let steps = plan(rt.workspace(), &ops)?;
         for s in &steps {
             guard_git_internals(&rt, &s.path, &s.display)?;
             if let (Some(dest), Some(d)) = (&s.dest, &s.moved_display) {
                 guard_git_internals(&rt, dest, d)?;
+            }
+            let unlocked = std::iter::once((&s.path, &s.display))
+                .chain(s.dest.iter().zip(&s.moved_display))
+                .find(|(p, _)| !locks.holds(p));
+            if let Some((_, display)) = unlocked {
+                return Err(ToolError::conflict(format!(
+                    "{display}: the path resolved differently while the patch was being applied (a directory or link changed); nothing was changed, try again"
+                ))
+                .detail("path", display.clone()));
             }
         }
         let mut text = String::new();
@@ -148,13 +169,13 @@ async fn apply_patch(
                 sha256: s.new.as_deref().map(sha256_hex),
             })
             .collect();
-        if !args.dry_run {
+        if !dry_run {
             commit(steps, None)?;
         }
         Ok(ApplyPatchOutput {
             files,
             diff,
-            dry_run: args.dry_run,
+            dry_run,
         })
     })
     .await
@@ -289,6 +310,27 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
         }
     }
     Ok(steps)
+}
+
+/// The resolved paths `ops` write (each named file and each move target), resolved the way
+/// [`plan`] resolves them: the keys of the patch's write locks. A path that does not resolve is
+/// left out; `plan` reports it.
+fn targets(ws: &Workspace, ops: &[FileOp]) -> Vec<PathBuf> {
+    let mut paths = Vec::with_capacity(ops.len());
+    for op in ops {
+        let named = match op {
+            FileOp::Add { path, .. } => ws.resolve(path),
+            FileOp::Delete { path } | FileOp::Update { path, .. } => ws.resolve_entry(path),
+        };
+        paths.extend(named.ok().map(|p| p.real().to_owned()));
+        if let FileOp::Update {
+            move_to: Some(m), ..
+        } = op
+        {
+            paths.extend(ws.resolve(m).ok().map(|p| p.real().to_owned()));
+        }
+    }
+    paths
 }
 
 fn prefix(e: ToolError, op: &FileOp) -> ToolError {
