@@ -20,7 +20,8 @@
 //!   daemon cannot know how long an old-era server's lists stay valid, and what a caller sees
 //!   depends on its role and on the principal's own child process, so nothing may be shared
 //!   between callers and every use re-fetches;
-//! - `server/discover` is answered from the child's `initialize` result ([`discover_from_initialize`]);
+//! - `server/discover` is answered with the child's own answer when it serves 2026-07-28, else
+//!   from its `initialize` result ([`discover_from_initialize`]);
 //! - `subscriptions/listen` is acknowledged (Basic › Patterns › Subscriptions § Acknowledgment)
 //!   with the list-changed kinds the child advertises, and the child's `list_changed`
 //!   notifications are forwarded to each listening call until it is cancelled;
@@ -291,6 +292,9 @@ pub(crate) struct Legacy {
     server: String,
     tx: mpsc::Sender<String>,
     init: Value,
+    /// The `server/discover` result answered for the child: its own when it serves 2026-07-28,
+    /// else derived from its `initialize` result.
+    discover: Value,
     /// The child serves 2026-07-28 requests too: per-request `_meta` goes to it unchanged.
     modern: bool,
     next_id: AtomicU64,
@@ -516,23 +520,29 @@ impl Legacy {
                     continue;
                 };
                 if v.get("id") == Some(&json!("mb-discover")) && v.get("method").is_none() {
-                    return Ok::<bool, String>(serves_modern(&v));
+                    return Ok::<Option<Value>, String>(
+                        serves_modern(&v).then(|| v["result"].clone()),
+                    );
                 }
             }
         };
-        let modern = match tokio::time::timeout(DISCOVER_PROBE_TIMEOUT, probe).await {
-            Ok(Ok(modern)) => modern,
+        let own = match tokio::time::timeout(DISCOVER_PROBE_TIMEOUT, probe).await {
+            Ok(Ok(own)) => own,
             Ok(Err(e)) => {
                 kill(&mut child).await;
                 return Err(format!("upstream server {}: {e}", spec.name));
             }
-            Err(_) => false,
+            Err(_) => None,
         };
+        let modern = own.is_some();
+        // A dual-era child's own answer carries what only that era has (the tasks extension).
+        let discover = own.unwrap_or_else(|| discover_from_initialize(&init));
         let (tx, rx) = mpsc::channel(CHILD_INPUT_QUEUE);
         let legacy = Arc::new(Self {
             server: spec.name.clone(),
             tx,
             init,
+            discover,
             modern,
             next_id: AtomicU64::new(1),
             routes: Mutex::new(HashMap::new()),
@@ -590,7 +600,7 @@ impl Legacy {
             .to_owned();
         match method.as_str() {
             "server/discover" => {
-                let result = discover_from_initialize(&self.init);
+                let result = self.discover.clone();
                 sessions.emit(
                     host,
                     json!({"jsonrpc": "2.0", "id": id, "result": result}),

@@ -16,6 +16,9 @@ use protocol::frame::{RUNTIME_SERVER, ServerInfo};
 
 /// Longest time a server may take to start and answer `initialize` and `tools/list`.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the probe waits for a child's answer to `server/discover`; silence means a
+/// handshake-era child (it may ignore an unknown request).
+const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One upstream server from the servers file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,8 +123,9 @@ pub fn filter_tools(role: &str, result: &Value) -> Value {
     r
 }
 
-/// Starts `spec` once, runs `initialize` and `tools/list`, and returns its catalog (with the
-/// `server/discover` result the era bridge answers for it, [`crate::bridge::discover_from_initialize`]).
+/// Starts `spec` once, runs `initialize`, `tools/list` and `server/discover`, and returns its
+/// catalog: the child's own `server/discover` result when it serves 2026-07-28, otherwise the one
+/// the era bridge derives from `initialize` ([`crate::bridge::discover_from_initialize`]).
 ///
 /// # Errors
 /// A message saying why the server could not be probed.
@@ -190,11 +194,41 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
             break;
         }
     }
+    // A dual-era child describes itself (MCP 2026-07-28 Server › Discover): its own answer, with
+    // the capabilities only that era has (the tasks extension), is what the relay serves for it.
+    // A handshake-era child answers -32601 or nothing; its discover is derived from initialize.
+    let discover_id = 2 + 20;
+    let own = async {
+        stdin
+            .write_all(
+                send(
+                    json!({"jsonrpc": "2.0", "id": discover_id, "method": "server/discover",
+                    "params": {"_meta": {
+                        "io.modelcontextprotocol/protocolVersion": crate::bridge::MODERN_VERSION,
+                        "io.modelcontextprotocol/clientInfo":
+                            {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")},
+                        "io.modelcontextprotocol/clientCapabilities": {}}}}),
+                )
+                .as_bytes(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        read_response(&mut lines, discover_id).await
+    };
+    let own = tokio::time::timeout(DISCOVER_PROBE_TIMEOUT, own)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .filter(|d| {
+            d.get("supportedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|v| v == crate::bridge::MODERN_VERSION))
+        });
     let _ = child.start_kill();
     let all = json!({ "tools": tools });
     Ok(ServerInfo {
         name: spec.name.clone(),
-        discover: Some(crate::bridge::discover_from_initialize(&init)),
+        discover: Some(own.unwrap_or_else(|| crate::bridge::discover_from_initialize(&init))),
         initialize: init,
         tools: ROLES
             .iter()

@@ -68,6 +68,13 @@ fn tasks_reach_a_carried_server_with_the_capabilities_the_client_declared() {
             "args": ["stdio", "--workspace", inner.path(), "--profile", "agent"]}}}),
     );
     let url = up.servers["inner"].as_str().unwrap().to_owned();
+    // Its discover (from the catalog) is the child's own: the tasks extension is advertised.
+    let d = post(&url, &up.token, 9, "server/discover", json!({}));
+    assert!(
+        d.pointer("/result/capabilities/extensions/io.modelcontextprotocol~1tasks")
+            .is_some(),
+        "{d}"
+    );
     // The carried server itself answers: no such task (-32602), not a missing capability.
     let g = post(
         &url,
