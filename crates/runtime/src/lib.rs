@@ -55,8 +55,8 @@ mod write_lock;
 pub use context::{CallContext, Principal, ProgressSink, ProgressUpdate};
 pub use error::{ToolError, ToolErrorCode};
 pub use policy::Profile;
-pub use server::McpServer;
 pub use process::watchdog;
+pub use server::McpServer;
 pub use text::LineEnding;
 
 use crate::{path::Workspace, policy::Policy};
