@@ -317,6 +317,8 @@ fn server_info_describes_policy_tools_and_limits() {
     );
     assert_eq!(out["limits"]["read_hard_max_bytes"], 5 << 20);
     assert_eq!(out["limits"]["process_sessions_max"], 8);
+    assert_eq!(out["limits"]["calls_per_principal"], 8);
+    assert_eq!(out["limits"]["owner_reserved_calls"], 4);
     assert_eq!(out["limits"]["exited_session_retention_secs"], 1800);
     assert_eq!(out["limits"]["exited_sessions_max"], 32);
     assert_eq!(out["limits"]["exited_sessions_output_max_bytes"], 16 << 20);

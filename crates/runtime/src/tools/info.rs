@@ -83,6 +83,10 @@ pub(crate) struct Limits {
     message_max_bytes: usize,
     /// Tool calls running at once.
     concurrent_tool_calls: usize,
+    /// Tool calls one caller other than the owner runs at once.
+    calls_per_principal: usize,
+    /// Slots of `concurrent_tool_calls` only the owner may take.
+    owner_reserved_calls: usize,
     /// Process sessions running at once; one more `start_process` gets `limit_exceeded`.
     process_sessions_max: usize,
     /// Seconds an exited process session stays readable, unless discarded earlier by the two
@@ -121,6 +125,8 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             ignore_file_max_patterns: limits::IGNORE_FILE_MAX_PATTERNS,
             message_max_bytes: limits::STDIO_LINE_MAX_BYTES,
             concurrent_tool_calls: limits::CONCURRENT_TOOL_CALLS,
+            calls_per_principal: limits::CALLS_PER_PRINCIPAL,
+            owner_reserved_calls: limits::OWNER_RESERVED_CALLS,
             process_sessions_max: limits::PROCESS_SESSIONS_MAX,
             exited_session_retention_secs: limits::SESSION_RETENTION_AFTER_EXIT.as_secs(),
             exited_sessions_max: limits::EXITED_SESSIONS_MAX,
