@@ -38,6 +38,9 @@ pub mod stateless;
 pub mod storage;
 pub mod stream;
 
+#[cfg(test)]
+mod http_fuzz;
+
 use std::{sync::Arc, time::Duration};
 
 use axum::{Router, extract::DefaultBodyLimit, routing::get, serve::ListenerExt};
