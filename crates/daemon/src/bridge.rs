@@ -68,7 +68,7 @@ const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 const CHILD_INPUT_QUEUE: usize = 256;
 /// How long a freshly initialized child has to answer the `server/discover` that tells whether
 /// it also serves 2026-07-28; silence counts as "no" (a handshake-era server may ignore it).
-const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Operations whose complete results carry caching hints (MCP 2026-07-28 Server › Utilities ›
 /// Caching § Cacheable Results).
@@ -217,10 +217,25 @@ pub fn retoken(message: &mut Value, token: &str) -> Option<Value> {
 
 /// Whether a `server/discover` answer lists [`MODERN_VERSION`] among its `supportedVersions`.
 fn serves_modern(answer: &Value) -> bool {
-    answer
-        .pointer("/result/supportedVersions")
+    answer.get("result").is_some_and(discover_lists_modern)
+}
+
+/// Whether a `server/discover` *result* lists [`MODERN_VERSION`] among its `supportedVersions`.
+pub(crate) fn discover_lists_modern(result: &Value) -> bool {
+    result
+        .get("supportedVersions")
         .and_then(Value::as_array)
         .is_some_and(|v| v.iter().any(|v| v == MODERN_VERSION))
+}
+
+/// The `server/discover` request (2026-07-28, per-request `_meta`, no capabilities) the daemon
+/// sends a carried child to learn whether it serves that era too.
+pub(crate) fn discover_probe(id: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "server/discover",
+        "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION,
+            META_CLIENT_CAPABILITIES: {},
+            "io.modelcontextprotocol/clientInfo":
+                {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")}}}})
 }
 
 /// Which list-changed notifications a `subscriptions/listen` asked for and the child offers.
@@ -506,11 +521,7 @@ impl Legacy {
         // error, while a dual-era one may serve both eras on one connection (MCP 2026-07-28
         // Basic › Versioning § Backward Compatibility).
         let probe = async {
-            let discover = json!({"jsonrpc": "2.0", "id": "mb-discover", "method": "server/discover",
-                "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION,
-                    META_CLIENT_CAPABILITIES: {},
-                    "io.modelcontextprotocol/clientInfo":
-                        {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")}}}});
+            let discover = discover_probe(json!("mb-discover"));
             write_line(&mut stdin, &discover.to_string()).await?;
             loop {
                 let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {

@@ -16,9 +16,6 @@ use protocol::frame::{RUNTIME_SERVER, ServerInfo};
 
 /// Longest time a server may take to start and answer `initialize` and `tools/list`.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the probe waits for a child's answer to `server/discover`; silence means a
-/// handshake-era child (it may ignore an unknown request).
-const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One upstream server from the servers file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,30 +197,16 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
     let discover_id = 2 + 20;
     let own = async {
         stdin
-            .write_all(
-                send(
-                    json!({"jsonrpc": "2.0", "id": discover_id, "method": "server/discover",
-                    "params": {"_meta": {
-                        "io.modelcontextprotocol/protocolVersion": crate::bridge::MODERN_VERSION,
-                        "io.modelcontextprotocol/clientInfo":
-                            {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")},
-                        "io.modelcontextprotocol/clientCapabilities": {}}}}),
-                )
-                .as_bytes(),
-            )
+            .write_all(send(crate::bridge::discover_probe(json!(discover_id))).as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         read_response(&mut lines, discover_id).await
     };
-    let own = tokio::time::timeout(DISCOVER_PROBE_TIMEOUT, own)
+    let own = tokio::time::timeout(crate::bridge::DISCOVER_PROBE_TIMEOUT, own)
         .await
         .ok()
         .and_then(Result::ok)
-        .filter(|d| {
-            d.get("supportedVersions")
-                .and_then(Value::as_array)
-                .is_some_and(|v| v.iter().any(|v| v == crate::bridge::MODERN_VERSION))
-        });
+        .filter(crate::bridge::discover_lists_modern);
     let _ = child.start_kill();
     let all = json!({ "tools": tools });
     Ok(ServerInfo {
