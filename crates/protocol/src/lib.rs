@@ -7,6 +7,7 @@
 //!   these constants instead of writing literals.
 //! - [`error_code`]: the stable machine codes of tool errors (DESIGN §3 "Results").
 //! - [`frame`]: the relay ⇄ daemon link frames (DESIGN §5).
+//! - [`role`]: the roles a remote caller holds on a bridge (DESIGN §3 "Authority").
 //!
 //! It depends on `serde` (and `serde_json` for opaque JSON-RPC payloads) only, so any crate may
 //! use it.
@@ -21,3 +22,6 @@
 pub mod error_code;
 pub mod frame;
 pub mod limits;
+pub mod role;
+
+pub use role::Role;

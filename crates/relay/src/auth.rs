@@ -6,46 +6,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// A caller's role on a bridge; the daemon intersects it with its policy (DESIGN §3 "Authority").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// Everything the daemon policy allows (`full`).
-    Owner,
-    /// Coding agent (`agent`).
-    Operator,
-    /// Edits, no processes (`edit`).
-    Editor,
-    /// Read-only (`review`).
-    Reviewer,
-}
-
-impl Role {
-    /// The role's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Owner => "owner",
-            Role::Operator => "operator",
-            Role::Editor => "editor",
-            Role::Reviewer => "reviewer",
-        }
-    }
-
-    /// Parses a role name.
-    ///
-    /// # Errors
-    /// An unknown name, with the accepted ones in the message.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "owner" => Ok(Role::Owner),
-            "operator" => Ok(Role::Operator),
-            "editor" => Ok(Role::Editor),
-            "reviewer" => Ok(Role::Reviewer),
-            other => Err(format!(
-                "unknown role {other:?} (expected owner, operator, editor or reviewer)"
-            )),
-        }
-    }
-}
+pub use protocol::Role;
 
 /// An authenticated caller of one bridge.
 #[derive(Debug, Clone, PartialEq, Eq)]
