@@ -68,6 +68,9 @@ impl Default for LinkTiming {
 pub struct LinkConfig {
     /// Relay base URL (its public URL: the origin is signed into every hello).
     pub relay: url::Url,
+    /// Where to open the WebSocket when that is not `relay` (`machine-mcp up` published through
+    /// a tunnel connects to its own loopback listener and still signs the public origin).
+    pub connect: Option<url::Url>,
     /// The bridge this daemon enrolled as.
     pub bridge: String,
     /// The registered key's id.
@@ -203,7 +206,7 @@ async fn attempt_once(
     shutdown: &CancellationToken,
     on_ready: &mut impl FnMut(),
 ) -> Attempt {
-    let url = match connect_url(&config.relay) {
+    let url = match connect_url(config.connect.as_ref().unwrap_or(&config.relay)) {
         Ok(u) => u,
         Err(e) => return Attempt::Fatal(e),
     };

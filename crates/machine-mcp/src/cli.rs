@@ -49,12 +49,12 @@ pub(crate) enum Command {
     /// stderr.
     Stdio(StdioArgs),
     /// Run a relay and a daemon in one process on loopback: the one-command start for remote
-    /// MCP clients on this machine (Streamable HTTP with a bearer token).
+    /// MCP clients on this machine (Streamable HTTP; OAuth sign-in or a bearer token).
     Up(UpArgs),
     /// Run the daemon: keep this machine connected to a relay and serve the MCP sessions it
     /// carries.
     Connect(ConnectArgs),
-    /// Run or administer a relay (bridges, tokens).
+    /// Run or administer a relay (bridges, accounts, OAuth clients, tokens).
     #[command(subcommand)]
     Relay(RelayCommand),
     /// The watchdog a server starts before its first child (internal; see
@@ -101,16 +101,23 @@ pub(crate) struct UpArgs {
     /// The directory to expose (default: the current directory).
     #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
     pub(crate) workspace: Option<PathBuf>,
-    /// Loopback address to listen on.
+    /// Loopback address to listen on (port 0: any free port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8750")]
     pub(crate) listen: std::net::SocketAddr,
-    /// Client authentication: a bearer token (default) or none.
-    #[arg(long, value_name = "MODE", default_value = "token")]
+    /// The URL clients use to reach this relay when it is published through a tunnel or reverse
+    /// proxy, e.g. https://machine.example.com (default: http://LISTEN). OAuth issuer and
+    /// resource URLs are derived from it.
+    #[arg(long, value_name = "URL")]
+    pub(crate) public_url: Option<url::Url>,
+    /// Client authentication: oauth (sign-in on a consent page, and bearer tokens; default),
+    /// token (bearer tokens only) or none.
+    #[arg(long, value_name = "MODE", default_value = "oauth")]
     pub(crate) auth: AuthArg,
     /// A Claude Desktop-style `{"mcpServers": {...}}` file of stdio servers to carry too.
     #[arg(long, value_name = "FILE")]
     pub(crate) servers: Option<PathBuf>,
-    /// Print one JSON object (mcp_url, servers, token) on stdout once ready, instead of text.
+    /// Print one JSON object (mcp_url, servers, token, account, password) on stdout once ready,
+    /// instead of text.
     #[arg(long)]
     pub(crate) json: bool,
     #[command(flatten)]
@@ -119,12 +126,31 @@ pub(crate) struct UpArgs {
     pub(crate) state: StateArgs,
     #[command(flatten)]
     pub(crate) timing: TimingArgs,
+    #[command(flatten)]
+    pub(crate) oauth: OAuthTestArgs,
+}
+
+/// OAuth overrides for tests (hidden; see README "Testing").
+#[derive(Debug, Args, Clone, Copy)]
+pub(crate) struct OAuthTestArgs {
+    /// Lifetime of OAuth access tokens in seconds (default 900).
+    #[arg(long, hide = true, value_name = "SECS")]
+    pub(crate) oauth_access_token_ttl_secs: Option<u64>,
+    /// Seconds a rotated refresh token may be presented again (default 60).
+    #[arg(long, hide = true, value_name = "SECS")]
+    pub(crate) oauth_refresh_grace_secs: Option<u64>,
+    /// TESTS ONLY: fetch client ID metadata documents over plain http and from loopback and
+    /// private addresses (turns the SSRF protection off).
+    #[arg(long, hide = true)]
+    pub(crate) oauth_insecure_client_documents: bool,
 }
 
 /// Client authentication mode.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub(crate) enum AuthArg {
-    /// Static bearer tokens.
+    /// OAuth 2.1: clients sign in on the relay's consent page; static bearer tokens work too.
+    Oauth,
+    /// Static bearer tokens only (the OAuth endpoints are off).
     Token,
     /// No authentication (loopback listeners only).
     None,
@@ -161,6 +187,12 @@ pub(crate) enum RelayCommand {
     /// Bridges (one per enrolled daemon).
     #[command(subcommand)]
     Bridge(BridgeCommand),
+    /// Accounts that sign in on the consent page (OAuth).
+    #[command(subcommand)]
+    Account(AccountCommand),
+    /// OAuth clients (registered or identified by a metadata document) and their grants.
+    #[command(subcommand)]
+    Client(ClientCommand),
     /// Static bearer tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -188,8 +220,9 @@ pub(crate) struct RelayServeArgs {
     /// The URL clients and daemons use to reach this relay (default: http://LISTEN).
     #[arg(long, value_name = "URL")]
     pub(crate) public_url: Option<url::Url>,
-    /// Client authentication: bearer tokens (default) or none (loopback listeners only).
-    #[arg(long, value_name = "MODE", default_value = "token")]
+    /// Client authentication: oauth (sign-in on a consent page, and bearer tokens; default),
+    /// token (bearer tokens only) or none (loopback listeners only).
+    #[arg(long, value_name = "MODE", default_value = "oauth")]
     pub(crate) auth: AuthArg,
     /// Another origin allowed to call the MCP endpoints from a browser (repeatable).
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]
@@ -201,23 +234,125 @@ pub(crate) struct RelayServeArgs {
     pub(crate) store: StoreArgs,
     #[command(flatten)]
     pub(crate) timing: TimingArgs,
+    #[command(flatten)]
+    pub(crate) oauth: OAuthTestArgs,
 }
 
 /// `machine-mcp relay bridge ...`
 #[derive(Debug, Subcommand)]
 pub(crate) enum BridgeCommand {
-    /// Create a bridge (if needed) and print a one-time enrollment code for its daemon.
+    /// Create a bridge (if needed) and print a one-time enrollment code for its daemon; a new
+    /// bridge also gets its first owner account, whose password is printed once (on stderr).
     Add {
         /// Bridge name: letters, digits, '-' and '_'.
         name: String,
         /// Minutes the code stays valid.
         #[arg(long, default_value_t = 60)]
         code_ttl_minutes: i64,
+        /// Name of the first owner account.
+        #[arg(long, value_name = "ACCOUNT", default_value = "owner")]
+        owner: String,
         #[command(flatten)]
         store: StoreArgs,
     },
     /// List bridges.
     List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// Which account of which bridge.
+#[derive(Debug, Args)]
+pub(crate) struct AccountArgs {
+    /// The bridge (default: `local` with --up, else the store's only bridge).
+    #[arg(long)]
+    pub(crate) bridge: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// `machine-mcp relay account ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum AccountCommand {
+    /// Create an account and print its password once (generated unless --password-stdin).
+    Add {
+        /// Account name: letters, digits, '.', '_', '-' or '@'.
+        name: String,
+        /// owner (full), operator (agent), editor (edit) or reviewer (review).
+        #[arg(long, default_value = "owner")]
+        role: String,
+        /// Read the password from the first line of stdin instead of generating one.
+        #[arg(long)]
+        password_stdin: bool,
+        #[command(flatten)]
+        at: AccountArgs,
+    },
+    /// List accounts (name, bridge, role, state).
+    List {
+        #[command(flatten)]
+        at: AccountArgs,
+    },
+    /// Change an account's role; its tokens stop working at once.
+    Role {
+        /// The account.
+        name: String,
+        /// The new role.
+        role: String,
+        #[command(flatten)]
+        at: AccountArgs,
+    },
+    /// Disable an account: it cannot sign in and its tokens stop working at once.
+    Disable {
+        /// The account.
+        name: String,
+        #[command(flatten)]
+        at: AccountArgs,
+    },
+    /// Enable a disabled account (its old tokens stay revoked).
+    Enable {
+        /// The account.
+        name: String,
+        #[command(flatten)]
+        at: AccountArgs,
+    },
+    /// Set a new password (printed once, generated unless --password-stdin); the account's
+    /// tokens stop working at once.
+    RotatePassword {
+        /// The account.
+        #[arg(default_value = "owner")]
+        name: String,
+        /// Read the password from the first line of stdin instead of generating one.
+        #[arg(long)]
+        password_stdin: bool,
+        #[command(flatten)]
+        at: AccountArgs,
+    },
+    /// Remove an account and its grants.
+    Remove {
+        /// The account.
+        name: String,
+        #[command(flatten)]
+        at: AccountArgs,
+    },
+}
+
+/// `machine-mcp relay client ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClientCommand {
+    /// List OAuth clients: id, kind, name, live grants, bridges, state.
+    List {
+        /// Only clients holding grants of this bridge.
+        #[arg(long)]
+        bridge: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke a client: every grant and token it holds stops working at once, and it cannot
+    /// sign in again on this relay.
+    Revoke {
+        /// The client id (mbc_... or the URL of its metadata document).
+        client_id: String,
         #[command(flatten)]
         store: StoreArgs,
     },

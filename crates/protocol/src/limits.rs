@@ -193,3 +193,78 @@ pub const IGNORE_FILE_MAX_PATTERNS: usize = 10_000;
 pub const IGNORE_NOTES_MAX: usize = 20;
 /// Minimum interval between two progress notifications of one call.
 pub const PROGRESS_MIN_INTERVAL: Duration = Duration::from_millis(250);
+
+// === OAuth 2.1 on the relay (DESIGN §6) ===
+
+/// Lifetime of an authorization code: single use, redeemable for this long (OAuth 2.1 §4.1.2
+/// recommends at most 10 minutes).
+pub const AUTHORIZATION_CODE_LIFETIME: Duration = Duration::from_secs(5 * 60);
+/// Default lifetime of an OAuth access token (configurable per relay for tests).
+pub const ACCESS_TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
+/// Lifetime of a refresh token from its issue; every rotation issues a new one, so a client that
+/// refreshes at least this often stays signed in.
+pub const REFRESH_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long a rotated refresh token may be presented again and still get a valid pair (hosts
+/// refresh from several nodes at once, or lose the answer to a restart); after it, presenting it
+/// revokes the whole family (OAuth 2.1 §4.3.1, refresh token rotation).
+pub const REFRESH_REUSE_GRACE: Duration = Duration::from_secs(60);
+/// Most valid pairs one rotated refresh token may get again within [`REFRESH_REUSE_GRACE`].
+pub const REFRESH_REISSUES_MAX: i64 = 4;
+/// How long a consent form stays valid after the authorization request that rendered it.
+pub const CONSENT_FORM_LIFETIME: Duration = Duration::from_secs(10 * 60);
+/// Largest client ID metadata document fetched (5 KB; draft-ietf-oauth-client-id-metadata-document
+/// §8 recommends a small limit).
+pub const CLIENT_METADATA_DOCUMENT_MAX_BYTES: usize = 5 * 1000;
+/// Largest JWK Set fetched from a client's `jwks_uri`.
+pub const CLIENT_JWKS_MAX_BYTES: usize = 64 * KIB;
+/// Time allowed for fetching one client ID metadata document or JWK Set (connect included).
+pub const CLIENT_METADATA_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a fetched client ID metadata document is used without fetching it again, whatever
+/// its caching headers say.
+pub const CLIENT_METADATA_CACHE_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Client ID metadata documents the relay fetches for one client address per
+/// [`SIGN_IN_WINDOW`] (cached documents do not count).
+pub const CLIENT_METADATA_FETCHES_PER_ADDRESS: u32 = 60;
+/// Client ID metadata documents kept in memory (least recently used one dropped first).
+pub const CLIENT_METADATA_CACHE_ENTRIES: usize = 256;
+/// Largest body of a dynamic client registration request (RFC 7591 §3.1).
+pub const REGISTRATION_BODY_MAX_BYTES: usize = 16 * KIB;
+/// Largest form body of the token, revocation and consent endpoints.
+pub const OAUTH_FORM_MAX_BYTES: usize = 16 * KIB;
+/// Longest single OAuth parameter (`state`, `redirect_uri`, a client URL, …), in bytes.
+pub const OAUTH_PARAM_MAX_BYTES: usize = 2 * KIB;
+/// Most redirect URIs one client may register.
+pub const CLIENT_REDIRECT_URIS_MAX: usize = 16;
+/// A registered client that never got a grant is deleted this long after registration.
+pub const REGISTRATION_UNUSED_EXPIRY: Duration = Duration::from_secs(24 * 3600);
+/// A registered client with no live grant is deleted this long after its last use.
+pub const REGISTRATION_IDLE_EXPIRY: Duration = Duration::from_secs(90 * 24 * 3600);
+/// Most registered clients a relay keeps; registration past it is refused until unused ones
+/// expire.
+pub const REGISTERED_CLIENTS_MAX: i64 = 10_000;
+/// Most dynamic client registrations accepted from one client address per
+/// [`SIGN_IN_WINDOW`].
+pub const REGISTRATIONS_PER_ADDRESS: u32 = 60;
+/// Window over which failed sign-ins and registrations are counted.
+pub const SIGN_IN_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Failed sign-ins of one account within [`SIGN_IN_WINDOW`] after which further attempts are
+/// refused until the window has passed.
+pub const SIGN_IN_FAILURES_PER_ACCOUNT: u32 = 5;
+/// Failed sign-ins from one client address within [`SIGN_IN_WINDOW`] after which further
+/// attempts from it are refused.
+pub const SIGN_IN_FAILURES_PER_ADDRESS: u32 = 20;
+/// Accounts and addresses whose failed sign-ins are remembered (oldest forgotten first).
+pub const SIGN_IN_THROTTLE_ENTRIES: usize = 10_000;
+/// Password checks (argon2id) running at once; more wait.
+pub const PASSWORD_CHECKS_CONCURRENT: usize = 2;
+/// Shortest password an operator may set for an account (generated ones are longer).
+pub const PASSWORD_MIN_CHARS: usize = 12;
+/// Accepted distance of a DPoP proof's or client assertion's `iat` from the relay's clock
+/// (RFC 9449 §11.1; RFC 7523 §3).
+pub const PROOF_CLOCK_SKEW: Duration = Duration::from_secs(60);
+/// Longest lifetime accepted for a client assertion (`exp` − now), and how long DPoP proof and
+/// assertion ids are remembered against replay.
+pub const PROOF_MAX_AGE: Duration = Duration::from_secs(5 * 60);
+/// Proof and assertion ids (`jti`) remembered against replay; past it the oldest are forgotten
+/// (their proofs are also past [`PROOF_MAX_AGE`] by then, or proofs are refused until they are).
+pub const PROOF_IDS_REMEMBERED: usize = 10_000;

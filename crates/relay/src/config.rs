@@ -7,7 +7,10 @@ use protocol::limits;
 /// How MCP clients authenticate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthMode {
-    /// Static bearer tokens (`relay token create`).
+    /// OAuth 2.1 (the relay is the authorization server, [`crate::oauth`]), and static bearer
+    /// tokens beside it.
+    OAuth,
+    /// Static bearer tokens (`relay token create`) only; the OAuth endpoints are off.
     Token,
     /// No authentication: every caller is the bridge's owner. Only on a loopback listener.
     None,
@@ -59,6 +62,8 @@ pub struct RelayConfig {
     pub max_inflight_per_bridge: usize,
     /// Link timing.
     pub timing: LinkTiming,
+    /// OAuth settings (used in [`AuthMode::OAuth`]).
+    pub oauth: crate::oauth::OAuthSettings,
 }
 
 /// The listener is loopback-only: `127.0.0.0/8` or `::1`.
@@ -67,6 +72,30 @@ pub fn is_loopback(addr: &SocketAddr) -> bool {
 }
 
 impl RelayConfig {
+    /// A configuration listening on `listen` with public URL `public_url` and the defaults:
+    /// OAuth with static tokens, no extra origins, [`limits::RELAYED_REQUESTS_PER_BRIDGE`], the
+    /// contract's timing.
+    pub fn new(listen: SocketAddr, public_url: url::Url) -> Self {
+        Self {
+            listen,
+            public_url,
+            auth: AuthMode::OAuth,
+            allowed_origins: Vec::new(),
+            max_inflight_per_bridge: limits::RELAYED_REQUESTS_PER_BRIDGE,
+            timing: LinkTiming::default(),
+            oauth: Default::default(),
+        }
+    }
+
+    /// A loopback configuration for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self::new(
+            SocketAddr::from(([127, 0, 0, 1], 8750)),
+            url::Url::parse("http://127.0.0.1:8750").expect("a valid URL"),
+        )
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors

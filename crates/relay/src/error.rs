@@ -18,8 +18,8 @@ pub struct HttpError {
     pub code: i64,
     /// Human message.
     pub message: String,
-    /// Add `WWW-Authenticate: Bearer` (RFC 6750 §3) to a 401.
-    pub challenge: bool,
+    /// A `WWW-Authenticate` value for a 401 (RFC 6750 §3; RFC 9728 §5.1 in OAuth mode).
+    pub challenge: Option<Box<str>>,
     /// The error's `data` member, when it has one (e.g. the `supported` versions of an MCP
     /// 2026-07-28 `UnsupportedProtocolVersionError`).
     pub data: Option<Value>,
@@ -38,7 +38,7 @@ impl HttpError {
             id,
             code,
             message: message.into(),
-            challenge: false,
+            challenge: None,
             data: None,
         }
     }
@@ -48,14 +48,6 @@ impl HttpError {
         Self {
             data: Some(data),
             ..self
-        }
-    }
-
-    /// 401 with a bearer challenge.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self {
-            challenge: true,
-            ..Self::new(StatusCode::UNAUTHORIZED, message)
         }
     }
 }
@@ -73,11 +65,8 @@ impl IntoResponse for HttpError {
             body.to_string(),
         )
             .into_response();
-        if self.challenge {
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"machine-mcp\""),
-            );
+        if let Some(c) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, c);
         }
         r
     }

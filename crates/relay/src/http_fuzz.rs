@@ -11,12 +11,7 @@ use axum::{
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::{
-    RelayConfig, SqliteStorage,
-    config::{AuthMode, LinkTiming},
-    hub::Hub,
-    router,
-};
+use crate::{RelayConfig, SqliteStorage, config::AuthMode, hub::Hub, router};
 
 /// Time the target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or
 /// `BOLERO_RANDOM_ITERATIONS` is set).
@@ -94,12 +89,8 @@ fn fuzz_relay_http_requests() {
         let storage = SqliteStorage::memory().await.unwrap();
         storage.add_bridge("b1", 3600).await.unwrap();
         let config = RelayConfig {
-            listen: "127.0.0.1:8750".parse().unwrap(),
-            public_url: "http://127.0.0.1:8750".parse().unwrap(),
             auth: AuthMode::None,
-            allowed_origins: vec![],
-            max_inflight_per_bridge: 32,
-            timing: LinkTiming::default(),
+            ..RelayConfig::for_tests()
         };
         router(Hub::new(storage, config))
     });

@@ -332,6 +332,8 @@ pub struct Hub {
     pub streams: Streams,
     /// Metrics.
     pub metrics: Metrics,
+    /// The OAuth authorization server's in-memory state.
+    pub oauth: crate::oauth::OAuth,
     bridges: Mutex<HashMap<String, Arc<Bridge>>>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     next_link: AtomicU64,
@@ -343,6 +345,7 @@ impl Hub {
     pub fn new(storage: SqliteStorage, config: RelayConfig) -> Arc<Self> {
         Arc::new(Self {
             storage,
+            oauth: crate::oauth::OAuth::new(config.oauth),
             config: Arc::new(config),
             keys: SessionKeys::new(),
             streams: Streams::default(),

@@ -12,16 +12,9 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use machine_bridge_relay::{RelayConfig, SqliteStorage, config::{AuthMode, LinkTiming}};
+//! use machine_bridge_relay::{RelayConfig, SqliteStorage};
 //! let storage = SqliteStorage::open(std::path::Path::new("/tmp/relay.db")).await?;
-//! let config = RelayConfig {
-//!     listen: "127.0.0.1:8750".parse()?,
-//!     public_url: "http://127.0.0.1:8750".parse()?,
-//!     auth: AuthMode::Token,
-//!     allowed_origins: vec![],
-//!     max_inflight_per_bridge: 32,
-//!     timing: LinkTiming::default(),
-//! };
+//! let config = RelayConfig::new("127.0.0.1:8750".parse()?, "http://127.0.0.1:8750".parse()?);
 //! machine_bridge_relay::serve(config, storage, tokio_util::sync::CancellationToken::new()).await?;
 //! # Ok(()) }
 //! ```
@@ -33,6 +26,7 @@ pub mod hub;
 pub mod link;
 pub mod mcp;
 pub mod metrics;
+pub mod oauth;
 pub mod ops;
 pub mod stateless;
 pub mod storage;
@@ -51,9 +45,11 @@ pub use storage::SqliteStorage;
 
 use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
-/// The relay's HTTP application over `hub`.
+/// The relay's HTTP application over `hub`: the MCP endpoints, the daemon socket, the
+/// operational endpoints and, in [`config::AuthMode::OAuth`], the authorization server
+/// ([`oauth::routes`]); CORS for the origins [`mcp::origin_allowed`] admits.
 pub fn router(hub: Arc<hub::Hub>) -> Router {
-    Router::new()
+    let mut app = Router::new()
         .route(
             "/b/{bridge}/mcp",
             get(mcp::get_runtime)
@@ -68,10 +64,34 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
         )
         .route(CONNECT_PATH, get(link::connect))
         .route("/healthz", get(ops::healthz))
-        .route("/metrics", get(ops::metrics))
-        .layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
+        .route("/metrics", get(ops::metrics));
+    if hub.config.auth == config::AuthMode::OAuth {
+        app = app.merge(oauth::routes());
+    }
+    app.layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
+        .layer(cors(&hub))
         .with_state(hub)
+}
+
+/// CORS (Fetch standard) for browser-based clients: only the origins the MCP endpoints admit
+/// (never `*`), the MCP and OAuth headers, and the response headers a client must read.
+fn cors(hub: &Arc<hub::Hub>) -> tower_http::cors::CorsLayer {
+    use axum::http::{HeaderName, Method};
+    use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+    let hub = hub.clone();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin, _| {
+            origin.to_str().is_ok_and(|o| mcp::origin_allowed(&hub, o))
+        }))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers([
+            HeaderName::from_static(mcp::SESSION_HEADER),
+            HeaderName::from_static(mcp::VERSION_HEADER),
+            axum::http::header::WWW_AUTHENTICATE,
+        ])
+        .max_age(Duration::from_secs(600))
 }
 
 /// Refuses a request whose `Content-Length` declares more than [`MCP_REQUEST_BODY_MAX_BYTES`]
@@ -100,6 +120,25 @@ async fn refuse_declared_oversize(
         )
             .into_response(),
         _ => next.run(request).await,
+    }
+}
+
+/// How often expired OAuth codes, tokens, grants and unused registrations are deleted.
+const OAUTH_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+
+async fn sweep_oauth(hub: &hub::Hub) {
+    use protocol::limits::{REGISTRATION_IDLE_EXPIRY, REGISTRATION_UNUSED_EXPIRY};
+    match hub
+        .storage
+        .sweep_oauth(
+            REGISTRATION_UNUSED_EXPIRY.as_secs() as i64,
+            REGISTRATION_IDLE_EXPIRY.as_secs() as i64,
+        )
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(rows = n, "deleted expired OAuth state"),
+        Err(e) => tracing::warn!(error = %e, "cannot delete expired OAuth state"),
     }
 }
 
@@ -169,9 +208,11 @@ pub async fn serve_on(
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut oauth = tokio::time::interval(OAUTH_SWEEP_INTERVAL);
             loop {
                 tokio::select! {
                     _ = tick.tick() => hub.sweep(),
+                    _ = oauth.tick() => sweep_oauth(&hub).await,
                     _ = stop.cancelled() => break,
                 }
             }
@@ -186,6 +227,7 @@ pub async fn serve_on(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
         }
     });
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;

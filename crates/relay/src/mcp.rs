@@ -23,14 +23,14 @@ use std::{convert::Infallible, sync::Arc, time::Duration};
 use axum::{
     body::Bytes,
     extract::{Path, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures_util::Stream as FuturesStream;
 use serde_json::{Value, json};
 
 use crate::{
-    auth::{self, Principal, Role},
+    auth::{Principal, Role},
     config::AuthMode,
     error::HttpError,
     hub::{Bridge, Hub, SendError, Session, Sink, UNAVAILABLE},
@@ -119,6 +119,8 @@ pub async fn delete_server(
 async fn admit(
     hub: &Hub,
     bridge: &str,
+    server: &str,
+    method: &Method,
     headers: &HeaderMap,
 ) -> Result<(Principal, Arc<Bridge>), HttpError> {
     hub.metrics
@@ -142,36 +144,9 @@ async fn admit(
             bridge: bridge.to_owned(),
             role: Role::Owner,
         },
-        AuthMode::Token => {
-            let Some(token) = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(auth::bearer)
-            else {
-                return Err(HttpError::unauthorized("a bearer token is required"));
-            };
-            let rec = hub
-                .storage
-                .token_by_hash(&auth::sha256_hex(token))
-                .await
-                .map_err(|_| {
-                    HttpError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "the relay store is unavailable",
-                    )
-                })?
-                .ok_or_else(|| HttpError::unauthorized("the bearer token is unknown or revoked"))?;
-            if rec.bridge != bridge {
-                return Err(HttpError::new(
-                    StatusCode::FORBIDDEN,
-                    "the token is not valid for this bridge",
-                ));
-            }
-            Principal {
-                id: rec.id,
-                bridge: rec.bridge,
-                role: rec.role,
-            }
+        AuthMode::Token | AuthMode::OAuth => {
+            let server = (server != protocol::frame::RUNTIME_SERVER).then_some(server);
+            crate::oauth::bearer::principal(hub, bridge, server, method, headers).await?
         }
     };
     if !hub.storage.bridge_exists(bridge).await.unwrap_or(false) {
@@ -218,13 +193,20 @@ fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
     matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.eq_ignore_ascii_case(public)
 }
 
-fn origin_allowed(hub: &Hub, origin: &str) -> bool {
-    if origin.eq_ignore_ascii_case(&hub.config.origin())
-        || hub.config.allowed_origins.iter().any(|o| o == origin)
-    {
+/// Browser origins of the hosted assistants whose web apps call MCP servers and the OAuth
+/// endpoints directly (DESIGN §6, issue 10 "Browsers").
+pub const HOST_ORIGINS: [&str; 3] = [
+    "https://chatgpt.com",
+    "https://claude.ai",
+    "https://claude.com",
+];
+
+/// Whether `origin` is the relay's own: its public origin, or on a loopback listener a loopback
+/// name with the listener's port.
+pub fn own_origin(hub: &Hub, origin: &str) -> bool {
+    if origin.eq_ignore_ascii_case(&hub.config.origin()) {
         return true;
     }
-    // On a loopback listener, local pages of the same port are the relay's own origin too.
     if crate::config::is_loopback(&hub.config.listen)
         && let Ok(u) = url::Url::parse(origin)
     {
@@ -233,6 +215,15 @@ fn origin_allowed(hub: &Hub, origin: &str) -> bool {
             && u.port_or_known_default() == Some(port);
     }
     false
+}
+
+/// Whether a request with `Origin: origin` may reach the MCP and OAuth endpoints: the relay's
+/// own origin, the hosted assistants' ([`HOST_ORIGINS`]) and `--allowed-origin`s; never any
+/// origin (MCP 2025-11-25 Transports › Security Warning).
+pub fn origin_allowed(hub: &Hub, origin: &str) -> bool {
+    own_origin(hub, origin)
+        || HOST_ORIGINS.iter().any(|o| o.eq_ignore_ascii_case(origin))
+        || hub.config.allowed_origins.iter().any(|o| o == origin)
 }
 
 /// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).
@@ -280,7 +271,7 @@ async fn post(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (principal, b) = match admit(&hub, &bridge, &headers).await {
+    let (principal, b) = match admit(&hub, &bridge, &server, &Method::POST, &headers).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
@@ -578,7 +569,7 @@ fn offline_answer(s: &Session, method: &str, id: Value) -> Response {
 }
 
 async fn get(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) -> Response {
-    let (principal, _) = match admit(&hub, &bridge, &headers).await {
+    let (principal, _) = match admit(&hub, &bridge, &server, &Method::GET, &headers).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
@@ -609,7 +600,7 @@ async fn get(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) 
 }
 
 async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) -> Response {
-    let (principal, _) = match admit(&hub, &bridge, &headers).await {
+    let (principal, _) = match admit(&hub, &bridge, &server, &Method::DELETE, &headers).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };

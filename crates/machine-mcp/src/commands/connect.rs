@@ -67,6 +67,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         "daemon starting"
     );
     let config = LinkConfig {
+        connect: None,
         relay: args.relay,
         bridge: enrollment.bridge,
         key_id: enrollment.key_id,

@@ -19,7 +19,8 @@ use runtime::{
 };
 
 use crate::cli::{
-    Command, ExecModeArg, PolicyArgs, ProfileArg, RelayCommand, StateArgs, TimingArgs,
+    AuthArg, Command, ExecModeArg, OAuthTestArgs, PolicyArgs, ProfileArg, RelayCommand, StateArgs,
+    TimingArgs,
 };
 
 /// Foreground budget of process calls made through the relay: remote hosts cut calls after
@@ -35,6 +36,8 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Relay(RelayCommand::Serve(args)) => relay::serve(args).await,
         Command::Relay(RelayCommand::Bridge(cmd)) => relay::bridge(cmd).await,
         Command::Relay(RelayCommand::Token(cmd)) => relay::token(cmd).await,
+        Command::Relay(RelayCommand::Account(cmd)) => relay::account(cmd).await,
+        Command::Relay(RelayCommand::Client(cmd)) => relay::client(cmd).await,
         // `main` runs it before building the async runtime; kept here for a complete match.
         Command::Watchdog { instance } => {
             runtime::watchdog::run(&instance);
@@ -130,6 +133,34 @@ pub(crate) fn remote_runtime(
 pub(crate) fn remote_budget(t: &TimingArgs) -> Duration {
     t.foreground_budget_ms
         .map_or(REMOTE_FOREGROUND_BUDGET, Duration::from_millis)
+}
+
+/// The relay's authentication mode for `--auth`.
+pub(crate) fn auth_mode(a: AuthArg) -> ::relay::config::AuthMode {
+    use ::relay::config::AuthMode;
+    match a {
+        AuthArg::Oauth => AuthMode::OAuth,
+        AuthArg::Token => AuthMode::Token,
+        AuthArg::None => AuthMode::None,
+    }
+}
+
+/// OAuth settings with the hidden test overrides applied.
+pub(crate) fn oauth_settings(o: &OAuthTestArgs) -> ::relay::oauth::OAuthSettings {
+    let mut s = ::relay::oauth::OAuthSettings::default();
+    if let Some(secs) = o.oauth_access_token_ttl_secs {
+        s.access_token_lifetime = Duration::from_secs(secs.max(1));
+    }
+    if let Some(secs) = o.oauth_refresh_grace_secs {
+        s.refresh_reuse_grace = Duration::from_secs(secs);
+    }
+    if o.oauth_insecure_client_documents {
+        tracing::warn!(
+            "--oauth-insecure-client-documents is on: client metadata documents are fetched over http and from private addresses (tests only)"
+        );
+        s.insecure_client_documents = true;
+    }
+    s
 }
 
 /// Relay link timing with the hidden test overrides applied.

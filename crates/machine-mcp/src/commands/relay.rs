@@ -1,12 +1,17 @@
-//! `machine-mcp relay serve|bridge|token`.
+//! `machine-mcp relay serve|bridge|account|client|token`.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use relay::{RelayConfig, SqliteStorage, auth::Role, config::AuthMode};
+use relay::{
+    RelayConfig, SqliteStorage, auth::Role, oauth::password, storage::accounts::AccountChange,
+};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{AuthArg, BridgeCommand, RelayServeArgs, StoreArgs, TokenCommand};
+use crate::cli::{
+    AccountArgs, AccountCommand, BridgeCommand, ClientCommand, RelayServeArgs, StoreArgs,
+    TokenCommand,
+};
 
 fn store_path(s: &StoreArgs) -> Result<PathBuf> {
     match &s.store {
@@ -69,15 +74,12 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
             .context("bad --listen address")?,
     };
     let mut config = RelayConfig {
-        listen: args.listen,
-        public_url: public_url.clone(),
-        auth: match args.auth {
-            AuthArg::Token => AuthMode::Token,
-            AuthArg::None => AuthMode::None,
-        },
+        auth: super::auth_mode(args.auth),
         allowed_origins: args.allowed_origins,
         max_inflight_per_bridge: args.max_inflight.max(1),
         timing: super::relay_timing(&args.timing),
+        oauth: super::oauth_settings(&args.oauth),
+        ..RelayConfig::new(args.listen, public_url.clone())
     };
     let listener = relay::bind(&config).await?;
     let bound = listener.local_addr().unwrap_or(config.listen);
@@ -128,16 +130,31 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
         BridgeCommand::Add {
             name,
             code_ttl_minutes,
+            owner,
             store,
         } => {
             check_name(&name)?;
+            relay::storage::accounts::check_account_name(&owner).map_err(anyhow::Error::msg)?;
             let s = open(&store).await?;
             let code = s.add_bridge(&name, code_ttl_minutes.max(1) * 60).await?;
+            let first_owner = ensure_owner(&s, &name, &owner).await?;
             println!("{code}");
             eprintln!(
                 "bridge {name}: enrollment code above, valid for {code_ttl_minutes} min and for one use.\n\
-                 On the machine to connect, run:\n  machine-mcp connect --relay <RELAY URL> --enroll {code} --workspace <DIR>\n\
-                 Then give a client a token: machine-mcp relay token create --bridge {name} --role operator"
+                 On the machine to connect, run:\n  machine-mcp connect --relay <RELAY URL> --enroll {code} --workspace <DIR>"
+            );
+            match first_owner {
+                Some(pw) => eprintln!(
+                    "Owner account of bridge {name}: {owner}, password: {pw}\n  \
+                     (shown once; sign in with it on the relay's consent page when a client adds the MCP URL;\n  \
+                     reset it with: machine-mcp relay account rotate-password --bridge {name} {owner})"
+                ),
+                None => eprintln!(
+                    "Bridge {name} already has accounts (machine-mcp relay account list --bridge {name})."
+                ),
+            }
+            eprintln!(
+                "Clients that take a pasted token instead: machine-mcp relay token create --bridge {name} --role operator"
             );
         }
         BridgeCommand::List { store } => {
@@ -190,6 +207,231 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
             let s = open_existing(&store).await?;
             s.revoke_token(&id).await?;
             eprintln!("token {id} revoked");
+        }
+    }
+    Ok(())
+}
+
+/// Creates the first owner account `owner` of `bridge` when the bridge has none, and returns its
+/// generated password (shown once); `None` when the bridge has accounts already.
+///
+/// # Errors
+/// The store fails, or the password cannot be hashed.
+pub(crate) async fn ensure_owner(
+    s: &SqliteStorage,
+    bridge: &str,
+    owner: &str,
+) -> Result<Option<String>> {
+    if s.account_count(bridge).await? > 0 {
+        return Ok(None);
+    }
+    let pw = password::generate();
+    let hash = hash_password(pw.clone()).await?;
+    s.create_account(bridge, owner, Role::Owner, &hash).await?;
+    Ok(Some(pw))
+}
+
+/// Hashes a password off the async threads.
+async fn hash_password(pw: String) -> Result<String> {
+    tokio::task::spawn_blocking(move || password::hash(&pw))
+        .await
+        .context("the password hashing task failed")?
+        .map_err(anyhow::Error::msg)
+}
+
+/// The password for `add`/`rotate-password`: the first line of stdin, or a generated one
+/// (returned to be printed).
+fn new_password(from_stdin: bool) -> Result<(String, bool)> {
+    if !from_stdin {
+        return Ok((password::generate(), true));
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the password from stdin")?;
+    let pw = line.trim_end_matches(['\r', '\n']).to_owned();
+    if pw.chars().count() < protocol::limits::PASSWORD_MIN_CHARS {
+        bail!(
+            "the password needs at least {} characters",
+            protocol::limits::PASSWORD_MIN_CHARS
+        );
+    }
+    Ok((pw, false))
+}
+
+/// The bridge an account command is about: `--bridge`, else `local` with `--up`, else the
+/// store's only bridge.
+async fn bridge_of(s: &SqliteStorage, at: &AccountArgs) -> Result<String> {
+    if let Some(b) = &at.bridge {
+        if !s.bridge_exists(b).await? {
+            bail!("no bridge {b} (machine-mcp relay bridge list)");
+        }
+        return Ok(b.clone());
+    }
+    if at.store.up {
+        return Ok("local".into());
+    }
+    let bridges = s.bridges().await?;
+    match bridges.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => bail!(
+            "the store has no bridges yet; create one with `machine-mcp relay bridge add NAME`"
+        ),
+        many => bail!(
+            "the store has several bridges ({}); pass --bridge NAME",
+            many.join(", ")
+        ),
+    }
+}
+
+fn state(disabled: bool) -> &'static str {
+    if disabled { "disabled" } else { "active" }
+}
+
+pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
+    match cmd {
+        AccountCommand::Add {
+            name,
+            role,
+            password_stdin,
+            at,
+        } => {
+            let role = Role::parse(&role).map_err(anyhow::Error::msg)?;
+            let s = open_existing(&at.store).await?;
+            let bridge = bridge_of(&s, &at).await?;
+            let (pw, generated) = new_password(password_stdin)?;
+            let hash = hash_password(pw.clone()).await?;
+            let a = s.create_account(&bridge, &name, role, &hash).await?;
+            if generated {
+                println!("{pw}");
+            }
+            eprintln!(
+                "account {} of bridge {} with role {}{}",
+                a.name,
+                a.bridge,
+                a.role,
+                if generated {
+                    ": password shown once above"
+                } else {
+                    ""
+                }
+            );
+        }
+        AccountCommand::List { at } => {
+            let s = open_existing(&at.store).await?;
+            let bridge = match &at.bridge {
+                Some(b) => Some(b.clone()),
+                None if at.store.up => Some("local".to_owned()),
+                None => None,
+            };
+            for a in s.accounts(bridge.as_deref()).await? {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    a.name,
+                    a.bridge,
+                    a.role,
+                    state(a.disabled)
+                );
+            }
+        }
+        AccountCommand::Role { name, role, at } => {
+            let role = Role::parse(&role).map_err(anyhow::Error::msg)?;
+            let s = open_existing(&at.store).await?;
+            let bridge = bridge_of(&s, &at).await?;
+            let a = s
+                .update_account(&bridge, &name, AccountChange::Role(role))
+                .await?;
+            eprintln!(
+                "account {} of bridge {} now has role {}; its tokens were revoked (clients sign in again)",
+                a.name, a.bridge, a.role
+            );
+        }
+        AccountCommand::Disable { name, at } => {
+            let s = open_existing(&at.store).await?;
+            let bridge = bridge_of(&s, &at).await?;
+            s.update_account(&bridge, &name, AccountChange::Disable)
+                .await?;
+            eprintln!("account {name} of bridge {bridge} disabled; its tokens were revoked");
+        }
+        AccountCommand::Enable { name, at } => {
+            let s = open_existing(&at.store).await?;
+            let bridge = bridge_of(&s, &at).await?;
+            s.update_account(&bridge, &name, AccountChange::Enable)
+                .await?;
+            eprintln!("account {name} of bridge {bridge} enabled (clients sign in again)");
+        }
+        AccountCommand::RotatePassword {
+            name,
+            password_stdin,
+            at,
+        } => {
+            let s = open_existing(&at.store).await?;
+            let bridge = bridge_of(&s, &at).await?;
+            if s.account(&bridge, &name).await?.is_none() {
+                bail!("bridge {bridge} has no account {name} (machine-mcp relay account list)");
+            }
+            let (pw, generated) = new_password(password_stdin)?;
+            let hash = hash_password(pw.clone()).await?;
+            s.update_account(&bridge, &name, AccountChange::Password(hash))
+                .await?;
+            if generated {
+                println!("{pw}");
+            }
+            eprintln!(
+                "account {name} of bridge {bridge}: new password{}; its tokens were revoked",
+                if generated {
+                    " shown once above"
+                } else {
+                    " set"
+                }
+            );
+        }
+        AccountCommand::Remove { name, at } => {
+            let s = open_existing(&at.store).await?;
+            let bridge = bridge_of(&s, &at).await?;
+            s.remove_account(&bridge, &name).await?;
+            eprintln!("account {name} of bridge {bridge} removed, with its grants");
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn client(cmd: ClientCommand) -> Result<()> {
+    match cmd {
+        ClientCommand::List { bridge, store } => {
+            let s = open_existing(&store).await?;
+            for c in s.clients(bridge.as_deref()).await? {
+                let name = serde_json::from_str::<serde_json::Value>(&c.record.metadata)
+                    .ok()
+                    .and_then(|m| {
+                        m.get("client_name")
+                            .and_then(|n| n.as_str())
+                            .map(str::to_owned)
+                    })
+                    .unwrap_or_default();
+                println!(
+                    "{}\t{}\t{}\t{} grants\t{}\t{}",
+                    c.record.client_id,
+                    c.record.kind.as_str(),
+                    if c.record.revoked {
+                        "revoked"
+                    } else {
+                        "active"
+                    },
+                    c.active_grants,
+                    if c.bridges.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        c.bridges.join(",")
+                    },
+                    name
+                );
+            }
+        }
+        ClientCommand::Revoke { client_id, store } => {
+            let s = open_existing(&store).await?;
+            let ended = s.revoke_client(&client_id).await?;
+            eprintln!("client {client_id} revoked; {ended} grants ended");
         }
     }
     Ok(())

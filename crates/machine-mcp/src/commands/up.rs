@@ -12,10 +12,12 @@ use relay::{RelayConfig, SqliteStorage, auth::Role, config::AuthMode};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{AuthArg, UpArgs};
+use crate::cli::UpArgs;
 
 /// The bridge `up` serves.
 const BRIDGE: &str = "local";
+/// The owner account `up` creates for its bridge.
+const OWNER: &str = "owner";
 /// How long `up` waits for its own daemon to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -40,34 +42,40 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let storage = SqliteStorage::open(&dir.join("relay.db"))
         .await
         .with_context(|| format!("cannot open the relay store in {}", dir.display()))?;
-    let mut public_url: url::Url = format!("http://{}", args.listen)
-        .parse()
-        .context("bad --listen")?;
-    let auth = match args.auth {
-        AuthArg::Token => AuthMode::Token,
-        AuthArg::None => AuthMode::None,
+    let published = args.public_url.is_some();
+    let mut public_url: url::Url = match args.public_url {
+        Some(u) => u,
+        None => format!("http://{}", args.listen)
+            .parse()
+            .context("bad --listen")?,
     };
+    let auth = super::auth_mode(args.auth);
     let mut config = RelayConfig {
-        listen: args.listen,
-        public_url: public_url.clone(),
         auth,
-        allowed_origins: Vec::new(),
-        max_inflight_per_bridge: protocol::limits::RELAYED_REQUESTS_PER_BRIDGE,
         timing: super::relay_timing(&args.timing),
+        oauth: super::oauth_settings(&args.oauth),
+        ..RelayConfig::new(args.listen, public_url.clone())
     };
     let listener = relay::bind(&config).await?;
+    let bound = listener
+        .local_addr()
+        .context("cannot read the port the listener got")?;
     // `--listen 127.0.0.1:0` takes any free port: the daemon and the printed URLs use the one
     // the listener got.
     if args.listen.port() == 0 {
-        let bound = listener
-            .local_addr()
-            .context("cannot read the port the listener got")?;
-        public_url = format!("http://{bound}")
-            .parse()
-            .context("bad bound address")?;
         config.listen = bound;
-        config.public_url = public_url.clone();
+        if !published {
+            public_url = format!("http://{bound}")
+                .parse()
+                .context("bad bound address")?;
+            config.public_url = public_url.clone();
+        }
     }
+    // The daemon always connects to the listener itself; behind a tunnel it signs the public
+    // origin, which is the relay's.
+    let local_url: url::Url = format!("http://{bound}")
+        .parse()
+        .context("bad bound address")?;
     // Enroll our own daemon: the bridge, its device key, and (with token auth) an owner token.
     if !storage.bridge_exists(BRIDGE).await? {
         storage.add_bridge(BRIDGE, 1).await?;
@@ -94,9 +102,16 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         }
     };
     let token = match auth {
-        AuthMode::Token => Some(owner_token(&storage, &dir).await?),
+        AuthMode::Token | AuthMode::OAuth => Some(owner_token(&storage, &dir).await?),
         AuthMode::None => None,
     };
+    // The owner account signs in on the consent page; its password is shown when it is
+    // created, and reset with `relay account rotate-password --up`.
+    let password = match auth {
+        AuthMode::OAuth => super::relay::ensure_owner(&storage, BRIDGE, OWNER).await?,
+        _ => None,
+    };
+    let account = (auth == AuthMode::OAuth).then_some(OWNER);
     let stop = CancellationToken::new();
     let relay_task = tokio::spawn(relay::serve_on(listener, config, storage, stop.clone()));
     // The runtime trims after its calls; the relay half has no call boundaries.
@@ -124,6 +139,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let sessions = Sessions::new(runtime.clone(), upstreams);
     let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
     let link_config = LinkConfig {
+        connect: (local_url != public_url).then(|| local_url.clone()),
         relay: public_url.clone(),
         bridge: enrollment.bridge.clone(),
         key_id: enrollment.key_id.clone(),
@@ -160,13 +176,15 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     if args.json {
         println!(
             "{}",
-            json!({"mcp_url": mcp_url, "servers": server_urls, "token": token})
+            json!({"mcp_url": mcp_url, "servers": server_urls, "token": token,
+                   "account": account, "password": password})
         );
     } else {
         print_human(
             &mcp_url,
             &server_urls,
             token.as_deref(),
+            account.map(|a| (a, password.as_deref())),
             runtime.workspace().root(),
             runtime.policy().name(),
         );
@@ -217,6 +235,7 @@ fn print_human(
     mcp_url: &str,
     servers: &serde_json::Map<String, serde_json::Value>,
     token: Option<&str>,
+    account: Option<(&str, Option<&str>)>,
     workspace: &Path,
     policy: &str,
 ) {
@@ -233,10 +252,25 @@ fn print_human(
     for (name, url) in servers {
         println!("  upstream {name}: {}", url.as_str().unwrap_or_default());
     }
+    if let Some((name, password)) = account {
+        println!("Sign-in (OAuth):           account {name}");
+        match password {
+            Some(p) => println!(
+                "                           password {p}\n  (shown once; reset: machine-mcp relay account rotate-password --up)"
+            ),
+            None => println!(
+                "  (password shown when `up` first created it; reset: machine-mcp relay account rotate-password --up)"
+            ),
+        }
+        println!(
+            "  Clients that support OAuth (ChatGPT, Claude, VS Code, Cursor, mcp-remote) need only the URL;"
+        );
+        println!("  they open the relay's consent page, where you sign in once.");
+    }
     if let Some(t) = token {
         println!("Bearer token:              {t}");
         println!(
-            "  (role owner; more tokens: machine-mcp relay token create --up --bridge local --role reviewer)"
+            "  (role owner, for clients that take a pasted token; more: machine-mcp relay token create --up --bridge local --role reviewer)"
         );
     } else {
         println!("No authentication (loopback only).");

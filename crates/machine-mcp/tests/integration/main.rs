@@ -8,6 +8,7 @@ mod edit;
 mod era;
 mod git;
 mod net;
+mod oauth;
 mod patch;
 mod policy;
 mod process;

@@ -437,3 +437,13 @@ pub(crate) fn wait_file(path: &std::path::Path, within: Duration) -> String {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `n` random characters of the base64url alphabet (PKCE verifiers, nonces).
+pub(crate) fn random_token(n: usize) -> String {
+    use rand::Rng;
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut rng = rand::thread_rng();
+    (0..n)
+        .map(|_| A[rng.gen_range(0..A.len())] as char)
+        .collect()
+}

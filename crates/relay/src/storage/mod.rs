@@ -1,4 +1,5 @@
-//! Durable relay state: bridges, enrollment codes, device keys and bearer tokens.
+//! Durable relay state: bridges, enrollment codes, device keys, bearer tokens, and (in
+//! [`accounts`] and [`oauth`]) the accounts, clients, codes and tokens of OAuth 2.1.
 //!
 //! [`Storage`] is the seam (DESIGN §6: an embedded SQLite implementation now, PostgreSQL later);
 //! [`SqliteStorage`] keeps everything in one database file in WAL mode, so the CLI (`relay token
@@ -14,6 +15,11 @@ use sqlx::{
 };
 
 use crate::auth::Role;
+
+pub mod accounts;
+pub mod oauth;
+
+pub use accounts::Account;
 
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +75,8 @@ pub struct SqliteStorage {
     pool: SqlitePool,
 }
 
-fn now() -> i64 {
+/// Wall-clock time in Unix seconds (what the store records).
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -1,0 +1,183 @@
+//! The resource-server side (MCP Basic › Authorization › Access Token Usage; OAuth 2.1 §5.2):
+//! who a request to an MCP URL is, from its `Authorization` header.
+//!
+//! Static bearer tokens (`mbt_…`, `relay token create`) and, in OAuth mode, access tokens
+//! (`mba_…`) are accepted. An access token must be live (its grant, account version and client),
+//! issued for this MCP URL (RFC 8707; a token for the relay itself covers every MCP URL of its
+//! account's bridge), and, when bound to a DPoP key, come as `Authorization: DPoP` with a proof of
+//! that key for this request (RFC 9449 §7). Every refusal is a 401 whose `WWW-Authenticate` says
+//! where the metadata is, with `invalid_token` when a token was presented; a static token of
+//! another bridge stays a 403.
+
+use axum::http::{HeaderMap, Method, StatusCode, header};
+
+use super::{jwt, resource, token::htu_is};
+use crate::{
+    auth::{self, Principal},
+    config::AuthMode,
+    error::HttpError,
+    hub::Hub,
+};
+
+/// How the MCP request presented its token.
+enum Credential<'a> {
+    Bearer(&'a str),
+    Dpop(&'a str),
+}
+
+fn credential(headers: &HeaderMap) -> Result<Option<Credential<'_>>, &'static str> {
+    let Some(v) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let v = v
+        .to_str()
+        .map_err(|_| "the Authorization header is not ASCII")?;
+    if let Some(t) = auth::bearer(v) {
+        return Ok(Some(Credential::Bearer(t)));
+    }
+    match v.split_once(' ') {
+        Some((scheme, t)) if scheme.eq_ignore_ascii_case("dpop") && !t.trim().is_empty() => {
+            Ok(Some(Credential::Dpop(t.trim())))
+        }
+        _ => Err("the Authorization header must be Bearer or DPoP"),
+    }
+}
+
+/// The 401 for MCP path `path`, with `invalid` naming why a presented token was refused.
+pub fn unauthorized(hub: &Hub, path: &str, invalid: Option<&str>) -> HttpError {
+    let message = invalid.unwrap_or("authorization is required");
+    let challenge = match hub.config.auth {
+        AuthMode::OAuth => resource::challenge(&hub.config, path, invalid),
+        _ => match invalid {
+            Some(_) => "Bearer realm=\"machine-mcp\", error=\"invalid_token\"".to_owned(),
+            None => "Bearer realm=\"machine-mcp\"".to_owned(),
+        },
+    };
+    HttpError {
+        challenge: Some(challenge.into()),
+        ..HttpError::new(StatusCode::UNAUTHORIZED, message)
+    }
+}
+
+/// The principal of a request to the MCP URL of `bridge` and `server` (none = the runtime).
+///
+/// # Errors
+/// 401 (see the module) for a missing, unknown, expired, revoked, foreign-resource or wrongly
+/// presented token; 403 for a static token of another bridge; 503 when the store fails.
+pub async fn principal(
+    hub: &Hub,
+    bridge: &str,
+    server: Option<&str>,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Principal, HttpError> {
+    let path = resource::mcp_path(bridge, server);
+    let unavailable = |_| {
+        HttpError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the relay store is unavailable",
+        )
+    };
+    let presented = credential(headers).map_err(|e| unauthorized(hub, &path, Some(e)))?;
+    let Some(presented) = presented else {
+        return Err(unauthorized(hub, &path, None));
+    };
+    let token = match presented {
+        Credential::Bearer(t) | Credential::Dpop(t) => t,
+    };
+    if hub.config.auth == AuthMode::OAuth && token.starts_with("mba_") {
+        let grant = hub
+            .storage
+            .access_grant(&auth::sha256_hex(token))
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(|| {
+                unauthorized(
+                    hub,
+                    &path,
+                    Some("the access token is invalid, expired or revoked"),
+                )
+            })?;
+        let target = resource::Target::Endpoint {
+            bridge: bridge.to_owned(),
+            server: server.map(str::to_owned),
+        };
+        let for_this = grant.resource == resource::resource(&hub.config, &target)
+            || grant.resource == resource::issuer(&hub.config);
+        if !for_this || grant.account.bridge != bridge {
+            return Err(unauthorized(
+                hub,
+                &path,
+                Some("the access token was issued for another resource"),
+            ));
+        }
+        match (&grant.dpop_jkt, presented) {
+            (None, Credential::Bearer(_)) => {}
+            (None, Credential::Dpop(_)) => {
+                return Err(unauthorized(
+                    hub,
+                    &path,
+                    Some("the access token is not DPoP-bound: send it as Bearer"),
+                ));
+            }
+            (Some(_), Credential::Bearer(_)) => {
+                return Err(unauthorized(
+                    hub,
+                    &path,
+                    Some("the access token is DPoP-bound: send it as DPoP with a proof"),
+                ));
+            }
+            (Some(jkt), Credential::Dpop(_)) => {
+                let proof = headers
+                    .get("dpop")
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or_else(|| unauthorized(hub, &path, Some("a DPoP proof is required")))?;
+                let v = jwt::verify_dpop(
+                    proof,
+                    method.as_str(),
+                    |htu| htu_is(hub, htu, &path),
+                    Some(token),
+                )
+                .map_err(|e| unauthorized(hub, &path, Some(&e)))?;
+                if &v.jkt != jkt {
+                    return Err(unauthorized(
+                        hub,
+                        &path,
+                        Some("the DPoP proof is signed with another key"),
+                    ));
+                }
+                jwt::consume(&v, &hub.oauth.seen)
+                    .map_err(|e| unauthorized(hub, &path, Some(&e)))?;
+            }
+        }
+        return Ok(Principal {
+            id: format!("{}.v{}", grant.account.id, grant.account.version),
+            bridge: bridge.to_owned(),
+            role: grant.account.role,
+        });
+    }
+    let Credential::Bearer(token) = presented else {
+        return Err(unauthorized(
+            hub,
+            &path,
+            Some("static tokens are sent as Bearer"),
+        ));
+    };
+    let rec = hub
+        .storage
+        .token_by_hash(&auth::sha256_hex(token))
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(|| unauthorized(hub, &path, Some("the bearer token is unknown or revoked")))?;
+    if rec.bridge != bridge {
+        return Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            "the token is not valid for this bridge",
+        ));
+    }
+    Ok(Principal {
+        id: rec.id,
+        bridge: rec.bridge,
+        role: rec.role,
+    })
+}

@@ -1,0 +1,181 @@
+//! Bounded, in-memory counters of the OAuth endpoints: failed sign-ins and registrations per key
+//! (an account or a client address) within a fixed window, and the ids of DPoP proofs and
+//! client assertions already seen (replay protection, RFC 9449 §11.1, RFC 7523 §3).
+//!
+//! Both forget their oldest entries past their capacity, so an attacker cannot grow them without
+//! bound; a restart forgets them (what they protect is short-lived).
+
+use std::{collections::HashMap, sync::Mutex, time::Duration};
+
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    started: Instant,
+    count: u32,
+}
+
+/// Counts events per key within a fixed window.
+#[derive(Debug)]
+pub struct Throttle {
+    window: Duration,
+    capacity: usize,
+    entries: Mutex<HashMap<String, Window>>,
+}
+
+impl Throttle {
+    /// A throttle counting over `window`, remembering at most `capacity` keys.
+    pub fn new(window: Duration, capacity: usize) -> Self {
+        Self {
+            window,
+            capacity,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// When `key` has `limit` events in its current window: how long until the window ends.
+    pub fn blocked(&self, key: &str, limit: u32) -> Option<Duration> {
+        let now = Instant::now();
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let w = entries.get(key)?;
+        let end = w.started + self.window;
+        (w.count >= limit && now < end).then(|| end - now)
+    }
+
+    /// Counts one event for `key`.
+    pub fn record(&self, key: &str) {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if !entries.contains_key(key) && entries.len() >= self.capacity {
+            let window = self.window;
+            entries.retain(|_, w| now < w.started + window);
+            if entries.len() >= self.capacity
+                && let Some(oldest) = entries
+                    .iter()
+                    .min_by_key(|(_, w)| w.started)
+                    .map(|(k, _)| k.clone())
+            {
+                entries.remove(&oldest);
+            }
+        }
+        let w = entries.entry(key.to_owned()).or_insert(Window {
+            started: now,
+            count: 0,
+        });
+        if now >= w.started + self.window {
+            *w = Window {
+                started: now,
+                count: 0,
+            };
+        }
+        w.count = w.count.saturating_add(1);
+    }
+
+    /// Forgets `key` (a successful sign-in clears its account's failures).
+    pub fn clear(&self, key: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+/// Ids seen recently, each until its own expiry.
+#[derive(Debug)]
+pub struct SeenIds {
+    capacity: usize,
+    entries: Mutex<HashMap<String, Instant>>,
+}
+
+/// What [`SeenIds::first_use`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Not seen before; now remembered.
+    First,
+    /// Seen before: a replay.
+    Again,
+    /// Too many unexpired ids are remembered to take another one now.
+    Full,
+}
+
+impl SeenIds {
+    /// Remembers at most `capacity` ids.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records `id` as used until `until`, unless it was already.
+    pub fn first_use(&self, id: &str, until: Instant) -> Seen {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = entries.get(id)
+            && *t > now
+        {
+            return Seen::Again;
+        }
+        if entries.len() >= self.capacity {
+            entries.retain(|_, t| *t > now);
+            if entries.len() >= self.capacity {
+                return Seen::Full;
+            }
+        }
+        entries.insert(id.to_owned(), until);
+        Seen::First
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_is_blocked_at_its_limit_until_the_window_ends() {
+        let t = Throttle::new(Duration::from_secs(60), 10);
+        for _ in 0..3 {
+            assert_eq!(t.blocked("a", 3), None);
+            t.record("a");
+        }
+        let left = t.blocked("a", 3).unwrap();
+        assert!(left <= Duration::from_secs(60));
+        assert_eq!(t.blocked("b", 3), None, "keys are counted apart");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(t.blocked("a", 3), None);
+        t.record("a");
+        assert_eq!(t.blocked("a", 2), None, "a new window starts at one");
+        t.clear("a");
+        assert_eq!(t.blocked("a", 1), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_throttle_forgets_the_oldest_key_at_capacity() {
+        let t = Throttle::new(Duration::from_secs(60), 2);
+        t.record("a");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        t.record("b");
+        t.record("c");
+        assert_eq!(t.blocked("a", 1), None, "a was forgotten");
+        assert!(t.blocked("b", 1).is_some() && t.blocked("c", 1).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ids_are_refused_again_until_they_expire_and_the_set_is_bounded() {
+        let s = SeenIds::new(2);
+        let later = Instant::now() + Duration::from_secs(10);
+        assert_eq!(s.first_use("x", later), Seen::First);
+        assert_eq!(s.first_use("x", later), Seen::Again);
+        assert_eq!(s.first_use("y", later), Seen::First);
+        assert_eq!(s.first_use("z", later), Seen::Full);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(
+            s.first_use("z", Instant::now() + Duration::from_secs(10)),
+            Seen::First
+        );
+        assert_eq!(
+            s.first_use("x", Instant::now() + Duration::from_secs(10)),
+            Seen::First
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! The relay's OAuth 2.1 authorization server (DESIGN §6; MCP 2025-06-18, 2025-11-25 and
+//! 2026-07-28 Basic › Authorization) and the resource-server side of its MCP endpoints.
+//!
+//! - Discovery ([`metadata`]): RFC 9728 protected-resource metadata for every MCP URL (path-
+//!   inserted and root), RFC 8414 authorization-server metadata and the OpenID discovery
+//!   document.
+//! - Clients ([`clients`], [`register`], [`document`]): client ID metadata documents, fetched with
+//!   SSRF protection, and RFC 7591 dynamic registration; client authentication with `none`,
+//!   a secret, or `private_key_jwt` ([`jwt`]).
+//! - Authorization ([`authorize`], [`consent`]): a consent page where a bridge account signs in
+//!   and approves with one form POST; PKCE S256, exact redirect URIs (any port on loopback), a
+//!   resource indicator (RFC 8707) per grant, `iss` in the response (RFC 9207); failed sign-ins
+//!   throttled ([`limiter`]), passwords as argon2id hashes ([`password`]).
+//! - Tokens ([`token`]): single-use codes, opaque access tokens and rotating refresh tokens with
+//!   a retry grace and family revocation, RFC 7009 revocation, optional DPoP (RFC 9449).
+//! - The resource server ([`bearer`]): every MCP request's token checked against the grant, its
+//!   account, client, resource and DPoP key.
+//!
+//! Everything durable is in the relay store ([`crate::storage::oauth`]); what is here in memory
+//! (throttles, proof ids, the document cache, the consent form key) is bounded and may be lost
+//! on restart without losing a grant.
+
+pub mod authorize;
+pub mod bearer;
+pub mod clients;
+pub mod consent;
+pub mod document;
+pub mod error;
+pub mod form;
+pub mod jwt;
+pub mod limiter;
+pub mod metadata;
+pub mod password;
+pub mod register;
+pub mod resource;
+pub mod token;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    extract::ConnectInfo,
+    http::{HeaderMap, header},
+    routing::{get, post},
+};
+use rand::RngCore;
+
+pub use error::OAuthError;
+
+use crate::hub::Hub;
+use protocol::limits::{
+    ACCESS_TOKEN_LIFETIME, PASSWORD_CHECKS_CONCURRENT, PROOF_IDS_REMEMBERED, REFRESH_REUSE_GRACE,
+    SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW,
+};
+
+/// OAuth settings of one relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OAuthSettings {
+    /// Lifetime of access tokens ([`ACCESS_TOKEN_LIFETIME`]; shorter in tests).
+    pub access_token_lifetime: Duration,
+    /// How long a rotated refresh token may be presented again ([`REFRESH_REUSE_GRACE`];
+    /// shorter in tests).
+    pub refresh_reuse_grace: Duration,
+    /// Test switch: fetch client ID metadata documents and JWK Sets over plain `http` and from
+    /// loopback and private addresses. Never on in production: it opens the SSRF protection.
+    pub insecure_client_documents: bool,
+}
+
+impl Default for OAuthSettings {
+    fn default() -> Self {
+        Self {
+            access_token_lifetime: ACCESS_TOKEN_LIFETIME,
+            refresh_reuse_grace: REFRESH_REUSE_GRACE,
+            insecure_client_documents: false,
+        }
+    }
+}
+
+/// The authorization server's in-memory state.
+#[derive(Debug)]
+pub struct OAuth {
+    /// Settings.
+    pub settings: OAuthSettings,
+    /// HMAC key of consent forms (a restart invalidates open forms, nothing else).
+    form_key: [u8; 32],
+    /// Failed sign-ins per account and per address, registrations and document fetches per
+    /// address.
+    pub throttle: limiter::Throttle,
+    /// Ids of DPoP proofs and client assertions already used.
+    pub seen: limiter::SeenIds,
+    /// Client documents and JWK Sets.
+    pub fetcher: document::Fetcher,
+    /// Bounds concurrent argon2id checks.
+    pub password_checks: tokio::sync::Semaphore,
+}
+
+impl OAuth {
+    /// The state for `settings`.
+    pub fn new(settings: OAuthSettings) -> Self {
+        let mut form_key = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut form_key);
+        Self {
+            settings,
+            form_key,
+            throttle: limiter::Throttle::new(SIGN_IN_WINDOW, SIGN_IN_THROTTLE_ENTRIES),
+            seen: limiter::SeenIds::new(PROOF_IDS_REMEMBERED),
+            fetcher: document::Fetcher::new(settings.insecure_client_documents),
+            password_checks: tokio::sync::Semaphore::new(PASSWORD_CHECKS_CONCURRENT),
+        }
+    }
+}
+
+/// The authorization server's routes (mounted only in `--auth oauth` mode).
+pub fn routes() -> Router<Arc<Hub>> {
+    Router::new()
+        .route(
+            resource::PRM_WELL_KNOWN,
+            get(metadata::protected_resource_root),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*path}",
+            get(metadata::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(metadata::authorization_server),
+        )
+        .route(
+            "/.well-known/openid-configuration",
+            get(metadata::openid_configuration),
+        )
+        .route(resource::JWKS_PATH, get(metadata::jwks))
+        .route(resource::REGISTER_PATH, post(register::register))
+        .route(
+            resource::AUTHORIZE_PATH,
+            get(authorize::show).post(authorize::approve),
+        )
+        .route(resource::TOKEN_PATH, post(token::token))
+        .route(resource::REVOKE_PATH, post(token::revoke))
+}
+
+/// The client address a request came from, for throttling: the TCP peer (a reverse proxy in
+/// front makes this the proxy; the account throttle still applies per account).
+pub fn client_address(connect: Option<&ConnectInfo<SocketAddr>>) -> String {
+    connect
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Whether a request's media type is `expected` (parameters such as `charset` ignored).
+pub fn content_type_is(headers: &HeaderMap, expected: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(expected))
+}
