@@ -66,7 +66,7 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics));
     if hub.config.auth == config::AuthMode::OAuth {
-        app = app.merge(oauth::routes());
+        app = app.merge(oauth::routes(&hub));
     }
     app.layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))

@@ -178,7 +178,9 @@ fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
     }
 }
 
-fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
+/// Whether the `Host` is acceptable: on a loopback listener only loopback names and the public
+/// URL's host (MCP 2025-11-25 Transports › Security Warning: DNS rebinding); anything elsewhere.
+pub fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
     if !crate::config::is_loopback(&hub.config.listen) {
         return true;
     }

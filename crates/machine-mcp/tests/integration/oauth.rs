@@ -398,6 +398,22 @@ fn discovery_documents_and_challenges_point_clients_to_the_authorization_server(
         .0,
         404
     );
+    // A rebound DNS name cannot reach the authorization server on a loopback listener.
+    let (status, _, _) = send(
+        agent()
+            .get(&s.url("/.well-known/oauth-authorization-server"))
+            .set("Host", "evil.example")
+            .call(),
+    );
+    assert_eq!(status, 403);
+    let (status, _, _) = send(
+        agent()
+            .post(&s.url("/oauth/register"))
+            .set("Host", "evil.example")
+            .set("Content-Type", "application/json")
+            .send_string("{}"),
+    );
+    assert_eq!(status, 403);
     for path in [
         "/.well-known/oauth-authorization-server",
         "/.well-known/openid-configuration",
@@ -730,6 +746,13 @@ fn refresh_reuse_inside_the_grace_keeps_the_family_and_after_it_revokes_it() {
     let mut f = Flow::new(&s);
     let t = f.tokens(&s);
     let r0 = t["refresh_token"].as_str().unwrap();
+    // Another client cannot use it, and trying does not use it up.
+    let (status, e) = Flow::new(&s).refresh(&s, r0);
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{e}"
+    );
     let (status, a) = f.refresh(&s, r0);
     assert_eq!(status, 200, "{a}");
     // Another node of the host refreshes with the same token at once: a valid pair too.

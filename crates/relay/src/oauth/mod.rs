@@ -110,8 +110,10 @@ impl OAuth {
     }
 }
 
-/// The authorization server's routes (mounted only in `--auth oauth` mode).
-pub fn routes() -> Router<Arc<Hub>> {
+/// The authorization server's routes (mounted only in `--auth oauth` mode), behind the same
+/// `Host` check as the MCP endpoints (a page on a rebound DNS name cannot reach them on a
+/// loopback listener).
+pub fn routes(hub: &Arc<Hub>) -> Router<Arc<Hub>> {
     Router::new()
         .route(
             resource::PRM_WELL_KNOWN,
@@ -137,6 +139,24 @@ pub fn routes() -> Router<Arc<Hub>> {
         )
         .route(resource::TOKEN_PATH, post(token::token))
         .route(resource::REVOKE_PATH, post(token::revoke))
+        .route_layer(axum::middleware::from_fn_with_state(
+            hub.clone(),
+            check_host,
+        ))
+}
+
+async fn check_host(
+    axum::extract::State(hub): axum::extract::State<Arc<Hub>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !crate::mcp::host_allowed(&hub, request.headers()) {
+        return OAuthError::invalid_request("Host header not allowed on this listener")
+            .with_status(axum::http::StatusCode::FORBIDDEN)
+            .into_response();
+    }
+    next.run(request).await
 }
 
 /// The client address a request came from, for throttling: the TCP peer (a reverse proxy in
