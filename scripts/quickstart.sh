@@ -2,7 +2,7 @@
 # shellcheck disable=SC2016 # single-quoted ${...} below are JavaScript template literals
 # Quick start on a fresh machine: build machine-mcp, start `machine-mcp up` (relay and daemon on
 # loopback), try it with a real MCP client over Streamable HTTP, and print ready-to-paste client
-# configuration with the URL and bearer token filled in.
+# configuration with the URL and bearer token filled in, and the OAuth account to sign in with.
 #
 #   scripts/quickstart.sh [--profile full|agent|edit|review] [--listen ADDR] [--state-dir DIR] [WORKSPACE]
 #
@@ -155,6 +155,13 @@ up_field() { "$NODE" -e 'const j = JSON.parse(process.argv[1]); console.log(eval
 url="$(up_field j.mcp_url)" || die "unexpected JSON line from machine-mcp up: $line"
 token="$(up_field j.token)" || die "unexpected JSON line from machine-mcp up: $line"
 if [ -z "$url" ] || [ -z "$token" ]; then die "no MCP URL or token in machine-mcp up's JSON line: $line"; fi
+account="$(up_field j.account)" || die "unexpected JSON line from machine-mcp up: $line"
+password="$(up_field j.password)" || die "unexpected JSON line from machine-mcp up: $line"
+if [ -n "$password" ]; then
+  password_note="password $password (shown once: the account was created now; keep it)"
+else
+  password_note="the password printed when the account was created (reset: $(shq "$BIN") relay account rotate-password --up${state_dir:+ --state-dir $(shq "$state_dir")})"
+fi
 step "up: $url"
 
 # 4. a real client: the Inspector CLI v2 over Streamable HTTP, one session per call; the token
@@ -270,7 +277,12 @@ into an existing file rather than replacing it.
    the token is kept in its state directory, so it stays valid across restarts:
 $up_cmd
 
-## Claude Code (add --scope user to use it in every project)
+## Clients that sign in with OAuth (ChatGPT, Claude, Claude Code, VS Code, Cursor, mcp-remote) need
+## only the URL $url (public HTTPS for hosted ones: see the README, "Publishing up");
+## on the consent page they open, sign in as account ${account:-owner}, $password_note
+claude mcp add --transport http $SERVER_NAME $(shq "$url")
+
+## Claude Code with the bearer token instead (add --scope user to use it in every project)
 $claude_http
 
 ## Cursor: .cursor/mcp.json in the project (or ~/.cursor/mcp.json for all projects)
