@@ -321,6 +321,7 @@ async fn handshake_and_serve(
     let RelayFrame::Welcome {
         protocol,
         challenge,
+        revision: relay_revision,
         ..
     } = welcome
     else {
@@ -331,6 +332,7 @@ async fn handshake_and_serve(
             "the relay speaks link protocol {protocol}; this daemon speaks {PROTOCOL_VERSION}: upgrade the older side"
         ));
     }
+    let catalog_frame = relay_revision >= protocol::frame::REVISION_CATALOG_FRAME;
     let origin = config.relay.origin().ascii_serialization();
     let timestamp = now_ms();
     let transcript = hello_transcript(&origin, &challenge, &config.bridge, instance_id, timestamp);
@@ -342,7 +344,13 @@ async fn handshake_and_serve(
         timestamp,
         signature: config.key.sign(&transcript),
         version: env!("CARGO_PKG_VERSION").into(),
-        servers: config.servers.clone(),
+        // A relay of revision 3 takes the catalog after the hello is verified, so that the
+        // hello stays within what it reads from an unauthenticated socket.
+        servers: if catalog_frame {
+            Vec::new()
+        } else {
+            config.servers.clone()
+        },
         revision: protocol::frame::LINK_REVISION,
     };
     if out.send(hello).await.is_err() {
@@ -352,6 +360,16 @@ async fn handshake_and_serve(
         Ok(RelayFrame::HelloAck { .. }) => {}
         Ok(_) => return Attempt::Retry("expected hello_ack".into()),
         Err(a) => return a,
+    }
+    if catalog_frame
+        && out
+            .send(DaemonFrame::Catalog {
+                servers: config.servers.clone(),
+            })
+            .await
+            .is_err()
+    {
+        return Attempt::Retry("the connection closed".into());
     }
     // probe → probe_result (through the normal send path), resume, ready
     let deadline = Instant::now() + t.readiness;

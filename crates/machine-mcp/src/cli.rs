@@ -90,6 +90,9 @@ pub(crate) struct TimingArgs {
     /// Relay liveness timeout in milliseconds (default 90000).
     #[arg(long, hide = true, value_name = "MS")]
     pub(crate) liveness_ms: Option<u64>,
+    /// Time a daemon socket has to send a verified hello, in milliseconds (default 10000).
+    #[arg(long, hide = true, value_name = "MS")]
+    pub(crate) hello_deadline_ms: Option<u64>,
     /// Foreground budget of remote process calls in milliseconds (default 25000).
     #[arg(long, hide = true, value_name = "MS")]
     pub(crate) foreground_budget_ms: Option<u64>,
@@ -180,6 +183,8 @@ pub(crate) struct ConnectArgs {
 }
 
 /// `machine-mcp relay ...`
+// Parsed once per process; boxing the serve arguments would only obscure the clap definitions.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum RelayCommand {
     /// Serve the relay: MCP Streamable HTTP for clients, WebSocket for daemons.
@@ -230,6 +235,17 @@ pub(crate) struct RelayServeArgs {
     /// Relayed requests in flight per bridge.
     #[arg(long, value_name = "N", default_value_t = protocol::limits::RELAYED_REQUESTS_PER_BRIDGE)]
     pub(crate) max_inflight: usize,
+    /// Client connections open at once; more are closed at accept.
+    #[arg(long, value_name = "N", default_value_t = protocol::limits::RELAY_CONNECTIONS_MAX)]
+    pub(crate) max_connections: usize,
+    /// Client connections open at once from one address (loopback peers, e.g. a reverse proxy
+    /// on this host, count only against --max-connections).
+    #[arg(long, value_name = "N", default_value_t = protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS)]
+    pub(crate) max_connections_per_address: usize,
+    /// Serve GET /metrics (and /healthz) on this separate address, e.g. 127.0.0.1:9750, and not
+    /// on the main listener (default: on the main listener, to loopback requests only).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
     #[command(flatten)]

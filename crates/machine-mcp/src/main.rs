@@ -18,6 +18,7 @@ fn main() -> ExitCode {
     }
     runtime::watchdog::enable(cli::WATCHDOG_SUBCOMMAND);
     logging::init(&cli.global);
+    raise_open_file_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("machine-mcp")
@@ -38,5 +39,24 @@ fn main() -> ExitCode {
             eprintln!("machine-mcp: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Raises the soft limit of open files to the hard limit: a relay holds a socket per client
+/// connection and per daemon, and the soft limit (often 1,024) is far below what its connection
+/// caps allow (issue 12 item 1). Failure is logged, not fatal.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            // Linux refuses more than fs.nr_open (1,048,576 by default) even when the hard
+            // limit is unlimited.
+            let want = hard.min(1 << 20);
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, want, hard) {
+                tracing::debug!(error = %e, soft, hard, "cannot raise the open-file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "cannot read the open-file limit"),
     }
 }

@@ -20,11 +20,17 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// The compatible revision of link protocol 1 this build speaks, announced in `welcome` and
 /// `hello` (absent means 1). Revision 2 adds [`RelayFrame::Call`]: one MCP 2026-07-28 request
 /// without an MCP session. A relay sends `call` only to a daemon whose `hello` announced
-/// revision 2 or later; older daemons keep serving the handshake era unchanged.
-pub const LINK_REVISION: u32 = 2;
+/// revision 2 or later; older daemons keep serving the handshake era unchanged. Revision 3
+/// moves the catalog out of `hello` into [`DaemonFrame::Catalog`], sent once the hello is
+/// acknowledged, so that what a socket sends before it is authenticated stays small; a daemon
+/// does so only when the relay's `welcome` announced revision 3 or later.
+pub const LINK_REVISION: u32 = 3;
 
 /// The first revision with [`RelayFrame::Call`].
 pub const REVISION_STATELESS: u32 = 2;
+
+/// The first revision with [`DaemonFrame::Catalog`].
+pub const REVISION_CATALOG_FRAME: u32 = 3;
 
 fn revision_1() -> u32 {
     1
@@ -179,11 +185,19 @@ pub enum DaemonFrame {
         signature: String,
         /// Daemon software version.
         version: String,
-        /// What this daemon serves, with cached catalogs.
+        /// What this daemon serves, with cached catalogs (empty from revision 3, where
+        /// [`DaemonFrame::Catalog`] carries them).
+        #[serde(default)]
         servers: Vec<ServerInfo>,
         /// Compatible protocol revision ([`LINK_REVISION`]); 1 when absent (older daemons).
         #[serde(default = "revision_1")]
         revision: u32,
+    },
+    /// What this daemon serves, with cached catalogs (revision 3: sent once after `hello_ack`,
+    /// before `probe_result`; its `hello` then carries no servers).
+    Catalog {
+        /// As `hello.servers` in earlier revisions.
+        servers: Vec<ServerInfo>,
     },
     /// Answer to `probe`.
     ProbeResult {

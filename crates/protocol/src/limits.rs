@@ -10,6 +10,25 @@ const MIB: usize = 1024 * KIB;
 
 // === Transport ===
 
+/// Client connections a relay keeps open at once; past it a new connection is closed at once
+/// (`relay serve --max-connections`).
+pub const RELAY_CONNECTIONS_MAX: usize = 4096;
+/// Client connections a relay keeps open at once from one (non-loopback) address
+/// (`relay serve --max-connections-per-address`).
+pub const RELAY_CONNECTIONS_PER_ADDRESS: usize = 128;
+/// Time a client has to send a request's headers; also how long an idle keep-alive connection
+/// is kept.
+pub const REQUEST_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a client has to send a request's body once its headers were accepted.
+pub const REQUEST_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Daemon sockets that have not yet authenticated (hello verified) a relay keeps at once.
+pub const UNVERIFIED_DAEMON_SOCKETS_MAX: usize = 64;
+/// Unverified daemon sockets from one (non-loopback) address.
+pub const UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS: usize = 8;
+/// Bytes a daemon socket may send before its hello is verified (1 MiB: a link revision 3 hello
+/// is about 1 KB; older daemons send their catalog in it).
+pub const UNVERIFIED_DAEMON_SOCKET_MAX_BYTES: usize = MIB;
+
 /// Longest JSON-RPC line accepted on stdio (8 MiB, newline excluded). A longer line is answered
 /// with a JSON-RPC error and skipped.
 pub const STDIO_LINE_MAX_BYTES: usize = 8 * MIB;

@@ -64,6 +64,11 @@ pub struct RelayConfig {
     pub timing: LinkTiming,
     /// OAuth settings (used in [`AuthMode::OAuth`]).
     pub oauth: crate::oauth::OAuthSettings,
+    /// Bounds on client connections.
+    pub connections: crate::server::ConnectionLimits,
+    /// A separate listener for `GET /metrics` (none: metrics on the main listener, answered only
+    /// to loopback peers that name a loopback host).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The listener is loopback-only: `127.0.0.0/8` or `::1`.
@@ -84,6 +89,8 @@ impl RelayConfig {
             max_inflight_per_bridge: limits::RELAYED_REQUESTS_PER_BRIDGE,
             timing: LinkTiming::default(),
             oauth: Default::default(),
+            connections: Default::default(),
+            metrics_listen: None,
         }
     }
 

@@ -334,6 +334,8 @@ pub struct Hub {
     pub metrics: Metrics,
     /// The OAuth authorization server's in-memory state.
     pub oauth: crate::oauth::OAuth,
+    /// Daemon sockets that have not authenticated yet.
+    pub unverified: crate::link::Unverified,
     bridges: Mutex<HashMap<String, Arc<Bridge>>>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     next_link: AtomicU64,
@@ -346,6 +348,7 @@ impl Hub {
         Arc::new(Self {
             storage,
             oauth: crate::oauth::OAuth::new(config.oauth),
+            unverified: Default::default(),
             config: Arc::new(config),
             keys: SessionKeys::new(),
             streams: Streams::default(),

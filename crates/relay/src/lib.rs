@@ -28,6 +28,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod oauth;
 pub mod ops;
+pub mod server;
 pub mod stateless;
 pub mod storage;
 pub mod stream;
@@ -37,7 +38,7 @@ mod http_fuzz;
 
 use std::{sync::Arc, time::Duration};
 
-use axum::{Router, extract::DefaultBodyLimit, routing::get, serve::ListenerExt};
+use axum::{Router, extract::DefaultBodyLimit, routing::get};
 use tokio_util::sync::CancellationToken;
 
 pub use config::RelayConfig;
@@ -64,7 +65,7 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
         )
         .route(CONNECT_PATH, get(link::connect))
         .route("/healthz", get(ops::healthz))
-        .route("/metrics", get(ops::metrics));
+        .route("/metrics", get(ops::metrics_main));
     if hub.config.auth == config::AuthMode::OAuth {
         app = app.merge(oauth::routes(&hub));
     }
@@ -218,19 +219,30 @@ pub async fn serve_on(
             }
         })
     };
-    let app = router(hub);
-    let stop = shutdown.clone();
-    // Without TCP_NODELAY a small response written in two pieces (headers, then body or an SSE
-    // event) waits for the client's delayed ACK: 40 ms per call (BENCHMARKS.md, relay section).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
+    let app = router(hub.clone());
+    let metrics_server = match hub.config.metrics_listen {
+        Some(addr) => {
+            let metrics_listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })?;
+            let app = Router::new()
+                .route("/metrics", get(ops::metrics))
+                .route("/healthz", get(ops::healthz))
+                .with_state(hub.clone());
+            let stop = shutdown.clone();
+            let limits = hub.config.connections;
+            let hub = hub.clone();
+            Some(tokio::spawn(async move {
+                server::serve(metrics_listener, app, limits, hub, stop).await
+            }))
         }
-    });
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
+        None => None,
+    };
+    let limits = hub.config.connections;
+    let result = server::serve(listener, app, limits, hub, shutdown.clone()).await;
+    if let Some(m) = metrics_server {
+        let _ = m.await;
+    }
     sweeper.abort();
     result.map_err(ServeError::Io)
 }

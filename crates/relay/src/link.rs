@@ -7,31 +7,55 @@
 //! it become the bridge's active daemon and is the incumbent closed (invariant 3). A socket silent
 //! for the liveness timeout is dead; its sessions wait for the same instance (invariant 4).
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use axum::{
-    extract::{
-        State,
-        ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade},
-    },
-    response::Response,
+    extract::{ConnectInfo, Request, State},
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use futures_util::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
 use p256::ecdsa::{Signature, VerifyingKey, signature::Verifier};
-use tokio::sync::mpsc;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    sync::mpsc,
+    time::Instant,
+};
+use tokio_tungstenite::{
+    WebSocketStream,
+    tungstenite::{
+        Message,
+        handshake::derive_accept_key,
+        protocol::{CloseFrame, Role, WebSocketConfig, frame::coding::CloseCode},
+    },
+};
 
 use protocol::{
     frame::{
         CLOSE_NOT_READY, CLOSE_PROTOCOL, CLOSE_REPLACED, CLOSE_UNAUTHENTICATED, DaemonFrame,
-        PROTOCOL_VERSION, RelayFrame, hello_transcript,
+        PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame, hello_transcript,
     },
-    limits::RELAY_FRAME_MAX_BYTES,
+    limits::{
+        RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES, UNVERIFIED_DAEMON_SOCKETS_MAX,
+        UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
+    },
 };
 
 use crate::{
     hub::{Hub, Link, LinkTx, Outbound},
     metrics::Metrics,
+    server::{self, ConnectionLimits, Connections, Place},
     storage::StorageError,
 };
 
@@ -39,13 +63,168 @@ use crate::{
 const LINK_QUEUE: usize = 4096;
 /// Largest clock difference accepted in a hello's timestamp.
 const HELLO_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
+/// The one close reason of every refused hello, whatever the cause (issue 12 item 10: the reason
+/// told whether a key id exists); the cause is logged by the relay.
+pub const HELLO_REFUSED: &str =
+    "hello refused: the device key, bridge or signature is not valid here (enroll again)";
 
-/// Upgrades a daemon's connection.
-pub async fn connect(State(hub): State<Arc<Hub>>, ws: WebSocketUpgrade) -> Response {
-    ws.max_message_size(RELAY_FRAME_MAX_BYTES)
-        .max_frame_size(RELAY_FRAME_MAX_BYTES)
-        .on_upgrade(move |socket| run(hub, socket))
+/// Daemon sockets that have not authenticated yet, in all and per address.
+#[derive(Debug, Default)]
+pub struct Unverified(Arc<Mutex<Connections>>);
+
+const UNVERIFIED_LIMITS: ConnectionLimits = ConnectionLimits {
+    total: UNVERIFIED_DAEMON_SOCKETS_MAX,
+    per_address: UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
+};
+
+/// `GET /daemon/v1/connect`: checks `Host` (loopback listeners: loopback names and the public
+/// host) and `Origin` (a browser's page may not open daemon sockets: only the relay's own origin
+/// is allowed when one is sent), takes one of the places of unverified sockets
+/// ([`UNVERIFIED_DAEMON_SOCKETS_MAX`], [`UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`]; 503 when none
+/// is free) and upgrades to a WebSocket (RFC 6455 §4.2.2) whose reads are capped at
+/// [`UNVERIFIED_DAEMON_SOCKET_MAX_BYTES`] until its hello is verified.
+pub async fn connect(
+    State(hub): State<Arc<Hub>>,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
+    mut request: Request,
+) -> Response {
+    let refuse = |status: StatusCode, why: &str| (status, format!("{why}\n")).into_response();
+    let headers = request.headers();
+    if !crate::mcp::host_allowed(&hub, headers) {
+        return refuse(StatusCode::FORBIDDEN, "Host header not allowed on this listener");
+    }
+    if let Some(o) = headers.get(header::ORIGIN)
+        && !o.to_str().is_ok_and(|o| crate::mcp::own_origin(&hub, o))
+    {
+        return refuse(StatusCode::FORBIDDEN, "Origin not allowed for daemon sockets");
+    }
+    let has = |name: header::HeaderName, want: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|v| v.trim().eq_ignore_ascii_case(want))
+    };
+    if !has(header::UPGRADE, "websocket") || !has(header::CONNECTION, "upgrade") {
+        return refuse(StatusCode::UPGRADE_REQUIRED, "this endpoint takes a WebSocket upgrade");
+    }
+    if !has(header::SEC_WEBSOCKET_VERSION, "13") {
+        let mut r = refuse(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 is required");
+        r.headers_mut()
+            .insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        return r;
+    }
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY).map(|k| k.as_bytes().to_vec()) else {
+        return refuse(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key is required");
+    };
+    let address = peer
+        .as_ref()
+        .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |p| p.0.0.ip());
+    let Some(place) = server::admit(&hub.unverified.0, UNVERIFIED_LIMITS, address) else {
+        Metrics::add(&hub.metrics.sockets_refused, 1);
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many daemon sockets are authenticating; retry shortly",
+        );
+    };
+    let upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        let upgraded = match upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "a daemon socket upgrade failed");
+                return;
+            }
+        };
+        let (io, gate) = Budget::new(TokioIo::new(upgraded), UNVERIFIED_DAEMON_SOCKET_MAX_BYTES);
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(RELAY_FRAME_MAX_BYTES))
+            .max_frame_size(Some(RELAY_FRAME_MAX_BYTES));
+        let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+        run(hub, ws, Unlock { gate, place: Some(place) }).await;
+    });
+    let mut r = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let h = r.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&derive_accept_key(&key)) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    r
 }
+
+/// An I/O stream whose reads fail once more than a budget of bytes arrived, until opened.
+struct Budget<T> {
+    inner: T,
+    left: usize,
+    open: Arc<AtomicBool>,
+}
+
+impl<T> Budget<T> {
+    fn new(inner: T, budget: usize) -> (Self, Arc<AtomicBool>) {
+        let open = Arc::new(AtomicBool::new(false));
+        (
+            Self {
+                inner,
+                left: budget,
+                open: open.clone(),
+            },
+            open,
+        )
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Budget<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r
+            && !self.open.load(Ordering::Relaxed)
+        {
+            let n = buf.filled().len() - before;
+            if n > self.left {
+                return Poll::Ready(Err(std::io::Error::other(
+                    "an unauthenticated daemon socket sent more than its budget",
+                )));
+            }
+            self.left -= n;
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Budget<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, b)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// What a socket gives up once its hello is verified: the read budget and its place among the
+/// unverified sockets.
+struct Unlock {
+    gate: Arc<AtomicBool>,
+    place: Option<Place>,
+}
+
+impl Unlock {
+    fn verified(&mut self) {
+        self.gate.store(true, Ordering::Relaxed);
+        self.place = None;
+    }
+}
+
+type Ws = WebSocketStream<Budget<TokioIo<hyper::upgrade::Upgraded>>>;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -54,7 +233,7 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-async fn run(hub: Arc<Hub>, socket: WebSocket) {
+async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     Metrics::add(&hub.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
@@ -68,7 +247,7 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
                 Outbound::Close(code, reason) => {
                     let _ = sink
                         .send(Message::Close(Some(CloseFrame {
-                            code,
+                            code: CloseCode::from(code),
                             reason: reason.into(),
                         })))
                         .await;
@@ -82,7 +261,7 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
     });
     let link_tx = LinkTx(tx);
     let mut promoted = false;
-    let outcome = session(&hub, &link_tx, &mut stream, &mut promoted).await;
+    let outcome = session(&hub, &link_tx, &mut stream, &mut promoted, &mut unlock).await;
     if !promoted {
         Metrics::add(&hub.metrics.sockets_candidate, -1);
     }
@@ -94,12 +273,12 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
 }
 
-type Incoming = futures_util::stream::SplitStream<WebSocket>;
+type Incoming = futures_util::stream::SplitStream<Ws>;
 
-/// Reads the next daemon frame within `within`.
-async fn next_frame(stream: &mut Incoming, within: Duration) -> Result<DaemonFrame, (u16, String)> {
+/// Reads the next daemon frame before `deadline` (pings and pongs do not move it).
+async fn next_frame(stream: &mut Incoming, deadline: Instant) -> Result<DaemonFrame, (u16, String)> {
     loop {
-        let msg = match tokio::time::timeout(within, stream.next()).await {
+        let msg = match tokio::time::timeout_at(deadline, stream.next()).await {
             Err(_) => return Err((CLOSE_NOT_READY, "timed out waiting for the daemon".into())),
             Ok(None) => return Err((1000, "socket closed".into())),
             Ok(Some(Err(e))) => return Err((1006, format!("socket error: {e}"))),
@@ -117,7 +296,7 @@ async fn next_frame(stream: &mut Incoming, within: Duration) -> Result<DaemonFra
                 ));
             }
             Message::Close(_) => return Err((1000, "closed by the daemon".into())),
-            Message::Ping(_) | Message::Pong(_) => {}
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
         }
     }
 }
@@ -127,8 +306,11 @@ async fn session(
     tx: &LinkTx,
     stream: &mut Incoming,
     promoted: &mut bool,
+    unlock: &mut Unlock,
 ) -> Result<(), (u16, String)> {
     let timing = hub.config.timing;
+    // The hello deadline runs from the upgrade, whatever the socket sends meanwhile.
+    let hello_by = Instant::now() + timing.hello_deadline;
     // 1. welcome
     let challenge = crate::auth::random_secret("");
     let _ = tx.try_send(RelayFrame::Welcome {
@@ -140,7 +322,7 @@ async fn session(
         revision: protocol::frame::LINK_REVISION,
     });
     // 2. hello
-    let hello = next_frame(stream, timing.hello_deadline)
+    let hello = next_frame(stream, hello_by)
         .await
         .map_err(|(c, r)| {
             if c == CLOSE_NOT_READY {
@@ -192,22 +374,34 @@ async fn session(
         timestamp,
         &signature,
     )
-    .await?;
+    .await
+    .map_err(|(code, why)| {
+        tracing::info!(%bridge, %key_id, reason = %why, "refused a daemon hello");
+        (code, HELLO_REFUSED.to_owned())
+    })?;
+    unlock.verified();
     tracing::info!(%bridge, instance = %instance_id, daemon_version = %version, revision, "daemon authenticated");
     let _ = tx.try_send(RelayFrame::HelloAck {
         bridge: bridge.clone(),
     });
     let b = hub.bridge(&bridge).await;
     // 3-5. probe, resume, ready, within the readiness deadline.
-    let deadline = tokio::time::Instant::now() + timing.readiness_deadline;
+    let deadline = Instant::now() + timing.readiness_deadline;
     let probe_id = crate::auth::random_id("probe_");
     let _ = tx.try_send(RelayFrame::Probe {
         id: probe_id.clone(),
     });
+    // From revision 3 the catalog comes in its own frame, before the probe result.
+    let mut servers = (revision < REVISION_CATALOG_FRAME).then_some(servers);
     loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match next_frame(stream, left).await? {
-            DaemonFrame::ProbeResult { id } if id == probe_id => break,
+        match next_frame(stream, deadline).await? {
+            DaemonFrame::Catalog { servers: s } if servers.is_none() => servers = Some(s),
+            DaemonFrame::ProbeResult { id } if id == probe_id => {
+                if servers.is_none() {
+                    return Err((CLOSE_PROTOCOL, "probe_result before catalog".into()));
+                }
+                break;
+            }
             DaemonFrame::Heartbeat { seq } => {
                 let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
             }
@@ -220,7 +414,7 @@ async fn session(
             }
         }
     }
-    hub.set_catalog(&b, servers).await;
+    hub.set_catalog(&b, servers.unwrap_or_default()).await;
     let (sessions, requests) = hub.resume_set(&b, &instance_id);
     let resumed = sessions.len();
     let _ = tx.try_send(RelayFrame::Resume { sessions, requests });
@@ -239,7 +433,7 @@ async fn session(
     Metrics::add(&hub.metrics.sockets_candidate, -1);
     Metrics::add(&hub.metrics.sockets_ready, 1);
     tracing::info!(bridge = %b.name, instance = %instance_id, resumed, "daemon ready");
-    let result = serve(hub, tx, stream, timing.liveness_timeout).await;
+    let result = serve(hub, &b, tx, stream, timing.liveness_timeout).await;
     hub.link_lost(&b, link_id);
     Metrics::add(&hub.metrics.sockets_ready, -1);
     tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
@@ -276,12 +470,13 @@ async fn enroll(hub: &Hub, tx: &LinkTx, code: &str, public_key: &str) -> Result<
 
 async fn serve(
     hub: &Arc<Hub>,
+    bridge: &crate::hub::Bridge,
     tx: &LinkTx,
     stream: &mut Incoming,
     liveness: Duration,
 ) -> Result<(), (u16, String)> {
     loop {
-        let frame = next_frame(stream, liveness).await.map_err(|(c, r)| {
+        let frame = next_frame(stream, Instant::now() + liveness).await.map_err(|(c, r)| {
             if c == CLOSE_NOT_READY {
                 (1001, "daemon silent past the liveness timeout".to_owned())
             } else {
@@ -310,6 +505,9 @@ async fn serve(
                 let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
             }
             DaemonFrame::HeartbeatAck { .. } | DaemonFrame::ProbeResult { .. } => {}
+            DaemonFrame::Catalog { servers } => {
+                hub.set_catalog(bridge, servers).await;
+            }
             DaemonFrame::Hello { .. } | DaemonFrame::Enroll { .. } => {
                 return Err((CLOSE_PROTOCOL, "duplicate hello".into()));
             }
@@ -365,6 +563,7 @@ fn frame_name(f: &DaemonFrame) -> &'static str {
     match f {
         DaemonFrame::Hello { .. } => "hello",
         DaemonFrame::Enroll { .. } => "enroll",
+        DaemonFrame::Catalog { .. } => "catalog",
         DaemonFrame::ProbeResult { .. } => "probe_result",
         DaemonFrame::Rpc { .. } => "rpc",
         DaemonFrame::Closed { .. } => "closed",

@@ -21,7 +21,7 @@
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use axum::{
-    body::Bytes,
+    body::{Body, Bytes},
     extract::{Path, State},
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     response::{IntoResponse, Response},
@@ -64,7 +64,7 @@ pub async fn post_runtime(
     State(hub): State<Arc<Hub>>,
     Path(bridge): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     post(hub, bridge, runtime(), headers, body).await
 }
@@ -74,7 +74,7 @@ pub async fn post_server(
     State(hub): State<Arc<Hub>>,
     Path((bridge, server)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     post(hub, bridge, server, headers, body).await
 }
@@ -153,6 +153,50 @@ async fn admit(
         return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
     }
     Ok((principal, hub.bridge(bridge).await))
+}
+
+/// Reads a request body of at most [`MCP_REQUEST_BODY_MAX_BYTES`] within
+/// [`REQUEST_BODY_READ_TIMEOUT`].
+///
+/// # Errors
+/// 413 (a JSON-RPC error, id null) past the size, 408 past the time, 400 when the body breaks
+/// off.
+async fn read_body(body: Body) -> Result<Bytes, HttpError> {
+    use protocol::limits::{MCP_REQUEST_BODY_MAX_BYTES, REQUEST_BODY_READ_TIMEOUT};
+    match tokio::time::timeout(
+        REQUEST_BODY_READ_TIMEOUT,
+        axum::body::to_bytes(body, MCP_REQUEST_BODY_MAX_BYTES),
+    )
+    .await
+    {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) if is_length_limit(&e) => Err(HttpError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {MCP_REQUEST_BODY_MAX_BYTES} bytes"),
+        )),
+        Ok(Err(e)) => Err(HttpError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the request body could not be read: {e}"),
+        )),
+        Err(_) => Err(HttpError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} s",
+                REQUEST_BODY_READ_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        src = s.source();
+    }
+    false
 }
 
 /// The session era's `MCP-Protocol-Version` check (MCP 2025-11-25 Transports § Protocol Version
@@ -271,10 +315,16 @@ async fn post(
     bridge: String,
     server: String,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let (principal, b) = match admit(&hub, &bridge, &server, &Method::POST, &headers).await {
         Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    // The body is read only now that the headers authenticated the request (issue 12 item 1:
+    // unauthenticated bodies were buffered first), within its own time.
+    let body = match read_body(body).await {
+        Ok(b) => b,
         Err(r) => return r.into_response(),
     };
     let ct_ok = headers

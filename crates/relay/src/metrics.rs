@@ -23,6 +23,12 @@ pub struct Metrics {
     pub unmatched: AtomicU64,
     /// HTTP requests answered on MCP endpoints.
     pub http_requests: AtomicU64,
+    /// Client connections open.
+    pub connections_open: AtomicI64,
+    /// Connections closed at once because a connection cap was reached.
+    pub connections_refused: AtomicI64,
+    /// Daemon sockets refused before the upgrade because too many unverified ones were open.
+    pub sockets_refused: AtomicI64,
 }
 
 impl Metrics {
@@ -98,6 +104,24 @@ impl Metrics {
             "counter",
             "HTTP requests on MCP endpoints.",
             &[(String::new(), c(&self.http_requests).into())],
+        );
+        metric(
+            "machine_mcp_relay_connections",
+            "gauge",
+            "Client connections open.",
+            &[(String::new(), g(&self.connections_open).into())],
+        );
+        metric(
+            "machine_mcp_relay_connections_refused_total",
+            "counter",
+            "Connections closed at accept because a connection cap was reached.",
+            &[(String::new(), g(&self.connections_refused).into())],
+        );
+        metric(
+            "machine_mcp_relay_daemon_sockets_refused_total",
+            "counter",
+            "Daemon sockets refused because too many unverified ones were open.",
+            &[(String::new(), g(&self.sockets_refused).into())],
         );
         s
     }

@@ -1,10 +1,15 @@
 //! Operational endpoints: `GET /healthz` and `GET /metrics`.
+//!
+//! Metrics name every bridge's counts together, so they are not for the public: with
+//! `--metrics-listen ADDR` they are served on that listener only (the main listener answers 404);
+//! without it the main listener answers them only to a loopback peer that names a loopback host
+//! (local monitoring; a request forwarded by a reverse proxy for a public name is refused).
 
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
-    extract::State,
-    http::header,
+    extract::{ConnectInfo, State},
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
 
@@ -15,7 +20,7 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Prometheus metrics.
+/// `GET /metrics` on the metrics listener: always answered.
 pub async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
     hub.streams.sweep();
     (
@@ -23,4 +28,23 @@ pub async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
         hub.metrics.render(),
     )
         .into_response()
+}
+
+/// `GET /metrics` on the main listener: 404 when a metrics listener is configured, else
+/// answered only to a loopback peer naming a loopback host.
+pub async fn metrics_main(
+    State(hub): State<Arc<Hub>>,
+    connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+) -> Response {
+    let local = connect.as_ref().is_some_and(|c| c.0.0.ip().is_loopback())
+        && headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(|h| h.rsplit_once(':').map_or(h, |(n, _)| n))
+            .is_some_and(|n| matches!(n, "localhost" | "127.0.0.1" | "[::1]"));
+    if hub.config.metrics_listen.is_some() || !local {
+        return (StatusCode::NOT_FOUND, "not found\n").into_response();
+    }
+    metrics(State(hub)).await
 }

@@ -169,6 +169,9 @@ pub(crate) fn relay_timing(t: &TimingArgs) -> ::relay::config::LinkTiming {
     if let Some(ms) = t.reconnect_grace_ms {
         timing.reconnect_grace = Duration::from_millis(ms);
     }
+    if let Some(ms) = t.hello_deadline_ms {
+        timing.hello_deadline = Duration::from_millis(ms);
+    }
     if let Some(ms) = t.liveness_ms {
         timing.liveness_timeout = Duration::from_millis(ms);
     }

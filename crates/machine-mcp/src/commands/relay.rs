@@ -79,6 +79,11 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
         max_inflight_per_bridge: args.max_inflight.max(1),
         timing: super::relay_timing(&args.timing),
         oauth: super::oauth_settings(&args.oauth),
+        connections: relay::server::ConnectionLimits {
+            total: args.max_connections.max(1),
+            per_address: args.max_connections_per_address.max(1),
+        },
+        metrics_listen: args.metrics_listen,
         ..RelayConfig::new(args.listen, public_url.clone())
     };
     let listener = relay::bind(&config).await?;

@@ -7,6 +7,7 @@ mod containment;
 mod edit;
 mod era;
 mod git;
+mod hardening;
 mod net;
 mod oauth;
 mod patch;

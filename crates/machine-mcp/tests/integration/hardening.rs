@@ -1,0 +1,303 @@
+//! Relay hardening (issue 12): what an unauthenticated peer on the network can hold — idle and
+//! half-sent requests, bodies before authentication, connections past the caps, daemon sockets
+//! that never authenticate — and what a public listener must not serve.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::{
+    net::Relay,
+    relay::{fake_socket, read_frame},
+    util::bin,
+};
+
+/// Whether the relay closes `s` within `within` (an answer before the close is read and
+/// returned).
+fn closed_within(s: &mut TcpStream, within: Duration) -> (bool, String) {
+    let end = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (false, String::from_utf8_lossy(&got).into_owned());
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return (true, String::from_utf8_lossy(&got).into_owned()),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (false, String::from_utf8_lossy(&got).into_owned());
+            }
+            Err(_) => return (true, String::from_utf8_lossy(&got).into_owned()),
+        }
+    }
+}
+
+fn connect(relay: &Relay) -> TcpStream {
+    TcpStream::connect(("127.0.0.1", relay.port)).unwrap()
+}
+
+#[test]
+fn silent_and_half_sent_requests_are_closed_and_a_body_waits_for_authentication() {
+    let relay = Relay::start(&[]);
+    relay.add_bridge("b1");
+    let mut silent = connect(&relay);
+    let mut half = connect(&relay);
+    half.write_all(b"POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+        .unwrap();
+    // A body that never completes, without credentials: refused from its headers at once.
+    let mut body = connect(&relay);
+    body.write_all(
+        b"POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"jsonrpc\":",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let (_, answer) = closed_within(&mut body, Duration::from_secs(3));
+    assert!(
+        answer.starts_with("HTTP/1.1 401"),
+        "an unauthenticated body is refused before it is read: {answer:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Nothing and half a header are closed after the header timeout (10 s).
+    let (closed, _) = closed_within(&mut silent, Duration::from_secs(20));
+    assert!(closed, "a silent connection stays open");
+    let (closed, answer) = closed_within(&mut half, Duration::from_secs(5));
+    assert!(closed, "a half-sent header stays open: {answer:?}");
+}
+
+#[test]
+fn connections_past_the_cap_are_closed_at_once_and_the_relay_recovers() {
+    let relay = Relay::start(&["--max-connections", "6"]);
+    let idle: Vec<TcpStream> = (0..6).map(|_| connect(&relay)).collect();
+    let mut extra = connect(&relay);
+    let (closed, _) = closed_within(&mut extra, Duration::from_secs(3));
+    assert!(closed, "a seventh connection is kept");
+    drop(idle);
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ureq::get(&format!("{}/healthz", relay.direct())).call() {
+            Ok(r) if r.status() == 200 => break,
+            _ if Instant::now() < end => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("no recovery: {other:?}"),
+        }
+    }
+    assert!(
+        relay.metric("machine_mcp_relay_connections_refused_total") >= 1,
+        "{}",
+        relay.metrics()
+    );
+}
+
+#[test]
+fn the_open_file_limit_is_raised_to_the_hard_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("relay.db");
+    let script = format!(
+        "ulimit -Sn 256 && exec '{}' relay serve --listen 127.0.0.1:0 --store '{}'",
+        bin().display(),
+        store.display()
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The limit is raised before anything else; wait until the relay listens.
+    let err = child.stderr.take().unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(err));
+    for line in lines.map_while(Result::ok) {
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let (soft, hard) = (f[3], f[4]);
+    let want = match hard {
+        "unlimited" => "1048576".to_owned(),
+        h => h.parse::<u64>().unwrap().min(1 << 20).to_string(),
+    };
+    assert_eq!(soft, want, "the soft limit was not raised to the hard limit ({line})");
+}
+
+type Ws = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>;
+
+/// Whether the relay ends `ws` within `within` (a close frame, an error or EOF).
+fn ends_within(ws: &mut Ws, within: Duration) -> bool {
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_mut() {
+        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    }
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        match ws.read() {
+            Ok(tungstenite::Message::Close(_)) => return true,
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                // Keep the socket busy the way the attack does.
+                if ws.send(tungstenite::Message::Ping(vec![1].into())).is_err() {
+                    return true;
+                }
+            }
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn unverified_daemon_sockets_are_bounded_in_time_bytes_and_number() {
+    let relay = Relay::start(&["--hello-deadline-ms", "1500"]);
+    // Pings do not extend the hello deadline.
+    let mut pinging = fake_socket(&relay);
+    assert_eq!(read_frame(&mut pinging).unwrap()["type"], "welcome");
+    let started = Instant::now();
+    assert!(
+        ends_within(&mut pinging, Duration::from_secs(6)),
+        "a socket that only pings stays"
+    );
+    assert!(started.elapsed() < Duration::from_secs(6));
+    // An unfinished multi-megabyte message before the hello ends the socket at once.
+    let relay = Relay::start(&[]);
+    let mut big = fake_socket(&relay);
+    let _ = read_frame(&mut big).unwrap();
+    let frame = tungstenite::protocol::frame::Frame::message(
+        vec![b'x'; 2 << 20],
+        tungstenite::protocol::frame::coding::OpCode::Data(
+            tungstenite::protocol::frame::coding::Data::Text,
+        ),
+        false,
+    );
+    let _ = big.send(tungstenite::Message::Frame(frame));
+    let started = Instant::now();
+    assert!(
+        ends_within(&mut big, Duration::from_secs(5)),
+        "2 MiB before the hello is held"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "ended by the hello deadline, not the byte budget"
+    );
+    // At most 64 unverified sockets at once: the next upgrade is refused with 503.
+    let held: Vec<Ws> = (0..64).map(|_| fake_socket(&relay)).collect();
+    let url = format!("ws://127.0.0.1:{}/daemon/v1/connect", relay.port);
+    match tungstenite::connect(url) {
+        Err(tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 503),
+        other => panic!("a 65th unverified socket was accepted: {:?}", other.map(|_| ())),
+    }
+    drop(held);
+}
+
+#[test]
+fn metrics_and_the_daemon_endpoint_refuse_what_a_public_listener_should_not_serve() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    // Metrics: local monitoring only (a request a reverse proxy forwards for a public name: 404).
+    let url = format!("{}/metrics", relay.direct());
+    assert_eq!(ureq::get(&url).call().unwrap().status(), 200);
+    match ureq::get(&url).set("Host", "relay.example.com").call() {
+        Err(ureq::Error::Status(404, _)) => {}
+        other => panic!("metrics served for a public host: {:?}", other.map(|r| r.status())),
+    }
+    // The daemon endpoint refuses a browser page's socket (a foreign Origin) and a foreign Host.
+    for (name, value) in [("Origin", "https://evil.example"), ("Host", "evil.example")] {
+        let host = match name {
+            "Host" => value.to_owned(),
+            _ => format!("127.0.0.1:{}", relay.port),
+        };
+        let mut req = tungstenite::http::Request::builder()
+            .uri(format!("ws://127.0.0.1:{}/daemon/v1/connect", relay.port))
+            .header("Host", host);
+        if name != "Host" {
+            req = req.header(name, value);
+        }
+        let req = req
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", tungstenite::handshake::client::generate_key())
+            .body(())
+            .unwrap();
+        match tungstenite::connect(req) {
+            Err(tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 403, "{name}"),
+            other => panic!("{name} {value}: {:?}", other.map(|_| ())),
+        }
+    }
+    // One close reason for every refused hello: an unknown key and a bad signature look alike.
+    let dir = tempfile::tempdir().unwrap();
+    let key = daemon::identity::DeviceKey::load_or_create(&dir.path().join("k")).unwrap();
+    let mut enroll = fake_socket(&relay);
+    let _ = read_frame(&mut enroll).unwrap();
+    enroll
+        .send(tungstenite::Message::Text(
+            json!({"type": "enroll", "code": code, "public_key": key.public_key()})
+                .to_string()
+                .into(),
+        ))
+        .unwrap();
+    let key_id = read_frame(&mut enroll).unwrap()["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reason = |key_id: &str, sign: bool| -> String {
+        let mut ws = fake_socket(&relay);
+        let welcome: Value = read_frame(&mut ws).unwrap();
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let t = protocol::frame::hello_transcript(
+            &relay.public(),
+            welcome["challenge"].as_str().unwrap(),
+            "b1",
+            "inst_x",
+            ts,
+        );
+        let signature = if sign { key.sign(&t) } else { key.sign(b"other") };
+        ws.send(tungstenite::Message::Text(
+            json!({"type": "hello", "protocol": 1, "bridge": "b1", "instance_id": "inst_x", "key_id": key_id,
+                   "timestamp": ts, "signature": signature, "version": "test", "revision": 3})
+            .to_string()
+            .into(),
+        ))
+        .unwrap();
+        loop {
+            match ws.read() {
+                Ok(tungstenite::Message::Close(Some(f))) => {
+                    return format!("{} {}", u16::from(f.code), f.reason);
+                }
+                Ok(_) => {}
+                Err(e) => return format!("error {e}"),
+            }
+        }
+    };
+    let unknown = reason("key_000000000000", true);
+    let forged = reason(&key_id, false);
+    assert!(unknown.starts_with("4001 "), "{unknown}");
+    assert_eq!(unknown, forged, "the close reason tells a known key from an unknown one");
+}

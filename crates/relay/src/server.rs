@@ -1,0 +1,212 @@
+//! The relay's HTTP server: accepting connections within bounds, and serving each with hyper.
+//!
+//! `axum::serve` has no connection limits and no read timeouts, so a client that opens
+//! connections and sends nothing, half a header, or a slow body held them forever (issue 12
+//! item 1: 20,000 idle connections exhausted the open-file limit). Here:
+//! - at most [`ConnectionLimits::total`] connections at once, and at most
+//!   [`ConnectionLimits::per_address`] from one client address (loopback peers, typically a
+//!   reverse proxy on the same host, count only against the total); a connection past a cap is
+//!   closed at once, before anything is read;
+//! - HTTP/1.1 (what reverse proxies and MCP clients speak); request headers must arrive within
+//!   [`REQUEST_HEADER_READ_TIMEOUT`] of the connection or of the previous response, which also
+//!   bounds how long an idle keep-alive connection is kept (hyper's header timer runs while it
+//!   waits for the next request); bodies are read with their own timeout by the handlers that read them
+//!   ([`crate::mcp`]), after the request was authenticated from its headers;
+//! - `TCP_NODELAY` on every connection (a small response written in two pieces otherwise waits
+//!   for the client's delayed ACK, 40 ms per call; BENCHMARKS.md relay section);
+//! - each request carries its peer address as `ConnectInfo<SocketAddr>` (throttles).
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{Router, extract::ConnectInfo};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::{hub::Hub, metrics::Metrics};
+use protocol::limits::REQUEST_HEADER_READ_TIMEOUT;
+
+/// Bounds on client connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once ([`protocol::limits::RELAY_CONNECTIONS_MAX`] by default).
+    pub total: usize,
+    /// Connections open at once from one non-loopback address
+    /// ([`protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS`] by default).
+    pub per_address: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            total: protocol::limits::RELAY_CONNECTIONS_MAX,
+            per_address: protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS,
+        }
+    }
+}
+
+/// Open connections, in all and per address.
+#[derive(Debug, Default)]
+pub struct Connections {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+/// A connection's place, given back when dropped.
+#[derive(Debug)]
+pub struct Place {
+    table: Arc<Mutex<Connections>>,
+    address: IpAddr,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.total = t.total.saturating_sub(1);
+        if let Some(n) = t.by_address.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                t.by_address.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// Takes a place for a connection from `address` within `limits`, or `None` when a cap is
+/// reached.
+pub fn admit(
+    table: &Arc<Mutex<Connections>>,
+    limits: ConnectionLimits,
+    address: IpAddr,
+) -> Option<Place> {
+    let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+    if t.total >= limits.total {
+        return None;
+    }
+    let from = t.by_address.get(&address).copied().unwrap_or(0);
+    if !address.is_loopback() && from >= limits.per_address {
+        return None;
+    }
+    t.total += 1;
+    *t.by_address.entry(address).or_insert(0) += 1;
+    Some(Place {
+        table: table.clone(),
+        address,
+    })
+}
+
+/// Serves `app` on `listener` until `shutdown` fires, then stops accepting, asks every
+/// connection to finish (graceful shutdown) and waits for them.
+///
+/// # Errors
+/// An accept error that is not about one connection (the listener itself failed).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    hub: Arc<Hub>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let table = Arc::new(Mutex::new(Connections::default()));
+    let tracker = tokio_util::task::TaskTracker::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // EMFILE and the like: wait a moment rather than spin (the caps keep us
+                    // below the open-file limit, which `main` raises at start).
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let Some(place) = admit(&table, limits, peer.ip()) else {
+            Metrics::add(&hub.metrics.connections_refused, 1);
+            drop(tcp);
+            continue;
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
+        }
+        let app = app.clone();
+        let stop = shutdown.clone();
+        let hub = hub.clone();
+        tracker.spawn(async move {
+            let _place = place;
+            Metrics::add(&hub.metrics.connections_open, 1);
+            let service = tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                app.clone().oneshot(req.map(axum::body::Body::new))
+            });
+            // HTTP/1.1 only: the protocol sniffing of an HTTP/1-or-2 server waits for the first
+            // bytes without any timeout, so a silent connection was held forever.
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(REQUEST_HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
+                .with_upgrades();
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::trace!(error = %e, "connection ended with an error");
+                    }
+                }
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            Metrics::add(&hub.metrics.connections_open, -1);
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
+    Ok(())
+}
+
+/// Accept errors that concern one connection only (RFC-less, per `std::io` kinds); the
+/// listener goes on.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_capped_in_all_and_per_address_and_given_back() {
+        let table = Arc::new(Mutex::new(Connections::default()));
+        let limits = ConnectionLimits {
+            total: 3,
+            per_address: 2,
+        };
+        let a: IpAddr = "203.0.113.1".parse().unwrap();
+        let b: IpAddr = "203.0.113.2".parse().unwrap();
+        let p1 = admit(&table, limits, a).unwrap();
+        let _p2 = admit(&table, limits, a).unwrap();
+        assert!(admit(&table, limits, a).is_none(), "per address");
+        let _p3 = admit(&table, limits, b).unwrap();
+        assert!(admit(&table, limits, b).is_none(), "in all");
+        drop(p1);
+        assert!(admit(&table, limits, b).is_some(), "a place was given back");
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let table = Arc::new(Mutex::new(Connections::default()));
+        let places: Vec<_> = (0..3).filter_map(|_| admit(&table, limits, lo)).collect();
+        assert_eq!(places.len(), 3, "loopback peers count only against the total");
+    }
+}
