@@ -91,12 +91,18 @@ pub async fn connect(
     let refuse = |status: StatusCode, why: &str| (status, format!("{why}\n")).into_response();
     let headers = request.headers();
     if !crate::mcp::host_allowed(&hub, headers) {
-        return refuse(StatusCode::FORBIDDEN, "Host header not allowed on this listener");
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "Host header not allowed on this listener",
+        );
     }
     if let Some(o) = headers.get(header::ORIGIN)
         && !o.to_str().is_ok_and(|o| crate::mcp::own_origin(&hub, o))
     {
-        return refuse(StatusCode::FORBIDDEN, "Origin not allowed for daemon sockets");
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "Origin not allowed for daemon sockets",
+        );
     }
     let has = |name: header::HeaderName, want: &str| {
         headers
@@ -107,15 +113,26 @@ pub async fn connect(
             .any(|v| v.trim().eq_ignore_ascii_case(want))
     };
     if !has(header::UPGRADE, "websocket") || !has(header::CONNECTION, "upgrade") {
-        return refuse(StatusCode::UPGRADE_REQUIRED, "this endpoint takes a WebSocket upgrade");
+        return refuse(
+            StatusCode::UPGRADE_REQUIRED,
+            "this endpoint takes a WebSocket upgrade",
+        );
     }
     if !has(header::SEC_WEBSOCKET_VERSION, "13") {
-        let mut r = refuse(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 is required");
-        r.headers_mut()
-            .insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        let mut r = refuse(
+            StatusCode::UPGRADE_REQUIRED,
+            "WebSocket version 13 is required",
+        );
+        r.headers_mut().insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        );
         return r;
     }
-    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY).map(|k| k.as_bytes().to_vec()) else {
+    let Some(key) = headers
+        .get(header::SEC_WEBSOCKET_KEY)
+        .map(|k| k.as_bytes().to_vec())
+    else {
         return refuse(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key is required");
     };
     let address = peer
@@ -142,7 +159,15 @@ pub async fn connect(
             .max_message_size(Some(RELAY_FRAME_MAX_BYTES))
             .max_frame_size(Some(RELAY_FRAME_MAX_BYTES));
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
-        run(hub, ws, Unlock { gate, place: Some(place) }).await;
+        run(
+            hub,
+            ws,
+            Unlock {
+                gate,
+                place: Some(place),
+            },
+        )
+        .await;
     });
     let mut r = StatusCode::SWITCHING_PROTOCOLS.into_response();
     let h = r.headers_mut();
@@ -199,7 +224,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Budget<T> {
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Budget<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, b)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -276,7 +305,10 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
 type Incoming = futures_util::stream::SplitStream<Ws>;
 
 /// Reads the next daemon frame before `deadline` (pings and pongs do not move it).
-async fn next_frame(stream: &mut Incoming, deadline: Instant) -> Result<DaemonFrame, (u16, String)> {
+async fn next_frame(
+    stream: &mut Incoming,
+    deadline: Instant,
+) -> Result<DaemonFrame, (u16, String)> {
     loop {
         let msg = match tokio::time::timeout_at(deadline, stream.next()).await {
             Err(_) => return Err((CLOSE_NOT_READY, "timed out waiting for the daemon".into())),
@@ -322,15 +354,13 @@ async fn session(
         revision: protocol::frame::LINK_REVISION,
     });
     // 2. hello
-    let hello = next_frame(stream, hello_by)
-        .await
-        .map_err(|(c, r)| {
-            if c == CLOSE_NOT_READY {
-                (CLOSE_UNAUTHENTICATED, "daemon hello timeout".to_owned())
-            } else {
-                (c, r)
-            }
-        })?;
+    let hello = next_frame(stream, hello_by).await.map_err(|(c, r)| {
+        if c == CLOSE_NOT_READY {
+            (CLOSE_UNAUTHENTICATED, "daemon hello timeout".to_owned())
+        } else {
+            (c, r)
+        }
+    })?;
     let (protocol, bridge, instance_id, key_id, timestamp, signature, version, servers, revision) =
         match hello {
             DaemonFrame::Hello {
@@ -476,13 +506,15 @@ async fn serve(
     liveness: Duration,
 ) -> Result<(), (u16, String)> {
     loop {
-        let frame = next_frame(stream, Instant::now() + liveness).await.map_err(|(c, r)| {
-            if c == CLOSE_NOT_READY {
-                (1001, "daemon silent past the liveness timeout".to_owned())
-            } else {
-                (c, r)
-            }
-        })?;
+        let frame = next_frame(stream, Instant::now() + liveness)
+            .await
+            .map_err(|(c, r)| {
+                if c == CLOSE_NOT_READY {
+                    (1001, "daemon silent past the liveness timeout".to_owned())
+                } else {
+                    (c, r)
+                }
+            })?;
         match frame {
             DaemonFrame::Rpc {
                 sid,

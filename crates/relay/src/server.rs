@@ -146,10 +146,11 @@ pub async fn serve(
         tracker.spawn(async move {
             let _place = place;
             Metrics::add(&hub.metrics.connections_open, 1);
-            let service = tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                app.clone().oneshot(req.map(axum::body::Body::new))
-            });
+            let service =
+                tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                    app.clone().oneshot(req.map(axum::body::Body::new))
+                });
             // HTTP/1.1 only: the protocol sniffing of an HTTP/1-or-2 server waits for the first
             // bytes without any timeout, so a silent connection was held forever.
             let conn = hyper::server::conn::http1::Builder::new()
@@ -181,7 +182,10 @@ pub async fn serve(
 /// listener goes on.
 fn is_connection_error(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
-    matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset)
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
 }
 
 #[cfg(test)]
@@ -207,6 +211,10 @@ mod tests {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
         let table = Arc::new(Mutex::new(Connections::default()));
         let places: Vec<_> = (0..3).filter_map(|_| admit(&table, limits, lo)).collect();
-        assert_eq!(places.len(), 3, "loopback peers count only against the total");
+        assert_eq!(
+            places.len(),
+            3,
+            "loopback peers count only against the total"
+        );
     }
 }

@@ -138,7 +138,10 @@ fn the_open_file_limit_is_raised_to_the_hard_limit() {
         "unlimited" => "1048576".to_owned(),
         h => h.parse::<u64>().unwrap().min(1 << 20).to_string(),
     };
-    assert_eq!(soft, want, "the soft limit was not raised to the hard limit ({line})");
+    assert_eq!(
+        soft, want,
+        "the soft limit was not raised to the hard limit ({line})"
+    );
 }
 
 type Ws = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>;
@@ -146,7 +149,8 @@ type Ws = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>
 /// Whether the relay ends `ws` within `within` (a close frame, an error or EOF).
 fn ends_within(ws: &mut Ws, within: Duration) -> bool {
     if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_mut() {
-        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
     }
     let end = Instant::now() + within;
     while Instant::now() < end {
@@ -208,7 +212,10 @@ fn unverified_daemon_sockets_are_bounded_in_time_bytes_and_number() {
     let url = format!("ws://127.0.0.1:{}/daemon/v1/connect", relay.port);
     match tungstenite::connect(url) {
         Err(tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 503),
-        other => panic!("a 65th unverified socket was accepted: {:?}", other.map(|_| ())),
+        other => panic!(
+            "a 65th unverified socket was accepted: {:?}",
+            other.map(|_| ())
+        ),
     }
     drop(held);
 }
@@ -222,7 +229,10 @@ fn metrics_and_the_daemon_endpoint_refuse_what_a_public_listener_should_not_serv
     assert_eq!(ureq::get(&url).call().unwrap().status(), 200);
     match ureq::get(&url).set("Host", "relay.example.com").call() {
         Err(ureq::Error::Status(404, _)) => {}
-        other => panic!("metrics served for a public host: {:?}", other.map(|r| r.status())),
+        other => panic!(
+            "metrics served for a public host: {:?}",
+            other.map(|r| r.status())
+        ),
     }
     // The daemon endpoint refuses a browser page's socket (a foreign Origin) and a foreign Host.
     for (name, value) in [("Origin", "https://evil.example"), ("Host", "evil.example")] {
@@ -240,7 +250,10 @@ fn metrics_and_the_daemon_endpoint_refuse_what_a_public_listener_should_not_serv
             .header("Connection", "Upgrade")
             .header("Upgrade", "websocket")
             .header("Sec-WebSocket-Version", "13")
-            .header("Sec-WebSocket-Key", tungstenite::handshake::client::generate_key())
+            .header(
+                "Sec-WebSocket-Key",
+                tungstenite::handshake::client::generate_key(),
+            )
             .body(())
             .unwrap();
         match tungstenite::connect(req) {
@@ -278,7 +291,11 @@ fn metrics_and_the_daemon_endpoint_refuse_what_a_public_listener_should_not_serv
             "inst_x",
             ts,
         );
-        let signature = if sign { key.sign(&t) } else { key.sign(b"other") };
+        let signature = if sign {
+            key.sign(&t)
+        } else {
+            key.sign(b"other")
+        };
         ws.send(tungstenite::Message::Text(
             json!({"type": "hello", "protocol": 1, "bridge": "b1", "instance_id": "inst_x", "key_id": key_id,
                    "timestamp": ts, "signature": signature, "version": "test", "revision": 3})
@@ -299,5 +316,8 @@ fn metrics_and_the_daemon_endpoint_refuse_what_a_public_listener_should_not_serv
     let unknown = reason("key_000000000000", true);
     let forged = reason(&key_id, false);
     assert!(unknown.starts_with("4001 "), "{unknown}");
-    assert_eq!(unknown, forged, "the close reason tells a known key from an unknown one");
+    assert_eq!(
+        unknown, forged,
+        "the close reason tells a known key from an unknown one"
+    );
 }

@@ -1327,3 +1327,56 @@ fn a_client_id_metadata_document_client_signs_in_with_none_and_private_key_jwt_a
         "{t2}"
     );
 }
+
+/// Regression (Chromium, interop): the consent page was served with `Referrer-Policy:
+/// no-referrer`, so browsers sent `Origin: null` on its form POST, and the relay refused every
+/// sign-in as "sent from another site".
+#[test]
+fn a_browser_posting_the_consent_form_with_origin_null_from_the_same_site_is_accepted() {
+    let s = Setup::start(&[]);
+    let mut f = Flow::new(&s);
+    let url = f.authorize_url(&s, Some(&s.resource()), &[], &[]);
+    let (_, headers, _) = send(agent().get(&url).call());
+    assert_eq!(
+        headers.get("referrer-policy").map(String::as_str),
+        Some("same-origin"),
+        "same-origin POSTs then carry the real Origin"
+    );
+    let page = f.page(&url);
+    let body = form(&[
+        ("request", page.request.as_deref().unwrap()),
+        ("account", "ann"),
+        ("password", &s.password),
+        ("action", "approve"),
+    ]);
+    let cookie = f.cookie.clone().unwrap();
+    let (status, _, text) = post_form(
+        &s.url("/oauth/authorize"),
+        &body,
+        &[
+            ("Cookie", &cookie),
+            ("Origin", "null"),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
+    );
+    assert_eq!(status, 303, "{text}");
+    // `Origin: null` from another site (or without Fetch metadata) is still refused.
+    let page = f.page(&url);
+    let body = form(&[
+        ("request", page.request.as_deref().unwrap()),
+        ("account", "ann"),
+        ("password", &s.password),
+        ("action", "approve"),
+    ]);
+    for site in [Some("cross-site"), None] {
+        let mut extra = vec![("Cookie", cookie.as_str()), ("Origin", "null")];
+        if let Some(v) = site {
+            extra.push(("Sec-Fetch-Site", v));
+        }
+        assert_eq!(
+            post_form(&s.url("/oauth/authorize"), &body, &extra).0,
+            403,
+            "{site:?}"
+        );
+    }
+}

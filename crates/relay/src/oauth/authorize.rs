@@ -368,17 +368,17 @@ pub async fn show(
 }
 
 /// Whether a form POST comes from the relay's own page: no `Origin`, or the relay's origin
-/// (loopback aliases of it on a loopback listener), and not a cross-site fetch.
+/// (loopback aliases of it on a loopback listener), and not a cross-site fetch. `Origin: null`
+/// (what a browser sends under a strict referrer policy, or from a privacy-sensitive context)
+/// passes only with `Sec-Fetch-Site: same-origin` (Fetch Metadata, which pages cannot forge).
 fn same_origin(hub: &Hub, headers: &HeaderMap) -> bool {
-    if headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == "cross-site")
-    {
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if matches!(site, Some("cross-site" | "same-site")) {
         return false;
     }
     match headers.get(header::ORIGIN).map(|v| v.to_str()) {
         None => true,
+        Some(Ok("null")) => site == Some("same-origin"),
         Some(Ok(o)) => crate::mcp::own_origin(hub, o),
         Some(Err(_)) => false,
     }

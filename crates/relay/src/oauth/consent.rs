@@ -65,9 +65,12 @@ fn headers(status: StatusCode, body: String) -> Response {
     );
     h.insert("x-frame-options", HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Not `no-referrer`: under it browsers send `Origin: null` on the form's own POST, which
+    // the same-origin check cannot tell from a foreign page's. The redirect to the client still
+    // carries no Referer (it is cross-origin).
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(
         "x-content-type-options",
