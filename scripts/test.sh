@@ -7,8 +7,9 @@
 # Works on a fresh clone on a fresh machine that reaches only the package registries: it adds
 # rustfmt and clippy if they are missing (rustup), and tests/interop/run.sh installs its clients
 # (Node 22 and pinned npm packages from the npm registry, the pinned Python `mcp` SDK from PyPI)
-# into tests/interop/.cache/ once. Needs cargo, npm (any version) and Python >= 3.11 with venv;
-# as root with apt-get, a missing npm or Python venv module is installed from Debian's packages.
+# into tests/interop/.cache/ once. Needs cargo, npm (any version), Python >= 3.11 with venv and
+# Chromium (Debian's, for the OAuth consent page checks); as root with apt-get, a missing npm,
+# Python venv module or Chromium is installed from Debian's packages.
 #
 # Stages, in order, stopping at the first failure:
 #   fmt       cargo fmt --all --check
@@ -17,7 +18,8 @@
 #   build     cargo build --locked -p machine-mcp
 #   interop   tests/interop/run.sh <target dir>/debug/machine-mcp
 # The last line is `test.sh: N passed, M failed` (stages); the exit code is non-zero if any failed.
-# Environment: as for cargo (CARGO_TARGET_DIR, ...) and tests/interop/run.sh (MACHINE_MCP_INTEROP_*).
+# Environment: as for cargo (CARGO_TARGET_DIR, ...) and tests/interop/run.sh (MACHINE_MCP_INTEROP_*;
+# MACHINE_MCP_INTEROP_CHROMIUM names another Chromium, which is then not installed).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -60,7 +62,8 @@ stage() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# prerequisites: cargo, rustfmt and clippy; npm and Python >= 3.11 with venv for the interop stage
+# prerequisites: cargo, rustfmt and clippy; npm, Python >= 3.11 with venv and Chromium for the
+# interop stage
 
 # apt_install PKG...: install Debian packages when we may (root, apt-get); false otherwise
 apt_install() {
@@ -94,8 +97,14 @@ if ! command -v npm >/dev/null; then
     finish_failed setup "npm not found (any Node.js with npm will do; Debian: apt-get install npm)"
   fi
 fi
+chromium="${MACHINE_MCP_INTEROP_CHROMIUM:-/usr/bin/chromium}"
+if [ ! -x "$chromium" ]; then
+  if [ -z "${MACHINE_MCP_INTEROP_CHROMIUM:-}" ] && apt_install chromium && [ -x "$chromium" ]; then :; else
+    finish_failed setup "no Chromium at $chromium for the consent page checks (Debian: apt-get install chromium; or set MACHINE_MCP_INTEROP_CHROMIUM)"
+  fi
+fi
 echo "$(cargo --version); $(cargo fmt --version); $(cargo clippy --version)"
-echo "$("$python" --version); npm $(npm --version)"
+echo "$("$python" --version); npm $(npm --version); $("$chromium" --version 2>/dev/null)"
 
 # ---------------------------------------------------------------------------------------------
 # the stages

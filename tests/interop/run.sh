@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Interop tests: drive real third-party MCP clients against `machine-mcp stdio` and, through
-# `machine-mcp up` (relay and daemon on loopback), over Streamable HTTP with a bearer token.
+# `machine-mcp up` (relay and daemon on loopback), over Streamable HTTP with a bearer token or
+# signed in with OAuth (mcp-remote, the SDKs' OAuth clients, the consent page in headless Chromium).
 #
 #   tests/interop/run.sh [PATH-TO-machine-mcp]     (default: `cargo build` and use target/debug)
 #
@@ -17,6 +18,9 @@
 #   MACHINE_MCP_INTEROP_PYTHON  Python >= 3.11 for the venv (default: python3)
 #   MACHINE_MCP_INTEROP_KEEP=1  keep the temp work dir (trees, logs, suite results, `up` state dirs)
 #   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay host"; host = Claude Code's CLI)
+#   MACHINE_MCP_INTEROP_CHROMIUM  the Chromium for the consent-page checks (default: /usr/bin/chromium,
+#                               Debian's; scripts/test.sh installs it)
+#   MACHINE_MCP_INTEROP_ARTIFACTS where to keep the consent page screenshots (default: <target dir>/interop-artifacts)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,6 +29,7 @@ SCENARIOS=(server-initialize ping tools-list)
 
 PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay host} "
 UP_STOP_SECS=15 # how long `up` may take to exit after SIGINT (then `timeout` kills it)
+OAUTH_TTL=3     # access token lifetime of the OAuth clients' `up`: they must refresh past it
 
 passed=0 failed=0 gw_pid="" start=$SECONDS
 declare -A UP_PID=() # `machine-mcp up` processes still running: name -> pid (of its `timeout`)
@@ -103,6 +108,7 @@ else
   BIN="$target_dir/debug/machine-mcp"
 fi
 FIXTURE="$target_dir/debug/conformance-fixture"
+ARTIFACTS="${MACHINE_MCP_INTEROP_ARTIFACTS:-$target_dir/interop-artifacts}" # kept after the run
 [ -x "$BIN" ] || fatal "no executable at $BIN"
 "$BIN" --version >/dev/null 2>&1 || fatal "$BIN --version failed"
 [ -x "$FIXTURE" ] || fatal "no executable at $FIXTURE"
@@ -180,8 +186,9 @@ PY
 # ---------------------------------------------------------------------------------------------
 # relay: `machine-mcp up` (relay and daemon in one process on loopback), reached over Streamable
 # HTTP: the whole conformance suite with the fixture server carried as an upstream (auth none,
-# then token auth), and the TypeScript SDK, the Python SDK and the Inspector CLI with a bearer
-# token on the source tree (--profile agent)
+# then with the static token and with an OAuth access token), the TypeScript SDK, the Python SDK
+# and the Inspector CLI with a bearer token on the source tree (--profile agent), and the OAuth
+# clients signing in (oauth.py)
 
 # up_start NAME ARGS...: start `machine-mcp up ARGS --json` on a free loopback port with the state
 # dir $WORK/state-NAME, and wait (60 s) for its JSON line in $WORK/logs/up-NAME.json (its log:
@@ -255,12 +262,13 @@ up_stop() {
   fi
 }
 
-# conformance_run NAME LABEL BASELINE [HEADERS-JSON]: the whole active suite against up NAME's
-# upstream `conformance` (as http://localhost:PORT/..., which dns-rebinding-protection needs),
-# HEADERS added to the suite's fetch by inject-headers.mjs; then judge it
+# conformance_run NAME LABEL BASELINE [HEADERS-JSON [RUN]]: the whole active suite against up
+# NAME's upstream `conformance` (as http://localhost:PORT/..., which dns-rebinding-protection
+# needs), HEADERS added to the suite's fetch by inject-headers.mjs; then judge it. RUN (default
+# NAME) names its results, log and check group, for a second run against the same `up`
 conformance_run() {
-  local name="$1" label="$2" baseline="$3" headers="${4:-}" url rc out="$WORK/conformance-$1"
-  local log="$WORK/logs/conformance-$name.log" suite=("$NODE") inject="${4:-}"
+  local name="$1" label="$2" baseline="$3" headers="${4:-}" run="${5:-$1}" url rc out="$WORK/conformance-${5:-$1}"
+  local log="$WORK/logs/conformance-$run.log" suite=("$NODE") inject="${4:-}"
   url="$(up_field "$name" 'j["servers"]["conformance"]')" || { echo "FAIL $label: no upstream conformance in up's JSON"; failed=$((failed + 1)); return; }
   url="${url/http:\/\/127.0.0.1:/http://localhost:}"
   if [ -n "$headers" ]; then suite+=(--import "$HERE/inject-headers.mjs"); else inject='{}'; fi
@@ -269,7 +277,7 @@ conformance_run() {
     --url "$url" --suite active ${baseline:+--expected-failures "$baseline"} -o "$out" >"$log" 2>&1
   rc=$?
   set -e
-  tally "relay-conformance-$name" 60 "$PY" "$HERE/interop.py" conformance-suite "$label" "$rc" "$out" "$log" \
+  tally "relay-conformance-$run" 60 "$PY" "$HERE/interop.py" conformance-suite "$label" "$rc" "$out" "$log" \
     "$baseline" "$WORK/logs/up-$name.log"
 }
 
@@ -310,11 +318,20 @@ relay_part() {
     conformance26_run conf-none stdio "$(up_field conf-none 'j["servers"]["machine"]')"
     up_stop conf-none
   fi
-  # b. conformance suite, token auth, the token added to the suite's fetch
+  # b. conformance suite with authentication (`up`'s default, --auth oauth): the static bearer
+  # token, then an access token signed in for with OAuth (oauth.py token), added to the suite's fetch
   if up_start conf-token --workspace "$WORK/tree" --profile review --servers "$WORK/servers.json"; then
     token="$(up_field conf-token 'j["token"]')"
     conformance_run conf-token "relay conformance (token)" "$HERE/conformance-baseline-token.yml" \
       "{\"Authorization\": \"Bearer $token\"}"
+    if token="$("$PY" "$HERE/oauth.py" token "$WORK/logs/up-conf-token.json" conformance 2>"$WORK/logs/oauth-token.log")"; then
+      conformance_run conf-token "relay conformance (oauth token)" "$HERE/conformance-baseline-token.yml" \
+        "{\"Authorization\": \"Bearer $token\"}" conf-oauth
+    else
+      echo "FAIL relay conformance (oauth token): no access token from a headless OAuth sign-in"
+      failed=$((failed + 1))
+      dump "$WORK/logs/oauth-token.log"
+    fi
     up_stop conf-token
   fi
 
@@ -334,6 +351,24 @@ relay_part() {
   fi
   up_stop tree
   up_stop edits
+
+  # d. OAuth clients (oauth.py) against an `up` whose access tokens live OAUTH_TTL seconds, on a
+  # one-file workspace, signing in as the owner account `up` prints: mcp-remote (BROWSER =
+  # fake-browser.py), the TypeScript and Python SDKs, the consent page in headless Chromium, and
+  # the conformance suite's authorization-server scenarios
+  mkdir -p "$WORK/oauth-ws"
+  printf 'hello from the oauth workspace\n' >"$WORK/oauth-ws/hello.txt"
+  if up_start oauth --workspace "$WORK/oauth-ws" --profile review --oauth-access-token-ttl-secs "$OAUTH_TTL"; then
+    local oauth=(env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES" INTEROP_OAUTH_TTL="$OAUTH_TTL"
+      INTEROP_CHROMIUM="${MACHINE_MCP_INTEROP_CHROMIUM:-/usr/bin/chromium}" "$PY" "$HERE/oauth.py")
+    local oauth_up="$WORK/logs/up-oauth.json"
+    tally oauth-mcp-remote 180 "${oauth[@]}" mcp-remote "$WORK" "$oauth_up"
+    tally oauth-ts 120 "${oauth[@]}" ts "$WORK" "$oauth_up"
+    tally oauth-python 180 "${oauth[@]}" python "$WORK" "$oauth_up"
+    tally oauth-chromium 180 "${oauth[@]}" browser "$WORK" "$oauth_up" "$ARTIFACTS"
+    tally oauth-authorization 180 "${oauth[@]}" authorization "$WORK" "$oauth_up"
+    up_stop oauth
+  fi
   note "relay part: $((SECONDS - t0))s"
 }
 
