@@ -192,6 +192,9 @@ pub(crate) enum RelayCommand {
     /// Bridges (one per enrolled daemon).
     #[command(subcommand)]
     Bridge(BridgeCommand),
+    /// Device keys of enrolled daemons.
+    #[command(subcommand)]
+    Device(DeviceCommand),
     /// Accounts that sign in on the consent page (OAuth).
     #[command(subcommand)]
     Account(AccountCommand),
@@ -268,11 +271,43 @@ pub(crate) enum BridgeCommand {
         /// Name of the first owner account.
         #[arg(long, value_name = "ACCOUNT", default_value = "owner")]
         owner: String,
+        /// Keep the bridge's other device keys when the code is redeemed (a second machine);
+        /// by default enrolling replaces them, and a daemon holding one is disconnected.
+        #[arg(long)]
+        keep_existing: bool,
         #[command(flatten)]
         store: StoreArgs,
     },
     /// List bridges.
     List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Remove a bridge and everything it holds (device keys, tokens, accounts, grants); its
+    /// daemon is disconnected.
+    Remove {
+        /// The bridge.
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// `machine-mcp relay device ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeviceCommand {
+    /// List device keys (id, bridge, registered, state).
+    List {
+        /// Only this bridge's.
+        #[arg(long)]
+        bridge: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke a device key: its daemon is disconnected at once and cannot connect again.
+    Revoke {
+        /// The key id (key_...).
+        key_id: String,
         #[command(flatten)]
         store: StoreArgs,
     },

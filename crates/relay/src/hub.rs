@@ -93,6 +93,8 @@ pub struct Link {
     pub instance_id: String,
     /// The link protocol revision its `hello` announced (1 = before `call`).
     pub revision: u32,
+    /// The device key its hello was verified with (a revoked key closes the link).
+    pub key_id: String,
     /// Frames to the daemon.
     pub tx: LinkTx,
 }
@@ -358,6 +360,19 @@ impl Hub {
             sessions: Mutex::new(HashMap::new()),
             next_link: AtomicU64::new(1),
         })
+    }
+
+    /// Every bridge that has an active daemon link, with the link.
+    pub fn active_links(&self) -> Vec<(Arc<Bridge>, Link)> {
+        let bridges: Vec<Arc<Bridge>> = self
+            .bridges
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        bridges
+            .into_iter()
+            .filter_map(|b| b.active().map(|l| (b, l)))
+            .collect()
     }
 
     /// A fresh socket id.

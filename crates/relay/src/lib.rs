@@ -210,9 +210,13 @@ pub async fn serve_on(
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             let mut oauth = tokio::time::interval(OAUTH_SWEEP_INTERVAL);
+            let mut revocations = None;
             loop {
                 tokio::select! {
-                    _ = tick.tick() => hub.sweep(),
+                    _ = tick.tick() => {
+                        hub.sweep();
+                        link::close_revoked(&hub, &mut revocations).await;
+                    }
                     _ = oauth.tick() => sweep_oauth(&hub).await,
                     _ = stop.cancelled() => break,
                 }

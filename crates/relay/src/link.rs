@@ -453,6 +453,7 @@ async fn session(
         id: hub.next_link_id(),
         instance_id: instance_id.clone(),
         revision,
+        key_id: key_id.clone(),
         tx: tx.clone(),
     };
     let link_id = link.id;
@@ -601,5 +602,32 @@ fn frame_name(f: &DaemonFrame) -> &'static str {
         DaemonFrame::Closed { .. } => "closed",
         DaemonFrame::Heartbeat { .. } => "heartbeat",
         DaemonFrame::HeartbeatAck { .. } => "heartbeat_ack",
+    }
+}
+
+/// Closes every daemon link whose device key was revoked (or whose bridge was removed) since
+/// the last check; `last` is the [`crate::storage::SqliteStorage::revocation_epoch`] seen then.
+/// Called by the relay's sweeper every second; one query while nothing changed.
+pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
+    let Ok(epoch) = hub.storage.revocation_epoch().await else {
+        return;
+    };
+    if *last == Some(epoch) {
+        return;
+    }
+    let first = last.is_none();
+    *last = Some(epoch);
+    if first {
+        return;
+    }
+    for (bridge, link) in hub.active_links() {
+        let valid = match hub.storage.device_key(&link.key_id).await {
+            Ok(k) => k.is_some_and(|k| k.bridge == bridge.name),
+            Err(_) => continue,
+        };
+        if !valid {
+            tracing::warn!(bridge = %bridge.name, key_id = %link.key_id, "closing a daemon whose device key was revoked");
+            link.tx.close(CLOSE_UNAUTHENTICATED, HELLO_REFUSED);
+        }
     }
 }

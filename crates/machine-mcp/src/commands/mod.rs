@@ -38,6 +38,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Relay(RelayCommand::Token(cmd)) => relay::token(cmd).await,
         Command::Relay(RelayCommand::Account(cmd)) => relay::account(cmd).await,
         Command::Relay(RelayCommand::Client(cmd)) => relay::client(cmd).await,
+        Command::Relay(RelayCommand::Device(cmd)) => relay::device(cmd).await,
         // `main` runs it before building the async runtime; kept here for a complete match.
         Command::Watchdog { instance } => {
             runtime::watchdog::run(&instance);

@@ -9,8 +9,8 @@ use relay::{
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{
-    AccountArgs, AccountCommand, BridgeCommand, ClientCommand, RelayServeArgs, StoreArgs,
-    TokenCommand,
+    AccountArgs, AccountCommand, BridgeCommand, ClientCommand, DeviceCommand, RelayServeArgs,
+    StoreArgs, TokenCommand,
 };
 
 fn store_path(s: &StoreArgs) -> Result<PathBuf> {
@@ -136,18 +136,32 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
             name,
             code_ttl_minutes,
             owner,
+            keep_existing,
             store,
         } => {
             check_name(&name)?;
             relay::storage::accounts::check_account_name(&owner).map_err(anyhow::Error::msg)?;
             let s = open(&store).await?;
-            let code = s.add_bridge(&name, code_ttl_minutes.max(1) * 60).await?;
+            let had_keys = s
+                .device_keys(Some(&name))
+                .await?
+                .iter()
+                .any(|k| k.revoked_at.is_none());
+            let code = s
+                .add_bridge_code(&name, code_ttl_minutes.max(1) * 60, keep_existing)
+                .await?;
             let first_owner = ensure_owner(&s, &name, &owner).await?;
             println!("{code}");
             eprintln!(
                 "bridge {name}: enrollment code above, valid for {code_ttl_minutes} min and for one use.\n\
                  On the machine to connect, run:\n  machine-mcp connect --relay <RELAY URL> --enroll {code} --workspace <DIR>"
             );
+            if had_keys && !keep_existing {
+                eprintln!(
+                    "Redeeming it replaces the bridge's current device key (its daemon is disconnected); \
+                     for a second machine use --keep-existing instead."
+                );
+            }
             match first_owner {
                 Some(pw) => eprintln!(
                     "Owner account of bridge {name}: {owner}, password: {pw}\n  \
@@ -167,6 +181,13 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
             for b in s.bridges().await? {
                 println!("{b}");
             }
+        }
+        BridgeCommand::Remove { name, store } => {
+            let s = open_existing(&store).await?;
+            s.remove_bridge(&name).await?;
+            eprintln!(
+                "bridge {name} removed with its device keys, tokens, accounts and grants; a running relay disconnects its daemon within a second"
+            );
         }
     }
     Ok(())
@@ -437,6 +458,35 @@ pub(crate) async fn client(cmd: ClientCommand) -> Result<()> {
             let s = open_existing(&store).await?;
             let ended = s.revoke_client(&client_id).await?;
             eprintln!("client {client_id} revoked; {ended} grants ended");
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn device(cmd: DeviceCommand) -> Result<()> {
+    match cmd {
+        DeviceCommand::List { bridge, store } => {
+            let s = open_existing(&store).await?;
+            for k in s.device_keys(bridge.as_deref()).await? {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    k.key_id,
+                    k.bridge,
+                    k.created_at,
+                    if k.revoked_at.is_some() {
+                        "revoked"
+                    } else {
+                        "active"
+                    }
+                );
+            }
+        }
+        DeviceCommand::Revoke { key_id, store } => {
+            let s = open_existing(&store).await?;
+            s.revoke_device_key(&key_id).await?;
+            eprintln!(
+                "device key {key_id} revoked; a running relay disconnects its daemon within a second"
+            );
         }
     }
     Ok(())

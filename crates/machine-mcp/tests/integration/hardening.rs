@@ -321,3 +321,64 @@ fn metrics_and_the_daemon_endpoint_refuse_what_a_public_listener_should_not_serv
         "the close reason tells a known key from an unknown one"
     );
 }
+
+/// Issue 12 item 8: a stolen device key can be revoked, a bridge removed, and re-enrolling
+/// replaces the bridge's key (unless kept for a second machine) — each at once on a connected
+/// daemon.
+#[test]
+fn device_keys_can_be_revoked_and_re_enrollment_replaces_them_at_once() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let ws = crate::util::Tree::new();
+    let state = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let mut a: Vec<&str> = vec!["relay"];
+        a.extend_from_slice(args);
+        let s = relay.store_args();
+        a.extend(s.iter().map(String::as_str));
+        crate::net::run_cli(&a)
+    };
+    let daemon = relay.daemon(state.path(), ws.path(), Some(&code), &[]);
+    relay.wait_ready(1);
+    let listed = cli(&["device", "list", "--bridge", "b1"]);
+    let key_id = listed.split_whitespace().next().unwrap().to_owned();
+    assert!(listed.contains("active"), "{listed}");
+    // A second machine keeps the first one's key.
+    let second = relay.add_bridge_with("b1", &["--keep-existing"]);
+    let state2 = tempfile::tempdir().unwrap();
+    let _d2 = relay.daemon(state2.path(), ws.path(), Some(&second), &[]);
+    daemon.wait_log("connected to the relay and ready", Duration::from_secs(20));
+    _d2.wait_log("connected to the relay and ready", Duration::from_secs(20));
+    assert!(
+        cli(&["device", "list", "--bridge", "b1"])
+            .lines()
+            .all(|l| l.contains("active")),
+        "--keep-existing kept the first key"
+    );
+    // Revoking the key of the daemon that holds the bridge now disconnects it at once.
+    let active = cli(&["device", "list", "--bridge", "b1"]);
+    let second_key = active
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .find(|k| *k != key_id)
+        .unwrap()
+        .to_owned();
+    cli(&["device", "revoke", &second_key]);
+    _d2.wait_log("refused", Duration::from_secs(10));
+    // Re-enrolling without --keep-existing replaces the remaining (first) key.
+    let third = relay.add_bridge("b1");
+    let state3 = tempfile::tempdir().unwrap();
+    let d3 = relay.daemon(state3.path(), ws.path(), Some(&third), &[]);
+    d3.wait_log("connected to the relay and ready", Duration::from_secs(20));
+    let keys = cli(&["device", "list", "--bridge", "b1"]);
+    assert!(
+        keys.lines()
+            .filter(|l| l.starts_with(&key_id))
+            .all(|l| l.contains("revoked")),
+        "{keys}"
+    );
+    // Removing the bridge disconnects its daemon and the bridge is gone.
+    cli(&["bridge", "remove", "b1"]);
+    d3.wait_log("refused", Duration::from_secs(10));
+    assert!(!cli(&["bridge", "list"]).contains("b1"));
+}

@@ -232,7 +232,13 @@ impl Relay {
 
     /// `relay bridge add NAME` → enrollment code.
     pub(crate) fn add_bridge(&self, name: &str) -> String {
+        self.add_bridge_with(name, &[])
+    }
+
+    /// `relay bridge add NAME EXTRA...` → enrollment code.
+    pub(crate) fn add_bridge_with(&self, name: &str, extra: &[&str]) -> String {
         let mut a = vec!["relay", "bridge", "add", name];
+        a.extend_from_slice(extra);
         let s = self.store_args();
         a.extend(s.iter().map(String::as_str));
         run_cli(&a)

@@ -482,7 +482,8 @@ fn an_unverified_daemon_never_displaces_a_healthy_one() {
         json!({"type": "hello", "protocol": 1, "bridge": "b1", "instance_id": "inst_fake", "key_id": key_id,
                "timestamp": ts, "signature": signature, "version": "test", "servers": []})
     };
-    let enrolled_key = s.relay.add_bridge("b1"); // a second code for the same bridge
+    // A second code for the same bridge, keeping the daemon's key.
+    let enrolled_key = s.relay.add_bridge_with("b1", &["--keep-existing"]);
     let mut enroll = fake_socket(&s.relay);
     let _ = read_frame(&mut enroll).unwrap();
     enroll

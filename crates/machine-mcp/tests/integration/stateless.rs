@@ -793,8 +793,8 @@ fn subscriptions_listen_stays_open_until_the_client_closes_it() {
         "{got}"
     );
     assert!(
-        !got.to_ascii_lowercase().contains("mcp-session-id"),
-        "{got}"
+        !got.to_ascii_lowercase().contains("\nmcp-session-id:"),
+        "no session header: {got}"
     );
     // Longer than the response hold: still open, counted as a subscription and not against the
     // bridge's in-flight requests (idle subscriptions never starve calls).
@@ -828,7 +828,11 @@ fn a_daemon_older_than_revision_2_gets_no_call_and_2026_clients_get_the_catalog_
     // A revision-1 daemon: its hello names no revision and its catalog no discover result.
     let mut ws = fake_socket(&relay);
     let welcome = read_frame(&mut ws).unwrap();
-    assert_eq!(welcome["revision"], 2, "{welcome}");
+    assert_eq!(
+        welcome["revision"],
+        protocol::frame::LINK_REVISION,
+        "{welcome}"
+    );
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -200,6 +200,9 @@ impl SqliteStorage {
         if r.rows_affected() == 0 {
             return Err(no_account(bridge, name));
         }
+        if !matches!(change, AccountChange::Enable) {
+            self.bump_revocations().await?;
+        }
         self.account(bridge, name)
             .await?
             .ok_or_else(|| no_account(bridge, name))
@@ -218,7 +221,7 @@ impl SqliteStorage {
         if r.rows_affected() == 0 {
             return Err(no_account(bridge, name));
         }
-        Ok(())
+        self.bump_revocations().await
     }
 
     /// How many accounts `bridge` has.

@@ -18,6 +18,7 @@ use crate::auth::Role;
 
 pub mod accounts;
 pub mod oauth;
+pub mod revocation;
 
 pub use accounts::Account;
 
@@ -126,18 +127,35 @@ impl SqliteStorage {
     /// # Errors
     /// Database failure.
     pub async fn add_bridge(&self, bridge: &str, ttl_secs: i64) -> Result<String, StorageError> {
+        self.add_bridge_code(bridge, ttl_secs, false).await
+    }
+
+    /// Like [`SqliteStorage::add_bridge`]; the code, when redeemed, revokes the bridge's other
+    /// device keys unless `keep_existing` (a second machine for the same bridge).
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn add_bridge_code(
+        &self,
+        bridge: &str,
+        ttl_secs: i64,
+        keep_existing: bool,
+    ) -> Result<String, StorageError> {
         sqlx::query("INSERT OR IGNORE INTO bridges (name, created_at) VALUES (?, ?)")
             .bind(bridge)
             .bind(now())
             .execute(&self.pool)
             .await?;
         let code = crate::auth::random_secret("mbe_");
-        sqlx::query("INSERT INTO enrollments (code_hash, bridge, expires_at) VALUES (?, ?, ?)")
-            .bind(crate::auth::sha256_hex(&code))
-            .bind(bridge)
-            .bind(now() + ttl_secs)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "INSERT INTO enrollments (code_hash, bridge, expires_at, keep_existing) VALUES (?, ?, ?, ?)",
+        )
+        .bind(crate::auth::sha256_hex(&code))
+        .bind(bridge)
+        .bind(now() + ttl_secs)
+        .bind(keep_existing)
+        .execute(&self.pool)
+        .await?;
         Ok(code)
     }
 
@@ -165,7 +183,9 @@ impl SqliteStorage {
     }
 
     /// Redeems an enrollment code: registers `public_key` for its bridge and returns
-    /// `(bridge, key_id)`.
+    /// `(bridge, key_id)`. Unless the code was issued to keep them, the bridge's other device keys
+    /// are revoked (re-enrollment replaces a lost or stolen key; connected daemons holding them
+    /// are closed by the relay, which watches [`SqliteStorage::revocation_epoch`]).
     ///
     /// # Errors
     /// `NotFound` for an unknown, used or expired code; database failure.
@@ -180,7 +200,7 @@ impl SqliteStorage {
         // busy timeout.
         let row = sqlx::query(
             "UPDATE enrollments SET used_at = ? \
-             WHERE code_hash = ? AND used_at IS NULL AND expires_at > ? RETURNING bridge",
+             WHERE code_hash = ? AND used_at IS NULL AND expires_at > ? RETURNING bridge, keep_existing",
         )
         .bind(now())
         .bind(crate::auth::sha256_hex(code))
@@ -193,6 +213,20 @@ impl SqliteStorage {
             ));
         };
         let bridge: String = row.get(0);
+        let keep_existing: bool = row.get(1);
+        if !keep_existing {
+            let replaced = sqlx::query(
+                "UPDATE device_keys SET revoked_at = ? WHERE bridge = ? AND revoked_at IS NULL",
+            )
+            .bind(now())
+            .bind(&bridge)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if replaced > 0 {
+                revocation::bump_in(&mut tx).await?;
+            }
+        }
         let key_id = crate::auth::random_id("key_");
         sqlx::query(
             "INSERT INTO device_keys (key_id, bridge, public_key, created_at) VALUES (?, ?, ?, ?)",
@@ -332,7 +366,7 @@ impl SqliteStorage {
         if r.rows_affected() == 0 {
             return Err(StorageError::NotFound(format!("no active token {id}")));
         }
-        Ok(())
+        self.bump_revocations().await
     }
 
     /// Stores the catalog (servers of the last hello, JSON) of `bridge`.

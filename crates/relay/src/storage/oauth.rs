@@ -333,6 +333,7 @@ impl SqliteStorage {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        super::revocation::bump_in(&mut tx).await?;
         tx.commit().await?;
         Ok(ended)
     }
@@ -633,6 +634,9 @@ impl SqliteStorage {
         .bind(token_hash)
         .execute(&self.pool)
         .await?;
+        if r.rows_affected() > 0 {
+            self.bump_revocations().await?;
+        }
         Ok(r.rows_affected())
     }
 
