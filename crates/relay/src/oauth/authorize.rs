@@ -176,22 +176,20 @@ pub fn granted_scope(requested: Option<&str>) -> String {
     granted.join(" ")
 }
 
+/// Where the redirect URI sends the browser, for the consent page: its host (with a port that
+/// is not the scheme's default, except on loopback hosts, where the port is the client's own
+/// and may change, RFC 8252 §7.3), or `scheme:` for an app's own scheme.
 fn redirect_host(uri: &str) -> String {
-    url::Url::parse(uri)
-        .map(|u| match u.host_str() {
-            Some(h) => match u.port() {
-                Some(p)
-                    if matches!(u.scheme(), "http" | "https")
-                        && !h.contains("localhost")
-                        && !h.starts_with("127.") =>
-                {
-                    format!("{h}:{p}")
-                }
-                _ => h.to_owned(),
-            },
-            None => format!("{}:", u.scheme()),
-        })
-        .unwrap_or_default()
+    let Ok(u) = url::Url::parse(uri) else {
+        return String::new();
+    };
+    let web = matches!(u.scheme(), "http" | "https");
+    match (u.host_str(), u.port()) {
+        (None, _) => format!("{}:", u.scheme()),
+        (Some(h), _) if !web => format!("{}://{h}", u.scheme()),
+        (Some(h), Some(p)) if !clients::is_loopback_host(&u) => format!("{h}:{p}"),
+        (Some(h), _) => h.to_owned(),
+    }
 }
 
 /// Validated request: the client and the pending authorization, or the response that refuses it.
@@ -595,6 +593,24 @@ mod tests {
             None,
             "another relay's key"
         );
+    }
+
+    #[test]
+    fn the_page_names_where_the_redirect_goes() {
+        assert_eq!(
+            redirect_host("https://claude.ai/api/mcp/auth_callback"),
+            "claude.ai"
+        );
+        assert_eq!(
+            redirect_host("https://app.example:8443/cb"),
+            "app.example:8443"
+        );
+        assert_eq!(redirect_host("http://127.0.0.1:33418/"), "127.0.0.1");
+        assert_eq!(
+            redirect_host("cursor://anysphere.cursor-mcp/oauth"),
+            "cursor://anysphere.cursor-mcp"
+        );
+        assert_eq!(redirect_host("com.example.app:/cb"), "com.example.app:");
     }
 
     #[test]

@@ -151,7 +151,8 @@ pub fn valid_redirect_uri(uri: &str) -> Result<url::Url, String> {
     }
 }
 
-fn is_loopback_host(u: &url::Url) -> bool {
+/// Whether `u`'s host is a loopback name or address (`localhost`, 127.0.0.0/8, `::1`).
+pub fn is_loopback_host(u: &url::Url) -> bool {
     match u.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
