@@ -71,7 +71,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    error::{ToolError, ToolErrorCode, ToolResult},
+    mcp::error::{ToolError, ToolErrorCode, ToolResult},
     path::Workspace,
 };
 

@@ -1,10 +1,11 @@
 //! The machine-bridge runtime: everything that happens on the user's machine.
 //!
-//! This crate owns the tool catalog ([`catalog`]), the policy ([`policy`]), path confinement
-//! ([`path`]), the tool handlers (`tools::*`, one module per tool family) and the one MCP server
-//! type every transport uses ([`server::McpServer`], built on the official Rust SDK `rmcp`). It
-//! knows no socket, HTTP or WebSocket: the stdio transport ([`stdio`]) and, later, the daemon's
-//! relay link feed JSON-RPC messages to the same server.
+//! This crate owns the tool registry ([`tools`], one module per tool family), the policy
+//! ([`policy`]), path confinement ([`path`]) and the MCP plumbing ([`mcp`]): the catalog
+//! machinery, the one MCP server type every transport uses ([`McpServer`], built on the official
+//! Rust SDK `rmcp`) and the stdio transport ([`mcp::stdio`]). It knows no socket, HTTP or
+//! WebSocket: the stdio transport and the daemon's relay link feed JSON-RPC messages to the same
+//! server.
 //!
 //! Main types: [`Runtime`] (configuration + shared state, one per process), [`McpServer`] (one per
 //! MCP session), [`CallContext`] (cancellation, progress and caller of one tool call),
@@ -19,7 +20,7 @@
 //!     policy: Policy::profile(Profile::Agent),
 //!     default_yield_after: None,
 //! })?;
-//! machine_bridge_runtime::stdio::serve_process_stdio(runtime.into()).await?;
+//! machine_bridge_runtime::mcp::stdio::serve_process_stdio(runtime.into()).await?;
 //! # Ok(()) }
 //! ```
 
@@ -27,15 +28,9 @@ use std::{io, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
 
-pub mod catalog;
-pub mod context;
-pub mod error;
-pub mod json;
+pub mod mcp;
 pub mod path;
 pub mod policy;
-pub mod server;
-pub mod stdio;
-pub mod tasks;
 
 mod diff;
 mod edit;
@@ -48,15 +43,17 @@ mod read;
 mod search;
 mod skipped;
 mod text;
-mod tools;
+pub mod tools;
 mod write;
 mod write_lock;
 
-pub use context::{CallContext, Principal, ProgressSink, ProgressUpdate};
-pub use error::{ToolError, ToolErrorCode};
+pub use mcp::{
+    context::{CallContext, Principal, ProgressSink, ProgressUpdate},
+    error::{ToolError, ToolErrorCode},
+    server::McpServer,
+};
 pub use policy::Profile;
 pub use process::watchdog;
-pub use server::McpServer;
 pub use text::LineEnding;
 
 use crate::{path::Workspace, policy::Policy};
@@ -171,7 +168,7 @@ pub struct Runtime {
     ignore_cache: Arc<ignores::IgnoreCache>,
     default_yield_after: Option<Duration>,
     sessions: process::sessions::Sessions,
-    tasks: tasks::Tasks,
+    tasks: mcp::tasks::Tasks,
     scratch: process::env::Scratch,
     /// Per-file write locks shared by every session (see [`write_lock`]).
     write_locks: Arc<write_lock::WriteLocks>,
@@ -201,7 +198,7 @@ impl Runtime {
             ignore_cache: Arc::default(),
             default_yield_after: config.default_yield_after,
             sessions: process::sessions::Sessions::default(),
-            tasks: tasks::Tasks::default(),
+            tasks: mcp::tasks::Tasks::default(),
             scratch: process::env::Scratch::new(scratch),
             write_locks: Arc::default(),
         })
@@ -295,8 +292,8 @@ impl Runtime {
         &self.scratch
     }
 
-    /// The tasks of every session of this runtime (see [`tasks`]).
-    pub fn tasks(&self) -> &tasks::Tasks {
+    /// The tasks of every session of this runtime (see [`mcp::tasks`]).
+    pub fn tasks(&self) -> &mcp::tasks::Tasks {
         &self.tasks
     }
 

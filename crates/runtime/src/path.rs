@@ -22,7 +22,7 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use crate::error::{ToolError, ToolErrorCode, ToolResult};
+use crate::mcp::error::{ToolError, ToolErrorCode, ToolResult};
 
 /// Symlink hops followed while resolving a path whose target does not exist yet.
 const MAX_SYMLINK_HOPS: usize = 40;

@@ -16,7 +16,7 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use tempfile::NamedTempFile;
 
 use crate::{
-    error::{ToolError, ToolResult},
+    mcp::error::{ToolError, ToolResult},
     text::sha256_hex,
 };
 
@@ -120,7 +120,7 @@ impl Staged {
 pub(crate) fn check_sha256(path: &Path, display: &str, expected: &str) -> ToolResult<()> {
     let actual = match read_bounded(path, display, u64::MAX) {
         Ok(bytes) => sha256_hex(&bytes),
-        Err(e) if e.code() == crate::error::ToolErrorCode::NotFound => {
+        Err(e) if e.code() == crate::mcp::error::ToolErrorCode::NotFound => {
             return Err(ToolError::conflict(format!(
                 "{display}: expected_sha256 was given but the file does not exist"
             ))
@@ -256,12 +256,12 @@ mod tests {
         fs::write(&p, "old").unwrap();
         let staged = Staged::write(&p, "f.txt", b"new", None).unwrap();
         let e = staged.commit(&Precondition::Absent).unwrap_err();
-        assert_eq!(e.code(), crate::error::ToolErrorCode::Conflict);
+        assert_eq!(e.code(), crate::mcp::error::ToolErrorCode::Conflict);
         let staged = Staged::write(&p, "f.txt", b"new", None).unwrap();
         let e = staged
             .commit(&Precondition::Sha256(sha256_hex(b"other")))
             .unwrap_err();
-        assert_eq!(e.code(), crate::error::ToolErrorCode::Conflict);
+        assert_eq!(e.code(), crate::mcp::error::ToolErrorCode::Conflict);
         assert_eq!(fs::read(&p).unwrap(), b"old");
         assert_eq!(
             fs::read_dir(dir.path()).unwrap().count(),

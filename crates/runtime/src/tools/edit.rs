@@ -8,12 +8,13 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Access,
-    catalog::{Hints, ToolMeta, ToolSpec},
-    context::CallContext,
-    diff,
+    Access, diff,
     edit::{self, EditError},
-    error::{ToolError, ToolResult},
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolResult},
+    },
     path::WorkspacePath,
     policy::Capability,
     text::{check_text, sha256_hex},
@@ -137,7 +138,7 @@ async fn write_file(
         {
             if !args.create_dirs {
                 return Err(ToolError::new(
-                    crate::error::ToolErrorCode::NotFound,
+                    crate::mcp::error::ToolErrorCode::NotFound,
                     format!(
                         "{display}: the parent directory does not exist (create_dirs is false)"
                     ),

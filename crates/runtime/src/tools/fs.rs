@@ -15,10 +15,12 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    catalog::{Hints, ToolMeta, ToolSpec},
-    context::CallContext,
-    error::{ToolError, ToolResult},
     ignores::IgnoreFilter,
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolResult},
+    },
     policy::Capability,
     read::{self, ReadError, Span},
     skipped::{SkipList, SkippedPath},

@@ -6,12 +6,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Access,
-    catalog::{Hints, ToolMeta, ToolSpec},
-    context::CallContext,
-    diff,
-    error::{ToolError, ToolErrorCode, ToolResult},
+    Access, diff,
     git::{self, Repo, check_revision, pathspec},
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolErrorCode, ToolResult},
+    },
     policy::Capability,
 };
 

@@ -1,15 +1,21 @@
-//! Tool handlers, one module per tool family. Each module's `specs()` lists its catalog entries.
+//! The tool registry: every tool family's catalog entries, in listing order, from which
+//! `tools/list` is derived ([`allowed`]) and `tools/call` finds its handler ([`find`]).
+//!
+//! One module per tool family; each family's `specs()` lists its entries (built with
+//! [`ToolSpec`]).
 
 use std::{
     path::{Component, Path, PathBuf},
-    sync::OnceLock,
+    sync::{LazyLock, OnceLock},
 };
 
 use crate::{
     Access,
-    catalog::ToolSpec,
-    error::{ToolError, ToolErrorCode, ToolResult},
-    policy::Capability,
+    mcp::{
+        catalog::ToolSpec,
+        error::{ToolError, ToolErrorCode, ToolResult},
+    },
+    policy::{Capability, Policy},
     write_lock::WriteGuard,
 };
 
@@ -23,7 +29,7 @@ mod search;
 mod session;
 
 /// Every tool, in listing order.
-pub(crate) fn all() -> Vec<ToolSpec> {
+fn specs() -> Vec<ToolSpec> {
     let mut v = Vec::new();
     v.extend(info::specs());
     v.extend(fs::specs());
@@ -34,6 +40,25 @@ pub(crate) fn all() -> Vec<ToolSpec> {
     v.extend(session::specs());
     v.extend(git::specs());
     v
+}
+
+static CATALOG: LazyLock<Vec<ToolSpec>> = LazyLock::new(specs);
+
+/// Every tool this build knows, in listing order.
+pub fn all() -> &'static [ToolSpec] {
+    &CATALOG
+}
+
+/// The tool named `name`, if this build has one.
+pub fn find(name: &str) -> Option<&'static ToolSpec> {
+    CATALOG.iter().find(|t| t.meta().name == name)
+}
+
+/// The tools `policy` allows, in listing order.
+pub fn allowed(policy: &Policy) -> impl Iterator<Item = &'static ToolSpec> + '_ {
+    CATALOG
+        .iter()
+        .filter(move |t| policy.allows(t.meta().capability))
 }
 
 /// Runs blocking filesystem work off the async threads.

@@ -23,11 +23,12 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Access,
-    catalog::{Hints, ToolMeta, ToolSpec},
-    context::CallContext,
-    diff,
-    error::{ToolError, ToolErrorCode, ToolResult},
+    Access, diff,
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolErrorCode, ToolResult},
+    },
     patch::{self, FileOp},
     path::Workspace,
     policy::Capability,

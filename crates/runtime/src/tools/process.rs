@@ -19,9 +19,11 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    catalog::{Hints, ToolMeta, ToolSpec},
-    context::CallContext,
-    error::{ToolError, ToolErrorCode, ToolResult},
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolErrorCode, ToolResult},
+    },
     policy::Capability,
     process::{Proc, Spawn, env},
 };

@@ -14,9 +14,11 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    catalog::{Hints, ToolMeta, ToolSpec},
-    context::CallContext,
-    error::{ToolError, ToolResult},
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolResult},
+    },
     policy::Capability,
     search::{self, Cursor, Run, Scope},
     skipped::SkippedPath,
@@ -180,7 +182,7 @@ async fn search_text(
         let root = ws.resolve(&args.path)?;
         if !root.exists() {
             return Err(ToolError::new(
-                crate::error::ToolErrorCode::NotFound,
+                crate::mcp::error::ToolErrorCode::NotFound,
                 format!("{}: no such file or directory", args.path),
             ));
         }

@@ -38,7 +38,10 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::limits::STDIO_LINE_MAX_BYTES;
 
-use crate::{Runtime, context::Principal, server::McpServer};
+use crate::{
+    Runtime,
+    mcp::{context::Principal, server::McpServer},
+};
 
 /// The per-request protocol version field of MCP 2026-07-28 (Basic §Per-request protocol
 /// fields), in a request's `params._meta`.
@@ -332,7 +335,7 @@ impl Lines {
         match msg {
             Outgoing::Raw(s) => self.0.extend_from_slice(s.as_bytes()),
             Outgoing::Message(m) => {
-                if let Err(e) = crate::json::to_writer(&mut self.0, &m) {
+                if let Err(e) = crate::mcp::json::to_writer(&mut self.0, &m) {
                     tracing::error!(error = %e, "could not serialize an outgoing message");
                     return None;
                 }

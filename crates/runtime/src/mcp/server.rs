@@ -19,7 +19,7 @@
 //!   `clientCapabilities` runs in the foreground for [`TASK_FOREGROUND_BUDGET`]; if it is still
 //!   running then, it becomes a task (`CreateTaskResult`) read with `tasks/get` and stopped with
 //!   `tasks/cancel` (which kills its process tree). Tasks live in the [`crate::Runtime`] and belong
-//!   to the principal (see [`crate::tasks`]).
+//!   to the principal (see [`crate::mcp::tasks`]).
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
@@ -72,10 +72,13 @@ use protocol::limits::{
 
 use crate::{
     Access, SERVER_NAME, VERSION,
-    catalog::{self, Reply},
-    context::{CallContext, Principal, ProgressSink, ProgressUpdate},
-    error::{ToolError, ToolErrorCode},
-    tasks::{self, TaskEntry},
+    mcp::{
+        catalog::Reply,
+        context::{CallContext, Principal, ProgressSink, ProgressUpdate},
+        error::{ToolError, ToolErrorCode},
+        tasks::{self, TaskEntry},
+    },
+    tools,
 };
 
 /// Protocol versions served, oldest first: the handshake era and the stateless 2026-07-28.
@@ -262,7 +265,7 @@ impl McpServer {
         cx: CallContext,
         slot: CallSlot,
     ) -> Result<CallToolResult, ErrorData> {
-        let Some(spec) = catalog::find(name) else {
+        let Some(spec) = tools::find(name) else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool: {name}"),
                 None,
@@ -357,10 +360,10 @@ fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
 /// A successful structured result: `structuredContent` plus its serialized JSON as the one text
 /// block, which MCP 2025-11-25 (Server Features › Tools › Structured Content) says a server SHOULD
 /// send for clients without structured content support. Like rmcp's `CallToolResult::structured`,
-/// but the mirror is written by [`crate::json`] (a `read_process` result carries up to 2 MiB of
+/// but the mirror is written by [`crate::mcp::json`] (a `read_process` result carries up to 2 MiB of
 /// output, and serializing it was most of the call's cost).
 pub(crate) fn structured_result(value: serde_json::Value) -> CallToolResult {
-    let mirror = crate::json::to_string(&value).unwrap_or_else(|e| {
+    let mirror = crate::mcp::json::to_string(&value).unwrap_or_else(|e| {
         // Unreachable for a `Value` (its keys are strings); the mirror is a courtesy, not the data.
         tracing::error!(error = %e, "could not mirror a structured result as text");
         String::new()
@@ -468,7 +471,7 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(
-            catalog::allowed(self.access.policy())
+            tools::allowed(self.access.policy())
                 .map(|t| t.to_tool())
                 .collect(),
         ))
