@@ -7,7 +7,10 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{Frame, classify, serve};
+use super::{
+    framing::{Frame, classify},
+    serve,
+};
 use crate::{Runtime, RuntimeConfig};
 
 /// Time each target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or
