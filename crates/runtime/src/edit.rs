@@ -10,7 +10,7 @@
 //! - Bytes outside the matched spans, the BOM and the final newline included, are copied as they
 //!   are.
 
-use crate::text::{EolCounts, with_line_endings};
+use crate::primitives::text::{EolCounts, with_line_endings};
 
 /// Why a replacement could not be planned.
 #[derive(Debug, PartialEq, Eq)]

@@ -355,7 +355,7 @@ async fn exec(
                 kept.extend_from_slice(&chunk[..n.min(room)]);
             }
         }
-        crate::text::lossy(&kept).into_owned()
+        crate::primitives::text::lossy(&kept).into_owned()
     };
     let work = async {
         let ((stdout, truncated), stderr) = tokio::join!(read_out, read_err);
@@ -414,7 +414,7 @@ pub(crate) async fn discover(
             ),
         ));
     }
-    let text = crate::text::lossy(&out.stdout);
+    let text = crate::primitives::text::lossy(&out.stdout);
     let mut lines = text.lines();
     let (Some(top), Some(gd)) = (lines.next(), lines.next()) else {
         return Err(ToolError::new(

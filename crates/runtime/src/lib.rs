@@ -32,20 +32,15 @@ pub mod mcp;
 pub mod path;
 pub mod policy;
 
-mod diff;
 mod edit;
 mod git;
-mod ignores;
 pub mod memory;
 mod patch;
+mod primitives;
 mod process;
 mod read;
 mod search;
-mod skipped;
-mod text;
 pub mod tools;
-mod write;
-mod write_lock;
 
 pub use mcp::{
     context::{CallContext, Principal, ProgressSink, ProgressUpdate},
@@ -53,8 +48,8 @@ pub use mcp::{
     server::McpServer,
 };
 pub use policy::Profile;
+pub use primitives::text::LineEnding;
 pub use process::watchdog;
-pub use text::LineEnding;
 
 use crate::{path::Workspace, policy::Policy};
 
@@ -132,11 +127,11 @@ impl Access {
         self.runtime.default_yield_after()
     }
 
-    pub(crate) fn ignore_cache(&self) -> &Arc<ignores::IgnoreCache> {
+    pub(crate) fn ignore_cache(&self) -> &Arc<primitives::ignores::IgnoreCache> {
         &self.runtime.ignore_cache
     }
 
-    pub(crate) fn write_locks(&self) -> &Arc<write_lock::WriteLocks> {
+    pub(crate) fn write_locks(&self) -> &Arc<primitives::write_lock::WriteLocks> {
         &self.runtime.write_locks
     }
 }
@@ -164,14 +159,14 @@ pub struct Runtime {
     others_calls: Arc<Semaphore>,
     principal_calls: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     idle_trim: Arc<memory::IdleTrim>,
-    /// Compiled ignore files, shared by concurrent walks (see [`ignores`]).
-    ignore_cache: Arc<ignores::IgnoreCache>,
+    /// Compiled ignore files, shared by concurrent walks (see [`primitives::ignores`]).
+    ignore_cache: Arc<primitives::ignores::IgnoreCache>,
     default_yield_after: Option<Duration>,
     sessions: process::sessions::Sessions,
     tasks: mcp::tasks::Tasks,
     scratch: process::env::Scratch,
-    /// Per-file write locks shared by every session (see [`write_lock`]).
-    write_locks: Arc<write_lock::WriteLocks>,
+    /// Per-file write locks shared by every session (see [`primitives::write_lock`]).
+    write_locks: Arc<primitives::write_lock::WriteLocks>,
 }
 
 impl Runtime {

@@ -22,7 +22,7 @@
 
 use crate::{
     edit::MAX_REPORTED_LINES,
-    text::{EolCounts, UTF8_BOM},
+    primitives::text::{EolCounts, UTF8_BOM},
 };
 
 /// One file operation of a patch.

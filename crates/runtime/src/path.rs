@@ -240,6 +240,19 @@ fn resolve_physical(path: &Path, hops: usize) -> Result<WorkspacePath, Resolve> 
 /// `ELOOP` on Linux: too many levels of symbolic links.
 const ELOOP: i32 = 40;
 
+/// The order of a depth-first walk with sorted directories: byte order with `/` below every
+/// other byte (so `a/b` sorts before `a-b`, as `a` sorts before `a-b`). Same as comparing by
+/// components for the walker's normalized paths, at the cost of one pass over the bytes.
+pub(crate) fn path_order(a: &Path, b: &Path) -> std::cmp::Ordering {
+    use std::os::unix::ffi::OsStrExt;
+    let key = |c: u8| if c == b'/' { 0 } else { c };
+    a.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&c| key(c))
+        .cmp(b.as_os_str().as_bytes().iter().map(|&c| key(c)))
+}
+
 #[cfg(test)]
 mod fuzz;
 
@@ -276,6 +289,18 @@ mod tests {
 
     fn code(r: ToolResult<WorkspacePath>) -> ToolErrorCode {
         r.unwrap_err().code()
+    }
+
+    #[test]
+    fn path_order_is_component_order() {
+        let mut v: Vec<PathBuf> = ["a-b", "a/b", "a/b/c", "a.txt", "a", "ab", "a/c"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let mut by_components = v.clone();
+        by_components.sort();
+        v.sort_by(|a, b| path_order(a, b));
+        assert_eq!(v, by_components);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
-use crate::text::{BINARY_SNIFF_BYTES, EolCounts, LineEnding, UTF8_BOM, looks_binary};
+use crate::primitives::text::{BINARY_SNIFF_BYTES, EolCounts, LineEnding, UTF8_BOM, looks_binary};
 
 /// Block size of streaming reads.
 const BLOCK: usize = 64 * 1024;
@@ -380,7 +380,7 @@ mod tests {
         assert_eq!(e.next_start_line, None);
         assert_eq!(
             e.sha256.as_deref(),
-            Some(crate::text::sha256_hex(b"a\nb\nc\n").as_str())
+            Some(crate::primitives::text::sha256_hex(b"a\nb\nc\n").as_str())
         );
     }
 

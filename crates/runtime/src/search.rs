@@ -24,8 +24,11 @@ use ignore::{WalkBuilder, WalkState, overrides::OverrideBuilder};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    ignores::{Cap, IgnoreCache, IgnoreFilter},
-    skipped::SkipList,
+    path::path_order,
+    primitives::{
+        ignores::{Cap, IgnoreCache, IgnoreFilter},
+        skipped::SkipList,
+    },
 };
 
 /// Where to search and which files count.
@@ -403,19 +406,6 @@ pub(crate) fn run(
     out
 }
 
-/// The order of a depth-first walk with sorted directories: byte order with `/` below every
-/// other byte (so `a/b` sorts before `a-b`, as `a` sorts before `a-b`). Same as comparing by
-/// components for the walker's normalized paths, at the cost of one pass over the bytes.
-pub(crate) fn path_order(a: &Path, b: &Path) -> std::cmp::Ordering {
-    use std::os::unix::ffi::OsStrExt;
-    let key = |c: u8| if c == b'/' { 0 } else { c };
-    a.as_os_str()
-        .as_bytes()
-        .iter()
-        .map(|&c| key(c))
-        .cmp(b.as_os_str().as_bytes().iter().map(|&c| key(c)))
-}
-
 struct FileResult {
     hits: Vec<Hit>,
     /// The search stopped at its match limit, so the file may hold more.
@@ -515,7 +505,7 @@ impl Sink for Collect<'_> {
             .ok()
             .flatten()
             .map_or(1, |m| m.start() as u64 + 1);
-        let text = crate::text::lossy(bytes).into_owned();
+        let text = crate::primitives::text::lossy(bytes).into_owned();
         if self.context > 0 {
             self.lines
                 .insert(line, cut_line(&text, column as usize - 1, 200));
@@ -535,7 +525,7 @@ impl Sink for Collect<'_> {
             return Ok(false);
         }
         let line = ctx.line_number().unwrap_or(0);
-        let text = crate::text::lossy(strip_eol(ctx.bytes()));
+        let text = crate::primitives::text::lossy(strip_eol(ctx.bytes()));
         self.lines.insert(line, cut_line(&text, 0, 200));
         if self.matches.len() >= self.limit && line >= self.last_match_line + self.context {
             self.hit_limit = true;
@@ -660,18 +650,6 @@ mod tests {
             o.files_searched
         );
         assert_eq!(o.next.as_ref().unwrap().skip, 3);
-    }
-
-    #[test]
-    fn path_order_is_component_order() {
-        let mut v: Vec<PathBuf> = ["a-b", "a/b", "a/b/c", "a.txt", "a", "ab", "a/c"]
-            .iter()
-            .map(PathBuf::from)
-            .collect();
-        let mut by_components = v.clone();
-        by_components.sort();
-        v.sort_by(|a, b| path_order(a, b));
-        assert_eq!(v, by_components);
     }
 
     #[test]

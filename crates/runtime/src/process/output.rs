@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use crate::text::utf8_lossy;
+use crate::primitives::text::utf8_lossy;
 
 /// One stream's captured output.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ impl StreamBuf {
         } else {
             &self.last_line
         };
-        crate::text::lossy(line).trim().to_owned()
+        crate::primitives::text::lossy(line).trim().to_owned()
     }
 
     /// The window bytes at `range` (indices into the window), copied slice by slice.
@@ -145,12 +145,12 @@ impl StreamBuf {
             .take_while(|&&b| b & 0xC0 == 0x80)
             .count();
         let omitted = self.total - head.len() as u64 - (tail.len() - skip) as u64;
-        let mut s = crate::text::lossy(head).into_owned();
+        let mut s = crate::primitives::text::lossy(head).into_owned();
         s.push_str(&format!(
             "\n[... {omitted} bytes omitted; {} bytes in total ...]\n",
             self.total
         ));
-        s.push_str(&crate::text::lossy(&tail[skip..]));
+        s.push_str(&crate::primitives::text::lossy(&tail[skip..]));
         (s, true)
     }
 }

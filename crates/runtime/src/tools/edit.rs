@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Access, diff,
+    Access,
     edit::{self, EditError},
     mcp::{
         catalog::{Hints, ToolMeta, ToolSpec},
@@ -17,9 +17,12 @@ use crate::{
     },
     path::WorkspacePath,
     policy::Capability,
-    text::{check_text, sha256_hex},
+    primitives::{
+        diff,
+        text::{check_text, sha256_hex},
+        write::{Precondition, Staged, existing_mode, read_bounded},
+    },
     tools::{blocking, blocking_locked, guard_git_internals},
-    write::{Precondition, Staged, existing_mode, read_bounded},
 };
 
 pub(crate) fn specs() -> Vec<ToolSpec> {

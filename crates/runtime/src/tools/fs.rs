@@ -15,18 +15,20 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    ignores::IgnoreFilter,
     mcp::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
     },
     policy::Capability,
+    primitives::{
+        ignores::IgnoreFilter,
+        skipped::{SkipList, SkippedPath},
+        text::LineEnding,
+        write::{open_regular, read_bounded},
+    },
     read::{self, ReadError, Span},
-    skipped::{SkipList, SkippedPath},
-    text::LineEnding,
     tools::blocking,
-    write::{open_regular, read_bounded},
 };
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
@@ -309,7 +311,9 @@ async fn list_files(
             skipped: skipped.render(ws),
             skipped_count,
             complete: !truncated && skipped_count == 0,
-            notes: filter.map_or_else(Vec::new, |f| crate::ignores::notes(&f.capped(), ws)),
+            notes: filter.map_or_else(Vec::new, |f| {
+                crate::primitives::ignores::notes(&f.capped(), ws)
+            }),
         })
     })
     .await

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Access, diff,
+    Access,
     git::{self, Repo, check_revision, pathspec},
     mcp::{
         catalog::{Hints, ToolMeta, ToolSpec},
@@ -14,6 +14,7 @@ use crate::{
         error::{ToolError, ToolErrorCode, ToolResult},
     },
     policy::Capability,
+    primitives::diff,
 };
 
 /// Default and largest byte caps of diff output.
@@ -241,7 +242,7 @@ struct RawEntry {
 
 /// Parses `git status --porcelain=v2 --branch -z`.
 fn parse_status(bytes: &[u8]) -> (Branch, Vec<RawEntry>) {
-    let text = crate::text::lossy(bytes);
+    let text = crate::primitives::text::lossy(bytes);
     let mut records = text.split('\0').filter(|r| !r.is_empty());
     let mut branch = Branch::default();
     let mut entries = Vec::new();
@@ -411,7 +412,7 @@ async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResul
             deleted: d,
         })
         .collect();
-    let mut text = crate::text::lossy(&out.stdout).into_owned();
+    let mut text = crate::primitives::text::lossy(&out.stdout).into_owned();
     if out.truncated {
         text = diff::mark_cut(text, cap);
     }
@@ -424,7 +425,7 @@ async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResul
 
 /// Parses `--numstat -z`: `added\tdeleted\tpath\0`, or for renames `added\tdeleted\t\0old\0new\0`.
 fn parse_numstat(bytes: &[u8]) -> Vec<(Option<u64>, Option<u64>, String)> {
-    let text = crate::text::lossy(bytes);
+    let text = crate::primitives::text::lossy(bytes);
     let mut recs = text.split('\0');
     let mut out = Vec::new();
     while let Some(r) = recs.next() {
@@ -514,7 +515,7 @@ async fn git_log(rt: Arc<Access>, args: LogArgs, cx: CallContext) -> ToolResult<
         }
         return Err(out.error("git log"));
     }
-    let commits = crate::text::lossy(&out.stdout)
+    let commits = crate::primitives::text::lossy(&out.stdout)
         .split('\0')
         .filter(|r| !r.trim().is_empty())
         .filter_map(|r| {
@@ -590,7 +591,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
             format!("revision {:?}: {}", args.revision, m.stderr.trim()),
         ));
     }
-    let text = crate::text::lossy(&m.stdout).into_owned();
+    let text = crate::primitives::text::lossy(&m.stdout).into_owned();
     let f: Vec<&str> = text.splitn(5, '\x1f').collect();
     if f.len() != 5 {
         // `git show` prints a blob or tree as it is, and nothing for `^REV`.
@@ -614,7 +615,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
     if !p.ok() && !p.truncated {
         return Err(p.error("git show"));
     }
-    let mut diff_text = crate::text::lossy(&p.stdout)
+    let mut diff_text = crate::primitives::text::lossy(&p.stdout)
         .trim_start_matches('\n')
         .to_owned();
     if p.truncated {
@@ -735,7 +736,9 @@ async fn git_commit(
     )
     .await?;
     Ok(CommitOutput {
-        commit: crate::text::lossy(&head.stdout).trim().to_owned(),
+        commit: crate::primitives::text::lossy(&head.stdout)
+            .trim()
+            .to_owned(),
         subject: args
             .message
             .lines()
@@ -745,7 +748,7 @@ async fn git_commit(
             .to_owned(),
         branch: br
             .ok()
-            .then(|| crate::text::lossy(&br.stdout).trim().to_owned()),
+            .then(|| crate::primitives::text::lossy(&br.stdout).trim().to_owned()),
     })
 }
 

@@ -16,7 +16,7 @@ use crate::{
         error::{ToolError, ToolErrorCode, ToolResult},
     },
     policy::{Capability, Policy},
-    write_lock::WriteGuard,
+    primitives::write_lock::WriteGuard,
 };
 
 mod edit;
@@ -75,7 +75,7 @@ where
 }
 
 /// Runs blocking work that writes the files at `paths` (resolved paths) while holding their
-/// write locks ([`crate::write_lock`]): no other writer of this runtime touches them between
+/// write locks ([`crate::primitives::write_lock`]): no other writer of this runtime touches them between
 /// what `f` reads and what it commits. The locks are awaited without holding a thread; once `f`
 /// runs they are held until it returns, even if the call is cancelled meanwhile.
 pub(crate) async fn blocking_locked<T, F>(rt: &Access, paths: Vec<PathBuf>, f: F) -> ToolResult<T>

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
-    Access, diff,
+    Access,
     mcp::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
@@ -32,9 +32,12 @@ use crate::{
     patch::{self, FileOp},
     path::Workspace,
     policy::Capability,
-    text::{check_text, sha256_hex},
+    primitives::{
+        diff,
+        text::{check_text, sha256_hex},
+        write::{Precondition, Staged, check_sha256, existing_mode, read_bounded},
+    },
     tools::{blocking, blocking_locked, guard_git_internals},
-    write::{Precondition, Staged, check_sha256, existing_mode, read_bounded},
 };
 
 pub(crate) fn specs() -> Vec<ToolSpec> {

@@ -20,9 +20,8 @@ use crate::{
         error::{ToolError, ToolResult},
     },
     policy::Capability,
+    primitives::{skipped::SkippedPath, text::sha256_hex},
     search::{self, Cursor, Run, Scope},
-    skipped::SkippedPath,
-    text::sha256_hex,
     tools::blocking,
 };
 
@@ -252,7 +251,7 @@ async fn search_text(
             next_cursor: out
                 .next
                 .map(|c| encode_cursor(&c, root.real(), &fingerprint)),
-            notes: crate::ignores::notes(&capped_ignore_files, ws),
+            notes: crate::primitives::ignores::notes(&capped_ignore_files, ws),
         })
     })
     .await

@@ -353,7 +353,7 @@ async fn state(s: &Session, stdout_offset: u64, stderr_offset: u64, max: usize) 
             .map(|(start, bytes, dropped, total)| Chunk {
                 offset: start,
                 next_offset: start + bytes.len() as u64,
-                data: crate::text::utf8_lossy(bytes),
+                data: crate::primitives::text::utf8_lossy(bytes),
                 dropped_bytes: dropped,
                 total_bytes: total,
             })

@@ -10,7 +10,7 @@ use protocol::limits::SKIPPED_PATHS_MAX;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::{path::Workspace, search::path_order};
+use crate::path::{Workspace, path_order};
 
 /// A skipped path as tools return it (`skipped` of `search_text` and `list_files`).
 #[derive(Debug, Serialize, JsonSchema)]

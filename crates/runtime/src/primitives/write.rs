@@ -17,7 +17,7 @@ use tempfile::NamedTempFile;
 
 use crate::{
     mcp::error::{ToolError, ToolResult},
-    text::sha256_hex,
+    primitives::text::sha256_hex,
 };
 
 /// What must hold for the target when a staged write commits.
