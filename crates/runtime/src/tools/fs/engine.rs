@@ -1,4 +1,4 @@
-//! Reading text files by line range or tail without loading them whole.
+//! The engine of `read_file`: reading text files by line range or tail without loading them whole.
 //!
 //! A range read streams the file once in 64 KiB blocks: lines before the range are only counted,
 //! lines in the range are copied until the byte budget is spent, and lines after it are counted

@@ -1,4 +1,5 @@
-//! File reading tools: `list_dir`, `list_files`, `read_file`, `view_image`.
+//! File reading tools: `list_dir`, `list_files`, `read_file`, `view_image`; `read_file` reads
+//! through the [`engine`] (line ranges and tails, streamed).
 
 use std::{fs, sync::Arc, time::SystemTime};
 
@@ -27,9 +28,12 @@ use crate::{
         text::LineEnding,
         write::{open_regular, read_bounded},
     },
-    read::{self, ReadError, Span},
     tools::blocking,
 };
+
+mod engine;
+
+use engine::{ReadError, Span};
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -420,7 +424,7 @@ async fn read_file(
         let p = ws.resolve(&args.path)?;
         let display = ws.display(p.real());
         let (mut file, meta) = open_regular(p.real(), &args.path)?;
-        let ex = read::read(&mut file, meta.len(), span, max).map_err(|e| match e {
+        let ex = engine::read(&mut file, meta.len(), span, max).map_err(|e| match e {
             ReadError::Io(err) => ToolError::io(&args.path, &err),
             ReadError::Binary(at) => ToolError::invalid(format!(
                 "{}: looks binary (NUL byte at offset {at}); only UTF-8 text can be read (use view_image for images)",
