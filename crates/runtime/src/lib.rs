@@ -38,7 +38,6 @@ pub mod memory;
 mod patch;
 mod primitives;
 mod process;
-mod search;
 pub mod tools;
 
 pub use mcp::{

@@ -1,4 +1,5 @@
-//! `search_text`: literal or regex search over the workspace (see [`crate::search`]).
+//! `search_text`: literal or regex search over the workspace (the search itself is the
+//! [`engine`]).
 
 use std::{path::Path, sync::Arc};
 
@@ -21,9 +22,12 @@ use crate::{
     },
     policy::Capability,
     primitives::{skipped::SkippedPath, text::sha256_hex},
-    search::{self, Cursor, Run, Scope},
     tools::blocking,
 };
+
+mod engine;
+
+use engine::{Cursor, Run, Scope};
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(
@@ -185,7 +189,7 @@ async fn search_text(
                 format!("{}: no such file or directory", args.path),
             ));
         }
-        let threads = search::default_threads();
+        let threads = engine::default_threads();
         let scope = Scope {
             root: root.real().to_owned(),
             include: args.include.clone(),
@@ -198,11 +202,11 @@ async fn search_text(
             .as_deref()
             .map(|c| decode_cursor(c, root.real(), &fingerprint))
             .transpose()?;
-        let search::Candidates {
+        let engine::Candidates {
             files,
             skipped: mut skipped_paths,
             capped_ignore_files,
-        } = search::candidates(&scope, &cx.cancel).map_err(ToolError::invalid)?;
+        } = engine::candidates(&scope, &cx.cancel).map_err(ToolError::invalid)?;
         if cx.cancel.is_cancelled() {
             return Err(ToolError::cancelled());
         }
@@ -215,7 +219,7 @@ async fn search_text(
             cancel: &cx.cancel,
         };
         let progress = &cx.progress;
-        let out = search::run(&run, files, cursor, &mut |p| {
+        let out = engine::run(&run, files, cursor, &mut |p| {
             progress.report(p.files_done as f64, Some(p.files_total as f64), || {
                 format!(
                     "searched {} of {} files, {} matches",
