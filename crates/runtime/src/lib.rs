@@ -32,10 +32,8 @@ pub mod mcp;
 pub mod path;
 pub mod policy;
 
-mod edit;
 mod git;
 pub mod memory;
-mod patch;
 mod primitives;
 mod process;
 pub mod tools;

@@ -1,4 +1,5 @@
-//! Exact text replacement that keeps every byte outside the edited spans.
+//! The engine of `edit_file`: exact text replacement that keeps every byte outside the edited
+//! spans.
 //!
 //! [`replace`] finds `old_text` in a file's bytes and splices in `new_text`:
 //!

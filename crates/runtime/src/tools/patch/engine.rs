@@ -1,4 +1,5 @@
-//! The `*** Begin Patch` envelope: parsing it and applying its hunks to text.
+//! The engine of `apply_patch`: the `*** Begin Patch` envelope, parsing it and applying its hunks
+//! to text.
 //!
 //! Grammar (one item per line):
 //!
@@ -18,11 +19,11 @@
 //! surrounding whitespace; the first comparison that matches must match once, else the hunk is
 //! ambiguous. The result is byte-exact as `edit_file`'s: the BOM and untouched lines are kept, each
 //! with its own line ending; added lines take the ending of the lines they replace; a file without
-//! a final newline keeps having none. Filesystem effects live in `tools::patch`.
+//! a final newline keeps having none. Filesystem effects live in [`super`] (`tools::patch`).
 
 use crate::{
-    edit::MAX_REPORTED_LINES,
     primitives::text::{EolCounts, UTF8_BOM},
+    tools::edit::engine::MAX_REPORTED_LINES,
 };
 
 /// One file operation of a patch.

@@ -1,4 +1,5 @@
-//! Writing tools: `write_file` and `edit_file`.
+//! Writing tools: `write_file` and `edit_file`; `edit_file`'s exact replacement is the
+//! [`engine`].
 
 use std::{fs, sync::Arc};
 
@@ -9,7 +10,6 @@ use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
     Access,
-    edit::{self, EditError},
     mcp::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
@@ -24,6 +24,11 @@ use crate::{
     },
     tools::{blocking, blocking_locked, guard_git_internals},
 };
+
+/// Used by the patch engine too (`MAX_REPORTED_LINES`).
+pub(super) mod engine;
+
+use engine::EditError;
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -234,7 +239,7 @@ async fn edit_file(
             .detail("path", display.clone())
             .detail("actual_sha256", previous));
         }
-        let planned = edit::replace(&original, &args.old_text, &args.new_text, args.replace_all)
+        let planned = engine::replace(&original, &args.old_text, &args.new_text, args.replace_all)
             .map_err(|e| match e {
                 EditError::EmptyOld => ToolError::invalid("old_text is empty"),
                 EditError::NotFound => ToolError::conflict(format!(

@@ -1,7 +1,9 @@
-//! `apply_patch`: multi-file patches, validated completely, then applied all or nothing.
+//! `apply_patch`: multi-file patches, validated completely, then applied all or nothing. The
+//! envelope's grammar and the hunk application to text are the [`engine`]; this module does the
+//! filesystem work.
 //!
 //! Order of work (DESIGN §3 "Writes", invariant 8):
-//! 1. Parse the whole envelope ([`crate::patch::parse`]).
+//! 1. Parse the whole envelope ([`engine::parse`]).
 //! 2. Plan every operation against the files: resolve and confine paths, read originals, apply
 //!    hunks in memory, check that added and move-target files do not exist. Any failure here
 //!    changes nothing.
@@ -29,7 +31,6 @@ use crate::{
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
     },
-    patch::{self, FileOp},
     path::Workspace,
     policy::Capability,
     primitives::{
@@ -39,6 +40,10 @@ use crate::{
     },
     tools::{blocking, blocking_locked, guard_git_internals},
 };
+
+mod engine;
+
+use engine::FileOp;
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(
@@ -130,7 +135,7 @@ async fn apply_patch(
     let (ops, paths) = {
         let rt = rt.clone();
         blocking(move || {
-            let ops = patch::parse(&args.patch).map_err(|e| {
+            let ops = engine::parse(&args.patch).map_err(|e| {
                 ToolError::invalid(format!("patch line {}: {}", e.line, e.message))
                     .detail("line", e.line)
             })?;
@@ -267,7 +272,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 let new_text = if hunks.is_empty() {
                     old.to_owned()
                 } else {
-                    patch::apply_hunks(old, hunks).map_err(|e| {
+                    engine::apply_hunks(old, hunks).map_err(|e| {
                         let mut err =
                             ToolError::conflict(format!("hunk {}: {}", e.hunk, e.message))
                                 .detail("hunk", e.hunk);
@@ -566,7 +571,7 @@ mod tests {
         fs::write(root.join("a.txt"), "a1\n").unwrap();
         fs::write(root.join("gone.txt"), "bye\n").unwrap();
         fs::write(root.join("c.txt"), "c1\n").unwrap();
-        let ops = patch::parse(
+        let ops = engine::parse(
             "*** Begin Patch\n*** Update File: a.txt\n@@\n-a1\n+a2\n*** Add File: new/b.txt\n+b\n\
              *** Delete File: gone.txt\n*** Update File: c.txt\n@@\n-c1\n+c2\n*** End Patch",
         )
@@ -594,7 +599,7 @@ mod tests {
         let root = d.path();
         fs::write(root.join("a.txt"), "a1\n").unwrap();
         fs::write(root.join("b.txt"), "b1\n").unwrap();
-        let ops = patch::parse(
+        let ops = engine::parse(
             "*** Begin Patch\n*** Update File: a.txt\n@@\n-a1\n+a2\n*** Update File: b.txt\n@@\n-b1\n+b2\n*** End Patch",
         )
         .unwrap();
@@ -609,7 +614,7 @@ mod tests {
     fn an_ambiguous_hunk_is_a_conflict_naming_the_candidate_lines() {
         let (d, w) = ws();
         fs::write(d.path().join("f.txt"), "x\n1\nx\n2\nx\n").unwrap();
-        let ops = patch::parse(
+        let ops = engine::parse(
             "*** Begin Patch\n*** Update File: f.txt\n@@\n-1\n+one\n@@\n-x\n+X\n*** End Patch",
         )
         .unwrap();
@@ -631,7 +636,7 @@ mod tests {
         let (d, w) = ws();
         let root = d.path();
         fs::write(root.join("old.txt"), "x\n").unwrap();
-        let ops = patch::parse(
+        let ops = engine::parse(
             "*** Begin Patch\n*** Update File: old.txt\n*** Move to: dir/new.txt\n@@\n-x\n+y\n*** End Patch",
         )
         .unwrap();
