@@ -273,7 +273,7 @@ async fn exec(
         .env("GIT_NO_LAZY_FETCH", "1")
         .env("LC_ALL", "C");
     // Tagged like every child, so the watchdog ends it with a SIGKILLed server.
-    let (tree_key, tree_value) = crate::process::watchdog::tag_env();
+    let (tree_key, tree_value) = crate::tools::process::engine::watchdog::tag_env();
     cmd.env(tree_key, tree_value);
     match sources {
         ConfigSources::Repository => {

@@ -35,7 +35,6 @@ pub mod policy;
 mod git;
 pub mod memory;
 mod primitives;
-mod process;
 pub mod tools;
 
 pub use mcp::{
@@ -45,7 +44,7 @@ pub use mcp::{
 };
 pub use policy::Profile;
 pub use primitives::text::LineEnding;
-pub use process::watchdog;
+pub use tools::process::engine::watchdog;
 
 use crate::{path::Workspace, policy::Policy};
 
@@ -111,11 +110,11 @@ impl Access {
         self.owner
     }
 
-    pub(crate) fn sessions(&self) -> &process::sessions::Sessions {
+    pub(crate) fn sessions(&self) -> &tools::process::engine::sessions::Sessions {
         self.runtime.sessions()
     }
 
-    pub(crate) fn scratch(&self) -> &process::env::Scratch {
+    pub(crate) fn scratch(&self) -> &tools::process::engine::env::Scratch {
         self.runtime.scratch()
     }
 
@@ -158,9 +157,9 @@ pub struct Runtime {
     /// Compiled ignore files, shared by concurrent walks (see [`primitives::ignores`]).
     ignore_cache: Arc<primitives::ignores::IgnoreCache>,
     default_yield_after: Option<Duration>,
-    sessions: process::sessions::Sessions,
+    sessions: tools::process::engine::sessions::Sessions,
     tasks: mcp::tasks::Tasks,
-    scratch: process::env::Scratch,
+    scratch: tools::process::engine::env::Scratch,
     /// Per-file write locks shared by every session (see [`primitives::write_lock`]).
     write_locks: Arc<primitives::write_lock::WriteLocks>,
 }
@@ -188,9 +187,9 @@ impl Runtime {
             idle_trim: Arc::default(),
             ignore_cache: Arc::default(),
             default_yield_after: config.default_yield_after,
-            sessions: process::sessions::Sessions::default(),
+            sessions: tools::process::engine::sessions::Sessions::default(),
             tasks: mcp::tasks::Tasks::default(),
-            scratch: process::env::Scratch::new(scratch),
+            scratch: tools::process::engine::env::Scratch::new(scratch),
             write_locks: Arc::default(),
         })
     }
@@ -275,11 +274,11 @@ impl Runtime {
             .call_ended(&self.calls, protocol::limits::CONCURRENT_TOOL_CALLS);
     }
 
-    pub(crate) fn sessions(&self) -> &process::sessions::Sessions {
+    pub(crate) fn sessions(&self) -> &tools::process::engine::sessions::Sessions {
         &self.sessions
     }
 
-    pub(crate) fn scratch(&self) -> &process::env::Scratch {
+    pub(crate) fn scratch(&self) -> &tools::process::engine::env::Scratch {
         &self.scratch
     }
 

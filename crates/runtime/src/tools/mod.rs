@@ -24,9 +24,8 @@ mod fs;
 mod git;
 mod info;
 mod patch;
-mod process;
+pub(crate) mod process;
 mod search;
-mod session;
 
 /// Every tool, in listing order.
 fn specs() -> Vec<ToolSpec> {
@@ -37,7 +36,7 @@ fn specs() -> Vec<ToolSpec> {
     v.extend(edit::specs());
     v.extend(patch::specs());
     v.extend(process::specs());
-    v.extend(session::specs());
+    v.extend(process::session::specs());
     v.extend(git::specs());
     v
 }

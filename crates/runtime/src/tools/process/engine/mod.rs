@@ -1,4 +1,5 @@
-//! Child processes: spawning (argv or PTY), bounded capture, waiting, stdin, tree termination.
+//! The engine of the process tools: child processes — spawning (argv or PTY), bounded capture,
+//! waiting, stdin, tree termination — and the process session table ([`sessions`]).
 //!
 //! A [`Proc`] is one running child and everything it produced. Its stdout and stderr are pumped
 //! into [`output::StreamBuf`]s (first 256 KiB kept for one-shot results, newest 1 MiB kept with

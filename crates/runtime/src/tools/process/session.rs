@@ -1,5 +1,5 @@
 //! Interactive process sessions: `start_process`, `read_process`, `write_process`,
-//! `kill_process`, `list_processes` (see [`crate::process::sessions`]).
+//! `kill_process`, `list_processes` (see [`super::engine::sessions`]).
 
 use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
 
@@ -21,11 +21,15 @@ use crate::{
         error::{ToolError, ToolErrorCode, ToolResult},
     },
     policy::Capability,
-    process::{
+};
+
+use super::{
+    EXEC_HINTS, check_argv,
+    engine::{
         Proc, StdinError, Stream,
         sessions::{Missing, Session},
     },
-    tools::process::{EXEC_HINTS, check_argv, spawn_error, spawn_spec},
+    spawn_error, spawn_spec,
 };
 
 pub(crate) fn specs() -> Vec<ToolSpec> {

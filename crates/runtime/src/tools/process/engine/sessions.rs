@@ -27,7 +27,7 @@ use protocol::limits::{
     SESSION_RETENTION_AFTER_EXIT,
 };
 
-use crate::{mcp::context::Principal, process::Proc};
+use crate::{mcp::context::Principal, tools::process::engine::Proc};
 
 // One session with full output always fits, so the newest exited session is never discarded.
 const _: () = assert!(
@@ -294,7 +294,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::{Proc, Spawn};
+    use crate::tools::process::engine::{Proc, Spawn};
 
     #[tokio::test]
     async fn a_session_is_invisible_to_other_principals() {

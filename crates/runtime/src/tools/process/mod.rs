@@ -6,6 +6,9 @@
 //! the budget becomes a process session and the call returns its id with the output so far; the
 //! process keeps its deadline. Cancellation terminates the tree. Long calls with a progress token
 //! report the elapsed time and the newest output line.
+//!
+//! The process session tools (`start_process`, ...) are in [`session`]; spawning, capture, tree
+//! termination and the session table are the [`engine`].
 
 use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
 
@@ -25,8 +28,12 @@ use crate::{
         error::{ToolError, ToolErrorCode, ToolResult},
     },
     policy::Capability,
-    process::{Proc, Spawn, env},
 };
+
+pub(crate) mod engine;
+pub(super) mod session;
+
+use engine::{Proc, Spawn, env};
 
 /// Hints of tools that run arbitrary programs.
 pub(crate) const EXEC_HINTS: Hints = Hints {
@@ -350,7 +357,7 @@ async fn run(
 
 fn result(
     proc: &Proc,
-    exit: Option<crate::process::Exit>,
+    exit: Option<engine::Exit>,
     timed_out: bool,
     session: Option<String>,
 ) -> ProcessResult {
