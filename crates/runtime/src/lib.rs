@@ -32,7 +32,6 @@ pub mod mcp;
 pub mod path;
 pub mod policy;
 
-mod git;
 pub mod memory;
 mod primitives;
 pub mod tools;

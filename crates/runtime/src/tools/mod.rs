@@ -96,7 +96,7 @@ where
 ///   `credentials`), anything below the server's `$XDG_CONFIG_HOME/git/`, and the files the
 ///   server's `GIT_CONFIG_GLOBAL`/`GIT_CONFIG_SYSTEM` name or `/etc/gitconfig`.
 ///
-/// The git tools themselves read none of the files outside `.git` (`crate::git`: `HOME`,
+/// The git tools themselves read none of the files outside `.git` (`crate::tools::git::engine`: `HOME`,
 /// `XDG_CONFIG_HOME` and `GIT_CONFIG_GLOBAL` point at `/dev/null`), so this protects the user's
 /// own git and later sessions that may run programs: a caller without exec must not plant
 /// configuration that runs one. `.gitattributes` and `.gitignore` stay writable: attributes only

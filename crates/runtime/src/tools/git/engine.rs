@@ -629,6 +629,15 @@ pub(crate) fn operation_in_progress(repo: &Repo) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn option_like_revisions_are_refused() {
+        assert!(check_revision("--output=/tmp/x").is_err());
+        assert!(check_revision("-p").is_err());
+        assert!(check_revision("HEAD~1").is_ok());
+        assert!(check_revision("main..feature").is_ok());
+        assert!(check_revision("a b").is_err());
+    }
+
     fn os(s: &str) -> OsString {
         OsString::from(s)
     }
