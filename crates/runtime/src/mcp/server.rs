@@ -360,8 +360,8 @@ fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
 /// A successful structured result: `structuredContent` plus its serialized JSON as the one text
 /// block, which MCP 2025-11-25 (Server Features › Tools › Structured Content) says a server SHOULD
 /// send for clients without structured content support. Like rmcp's `CallToolResult::structured`,
-/// but the mirror is written by [`crate::mcp::json`] (a `read_process` result carries up to 2 MiB of
-/// output, and serializing it was most of the call's cost).
+/// but the mirror is written by [`crate::mcp::json`] (a `read_process` result carries up to 2 MiB
+/// of output, and serializing it was most of the call's cost).
 pub(crate) fn structured_result(value: serde_json::Value) -> CallToolResult {
     let mirror = crate::mcp::json::to_string(&value).unwrap_or_else(|e| {
         // Unreachable for a `Value` (its keys are strings); the mirror is a courtesy, not the data.

@@ -5,7 +5,8 @@
 //! files it writes, keyed by the resolved path, from its read through its commit: the
 //! read-modify-write of `edit_file`/`apply_patch` and the `expected_sha256` check of every writer
 //! are then one step against the other writers of this server. Writers outside the server are
-//! not excluded; for them the SHA-256 re-check at commit ([`crate::primitives::write`]) stays the guard.
+//! not excluded; for them the SHA-256 re-check at commit ([`crate::primitives::write`]) stays
+//! the guard.
 //!
 //! The table is bounded by the calls in flight: an entry exists only while a call holds or
 //! waits for its lock and is removed by the last one to leave. Waiting is async (a Tokio

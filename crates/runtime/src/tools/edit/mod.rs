@@ -22,7 +22,10 @@ use crate::{
         text::{check_text, sha256_hex},
         write::{Precondition, Staged, existing_mode, read_bounded},
     },
-    tools::{blocking, blocking_locked, guard_git_internals},
+    tools::{
+        blocking::{blocking, blocking_locked},
+        git::guard::guard_git_internals,
+    },
 };
 
 /// Used by the patch engine too (`MAX_REPORTED_LINES`).

@@ -28,7 +28,7 @@ use crate::{
         text::LineEnding,
         write::{open_regular, read_bounded},
     },
-    tools::blocking,
+    tools::blocking::blocking,
 };
 
 mod engine;

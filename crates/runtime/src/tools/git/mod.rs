@@ -17,6 +17,7 @@ use crate::{
 mod commit;
 mod diff;
 pub(crate) mod engine;
+pub(crate) mod guard;
 mod log;
 mod show;
 mod status;

@@ -38,7 +38,10 @@ use crate::{
         text::{check_text, sha256_hex},
         write::{Precondition, Staged, check_sha256, existing_mode, read_bounded},
     },
-    tools::{blocking, blocking_locked, guard_git_internals},
+    tools::{
+        blocking::{blocking, blocking_locked},
+        git::guard::guard_git_internals,
+    },
 };
 
 mod engine;

@@ -1,4 +1,5 @@
-//! The engine of `search_text`, on ripgrep's crates: candidate files from `ignore`, lines from `grep-searcher`.
+//! The engine of `search_text`, on ripgrep's crates: candidate files from `ignore`, lines from
+//! `grep-searcher`.
 //!
 //! Results come in a total order so that a capped page can be continued: candidate files are
 //! sorted by path (component-wise, which is the order of a depth-first walk with sorted

@@ -22,7 +22,7 @@ use crate::{
     },
     policy::Capability,
     primitives::{skipped::SkippedPath, text::sha256_hex},
-    tools::blocking,
+    tools::blocking::blocking,
 };
 
 mod engine;
