@@ -37,11 +37,11 @@ mod primitives;
 pub mod tools;
 
 pub use mcp::{
-    context::{CallContext, Principal, ProgressSink, ProgressUpdate},
+    context::{CallContext, ProgressSink, ProgressUpdate},
     error::{ToolError, ToolErrorCode},
     server::McpServer,
 };
-pub use policy::Profile;
+pub use policy::{Principal, Profile};
 pub use primitives::text::LineEnding;
 pub use tools::process::engine::watchdog;
 

@@ -7,26 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::limits::PROGRESS_MIN_INTERVAL;
 
-/// Who is calling. Process sessions and jobs belong to the principal that created them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Principal(String);
-
-impl Principal {
-    /// The local user of a stdio session.
-    pub fn local() -> Self {
-        Principal("local".to_owned())
-    }
-
-    /// A named principal (for example a relay account or token id).
-    pub fn named(id: impl Into<String>) -> Self {
-        Principal(id.into())
-    }
-
-    /// The principal's id.
-    pub fn id(&self) -> &str {
-        &self.0
-    }
-}
+use crate::policy::Principal;
 
 /// One progress report (MCP `notifications/progress` params without the token).
 #[derive(Debug, Clone, PartialEq)]

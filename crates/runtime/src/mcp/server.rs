@@ -74,10 +74,11 @@ use crate::{
     Access, SERVER_NAME, VERSION,
     mcp::{
         catalog::Reply,
-        context::{CallContext, Principal, ProgressSink, ProgressUpdate},
+        context::{CallContext, ProgressSink, ProgressUpdate},
         error::{ToolError, ToolErrorCode},
         tasks::{self, TaskEntry},
     },
+    policy::Principal,
     tools,
 };
 

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::limits::{TASK_POLL_INTERVAL, TASK_RETENTION_AFTER_END, TASKS_MAX};
 
-use crate::mcp::context::Principal;
+use crate::policy::Principal;
 
 /// Tools whose calls may become tasks: the ones whose work can outlive any host's patience.
 pub const TASK_TOOLS: &[&str] = &["run_process", "exec_command"];

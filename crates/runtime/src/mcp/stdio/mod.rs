@@ -38,10 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::limits::STDIO_LINE_MAX_BYTES;
 
-use crate::{
-    Runtime,
-    mcp::{context::Principal, server::McpServer},
-};
+use crate::{Runtime, mcp::server::McpServer, policy::Principal};
 
 mod framing;
 mod writer;

@@ -27,7 +27,7 @@ use protocol::limits::{
     SESSION_RETENTION_AFTER_EXIT,
 };
 
-use crate::{mcp::context::Principal, tools::process::engine::Proc};
+use crate::{policy::Principal, tools::process::engine::Proc};
 
 // One session with full output always fits, so the newest exited session is never discarded.
 const _: () = assert!(
