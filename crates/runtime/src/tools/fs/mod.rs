@@ -116,7 +116,7 @@ pub(crate) struct ListDirArgs {
     #[serde(default = "default_dot")]
     path: String,
     /// Most entries to return (default 1000, at most 10000).
-    #[schemars(range(min = 1, max = 10000))]
+    #[schemars(range(min = 1, max = LIST_DIR_MAX_ENTRIES))]
     max_entries: Option<usize>,
 }
 
@@ -214,7 +214,7 @@ pub(crate) struct ListFilesArgs {
     #[serde(default)]
     include_ignored: bool,
     /// Most files to return (default 2000, at most 20000).
-    #[schemars(range(min = 1, max = 20000))]
+    #[schemars(range(min = 1, max = LIST_FILES_MAX))]
     max_files: Option<usize>,
 }
 

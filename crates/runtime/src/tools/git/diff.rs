@@ -17,6 +17,9 @@ use super::{
     os, repo_at,
 };
 
+/// Largest `context_lines` of `git_diff`.
+const CONTEXT_LINES_MAX: u32 = 100;
+
 /// Arguments of `git_diff`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -28,10 +31,10 @@ pub(crate) struct DiffArgs {
     #[serde(default)]
     staged: bool,
     /// Lines of context (default 3, at most 100).
-    #[schemars(range(min = 0, max = 100))]
+    #[schemars(range(min = 0, max = CONTEXT_LINES_MAX))]
     context_lines: Option<u32>,
     /// Most bytes of diff text (default 262144, at most 4194304).
-    #[schemars(range(min = 1, max = 4194304))]
+    #[schemars(range(min = 1, max = DIFF_MAX_BYTES))]
     max_bytes: Option<usize>,
 }
 
@@ -63,7 +66,7 @@ pub(super) async fn git_diff(
     cx: CallContext,
 ) -> ToolResult<DiffOutput> {
     let (repo, target) = repo_at(&rt, &args.path, &cx).await?;
-    let ctx = args.context_lines.unwrap_or(3).min(100);
+    let ctx = args.context_lines.unwrap_or(3).min(CONTEXT_LINES_MAX);
     let cap = args
         .max_bytes
         .unwrap_or(DIFF_DEFAULT_BYTES)

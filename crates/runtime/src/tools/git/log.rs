@@ -24,7 +24,7 @@ const LOG_MAX: usize = 500;
 #[serde(deny_unknown_fields)]
 pub(crate) struct LogArgs {
     /// How many commits (default 20, at most 500).
-    #[schemars(range(min = 1, max = 500))]
+    #[schemars(range(min = 1, max = LOG_MAX))]
     count: Option<usize>,
     /// A revision or range, e.g. "HEAD~5", "main..feature" (default HEAD).
     revision: Option<String>,

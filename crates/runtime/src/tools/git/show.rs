@@ -27,7 +27,7 @@ pub(crate) struct ShowArgs {
     /// The commit, e.g. "HEAD", "HEAD~2", a hash or a tag.
     revision: String,
     /// Most bytes of patch text (default 262144, at most 4194304).
-    #[schemars(range(min = 1, max = 4194304))]
+    #[schemars(range(min = 1, max = DIFF_MAX_BYTES))]
     max_bytes: Option<usize>,
     /// Include the author's e-mail address.
     #[serde(default)]

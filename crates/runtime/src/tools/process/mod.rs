@@ -94,11 +94,11 @@ pub(crate) struct RunProcessArgs {
     /// Text written to the process's stdin, then closed (at most 1 MiB). Default: no stdin.
     stdin: Option<String>,
     /// Seconds before the process tree is terminated: 1-600, default 120.
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
     timeout_seconds: Option<u64>,
     /// Return after this many seconds if the process is still running, leaving it as a process
     /// session (1-600); continue with read_process from stdout_bytes/stderr_bytes.
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
     yield_after_seconds: Option<u64>,
 }
 
@@ -116,11 +116,11 @@ pub(crate) struct ExecCommandArgs {
     /// Text written to the process's stdin, then closed (at most 1 MiB). Default: no stdin.
     stdin: Option<String>,
     /// Seconds before the process tree is terminated: 1-600, default 120.
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
     timeout_seconds: Option<u64>,
     /// Return after this many seconds if the process is still running, leaving it as a process
     /// session (1-600); continue with read_process from stdout_bytes/stderr_bytes.
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
     yield_after_seconds: Option<u64>,
 }
 

@@ -32,6 +32,13 @@ use super::{
     spawn_error, spawn_spec,
 };
 
+/// Bounds of a pseudo-terminal's size (`rows`, `cols` of `start_process`).
+const PTY_ROWS_MIN: u16 = 2;
+const PTY_COLS_MIN: u16 = 10;
+const PTY_SIDE_MAX: u16 = 1000;
+/// Largest `wait_ms` of `read_process`: [`SESSION_READ_WAIT_MAX`] in milliseconds.
+const WAIT_MS_MAX: u64 = SESSION_READ_WAIT_MAX.as_millis() as u64;
+
 pub(crate) fn specs() -> Vec<ToolSpec> {
     let session_hints = Hints {
         read_only: false,
@@ -135,10 +142,10 @@ pub(crate) struct StartProcessArgs {
     #[serde(default)]
     pty: bool,
     /// Terminal rows (pty only, default 24).
-    #[schemars(range(min = 2, max = 1000))]
+    #[schemars(range(min = PTY_ROWS_MIN, max = PTY_SIDE_MAX))]
     rows: Option<u16>,
     /// Terminal columns (pty only, default 80).
-    #[schemars(range(min = 10, max = 1000))]
+    #[schemars(range(min = PTY_COLS_MIN, max = PTY_SIDE_MAX))]
     cols: Option<u16>,
 }
 
@@ -164,8 +171,12 @@ async fn start_process(
     }
     let size = args.pty.then(|| {
         (
-            args.rows.unwrap_or(PTY_DEFAULT_SIZE.0).clamp(2, 1000),
-            args.cols.unwrap_or(PTY_DEFAULT_SIZE.1).clamp(10, 1000),
+            args.rows
+                .unwrap_or(PTY_DEFAULT_SIZE.0)
+                .clamp(PTY_ROWS_MIN, PTY_SIDE_MAX),
+            args.cols
+                .unwrap_or(PTY_DEFAULT_SIZE.1)
+                .clamp(PTY_COLS_MIN, PTY_SIDE_MAX),
         )
     });
     if rt.sessions().running() >= PROCESS_SESSIONS_MAX {
@@ -229,11 +240,11 @@ pub(crate) struct ReadProcessArgs {
     #[serde(default)]
     stderr_offset: u64,
     /// Most bytes per stream (default 65536, at most 1048576).
-    #[schemars(range(min = 1, max = 1048576))]
+    #[schemars(range(min = 1, max = SESSION_READ_MAX_BYTES))]
     max_bytes: Option<usize>,
     /// Milliseconds to wait for new output or exit when there is none yet (0-30000, default 0).
     #[serde(default)]
-    #[schemars(range(min = 0, max = 30000))]
+    #[schemars(range(min = 0, max = WAIT_MS_MAX))]
     wait_ms: u64,
     /// Wait (up to wait_ms) for the process to exit rather than for new output.
     #[serde(default)]

@@ -92,10 +92,10 @@ pub(crate) struct SearchArgs {
     include_ignored: bool,
     /// Lines of context before and after each match (0 to 10, default 0).
     #[serde(default)]
-    #[schemars(range(min = 0, max = 10))]
+    #[schemars(range(min = 0, max = SEARCH_MAX_CONTEXT_LINES))]
     context_lines: usize,
     /// Stop after this many matches (default 200, at most 5000).
-    #[schemars(range(min = 1, max = 5000))]
+    #[schemars(range(min = 1, max = SEARCH_MAX_MATCHES))]
     #[serde(skip_serializing)]
     max_matches: Option<usize>,
     /// next_cursor of the previous page, to continue the same search.
