@@ -55,6 +55,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// One running call of a principal, counted until dropped ([`Runtime::principal_call`]); the
 /// table keeps no entry for a principal with no running call.
 #[derive(Debug)]
+#[must_use = "the call is counted only while the guard lives"]
 pub(crate) struct PrincipalCall {
     table: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     principal: String,
@@ -97,8 +98,11 @@ impl Access {
         &self.workspace
     }
 
-    /// The shared runtime.
-    pub fn runtime(&self) -> &Arc<Runtime> {
+    /// The shared runtime, for the MCP server's call accounting (call slots, tasks). Its
+    /// [`Runtime::policy`] and [`Runtime::workspace`] are the daemon's ceiling, not this caller's:
+    /// tool handlers use [`Access::policy`] and [`Access::workspace`], and never this (the tidy
+    /// test checks that no file under `tools/` calls it).
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
     }
 

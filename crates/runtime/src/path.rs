@@ -76,6 +76,7 @@ impl Workspace {
     }
 
     /// The same root with other path rules (no filesystem access).
+    #[must_use = "returns a workspace with these rules; self is unchanged"]
     pub fn with_rules(&self, restricted: bool, absolute_output: bool) -> Self {
         Self {
             root: self.root.clone(),

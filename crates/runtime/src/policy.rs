@@ -261,6 +261,7 @@ impl Policy {
     /// The intersection of this policy and `role`'s profile: each capability is the narrower of
     /// the two (DESIGN §3 "Authority": never a union, nothing elevates). Named after whichever
     /// profile it equals, else `custom`.
+    #[must_use = "returns the narrowed policy; self is unchanged"]
     pub fn intersect(&self, role: Profile) -> Policy {
         let r = role.capabilities();
         let caps = Capabilities {

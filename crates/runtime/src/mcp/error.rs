@@ -81,18 +81,21 @@ impl ToolError {
     }
 
     /// Marks the error as worth retrying unchanged.
+    #[must_use = "returns the changed error"]
     pub fn retryable(mut self) -> Self {
         self.retryable = true;
         self
     }
 
     /// Records that the operation may already have changed something.
+    #[must_use = "returns the changed error"]
     pub fn with_side_effects(mut self) -> Self {
         self.side_effects_started = true;
         self
     }
 
     /// Adds a detail field (for example `"path"` or `"match_lines"`).
+    #[must_use = "returns the changed error"]
     pub fn detail(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.details.insert(key.to_owned(), value.into());
         self

@@ -363,6 +363,7 @@ fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
 /// send for clients without structured content support. Like rmcp's `CallToolResult::structured`,
 /// but the mirror is written by [`crate::mcp::json`] (a `read_process` result carries up to 2 MiB
 /// of output, and serializing it was most of the call's cost).
+#[must_use]
 pub(crate) fn structured_result(value: serde_json::Value) -> CallToolResult {
     let mirror = crate::mcp::json::to_string(&value).unwrap_or_else(|e| {
         // Unreachable for a `Value` (its keys are strings); the mirror is a courtesy, not the data.
@@ -375,6 +376,7 @@ pub(crate) fn structured_result(value: serde_json::Value) -> CallToolResult {
 }
 
 /// Renders a [`ToolError`] as an `isError: true` result (no `structuredContent`).
+#[must_use]
 pub fn error_result(e: &ToolError) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(e.to_json().to_string())])
 }

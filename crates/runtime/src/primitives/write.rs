@@ -33,6 +33,7 @@ pub(crate) enum Precondition {
 
 /// A file written beside its target, not yet visible.
 #[derive(Debug)]
+#[must_use = "an uncommitted staged write is removed when dropped"]
 pub(crate) struct Staged {
     temp: NamedTempFile,
     target: PathBuf,
