@@ -134,6 +134,8 @@ pub(crate) enum AuthArg {
 #[derive(Debug, Args)]
 pub(crate) struct ConnectArgs {
     /// The relay's public URL, e.g. https://relay.example.com.
+    // The doc comment is clap's help text, shown as written: a bare URL reads best there.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY")]
     pub(crate) relay: url::Url,
     /// The directory to expose (default: the current directory).

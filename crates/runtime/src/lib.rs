@@ -1,26 +1,45 @@
 //! The machine-bridge runtime: everything that happens on the user's machine.
 //!
-//! This crate owns the tool registry ([`tools`], one module per tool family), the policy
-//! ([`policy`]), path confinement ([`path`]) and the MCP plumbing ([`mcp`]): the catalog
-//! machinery, the one MCP server type every transport uses ([`McpServer`], built on the official
-//! Rust SDK `rmcp`) and the stdio transport ([`mcp::stdio`]). It knows no socket, HTTP or
-//! WebSocket: the stdio transport and the daemon's relay link feed JSON-RPC messages to the same
-//! server.
+//! It knows no socket, HTTP or WebSocket: the stdio transport and the daemon's relay link feed
+//! JSON-RPC messages to the same MCP server. The source tree:
+//!
+//! - [`mcp`] — MCP plumbing: [`McpServer`] (the rmcp `ServerHandler` every transport serves),
+//!   the catalog machinery, [`CallContext`], [`ToolError`], JSON text, tasks, and the stdio
+//!   transport ([`mcp::stdio`]).
+//! - [`tools`] — the tool registry, and one folder per tool family (`fs`, `search`, `edit`,
+//!   `patch`, `process`, `git`; `info` is one file) holding its handlers, its pure `engine` and
+//!   their unit tests.
+//! - `primitives` — shared pure building blocks of the families: text facts, complete-before-
+//!   visible writes and write locks, diffs, ignore files, skipped paths.
+//! - [`policy`] (profiles, capabilities, [`Principal`]), [`path`] (confinement), [`memory`]
+//!   (heap hygiene); [`Runtime`] and [`Access`] (the runtime as one caller may use it) are here.
 //!
 //! Main types: [`Runtime`] (configuration + shared state, one per process), [`McpServer`] (one per
 //! MCP session), [`CallContext`] (cancellation, progress and caller of one tool call),
 //! [`ToolError`] (a failed call, rendered as an `isError` result with a stable code).
 //!
-//! ```no_run
-//! use machine_bridge_runtime::{Runtime, RuntimeConfig, policy::{Policy, Profile}};
+//! ```
+//! use machine_bridge_runtime::{
+//!     CallContext, McpServer, Principal, Runtime, RuntimeConfig,
+//!     policy::{Policy, Profile},
+//! };
 //!
-//! # async fn run() -> std::io::Result<()> {
-//! let runtime = Runtime::new(RuntimeConfig {
-//!     workspace: "/path/to/repo".into(),
-//!     policy: Policy::profile(Profile::Agent),
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! std::fs::write(dir.path().join("notes.txt"), "one\ntwo\n")?;
+//! let runtime = std::sync::Arc::new(Runtime::new(RuntimeConfig {
+//!     workspace: dir.path().into(),
+//!     policy: Policy::profile(Profile::Review),
 //!     default_yield_after: None,
-//! })?;
-//! machine_bridge_runtime::mcp::stdio::serve_process_stdio(runtime.into()).await?;
+//! })?);
+//! // `machine-mcp stdio` serves this process's stdin and stdout with it:
+//! // machine_bridge_runtime::mcp::stdio::serve_process_stdio(runtime).await?;
+//! let server = McpServer::new(runtime.access(None), Principal::local());
+//! let args = serde_json::json!({"path": "notes.txt", "start_line": 2});
+//! let args = args.as_object().cloned().unwrap_or_default();
+//! let result = server.call("read_file", args, CallContext::local()).await?;
+//! assert_eq!(result.structured_content.unwrap()["content"], "two\n");
 //! # Ok(()) }
 //! ```
 

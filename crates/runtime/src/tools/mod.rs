@@ -3,7 +3,7 @@
 //!
 //! One module per tool family (a folder holding its handlers, its pure `engine` and their tests;
 //! `info` is one file); each family's `specs()` lists its entries, built with [`ToolSpec`].
-//! [`blocking`] is how handlers run blocking work.
+//! `blocking` is how handlers run blocking work.
 
 use std::sync::LazyLock;
 

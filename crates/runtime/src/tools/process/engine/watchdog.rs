@@ -1,12 +1,12 @@
 //! The watchdog: nothing the server started outlives the server, even a SIGKILLed one.
 //!
-//! A server that is SIGKILLed runs no shutdown, so the tree termination of [`super::tree`] never
-//! happens and its children are reparented to init. Before its first child, a server that
+//! A server that is SIGKILLed runs no shutdown, so the tree termination of the engine's `tree` module
+//! never happens and its children are reparented to init. Before its first child, a server that
 //! [`enable`]d the watchdog starts one: its own executable again, running [`run`] in a process
 //! group of its own (a terminal's Ctrl-C to the server's group does not reach it), with the read
 //! end of a pipe as stdin. Only the server holds the write end (close-on-exec, so no child
 //! inherits it), so the watchdog reads end of file exactly when the server is gone, however it
-//! ended. It then terminates every process whose [`super::tree::TREE_ENV`] tag starts with this
+//! ended. It then terminates every process whose `TREE_ENV` tag starts with this
 //! server's instance prefix — every child of the server inherits one, including a descendant
 //! that called `setsid()` and was reparented — and every descendant of those by parent links:
 //! SIGTERM, up to [`TERMINATION_GRACE`], then SIGKILL until none is left, rescanning `/proc`
@@ -18,7 +18,7 @@
 //! A cgroup would need a delegated cgroup v2 subtree, which a user's server usually lacks.
 //!
 //! Limits: a descendant that cleared or replaced its environment and whose parent is gone by the
-//! time the server dies escapes (as from [`super::tree`]); so does anything when the watchdog
+//! time the server dies escapes (as from the tree termination); so does anything when the watchdog
 //! itself is SIGKILLed first or could not be started (then a warning is logged once).
 
 use std::{
@@ -117,7 +117,7 @@ fn ensure_started() {
 
 /// The watchdog's body (`machine-mcp` runs it in its hidden watchdog subcommand): waits for end
 /// of file on stdin (the server is gone), then terminates every process tagged with `instance`
-/// and their descendants; returns when none is left (or after [`KILL_RETRIES_FOR`] of SIGKILL).
+/// and their descendants; returns when none is left (or after `KILL_RETRIES_FOR` of SIGKILL).
 pub fn run(instance: &str) {
     let server_started = tree::read_stat(nix::unistd::getppid().as_raw()).map_or(0, |s| s.started);
     let mut stdin = std::io::stdin().lock();
