@@ -48,10 +48,9 @@ use std::{io, path::PathBuf, sync::Arc, time::Duration};
 use tokio::sync::Semaphore;
 
 pub mod mcp;
+pub mod memory;
 pub mod path;
 pub mod policy;
-
-pub mod memory;
 mod primitives;
 pub mod tools;
 
