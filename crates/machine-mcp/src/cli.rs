@@ -1,5 +1,8 @@
 //! Command-line definitions (the raw arguments; validated in `commands`).
 
+// The doc comments here are clap's help text, shown as written: a bare URL reads best there.
+#![allow(rustdoc::bare_urls)]
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -134,8 +137,6 @@ pub(crate) enum AuthArg {
 #[derive(Debug, Args)]
 pub(crate) struct ConnectArgs {
     /// The relay's public URL, e.g. https://relay.example.com.
-    // The doc comment is clap's help text, shown as written: a bare URL reads best there.
-    #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY")]
     pub(crate) relay: url::Url,
     /// The directory to expose (default: the current directory).
