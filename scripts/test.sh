@@ -14,7 +14,10 @@
 # Stages, in order, stopping at the first failure:
 #   fmt       cargo fmt --all --check
 #   clippy    cargo clippy --workspace --all-targets --locked -- -D warnings
-#   test      cargo test --workspace --locked
+#   doc       RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked (see DOC_EXCLUDE)
+#   test      cargo test --workspace --locked (its tidy test, crates/machine-mcp/tests/tidy.rs,
+#             checks the crate edges of DESIGN §2, that engines import no MCP or transport, and
+#             that docs/relay-protocol.md names every frame)
 #   build     cargo build --locked -p machine-mcp
 #   interop   tests/interop/run.sh <target dir>/debug/machine-mcp
 # The last line is `test.sh: N passed, M failed` (stages); the exit code is non-zero if any failed.
@@ -26,7 +29,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 exec </dev/null # nothing here reads a terminal (CI runs without one)
 
-STAGES=(fmt clippy test build interop)
+STAGES=(fmt clippy doc test build interop)
 passed=0 failed=0 start=$SECONDS
 
 banner() { printf '\n==== test.sh: %s\n' "$*"; }
@@ -113,6 +116,18 @@ stage fmt "cargo fmt --all --check" \
   cargo fmt --all --check
 stage clippy "cargo clippy --workspace --all-targets --locked -- -D warnings" \
   cargo clippy --workspace --all-targets --locked -- -D warnings
+# Crates whose docs still have warnings, documented without -D warnings until they are fixed:
+# relay (hub.rs links the private SESSIONS_PER_BRIDGE; storage.rs links a `Storage` that does
+# not exist) and daemon (bridge.rs links the private `Legacy`). Empty this list when they are.
+DOC_EXCLUDE=(machine-bridge-relay machine-bridge-daemon)
+doc_strict() {
+  local args=() p
+  for p in "${DOC_EXCLUDE[@]}"; do args+=(--exclude "$p"); done
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked "${args[@]}" || return 1
+  for p in "${DOC_EXCLUDE[@]}"; do cargo doc --no-deps --locked -p "$p" || return 1; done
+}
+stage doc "RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps --workspace --locked (not yet strict: ${DOC_EXCLUDE[*]})" \
+  doc_strict
 stage test "cargo test --workspace --locked" \
   cargo test --workspace --locked
 stage build "cargo build --locked -p machine-mcp" \

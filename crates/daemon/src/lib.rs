@@ -45,7 +45,7 @@ pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
     .map(|(role, profile)| {
         let access = runtime.access(Some(profile));
         let list = ListToolsResult::with_all_items(
-            runtime::catalog::allowed(access.policy())
+            runtime::tools::allowed(access.policy())
                 .map(|t| t.to_tool())
                 .collect(),
         );

@@ -916,7 +916,7 @@ fn too_large(message: &Value, method: Option<&str>, size: usize) -> Value {
     if method == Some("tools/call") && message.get("result").is_some() {
         let e = runtime::ToolError::limit(format!("the call completed, but {advice}"))
             .with_side_effects();
-        return json!({"jsonrpc": "2.0", "id": id, "result": runtime::server::error_result(&e)});
+        return json!({"jsonrpc": "2.0", "id": id, "result": runtime::mcp::server::error_result(&e)});
     }
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": advice}})
 }

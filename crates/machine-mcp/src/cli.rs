@@ -1,5 +1,8 @@
 //! Command-line definitions (the raw arguments; validated in `commands`).
 
+// The doc comments here are clap's help text, shown as written: a bare URL reads best there.
+#![allow(rustdoc::bare_urls)]
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};

@@ -1,25 +1,45 @@
 //! The machine-bridge runtime: everything that happens on the user's machine.
 //!
-//! This crate owns the tool catalog ([`catalog`]), the policy ([`policy`]), path confinement
-//! ([`path`]), the tool handlers (`tools::*`, one module per tool family) and the one MCP server
-//! type every transport uses ([`server::McpServer`], built on the official Rust SDK `rmcp`). It
-//! knows no socket, HTTP or WebSocket: the stdio transport ([`stdio`]) and, later, the daemon's
-//! relay link feed JSON-RPC messages to the same server.
+//! It knows no socket, HTTP or WebSocket: the stdio transport and the daemon's relay link feed
+//! JSON-RPC messages to the same MCP server. The source tree:
+//!
+//! - [`mcp`] — MCP plumbing: [`McpServer`] (the rmcp `ServerHandler` every transport serves),
+//!   the catalog machinery, [`CallContext`], [`ToolError`], JSON text, tasks, and the stdio
+//!   transport ([`mcp::stdio`]).
+//! - [`tools`] — the tool registry, and one folder per tool family (`fs`, `search`, `edit`,
+//!   `patch`, `process`, `git`; `info` is one file) holding its handlers, its pure `engine` and
+//!   their unit tests.
+//! - `primitives` — shared pure building blocks of the families: text facts, complete-before-
+//!   visible writes and write locks, diffs, ignore files, skipped paths.
+//! - [`policy`] (profiles, capabilities, [`Principal`]), [`path`] (confinement), [`memory`]
+//!   (heap hygiene); [`Runtime`] and [`Access`] (the runtime as one caller may use it) are here.
 //!
 //! Main types: [`Runtime`] (configuration + shared state, one per process), [`McpServer`] (one per
 //! MCP session), [`CallContext`] (cancellation, progress and caller of one tool call),
 //! [`ToolError`] (a failed call, rendered as an `isError` result with a stable code).
 //!
-//! ```no_run
-//! use machine_bridge_runtime::{Runtime, RuntimeConfig, policy::{Policy, Profile}};
+//! ```
+//! use machine_bridge_runtime::{
+//!     CallContext, McpServer, Principal, Runtime, RuntimeConfig,
+//!     policy::{Policy, Profile},
+//! };
 //!
-//! # async fn run() -> std::io::Result<()> {
-//! let runtime = Runtime::new(RuntimeConfig {
-//!     workspace: "/path/to/repo".into(),
-//!     policy: Policy::profile(Profile::Agent),
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! std::fs::write(dir.path().join("notes.txt"), "one\ntwo\n")?;
+//! let runtime = std::sync::Arc::new(Runtime::new(RuntimeConfig {
+//!     workspace: dir.path().into(),
+//!     policy: Policy::profile(Profile::Review),
 //!     default_yield_after: None,
-//! })?;
-//! machine_bridge_runtime::stdio::serve_process_stdio(runtime.into()).await?;
+//! })?);
+//! // `machine-mcp stdio` serves this process's stdin and stdout with it:
+//! // machine_bridge_runtime::mcp::stdio::serve_process_stdio(runtime).await?;
+//! let server = McpServer::new(runtime.access(None), Principal::local());
+//! let args = serde_json::json!({"path": "notes.txt", "start_line": 2});
+//! let args = args.as_object().cloned().unwrap_or_default();
+//! let result = server.call("read_file", args, CallContext::local()).await?;
+//! assert_eq!(result.structured_content.unwrap()["content"], "two\n");
 //! # Ok(()) }
 //! ```
 
@@ -27,37 +47,21 @@ use std::{io, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
 
-pub mod catalog;
-pub mod context;
-pub mod error;
-pub mod json;
+pub mod mcp;
+pub mod memory;
 pub mod path;
 pub mod policy;
-pub mod server;
-pub mod stdio;
-pub mod tasks;
+mod primitives;
+pub mod tools;
 
-mod diff;
-mod edit;
-mod git;
-mod ignores;
-pub mod memory;
-mod patch;
-mod process;
-mod read;
-mod search;
-mod skipped;
-mod text;
-mod tools;
-mod write;
-mod write_lock;
-
-pub use context::{CallContext, Principal, ProgressSink, ProgressUpdate};
-pub use error::{ToolError, ToolErrorCode};
-pub use policy::Profile;
-pub use process::watchdog;
-pub use server::McpServer;
-pub use text::LineEnding;
+pub use mcp::{
+    context::{CallContext, ProgressSink, ProgressUpdate},
+    error::{ToolError, ToolErrorCode},
+    server::McpServer,
+};
+pub use policy::{Principal, Profile};
+pub use primitives::text::LineEnding;
+pub use tools::process::engine::watchdog;
 
 use crate::{path::Workspace, policy::Policy};
 
@@ -69,6 +73,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// One running call of a principal, counted until dropped ([`Runtime::principal_call`]); the
 /// table keeps no entry for a principal with no running call.
 #[derive(Debug)]
+#[must_use = "the call is counted only while the guard lives"]
 pub(crate) struct PrincipalCall {
     table: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     principal: String,
@@ -111,8 +116,11 @@ impl Access {
         &self.workspace
     }
 
-    /// The shared runtime.
-    pub fn runtime(&self) -> &Arc<Runtime> {
+    /// The shared runtime, for the MCP server's call accounting (call slots, tasks). Its
+    /// [`Runtime::policy`] and [`Runtime::workspace`] are the daemon's ceiling, not this caller's:
+    /// tool handlers use [`Access::policy`] and [`Access::workspace`], and never this (the tidy
+    /// test checks that no file under `tools/` calls it).
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
     }
 
@@ -123,11 +131,11 @@ impl Access {
         self.owner
     }
 
-    pub(crate) fn sessions(&self) -> &process::sessions::Sessions {
+    pub(crate) fn sessions(&self) -> &tools::process::engine::sessions::Sessions {
         self.runtime.sessions()
     }
 
-    pub(crate) fn scratch(&self) -> &process::env::Scratch {
+    pub(crate) fn scratch(&self) -> &tools::process::engine::env::Scratch {
         self.runtime.scratch()
     }
 
@@ -135,11 +143,11 @@ impl Access {
         self.runtime.default_yield_after()
     }
 
-    pub(crate) fn ignore_cache(&self) -> &Arc<ignores::IgnoreCache> {
+    pub(crate) fn ignore_cache(&self) -> &Arc<primitives::ignores::IgnoreCache> {
         &self.runtime.ignore_cache
     }
 
-    pub(crate) fn write_locks(&self) -> &Arc<write_lock::WriteLocks> {
+    pub(crate) fn write_locks(&self) -> &Arc<primitives::write_lock::WriteLocks> {
         &self.runtime.write_locks
     }
 }
@@ -167,14 +175,14 @@ pub struct Runtime {
     others_calls: Arc<Semaphore>,
     principal_calls: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     idle_trim: Arc<memory::IdleTrim>,
-    /// Compiled ignore files, shared by concurrent walks (see [`ignores`]).
-    ignore_cache: Arc<ignores::IgnoreCache>,
+    /// Compiled ignore files, shared by concurrent walks (see [`primitives::ignores`]).
+    ignore_cache: Arc<primitives::ignores::IgnoreCache>,
     default_yield_after: Option<Duration>,
-    sessions: process::sessions::Sessions,
-    tasks: tasks::Tasks,
-    scratch: process::env::Scratch,
-    /// Per-file write locks shared by every session (see [`write_lock`]).
-    write_locks: Arc<write_lock::WriteLocks>,
+    sessions: tools::process::engine::sessions::Sessions,
+    tasks: mcp::tasks::Tasks,
+    scratch: tools::process::engine::env::Scratch,
+    /// Per-file write locks shared by every session (see [`primitives::write_lock`]).
+    write_locks: Arc<primitives::write_lock::WriteLocks>,
 }
 
 impl Runtime {
@@ -200,9 +208,9 @@ impl Runtime {
             idle_trim: Arc::default(),
             ignore_cache: Arc::default(),
             default_yield_after: config.default_yield_after,
-            sessions: process::sessions::Sessions::default(),
-            tasks: tasks::Tasks::default(),
-            scratch: process::env::Scratch::new(scratch),
+            sessions: tools::process::engine::sessions::Sessions::default(),
+            tasks: mcp::tasks::Tasks::default(),
+            scratch: tools::process::engine::env::Scratch::new(scratch),
             write_locks: Arc::default(),
         })
     }
@@ -287,16 +295,16 @@ impl Runtime {
             .call_ended(&self.calls, protocol::limits::CONCURRENT_TOOL_CALLS);
     }
 
-    pub(crate) fn sessions(&self) -> &process::sessions::Sessions {
+    pub(crate) fn sessions(&self) -> &tools::process::engine::sessions::Sessions {
         &self.sessions
     }
 
-    pub(crate) fn scratch(&self) -> &process::env::Scratch {
+    pub(crate) fn scratch(&self) -> &tools::process::engine::env::Scratch {
         &self.scratch
     }
 
-    /// The tasks of every session of this runtime (see [`tasks`]).
-    pub fn tasks(&self) -> &tasks::Tasks {
+    /// The tasks of every session of this runtime (see [`mcp::tasks`]).
+    pub fn tasks(&self) -> &mcp::tasks::Tasks {
         &self.tasks
     }
 

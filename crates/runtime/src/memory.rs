@@ -4,8 +4,8 @@
 //! its per-thread arenas, so a server that served one heavy call stays that large while idle
 //! (measured: 12 MiB idle → 45–50 MiB after three searches over the Linux tree and ten 1 MiB
 //! reads, of which the heap really in use was under 1 MiB). Two measures, both measured on that
-//! load: [`IdleTrim`] calls `malloc_trim(0)` once no tool call has started or run for
-//! [`IDLE_DELAY`] (→ 25 MiB), and [`limit_arenas`] caps glibc at [`MALLOC_ARENAS`] arenas
+//! load: `IdleTrim` calls `malloc_trim(0)` once no tool call has started or run for
+//! `IDLE_DELAY` (→ 25 MiB), and [`limit_arenas`] caps glibc at [`MALLOC_ARENAS`] arenas
 //! (→ 19 MiB; no measurable change in search time on 2 cores). The relay, which has no call
 //! boundaries, uses [`trim_periodically`] instead. Elsewhere (musl, other systems) all of this
 //! does nothing.

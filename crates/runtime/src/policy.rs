@@ -4,9 +4,33 @@
 //! (the `--exec-mode`, `--no-write`, `--unrestricted-paths`, `--absolute-paths` and `--full-env`
 //! flags). When the result differs from the named profile in any capability it reports itself as
 //! `custom`. Tools are listed and allowed according to their [`Capability`].
+//!
+//! A [`Principal`] is who calls: the third part of a call's authority (DESIGN §3), since process
+//! sessions and tasks belong to the principal that created them.
 
 use schemars::JsonSchema;
 use serde::Serialize;
+
+/// Who is calling. Process sessions and jobs belong to the principal that created them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(String);
+
+impl Principal {
+    /// The local user of a stdio session.
+    pub fn local() -> Self {
+        Principal("local".to_owned())
+    }
+
+    /// A named principal (for example a relay account or token id).
+    pub fn named(id: impl Into<String>) -> Self {
+        Principal(id.into())
+    }
+
+    /// The principal's id.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
 
 /// A named starting point for the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +261,7 @@ impl Policy {
     /// The intersection of this policy and `role`'s profile: each capability is the narrower of
     /// the two (DESIGN §3 "Authority": never a union, nothing elevates). Named after whichever
     /// profile it equals, else `custom`.
+    #[must_use = "returns the narrowed policy; self is unchanged"]
     pub fn intersect(&self, role: Profile) -> Policy {
         let r = role.capabilities();
         let caps = Capabilities {

@@ -11,7 +11,7 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
         policy = runtime.policy().name(),
         "serving MCP over stdio"
     );
-    let serve = runtime::stdio::serve_process_stdio(runtime.clone());
+    let serve = runtime::mcp::stdio::serve_process_stdio(runtime.clone());
     let outcome = tokio::select! {
         r = serve => r.context("stdio session failed"),
         _ = super::shutdown_signal() => {

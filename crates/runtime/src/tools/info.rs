@@ -9,11 +9,13 @@ use protocol::limits;
 
 use crate::{
     Access, SERVER_NAME, VERSION,
-    catalog::{self, Hints, ToolMeta, ToolSpec},
-    context::CallContext,
-    error::ToolResult,
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::ToolResult,
+        server::SUPPORTED_PROTOCOL_VERSIONS,
+    },
     policy::{Capability, PolicyView},
-    server::SUPPORTED_PROTOCOL_VERSIONS,
 };
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
@@ -111,7 +113,7 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             .collect(),
         workspace: rt.workspace().root().to_string_lossy().into_owned(),
         policy: rt.policy().view(),
-        tools: catalog::allowed(rt.policy())
+        tools: super::allowed(rt.policy())
             .map(|t| t.meta().name.to_owned())
             .collect(),
         limits: Limits {

@@ -1,29 +1,25 @@
-//! Tool handlers, one module per tool family. Each module's `specs()` lists its catalog entries.
+//! The tool registry: every tool family's catalog entries, in listing order, from which
+//! `tools/list` is derived ([`allowed`]) and `tools/call` finds its handler ([`find`]).
+//!
+//! One module per tool family (a folder holding its handlers, its pure `engine` and their tests;
+//! `info` is one file); each family's `specs()` lists its entries, built with [`ToolSpec`].
+//! `blocking` is how handlers run blocking work.
 
-use std::{
-    path::{Component, Path, PathBuf},
-    sync::OnceLock,
-};
+use std::sync::LazyLock;
 
-use crate::{
-    Access,
-    catalog::ToolSpec,
-    error::{ToolError, ToolErrorCode, ToolResult},
-    policy::Capability,
-    write_lock::WriteGuard,
-};
+use crate::{mcp::catalog::ToolSpec, policy::Policy};
 
+pub(crate) mod blocking;
 mod edit;
 mod fs;
-mod git;
+pub(crate) mod git;
 mod info;
 mod patch;
-mod process;
+pub(crate) mod process;
 mod search;
-mod session;
 
 /// Every tool, in listing order.
-pub(crate) fn all() -> Vec<ToolSpec> {
+fn specs() -> Vec<ToolSpec> {
     let mut v = Vec::new();
     v.extend(info::specs());
     v.extend(fs::specs());
@@ -31,119 +27,26 @@ pub(crate) fn all() -> Vec<ToolSpec> {
     v.extend(edit::specs());
     v.extend(patch::specs());
     v.extend(process::specs());
-    v.extend(session::specs());
+    v.extend(process::session::specs());
     v.extend(git::specs());
     v
 }
 
-/// Runs blocking filesystem work off the async threads.
-pub(crate) async fn blocking<T, F>(f: F) -> ToolResult<T>
-where
-    F: FnOnce() -> ToolResult<T> + Send + 'static,
-    T: Send + 'static,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => Err(ToolError::cancelled()),
-    }
+static CATALOG: LazyLock<Vec<ToolSpec>> = LazyLock::new(specs);
+
+/// Every tool this build knows, in listing order.
+pub fn all() -> &'static [ToolSpec] {
+    &CATALOG
 }
 
-/// Runs blocking work that writes the files at `paths` (resolved paths) while holding their
-/// write locks ([`crate::write_lock`]): no other writer of this runtime touches them between
-/// what `f` reads and what it commits. The locks are awaited without holding a thread; once `f`
-/// runs they are held until it returns, even if the call is cancelled meanwhile.
-pub(crate) async fn blocking_locked<T, F>(rt: &Access, paths: Vec<PathBuf>, f: F) -> ToolResult<T>
-where
-    F: FnOnce(&WriteGuard) -> ToolResult<T> + Send + 'static,
-    T: Send + 'static,
-{
-    let guard = rt.write_locks().lock(paths).await;
-    blocking(move || f(&guard)).await
+/// The tool named `name`, if this build has one.
+pub fn find(name: &str) -> Option<&'static ToolSpec> {
+    CATALOG.iter().find(|t| t.meta().name == name)
 }
 
-/// Refuses a write that could make git run a program when the policy allows no processes:
-///
-/// - inside a `.git` directory (any case: on a case-insensitive file system `.GIT` is the git
-///   directory): git reads the repository's configuration and hooks from there;
-/// - to git configuration outside `.git` that git reads for repositories below it, which matters
-///   when the workspace is or contains a home directory (git-config(1) "FILES"): any
-///   `.gitconfig`, anything below a `.config/git/` directory (`config`, `attributes`, `ignore`,
-///   `credentials`), anything below the server's `$XDG_CONFIG_HOME/git/`, and the files the
-///   server's `GIT_CONFIG_GLOBAL`/`GIT_CONFIG_SYSTEM` name or `/etc/gitconfig`.
-///
-/// The git tools themselves read none of the files outside `.git` (`crate::git`: `HOME`,
-/// `XDG_CONFIG_HOME` and `GIT_CONFIG_GLOBAL` point at `/dev/null`), so this protects the user's
-/// own git and later sessions that may run programs: a caller without exec must not plant
-/// configuration that runs one. `.gitattributes` and `.gitignore` stay writable: attributes only
-/// name drivers, whose commands live in the configuration refused here. Not covered: a file of
-/// another name that the user's configuration already includes (`include.path`).
-pub(crate) fn guard_git_internals(rt: &Access, real: &Path, display: &str) -> ToolResult<()> {
-    if rt.policy().allows(Capability::ExecDirect) {
-        return Ok(());
-    }
-    let is = |c: Component<'_>, name: &str| {
-        c.as_os_str()
-            .to_str()
-            .is_some_and(|n| n.eq_ignore_ascii_case(name))
-    };
-    let denied = |what: &str| {
-        Err(ToolError::new(
-            ToolErrorCode::PolicyDenied,
-            format!(
-                "{display}: writing {what} needs an exec mode (direct or shell), because git \
-                 configuration can run programs; the {} policy has none",
-                rt.policy().name()
-            ),
-        ))
-    };
-    if real.components().any(|c| is(c, ".git")) {
-        return denied("inside a .git directory");
-    }
-    let parts: Vec<Component<'_>> = real.components().collect();
-    let in_config_git = parts
-        .windows(2)
-        .any(|w| is(w[0], ".config") && is(w[1], "git"));
-    let named_gitconfig = parts.last().is_some_and(|c| is(*c, ".gitconfig"));
-    let server_config = user_git_config_paths().iter().any(|(p, below)| {
-        starts_with_ignoring_case(real, p) && (*below || parts.len() == p.components().count())
-    });
-    if in_config_git || named_gitconfig || server_config {
-        return denied("git configuration");
-    }
-    Ok(())
-}
-
-/// Git configuration locations from the server's environment, with whether everything below
-/// the path counts (a directory) or only the path itself (a file). Canonicalized where they
-/// exist, since written paths are.
-fn user_git_config_paths() -> &'static [(PathBuf, bool)] {
-    static PATHS: OnceLock<Vec<(PathBuf, bool)>> = OnceLock::new();
-    PATHS.get_or_init(|| {
-        let canon = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
-        let mut v = vec![(canon(PathBuf::from("/etc/gitconfig")), false)];
-        if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|x| !x.is_empty()) {
-            v.push((canon(PathBuf::from(x)).join("git"), true));
-        }
-        for var in ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"] {
-            if let Some(f) = std::env::var_os(var).filter(|f| !f.is_empty()) {
-                v.push((canon(PathBuf::from(f)), false));
-            }
-        }
-        v.retain(|(p, _)| p.is_absolute());
-        v
-    })
-}
-
-/// `path` is `prefix` or below it, comparing components without ASCII case (as a
-/// case-insensitive file system would).
-fn starts_with_ignoring_case(path: &Path, prefix: &Path) -> bool {
-    let mut p = path.components();
-    prefix.components().all(|want| {
-        p.next().is_some_and(|got| {
-            got.as_os_str()
-                .as_encoded_bytes()
-                .eq_ignore_ascii_case(want.as_os_str().as_encoded_bytes())
-        })
-    })
+/// The tools `policy` allows, in listing order.
+pub fn allowed(policy: &Policy) -> impl Iterator<Item = &'static ToolSpec> + '_ {
+    CATALOG
+        .iter()
+        .filter(move |t| policy.allows(t.meta().capability))
 }

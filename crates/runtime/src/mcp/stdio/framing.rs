@@ -1,0 +1,255 @@
+//! Framing of the stdio transport: one input line → one [`Frame`] (a message to deliver, a
+//! line to skip, or the JSON-RPC error that answers it), by the rules of the module docs of
+//! [`super`]. What may be delivered when (the handshake gate, ids in flight) is decided by the
+//! reader in [`super`].
+
+use std::io;
+
+use rmcp::model::ClientJsonRpcMessage;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// The per-request protocol version field of MCP 2026-07-28 (Basic §Per-request protocol
+/// fields), in a request's `params._meta`.
+const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+pub(super) fn is_discover(msg: &ClientJsonRpcMessage) -> bool {
+    matches!(
+        msg,
+        rmcp::model::JsonRpcMessage::Request(r)
+            if matches!(r.request, rmcp::model::ClientRequest::DiscoverRequest(_))
+    )
+}
+
+/// What one input line turned out to be.
+#[derive(Debug)]
+pub(super) enum Frame {
+    Skip,
+    Deliver(Box<ClientJsonRpcMessage>, Kind),
+    Reject(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Initialize,
+    PreInitRequest,
+    /// A 2026-07-28 request: `server/discover`, or one carrying the per-request `_meta` fields.
+    Stateless,
+    Request,
+    Other,
+}
+
+/// Reads one `\n`-terminated line into `buf` (without the `\n`). Returns `None` at end of input,
+/// `Some(true)` when the line was longer than `max` (its bytes are discarded).
+pub(super) async fn read_bounded_line<R: AsyncBufRead + Unpin>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<bool>> {
+    let mut over = false;
+    let mut read_any = false;
+    loop {
+        let chunk = input.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(if read_any { Some(over) } else { None });
+        }
+        read_any = true;
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let data = if done {
+            &chunk[..take - 1]
+        } else {
+            &chunk[..take]
+        };
+        if !over {
+            if buf.len() + data.len() > max {
+                over = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(data);
+            }
+        }
+        input.consume(take);
+        if done {
+            return Ok(Some(over));
+        }
+    }
+}
+
+pub(super) fn classify(line: &[u8]) -> Frame {
+    let trimmed = line.strip_suffix(b"\r").unwrap_or(line);
+    if trimmed.iter().all(u8::is_ascii_whitespace) {
+        return Frame::Skip;
+    }
+    let value: Value = match serde_json::from_slice(trimmed) {
+        Ok(v) => v,
+        Err(e) => {
+            return Frame::Reject(error_line(
+                &Value::Null,
+                -32700,
+                &format!("parse error: {e}"),
+            ));
+        }
+    };
+    let obj = match &value {
+        Value::Object(o) => o,
+        Value::Array(_) => {
+            return Frame::Reject(error_line(
+                &Value::Null,
+                -32600,
+                "JSON-RPC batches are not supported: send one message per line",
+            ));
+        }
+        _ => {
+            return Frame::Reject(error_line(
+                &Value::Null,
+                -32600,
+                "a JSON-RPC message must be an object",
+            ));
+        }
+    };
+    let id = match obj.get("id") {
+        Some(v @ Value::String(_)) => v.clone(),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n.clone()),
+        Some(_) => {
+            return Frame::Reject(error_line(
+                &Value::Null,
+                -32600,
+                "id must be a string or an integer",
+            ));
+        }
+        None => Value::Null,
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Frame::Reject(error_line(&id, -32600, "jsonrpc must be \"2.0\""));
+    }
+    let method = obj.get("method").and_then(Value::as_str).map(str::to_owned);
+    if let Some(params) = obj.get("params")
+        && !params.is_object()
+    {
+        if id.is_null() {
+            return Frame::Skip;
+        }
+        return Frame::Reject(error_line(&id, -32602, "params must be an object"));
+    }
+    let per_request_version = obj
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(PROTOCOL_VERSION_META))
+        .is_some();
+    let kind = match (method.as_deref(), id.is_null()) {
+        (Some("initialize"), false) => Kind::Initialize,
+        (Some("ping"), false) => Kind::PreInitRequest,
+        (Some("server/discover"), false) => Kind::Stateless,
+        (Some(_), false) if per_request_version => Kind::Stateless,
+        (Some(_), false) => Kind::Request,
+        _ => Kind::Other,
+    };
+    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+        Ok(msg) => Frame::Deliver(Box::new(msg), kind),
+        Err(e) if !id.is_null() => Frame::Reject(error_line(
+            &id,
+            -32600,
+            &format!("not a valid JSON-RPC message: {e}"),
+        )),
+        Err(e) => {
+            tracing::debug!(error = %e, "dropping an invalid notification");
+            Frame::Skip
+        }
+    }
+}
+
+pub(super) fn request_id(msg: &ClientJsonRpcMessage) -> Value {
+    match msg {
+        rmcp::model::JsonRpcMessage::Request(r) => r.id.clone().into_json_value(),
+        _ => Value::Null,
+    }
+}
+
+/// The id a `notifications/cancelled` names, if `msg` is one.
+pub(super) fn cancelled_request(msg: &ClientJsonRpcMessage) -> Option<Value> {
+    match msg {
+        rmcp::model::JsonRpcMessage::Notification(n) => match &n.notification {
+            rmcp::model::ClientNotification::CancelledNotification(c) => c
+                .params
+                .request_id
+                .clone()
+                .map(rmcp::model::NumberOrString::into_json_value),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+pub(super) fn error_line(id: &Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::BufReader;
+
+    fn reject_code(line: &str) -> (i64, Value) {
+        match classify(line.as_bytes()) {
+            Frame::Reject(raw) => {
+                let v: Value = serde_json::from_str(&raw).unwrap();
+                (v["error"]["code"].as_i64().unwrap(), v["id"].clone())
+            }
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn framing_errors_get_json_rpc_errors() {
+        assert_eq!(reject_code("{not json"), (-32700, Value::Null));
+        assert_eq!(reject_code("[1,2]"), (-32600, Value::Null));
+        assert_eq!(reject_code("42"), (-32600, Value::Null));
+        assert_eq!(
+            reject_code(r#"{"id":7,"method":"ping"}"#),
+            (-32600, json!(7))
+        );
+        assert_eq!(
+            reject_code(r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":[1]}"#),
+            (-32602, json!("a"))
+        );
+        assert_eq!(
+            reject_code(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#),
+            (-32600, Value::Null)
+        );
+    }
+
+    #[test]
+    fn valid_messages_are_delivered() {
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#),
+            Frame::Deliver(_, Kind::Initialize)
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Frame::Deliver(_, Kind::Other)
+        ));
+        assert!(matches!(classify(b"   "), Frame::Skip));
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_skipped_whole() {
+        let data = format!("{}\n{{\"a\":1}}\n", "x".repeat(100));
+        let mut r = BufReader::with_capacity(16, data.as_bytes());
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 50).await.unwrap(),
+            Some(true)
+        );
+        buf.clear();
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 50).await.unwrap(),
+            Some(false)
+        );
+        assert_eq!(buf, b"{\"a\":1}");
+        buf.clear();
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 50).await.unwrap(), None);
+    }
+}

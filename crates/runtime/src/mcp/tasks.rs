@@ -1,0 +1,444 @@
+//! Tasks: long tool calls that outlive their request (MCP extension
+//! `io.modelcontextprotocol/tasks`, SEP-2663; defined for protocol 2026-07-28).
+//!
+//! Rules this module keeps (SEP-2663 §Task Creation, §Getting Tasks, §Cancelling Tasks,
+//! §Security Considerations):
+//! - A task is visible to `tasks/get` before its `CreateTaskResult` is sent ([`Tasks::insert`]
+//!   runs first).
+//! - A task belongs to the principal that created it; every other principal gets the same
+//!   "task not found" error (-32602) as for an id that never existed.
+//! - Task ids are 122 random bits (UUID v4): not guessable, not enumerable.
+//! - A tool result, `isError: true` included, makes the task `completed`; only a JSON-RPC error
+//!   makes it `failed`; `tasks/cancel` makes a still-working task `cancelled` once its work has
+//!   stopped (the process tree is killed first).
+//! - Bounded: at most [`TASKS_MAX`] tasks per runtime; a finished task is kept for
+//!   [`TASK_RETENTION_AFTER_END`] after it ended, then discarded, and never before: the `ttlMs`
+//!   a client was given holds (SEP-2663 § Task: "the server may discard the task after the TTL
+//!   elapses"). While the table is full, a long call is not offered as a task.
+//!
+//! The store lives in the [`crate::Runtime`], not in an MCP session: a task created through one
+//! connection (or one relayed 2026-07-28 request) is read through any later one of the same
+//! principal, so a relay restart or a link drop does not lose it.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use rmcp::model::{
+    CallToolResult, DetailedTask, ErrorData, JsonObject, Task, TaskPayload, TaskStatus,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use protocol::limits::{TASK_POLL_INTERVAL, TASK_RETENTION_AFTER_END, TASKS_MAX};
+
+use crate::policy::Principal;
+
+/// Tools whose calls may become tasks: the ones whose work can outlive any host's patience.
+pub const TASK_TOOLS: &[&str] = &["run_process", "exec_command"];
+
+/// The error for an unknown task id, or one that belongs to another principal (SEP-2663
+/// §Error Handling: -32602).
+pub fn not_found() -> ErrorData {
+    ErrorData::invalid_params("Failed to retrieve task: Task not found", None)
+}
+
+/// Where a task is. The only way to change it is [`TaskEntry::finish`] (and the status line of
+/// a working task); a terminal state never changes again.
+#[derive(Debug, Clone)]
+enum State {
+    Working { status_message: Option<String> },
+    Completed { result: JsonObject },
+    Failed { error: JsonObject },
+    Cancelled,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: State,
+    updated_at: chrono::DateTime<chrono::Utc>,
+    /// When the task reached a terminal state (monotonic), for retention.
+    ended: Option<Instant>,
+}
+
+/// One task: its owner, its cancellation token and its state.
+#[derive(Debug)]
+pub struct TaskEntry {
+    id: String,
+    owner: Principal,
+    created_at: chrono::DateTime<chrono::Utc>,
+    created: Instant,
+    cancel: CancellationToken,
+    inner: Mutex<Inner>,
+}
+
+impl TaskEntry {
+    /// A working task for `owner` whose work stops when `cancel` fires.
+    pub fn new(owner: Principal, cancel: CancellationToken) -> Arc<Self> {
+        let now = chrono::Utc::now();
+        Arc::new(Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            owner,
+            created_at: now,
+            created: Instant::now(),
+            cancel,
+            inner: Mutex::new(Inner {
+                state: State::Working {
+                    status_message: None,
+                },
+                updated_at: now,
+                ended: None,
+            }),
+        })
+    }
+
+    /// The task id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A poisoned lock means a panic while holding it, which only assignments do: the state
+        // is still whole.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sets the status line of a working task (its latest progress); ignored once finished.
+    /// Control characters other than tab (a process's raw output may hold NULs or escape
+    /// sequences) become U+FFFD: the line is shown to people and models as text.
+    pub fn set_status_message(&self, message: String) {
+        let message = if message.chars().any(|c| c.is_control() && c != '\t') {
+            message
+                .chars()
+                .map(|c| {
+                    if c.is_control() && c != '\t' {
+                        char::REPLACEMENT_CHARACTER
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        } else {
+            message
+        };
+        let mut inner = self.lock();
+        if let State::Working { status_message } = &mut inner.state {
+            *status_message = Some(message);
+            inner.updated_at = chrono::Utc::now();
+        }
+    }
+
+    /// Records the outcome of the task's work. A cancelled-by-`tasks/cancel` task whose work
+    /// ended with the `cancelled` tool error becomes `cancelled`; any other tool result
+    /// `completed`; a JSON-RPC error `failed`. Ignored when the task already finished.
+    pub fn finish(&self, outcome: &Result<CallToolResult, ErrorData>) {
+        let state = match outcome {
+            Ok(_) if self.cancel.is_cancelled() => State::Cancelled,
+            Ok(result) => match serde_json::to_value(result) {
+                Ok(serde_json::Value::Object(mut result)) => {
+                    // What the request would have returned synchronously (SEP-2663 §Task
+                    // Status): a 2026-07-28 result, so it names its type.
+                    result
+                        .entry("resultType")
+                        .or_insert_with(|| serde_json::Value::from("complete"));
+                    State::Completed { result }
+                }
+                _ => State::Failed {
+                    error: error_object(&ErrorData::internal_error(
+                        "the task's result could not be serialized",
+                        None,
+                    )),
+                },
+            },
+            Err(e) => State::Failed {
+                error: error_object(e),
+            },
+        };
+        let mut inner = self.lock();
+        if matches!(inner.state, State::Working { .. }) {
+            inner.state = state;
+            inner.updated_at = chrono::Utc::now();
+            inner.ended = Some(Instant::now());
+        }
+    }
+
+    /// Asks the task's work to stop (`tasks/cancel`); its state follows when the work has
+    /// stopped ([`TaskEntry::finish`]). Cooperative, as SEP-2663 §Cancelling Tasks allows.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// The task as `CreateTaskResult` and `tasks/get` show it.
+    pub fn detailed(&self) -> DetailedTask {
+        let inner = self.lock();
+        let (payload, status_message) = match &inner.state {
+            State::Working { status_message } => (TaskPayload::Working, status_message.clone()),
+            State::Completed { result } => (
+                TaskPayload::Completed {
+                    result: result.clone(),
+                },
+                None,
+            ),
+            State::Failed { error } => (
+                TaskPayload::Failed {
+                    error: error.clone(),
+                },
+                error
+                    .get("message")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned),
+            ),
+            State::Cancelled => (TaskPayload::Cancelled, Some("cancelled".to_owned())),
+        };
+        // Time to live from creation: the time it has lived so far (or lived until it ended)
+        // plus the retention after its end.
+        let lived = inner
+            .ended
+            .unwrap_or_else(Instant::now)
+            .duration_since(self.created);
+        let ttl = lived + TASK_RETENTION_AFTER_END;
+        let mut task = Task::new(
+            self.id.clone(),
+            payload.status(),
+            self.created_at.to_rfc3339(),
+            inner.updated_at.to_rfc3339(),
+        )
+        .with_ttl_ms(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+        .with_poll_interval_ms(TASK_POLL_INTERVAL.as_millis() as u64);
+        if let Some(m) = status_message {
+            task = task.with_status_message(m);
+        }
+        DetailedTask::new(task, payload)
+    }
+
+    fn status(&self) -> TaskStatus {
+        match self.lock().state {
+            State::Working { .. } => TaskStatus::Working,
+            State::Completed { .. } => TaskStatus::Completed,
+            State::Failed { .. } => TaskStatus::Failed,
+            State::Cancelled => TaskStatus::Cancelled,
+        }
+    }
+
+    fn ended(&self) -> Option<Instant> {
+        self.lock().ended
+    }
+}
+
+/// Whether `t` is still kept at `now`: working, or finished less than
+/// [`TASK_RETENTION_AFTER_END`] ago.
+fn kept(t: &TaskEntry, now: Instant) -> bool {
+    t.ended()
+        .is_none_or(|e| now.duration_since(e) < TASK_RETENTION_AFTER_END)
+}
+
+fn error_object(e: &ErrorData) -> JsonObject {
+    match serde_json::to_value(e) {
+        Ok(serde_json::Value::Object(o)) => o,
+        _ => JsonObject::new(),
+    }
+}
+
+/// The runtime's tasks (module docs).
+#[derive(Debug, Default)]
+pub struct Tasks {
+    tasks: Mutex<HashMap<String, Arc<TaskEntry>>>,
+}
+
+impl Tasks {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<TaskEntry>>> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether [`Self::insert`] would take a new task now: fewer than [`TASKS_MAX`] tasks are kept
+    /// (finished ones past their retention do not count). A call is offered as a task only then,
+    /// so that one that cannot become a task behaves as for a client without tasks (it may yield
+    /// to a process session) instead of being held for its whole run.
+    pub fn has_room(&self) -> bool {
+        let now = Instant::now();
+        self.lock().values().filter(|t| kept(t, now)).count() < TASKS_MAX
+    }
+
+    /// Makes `entry` visible to `tasks/get`. Finished tasks past their retention are discarded
+    /// first; no other task is.
+    ///
+    /// # Errors
+    /// [`TASKS_MAX`] tasks are kept (working, or finished within their retention): the caller
+    /// keeps the call in the foreground instead, holding its call slot.
+    pub fn insert(&self, entry: Arc<TaskEntry>) -> Result<(), Arc<TaskEntry>> {
+        let mut tasks = self.lock();
+        let now = Instant::now();
+        tasks.retain(|_, t| kept(t, now));
+        if tasks.len() >= TASKS_MAX {
+            return Err(entry);
+        }
+        tasks.insert(entry.id.clone(), entry);
+        Ok(())
+    }
+
+    /// The task `id` if `principal` owns it and it is still kept.
+    pub fn get(&self, id: &str, principal: &Principal) -> Option<Arc<TaskEntry>> {
+        let tasks = self.lock();
+        let t = tasks.get(id)?;
+        if &t.owner != principal {
+            return None;
+        }
+        if t.ended()
+            .is_some_and(|e| e.elapsed() >= TASK_RETENTION_AFTER_END)
+        {
+            return None;
+        }
+        Some(t.clone())
+    }
+
+    /// Tasks still working (for status and tests).
+    pub fn working(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|t| t.status() == TaskStatus::Working)
+            .count()
+    }
+
+    /// Cancels every working task (shutdown): their process trees are killed by their calls.
+    pub fn cancel_all(&self) {
+        for t in self.lock().values() {
+            t.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use rmcp::model::ContentBlock;
+
+    fn entry(owner: &str) -> Arc<TaskEntry> {
+        TaskEntry::new(Principal::named(owner), CancellationToken::new())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn room_for_a_task_while_fewer_than_the_maximum_are_kept() {
+        let tasks = Tasks::default();
+        let kept: Vec<_> = (0..TASKS_MAX).map(|_| entry("a")).collect();
+        for t in &kept {
+            assert!(tasks.has_room());
+            tasks.insert(t.clone()).unwrap();
+        }
+        assert!(!tasks.has_room(), "every kept task is working");
+        kept[5].finish(&Ok(CallToolResult::success(vec![])));
+        assert!(
+            !tasks.has_room(),
+            "a finished task is kept for its retention"
+        );
+        tokio::time::advance(TASK_RETENTION_AFTER_END).await;
+        assert!(tasks.has_room());
+        tasks.insert(entry("b")).unwrap();
+        assert!(!tasks.has_room());
+    }
+
+    #[test]
+    fn a_status_message_carries_no_control_characters() {
+        let t = entry("a");
+        t.set_status_message("a\0b\x1b[31mc\td\r".into());
+        assert_eq!(
+            t.detailed().task.status_message.as_deref(),
+            Some("a\u{fffd}b\u{fffd}[31mc\td\u{fffd}")
+        );
+    }
+
+    #[test]
+    fn a_task_is_visible_only_to_its_owner() {
+        let tasks = Tasks::default();
+        let t = entry("alice");
+        let id = t.id().to_owned();
+        tasks.insert(t).unwrap();
+        assert!(tasks.get(&id, &Principal::named("alice")).is_some());
+        assert!(tasks.get(&id, &Principal::named("bob")).is_none());
+        assert!(
+            tasks
+                .get("no-such-id", &Principal::named("alice"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn outcomes_map_to_completed_failed_and_cancelled_and_stay_final() {
+        let ok = entry("a");
+        ok.set_status_message("halfway".into());
+        assert_eq!(
+            ok.detailed().task.status_message.as_deref(),
+            Some("halfway")
+        );
+        let tool_error = CallToolResult::error(vec![ContentBlock::text("no")]);
+        ok.finish(&Ok(tool_error));
+        let d = ok.detailed();
+        assert_eq!(
+            d.status(),
+            TaskStatus::Completed,
+            "isError results complete"
+        );
+        // A later outcome does not change a finished task.
+        ok.finish(&Err(ErrorData::internal_error("late", None)));
+        assert_eq!(ok.detailed().status(), TaskStatus::Completed);
+
+        let failed = entry("a");
+        failed.finish(&Err(ErrorData::internal_error("boom", None)));
+        let d = serde_json::to_value(failed.detailed()).unwrap();
+        assert_eq!(d["status"], "failed");
+        assert_eq!(d["error"]["code"], -32603);
+
+        let cancelled = entry("a");
+        cancelled.cancel();
+        cancelled.finish(&Ok(CallToolResult::error(vec![ContentBlock::text("x")])));
+        assert_eq!(cancelled.detailed().status(), TaskStatus::Cancelled);
+    }
+
+    #[test]
+    fn a_full_store_keeps_finished_tasks_for_their_whole_retention() {
+        let tasks = Tasks::default();
+        let mut ids = Vec::new();
+        for _ in 0..TASKS_MAX {
+            let t = entry("a");
+            t.finish(&Ok(CallToolResult::success(vec![])));
+            ids.push(t.id().to_owned());
+            tasks.insert(t).unwrap();
+        }
+        assert!(!tasks.has_room());
+        assert!(
+            tasks.insert(entry("b")).is_err(),
+            "no finished task is discarded before its ttl"
+        );
+        let a = Principal::named("a");
+        assert!(ids.iter().all(|id| tasks.get(id, &a).is_some()));
+    }
+
+    #[test]
+    fn a_store_full_of_working_tasks_refuses_a_new_one() {
+        let tasks = Tasks::default();
+        for _ in 0..TASKS_MAX {
+            tasks.insert(entry("a")).unwrap();
+        }
+        assert!(tasks.insert(entry("a")).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finished_tasks_expire_after_the_retention() {
+        let tasks = Tasks::default();
+        let t = entry("a");
+        let id = t.id().to_owned();
+        tasks.insert(t.clone()).unwrap();
+        t.finish(&Ok(CallToolResult::success(vec![])));
+        let a = Principal::named("a");
+        tokio::time::advance(TASK_RETENTION_AFTER_END - std::time::Duration::from_secs(1)).await;
+        assert!(tasks.get(&id, &a).is_some());
+        tokio::time::advance(std::time::Duration::from_secs(2)).await;
+        assert!(tasks.get(&id, &a).is_none());
+    }
+}

@@ -1,0 +1,392 @@
+//! One-shot processes: `run_process` (argv, no shell) and `exec_command` (a shell command line).
+//!
+//! A call waits for the process tree, up to `timeout_seconds`; on timeout the tree is terminated
+//! and the output so far is returned with `timed_out: true`. With a foreground budget
+//! (`yield_after_seconds`, or the server default for remote callers) a process still running at
+//! the budget becomes a process session and the call returns its id with the output so far; the
+//! process keeps its deadline. Cancellation terminates the tree. Long calls with a progress token
+//! report the elapsed time and the newest output line.
+//!
+//! The process session tools (`start_process`, ...) are in [`session`]; spawning, capture, tree
+//! termination and the session table are the [`engine`].
+
+use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use protocol::limits::{
+    PROCESS_ARGV_MAX, PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES, PROCESS_STDIN_MAX_BYTES,
+    PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN,
+};
+
+use crate::{
+    Access,
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolErrorCode, ToolResult},
+    },
+    policy::Capability,
+};
+
+pub(crate) mod engine;
+pub(super) mod session;
+
+use engine::{Proc, Spawn, env};
+
+/// Hints of tools that run arbitrary programs.
+pub(crate) const EXEC_HINTS: Hints = Hints {
+    read_only: false,
+    destructive: true,
+    idempotent: false,
+    open_world: true,
+};
+
+pub(crate) fn specs() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::structured(
+            ToolMeta {
+                name: "run_process",
+                title: "Run a program",
+                description: "Run a program from an argv array (no shell: $, ;, | and quotes are \
+                              passed literally) in the workspace or cwd, wait for it and return \
+                              exit code or signal, duration and stdout/stderr (each up to 512 KiB, \
+                              head and tail kept around a marker when longer). timeout_seconds \
+                              1-600 (default 120): on timeout the whole process tree is terminated \
+                              and the output so far is returned with timed_out: true. With \
+                              yield_after_seconds, a process still running then becomes a process \
+                              session: the call returns session_id and the output so far with \
+                              still_running: true, and read_process continues from the returned \
+                              offsets. Cancelling the call kills the process tree.",
+                capability: Capability::ExecDirect,
+                hints: EXEC_HINTS,
+            },
+            run_process,
+        ),
+        ToolSpec::structured(
+            ToolMeta {
+                name: "exec_command",
+                title: "Run a shell command",
+                description: "Run a shell command line with /bin/sh -c (pipes, redirections, \
+                              variables work) and return as run_process does: exit code, \
+                              bounded stdout/stderr, timed_out, and a session_id when it outlives \
+                              yield_after_seconds.",
+                capability: Capability::ExecShell,
+                hints: EXEC_HINTS,
+            },
+            exec_command,
+        ),
+    ]
+}
+
+/// Arguments of `run_process`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunProcessArgs {
+    /// Program and arguments, e.g. ["cargo", "test", "--lib"]. Not interpreted by a shell.
+    argv: Vec<String>,
+    /// Working directory, relative to the workspace (default: the workspace root).
+    cwd: Option<String>,
+    /// Environment variables to add or override.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Text written to the process's stdin, then closed (at most 1 MiB). Default: no stdin.
+    stdin: Option<String>,
+    /// Seconds before the process tree is terminated: 1-600, default 120.
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
+    timeout_seconds: Option<u64>,
+    /// Return after this many seconds if the process is still running, leaving it as a process
+    /// session (1-600); continue with read_process from stdout_bytes/stderr_bytes.
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
+    yield_after_seconds: Option<u64>,
+}
+
+/// Arguments of `exec_command`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecCommandArgs {
+    /// A shell command line, run with /bin/sh -c.
+    command: String,
+    /// Working directory, relative to the workspace (default: the workspace root).
+    cwd: Option<String>,
+    /// Environment variables to add or override.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Text written to the process's stdin, then closed (at most 1 MiB). Default: no stdin.
+    stdin: Option<String>,
+    /// Seconds before the process tree is terminated: 1-600, default 120.
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
+    timeout_seconds: Option<u64>,
+    /// Return after this many seconds if the process is still running, leaving it as a process
+    /// session (1-600); continue with read_process from stdout_bytes/stderr_bytes.
+    #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
+    yield_after_seconds: Option<u64>,
+}
+
+/// What the one-shot tools share once their argv is known.
+struct CommonArgs {
+    cwd: Option<String>,
+    env: BTreeMap<String, String>,
+    stdin: Option<String>,
+    timeout_seconds: Option<u64>,
+    yield_after_seconds: Option<u64>,
+}
+
+macro_rules! common_args {
+    ($a:expr) => {
+        CommonArgs {
+            cwd: $a.cwd,
+            env: $a.env,
+            stdin: $a.stdin,
+            timeout_seconds: $a.timeout_seconds,
+            yield_after_seconds: $a.yield_after_seconds,
+        }
+    };
+}
+
+/// Result of a one-shot process call.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ProcessResult {
+    /// Exit code, when the process exited normally (null while running or when killed).
+    exit_code: Option<i32>,
+    /// Name of the signal that killed it (e.g. "SIGKILL"), if any.
+    signal: Option<String>,
+    /// Milliseconds from start to exit (or to the return, while running).
+    duration_ms: u64,
+    /// Standard output (lossy UTF-8), head and tail around a marker when longer than 512 KiB.
+    stdout: String,
+    /// Standard error, bounded the same way.
+    stderr: String,
+    /// Bytes written to stdout in all.
+    stdout_bytes: u64,
+    /// Bytes written to stderr in all.
+    stderr_bytes: u64,
+    /// stdout was cut to head and tail.
+    stdout_truncated: bool,
+    /// stderr was cut to head and tail.
+    stderr_truncated: bool,
+    /// The timeout terminated the process tree.
+    timed_out: bool,
+    /// The process is still running as session `session_id`.
+    still_running: bool,
+    /// The process session to continue with read_process, write_process or kill_process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<String>,
+}
+
+async fn run_process(
+    rt: Arc<Access>,
+    args: RunProcessArgs,
+    cx: CallContext,
+) -> ToolResult<ProcessResult> {
+    check_argv(&args.argv)?;
+    let argv: Vec<OsString> = args.argv.iter().map(OsString::from).collect();
+    let display = args.argv.clone();
+    run(rt, cx, argv, display, common_args!(args)).await
+}
+
+async fn exec_command(
+    rt: Arc<Access>,
+    args: ExecCommandArgs,
+    cx: CallContext,
+) -> ToolResult<ProcessResult> {
+    if args.command.trim().is_empty() {
+        return Err(ToolError::invalid("command is empty"));
+    }
+    if args.command.len() > PROCESS_COMMAND_MAX_BYTES || args.command.contains('\0') {
+        return Err(ToolError::invalid(format!(
+            "command must be at most {PROCESS_COMMAND_MAX_BYTES} bytes without NUL"
+        )));
+    }
+    let argv = vec!["/bin/sh".into(), "-c".into(), OsString::from(&args.command)];
+    let display = vec!["/bin/sh".to_owned(), "-c".to_owned(), args.command.clone()];
+    run(rt, cx, argv, display, common_args!(args)).await
+}
+
+/// Checks an argv against the contract's bounds.
+pub(crate) fn check_argv(argv: &[String]) -> ToolResult<()> {
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(ToolError::invalid("argv must name a program"));
+    }
+    if argv.len() > PROCESS_ARGV_MAX {
+        return Err(ToolError::invalid(format!(
+            "argv has {} entries; at most {PROCESS_ARGV_MAX}",
+            argv.len()
+        )));
+    }
+    let size: usize = argv.iter().map(|a| a.len() + 1).sum();
+    if size > PROCESS_COMMAND_MAX_BYTES {
+        return Err(ToolError::invalid(format!(
+            "argv is {size} bytes; at most {PROCESS_COMMAND_MAX_BYTES}"
+        )));
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(ToolError::invalid("argv entries cannot contain NUL bytes"));
+    }
+    Ok(())
+}
+
+/// Builds the spawn spec: confined cwd and the policy's environment.
+pub(crate) fn spawn_spec(
+    rt: &Access,
+    argv: Vec<OsString>,
+    cwd: Option<&str>,
+    env_additions: &BTreeMap<String, String>,
+    pty: Option<(u16, u16)>,
+) -> ToolResult<Spawn> {
+    env::validate(env_additions).map_err(ToolError::invalid)?;
+    let ws = rt.workspace();
+    let cwd = ws.resolve(cwd.unwrap_or("."))?;
+    if !cwd.real().is_dir() {
+        return Err(ToolError::invalid(format!(
+            "cwd {}: not a directory",
+            ws.display(cwd.real())
+        )));
+    }
+    let env = env::child_env(
+        rt.policy().full_env(),
+        rt.scratch(),
+        pty.is_some(),
+        env_additions,
+    )
+    .map_err(|e| ToolError::io("the private directories of the process", &e))?;
+    Ok(Spawn {
+        argv,
+        cwd: cwd.real().to_owned(),
+        env,
+        pty,
+    })
+}
+
+/// Maps a spawn failure to a tool error naming the program.
+pub(crate) fn spawn_error(program: &str, e: &std::io::Error) -> ToolError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => ToolError::new(
+            ToolErrorCode::NotFound,
+            format!("{program}: program not found (looked in PATH)"),
+        ),
+        std::io::ErrorKind::PermissionDenied => ToolError::new(
+            ToolErrorCode::PermissionDenied,
+            format!("{program}: permission denied"),
+        ),
+        _ => ToolError::new(ToolErrorCode::ExecutionFailed, format!("{program}: {e}")),
+    }
+}
+
+async fn run(
+    rt: Arc<Access>,
+    cx: CallContext,
+    argv: Vec<OsString>,
+    display: Vec<String>,
+    common: CommonArgs,
+) -> ToolResult<ProcessResult> {
+    let timeout = match common.timeout_seconds {
+        None => PROCESS_TIMEOUT_DEFAULT,
+        Some(s) => {
+            let t = Duration::from_secs(s);
+            if !(PROCESS_TIMEOUT_MIN..=PROCESS_TIMEOUT_MAX).contains(&t) {
+                return Err(ToolError::invalid(
+                    "timeout_seconds must be between 1 and 600",
+                ));
+            }
+            t
+        }
+    };
+    let yield_after = match common.yield_after_seconds {
+        Some(0) => return Err(ToolError::invalid("yield_after_seconds must be at least 1")),
+        Some(s) => Some(Duration::from_secs(s)),
+        None if cx.in_task => None,
+        None => rt.default_yield_after(),
+    };
+    let stdin = match common.stdin {
+        Some(s) if s.len() > PROCESS_STDIN_MAX_BYTES => {
+            return Err(ToolError::limit(format!(
+                "stdin is {} bytes; at most {PROCESS_STDIN_MAX_BYTES}",
+                s.len()
+            )));
+        }
+        Some(s) => Some(s.into_bytes()),
+        None => None,
+    };
+    let spec = spawn_spec(&rt, argv, common.cwd.as_deref(), &common.env, None)?;
+    let proc = Proc::spawn(&spec, stdin, false).map_err(|e| spawn_error(&display[0], &e))?;
+    let started = proc.started();
+    let deadline = started + timeout;
+    let yield_at = yield_after.map(|d| started + d).filter(|&y| y < deadline);
+    let mut yield_refused = false;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            exit = proc.wait() => {
+                return Ok(result(&proc, Some(exit), false, None));
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                let exit = proc.terminate(false).await;
+                return Ok(result(&proc, Some(exit), true, None));
+            }
+            _ = cx.cancel.cancelled() => {
+                proc.terminate(false).await;
+                return Err(ToolError::cancelled());
+            }
+            _ = tokio::time::sleep_until(yield_at.unwrap_or(deadline)), if yield_at.is_some() && !yield_refused => {
+                match rt.sessions().insert(cx.principal.clone(), proc.clone(), display.clone(), Some(deadline)) {
+                    Ok(session) => return Ok(result(&proc, None, false, Some(session.id.clone()))),
+                    Err(_) => {
+                        tracing::info!("process session table full; the call stays in the foreground");
+                        yield_refused = true;
+                    }
+                }
+            }
+            _ = tick.tick(), if cx.progress.is_enabled() => {
+                let elapsed = started.elapsed().as_secs();
+                let line = proc
+                    .stdout
+                    .with(|b| b.last_line())
+                    .filter(|l| !l.is_empty())
+                    .or_else(|| proc.stderr.with(|b| b.last_line()))
+                    .unwrap_or_default();
+                cx.progress.report(elapsed as f64, Some(timeout.as_secs() as f64), || {
+                    if line.is_empty() { format!("running for {elapsed} s") } else { line.clone() }
+                });
+            }
+        }
+    }
+}
+
+fn result(
+    proc: &Proc,
+    exit: Option<engine::Exit>,
+    timed_out: bool,
+    session: Option<String>,
+) -> ProcessResult {
+    let (stdout, stdout_truncated, stdout_bytes) = proc
+        .stdout
+        .with(|b| {
+            let (s, cut) = b.head_and_tail(PROCESS_OUTPUT_MAX_BYTES);
+            (s, cut, b.total())
+        })
+        .unwrap_or_default();
+    let (stderr, stderr_truncated, stderr_bytes) = proc
+        .stderr
+        .with(|b| {
+            let (s, cut) = b.head_and_tail(PROCESS_OUTPUT_MAX_BYTES);
+            (s, cut, b.total())
+        })
+        .unwrap_or_default();
+    ProcessResult {
+        exit_code: exit.and_then(|e| e.code),
+        signal: exit.and_then(|e| e.signal_name()),
+        duration_ms: proc.started().elapsed().as_millis() as u64,
+        stdout,
+        stderr,
+        stdout_bytes,
+        stderr_bytes,
+        stdout_truncated,
+        stderr_truncated,
+        timed_out,
+        still_running: session.is_some(),
+        session_id: session,
+    }
+}
