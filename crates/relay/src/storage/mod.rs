@@ -1,8 +1,8 @@
 //! Durable relay state: bridges, enrollment codes, device keys, bearer tokens, and (in
 //! [`accounts`] and [`oauth`]) the accounts, clients, codes and tokens of OAuth 2.1.
 //!
-//! [`Storage`] is the seam (DESIGN §6: an embedded SQLite implementation now, PostgreSQL later);
-//! [`SqliteStorage`] keeps everything in one database file in WAL mode, so the CLI (`relay token
+//! This module is the storage seam (DESIGN §6: an embedded SQLite implementation now, PostgreSQL
+//! later); [`SqliteStorage`] keeps everything in one database file in WAL mode, so the CLI (`relay token
 //! create`, `relay bridge add`) and a running relay can use it at once. Secrets — enrollment codes
 //! and tokens — are stored only as SHA-256 hashes. Unreadable or corrupt state is an error, never
 //! silently replaced (invariant 9).
