@@ -152,6 +152,11 @@ pub const TASK_FOREGROUND_BUDGET: Duration = Duration::from_secs(3);
 /// (it runs as for a client without tasks). This also bounds working tasks, which give their
 /// [`CONCURRENT_TOOL_CALLS`] slot back.
 pub const TASKS_MAX: usize = 64;
+/// Tasks one principal other than the runtime's owner may have kept at once (issue 11 item 6):
+/// one caller cannot fill the table for the others.
+pub const TASKS_PER_PRINCIPAL: usize = 16;
+/// Of [`TASKS_MAX`], the tasks principals other than the owner leave to the owner together.
+pub const OWNER_RESERVED_TASKS: usize = 16;
 /// How long a finished task stays readable with `tasks/get` after it ended.
 pub const TASK_RETENTION_AFTER_END: Duration = Duration::from_secs(30 * 60);
 /// The polling interval suggested to clients in `pollIntervalMs`.

@@ -188,7 +188,11 @@ impl McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let cancel = CancellationToken::new();
-        let entry = TaskEntry::new(self.principal.clone(), cancel.clone());
+        let entry = TaskEntry::with_owner_class(
+            self.principal.clone(),
+            self.access.is_owner(),
+            cancel.clone(),
+        );
         let detached = Arc::new(AtomicBool::new(false));
         let cx = CallContext {
             cancel: cancel.clone(),
@@ -489,7 +493,11 @@ impl ServerHandler for McpServer {
         tracing::debug!(tool = %name, "tool call");
         if tasks::TASK_TOOLS.contains(&name.as_str())
             && declares_tasks(&context)
-            && self.access.runtime().tasks().has_room()
+            && self
+                .access
+                .runtime()
+                .tasks()
+                .has_room(&self.principal, self.access.is_owner())
         {
             return self
                 .call_as_task(name, request.arguments.unwrap_or_default(), context)

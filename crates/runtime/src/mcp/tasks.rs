@@ -31,7 +31,10 @@ use rmcp::model::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{TASK_POLL_INTERVAL, TASK_RETENTION_AFTER_END, TASKS_MAX};
+use protocol::limits::{
+    OWNER_RESERVED_TASKS, TASK_POLL_INTERVAL, TASK_RETENTION_AFTER_END, TASKS_MAX,
+    TASKS_PER_PRINCIPAL,
+};
 
 use crate::policy::Principal;
 
@@ -67,6 +70,8 @@ struct Inner {
 pub struct TaskEntry {
     id: String,
     owner: Principal,
+    /// Whether the owner is the runtime's owner ([`crate::Access::is_owner`]), for the shares.
+    owner_class: bool,
     created_at: chrono::DateTime<chrono::Utc>,
     created: Instant,
     cancel: CancellationToken,
@@ -74,12 +79,23 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
-    /// A working task for `owner` whose work stops when `cancel` fires.
+    /// A working task of the runtime's owner `owner` whose work stops when `cancel` fires.
     pub fn new(owner: Principal, cancel: CancellationToken) -> Arc<Self> {
+        Self::with_owner_class(owner, true, cancel)
+    }
+
+    /// A working task for `owner`, who is the runtime's owner or not (`is_owner`, which decides
+    /// the share of the table it counts against).
+    pub fn with_owner_class(
+        owner: Principal,
+        is_owner: bool,
+        cancel: CancellationToken,
+    ) -> Arc<Self> {
         let now = chrono::Utc::now();
         Arc::new(Self {
             id: uuid::Uuid::new_v4().to_string(),
             owner,
+            owner_class: is_owner,
             created_at: now,
             created: Instant::now(),
             cancel,
@@ -230,6 +246,26 @@ impl TaskEntry {
 
 /// Whether `t` is still kept at `now`: working, or finished less than
 /// [`TASK_RETENTION_AFTER_END`] ago.
+/// The share rule of [`Tasks::has_room`] over the kept tasks.
+fn room<'a>(
+    kept: impl Iterator<Item = &'a Arc<TaskEntry>>,
+    principal: &Principal,
+    is_owner: bool,
+) -> bool {
+    let (mut all, mut guests, mut mine) = (0, 0, 0);
+    for t in kept {
+        all += 1;
+        if !t.owner_class {
+            guests += 1;
+            if &t.owner == principal {
+                mine += 1;
+            }
+        }
+    }
+    all < TASKS_MAX
+        && (is_owner || (mine < TASKS_PER_PRINCIPAL && guests < TASKS_MAX - OWNER_RESERVED_TASKS))
+}
+
 fn kept(t: &TaskEntry, now: Instant) -> bool {
     t.ended()
         .is_none_or(|e| now.duration_since(e) < TASK_RETENTION_AFTER_END)
@@ -255,26 +291,30 @@ impl Tasks {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether [`Self::insert`] would take a new task now: fewer than [`TASKS_MAX`] tasks are kept
-    /// (finished ones past their retention do not count). A call is offered as a task only then,
-    /// so that one that cannot become a task behaves as for a client without tasks (it may yield
-    /// to a process session) instead of being held for its whole run.
-    pub fn has_room(&self) -> bool {
+    /// Whether [`Self::insert`] would take a new task of `principal` now (finished tasks past
+    /// their retention do not count): fewer than [`TASKS_MAX`] are kept, and for a principal
+    /// other than the owner (`is_owner` false) it has fewer than [`TASKS_PER_PRINCIPAL`] and such
+    /// principals together fewer than [`TASKS_MAX`] − [`OWNER_RESERVED_TASKS`]. A call is
+    /// offered as a task only then, so that one that cannot become a task behaves as for a
+    /// client without tasks (it may yield to a process session) instead of being held for its
+    /// whole run.
+    pub fn has_room(&self, principal: &Principal, is_owner: bool) -> bool {
         let now = Instant::now();
-        self.lock().values().filter(|t| kept(t, now)).count() < TASKS_MAX
+        let tasks = self.lock();
+        room(tasks.values().filter(|t| kept(t, now)), principal, is_owner)
     }
 
     /// Makes `entry` visible to `tasks/get`. Finished tasks past their retention are discarded
     /// first; no other task is.
     ///
     /// # Errors
-    /// [`TASKS_MAX`] tasks are kept (working, or finished within their retention): the caller
-    /// keeps the call in the foreground instead, holding its call slot.
+    /// There is no room for it ([`Self::has_room`]): the caller keeps the call in the
+    /// foreground instead, holding its call slot.
     pub fn insert(&self, entry: Arc<TaskEntry>) -> Result<(), Arc<TaskEntry>> {
         let mut tasks = self.lock();
         let now = Instant::now();
         tasks.retain(|_, t| kept(t, now));
-        if tasks.len() >= TASKS_MAX {
+        if !room(tasks.values(), &entry.owner, entry.owner_class) {
             return Err(entry);
         }
         tasks.insert(entry.id.clone(), entry);
@@ -328,19 +368,22 @@ mod tests {
         let tasks = Tasks::default();
         let kept: Vec<_> = (0..TASKS_MAX).map(|_| entry("a")).collect();
         for t in &kept {
-            assert!(tasks.has_room());
+            assert!(tasks.has_room(&Principal::named("a"), true));
             tasks.insert(t.clone()).unwrap();
         }
-        assert!(!tasks.has_room(), "every kept task is working");
+        assert!(
+            !tasks.has_room(&Principal::named("a"), true),
+            "every kept task is working"
+        );
         kept[5].finish(&Ok(CallToolResult::success(vec![])));
         assert!(
-            !tasks.has_room(),
+            !tasks.has_room(&Principal::named("a"), true),
             "a finished task is kept for its retention"
         );
         tokio::time::advance(TASK_RETENTION_AFTER_END).await;
-        assert!(tasks.has_room());
+        assert!(tasks.has_room(&Principal::named("a"), true));
         tasks.insert(entry("b")).unwrap();
-        assert!(!tasks.has_room());
+        assert!(!tasks.has_room(&Principal::named("a"), true));
     }
 
     #[test]
@@ -410,13 +453,53 @@ mod tests {
             ids.push(t.id().to_owned());
             tasks.insert(t).unwrap();
         }
-        assert!(!tasks.has_room());
+        assert!(!tasks.has_room(&Principal::named("a"), true));
         assert!(
             tasks.insert(entry("b")).is_err(),
             "no finished task is discarded before its ttl"
         );
         let a = Principal::named("a");
         assert!(ids.iter().all(|id| tasks.get(id, &a).is_some()));
+    }
+
+    /// Issue 11 item 6: one principal could fill the table (its unread results are kept 30 min),
+    /// after which no other principal's long call became a task.
+    #[test]
+    fn principals_other_than_the_owner_have_shares_of_the_table_and_the_owner_keeps_room() {
+        let tasks = Tasks::default();
+        let guest = |name: &str| {
+            TaskEntry::with_owner_class(Principal::named(name), false, CancellationToken::new())
+        };
+        let b = Principal::named("b");
+        for _ in 0..TASKS_PER_PRINCIPAL {
+            assert!(tasks.has_room(&b, false));
+            tasks.insert(guest("b")).unwrap();
+        }
+        assert!(!tasks.has_room(&b, false), "b has its share");
+        assert!(tasks.insert(guest("b")).is_err());
+        assert!(
+            tasks.has_room(&Principal::named("c"), false),
+            "c still has room"
+        );
+        let mut n = TASKS_PER_PRINCIPAL;
+        let mut i = 0;
+        while n < TASKS_MAX - OWNER_RESERVED_TASKS {
+            let name = format!("g{}", i / TASKS_PER_PRINCIPAL);
+            tasks.insert(guest(&name)).unwrap();
+            n += 1;
+            i += 1;
+        }
+        assert!(
+            !tasks.has_room(&Principal::named("z"), false),
+            "guests leave the owner's reserve"
+        );
+        assert!(tasks.insert(guest("z")).is_err());
+        let owner = Principal::named("owner");
+        for _ in 0..OWNER_RESERVED_TASKS {
+            assert!(tasks.has_room(&owner, true));
+            tasks.insert(entry("owner")).unwrap();
+        }
+        assert!(!tasks.has_room(&owner, true), "the table is full");
     }
 
     #[test]

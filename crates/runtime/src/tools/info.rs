@@ -89,6 +89,10 @@ pub(crate) struct Limits {
     calls_per_principal: usize,
     /// Slots of `concurrent_tool_calls` only the owner may take.
     owner_reserved_calls: usize,
+    /// Tasks one principal other than the owner may have kept at once.
+    tasks_per_principal: usize,
+    /// Of the kept tasks, those principals other than the owner leave to the owner.
+    owner_reserved_tasks: usize,
     /// Process sessions running at once; one more `start_process` gets `limit_exceeded`.
     process_sessions_max: usize,
     /// Seconds an exited process session stays readable, unless discarded earlier by the two
@@ -129,6 +133,8 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             concurrent_tool_calls: limits::CONCURRENT_TOOL_CALLS,
             calls_per_principal: limits::CALLS_PER_PRINCIPAL,
             owner_reserved_calls: limits::OWNER_RESERVED_CALLS,
+            tasks_per_principal: limits::TASKS_PER_PRINCIPAL,
+            owner_reserved_tasks: limits::OWNER_RESERVED_TASKS,
             process_sessions_max: limits::PROCESS_SESSIONS_MAX,
             exited_session_retention_secs: limits::SESSION_RETENTION_AFTER_EXIT.as_secs(),
             exited_sessions_max: limits::EXITED_SESSIONS_MAX,
