@@ -3,7 +3,8 @@
 //! At most [`PROCESS_SESSIONS_MAX`] sessions run at once. An exited session stays readable for
 //! [`SESSION_RETENTION_AFTER_EXIT`], but at most [`EXITED_SESSIONS_MAX`] exited sessions holding
 //! at most [`EXITED_SESSIONS_OUTPUT_MAX_BYTES`] of output are kept: when a session exits, the
-//! exited sessions that ended first are discarded until the rest fit (running ones never are),
+//! exited sessions that ended first — of the principal holding the most of them, so that one
+//! caller's flood pushes out its own — are discarded until the rest fit (running ones never are),
 //! so memory stays bounded however many short sessions are started. The ids of the last
 //! [`DISCARDED_SESSIONS_REMEMBERED`] discarded sessions are remembered, so their owner is told
 //! why one is gone. A session belongs to the principal that started it: another principal gets
@@ -241,8 +242,9 @@ impl Sessions {
 }
 
 impl Table {
-    /// Discards exited sessions past their retention, then those that ended first until at
-    /// most [`EXITED_SESSIONS_MAX`] holding at most [`EXITED_SESSIONS_OUTPUT_MAX_BYTES`] remain.
+    /// Discards exited sessions past their retention, then, from the principal holding the most,
+    /// those that ended first, until at most [`EXITED_SESSIONS_MAX`] holding at most
+    /// [`EXITED_SESSIONS_OUTPUT_MAX_BYTES`] remain.
     fn trim(&mut self) {
         let now = Instant::now();
         let mut exited: Vec<(Instant, Instant, String, usize)> = Vec::new();
@@ -264,12 +266,28 @@ impl Table {
         if count <= EXITED_SESSIONS_MAX && bytes <= EXITED_SESSIONS_OUTPUT_MAX_BYTES {
             return;
         }
-        // Ended first goes first; the start breaks ties between equal exit instants.
+        // From the principal holding the most exited sessions (so one that floods them pushes
+        // out its own, issue 11 item 6), the one that ended first goes first; the start breaks
+        // ties between equal exit instants.
         exited.sort_unstable_by_key(|e| (e.0, e.1));
-        for (_, _, id, held) in exited {
-            if count <= EXITED_SESSIONS_MAX && bytes <= EXITED_SESSIONS_OUTPUT_MAX_BYTES {
-                break;
+        while count > EXITED_SESSIONS_MAX || bytes > EXITED_SESSIONS_OUTPUT_MAX_BYTES {
+            let mut held_by: HashMap<&Principal, usize> = HashMap::new();
+            for (_, _, id, _) in &exited {
+                if let Some(s) = self.map.get(id) {
+                    *held_by.entry(&s.owner).or_insert(0) += 1;
+                }
             }
+            let Some(most) = held_by.values().copied().max() else {
+                break;
+            };
+            let Some(pos) = exited.iter().position(|(_, _, id, _)| {
+                self.map
+                    .get(id)
+                    .is_some_and(|s| held_by.get(&s.owner) == Some(&most))
+            }) else {
+                break;
+            };
+            let (_, _, id, held) = exited.remove(pos);
             self.discard(&id, Missing::Evicted);
             count -= 1;
             bytes -= held;
@@ -338,6 +356,29 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         s.id.clone()
+    }
+
+    /// Issue 11 item 6: the exited sessions one principal floods in push out its own first, not
+    /// another principal's.
+    #[tokio::test]
+    async fn a_principal_flooding_exited_sessions_pushes_out_its_own() {
+        let sessions = Sessions::default();
+        let alice = Principal::named("alice");
+        let bob = Principal::named("bob");
+        let kept: Vec<String> = vec![
+            exited(&sessions, &alice).await,
+            exited(&sessions, &alice).await,
+        ];
+        for _ in 0..EXITED_SESSIONS_MAX + 8 {
+            exited(&sessions, &bob).await;
+        }
+        for id in &kept {
+            assert!(
+                sessions.get(id, &alice).is_ok(),
+                "{id} of alice was pushed out by bob's"
+            );
+        }
+        assert_eq!(sessions.list(&bob).len(), EXITED_SESSIONS_MAX - 2);
     }
 
     #[tokio::test]
