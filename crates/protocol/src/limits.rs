@@ -232,8 +232,9 @@ pub const REFRESH_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600)
 /// refresh from several nodes at once, or lose the answer to a restart); after it, presenting it
 /// revokes the whole family (OAuth 2.1 §4.3.1, refresh token rotation).
 pub const REFRESH_REUSE_GRACE: Duration = Duration::from_secs(60);
-/// Most valid pairs one rotated refresh token may get again within [`REFRESH_REUSE_GRACE`].
-pub const REFRESH_REISSUES_MAX: i64 = 4;
+/// Most valid pairs one rotated refresh token may get again within [`REFRESH_REUSE_GRACE`]
+/// (more are refused with `invalid_grant`, without revoking the grant).
+pub const REFRESH_REISSUES_MAX: i64 = 16;
 /// How long a consent form stays valid after the authorization request that rendered it.
 pub const CONSENT_FORM_LIFETIME: Duration = Duration::from_secs(10 * 60);
 /// Largest client ID metadata document fetched (5 KB; draft-ietf-oauth-client-id-metadata-document

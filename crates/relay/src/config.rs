@@ -71,6 +71,31 @@ pub struct RelayConfig {
     pub metrics_listen: Option<SocketAddr>,
 }
 
+/// Checks an `--allowed-origin`: an origin as browsers send it (`scheme://host[:port]`, http or
+/// https, no path, query or fragment, in normal form); never `*` or `null`.
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_origin(origin: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("--allowed-origin {origin:?}: {why}"));
+    if origin == "*" || origin.eq_ignore_ascii_case("null") {
+        return bad("a wildcard or null origin would admit any page; name each origin");
+    }
+    let Ok(u) = url::Url::parse(origin) else {
+        return bad("not an origin (want scheme://host[:port], e.g. https://app.example.com)");
+    };
+    if !matches!(u.scheme(), "http" | "https") || u.host().is_none() {
+        return bad("an origin is http(s)://host[:port]");
+    }
+    if u.origin().ascii_serialization() != origin {
+        return bad(&format!(
+            "an origin has no path, query or trailing slash and is lower case: {}",
+            u.origin().ascii_serialization()
+        ));
+    }
+    Ok(())
+}
+
 /// The listener is loopback-only: `127.0.0.0/8` or `::1`.
 pub fn is_loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
@@ -120,6 +145,21 @@ impl RelayConfig {
                 "--public-url {} must be an http(s) URL with a host",
                 self.public_url
             ));
+        }
+        let public_is_loopback = match self.public_url.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        if self.auth == AuthMode::None && !public_is_loopback {
+            return Err(format!(
+                "--auth none is refused with --public-url {}: a tunnel or proxy would publish the machine without authentication (use --auth oauth or --auth token)",
+                self.public_url
+            ));
+        }
+        for origin in &self.allowed_origins {
+            check_origin(origin)?;
         }
         Ok(())
     }

@@ -155,48 +155,24 @@ async fn admit(
     Ok((principal, hub.bridge(bridge).await))
 }
 
-/// Reads a request body of at most [`MCP_REQUEST_BODY_MAX_BYTES`] within
-/// [`REQUEST_BODY_READ_TIMEOUT`].
+/// Reads a POST body ([`crate::server::read_body`], at most [`MCP_REQUEST_BODY_MAX_BYTES`]).
 ///
 /// # Errors
 /// 413 (a JSON-RPC error, id null) past the size, 408 past the time, 400 when the body breaks
 /// off.
 async fn read_body(body: Body) -> Result<Bytes, HttpError> {
-    use protocol::limits::{MCP_REQUEST_BODY_MAX_BYTES, REQUEST_BODY_READ_TIMEOUT};
-    match tokio::time::timeout(
-        REQUEST_BODY_READ_TIMEOUT,
-        axum::body::to_bytes(body, MCP_REQUEST_BODY_MAX_BYTES),
-    )
-    .await
-    {
-        Ok(Ok(b)) => Ok(b),
-        Ok(Err(e)) if is_length_limit(&e) => Err(HttpError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than {MCP_REQUEST_BODY_MAX_BYTES} bytes"),
-        )),
-        Ok(Err(e)) => Err(HttpError::new(
-            StatusCode::BAD_REQUEST,
-            format!("the request body could not be read: {e}"),
-        )),
-        Err(_) => Err(HttpError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "the request body did not arrive within {} s",
-                REQUEST_BODY_READ_TIMEOUT.as_secs()
-            ),
-        )),
-    }
-}
-
-fn is_length_limit(e: &axum::Error) -> bool {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = src {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        src = s.source();
-    }
-    false
+    use crate::server::BodyError;
+    use protocol::limits::MCP_REQUEST_BODY_MAX_BYTES;
+    crate::server::read_body(body, MCP_REQUEST_BODY_MAX_BYTES)
+        .await
+        .map_err(|e| {
+            let status = match e {
+                BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
+                BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+            };
+            HttpError::new(status, e.to_string())
+        })
 }
 
 /// The session era's `MCP-Protocol-Version` check (MCP 2025-11-25 Transports § Protocol Version

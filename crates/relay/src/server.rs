@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::{hub::Hub, metrics::Metrics};
-use protocol::limits::REQUEST_HEADER_READ_TIMEOUT;
+use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
 
 /// Bounds on client connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +176,57 @@ pub async fn serve(
     tracker.close();
     tracker.wait().await;
     Ok(())
+}
+
+/// Why a request body could not be read ([`read_body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Longer than the limit (bytes).
+    TooLarge(usize),
+    /// Not complete within [`REQUEST_BODY_READ_TIMEOUT`].
+    Timeout,
+    /// The connection failed or the body was malformed (the message says how).
+    Broken(String),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLarge(n) => write!(f, "the request body is larger than {n} bytes"),
+            BodyError::Timeout => write!(
+                f,
+                "the request body did not arrive within {} s",
+                REQUEST_BODY_READ_TIMEOUT.as_secs()
+            ),
+            BodyError::Broken(e) => write!(f, "the request body could not be read: {e}"),
+        }
+    }
+}
+
+/// Reads a request body of at most `limit` bytes within [`REQUEST_BODY_READ_TIMEOUT`]: every
+/// endpoint that reads a body reads it with this, after checking the request's headers (so an
+/// unauthenticated or slow client holds neither memory nor a connection for long).
+///
+/// # Errors
+/// [`BodyError`].
+pub async fn read_body(
+    body: axum::body::Body,
+    limit: usize,
+) -> Result<axum::body::Bytes, BodyError> {
+    match tokio::time::timeout(REQUEST_BODY_READ_TIMEOUT, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => {
+            let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(s) = src {
+                if s.is::<http_body_util::LengthLimitError>() {
+                    return Err(BodyError::TooLarge(limit));
+                }
+                src = s.source();
+            }
+            Err(BodyError::Broken(e.to_string()))
+        }
+        Err(_) => Err(BodyError::Timeout),
+    }
 }
 
 /// Accept errors that concern one connection only (RFC-less, per `std::io` kinds); the

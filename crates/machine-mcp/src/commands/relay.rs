@@ -276,9 +276,9 @@ fn new_password(from_stdin: bool) -> Result<(String, bool)> {
         .read_line(&mut line)
         .context("cannot read the password from stdin")?;
     let pw = line.trim_end_matches(['\r', '\n']).to_owned();
-    if pw.chars().count() < protocol::limits::PASSWORD_MIN_CHARS {
+    if pw.chars().filter(|c| !c.is_whitespace()).count() < protocol::limits::PASSWORD_MIN_CHARS {
         bail!(
-            "the password needs at least {} characters",
+            "the password needs at least {} characters that are not spaces",
             protocol::limits::PASSWORD_MIN_CHARS
         );
     }

@@ -10,6 +10,7 @@ mod git;
 mod hardening;
 mod net;
 mod oauth;
+mod oauth_abuse;
 mod patch;
 mod policy;
 mod process;

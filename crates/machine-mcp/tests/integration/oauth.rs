@@ -20,16 +20,16 @@ use crate::{
 };
 
 /// A relay with bridge `b` (and `other`), a daemon serving a tree on `b`, and an account.
-struct Setup {
-    relay: Relay,
+pub(crate) struct Setup {
+    pub(crate) relay: Relay,
     _daemon: Proc,
     _state: tempfile::TempDir,
     _tree: Tree,
-    password: String,
+    pub(crate) password: String,
 }
 
 impl Setup {
-    fn start(extra: &[&str]) -> Self {
+    pub(crate) fn start(extra: &[&str]) -> Self {
         let relay = Relay::start(extra);
         let code = relay.add_bridge("b");
         relay.add_bridge("other");
@@ -48,17 +48,17 @@ impl Setup {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.relay.direct())
     }
 
     /// The resource (MCP URL) of the runtime of bridge `b` as the relay names it.
-    fn resource(&self) -> String {
+    pub(crate) fn resource(&self) -> String {
         format!("{}/b/b/mcp", self.relay.public())
     }
 
     /// Runs `relay ARGS... --store S`; returns stdout.
-    fn cli(&self, args: &[&str]) -> String {
+    pub(crate) fn cli(&self, args: &[&str]) -> String {
         let mut a: Vec<&str> = vec!["relay"];
         a.extend_from_slice(args);
         let s = self.relay.store_args();
@@ -67,7 +67,7 @@ impl Setup {
     }
 }
 
-fn account(relay: &Relay, args: &[&str]) -> String {
+pub(crate) fn account(relay: &Relay, args: &[&str]) -> String {
     let mut a = vec!["relay", "account"];
     a.extend_from_slice(args);
     let s = relay.store_args();
@@ -75,7 +75,7 @@ fn account(relay: &Relay, args: &[&str]) -> String {
     run_cli(&a)
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .redirects(0)
         .timeout(Duration::from_secs(30))
@@ -83,7 +83,9 @@ fn agent() -> ureq::Agent {
 }
 
 /// Status and body (text) of a request, whatever the status.
-fn send(r: Result<ureq::Response, ureq::Error>) -> (u16, HashMap<String, String>, String) {
+pub(crate) fn send(
+    r: Result<ureq::Response, ureq::Error>,
+) -> (u16, HashMap<String, String>, String) {
     let resp = match r {
         Ok(r) => r,
         Err(ureq::Error::Status(_, r)) => r,
@@ -98,7 +100,7 @@ fn send(r: Result<ureq::Response, ureq::Error>) -> (u16, HashMap<String, String>
     (status, headers, resp.into_string().unwrap_or_default())
 }
 
-fn form(pairs: &[(&str, &str)]) -> String {
+pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
     let mut s = url::form_urlencoded::Serializer::new(String::new());
     for (k, v) in pairs {
         s.append_pair(k, v);
@@ -106,7 +108,7 @@ fn form(pairs: &[(&str, &str)]) -> String {
     s.finish()
 }
 
-fn post_form(
+pub(crate) fn post_form(
     url: &str,
     body: &str,
     extra: &[(&str, &str)],
@@ -120,36 +122,36 @@ fn post_form(
     send(r.send_string(body))
 }
 
-fn json_of(body: &str) -> Value {
+pub(crate) fn json_of(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
-fn pkce() -> (String, String) {
+pub(crate) fn pkce() -> (String, String) {
     let verifier = crate::util::random_token(48);
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
     (verifier, challenge)
 }
 
 /// One client's view of the flow.
-struct Flow {
-    client_id: String,
-    secret: Option<String>,
-    redirect_uri: String,
-    verifier: String,
-    challenge: String,
-    cookie: Option<String>,
+pub(crate) struct Flow {
+    pub(crate) client_id: String,
+    pub(crate) secret: Option<String>,
+    pub(crate) redirect_uri: String,
+    pub(crate) verifier: String,
+    pub(crate) challenge: String,
+    pub(crate) cookie: Option<String>,
 }
 
 /// What the consent page gave back.
-struct Page {
-    status: u16,
-    body: String,
-    request: Option<String>,
+pub(crate) struct Page {
+    pub(crate) status: u16,
+    pub(crate) body: String,
+    pub(crate) request: Option<String>,
 }
 
 impl Flow {
     /// Registers a public client (RFC 7591) with `body` (redirect URIs and the rest).
-    fn register(s: &Setup, body: Value) -> (u16, Value) {
+    pub(crate) fn register(s: &Setup, body: Value) -> (u16, Value) {
         let (status, _, text) = send(
             agent()
                 .post(&s.url("/oauth/register"))
@@ -159,7 +161,7 @@ impl Flow {
         (status, json_of(&text))
     }
 
-    fn new(s: &Setup) -> Self {
+    pub(crate) fn new(s: &Setup) -> Self {
         let (status, reg) = Self::register(
             s,
             json!({"client_name": "Test Client", "redirect_uris": ["http://127.0.0.1/callback"],
@@ -173,7 +175,7 @@ impl Flow {
         )
     }
 
-    fn with_client(client_id: &str, secret: Option<&str>, redirect_uri: &str) -> Self {
+    pub(crate) fn with_client(client_id: &str, secret: Option<&str>, redirect_uri: &str) -> Self {
         let (verifier, challenge) = pkce();
         Self {
             client_id: client_id.to_owned(),
@@ -186,7 +188,7 @@ impl Flow {
     }
 
     /// The authorization request URL with `extra` parameters (and without those named in `omit`).
-    fn authorize_url(
+    pub(crate) fn authorize_url(
         &self,
         s: &Setup,
         resource: Option<&str>,
@@ -211,7 +213,7 @@ impl Flow {
     }
 
     /// GET the consent page.
-    fn page(&mut self, url: &str) -> Page {
+    pub(crate) fn page(&mut self, url: &str) -> Page {
         let mut r = agent().get(url);
         if let Some(c) = &self.cookie {
             r = r.set("Cookie", c);
@@ -233,7 +235,7 @@ impl Flow {
     }
 
     /// POST the consent form; returns status, Location and the body.
-    fn submit(
+    pub(crate) fn submit(
         &self,
         s: &Setup,
         request: &str,
@@ -257,7 +259,7 @@ impl Flow {
     }
 
     /// Consent page + sign-in: the redirect's query parameters.
-    fn approve(
+    pub(crate) fn approve(
         &mut self,
         s: &Setup,
         resource: Option<&str>,
@@ -272,7 +274,7 @@ impl Flow {
         query(&location.unwrap())
     }
 
-    fn token_request(
+    pub(crate) fn token_request(
         &self,
         s: &Setup,
         pairs: &[(&str, &str)],
@@ -287,7 +289,7 @@ impl Flow {
         (status, json_of(&text))
     }
 
-    fn exchange(&self, s: &Setup, code: &str) -> (u16, Value) {
+    pub(crate) fn exchange(&self, s: &Setup, code: &str) -> (u16, Value) {
         self.token_request(
             s,
             &[
@@ -301,7 +303,7 @@ impl Flow {
         )
     }
 
-    fn refresh(&self, s: &Setup, refresh: &str) -> (u16, Value) {
+    pub(crate) fn refresh(&self, s: &Setup, refresh: &str) -> (u16, Value) {
         self.token_request(
             s,
             &[("grant_type", "refresh_token"), ("refresh_token", refresh)],
@@ -310,7 +312,7 @@ impl Flow {
     }
 
     /// The whole flow for the runtime of bridge `b`: tokens.
-    fn tokens(&mut self, s: &Setup) -> Value {
+    pub(crate) fn tokens(&mut self, s: &Setup) -> Value {
         let q = self.approve(s, Some(&s.resource()), "ann", &s.password);
         let (status, t) = self.exchange(s, &q["code"]);
         assert_eq!(status, 200, "{t}");
@@ -318,7 +320,7 @@ impl Flow {
     }
 }
 
-fn query(location: &str) -> HashMap<String, String> {
+pub(crate) fn query(location: &str) -> HashMap<String, String> {
     url::Url::parse(location)
         .unwrap()
         .query_pairs()
@@ -327,7 +329,7 @@ fn query(location: &str) -> HashMap<String, String> {
 }
 
 /// A tools/call through the relay's runtime of bridge `b` with `token` (legacy era).
-fn call_status(s: &Setup, token: &str) -> (u16, Option<String>) {
+pub(crate) fn call_status(s: &Setup, token: &str) -> (u16, Option<String>) {
     let (status, headers, _) = send(
         agent()
             .post(&s.url("/b/b/mcp"))
@@ -340,13 +342,13 @@ fn call_status(s: &Setup, token: &str) -> (u16, Option<String>) {
     (status, headers.get("www-authenticate").cloned())
 }
 
-fn read_hello(s: &Setup, token: &str) -> Value {
+pub(crate) fn read_hello(s: &Setup, token: &str) -> Value {
     let mut c = Client::new(&s.url("/b/b/mcp"), Some(token));
     c.initialize();
     c.call("read_file", json!({"path": "hello.txt"}))
 }
 
-fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + within;
     while Instant::now() < end {
         if f() {
@@ -1379,4 +1381,28 @@ fn a_browser_posting_the_consent_form_with_origin_null_from_the_same_site_is_acc
             "{site:?}"
         );
     }
+}
+
+/// A DPoP proof (RFC 9449 §4) for `method` `htu` (and `ath` of an access token), signed with a
+/// fresh P-256 key.
+pub(crate) fn dpop_proof(method: &str, htu: &str, ath: Option<&str>) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+    let key = p256::ecdsa::SigningKey::random(&mut rand::rngs::OsRng);
+    let point = key.verifying_key().to_encoded_point(false);
+    let jwk = json!({"kty": "EC", "crv": "P-256", "x": URL_SAFE_NO_PAD.encode(point.x().unwrap()),
+        "y": URL_SAFE_NO_PAD.encode(point.y().unwrap())});
+    let der = p256::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap();
+    let mut h = Header::new(Algorithm::ES256);
+    h.typ = Some("dpop+jwt".into());
+    h.jwk = Some(serde_json::from_value(jwk).unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut c =
+        json!({"jti": crate::util::random_token(16), "htm": method, "htu": htu, "iat": now});
+    if let Some(t) = ath {
+        c["ath"] = json!(URL_SAFE_NO_PAD.encode(Sha256::digest(t.as_bytes())));
+    }
+    encode(&h, &c, &EncodingKey::from_ec_der(der.as_bytes())).unwrap()
 }

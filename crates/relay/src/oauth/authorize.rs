@@ -20,7 +20,6 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
-    body::Bytes,
     extract::{ConnectInfo, RawQuery, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
@@ -317,7 +316,7 @@ pub async fn show(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0));
+    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
     let form = match Form::parse(
         query.unwrap_or_default().as_bytes(),
         OAUTH_PARAM_MAX_BYTES,
@@ -388,12 +387,10 @@ pub async fn approve(
     State(hub): State<Arc<Hub>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0));
-    if body.len() > OAUTH_FORM_MAX_BYTES {
-        return consent::error_page(StatusCode::PAYLOAD_TOO_LARGE, "the form is too large");
-    }
+    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
+
     if !super::content_type_is(&headers, "application/x-www-form-urlencoded") {
         return consent::error_page(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -403,6 +400,13 @@ pub async fn approve(
     if !same_origin(&hub, &headers) {
         return consent::error_page(StatusCode::FORBIDDEN, "the form was sent from another site");
     }
+    let body = match crate::server::read_body(body, OAUTH_FORM_MAX_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            let status = OAuthError::from(e.clone()).status;
+            return consent::error_page(status, &e.to_string());
+        }
+    };
     let form = match Form::parse(
         &body,
         OAUTH_PARAM_MAX_BYTES,
@@ -423,7 +427,7 @@ pub async fn approve(
     else {
         return consent::error_page(
             StatusCode::BAD_REQUEST,
-            "this sign-in page has expired or was opened in another browser",
+            "this sign-in page has expired, was opened in another browser, or the relay restarted since it was opened",
         );
     };
     let client = match clients::find(&hub, &pending.client_id, &address).await {
@@ -465,18 +469,27 @@ pub async fn approve(
             "Enter the account name and its password.",
         );
     };
-    let account_key = format!("account {bridge}/{account}");
+    let found = match hub.storage.account_with_password(bridge, account).await {
+        Ok(f) => f,
+        Err(e) => return OAuthError::from(e).into_response(),
+    };
+    // Failures count against the account at its version, so a new password (or role) starts
+    // afresh; an unknown name counts against the name. Each attempt is counted before its
+    // password is checked, so parallel guesses cannot all pass the check.
+    let account_key = match &found {
+        Some((a, _)) => format!("account {}.v{}", a.id, a.version),
+        None => format!("account {bridge}/{}", account.to_lowercase()),
+    };
     let address_key = format!("address {address}");
-    let blocked = hub
-        .oauth
-        .throttle
-        .blocked(&account_key, SIGN_IN_FAILURES_PER_ACCOUNT)
-        .or_else(|| {
-            hub.oauth
-                .throttle
-                .blocked(&address_key, SIGN_IN_FAILURES_PER_ADDRESS)
+    let throttle = &hub.oauth.throttle;
+    let taken = throttle
+        .take(&account_key, SIGN_IN_FAILURES_PER_ACCOUNT)
+        .and_then(|()| {
+            throttle
+                .take(&address_key, SIGN_IN_FAILURES_PER_ADDRESS)
+                .inspect_err(|_| throttle.forgive(&account_key))
         });
-    if let Some(wait) = blocked {
+    if let Err(wait) = taken {
         return again(
             StatusCode::TOO_MANY_REQUESTS,
             &format!(
@@ -485,10 +498,6 @@ pub async fn approve(
             ),
         );
     }
-    let found = match hub.storage.account_with_password(bridge, account).await {
-        Ok(f) => f,
-        Err(e) => return OAuthError::from(e).into_response(),
-    };
     let ok = {
         let Ok(_permit) = hub.oauth.password_checks.acquire().await else {
             return OAuthError::unavailable().into_response();
@@ -500,15 +509,14 @@ pub async fn approve(
             .unwrap_or(false)
     };
     let Some((account_row, _)) = found.filter(|_| ok) else {
-        hub.oauth.throttle.record(&account_key);
-        hub.oauth.throttle.record(&address_key);
         tracing::info!(bridge, "a sign-in on the consent page failed");
         return again(StatusCode::UNAUTHORIZED, "Wrong account name or password.");
     };
+    throttle.clear(&account_key);
+    throttle.forgive(&address_key);
     if account_row.disabled {
         return again(StatusCode::FORBIDDEN, "This account is disabled.");
     }
-    hub.oauth.throttle.clear(&account_key);
     if client.kind == ClientKind::Document
         && let Err(e) = clients::remember_document(&hub, &client).await
     {

@@ -43,10 +43,22 @@ fn credential(headers: &HeaderMap) -> Result<Option<Credential<'_>>, &'static st
     }
 }
 
-/// The 401 for MCP path `path`, with `invalid` naming why a presented token was refused.
-pub fn unauthorized(hub: &Hub, path: &str, invalid: Option<&str>) -> HttpError {
+/// The 401 for MCP path `path`, with `invalid` naming why a presented token was refused. With
+/// `dpop` (the request used the DPoP scheme, or the token is DPoP-bound) the challenge is the
+/// DPoP scheme's (RFC 9449 §7.1: `DPoP error="invalid_token", algs="ES256"`).
+pub fn unauthorized(hub: &Hub, path: &str, dpop: bool, invalid: Option<&str>) -> HttpError {
     let message = invalid.unwrap_or("authorization is required");
     let challenge = match hub.config.auth {
+        AuthMode::OAuth if dpop => {
+            let why: String = message
+                .chars()
+                .filter(|c| *c != '"' && *c != '\\')
+                .collect();
+            format!(
+                "DPoP error=\"invalid_token\", error_description=\"{why}\", algs=\"ES256\", resource_metadata=\"{}\"",
+                resource::metadata_url(&hub.config, path)
+            )
+        }
         AuthMode::OAuth => resource::challenge(&hub.config, path, invalid),
         _ => match invalid {
             Some(_) => "Bearer realm=\"machine-mcp\", error=\"invalid_token\"".to_owned(),
@@ -78,10 +90,11 @@ pub async fn principal(
             "the relay store is unavailable",
         )
     };
-    let presented = credential(headers).map_err(|e| unauthorized(hub, &path, Some(e)))?;
+    let presented = credential(headers).map_err(|e| unauthorized(hub, &path, false, Some(e)))?;
     let Some(presented) = presented else {
-        return Err(unauthorized(hub, &path, None));
+        return Err(unauthorized(hub, &path, false, None));
     };
+    let mut dpop = matches!(presented, Credential::Dpop(_));
     let token = match presented {
         Credential::Bearer(t) | Credential::Dpop(t) => t,
     };
@@ -95,9 +108,11 @@ pub async fn principal(
                 unauthorized(
                     hub,
                     &path,
+                    dpop,
                     Some("the access token is invalid, expired or revoked"),
                 )
             })?;
+        dpop |= grant.dpop_jkt.is_some();
         let target = resource::Target::Endpoint {
             bridge: bridge.to_owned(),
             server: server.map(str::to_owned),
@@ -108,6 +123,7 @@ pub async fn principal(
             return Err(unauthorized(
                 hub,
                 &path,
+                dpop,
                 Some("the access token was issued for another resource"),
             ));
         }
@@ -117,6 +133,7 @@ pub async fn principal(
                 return Err(unauthorized(
                     hub,
                     &path,
+                    dpop,
                     Some("the access token is not DPoP-bound: send it as Bearer"),
                 ));
             }
@@ -124,6 +141,7 @@ pub async fn principal(
                 return Err(unauthorized(
                     hub,
                     &path,
+                    dpop,
                     Some("the access token is DPoP-bound: send it as DPoP with a proof"),
                 ));
             }
@@ -131,23 +149,26 @@ pub async fn principal(
                 let proof = headers
                     .get("dpop")
                     .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| unauthorized(hub, &path, Some("a DPoP proof is required")))?;
+                    .ok_or_else(|| {
+                        unauthorized(hub, &path, dpop, Some("a DPoP proof is required"))
+                    })?;
                 let v = jwt::verify_dpop(
                     proof,
                     method.as_str(),
                     |htu| htu_is(hub, htu, &path),
                     Some(token),
                 )
-                .map_err(|e| unauthorized(hub, &path, Some(&e)))?;
+                .map_err(|e| unauthorized(hub, &path, dpop, Some(&e)))?;
                 if &v.jkt != jkt {
                     return Err(unauthorized(
                         hub,
                         &path,
+                        dpop,
                         Some("the DPoP proof is signed with another key"),
                     ));
                 }
                 jwt::consume(&v, &hub.oauth.seen)
-                    .map_err(|e| unauthorized(hub, &path, Some(&e)))?;
+                    .map_err(|e| unauthorized(hub, &path, dpop, Some(&e)))?;
             }
         }
         return Ok(Principal {
@@ -160,6 +181,7 @@ pub async fn principal(
         return Err(unauthorized(
             hub,
             &path,
+            false,
             Some("static tokens are sent as Bearer"),
         ));
     };
@@ -168,7 +190,14 @@ pub async fn principal(
         .token_by_hash(&auth::sha256_hex(token))
         .await
         .map_err(unavailable)?
-        .ok_or_else(|| unauthorized(hub, &path, Some("the bearer token is unknown or revoked")))?;
+        .ok_or_else(|| {
+            unauthorized(
+                hub,
+                &path,
+                dpop,
+                Some("the bearer token is unknown or revoked"),
+            )
+        })?;
     if rec.bridge != bridge {
         return Err(HttpError::new(
             StatusCode::FORBIDDEN,

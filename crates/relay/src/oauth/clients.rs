@@ -109,11 +109,18 @@ pub struct ClientMetadata {
     pub jwks: Option<Value>,
 }
 
+/// Whether `c` changes the direction of the text around it (Unicode bidirectional controls:
+/// ALM, LRM, RLM, the embeddings, overrides and isolates); in a client's name on the consent page
+/// it would rewrite the page's own text.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 fn text(v: &Value, key: &str, max_chars: usize) -> Option<String> {
     let s = v.get(key)?.as_str()?;
     let clean: String = s
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|c| !c.is_control() && !is_bidi_control(*c))
         .take(max_chars)
         .collect();
     let clean = clean.trim().to_owned();
@@ -138,6 +145,12 @@ pub fn valid_redirect_uri(uri: &str) -> Result<url::Url, String> {
     if u.fragment().is_some() {
         return Err(format!("redirect URI {uri:?} has a fragment"));
     }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(format!("redirect URI {uri:?} carries credentials"));
+    }
+    if u.host_str().is_some_and(|h| h.contains('*')) {
+        return Err(format!("redirect URI {uri:?} has a wildcard host"));
+    }
     match u.scheme() {
         "https" if u.host().is_some() => Ok(u),
         "http" if is_loopback_host(&u) => Ok(u),
@@ -159,6 +172,34 @@ pub fn is_loopback_host(u: &url::Url) -> bool {
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
         None => false,
     }
+}
+
+/// A registered `jwks_uri` must be an https URL whose host is not an address the relay would
+/// refuse to fetch from anyway (loopback, private, link-local: [`super::document::is_public`]);
+/// a name is checked when it is fetched. A client ID metadata document's is checked by the
+/// fetcher, whose test switch may allow plain http.
+fn check_jwks_uri(uri: &str, kind: ClientKind) -> Result<(), String> {
+    let u = url::Url::parse(uri).map_err(|e| format!("jwks_uri {uri:?} is not a URL: {e}"))?;
+    if kind == ClientKind::Document {
+        return Ok(());
+    }
+    if u.scheme() != "https" {
+        return Err(format!("jwks_uri {uri:?} must be an https URL"));
+    }
+    let ip = match u.host() {
+        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+        Some(url::Host::Domain(d)) if d.eq_ignore_ascii_case("localhost") => {
+            return Err(format!("jwks_uri {uri:?} names this machine"));
+        }
+        _ => None,
+    };
+    if ip.is_some_and(|ip| !super::document::is_public(ip)) {
+        return Err(format!(
+            "jwks_uri {uri:?} names a loopback, private or link-local address"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the `requested` redirect URI matches the `registered` one: exactly, except that a
@@ -290,10 +331,9 @@ impl ClientMetadata {
             ));
         }
         if let Some(u) = &jwks_uri
-            && !u.starts_with("https://")
-            && !u.starts_with("http://")
+            && let Err(why) = check_jwks_uri(u, kind)
         {
-            return Err(metadata_error("jwks_uri must be an https URL"));
+            return Err(metadata_error(why));
         }
         let scope = v.get("scope").and_then(Value::as_str).and_then(|s| {
             let kept: Vec<&str> = s

@@ -104,7 +104,7 @@ pub fn page(view: &View<'_>, status: StatusCode) -> Response {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
 <title>Allow {client}? — machine-mcp</title><style>{STYLE}</style></head><body>\
-<h1>Allow <span id=\"client\">{client}</span> to use this machine?</h1>{error}\
+<h1>Allow <bdi id=\"client\">{client}</bdi> to use this machine?</h1>{error}\
 <p>It asks for access to <code id=\"resource\">{resource}</code>. After you sign in you are sent back to \
 <b id=\"redirect-host\">{redirect}</b>.</p>\
 <p>It will act with your account's role. What each role allows:</p><table>{roles}</table>\

@@ -67,6 +67,18 @@ impl OAuthError {
     }
 }
 
+impl From<crate::server::BodyError> for OAuthError {
+    fn from(e: crate::server::BodyError) -> Self {
+        use crate::server::BodyError;
+        let status = match e {
+            BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+        };
+        Self::invalid_request(e.to_string()).with_status(status)
+    }
+}
+
 impl From<crate::storage::StorageError> for OAuthError {
     fn from(e: crate::storage::StorageError) -> Self {
         tracing::warn!(error = %e, "relay store error in an OAuth request");

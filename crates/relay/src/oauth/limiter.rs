@@ -42,10 +42,40 @@ impl Throttle {
         (w.count >= limit && now < end).then(|| end - now)
     }
 
+    /// Counts one event for `key` unless `key` already has `limit` in its window, atomically
+    /// (so parallel attempts cannot all pass a check made before any of them counts).
+    ///
+    /// # Errors
+    /// How long until the window ends, when `key` is at its limit.
+    pub fn take(&self, key: &str, limit: u32) -> Result<(), Duration> {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = entries.get(key) {
+            let end = w.started + self.window;
+            if w.count >= limit && now < end {
+                return Err(end - now);
+            }
+        }
+        self.count_in(&mut entries, key, now);
+        Ok(())
+    }
+
+    /// Takes back one event of `key` (an attempt that turned out well).
+    pub fn forgive(&self, key: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = entries.get_mut(key) {
+            w.count = w.count.saturating_sub(1);
+        }
+    }
+
     /// Counts one event for `key`.
     pub fn record(&self, key: &str) {
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        self.count_in(&mut entries, key, now);
+    }
+
+    fn count_in(&self, entries: &mut HashMap<String, Window>, key: &str, now: Instant) {
         if !entries.contains_key(key) && entries.len() >= self.capacity {
             let window = self.window;
             entries.retain(|_, w| now < w.started + window);
@@ -147,6 +177,16 @@ mod tests {
         assert_eq!(t.blocked("a", 2), None, "a new window starts at one");
         t.clear("a");
         assert_eq!(t.blocked("a", 1), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn take_counts_and_refuses_at_the_limit_and_forgive_gives_one_back() {
+        let t = Throttle::new(Duration::from_secs(60), 10);
+        assert!(t.take("a", 2).is_ok());
+        assert!(t.take("a", 2).is_ok());
+        assert!(t.take("a", 2).is_err());
+        t.forgive("a");
+        assert!(t.take("a", 2).is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -159,12 +159,25 @@ async fn check_host(
     next.run(request).await
 }
 
-/// The client address a request came from, for throttling: the TCP peer (a reverse proxy in
-/// front makes this the proxy; the account throttle still applies per account).
-pub fn client_address(connect: Option<&ConnectInfo<SocketAddr>>) -> String {
-    connect
-        .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|| "unknown".into())
+/// The client address a request came from, for throttling: the TCP peer, except that a peer on
+/// this host (a reverse proxy or tunnel in front of the relay: Caddy, nginx, cloudflared) is
+/// taken at its word and the last entry of its `X-Forwarded-For` is the client (the entry the
+/// proxy itself appended; earlier ones may be forged). Without that, every user of a proxied
+/// relay shared one address, and twenty wrong passwords locked everyone out.
+pub fn client_address(connect: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) -> String {
+    let peer = connect.map(|c| c.0.ip());
+    if peer.is_some_and(|p| p.is_loopback())
+        && let Some(forwarded) = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|v| v.trim().parse::<std::net::IpAddr>().ok())
+    {
+        return forwarded.to_string();
+    }
+    peer.map_or_else(|| "unknown".into(), |p| p.to_string())
 }
 
 /// Whether a request's media type is `expected` (parameters such as `charset` ignored).

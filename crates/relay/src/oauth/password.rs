@@ -16,8 +16,8 @@ const GENERATED_LEN: usize = 24;
 /// Why a password cannot be set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PasswordError {
-    /// Shorter than [`protocol::limits::PASSWORD_MIN_CHARS`].
-    #[error("a password needs at least {0} characters")]
+    /// Fewer than [`protocol::limits::PASSWORD_MIN_CHARS`] characters other than spaces.
+    #[error("a password needs at least {0} characters that are not spaces")]
     TooShort(usize),
     /// Hashing failed (should not happen with valid parameters).
     #[error("cannot hash the password: {0}")]
@@ -39,7 +39,7 @@ pub fn generate() -> String {
 /// [`PasswordError::TooShort`] under the minimum length; [`PasswordError::Hash`].
 pub fn hash(password: &str) -> Result<String, PasswordError> {
     let min = protocol::limits::PASSWORD_MIN_CHARS;
-    if password.chars().count() < min {
+    if password.chars().filter(|c| !c.is_whitespace()).count() < min {
         return Err(PasswordError::TooShort(min));
     }
     let salt = SaltString::generate(&mut OsRng);
@@ -83,5 +83,6 @@ mod tests {
         assert!(!verify(&p, None), "unknown accounts never verify");
         assert!(!verify(&p, Some("not a phc string")));
         assert_eq!(hash("short"), Err(PasswordError::TooShort(12)));
+        assert_eq!(hash("             "), Err(PasswordError::TooShort(12)));
     }
 }

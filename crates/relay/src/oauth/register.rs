@@ -43,7 +43,7 @@ pub async fn register(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0));
+    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
     match register_inner(&hub, &address, &headers, body).await {
         Ok(v) => (StatusCode::CREATED, no_store(), Json(v)).into_response(),
         Err(e) => e.into_response(),
@@ -75,14 +75,12 @@ async fn register_inner(
             "send the registration as Content-Type: application/json",
         ));
     }
-    let bytes = axum::body::to_bytes(body, REGISTRATION_BODY_MAX_BYTES)
+    let bytes = crate::server::read_body(body, REGISTRATION_BODY_MAX_BYTES)
         .await
-        .map_err(|_| {
-            OAuthError::bad(
-                "invalid_client_metadata",
-                format!("the registration body is larger than {REGISTRATION_BODY_MAX_BYTES} bytes"),
-            )
-            .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+        .map_err(|e| {
+            let mut err = OAuthError::from(e);
+            err.error = "invalid_client_metadata";
+            err
         })?;
     let request: Value = serde_json::from_slice(&bytes).map_err(|e| {
         OAuthError::bad(

@@ -12,7 +12,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Json,
-    body::Bytes,
+    body::Body,
     extract::{ConnectInfo, State},
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
@@ -42,21 +42,16 @@ use protocol::limits::{
     REFRESH_TOKEN_LIFETIME,
 };
 
-/// Reads the form of a token or revocation request.
-fn read_form(headers: &HeaderMap, body: &[u8]) -> Result<Form, OAuthError> {
+/// Reads the form of a token or revocation request (its body within its size and time).
+async fn read_form(headers: &HeaderMap, body: Body) -> Result<Form, OAuthError> {
     if !content_type_is(headers, "application/x-www-form-urlencoded") {
         return Err(OAuthError::invalid_request(
             "send the request as Content-Type: application/x-www-form-urlencoded",
         ));
     }
-    if body.len() > OAUTH_FORM_MAX_BYTES {
-        return Err(OAuthError::invalid_request(format!(
-            "the request body is larger than {OAUTH_FORM_MAX_BYTES} bytes"
-        ))
-        .with_status(StatusCode::PAYLOAD_TOO_LARGE));
-    }
+    let body = crate::server::read_body(body, OAUTH_FORM_MAX_BYTES).await?;
     Form::parse(
-        body,
+        &body,
         OAUTH_PARAM_MAX_BYTES,
         &["client_assertion"],
         OAUTH_FORM_MAX_BYTES,
@@ -243,10 +238,10 @@ pub async fn token(
     State(hub): State<Arc<Hub>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0));
-    match token_inner(&hub, &headers, &body, &address).await {
+    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
+    match token_inner(&hub, &headers, body, &address).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -255,10 +250,10 @@ pub async fn token(
 async fn token_inner(
     hub: &Hub,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Body,
     address: &str,
 ) -> Result<Response, OAuthError> {
-    let form = read_form(headers, body)?;
+    let form = read_form(headers, body).await?;
     let (client, assertion) = authenticate(hub, headers, &form, address).await?;
     let dpop = dpop_proof(hub, headers)?;
     let jkt = dpop.as_ref().map(|d| d.jkt.clone());
@@ -411,11 +406,11 @@ pub async fn revoke(
     State(hub): State<Arc<Hub>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0));
+    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
     let run = async {
-        let form = read_form(&headers, &body)?;
+        let form = read_form(&headers, body).await?;
         let (client, assertion) = authenticate(&hub, &headers, &form, &address).await?;
         let token = form
             .get("token")

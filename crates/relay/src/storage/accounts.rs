@@ -106,7 +106,7 @@ impl SqliteStorage {
         };
         let r = sqlx::query(
             "INSERT INTO accounts (id, bridge, name, role, password_hash, version, created_at) \
-             VALUES (?, ?, ?, ?, ?, 1, ?) ON CONFLICT (bridge, name) DO NOTHING",
+             VALUES (?, ?, ?, ?, ?, 1, ?) ON CONFLICT DO NOTHING",
         )
         .bind(&account.id)
         .bind(bridge)
@@ -134,7 +134,7 @@ impl SqliteStorage {
         name: &str,
     ) -> Result<Option<(Account, String)>, StorageError> {
         let row = sqlx::query(&format!(
-            "SELECT {COLUMNS}, password_hash FROM accounts WHERE bridge = ? AND name = ?"
+            "SELECT {COLUMNS}, password_hash FROM accounts WHERE bridge = ? AND name = ? COLLATE NOCASE"
         ))
         .bind(bridge)
         .bind(name)
@@ -180,19 +180,19 @@ impl SqliteStorage {
     ) -> Result<Account, StorageError> {
         let q = match &change {
             AccountChange::Role(role) => {
-                sqlx::query("UPDATE accounts SET role = ?, version = version + 1 WHERE bridge = ? AND name = ?")
+                sqlx::query("UPDATE accounts SET role = ?, version = version + 1 WHERE bridge = ? AND name = ? COLLATE NOCASE")
                     .bind(role.as_str())
             }
             AccountChange::Disable => sqlx::query(
                 "UPDATE accounts SET disabled_at = COALESCE(disabled_at, ?), version = version + 1 \
-                 WHERE bridge = ? AND name = ?",
+                 WHERE bridge = ? AND name = ? COLLATE NOCASE",
             )
             .bind(now()),
             AccountChange::Enable => {
-                sqlx::query("UPDATE accounts SET disabled_at = NULL WHERE bridge = ? AND name = ?")
+                sqlx::query("UPDATE accounts SET disabled_at = NULL WHERE bridge = ? AND name = ? COLLATE NOCASE")
             }
             AccountChange::Password(hash) => sqlx::query(
-                "UPDATE accounts SET password_hash = ?, version = version + 1 WHERE bridge = ? AND name = ?",
+                "UPDATE accounts SET password_hash = ?, version = version + 1 WHERE bridge = ? AND name = ? COLLATE NOCASE",
             )
             .bind(hash),
         };
@@ -213,7 +213,7 @@ impl SqliteStorage {
     /// # Errors
     /// `NotFound` for an unknown account; database failure.
     pub async fn remove_account(&self, bridge: &str, name: &str) -> Result<(), StorageError> {
-        let r = sqlx::query("DELETE FROM accounts WHERE bridge = ? AND name = ?")
+        let r = sqlx::query("DELETE FROM accounts WHERE bridge = ? AND name = ? COLLATE NOCASE")
             .bind(bridge)
             .bind(name)
             .execute(&self.pool)

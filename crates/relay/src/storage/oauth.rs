@@ -146,11 +146,12 @@ pub struct NewTokens {
 pub enum Rotation {
     /// A new pair (the hashes given) now belongs to this grant.
     Rotated(Box<Grant>),
-    /// The token was rotated longer ago than the grace allows (or too often): the family is
-    /// revoked, every token in it dead.
+    /// The token was rotated longer ago than the grace allows: the family is revoked, every
+    /// token in it dead.
     Replayed,
-    /// Unknown, expired, revoked, another client's, the wrong DPoP key, or an account that
-    /// changed: nothing was changed.
+    /// Unknown, expired, revoked, another client's, the wrong DPoP key, an account that
+    /// changed, or presented again within the grace more often than allowed: nothing was
+    /// changed.
     Invalid(&'static str),
 }
 
@@ -566,7 +567,14 @@ impl SqliteStorage {
                     .execute(&mut *tx)
                     .await?;
             }
-            Some(used) if t - used <= rules.grace_secs && reissued < rules.max_reissues => {
+            Some(used) if t - used <= rules.grace_secs => {
+                // Within the grace, more retries than any host makes are refused, but the grant
+                // is not revoked for them: only a replay after the grace is a theft signal.
+                if reissued >= rules.max_reissues {
+                    return Ok(Rotation::Invalid(
+                        "this refresh token was presented too often; use the newest refresh token",
+                    ));
+                }
                 sqlx::query(
                     "UPDATE oauth_refresh_tokens SET reissued = reissued + 1 WHERE token_hash = ?",
                 )
