@@ -94,7 +94,9 @@ pub enum RelayFrame {
         server: String,
         /// The caller (token or account id).
         principal: String,
-        /// The caller's role (`owner`, `operator`, `editor`, `reviewer`).
+        /// The caller's role: a [`crate::Role`] name (`owner`, `operator`, `editor`,
+        /// `reviewer`), kept as text so a frame with a role this build does not know still
+        /// parses; the daemon gives such a role the least authority.
         role: String,
         /// The client's `initialize` request (a JSON-RPC message).
         initialize: Value,
@@ -114,7 +116,9 @@ pub enum RelayFrame {
         server: String,
         /// The caller (token or account id).
         principal: String,
-        /// The caller's role (`owner`, `operator`, `editor`, `reviewer`).
+        /// The caller's role: a [`crate::Role`] name (`owner`, `operator`, `editor`,
+        /// `reviewer`), kept as text so a frame with a role this build does not know still
+        /// parses; the daemon gives such a role the least authority.
         role: String,
         /// The client's JSON-RPC request, `_meta` included.
         message: Value,
@@ -262,6 +266,70 @@ pub fn hello_transcript(
     .into_bytes()
 }
 
+/// The WebSocket close codes of the link (RFC 6455 § 7.4; `docs/relay-protocol.md`, "Close
+/// codes"): the registered ones the relay uses, and the private-use ones of this protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseCode {
+    /// 1000: normal closure (enrolled; the peer closed).
+    Normal,
+    /// 1001: going away; the relay uses it for a daemon silent past the liveness timeout.
+    GoingAway,
+    /// 1006: the connection was lost without a close frame (reported, never sent by a
+    /// conforming endpoint).
+    Abnormal,
+    /// 1011: an internal error on the relay (link queue full, store failure).
+    Internal,
+    /// 4001: the hello was missing, late, or did not verify; an enrollment code was refused.
+    /// The daemon stops: enroll again.
+    Unauthenticated,
+    /// 4002: the peer broke the protocol. The daemon stops.
+    Protocol,
+    /// 4008: readiness (probe, resume, ready) did not complete in time. The daemon retries.
+    NotReady,
+    /// 4012: replaced by another verified socket of the bridge. The daemon stops (another
+    /// instance took over).
+    Replaced,
+}
+
+impl CloseCode {
+    /// Every code.
+    pub const ALL: [CloseCode; 8] = [
+        Self::Normal,
+        Self::GoingAway,
+        Self::Abnormal,
+        Self::Internal,
+        Self::Unauthenticated,
+        Self::Protocol,
+        Self::NotReady,
+        Self::Replaced,
+    ];
+
+    /// The numeric code on the wire.
+    pub const fn code(self) -> u16 {
+        match self {
+            Self::Normal => 1000,
+            Self::GoingAway => 1001,
+            Self::Abnormal => 1006,
+            Self::Internal => 1011,
+            Self::Unauthenticated => 4001,
+            Self::Protocol => 4002,
+            Self::NotReady => 4008,
+            Self::Replaced => 4012,
+        }
+    }
+
+    /// The code numbered `code`, if it is one of these.
+    pub fn from_code(code: u16) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.code() == code)
+    }
+}
+
+impl std::fmt::Display for CloseCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.code().fmt(f)
+    }
+}
+
 /// WebSocket close code: the socket was replaced by a verified daemon of the same bridge.
 pub const CLOSE_REPLACED: u16 = 4012;
 /// WebSocket close code: the hello was missing, late, or did not verify.
@@ -270,6 +338,15 @@ pub const CLOSE_UNAUTHENTICATED: u16 = 4001;
 pub const CLOSE_PROTOCOL: u16 = 4002;
 /// WebSocket close code: readiness did not complete in time.
 pub const CLOSE_NOT_READY: u16 = 4008;
+
+/// Wall-clock time in Unix milliseconds: what `hello` signs as its `timestamp` and `welcome`
+/// names as `expires_at` (0 for a clock before 1970).
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
 
 #[cfg(test)]
 mod tests {
@@ -323,6 +400,15 @@ mod tests {
         let text = serde_json::to_string(&c).unwrap();
         assert!(text.starts_with(r#"{"type":"call""#), "{text}");
         assert_eq!(serde_json::from_str::<RelayFrame>(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn close_codes_round_trip() {
+        for c in CloseCode::ALL {
+            assert_eq!(CloseCode::from_code(c.code()), Some(c));
+        }
+        assert_eq!(CloseCode::Replaced.code(), 4012);
+        assert_eq!(CloseCode::from_code(4999), None);
     }
 
     #[test]
