@@ -163,8 +163,6 @@ pub const EDIT_FILE_MAX_BYTES: usize = 32 * MIB;
 pub const EDIT_DIFF_MAX_BYTES: usize = 64 * KIB;
 /// Largest `max_bytes` of `git_diff` and `git_show` (4 MiB): the diff text they return at most.
 pub const GIT_DIFF_MAX_BYTES: usize = 4 * MIB;
-/// Old name of [`EDIT_DIFF_MAX_BYTES`].
-pub const DIFF_MAX_BYTES: usize = EDIT_DIFF_MAX_BYTES;
 /// Default and maximum entries of `list_dir`.
 pub const LIST_DIR_DEFAULT_ENTRIES: usize = 1_000;
 /// Maximum entries `list_dir` may be asked for.

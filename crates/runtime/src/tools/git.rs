@@ -2,6 +2,7 @@
 
 use std::{ffi::OsString, sync::Arc};
 
+use protocol::limits::GIT_DIFF_MAX_BYTES;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -15,9 +16,8 @@ use crate::{
     policy::Capability,
 };
 
-/// Default and largest byte caps of diff output.
+/// Default byte cap of diff output (the largest is `protocol::limits::GIT_DIFF_MAX_BYTES`).
 const DIFF_DEFAULT_BYTES: usize = 256 * 1024;
-const DIFF_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// Default and largest `count` of git_log.
 const LOG_DEFAULT: usize = 20;
 const LOG_MAX: usize = 500;
@@ -379,7 +379,7 @@ async fn git_diff(rt: Arc<Access>, args: DiffArgs, cx: CallContext) -> ToolResul
     let cap = args
         .max_bytes
         .unwrap_or(DIFF_DEFAULT_BYTES)
-        .clamp(1, DIFF_MAX_BYTES);
+        .clamp(1, GIT_DIFF_MAX_BYTES);
     let spec = pathspec(&repo, &target)?;
     let mut base = os(&[
         "diff",
@@ -571,7 +571,7 @@ async fn git_show(rt: Arc<Access>, args: ShowArgs, cx: CallContext) -> ToolResul
     let cap = args
         .max_bytes
         .unwrap_or(DIFF_DEFAULT_BYTES)
-        .clamp(1, DIFF_MAX_BYTES);
+        .clamp(1, GIT_DIFF_MAX_BYTES);
     let (repo, _) = repo_at(&rt, ".", &cx).await?;
     let mut meta = os(&[
         "show",
