@@ -27,7 +27,7 @@ use rmcp::{
     service::OriginatingRequestId,
     transport::Transport,
 };
-use runtime::{McpServer, Principal, Profile, Runtime};
+use runtime::{McpServer, Principal, Runtime};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
@@ -36,8 +36,13 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use protocol::{
-    frame::{DaemonFrame, RUNTIME_SERVER},
+    Role,
+    error_code::ToolErrorCode,
+    frame::{DaemonFrame, RUNTIME_SERVER, ResumeRequest},
+    ids::SessionId,
+    jsonrpc::{self, IdKey, code},
     limits::RELAY_FRAME_MAX_BYTES,
+    tool_error::ToolError,
 };
 
 use crate::{
@@ -53,14 +58,6 @@ const INBOUND_QUEUE: usize = 256;
 /// a `call` with a retryable JSON-RPC error.
 const MAX_SESSIONS: usize = 256;
 
-/// JSON-RPC id → key (numbers and strings never collide).
-fn id_key(id: &Value) -> String {
-    match id {
-        Value::String(s) => format!("s:{s}"),
-        other => format!("n:{other}"),
-    }
-}
-
 #[derive(Debug, Default)]
 struct Retention {
     next_seq: u64,
@@ -68,7 +65,7 @@ struct Retention {
     bytes: usize,
     /// Link epoch this session's output is being sent on (0 = none).
     epoch: u64,
-    swallow: Option<String>,
+    swallow: Option<IdKey>,
     /// A call's output is complete (its response was emitted, or it was cancelled): nothing more
     /// is emitted.
     ended: bool,
@@ -87,18 +84,18 @@ enum Input {
 /// The request a call host serves.
 struct CallOf {
     id: Value,
-    key: String,
+    key: IdKey,
 }
 
 /// One hosted session.
 pub(crate) struct Host {
-    sid: String,
-    role: String,
+    sid: SessionId,
+    role: Role,
     upstream_tools: Option<Arc<HashSet<String>>>,
     input: Input,
     out: Mutex<Retention>,
     /// Client requests forwarded and not yet answered: key → (id, method).
-    inflight: Mutex<HashMap<String, (Value, String)>>,
+    inflight: Mutex<HashMap<IdKey, (Value, String)>>,
     stop: CancellationToken,
     /// Set when this host serves one `call` instead of a session.
     call: Option<CallOf>,
@@ -107,7 +104,7 @@ pub(crate) struct Host {
 impl Host {
     /// The session or call id.
     pub(crate) fn sid_str(&self) -> &str {
-        &self.sid
+        self.sid.as_str()
     }
 
     /// Resolves once this session or call has ended (for a call: answered or cancelled).
@@ -123,32 +120,22 @@ struct LinkSlot {
     tx: Option<mpsc::Sender<DaemonFrame>>,
 }
 
-/// All hosted sessions of this daemon instance.
-pub struct Sessions {
-    hosts: Mutex<HashMap<String, Arc<Host>>>,
+/// All sessions (and calls) this daemon instance hosts for the relay.
+pub struct HostedSessions {
+    hosts: Mutex<HashMap<SessionId, Arc<Host>>>,
     link: Mutex<LinkSlot>,
     runtime: Arc<Runtime>,
     upstreams: HashMap<String, (UpstreamSpec, Arc<HashSet<String>>)>,
     pool: bridge::Pool,
 }
 
-impl std::fmt::Debug for Sessions {
+impl std::fmt::Debug for HostedSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions").finish_non_exhaustive()
+        f.debug_struct("HostedSessions").finish_non_exhaustive()
     }
 }
 
-/// Maps a relay role to the runtime profile it may use at most.
-fn role_profile(role: &str) -> Profile {
-    match role {
-        "owner" => Profile::Full,
-        "operator" => Profile::Agent,
-        "editor" => Profile::Edit,
-        _ => Profile::Review,
-    }
-}
-
-impl Sessions {
+impl HostedSessions {
     /// Hosts sessions of `runtime` and of `upstreams` (with the names of their read-only tools).
     pub fn new(
         runtime: Arc<Runtime>,
@@ -197,12 +184,12 @@ impl Sessions {
             Err(_) => return,
         }
         let stop = CancellationToken::new();
-        let swallow = initialize.get("id").map(id_key);
+        let swallow = initialize.get("id").map(IdKey::of);
         let host = if server == RUNTIME_SERVER {
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(Host {
-                sid: sid.to_owned(),
-                role: role.to_owned(),
+                sid: SessionId::from(sid),
+                role: crate::role_named(role),
                 upstream_tools: None,
                 input: Input::Runtime(tx),
                 out: Mutex::new(Retention {
@@ -213,7 +200,7 @@ impl Sessions {
                 stop: stop.clone(),
                 call: None,
             });
-            let access = self.runtime.access(Some(role_profile(role)));
+            let access = self.runtime.access(Some(crate::role_profile(host.role)));
             let server = McpServer::new(access, Principal::named(principal));
             let transport = ChannelTransport {
                 rx,
@@ -234,7 +221,7 @@ impl Sessions {
                     }
                     _ = h.stop.cancelled() => {}
                 }
-                sessions.ended(&h.sid, "the session ended");
+                sessions.ended(h.sid.as_str(), "the session ended");
             });
             host
         } else {
@@ -251,8 +238,8 @@ impl Sessions {
             };
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(Host {
-                sid: sid.to_owned(),
-                role: role.to_owned(),
+                sid: SessionId::from(sid),
+                role: crate::role_named(role),
                 upstream_tools: Some(read_only.clone()),
                 input: Input::Upstream(tx),
                 out: Mutex::new(Retention {
@@ -273,7 +260,7 @@ impl Sessions {
             host
         };
         if let Ok(mut h) = self.hosts.lock() {
-            h.insert(sid.to_owned(), host.clone());
+            h.insert(SessionId::from(sid), host.clone());
         }
         self.attach_host(&host);
         self.rpc(sid, initialize);
@@ -296,7 +283,7 @@ impl Sessions {
         if let Some(c) = &host.call {
             // A call takes no client message but the cancellation of its request.
             if method.as_deref() == Some("notifications/cancelled")
-                && message.pointer("/params/requestId").map(id_key).as_ref() == Some(&c.key)
+                && message.pointer("/params/requestId").map(IdKey::of).as_ref() == Some(&c.key)
             {
                 tracing::debug!(sid, "call cancelled by the client");
                 self.end_call(&host);
@@ -314,14 +301,14 @@ impl Sessions {
                 return;
             }
             if let Ok(mut f) = host.inflight.lock() {
-                f.insert(id_key(id), (id.clone(), m.clone()));
+                f.insert(IdKey::of(id), (id.clone(), m.clone()));
             }
         }
         if method.as_deref() == Some("notifications/cancelled")
             && let Some(rid) = message.pointer("/params/requestId")
             && let Ok(mut f) = host.inflight.lock()
         {
-            f.remove(&id_key(rid));
+            f.remove(&IdKey::of(rid));
         }
         match &host.input {
             Input::Runtime(tx) => match serde_json::from_value::<ClientJsonRpcMessage>(message) {
@@ -332,7 +319,16 @@ impl Sessions {
                 }
                 Err(e) => {
                     if let Some(id) = id {
-                        self.emit(&host, json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": format!("invalid message: {e}")}}), None);
+                        self.emit(
+                            &host,
+                            jsonrpc::error(
+                                &id,
+                                code::INVALID_REQUEST,
+                                &format!("invalid message: {e}"),
+                                None,
+                            ),
+                            None,
+                        );
                     }
                 }
             },
@@ -413,26 +409,29 @@ impl Sessions {
             (Input::None, None)
         };
         let host = Arc::new(Host {
-            sid: sid.to_owned(),
-            role: role.to_owned(),
+            sid: SessionId::from(sid),
+            role: crate::role_named(role),
             upstream_tools: upstream.as_ref().map(|(_, ro)| ro.clone()),
             input,
             out: Mutex::new(Retention::default()),
-            inflight: Mutex::new(HashMap::from([(id_key(&id), (id.clone(), method.clone()))])),
+            inflight: Mutex::new(HashMap::from([(
+                IdKey::of(&id),
+                (id.clone(), method.clone()),
+            )])),
             stop: CancellationToken::new(),
             call: Some(CallOf {
-                key: id_key(&id),
+                key: IdKey::of(&id),
                 id: id.clone(),
             }),
         });
         if let Ok(mut h) = self.hosts.lock() {
-            h.insert(sid.to_owned(), host.clone());
+            h.insert(SessionId::from(sid), host.clone());
         }
         self.attach_host(&host);
         let immediate = if full {
             Some(bridge::error(
                 &id,
-                -32603,
+                code::INTERNAL_ERROR,
                 &format!(
                     "this daemon already serves {MAX_SESSIONS} sessions and calls; retry later"
                 ),
@@ -441,14 +440,14 @@ impl Sessions {
         } else if method == "initialize" {
             Some(bridge::error(
                 &id,
-                -32600,
+                code::INVALID_REQUEST,
                 "initialize opens a session; it cannot be sent as a single 2026-07-28 request",
                 None,
             ))
         } else if !runtime && upstream.is_none() {
             Some(bridge::error(
                 &id,
-                -32602,
+                code::INVALID_PARAMS,
                 &format!("no server {server:?} on this daemon"),
                 None,
             ))
@@ -486,7 +485,12 @@ impl Sessions {
                 Ok(l) => l.submit(&sessions, &host, message),
                 Err(e) => sessions.emit(
                     &host,
-                    bridge::error(&id, -32603, &e, Some(json!({"retryable": true}))),
+                    bridge::error(
+                        &id,
+                        code::INTERNAL_ERROR,
+                        &e,
+                        Some(json!({"retryable": true})),
+                    ),
                     None,
                 ),
             }
@@ -503,7 +507,7 @@ impl Sessions {
         principal: &str,
         message: Value,
     ) {
-        let access = self.runtime.access(Some(role_profile(&host.role)));
+        let access = self.runtime.access(Some(crate::role_profile(host.role)));
         let server = McpServer::new(access, Principal::named(principal));
         let transport = ChannelTransport {
             rx,
@@ -527,7 +531,12 @@ impl Sessions {
             let id = h.call.as_ref().map(|c| c.id.clone()).unwrap_or(Value::Null);
             sessions.emit(
                 &h,
-                bridge::error(&id, -32603, "the server ended before answering", None),
+                bridge::error(
+                    &id,
+                    code::INTERNAL_ERROR,
+                    "the server ended before answering",
+                    None,
+                ),
                 None,
             );
         });
@@ -545,7 +554,12 @@ impl Sessions {
             }
             (Err(e), _) => self.emit(
                 host,
-                bridge::error(&id, -32600, &format!("invalid message: {e}"), None),
+                bridge::error(
+                    &id,
+                    code::INVALID_REQUEST,
+                    &format!("invalid message: {e}"),
+                    None,
+                ),
                 None,
             ),
             _ => {}
@@ -599,14 +613,14 @@ impl Sessions {
     /// or its request in `keep_requests`; otherwise it is cancelled (or, answered, forgotten).
     pub fn resume(
         self: &Arc<Self>,
-        keep: &[String],
-        keep_requests: &[(String, Value)],
+        keep: &[SessionId],
+        keep_requests: &[ResumeRequest],
         tx: mpsc::Sender<DaemonFrame>,
     ) {
-        let keep: HashSet<&String> = keep.iter().collect();
-        let keep_req: HashSet<(String, String)> = keep_requests
+        let keep: HashSet<&SessionId> = keep.iter().collect();
+        let keep_req: HashSet<(SessionId, IdKey)> = keep_requests
             .iter()
-            .map(|(s, id)| (s.clone(), id_key(id)))
+            .map(|r| (r.sid.clone(), r.id.key()))
             .collect();
         if let Ok(mut l) = self.link.lock() {
             l.epoch += 1;
@@ -623,13 +637,13 @@ impl Sessions {
                     self.attach_host(&h);
                 } else {
                     tracing::info!(sid = %h.sid, "ending a call the relay no longer awaits");
-                    self.close(&h.sid);
+                    self.close(h.sid.as_str());
                 }
                 continue;
             }
             if !keep.contains(&h.sid) {
                 tracing::info!(sid = %h.sid, "ending a session the relay no longer awaits");
-                self.close(&h.sid);
+                self.close(h.sid.as_str());
                 continue;
             }
             let stale: Vec<Value> = h
@@ -643,7 +657,10 @@ impl Sessions {
                 })
                 .unwrap_or_default();
             for id in stale {
-                self.rpc(&h.sid, json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "the relay no longer awaits this request"}}));
+                self.rpc(
+                    h.sid.as_str(),
+                    jsonrpc::cancelled(&id, "the relay no longer awaits this request"),
+                );
             }
             self.attach_host(&h);
         }
@@ -684,7 +701,7 @@ impl Sessions {
         }
         let mut method = None;
         if is_response && let Some(id) = message.get("id") {
-            let key = id_key(id);
+            let key = IdKey::of(id);
             method = h
                 .inflight
                 .lock()
@@ -695,7 +712,7 @@ impl Sessions {
                 && method.as_deref() == Some("tools/list")
                 && let Some(result) = message.get("result")
             {
-                message["result"] = servers::filter_tools(&h.role, result);
+                message["result"] = servers::filter_tools(h.role, result);
             }
         }
         let size = message.to_string().len();
@@ -707,7 +724,7 @@ impl Sessions {
         if r.ended {
             return;
         }
-        if is_response && r.swallow.is_some() && message.get("id").map(id_key) == r.swallow {
+        if is_response && r.swallow.is_some() && message.get("id").map(IdKey::of) == r.swallow {
             r.swallow = None;
             return;
         }
@@ -716,7 +733,7 @@ impl Sessions {
         let answered = is_response
             && h.call
                 .as_ref()
-                .is_some_and(|c| message.get("id").map(id_key).as_ref() == Some(&c.key));
+                .is_some_and(|c| message.get("id").map(IdKey::of).as_ref() == Some(&c.key));
         if answered {
             r.ended = true;
             r.done_seq = Some(seq);
@@ -754,7 +771,7 @@ impl Sessions {
         let tx = self.link.lock().ok().and_then(|l| l.tx.clone());
         if let Some(tx) = tx {
             let _ = tx.try_send(DaemonFrame::Closed {
-                sid: sid.to_owned(),
+                sid: SessionId::from(sid),
                 reason: reason.to_owned(),
             });
         }
@@ -778,7 +795,7 @@ impl Sessions {
 struct ChannelTransport {
     rx: mpsc::Receiver<ClientJsonRpcMessage>,
     host: Arc<Host>,
-    sessions: Arc<Sessions>,
+    sessions: Arc<HostedSessions>,
 }
 
 /// The session's output cannot fail; this type only satisfies the transport trait.
@@ -820,7 +837,7 @@ impl Transport<RoleServer> for ChannelTransport {
 }
 
 async fn run_upstream(
-    sessions: Arc<Sessions>,
+    sessions: Arc<HostedSessions>,
     host: Arc<Host>,
     mut child: tokio::process::Child,
     mut rx: mpsc::Receiver<String>,
@@ -875,7 +892,7 @@ async fn run_upstream(
     }
     let _ = child.start_kill();
     let _ = child.wait().await;
-    sessions.ended(&host.sid, &format!("upstream server {name} exited"));
+    sessions.ended(host.sid.as_str(), &format!("upstream server {name} exited"));
 }
 
 /// The answer to a client request `message` of `host` that its role may not make: restricted
@@ -883,9 +900,7 @@ async fn run_upstream(
 fn denial(host: &Host, message: &Value) -> Option<Value> {
     let ro = host.upstream_tools.as_ref()?;
     if message.get("method").and_then(Value::as_str) != Some("tools/call")
-        || servers::ROLES
-            .iter()
-            .any(|(r, all)| *r == host.role && *all)
+        || servers::calls_every_upstream_tool(host.role)
     {
         return None;
     }
@@ -897,10 +912,14 @@ fn denial(host: &Host, message: &Value) -> Option<Value> {
         return None;
     }
     let id = message.get("id").cloned().unwrap_or(Value::Null);
-    let err = json!({"code": "policy_denied", "message": format!("{tool} is not read-only and role {} may only call read-only tools of this server", host.role), "retryable": false, "side_effects_started": false});
-    Some(
-        json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": err.to_string()}], "isError": true}}),
-    )
+    let err = ToolError::new(
+        ToolErrorCode::PolicyDenied,
+        format!(
+            "{tool} is not read-only and role {} may only call read-only tools of this server",
+            host.role
+        ),
+    );
+    Some(jsonrpc::result(&id, err.call_result()))
 }
 
 /// What replaces a server message of `size` bytes that no relay frame can carry: for a
@@ -914,11 +933,12 @@ fn too_large(message: &Value, method: Option<&str>, size: usize) -> Value {
          ask for less (a smaller max_bytes, a narrower range or path)"
     );
     if method == Some("tools/call") && message.get("result").is_some() {
-        let e = runtime::ToolError::limit(format!("the call completed, but {advice}"))
-            .with_side_effects();
-        return json!({"jsonrpc": "2.0", "id": id, "result": runtime::server::error_result(&e)});
+        let e = ToolError::limit(format!("the call completed, but {advice}")).with_side_effects();
+        // Rendered as the runtime renders its own tool errors (rmcp adds `resultType`).
+        let result = serde_json::to_value(runtime::server::error_result(&e)).unwrap_or(Value::Null);
+        return jsonrpc::result(&id, result);
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": advice}})
+    jsonrpc::error(&id, code::INTERNAL_ERROR, &advice, None)
 }
 
 #[cfg(test)]
@@ -948,7 +968,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rt = Runtime::new(runtime::RuntimeConfig {
             workspace: dir.path().into(),
-            policy: runtime::policy::Policy::profile(Profile::Full),
+            policy: runtime::policy::Policy::profile(runtime::Profile::Full),
             default_yield_after: None,
         })
         .unwrap();
@@ -956,16 +976,38 @@ mod tests {
     }
 
     /// Attaches a fresh link (as after `resume` listing `keep`/`requests`) and returns its frames.
+    #[test]
+    fn a_result_too_large_for_the_link_is_the_runtimes_tool_error_result() {
+        let big = json!({"jsonrpc": "2.0", "id": 4, "result": {}});
+        let m = too_large(&big, Some("tools/call"), RELAY_FRAME_MAX_BYTES + 1);
+        let e = ToolError::limit(format!(
+            "the call completed, but the result ({} bytes) is larger than the relay link carries \
+             ({RELAY_FRAME_MAX_BYTES} bytes); ask for less (a smaller max_bytes, a narrower range or path)",
+            RELAY_FRAME_MAX_BYTES + 1
+        ))
+        .with_side_effects();
+        // The shape rmcp gives the runtime's own tool errors: the tool error's JSON text, and
+        // `resultType` besides `isError`.
+        let mut expected = e.call_result();
+        expected["resultType"] = json!("complete");
+        assert_eq!(m["result"], expected);
+        let other = too_large(&big, Some("tools/list"), 9);
+        assert_eq!(other["error"]["code"], code::INTERNAL_ERROR);
+    }
+
     fn link(
-        s: &Arc<Sessions>,
+        s: &Arc<HostedSessions>,
         keep: &[&str],
         requests: &[(&str, Value)],
     ) -> mpsc::Receiver<DaemonFrame> {
         let (tx, rx) = mpsc::channel(1024);
-        let keep: Vec<String> = keep.iter().map(|k| (*k).to_owned()).collect();
-        let reqs: Vec<(String, Value)> = requests
+        let keep: Vec<SessionId> = keep.iter().map(|k| SessionId::from(*k)).collect();
+        let reqs: Vec<ResumeRequest> = requests
             .iter()
-            .map(|(s, id)| ((*s).to_owned(), id.clone()))
+            .map(|(s, id)| ResumeRequest {
+                sid: SessionId::from(*s),
+                id: id.clone().into(),
+            })
             .collect();
         s.resume(&keep, &reqs, tx);
         rx
@@ -995,7 +1037,11 @@ mod tests {
     }
 
     /// The response of call `sid` (its related messages skipped); acknowledges it.
-    async fn answer(s: &Arc<Sessions>, rx: &mut mpsc::Receiver<DaemonFrame>, sid: &str) -> Value {
+    async fn answer(
+        s: &Arc<HostedSessions>,
+        rx: &mut mpsc::Receiver<DaemonFrame>,
+        sid: &str,
+    ) -> Value {
         loop {
             let (seq, _, m) = next_rpc(rx, sid).await;
             if m.get("method").is_none() {
@@ -1017,7 +1063,7 @@ mod tests {
     #[tokio::test]
     async fn runtime_calls_answer_tools_list_and_discover_without_initialize() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
             "c1",
@@ -1063,7 +1109,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_without_its_meta_fields_gets_the_json_rpc_error() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
             "c1",
@@ -1095,7 +1141,7 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_call_is_not_answered_and_ends() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
             "c1",
@@ -1118,7 +1164,7 @@ mod tests {
     #[tokio::test]
     async fn resume_replays_an_unacknowledged_answer_and_cancels_calls_not_listed() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut first = link(&s, &[], &[]);
         s.call(
             "c1",
@@ -1180,7 +1226,7 @@ mod tests {
     #[tokio::test]
     async fn a_task_outlives_the_call_that_created_it() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         let with_tasks = |mut r: Value| {
             r["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
@@ -1232,7 +1278,7 @@ mod tests {
     #[tokio::test]
     async fn a_runtime_listen_stays_open_until_cancelled() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
             "l",
@@ -1364,10 +1410,10 @@ mod tests {
         serde_json::from_str(answer["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
     }
 
-    fn bridged() -> (tempfile::TempDir, Arc<Sessions>) {
+    fn bridged() -> (tempfile::TempDir, Arc<HostedSessions>) {
         let (dir, rt) = runtime();
         let spec = fixture_spec(dir.path());
-        let s = Sessions::new(rt, vec![(spec, HashSet::from(["read".to_owned()]))]);
+        let s = HostedSessions::new(rt, vec![(spec, HashSet::from(["read".to_owned()]))]);
         (dir, s)
     }
 
@@ -1410,7 +1456,7 @@ mod tests {
                 progress.push(sid);
                 continue;
             }
-            s.ack(&sid, seq);
+            s.ack(sid.as_str(), seq);
             answers.insert(sid, message);
         }
         assert_eq!(progress.len(), 2);
@@ -1644,7 +1690,7 @@ mod tests {
             env: Default::default(),
             cwd: dir.path().into(),
         };
-        let s = Sessions::new(rt, vec![(spec, HashSet::new())]);
+        let s = HostedSessions::new(rt, vec![(spec, HashSet::new())]);
         let mut rx = link(&s, &[], &[]);
         s.call(
             "d",
@@ -1729,7 +1775,7 @@ mod tests {
     async fn the_pool_is_bounded_and_idle_sessions_close() {
         let (dir, rt) = runtime();
         let spec = fixture_spec(dir.path());
-        let s = Sessions::with_pool(
+        let s = HostedSessions::with_pool(
             rt,
             vec![(spec, HashSet::from(["read".to_owned()]))],
             bridge::Pool::new(1, Duration::from_millis(800)),

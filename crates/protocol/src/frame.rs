@@ -14,6 +14,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::{
+    ids::{BridgeId, InstanceId, SessionId},
+    jsonrpc::RequestId,
+};
+
 /// The link protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -62,14 +67,14 @@ pub enum RelayFrame {
     /// The enrollment code was redeemed; the socket closes after this frame.
     Enrolled {
         /// The bridge enrolled.
-        bridge: String,
+        bridge: BridgeId,
         /// The id of the registered key, named in every `hello`.
         key_id: String,
     },
     /// The hello was verified.
     HelloAck {
         /// The bridge the daemon serves.
-        bridge: String,
+        bridge: BridgeId,
     },
     /// End-to-end readiness probe; answer with `probe_result` through the normal send path.
     Probe {
@@ -80,7 +85,7 @@ pub enum RelayFrame {
     /// Anything else the daemon holds is cancelled; unacknowledged output of these is replayed.
     Resume {
         /// Session ids to keep.
-        sessions: Vec<String>,
+        sessions: Vec<SessionId>,
         /// In-flight client requests to keep.
         requests: Vec<ResumeRequest>,
     },
@@ -89,7 +94,7 @@ pub enum RelayFrame {
     /// Open an MCP session.
     Open {
         /// Relay-assigned session id.
-        sid: String,
+        sid: SessionId,
         /// Which server: [`RUNTIME_SERVER`] or an upstream's name.
         server: String,
         /// The caller (token or account id).
@@ -111,7 +116,7 @@ pub enum RelayFrame {
     /// response. Principal and role are the caller's, as in `open`.
     Call {
         /// Relay-assigned id of this call (same namespace as session ids).
-        sid: String,
+        sid: SessionId,
         /// Which server: [`RUNTIME_SERVER`] or an upstream's name.
         server: String,
         /// The caller (token or account id).
@@ -126,21 +131,21 @@ pub enum RelayFrame {
     /// A client → server JSON-RPC message for session `sid`.
     Rpc {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// The JSON-RPC message.
         message: Value,
     },
     /// The daemon's messages of `sid` up to `seq` are committed on the relay.
     Ack {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// Highest sequence number committed.
         seq: u64,
     },
     /// End session `sid`.
     Close {
         /// Session id.
-        sid: String,
+        sid: SessionId,
     },
     /// Liveness.
     Heartbeat {
@@ -171,9 +176,9 @@ pub enum DaemonFrame {
         /// Link protocol version.
         protocol: u32,
         /// The bridge this daemon enrolled as.
-        bridge: String,
+        bridge: BridgeId,
         /// This process's random id; a restarted daemon has a new one.
-        instance_id: String,
+        instance_id: InstanceId,
         /// Id of the registered device key.
         key_id: String,
         /// Unix ms the signature was made.
@@ -197,7 +202,7 @@ pub enum DaemonFrame {
     /// A server → client JSON-RPC message for session `sid`.
     Rpc {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// Per-session sequence number, from 1.
         seq: u64,
         /// Id of the client request this message belongs to, when known.
@@ -209,7 +214,7 @@ pub enum DaemonFrame {
     /// The daemon ended session `sid` (its server exited, or it was not resumed).
     Closed {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// Why.
         reason: String,
     },
@@ -229,9 +234,9 @@ pub enum DaemonFrame {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResumeRequest {
     /// Session id.
-    pub sid: String,
+    pub sid: SessionId,
     /// The JSON-RPC request id.
-    pub id: Value,
+    pub id: RequestId,
 }
 
 /// A server the daemon serves, as announced in `hello`.
@@ -329,15 +334,6 @@ impl std::fmt::Display for CloseCode {
         self.code().fmt(f)
     }
 }
-
-/// WebSocket close code: the socket was replaced by a verified daemon of the same bridge.
-pub const CLOSE_REPLACED: u16 = 4012;
-/// WebSocket close code: the hello was missing, late, or did not verify.
-pub const CLOSE_UNAUTHENTICATED: u16 = 4001;
-/// WebSocket close code: the peer broke the protocol.
-pub const CLOSE_PROTOCOL: u16 = 4002;
-/// WebSocket close code: readiness did not complete in time.
-pub const CLOSE_NOT_READY: u16 = 4008;
 
 /// Wall-clock time in Unix milliseconds: what `hello` signs as its `timestamp` and `welcome`
 /// names as `expires_at` (0 for a clock before 1970).

@@ -31,8 +31,11 @@ use tokio::{
 };
 
 use protocol::{
-    frame::{RelayFrame, ResumeRequest, ServerInfo},
+    frame::{CloseCode, RelayFrame, ResumeRequest, ServerInfo},
+    ids::{InstanceId, SessionId},
+    jsonrpc::{self, IdKey, RequestId, code},
     limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE},
+    mcp::SUBSCRIPTIONS_LISTEN,
 };
 
 use crate::{
@@ -51,21 +54,13 @@ const OUTBOX_MAX: usize = 256;
 /// an upstream child process, with it); a client that comes back gets 404 and initializes again.
 const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// JSON-RPC error code: the outcome of a request is unknown (its daemon restarted or never came
-/// back), so it may have had side effects.
-pub const OUTCOME_UNKNOWN: i64 = -32003;
-/// JSON-RPC error code: the daemon is offline or the link failed; retrying may succeed.
-pub const UNAVAILABLE: i64 = -32000;
-/// The MCP 2026-07-28 long-lived request (Basic › Patterns › Subscriptions).
-pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
-
 /// What the socket writer sends.
 #[derive(Debug)]
 pub enum Outbound {
     /// A frame.
     Frame(RelayFrame),
     /// A close frame with a code and reason; the socket ends after it.
-    Close(u16, String),
+    Close(CloseCode, String),
 }
 
 /// Queue of one socket's writer.
@@ -79,7 +74,7 @@ impl LinkTx {
     }
 
     /// Asks the writer to close the socket.
-    pub fn close(&self, code: u16, reason: &str) {
+    pub fn close(&self, code: CloseCode, reason: &str) {
         let _ = self.0.try_send(Outbound::Close(code, reason.to_owned()));
     }
 }
@@ -90,7 +85,7 @@ pub struct Link {
     /// Node-unique socket id.
     pub id: u64,
     /// The daemon process's instance id.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// The link protocol revision its `hello` announced (1 = before `call`).
     pub revision: u32,
     /// Frames to the daemon.
@@ -192,7 +187,7 @@ struct BridgeInner {
     catalog: Option<Arc<Catalog>>,
     active: Option<Link>,
     /// The instance whose sessions are bound here (active, or detached within the grace).
-    bound_instance: Option<String>,
+    bound_instance: Option<InstanceId>,
     detached_at: Option<Instant>,
     inflight: usize,
     /// Open `subscriptions/listen` calls (bounded apart from `inflight`).
@@ -250,17 +245,17 @@ struct Pending {
     id: Value,
     sink: Sink,
     deadline: Instant,
-    progress_token: Option<String>,
+    progress_token: Option<IdKey>,
     /// A `subscriptions/listen` of a call: ended gracefully at its deadline.
     listen: bool,
 }
 
 #[derive(Debug)]
 struct SessionInner {
-    opened_on: Option<String>,
+    opened_on: Option<InstanceId>,
     initialized: bool,
-    pending: HashMap<String, Pending>,
-    progress: HashMap<String, String>,
+    pending: HashMap<IdKey, Pending>,
+    progress: HashMap<IdKey, IdKey>,
     last_seq: u64,
     outbox: VecDeque<Value>,
     last_active: Instant,
@@ -271,8 +266,8 @@ struct SessionInner {
 /// One MCP session (DESIGN §4): bound to its principal, its bridge and one served server.
 #[derive(Debug)]
 pub struct Session {
-    /// The `MCP-Session-Id`.
-    pub sid: String,
+    /// The `MCP-Session-Id` (or a call's id).
+    pub sid: SessionId,
     /// Its bridge.
     pub bridge: Arc<Bridge>,
     /// The served server (`runtime` or an upstream name).
@@ -311,14 +306,6 @@ pub enum SendError {
     Ended,
 }
 
-/// JSON-RPC id → map key; numbers and strings never collide.
-pub fn id_key(id: &Value) -> String {
-    match id {
-        Value::String(s) => format!("s:{s}"),
-        other => format!("n:{other}"),
-    }
-}
-
 /// The node-local relay state.
 #[derive(Debug)]
 pub struct Hub {
@@ -335,7 +322,7 @@ pub struct Hub {
     /// The OAuth authorization server's in-memory state.
     pub oauth: crate::oauth::OAuth,
     bridges: Mutex<HashMap<String, Arc<Bridge>>>,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
     next_link: AtomicU64,
     texts: TextCache,
 }
@@ -405,7 +392,7 @@ impl Hub {
         protocol_version: &str,
         initialize: Value,
     ) -> Option<Arc<Session>> {
-        let sid = self.keys.issue(&principal.id);
+        let sid = SessionId::new(self.keys.issue(&principal.id));
         let standalone = Stream::new(&sid, &principal.id, &bridge.name);
         self.streams.insert(standalone.clone());
         let s = Arc::new(Session {
@@ -453,7 +440,7 @@ impl Hub {
         principal: Principal,
         version: &str,
     ) -> Option<Arc<Session>> {
-        let sid = crate::auth::random_secret("c");
+        let sid = SessionId::new(crate::auth::random_secret("c"));
         let standalone = Stream::new(&sid, &principal.id, &bridge.name);
         let s = Arc::new(Session {
             sid: sid.clone(),
@@ -488,7 +475,7 @@ impl Hub {
         principal: &Principal,
         id: &Value,
     ) -> Option<Arc<Session>> {
-        let key = id_key(id);
+        let key = IdKey::of(id);
         let mut found = self.bridge_sessions(bridge).into_iter().filter(|s| {
             s.call
                 && s.server == server
@@ -511,7 +498,7 @@ impl Hub {
             .inner
             .lock()
             .ok()
-            .and_then(|mut g| g.pending.remove(&id_key(id)));
+            .and_then(|mut g| g.pending.remove(&IdKey::of(id)));
         let Some(p) = p else {
             return;
         };
@@ -525,12 +512,12 @@ impl Hub {
                        "params": {"requestId": id, "reason": reason}}),
             );
         }
-        self.end_session(&s.sid, UNAVAILABLE, reason, true);
+        self.end_session(&s.sid, code::UNAVAILABLE, reason, true);
     }
 
     /// Ends call `sid` once its request is answered (after the answer was acknowledged), telling
     /// the daemon with `close`. Sessions and calls still awaited are left alone.
-    pub fn close_if_answered(&self, sid: &str) {
+    pub fn close_if_answered(&self, sid: &SessionId) {
         let Some(s) = self.session_by_sid(sid) else {
             return;
         };
@@ -543,7 +530,7 @@ impl Hub {
             .map(|g| g.pending.is_empty() && g.opened_on.is_some())
             .unwrap_or(false);
         if answered {
-            self.end_session(sid, UNAVAILABLE, "the call was answered", true);
+            self.end_session(sid, code::UNAVAILABLE, "the call was answered", true);
         }
     }
 
@@ -556,13 +543,13 @@ impl Hub {
         (s.principal == *principal).then_some(s)
     }
 
-    fn session_by_sid(&self, sid: &str) -> Option<Arc<Session>> {
+    fn session_by_sid(&self, sid: &SessionId) -> Option<Arc<Session>> {
         self.sessions.lock().ok()?.get(sid).cloned()
     }
 
     /// Ends a session: in-flight requests get `error`, streams finish, the daemon is told to
     /// close it if it has it open. Later requests for it get 404.
-    pub fn end_session(&self, sid: &str, code: i64, message: &str, tell_daemon: bool) {
+    pub fn end_session(&self, sid: &SessionId, code: i64, message: &str, tell_daemon: bool) {
         let Some(s) = self.sessions.lock().ok().and_then(|mut m| m.remove(sid)) else {
             return;
         };
@@ -591,9 +578,7 @@ impl Hub {
             && opened.is_some()
             && let Some(link) = s.bridge.active()
         {
-            let _ = link.tx.try_send(RelayFrame::Close {
-                sid: sid.to_owned(),
-            });
+            let _ = link.tx.try_send(RelayFrame::Close { sid: s.sid.clone() });
         }
     }
 
@@ -636,7 +621,7 @@ impl Hub {
         message: &Value,
         sink: Sink,
     ) -> Result<(), SendError> {
-        let key = id_key(id);
+        let key = IdKey::of(id);
         let listen =
             s.call && message.get("method").and_then(Value::as_str) == Some(SUBSCRIPTIONS_LISTEN);
         let max = if listen {
@@ -666,7 +651,7 @@ impl Hub {
             let token = message
                 .pointer("/params/_meta/progressToken")
                 .filter(|t| t.is_string() || t.is_number())
-                .map(id_key);
+                .map(IdKey::of);
             if let Some(t) = &token {
                 g.progress.insert(t.clone(), key.clone());
             }
@@ -702,7 +687,7 @@ impl Hub {
 
     /// Withdraws a registered request without an answer (it could not be sent).
     pub fn unregister(&self, s: &Session, id: &Value) -> Option<Sink> {
-        let p = s.inner.lock().ok()?.pending.remove(&id_key(id))?;
+        let p = s.inner.lock().ok()?.pending.remove(&IdKey::of(id))?;
         self.release(s, p.listen);
         Some(p.sink)
     }
@@ -744,7 +729,7 @@ impl Hub {
                 return Ok(());
             }
         }
-        if s.call && g.opened_on.as_deref() != Some(&link.instance_id) {
+        if s.call && g.opened_on.as_ref() != Some(&link.instance_id) {
             // A call is opened by its request and lives on that daemon instance only.
             if g.opened_on.is_some() {
                 return Err(SendError::Ended);
@@ -762,7 +747,7 @@ impl Hub {
             g.opened_on = Some(link.instance_id.clone());
             return Ok(());
         }
-        if g.opened_on.as_deref() != Some(&link.instance_id) {
+        if g.opened_on.as_ref() != Some(&link.instance_id) {
             link.tx
                 .try_send(RelayFrame::Open {
                     sid: s.sid.clone(),
@@ -816,7 +801,7 @@ impl Hub {
             .inner
             .lock()
             .ok()
-            .and_then(|mut g| g.pending.remove(&id_key(id)));
+            .and_then(|mut g| g.pending.remove(&IdKey::of(id)));
         if let Some(p) = p {
             self.finish_pending(s, p, None);
         }
@@ -825,7 +810,13 @@ impl Hub {
     // === daemon → client ===
 
     /// Routes daemon message `seq` of session `sid`. Returns false when the session is unknown.
-    pub fn deliver(&self, sid: &str, seq: u64, related: Option<&Value>, message: Value) -> bool {
+    pub fn deliver(
+        &self,
+        sid: &SessionId,
+        seq: u64,
+        related: Option<&Value>,
+        message: Value,
+    ) -> bool {
         let Some(s) = self.session_by_sid(sid) else {
             self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -848,7 +839,7 @@ impl Hub {
                 // Streamable HTTP § Receiving Messages: input requests travel inside results).
                 Target::Refuse(message.get("id").cloned().unwrap_or(Value::Null))
             } else if is_response {
-                let key = message.get("id").map(id_key);
+                let key = message.get("id").map(IdKey::of);
                 match key.and_then(|k| g.pending.remove(&k)) {
                     Some(p) => {
                         if let Some(t) = &p.progress_token {
@@ -861,11 +852,11 @@ impl Hub {
             } else {
                 let by_token = (message.get("method").and_then(Value::as_str)
                     == Some("notifications/progress"))
-                .then(|| message.pointer("/params/progressToken").map(id_key))
+                .then(|| message.pointer("/params/progressToken").map(IdKey::of))
                 .flatten()
                 .and_then(|t| g.progress.get(&t).cloned());
                 let key = by_token
-                    .or_else(|| related.map(id_key).filter(|k| g.pending.contains_key(k)))
+                    .or_else(|| related.map(IdKey::of).filter(|k| g.pending.contains_key(k)))
                     .or_else(|| {
                         (g.pending.len() == 1)
                             .then(|| g.pending.keys().next().cloned())
@@ -902,8 +893,12 @@ impl Hub {
                     let _ = self.send(
                         &s,
                         &link,
-                        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
-                            "message": format!("{method}: the client speaks MCP 2026-07-28, which has no server-to-client requests")}}),
+                        jsonrpc::error(
+                            &id,
+                            code::METHOD_NOT_FOUND,
+                            &format!("{method}: the client speaks MCP 2026-07-28, which has no server-to-client requests"),
+                            None,
+                        ),
                     );
                 }
             }
@@ -928,13 +923,17 @@ impl Hub {
 
     /// What the `resume` frame names for `instance`: the sessions opened on it and their
     /// in-flight requests, if this bridge's sessions are bound to that instance.
-    pub fn resume_set(&self, bridge: &Bridge, instance: &str) -> (Vec<String>, Vec<ResumeRequest>) {
+    pub fn resume_set(
+        &self,
+        bridge: &Bridge,
+        instance: &InstanceId,
+    ) -> (Vec<SessionId>, Vec<ResumeRequest>) {
         let bound = bridge
             .inner
             .lock()
             .ok()
             .and_then(|g| g.bound_instance.clone());
-        if bound.as_deref() != Some(instance) {
+        if bound.as_ref() != Some(instance) {
             return (Vec::new(), Vec::new());
         }
         let mut sessions = Vec::new();
@@ -942,13 +941,13 @@ impl Hub {
         let all = self.bridge_sessions(&bridge.name);
         for s in all {
             if let Ok(g) = s.inner.lock()
-                && g.opened_on.as_deref() == Some(instance)
+                && g.opened_on.as_ref() == Some(instance)
             {
                 sessions.push(s.sid.clone());
                 for p in g.pending.values() {
                     requests.push(ResumeRequest {
                         sid: s.sid.clone(),
-                        id: p.id.clone(),
+                        id: RequestId::new(p.id.clone()),
                     });
                 }
             }
@@ -1024,10 +1023,10 @@ impl Hub {
     }
 
     /// The daemon ended session `sid`.
-    pub fn daemon_closed(&self, sid: &str, reason: &str) {
+    pub fn daemon_closed(&self, sid: &SessionId, reason: &str) {
         self.end_session(
             sid,
-            UNAVAILABLE,
+            code::UNAVAILABLE,
             &format!("the server ended the session: {reason}"),
             false,
         );
@@ -1046,21 +1045,21 @@ impl Hub {
             .unwrap_or_default()
     }
 
-    fn end_bound(&self, bridge: &str, instance: &str, message: &str) {
-        tracing::debug!(bridge, instance, "ending the sessions of a daemon instance");
-        let victims: Vec<String> = self
+    fn end_bound(&self, bridge: &str, instance: &InstanceId, message: &str) {
+        tracing::debug!(bridge, %instance, "ending the sessions of a daemon instance");
+        let victims: Vec<SessionId> = self
             .bridge_sessions(bridge)
             .into_iter()
             .filter(|s| {
                 s.inner
                     .lock()
-                    .map(|g| g.opened_on.as_deref() == Some(instance))
+                    .map(|g| g.opened_on.as_ref() == Some(instance))
                     .unwrap_or(false)
             })
             .map(|s| s.sid.clone())
             .collect();
         for sid in victims {
-            self.end_session(&sid, OUTCOME_UNKNOWN, message, false);
+            self.end_session(&sid, code::OUTCOME_UNKNOWN, message, false);
         }
     }
 
@@ -1103,7 +1102,7 @@ impl Hub {
         for s in sessions {
             let (late, idle) = match s.inner.lock() {
                 Ok(mut g) => {
-                    let keys: Vec<String> = g
+                    let keys: Vec<IdKey> = g
                         .pending
                         .iter()
                         .filter(|(_, p)| p.deadline <= now)
@@ -1147,11 +1146,11 @@ impl Hub {
             self.settle_all(
                 &s,
                 late,
-                UNAVAILABLE,
+                code::UNAVAILABLE,
                 "the request ran past the longest allowed execution time (600 s)",
             );
             if idle {
-                self.end_session(&s.sid, UNAVAILABLE, "idle session", true);
+                self.end_session(&s.sid, code::UNAVAILABLE, "idle session", true);
             } else if s.call {
                 self.close_if_answered(&s.sid);
             }

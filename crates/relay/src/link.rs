@@ -22,10 +22,7 @@ use p256::ecdsa::{Signature, VerifyingKey, signature::Verifier};
 use tokio::sync::mpsc;
 
 use protocol::{
-    frame::{
-        CLOSE_NOT_READY, CLOSE_PROTOCOL, CLOSE_REPLACED, CLOSE_UNAUTHENTICATED, DaemonFrame,
-        PROTOCOL_VERSION, RelayFrame, hello_transcript,
-    },
+    frame::{CloseCode, DaemonFrame, PROTOCOL_VERSION, RelayFrame, hello_transcript, now_unix_ms},
     limits::RELAY_FRAME_MAX_BYTES,
 };
 
@@ -47,13 +44,6 @@ pub async fn connect(State(hub): State<Arc<Hub>>, ws: WebSocketUpgrade) -> Respo
         .on_upgrade(move |socket| run(hub, socket))
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 async fn run(hub: Arc<Hub>, socket: WebSocket) {
     Metrics::add(&hub.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
@@ -68,7 +58,7 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
                 Outbound::Close(code, reason) => {
                     let _ = sink
                         .send(Message::Close(Some(CloseFrame {
-                            code,
+                            code: code.code(),
                             reason: reason.into(),
                         })))
                         .await;
@@ -87,7 +77,7 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
         Metrics::add(&hub.metrics.sockets_candidate, -1);
     }
     if let Err((code, reason)) = &outcome {
-        tracing::info!(code, %reason, "daemon socket closed");
+        tracing::info!(code = code.code(), %reason, "daemon socket closed");
         link_tx.close(*code, reason);
     }
     drop(link_tx);
@@ -97,26 +87,34 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
 type Incoming = futures_util::stream::SplitStream<WebSocket>;
 
 /// Reads the next daemon frame within `within`.
-async fn next_frame(stream: &mut Incoming, within: Duration) -> Result<DaemonFrame, (u16, String)> {
+async fn next_frame(
+    stream: &mut Incoming,
+    within: Duration,
+) -> Result<DaemonFrame, (CloseCode, String)> {
     loop {
         let msg = match tokio::time::timeout(within, stream.next()).await {
-            Err(_) => return Err((CLOSE_NOT_READY, "timed out waiting for the daemon".into())),
-            Ok(None) => return Err((1000, "socket closed".into())),
-            Ok(Some(Err(e))) => return Err((1006, format!("socket error: {e}"))),
+            Err(_) => {
+                return Err((
+                    CloseCode::NotReady,
+                    "timed out waiting for the daemon".into(),
+                ));
+            }
+            Ok(None) => return Err((CloseCode::Normal, "socket closed".into())),
+            Ok(Some(Err(e))) => return Err((CloseCode::Abnormal, format!("socket error: {e}"))),
             Ok(Some(Ok(m))) => m,
         };
         match msg {
             Message::Text(t) => {
                 return serde_json::from_str(t.as_str())
-                    .map_err(|e| (CLOSE_PROTOCOL, format!("unreadable frame: {e}")));
+                    .map_err(|e| (CloseCode::Protocol, format!("unreadable frame: {e}")));
             }
             Message::Binary(_) => {
                 return Err((
-                    CLOSE_PROTOCOL,
+                    CloseCode::Protocol,
                     "binary frames are not part of the protocol".into(),
                 ));
             }
-            Message::Close(_) => return Err((1000, "closed by the daemon".into())),
+            Message::Close(_) => return Err((CloseCode::Normal, "closed by the daemon".into())),
             Message::Ping(_) | Message::Pong(_) => {}
         }
     }
@@ -127,7 +125,7 @@ async fn session(
     tx: &LinkTx,
     stream: &mut Incoming,
     promoted: &mut bool,
-) -> Result<(), (u16, String)> {
+) -> Result<(), (CloseCode, String)> {
     let timing = hub.config.timing;
     // 1. welcome
     let challenge = crate::auth::random_secret("");
@@ -136,15 +134,18 @@ async fn session(
         server: "machine-mcp-relay".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         challenge: challenge.clone(),
-        expires_at: now_ms() + timing.hello_deadline.as_millis() as u64,
+        expires_at: now_unix_ms() + timing.hello_deadline.as_millis() as u64,
         revision: protocol::frame::LINK_REVISION,
     });
     // 2. hello
     let hello = next_frame(stream, timing.hello_deadline)
         .await
         .map_err(|(c, r)| {
-            if c == CLOSE_NOT_READY {
-                (CLOSE_UNAUTHENTICATED, "daemon hello timeout".to_owned())
+            if c == CloseCode::NotReady {
+                (
+                    CloseCode::Unauthenticated,
+                    "daemon hello timeout".to_owned(),
+                )
             } else {
                 (c, r)
             }
@@ -175,19 +176,19 @@ async fn session(
             DaemonFrame::Enroll { code, public_key } => {
                 return enroll(hub, tx, &code, &public_key).await;
             }
-            _ => return Err((CLOSE_PROTOCOL, "expected hello".into())),
+            _ => return Err((CloseCode::Protocol, "expected hello".into())),
         };
     if protocol != PROTOCOL_VERSION {
         return Err((
-            CLOSE_PROTOCOL,
+            CloseCode::Protocol,
             format!("unsupported link protocol {protocol} (this relay speaks {PROTOCOL_VERSION})"),
         ));
     }
     verify_hello(
         hub,
         &challenge,
-        &bridge,
-        &instance_id,
+        bridge.as_str(),
+        instance_id.as_str(),
         &key_id,
         timestamp,
         &signature,
@@ -197,7 +198,7 @@ async fn session(
     let _ = tx.try_send(RelayFrame::HelloAck {
         bridge: bridge.clone(),
     });
-    let b = hub.bridge(&bridge).await;
+    let b = hub.bridge(bridge.as_str()).await;
     // 3-5. probe, resume, ready, within the readiness deadline.
     let deadline = tokio::time::Instant::now() + timing.readiness_deadline;
     let probe_id = crate::auth::random_id("probe_");
@@ -214,7 +215,7 @@ async fn session(
             DaemonFrame::HeartbeatAck { .. } => {}
             other => {
                 return Err((
-                    CLOSE_PROTOCOL,
+                    CloseCode::Protocol,
                     format!("unexpected frame before ready: {}", frame_name(&other)),
                 ));
             }
@@ -233,7 +234,8 @@ async fn session(
     };
     let link_id = link.id;
     if let Some(old) = hub.promote(&b, link) {
-        old.tx.close(CLOSE_REPLACED, "replaced by verified daemon");
+        old.tx
+            .close(CloseCode::Replaced, "replaced by verified daemon");
     }
     *promoted = true;
     Metrics::add(&hub.metrics.sockets_candidate, -1);
@@ -247,7 +249,12 @@ async fn session(
 }
 
 /// Redeems an enrollment code for a device public key, answers `enrolled` and ends the socket.
-async fn enroll(hub: &Hub, tx: &LinkTx, code: &str, public_key: &str) -> Result<(), (u16, String)> {
+async fn enroll(
+    hub: &Hub,
+    tx: &LinkTx,
+    code: &str,
+    public_key: &str,
+) -> Result<(), (CloseCode, String)> {
     let key_ok = URL_SAFE_NO_PAD
         .decode(public_key)
         .ok()
@@ -255,21 +262,24 @@ async fn enroll(hub: &Hub, tx: &LinkTx, code: &str, public_key: &str) -> Result<
         .is_some();
     if !key_ok {
         return Err((
-            CLOSE_PROTOCOL,
+            CloseCode::Protocol,
             "public_key is not a P-256 public key (SEC1, base64url)".into(),
         ));
     }
     match hub.storage.enroll(code, public_key).await {
         Ok((bridge, key_id)) => {
             tracing::info!(%bridge, %key_id, "daemon enrolled");
-            tx.try_send(RelayFrame::Enrolled { bridge, key_id });
-            tx.close(1000, "enrolled");
+            tx.try_send(RelayFrame::Enrolled {
+                bridge: bridge.into(),
+                key_id,
+            });
+            tx.close(CloseCode::Normal, "enrolled");
             Ok(())
         }
-        Err(StorageError::NotFound(m)) => Err((CLOSE_UNAUTHENTICATED, m)),
+        Err(StorageError::NotFound(m)) => Err((CloseCode::Unauthenticated, m)),
         Err(e) => {
             tracing::error!(error = %e, "enrollment failed");
-            Err((1011, "enrollment failed".into()))
+            Err((CloseCode::Internal, "enrollment failed".into()))
         }
     }
 }
@@ -279,11 +289,14 @@ async fn serve(
     tx: &LinkTx,
     stream: &mut Incoming,
     liveness: Duration,
-) -> Result<(), (u16, String)> {
+) -> Result<(), (CloseCode, String)> {
     loop {
         let frame = next_frame(stream, liveness).await.map_err(|(c, r)| {
-            if c == CLOSE_NOT_READY {
-                (1001, "daemon silent past the liveness timeout".to_owned())
+            if c == CloseCode::NotReady {
+                (
+                    CloseCode::GoingAway,
+                    "daemon silent past the liveness timeout".to_owned(),
+                )
             } else {
                 (c, r)
             }
@@ -300,7 +313,7 @@ async fn serve(
                     sid: sid.clone(),
                     seq,
                 }) {
-                    return Err((1011, "link queue full".into()));
+                    return Err((CloseCode::Internal, "link queue full".into()));
                 }
                 // A call ends with its answer: `close` follows the `ack` of the response.
                 hub.close_if_answered(&sid);
@@ -311,7 +324,7 @@ async fn serve(
             }
             DaemonFrame::HeartbeatAck { .. } | DaemonFrame::ProbeResult { .. } => {}
             DaemonFrame::Hello { .. } | DaemonFrame::Enroll { .. } => {
-                return Err((CLOSE_PROTOCOL, "duplicate hello".into()));
+                return Err((CloseCode::Protocol, "duplicate hello".into()));
             }
         }
     }
@@ -325,12 +338,12 @@ async fn verify_hello(
     key_id: &str,
     timestamp: u64,
     signature: &str,
-) -> Result<(), (u16, String)> {
-    let deny = |why: &str| (CLOSE_UNAUTHENTICATED, why.to_owned());
+) -> Result<(), (CloseCode, String)> {
+    let deny = |why: &str| (CloseCode::Unauthenticated, why.to_owned());
     if instance_id.is_empty() || instance_id.len() > 128 {
         return Err(deny("bad instance id"));
     }
-    if now_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
+    if now_unix_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
         return Err(deny("hello timestamp is too far from the relay's clock"));
     }
     let key = hub

@@ -29,18 +29,21 @@ use axum::{
 use futures_util::Stream as FuturesStream;
 use serde_json::{Value, json};
 
+use protocol::{
+    error_code::ToolErrorCode,
+    jsonrpc::{self, code},
+    mcp::{ALL_VERSIONS, LATEST_SESSION_VERSION, is_session_era},
+    tool_error::ToolError,
+};
+
 use crate::{
     auth::{Principal, Role},
     config::AuthMode,
     error::HttpError,
-    hub::{Bridge, Hub, SendError, Session, Sink, UNAVAILABLE},
+    hub::{Bridge, Hub, SendError, Session, Sink},
     stateless::{self, Era},
     stream::Stream,
 };
-
-/// Protocol versions the relay negotiates with `initialize` (the session era), newest first;
-/// [`stateless::MODERN_VERSIONS`] are served without a session.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 /// Header carrying the session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// Header carrying the negotiated protocol version.
@@ -164,16 +167,16 @@ fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
         return Ok(());
     };
     match v.to_str() {
-        Ok(v) if SUPPORTED_VERSIONS.contains(&v) => Ok(()),
+        Ok(v) if is_session_era(v) => Ok(()),
         other => {
             let requested = other.unwrap_or("");
             Err(HttpError::rpc(
                 StatusCode::BAD_REQUEST,
                 Value::Null,
-                stateless::UNSUPPORTED_PROTOCOL_VERSION,
+                code::UNSUPPORTED_PROTOCOL_VERSION,
                 format!("unsupported MCP-Protocol-Version {requested:?}"),
             )
-            .with_data(json!({"supported": stateless::ALL_VERSIONS, "requested": requested})))
+            .with_data(json!({"supported": ALL_VERSIONS, "requested": requested})))
         }
     }
 }
@@ -260,7 +263,7 @@ fn session_of(
         _ => Err(HttpError::rpc(
             StatusCode::NOT_FOUND,
             Value::Null,
-            -32001,
+            code::SESSION_NOT_FOUND,
             "MCP session not found: initialize again",
         )),
     }
@@ -299,38 +302,19 @@ async fn post(
             return rpc_error(
                 StatusCode::BAD_REQUEST,
                 Value::Null,
-                -32700,
+                code::PARSE_ERROR,
                 &format!("parse error: {e}"),
             );
         }
     };
-    if message.is_array() {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            -32600,
-            "JSON-RPC batches are not supported",
-        );
-    }
-    if !message.is_object() || message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            -32600,
-            "not a JSON-RPC 2.0 message",
-        );
-    }
     // MCP Basic § Requests: "Requests MUST include a string or integer ID", which "MUST NOT be
     // null"; a request with another id would otherwise pass for a notification.
-    if message.get("method").is_some()
-        && let Some(id) = message.get("id")
-        && !(id.is_string() || id.is_i64() || id.is_u64())
-    {
+    if let Err(e) = jsonrpc::check_envelope(&message) {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             Value::Null,
-            -32600,
-            &format!("a request id is a string or an integer, not {id}"),
+            code::INVALID_REQUEST,
+            &e.to_string(),
         );
     }
     if stateless::era(&headers, &message) == Era::Modern {
@@ -369,7 +353,7 @@ async fn post(
         (None, None) => rpc_error(
             StatusCode::BAD_REQUEST,
             Value::Null,
-            -32600,
+            code::INVALID_REQUEST,
             "not a JSON-RPC request, notification or response",
         ),
     }
@@ -403,7 +387,7 @@ async fn initialize(
         return rpc_error(
             StatusCode::BAD_REQUEST,
             id,
-            -32600,
+            code::INVALID_REQUEST,
             "initialize must not carry MCP-Session-Id",
         );
     }
@@ -416,7 +400,7 @@ async fn initialize(
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
-            UNAVAILABLE,
+            code::UNAVAILABLE,
             "this bridge's daemon has never connected; start `machine-mcp connect`",
         );
     };
@@ -424,7 +408,7 @@ async fn initialize(
         return rpc_error(
             StatusCode::NOT_FOUND,
             id,
-            -32601,
+            code::METHOD_NOT_FOUND,
             &format!("bridge {} serves no server {server:?}", b.name),
         );
     };
@@ -432,10 +416,10 @@ async fn initialize(
         .pointer("/params/protocolVersion")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let version = if SUPPORTED_VERSIONS.contains(&asked) {
+    let version = if is_session_era(asked) {
         asked.to_owned()
     } else {
-        SUPPORTED_VERSIONS[0].to_owned()
+        LATEST_SESSION_VERSION.to_owned()
     };
     let mut result = info.initialize();
     result["protocolVersion"] = json!(version);
@@ -443,7 +427,7 @@ async fn initialize(
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
-            UNAVAILABLE,
+            code::UNAVAILABLE,
             "too many sessions on this bridge",
         );
     };
@@ -460,7 +444,7 @@ async fn initialize(
         )
             .into_response()
     };
-    if let Ok(v) = HeaderValue::from_str(&session.sid) {
+    if let Ok(v) = HeaderValue::from_str(session.sid.as_str()) {
         resp.headers_mut().insert(SESSION_HEADER, v);
     }
     resp
@@ -496,7 +480,7 @@ async fn request(
             return rpc_error(
                 StatusCode::TOO_MANY_REQUESTS,
                 id,
-                UNAVAILABLE,
+                code::UNAVAILABLE,
                 &format!("{n} requests are already in flight on this bridge; retry shortly"),
             );
         }
@@ -504,11 +488,18 @@ async fn request(
             return rpc_error(
                 StatusCode::NOT_FOUND,
                 id,
-                -32001,
+                code::SESSION_NOT_FOUND,
                 "MCP session not found: initialize again",
             );
         }
-        Err(e) => return rpc_error(StatusCode::CONFLICT, id, -32600, &e.to_string()),
+        Err(e) => {
+            return rpc_error(
+                StatusCode::CONFLICT,
+                id,
+                code::INVALID_REQUEST,
+                &e.to_string(),
+            );
+        }
     }
     if let Err(e) = hub.send(s, &link, message) {
         hub.unregister(s, &id);
@@ -516,14 +507,14 @@ async fn request(
             return rpc_error(
                 StatusCode::NOT_FOUND,
                 id,
-                -32001,
+                code::SESSION_NOT_FOUND,
                 "MCP session not found: initialize again",
             );
         }
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
-            UNAVAILABLE,
+            code::UNAVAILABLE,
             &format!("{e}; retry shortly"),
         );
     }
@@ -558,15 +549,24 @@ fn offline_answer(s: &Session, method: &str, id: Value) -> Response {
             });
             match tools {
                 Some(t) => json_reply(json!({"jsonrpc": "2.0", "id": id, "result": t})),
-                None => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
+                None => rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    id,
+                    code::UNAVAILABLE,
+                    &offline,
+                ),
             }
         }
         "tools/call" => {
-            let err = json!({"code": "unavailable", "message": offline, "retryable": true, "side_effects_started": false});
-            json_reply(json!({"jsonrpc": "2.0", "id": id, "result": {
-                "content": [{"type": "text", "text": err.to_string()}], "isError": true}}))
+            let err = ToolError::new(ToolErrorCode::Unavailable, offline).retryable();
+            json_reply(jsonrpc::result(&id, err.call_result()))
         }
-        _ => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
+        _ => rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            code::UNAVAILABLE,
+            &offline,
+        ),
     }
 }
 
@@ -616,7 +616,12 @@ async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMa
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
-    hub.end_session(&session.sid, UNAVAILABLE, "the session was deleted", true);
+    hub.end_session(
+        &session.sid,
+        code::UNAVAILABLE,
+        "the session was deleted",
+        true,
+    );
     StatusCode::OK.into_response()
 }
 

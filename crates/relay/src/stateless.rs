@@ -46,33 +46,27 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use futures_util::Stream as FuturesStream;
 use serde_json::{Value, json};
 
-use protocol::limits::STATELESS_RESPONSE_HOLD;
+use protocol::{
+    error_code::ToolErrorCode,
+    jsonrpc::code::{
+        HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+        MISSING_REQUIRED_CLIENT_CAPABILITY, UNAVAILABLE, UNSUPPORTED_PROTOCOL_VERSION,
+    },
+    limits::STATELESS_RESPONSE_HOLD,
+    mcp::{
+        ALL_VERSIONS, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
+        META_SERVER_INFO, MODERN_VERSION, SUBSCRIPTIONS_LISTEN, is_modern, is_session_era,
+    },
+    tool_error::ToolError,
+};
 
 use crate::{
     auth::Principal,
     error::HttpError,
-    hub::{
-        Bridge, CachedServer, Hub, Link, SUBSCRIPTIONS_LISTEN, SendError, Session, Sink,
-        UNAVAILABLE,
-    },
-    mcp::{SESSION_HEADER, SUPPORTED_VERSIONS, VERSION_HEADER, wants_sse},
+    hub::{Bridge, CachedServer, Hub, Link, SendError, Session, Sink},
+    mcp::{SESSION_HEADER, VERSION_HEADER, wants_sse},
     stream::Stream,
 };
-
-/// Protocol versions served statelessly (MCP 2026-07-28 Basic › Versioning: "modern").
-pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
-/// Every protocol version the relay's endpoints serve, newest first: what `server/discover` and
-/// `UnsupportedProtocolVersionError` list.
-pub const ALL_VERSIONS: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
-
-/// `_meta` key of a request's protocol version (Basic § `_meta`, Per-request protocol fields).
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` key of a request's client capabilities (required).
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `_meta` key of a request's client identity (optional).
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-/// `_meta` key of a result's server identity (Basic § `_meta`, Per-response protocol fields).
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// Header mirroring the JSON-RPC method (§ Standard Request Headers).
 pub const METHOD_HEADER: &str = "mcp-method";
@@ -81,17 +75,6 @@ pub const NAME_HEADER: &str = "mcp-name";
 /// Prefix of the headers mirroring annotated tool arguments (§ Custom Headers from Tool
 /// Parameters).
 pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
-
-/// `HeaderMismatch` (Streamable HTTP § Server Validation).
-pub const HEADER_MISMATCH: i64 = -32020;
-/// `MissingRequiredClientCapabilityError` (Basic § `_meta`).
-pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-/// `UnsupportedProtocolVersionError` (Basic › Versioning § Protocol Version Negotiation).
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
-/// JSON-RPC invalid params: a request without its required `_meta` fields.
-pub const INVALID_PARAMS: i64 = -32602;
-/// JSON-RPC method not found.
-pub const METHOD_NOT_FOUND: i64 = -32601;
 
 /// `ttlMs` of answers made from the cached catalog while the daemon is away: a snapshot of
 /// unknown age, so immediately stale (Server › Utilities › Caching § Time-to-Live).
@@ -135,14 +118,14 @@ pub fn era(headers: &HeaderMap, message: &Value) -> Era {
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(META_PROTOCOL_VERSION))
     {
-        let legacy = v.as_str().is_some_and(|v| SUPPORTED_VERSIONS.contains(&v));
+        let legacy = v.as_str().is_some_and(is_session_era);
         if !legacy || !headers.contains_key(SESSION_HEADER) {
             return Era::Modern;
         }
     }
     match headers.get(VERSION_HEADER) {
         Some(h) => match h.to_str() {
-            Ok(v) if SUPPORTED_VERSIONS.contains(&v) => Era::Legacy,
+            Ok(v) if is_session_era(v) => Era::Legacy,
             _ => Era::Modern,
         },
         None => Era::Legacy,
@@ -198,10 +181,10 @@ pub fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
     }
 }
 
-/// Whether a message names a 2026-07-28 version ([`MODERN_VERSIONS`]) in its
+/// Whether a message names a 2026-07-28 version ([`protocol::mcp::MODERN_VERSIONS`]) in its
 /// `MCP-Protocol-Version` header or its `_meta` protocol version.
 fn names_modern(headers: &HeaderMap, message: &Value) -> bool {
-    let modern = |v: Option<&str>| v.is_some_and(|v| MODERN_VERSIONS.contains(&v));
+    let modern = |v: Option<&str>| v.is_some_and(is_modern);
     modern(headers.get(VERSION_HEADER).and_then(|h| h.to_str().ok()))
         || modern(
             message
@@ -332,7 +315,7 @@ pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
         |status: StatusCode, code: i64, msg: String| HttpError::rpc(status, id.clone(), code, msg);
     let unsupported = |requested: &str| {
         // A handshake-era version is served, but only inside a session.
-        let why = if SUPPORTED_VERSIONS.contains(&requested) {
+        let why = if is_session_era(requested) {
             format!(
                 "Protocol version {requested:?} needs a session: send initialize first (without \
                  _meta), or name 2026-07-28 to be served without one; this server supports \
@@ -391,7 +374,7 @@ pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
         }
         Some(_) => {}
     }
-    if !MODERN_VERSIONS.contains(&meta_version) {
+    if !is_modern(meta_version) {
         return Err(unsupported(meta_version));
     }
     // 2. The rest of the required `_meta`.
@@ -633,7 +616,7 @@ pub async fn post(
             return rpc_error(
                 StatusCode::BAD_REQUEST,
                 id.unwrap_or(Value::Null),
-                -32600,
+                INVALID_REQUEST,
                 "MCP 2026-07-28 clients send requests only: there are no server requests to answer",
             );
         }
@@ -730,11 +713,8 @@ fn catalog_answer(
             None => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
         },
         ("tools/call", Away::Offline) => {
-            let err = json!({"code": "unavailable", "message": offline, "retryable": true, "side_effects_started": false});
-            let result = modern_result(
-                json!({"content": [{"type": "text", "text": err.to_string()}], "isError": true}),
-                &info.initialize(),
-            );
+            let err = ToolError::new(ToolErrorCode::Unavailable, offline).retryable();
+            let result = modern_result(err.call_result(), &info.initialize());
             json_body(StatusCode::OK, &reply(result))
         }
         (_, Away::Offline) => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
@@ -777,7 +757,7 @@ async fn call(
         .pointer("/params/_meta")
         .and_then(|m| m.get(META_PROTOCOL_VERSION))
         .and_then(Value::as_str)
-        .unwrap_or(MODERN_VERSIONS[0])
+        .unwrap_or(MODERN_VERSION)
         .to_owned();
     let Some(s) = hub.create_call(b, server, principal, &version) else {
         return rpc_error(
@@ -876,7 +856,7 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 /// 2026-07-28 Streamable HTTP § Backward Compatibility, Earlier Streamable HTTP Revisions: 405).
 pub fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
     let v = headers.get(VERSION_HEADER)?.to_str().ok()?;
-    MODERN_VERSIONS.contains(&v).then(|| {
+    is_modern(v).then(|| {
         (
             StatusCode::METHOD_NOT_ALLOWED,
             [(header::ALLOW, "POST")],

@@ -14,11 +14,13 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
 
-use protocol::limits::{
-    RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE, RESUMABLE_TERMINAL_MAX_BYTES,
+use protocol::{
+    ids::SessionId,
+    jsonrpc::{self, code},
+    limits::{RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE, RESUMABLE_TERMINAL_MAX_BYTES},
 };
 
 /// Most events an open stream holds; older ones are dropped (and counted) beyond it.
@@ -49,7 +51,7 @@ struct Inner {
 pub struct Stream {
     id: String,
     /// The session it belongs to.
-    pub sid: String,
+    pub sid: SessionId,
     /// The principal that may read it.
     pub principal: String,
     /// The bridge (for retention accounting).
@@ -62,7 +64,7 @@ pub struct Stream {
 
 impl Stream {
     /// A new stream holding its priming event.
-    pub fn new(sid: &str, principal: &str, bridge: &str) -> Arc<Self> {
+    pub fn new(sid: &SessionId, principal: &str, bridge: &str) -> Arc<Self> {
         let mut events = VecDeque::new();
         events.push_back(Event {
             seq: 0,
@@ -70,7 +72,7 @@ impl Stream {
         });
         Arc::new(Self {
             id: crate::auth::random_id("st"),
-            sid: sid.to_owned(),
+            sid: sid.clone(),
             principal: principal.to_owned(),
             bridge: bridge.to_owned(),
             inner: Mutex::new(Inner {
@@ -181,8 +183,12 @@ impl Stream {
                 .ok()
                 .and_then(|v| v.get("id").cloned())
                 .unwrap_or(Value::Null);
-            last.data = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002,
-                "message": "the result was delivered once and is too large to replay"}})
+            last.data = jsonrpc::error(
+                &id,
+                code::NOT_REPLAYABLE,
+                "the result was delivered once and is too large to replay",
+                None,
+            )
             .to_string();
         }
         (out, done)
@@ -217,14 +223,14 @@ impl Streams {
     pub fn lookup(
         &self,
         last_event_id: &str,
-        sid: &str,
+        sid: &SessionId,
         principal: &str,
     ) -> Option<(Arc<Stream>, u64)> {
         let (id, seq) = last_event_id.rsplit_once('-')?;
         let seq: u64 = seq.parse().ok()?;
         let m = self.map.lock().ok()?;
         let s = m.get(id)?;
-        (s.sid == sid && s.principal == principal).then(|| (s.clone(), seq))
+        (s.sid == *sid && s.principal == principal).then(|| (s.clone(), seq))
     }
 
     /// Drops finished streams past their retention, and the oldest finished ones of a bridge
@@ -258,9 +264,9 @@ impl Streams {
     }
 
     /// Forgets every stream of session `sid`.
-    pub fn remove_session(&self, sid: &str) {
+    pub fn remove_session(&self, sid: &SessionId) {
         if let Ok(mut m) = self.map.lock() {
-            m.retain(|_, s| s.sid != sid);
+            m.retain(|_, s| s.sid != *sid);
         }
     }
 
@@ -277,11 +283,13 @@ impl Streams {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
     fn events_replay_after_a_cursor_and_foreign_cursors_fail() {
-        let s = Stream::new("sid", "p1", "b");
+        let s = Stream::new(&SessionId::new("sid"), "p1", "b");
         s.push(
             &json!({"jsonrpc": "2.0", "method": "notifications/progress"}),
             false,
@@ -300,15 +308,31 @@ mod tests {
         let streams = Streams::default();
         streams.insert(s.clone());
         let cursor = s.event_id(1);
-        assert!(streams.lookup(&cursor, "sid", "p1").is_some());
-        assert!(streams.lookup(&cursor, "sid", "p2").is_none());
-        assert!(streams.lookup(&cursor, "other", "p1").is_none());
-        assert!(streams.lookup("nonsense", "sid", "p1").is_none());
+        assert!(
+            streams
+                .lookup(&cursor, &SessionId::new("sid"), "p1")
+                .is_some()
+        );
+        assert!(
+            streams
+                .lookup(&cursor, &SessionId::new("sid"), "p2")
+                .is_none()
+        );
+        assert!(
+            streams
+                .lookup(&cursor, &SessionId::new("other"), "p1")
+                .is_none()
+        );
+        assert!(
+            streams
+                .lookup("nonsense", &SessionId::new("sid"), "p1")
+                .is_none()
+        );
     }
 
     #[test]
     fn oversized_terminal_messages_are_handed_out_once() {
-        let s = Stream::new("sid", "p", "b");
+        let s = Stream::new(&SessionId::new("sid"), "p", "b");
         let big = "x".repeat(RESUMABLE_TERMINAL_MAX_BYTES + 10);
         s.push(
             &json!({"jsonrpc": "2.0", "id": 7, "result": {"big": big}}),
@@ -324,7 +348,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn finished_streams_expire_after_retention() {
         let streams = Streams::default();
-        let s = Stream::new("sid", "p", "b");
+        let s = Stream::new(&SessionId::new("sid"), "p", "b");
         streams.insert(s.clone());
         s.push(&json!({"id": 1, "result": {}}), true);
         assert_eq!(streams.sweep(), 0);
