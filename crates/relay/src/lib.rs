@@ -24,13 +24,14 @@ pub mod config;
 pub mod error;
 pub mod hub;
 pub mod link;
-pub mod mcp;
-pub mod metrics;
+mod lock;
+pub(crate) mod mcp;
+pub(crate) mod metrics;
 pub mod oauth;
-pub mod ops;
-pub mod stateless;
+pub(crate) mod ops;
+pub(crate) mod stateless;
 pub mod storage;
-pub mod stream;
+pub(crate) mod stream;
 
 #[cfg(test)]
 mod http_fuzz;

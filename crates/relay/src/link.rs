@@ -70,7 +70,7 @@ async fn run(hub: Arc<Hub>, socket: WebSocket) {
             }
         }
     });
-    let link_tx = LinkTx(tx);
+    let link_tx = LinkTx::new(tx);
     let mut promoted = false;
     let outcome = session(&hub, &link_tx, &mut stream, &mut promoted).await;
     if !promoted {
@@ -269,10 +269,14 @@ async fn enroll(
     match hub.storage.enroll(code, public_key).await {
         Ok((bridge, key_id)) => {
             tracing::info!(%bridge, %key_id, "daemon enrolled");
-            tx.try_send(RelayFrame::Enrolled {
-                bridge: bridge.into(),
+            let told = tx.try_send(RelayFrame::Enrolled {
+                bridge: bridge.clone().into(),
                 key_id,
             });
+            if let Err(e) = told {
+                // The code is used up; the daemon learns nothing and must enroll again.
+                tracing::warn!(%bridge, error = %e, "a daemon enrolled but its socket could not be told");
+            }
             tx.close(CloseCode::Normal, "enrolled");
             Ok(())
         }
@@ -308,11 +312,16 @@ async fn serve(
                 related,
                 message,
             } => {
-                hub.deliver(&sid, seq, related.as_ref(), message);
-                if !tx.try_send(RelayFrame::Ack {
-                    sid: sid.clone(),
-                    seq,
-                }) {
+                // Acknowledged whatever became of it: a replay, or a message for a session that
+                // has ended, is as committed as a routed one (unmatched ones are counted).
+                let _ = hub.deliver(&sid, seq, related.as_ref(), message);
+                if tx
+                    .try_send(RelayFrame::Ack {
+                        sid: sid.clone(),
+                        seq,
+                    })
+                    .is_err()
+                {
                     return Err((CloseCode::Internal, "link queue full".into()));
                 }
                 // A call ends with its answer: `close` follows the `ack` of the response.

@@ -18,7 +18,7 @@
 //! `initialize` and `tools/list` are answered from the catalog it sent at hello, and other calls
 //! fail within the offline wait with a retryable error.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use axum::{
     body::Bytes,
@@ -26,7 +26,6 @@ use axum::{
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use futures_util::Stream as FuturesStream;
 use serde_json::{Value, json};
 
 use protocol::{
@@ -42,12 +41,15 @@ use crate::{
     error::HttpError,
     hub::{Bridge, Hub, SendError, Session, Sink},
     stateless::{self, Era},
-    stream::Stream,
+    stream::{
+        SseStream,
+        sse::{self, Framing},
+    },
 };
 /// Header carrying the session id.
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 /// Header carrying the negotiated protocol version.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
+pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The server a route serves.
 fn runtime() -> String {
@@ -63,7 +65,7 @@ fn plain(status: StatusCode, message: &str) -> Response {
 }
 
 /// POST on the runtime endpoint.
-pub async fn post_runtime(
+pub(crate) async fn post_runtime(
     State(hub): State<Arc<Hub>>,
     Path(bridge): Path<String>,
     headers: HeaderMap,
@@ -73,7 +75,7 @@ pub async fn post_runtime(
 }
 
 /// POST on an upstream server's endpoint.
-pub async fn post_server(
+pub(crate) async fn post_server(
     State(hub): State<Arc<Hub>>,
     Path((bridge, server)): Path<(String, String)>,
     headers: HeaderMap,
@@ -83,7 +85,7 @@ pub async fn post_server(
 }
 
 /// GET on the runtime endpoint.
-pub async fn get_runtime(
+pub(crate) async fn get_runtime(
     State(hub): State<Arc<Hub>>,
     Path(bridge): Path<String>,
     headers: HeaderMap,
@@ -92,7 +94,7 @@ pub async fn get_runtime(
 }
 
 /// GET on an upstream server's endpoint.
-pub async fn get_server(
+pub(crate) async fn get_server(
     State(hub): State<Arc<Hub>>,
     Path((bridge, server)): Path<(String, String)>,
     headers: HeaderMap,
@@ -101,7 +103,7 @@ pub async fn get_server(
 }
 
 /// DELETE on the runtime endpoint.
-pub async fn delete_runtime(
+pub(crate) async fn delete_runtime(
     State(hub): State<Arc<Hub>>,
     Path(bridge): Path<String>,
     headers: HeaderMap,
@@ -110,7 +112,7 @@ pub async fn delete_runtime(
 }
 
 /// DELETE on an upstream server's endpoint.
-pub async fn delete_server(
+pub(crate) async fn delete_server(
     State(hub): State<Arc<Hub>>,
     Path((bridge, server)): Path<(String, String)>,
     headers: HeaderMap,
@@ -183,7 +185,7 @@ fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
 
 /// Whether the `Host` is acceptable: on a loopback listener only loopback names and the public
 /// URL's host (MCP 2025-11-25 Transports › Security Warning: DNS rebinding); anything elsewhere.
-pub fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
+pub(crate) fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
     if !crate::config::is_loopback(&hub.config.listen) {
         return true;
     }
@@ -200,7 +202,7 @@ pub fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
 
 /// Browser origins of the hosted assistants whose web apps call MCP servers and the OAuth
 /// endpoints directly (DESIGN §6, issue 10 "Browsers").
-pub const HOST_ORIGINS: [&str; 3] = [
+pub(crate) const HOST_ORIGINS: [&str; 3] = [
     "https://chatgpt.com",
     "https://claude.ai",
     "https://claude.com",
@@ -208,7 +210,7 @@ pub const HOST_ORIGINS: [&str; 3] = [
 
 /// Whether `origin` is the relay's own: its public origin, or on a loopback listener a loopback
 /// name with the listener's port.
-pub fn own_origin(hub: &Hub, origin: &str) -> bool {
+pub(crate) fn own_origin(hub: &Hub, origin: &str) -> bool {
     if origin.eq_ignore_ascii_case(&hub.config.origin()) {
         return true;
     }
@@ -225,14 +227,14 @@ pub fn own_origin(hub: &Hub, origin: &str) -> bool {
 /// Whether a request with `Origin: origin` may reach the MCP and OAuth endpoints: the relay's
 /// own origin, the hosted assistants' ([`HOST_ORIGINS`]) and `--allowed-origin`s; never any
 /// origin (MCP 2025-11-25 Transports › Security Warning).
-pub fn origin_allowed(hub: &Hub, origin: &str) -> bool {
+pub(crate) fn origin_allowed(hub: &Hub, origin: &str) -> bool {
     own_origin(hub, origin)
         || HOST_ORIGINS.iter().any(|o| o.eq_ignore_ascii_case(origin))
         || hub.config.allowed_origins.iter().any(|o| o == origin)
 }
 
 /// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).
-pub fn wants_sse(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -362,12 +364,12 @@ async fn post(
 fn forward_or_queue(hub: &Hub, s: &Session, message: Value) {
     match s.bridge.active() {
         Some(link) => {
-            if hub.send(s, &link, message.clone()).is_err() && !hub.queue(s, message) {
+            if hub.send(s, &link, message.clone()).is_err() && hub.queue(s, message).is_err() {
                 tracing::warn!(bridge = %s.bridge.name, "dropped a client message: the daemon link is congested");
             }
         }
         None => {
-            if !hub.queue(s, message) {
+            if hub.queue(s, message).is_err() {
                 tracing::warn!(bridge = %s.bridge.name, "dropped a client message: too many queued while the daemon is away");
             }
         }
@@ -423,7 +425,7 @@ async fn initialize(
     };
     let mut result = info.initialize();
     result["protocolVersion"] = json!(version);
-    let Some(session) = hub.create_session(b, server, principal, &version, message) else {
+    let Some(session) = hub.create_session(b, server, principal, message) else {
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
@@ -433,8 +435,8 @@ async fn initialize(
     };
     let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
     let mut resp = if wants_sse(headers) {
-        let st = Stream::new(&session.sid, &session.principal.id, &session.bridge.name);
-        st.push(&reply, true);
+        let st = SseStream::new(&session.sid, &session.principal.id, &session.bridge.name);
+        let _ = st.push(&reply, true); // a new stream is not finished
         hub.streams.insert(st.clone());
         sse_response(hub, st, None)
     } else {
@@ -467,7 +469,7 @@ async fn request(
     };
     tracing::debug!(method, instance = %link.instance_id, "relaying a request");
     let (sink, stream, waiter) = if sse {
-        let st = Stream::new(&s.sid, &s.principal.id, &s.bridge.name);
+        let st = SseStream::new(&s.sid, &s.principal.id, &s.bridge.name);
         hub.streams.insert(st.clone());
         (Sink::Stream(st.clone()), Some(st), None)
     } else {
@@ -625,95 +627,13 @@ async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMa
     StatusCode::OK.into_response()
 }
 
-/// Reconnection delay suggested to clients in the priming event (SSE `retry`, ms).
-const SSE_RETRY_MS: u64 = 1000;
-
 /// An SSE response reading `st` after event `after` (from the priming event when `None`).
-///
-/// Written by hand rather than with axum's `Sse` so the priming event carries an id and an empty
-/// `data:` field and a `retry` hint (MCP 2025-11-25 Streamable HTTP §Resumability), and so a
-/// keepalive comment follows every quiet interval.
-fn sse_response(hub: &Hub, st: Arc<Stream>, after: Option<u64>) -> Response {
-    let body = axum::body::Body::from_stream(events(st, after, hub.config.timing.sse_keepalive));
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static("x-accel-buffering"), "no"),
-        ],
-        body,
-    )
-        .into_response()
-}
-
-/// Encodes one event: `id:`, then `data:` lines (a priming event has one empty `data:`).
-fn encode(id: &str, data: &str, priming: bool) -> Bytes {
-    let mut s = String::with_capacity(data.len() + id.len() + 32);
-    s.push_str("id: ");
-    s.push_str(id);
-    s.push('\n');
-    if priming {
-        s.push_str(&format!("retry: {SSE_RETRY_MS}\ndata: \n\n"));
-        return Bytes::from(s);
-    }
-    for line in data.split('\n') {
-        s.push_str("data: ");
-        s.push_str(line);
-        s.push('\n');
-    }
-    s.push('\n');
-    Bytes::from(s)
-}
-
-fn events(
-    st: Arc<Stream>,
-    after: Option<u64>,
-    keepalive: Duration,
-) -> impl FuturesStream<Item = Result<Bytes, Infallible>> {
-    struct State {
-        st: Arc<Stream>,
-        cursor: Option<u64>,
-        rx: tokio::sync::watch::Receiver<u64>,
-        buf: std::collections::VecDeque<crate::stream::Event>,
-        done: bool,
-        keepalive: Duration,
-    }
-    let rx = st.subscribe();
-    let state = State {
+fn sse_response(hub: &Hub, st: Arc<SseStream>, after: Option<u64>) -> Response {
+    sse::response(
         st,
-        cursor: after,
-        rx,
-        buf: Default::default(),
-        done: false,
-        keepalive,
-    };
-    futures_util::stream::unfold(state, |mut s| async move {
-        loop {
-            if let Some(e) = s.buf.pop_front() {
-                s.cursor = Some(e.seq);
-                s.st.note_sent(e.seq);
-                let bytes = encode(&s.st.event_id(e.seq), &e.data, e.seq == 0);
-                return Some((Ok(bytes), s));
-            }
-            if s.done {
-                return None;
-            }
-            s.rx.borrow_and_update();
-            let (evs, done) = s.st.read_after(s.cursor);
-            s.done = done;
-            if !evs.is_empty() {
-                s.buf.extend(evs);
-                continue;
-            }
-            if done {
-                return None;
-            }
-            tokio::select! {
-                r = s.rx.changed() => if r.is_err() { return None },
-                _ = tokio::time::sleep(s.keepalive) => {
-                    return Some((Ok(Bytes::from_static(b": keepalive\n\n")), s));
-                }
-            }
-        }
-    })
+        after,
+        hub.config.timing.sse_keepalive,
+        Framing::Resumable,
+        (),
+    )
 }

@@ -11,12 +11,12 @@ use axum::{
 use crate::hub::Hub;
 
 /// Liveness: 200 with `ok` while the relay serves.
-pub async fn healthz() -> &'static str {
+pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// Prometheus metrics.
-pub async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
+pub(crate) async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
     hub.streams.sweep();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

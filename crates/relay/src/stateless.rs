@@ -35,15 +35,13 @@
 //! or older than link revision 2 gets `server/discover` and `tools/list` answered from the
 //! catalog it announced, everything else a clear error.
 
-use std::{collections::HashMap, convert::Infallible, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use axum::{
-    body::Bytes,
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
-use futures_util::Stream as FuturesStream;
 use serde_json::{Value, json};
 
 use protocol::{
@@ -55,7 +53,7 @@ use protocol::{
     limits::STATELESS_RESPONSE_HOLD,
     mcp::{
         ALL_VERSIONS, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
-        META_SERVER_INFO, MODERN_VERSION, SUBSCRIPTIONS_LISTEN, is_modern, is_session_era,
+        META_SERVER_INFO, SUBSCRIPTIONS_LISTEN, is_modern, is_session_era,
     },
     tool_error::ToolError,
 };
@@ -65,27 +63,30 @@ use crate::{
     error::HttpError,
     hub::{Bridge, CachedServer, Hub, Link, SendError, Session, Sink},
     mcp::{SESSION_HEADER, VERSION_HEADER, wants_sse},
-    stream::Stream,
+    stream::{
+        SseStream,
+        sse::{self, Framing},
+    },
 };
 
 /// Header mirroring the JSON-RPC method (§ Standard Request Headers).
-pub const METHOD_HEADER: &str = "mcp-method";
+pub(crate) const METHOD_HEADER: &str = "mcp-method";
 /// Header mirroring `params.name` / `params.uri` (§ Standard Request Headers).
-pub const NAME_HEADER: &str = "mcp-name";
+pub(crate) const NAME_HEADER: &str = "mcp-name";
 /// Prefix of the headers mirroring annotated tool arguments (§ Custom Headers from Tool
 /// Parameters).
-pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+pub(crate) const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 
 /// `ttlMs` of answers made from the cached catalog while the daemon is away: a snapshot of
 /// unknown age, so immediately stale (Server › Utilities › Caching § Time-to-Live).
-pub const CATALOG_TTL_MS: u64 = 0;
+pub(crate) const CATALOG_TTL_MS: u64 = 0;
 
 /// The error of a 2026-07-28 request the daemon cannot serve because it predates link revision 2.
-pub const TOO_OLD: &str = "the daemon for this bridge is too old for MCP 2026-07-28; upgrade machine-mcp there, or use a client in 2025-11-25 mode";
+pub(crate) const TOO_OLD: &str = "the daemon for this bridge is too old for MCP 2026-07-28; upgrade machine-mcp there, or use a client in 2025-11-25 mode";
 
 /// Which era serves a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
+pub(crate) enum Era {
     /// `initialize` and MCP sessions (2025-11-25, 2025-06-18, 2025-03-26).
     Legacy,
     /// Per-request metadata, no session (2026-07-28).
@@ -100,7 +101,7 @@ pub enum Era {
 /// `MCP-Protocol-Version` header names a version that is not a legacy one (an unknown one is then
 /// refused with the modern `UnsupportedProtocolVersionError`). Everything else — session traffic,
 /// notifications and responses of legacy clients — is legacy.
-pub fn era(headers: &HeaderMap, message: &Value) -> Era {
+pub(crate) fn era(headers: &HeaderMap, message: &Value) -> Era {
     let method = message.get("method").and_then(Value::as_str);
     match method {
         Some("initialize") => {
@@ -134,7 +135,7 @@ pub fn era(headers: &HeaderMap, message: &Value) -> Era {
 
 /// Methods of the handshake era that MCP 2026-07-28 removed (changelog items 2 and 5, SEP-2575),
 /// with what a client does instead.
-pub const REMOVED_METHODS: [(&str, &str); 3] = [
+pub(crate) const REMOVED_METHODS: [(&str, &str); 3] = [
     (
         "initialize",
         "use server/discover, or send initialize without the 2026-07-28 header for the 2025-11-25 era",
@@ -154,7 +155,7 @@ pub const REMOVED_METHODS: [(&str, &str); 3] = [
 /// Basic › Transports › Streamable HTTP § Protocol Version Header: "If the server does not
 /// implement the requested RPC method, it MUST respond with `404 Not Found` and a JSON-RPC error
 /// with code `-32601`"). `None` for any other method.
-pub fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
+pub(crate) fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
     let (_, instead) = REMOVED_METHODS.iter().find(|(m, _)| *m == method)?;
     Some(HttpError::rpc(
         StatusCode::NOT_FOUND,
@@ -168,7 +169,7 @@ pub fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
 /// (`supportedVersions` of the cached catalog's discover result, [`cached_discover`]): what its
 /// `UnsupportedProtocolVersionError` lists. [`ALL_VERSIONS`] when the bridge has no catalog entry
 /// for the server, or the entry names no versions.
-pub fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
+pub(crate) fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
     let listed: Vec<String> = info
         .map(cached_discover)
         .and_then(|d| d.get("supportedVersions").cloned())
@@ -212,7 +213,7 @@ fn single_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a st
 
 /// A header value with the Base64 sentinel `=?base64?…?=` decoded (§ Value Encoding); `None`
 /// when the sentinel wraps something that is not Base64 of UTF-8.
-pub fn decode_header_value(raw: &str) -> Option<String> {
+pub(crate) fn decode_header_value(raw: &str) -> Option<String> {
     match raw
         .strip_prefix("=?base64?")
         .and_then(|r| r.strip_suffix("?="))
@@ -241,16 +242,16 @@ fn header_matches(decoded: &str, body: &Value) -> bool {
 /// One `x-mcp-header` annotation of a tool's `inputSchema`: the property path (names through
 /// `properties` from the root) and the header name after `Mcp-Param-`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParamHeader {
+pub(crate) struct ParamHeader {
     /// Property names from the schema root.
-    pub path: Vec<String>,
+    pub(crate) path: Vec<String>,
     /// The `{name}` of `Mcp-Param-{name}`.
-    pub header: String,
+    pub(crate) header: String,
 }
 
 /// The `x-mcp-header` annotations of every tool in `tools/list` results, by tool name (MCP
 /// 2026-07-28 Server › Tools § `x-mcp-header`; only annotations on a `properties` chain count).
-pub fn param_headers<'a>(
+pub(crate) fn param_headers<'a>(
     lists: impl IntoIterator<Item = &'a Value>,
 ) -> HashMap<String, Vec<ParamHeader>> {
     fn walk(props: Option<&Value>, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
@@ -303,7 +304,7 @@ pub fn param_headers<'a>(
 ///
 /// # Errors
 /// The refusal to send, with the request's id.
-pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
+pub(crate) fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
     headers: &HeaderMap,
     message: &Value,
     supported: &[S],
@@ -492,7 +493,7 @@ const MODERN_CAPABILITIES: [&str; 7] = [
 /// A `server/discover` result (MCP 2026-07-28 Server › Discover § DiscoverResult) derived from a
 /// server's `initialize` result, for daemons that announced none: the versions the relay serves,
 /// the modern capabilities, `serverInfo` in `_meta`, `instructions`, and cache hints.
-pub fn discover_from_initialize(init: &Value) -> Value {
+pub(crate) fn discover_from_initialize(init: &Value) -> Value {
     let caps: serde_json::Map<String, Value> = init
         .get("capabilities")
         .and_then(Value::as_object)
@@ -521,7 +522,7 @@ pub fn discover_from_initialize(init: &Value) -> Value {
 
 /// The `server/discover` answer from a cached server: the daemon's own result when it announced
 /// one (its cache hints replaced: the copy is of unknown age), else one derived from `initialize`.
-pub fn cached_discover(info: &CachedServer) -> Value {
+pub(crate) fn cached_discover(info: &CachedServer) -> Value {
     match info.discover() {
         Some(mut d) if d.is_object() => {
             d["resultType"] = json!("complete");
@@ -553,7 +554,7 @@ fn modern_result(mut result: Value, init: &Value) -> Value {
 /// The `tools/list` answer `role` gets from a cached server: its list with `resultType` and the
 /// cache hints (`private`: lists are filtered per role, Server › Utilities › Caching § Choosing a
 /// Cache Scope).
-pub fn cached_tools(info: &CachedServer, role: &str) -> Option<Value> {
+pub(crate) fn cached_tools(info: &CachedServer, role: &str) -> Option<Value> {
     let mut list = info.tools_for(role)?;
     list["ttlMs"] = json!(CATALOG_TTL_MS);
     list["cacheScope"] = json!("private");
@@ -563,7 +564,7 @@ pub fn cached_tools(info: &CachedServer, role: &str) -> Option<Value> {
 /// The HTTP status of a JSON-RPC answer sent as one JSON body (Streamable HTTP § Protocol
 /// Version Header, § Server Validation; Basic § `_meta`): 400 for the modern request errors, 404
 /// for an unknown method, 200 otherwise.
-pub fn status_of(message: &Value) -> StatusCode {
+pub(crate) fn status_of(message: &Value) -> StatusCode {
     match message.pointer("/error/code").and_then(Value::as_i64) {
         Some(
             HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION,
@@ -596,7 +597,7 @@ enum Away {
 }
 
 /// Serves one POSTed modern message (already admitted, `Content-Type` checked, parsed).
-pub async fn post(
+pub(crate) async fn post(
     hub: &Arc<Hub>,
     b: Arc<Bridge>,
     server: &str,
@@ -753,25 +754,12 @@ async fn call(
     message: Value,
     headers: &HeaderMap,
 ) -> Response {
-    let version = message
-        .pointer("/params/_meta")
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str)
-        .unwrap_or(MODERN_VERSION)
-        .to_owned();
-    let Some(s) = hub.create_call(b, server, principal, &version) else {
-        return rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            UNAVAILABLE,
-            "the relay could not start the call; retry shortly",
-        );
-    };
+    let s = hub.create_call(b, server, principal);
     let listen = method == SUBSCRIPTIONS_LISTEN;
     // A subscription is a stream by nature; clients accept both forms (§ Sending Messages).
     let streamed = listen || wants_sse(headers);
     let (sink, stream, waiter) = if streamed {
-        let st = Stream::new(&s.sid, &s.principal.id, &s.bridge.name);
+        let st = SseStream::new(&s.sid, &s.principal.id, &s.bridge.name);
         (Sink::Stream(st.clone()), Some(st), None)
     } else {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -854,7 +842,7 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 
 /// `GET` or `DELETE` by a client naming a 2026-07-28 version: that revision has neither (MCP
 /// 2026-07-28 Streamable HTTP § Backward Compatibility, Earlier Streamable HTTP Revisions: 405).
-pub fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
     let v = headers.get(VERSION_HEADER)?.to_str().ok()?;
     is_modern(v).then(|| {
         (
@@ -868,7 +856,7 @@ pub fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
 
 /// Waits up to `max` for `st` to finish with its response as its only message, and returns that
 /// response; `None` as soon as anything else arrives first, or when `max` passes.
-async fn hold(st: &Stream, max: Duration) -> Option<Value> {
+async fn hold(st: &SseStream, max: Duration) -> Option<Value> {
     let mut rx = st.subscribe();
     let deadline = tokio::time::Instant::now() + max;
     loop {
@@ -890,86 +878,11 @@ async fn hold(st: &Stream, max: Duration) -> Option<Value> {
     }
 }
 
-/// An SSE response of `st`'s messages: `data:` lines only (no event ids: MCP 2026-07-28 streams
-/// are not resumable, Streamable HTTP § Receiving Messages), a keepalive comment after every
-/// quiet `keepalive`, `X-Accel-Buffering: no`. The guard goes with the body: a client that closes
-/// the stream before the response cancels the call.
-fn sse_response(st: Arc<Stream>, keepalive: Duration, guard: CallGuard) -> Response {
-    let body = axum::body::Body::from_stream(events(st, keepalive, guard));
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static("x-accel-buffering"), "no"),
-        ],
-        body,
-    )
-        .into_response()
-}
-
-/// One SSE event carrying `data`.
-fn encode(data: &str) -> Bytes {
-    let mut s = String::with_capacity(data.len() + 16);
-    for line in data.split('\n') {
-        s.push_str("data: ");
-        s.push_str(line);
-        s.push('\n');
-    }
-    s.push('\n');
-    Bytes::from(s)
-}
-
-fn events(
-    st: Arc<Stream>,
-    keepalive: Duration,
-    guard: CallGuard,
-) -> impl FuturesStream<Item = Result<Bytes, Infallible>> {
-    struct State {
-        st: Arc<Stream>,
-        cursor: u64,
-        rx: tokio::sync::watch::Receiver<u64>,
-        buf: std::collections::VecDeque<crate::stream::Event>,
-        done: bool,
-        keepalive: Duration,
-        _guard: CallGuard,
-    }
-    let rx = st.subscribe();
-    let state = State {
-        st,
-        cursor: 0, // after the priming event, which a 2026-07-28 stream does not send
-        rx,
-        buf: Default::default(),
-        done: false,
-        keepalive,
-        _guard: guard,
-    };
-    futures_util::stream::unfold(state, |mut s| async move {
-        loop {
-            if let Some(e) = s.buf.pop_front() {
-                s.cursor = e.seq;
-                return Some((Ok(encode(&e.data)), s));
-            }
-            if s.done {
-                return None;
-            }
-            s.rx.borrow_and_update();
-            let (evs, done) = s.st.read_after(Some(s.cursor));
-            s.done = done;
-            if !evs.is_empty() {
-                s.buf.extend(evs);
-                continue;
-            }
-            if done {
-                return None;
-            }
-            tokio::select! {
-                r = s.rx.changed() => if r.is_err() { return None },
-                _ = tokio::time::sleep(s.keepalive) => {
-                    return Some((Ok(Bytes::from_static(b":\n\n")), s));
-                }
-            }
-        }
-    })
+/// An SSE response of `st`'s messages in the 2026-07-28 framing ([`Framing::Plain`]: no event
+/// ids, streams are not resumable, Streamable HTTP § Receiving Messages). The guard goes with
+/// the body: a client that closes the stream before the response cancels the call.
+fn sse_response(st: Arc<SseStream>, keepalive: Duration, guard: CallGuard) -> Response {
+    sse::response(st, None, keepalive, Framing::Plain, guard)
 }
 
 #[cfg(test)]
