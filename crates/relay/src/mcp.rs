@@ -36,7 +36,7 @@ use protocol::{
 };
 
 use crate::{
-    auth::{Principal, Role},
+    auth::{BridgePrincipal, Role},
     config::AuthMode,
     error::HttpError,
     hub::{Bridge, Hub, SendError, Session, Sink},
@@ -127,7 +127,7 @@ async fn admit(
     server: &str,
     method: &Method,
     headers: &HeaderMap,
-) -> Result<(Principal, Arc<Bridge>), HttpError> {
+) -> Result<(BridgePrincipal, Arc<Bridge>), HttpError> {
     hub.metrics
         .http_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -144,7 +144,7 @@ async fn admit(
         }
     }
     let principal = match hub.config.auth {
-        AuthMode::None => Principal {
+        AuthMode::None => BridgePrincipal {
             id: "anonymous".into(),
             bridge: bridge.to_owned(),
             role: Role::Owner,
@@ -251,7 +251,7 @@ pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
 fn session_of(
     hub: &Hub,
     headers: &HeaderMap,
-    principal: &Principal,
+    principal: &BridgePrincipal,
     server: &str,
 ) -> Result<Arc<Session>, HttpError> {
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
@@ -380,7 +380,7 @@ async fn initialize(
     hub: &Arc<Hub>,
     b: Arc<Bridge>,
     server: &str,
-    principal: Principal,
+    principal: BridgePrincipal,
     headers: &HeaderMap,
     message: Value,
 ) -> Response {

@@ -59,7 +59,7 @@ use protocol::{
 };
 
 use crate::{
-    auth::Principal,
+    auth::BridgePrincipal,
     error::HttpError,
     hub::{Bridge, CachedServer, Hub, Link, SendError, Session, Sink},
     mcp::{SESSION_HEADER, VERSION_HEADER, wants_sse},
@@ -601,7 +601,7 @@ pub(crate) async fn post(
     hub: &Arc<Hub>,
     b: Arc<Bridge>,
     server: &str,
-    principal: Principal,
+    principal: BridgePrincipal,
     headers: &HeaderMap,
     message: Value,
 ) -> Response {
@@ -676,7 +676,7 @@ fn notification(
     hub: &Hub,
     b: &Bridge,
     server: &str,
-    principal: &Principal,
+    principal: &BridgePrincipal,
     method: &str,
     message: &Value,
 ) -> Response {
@@ -697,7 +697,7 @@ fn notification(
 fn catalog_answer(
     b: &Bridge,
     info: &CachedServer,
-    principal: &Principal,
+    principal: &BridgePrincipal,
     method: &str,
     id: Value,
     away: Away,
@@ -747,7 +747,7 @@ async fn call(
     hub: &Arc<Hub>,
     b: Arc<Bridge>,
     server: &str,
-    principal: Principal,
+    principal: BridgePrincipal,
     link: Link,
     method: &str,
     id: Value,

@@ -17,7 +17,7 @@ use protocol::{
 };
 
 use super::{Bridge, Hub};
-use crate::{auth::Principal, lock::Lock, metrics::Metrics, stream::SseStream};
+use crate::{auth::BridgePrincipal, lock::Lock, metrics::Metrics, stream::SseStream};
 
 /// Sessions per bridge.
 pub(super) const SESSIONS_PER_BRIDGE: usize = 1_000;
@@ -87,7 +87,7 @@ pub(crate) struct Session {
     /// The served server (`runtime` or an upstream name).
     pub(crate) server: String,
     /// Who opened it.
-    pub(crate) principal: Principal,
+    pub(crate) principal: BridgePrincipal,
     /// A call (link revision 2): one MCP 2026-07-28 request served without an MCP session,
     /// opened on the daemon with a `call` frame carrying the request itself and ended once it is
     /// answered. Not visible to clients, not counted as a session.
@@ -122,7 +122,7 @@ impl Hub {
         &self,
         bridge: Arc<Bridge>,
         server: &str,
-        principal: Principal,
+        principal: BridgePrincipal,
         initialize: Value,
     ) -> Option<Arc<Session>> {
         let sid = SessionId::new(self.keys.issue(&principal.id));
@@ -160,7 +160,7 @@ impl Hub {
         &self,
         bridge: Arc<Bridge>,
         server: &str,
-        principal: Principal,
+        principal: BridgePrincipal,
     ) -> Arc<Session> {
         let sid = SessionId::new(crate::auth::random_secret("c"));
         let standalone = SseStream::new(&sid, &principal.id, &bridge.name);
@@ -179,7 +179,7 @@ impl Hub {
     }
 
     /// The session `sid` if it exists and was issued to `principal`.
-    pub(crate) fn session(&self, sid: &str, principal: &Principal) -> Option<Arc<Session>> {
+    pub(crate) fn session(&self, sid: &str, principal: &BridgePrincipal) -> Option<Arc<Session>> {
         if !self.keys.verify(sid, &principal.id) {
             return None;
         }
@@ -197,7 +197,7 @@ impl Hub {
         &self,
         bridge: &str,
         server: &str,
-        principal: &Principal,
+        principal: &BridgePrincipal,
         id: &Value,
     ) -> Option<Arc<Session>> {
         let key = IdKey::of(id);

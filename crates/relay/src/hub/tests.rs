@@ -19,7 +19,7 @@ use protocol::{
 use super::{Bridge, Hub, Link, LinkTx, Outbound, Session, Sink, routing::Delivery};
 use crate::{
     RelayConfig, SqliteStorage,
-    auth::{Principal, Role},
+    auth::{BridgePrincipal, Role},
     stream::SseStream,
 };
 
@@ -46,8 +46,8 @@ fn link(hub: &Hub, instance: &str) -> (Link, mpsc::Receiver<Outbound>) {
     (l, rx)
 }
 
-fn alice() -> Principal {
-    Principal {
+fn alice() -> BridgePrincipal {
+    BridgePrincipal {
         id: "tok_alice".into(),
         bridge: "b1".into(),
         role: Role::Owner,
