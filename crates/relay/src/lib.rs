@@ -53,15 +53,11 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
     let mut app = Router::new()
         .route(
             "/b/{bridge}/mcp",
-            get(mcp::get_runtime)
-                .post(mcp::post_runtime)
-                .delete(mcp::delete_runtime),
+            get(mcp::get).post(mcp::post).delete(mcp::delete),
         )
         .route(
             "/b/{bridge}/s/{server}/mcp",
-            get(mcp::get_server)
-                .post(mcp::post_server)
-                .delete(mcp::delete_server),
+            get(mcp::get).post(mcp::post).delete(mcp::delete),
         )
         .route(CONNECT_PATH, get(link::connect))
         .route("/healthz", get(ops::healthz))

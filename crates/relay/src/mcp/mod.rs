@@ -5,12 +5,12 @@
 //! 2026-07-28 requests (per-request `_meta`, no session) go to [`crate::stateless`]; `initialize`
 //! and the session traffic of 2025-11-25, 2025-06-18 and 2025-03-26 stay here.
 //!
-//! Checks, in order: `Host` (loopback listeners only accept loopback names and the public host;
-//! §Security Warning, DNS rebinding), `Origin` (a present, foreign origin → 403), credentials
-//! (401 / 403), the bridge, then for the session era `MCP-Protocol-Version` (unsupported → 400
-//! with the 2026-07-28 `UnsupportedProtocolVersionError`, which lists every served version) and
-//! the session (`MCP-Session-Id` missing → 400, unknown or ended → 404, the client's cue to
-//! re-initialize).
+//! Checks, in order, as extractors ([`checks`]): `Host` (loopback listeners only accept loopback
+//! names and the public host; §Security Warning, DNS rebinding), `Origin` (a present, foreign
+//! origin → 403), credentials (401 / 403), the bridge, then for the session era
+//! `MCP-Protocol-Version` (unsupported → 400 with the 2026-07-28 `UnsupportedProtocolVersionError`,
+//! which lists every served version) and the session (`MCP-Session-Id` missing → 400, unknown or
+//! ended → 404, the client's cue to re-initialize).
 //! `POST` carries one JSON-RPC message: a request is answered as SSE when `Accept` allows it
 //! (priming event at once, keepalive comments, the response last) else as JSON; notifications and
 //! responses get 202. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and
@@ -21,9 +21,8 @@
 use std::sync::Arc;
 
 use axum::{
-    body::Bytes,
-    extract::{Path, State},
-    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
@@ -31,13 +30,12 @@ use serde_json::{Value, json};
 use protocol::{
     error_code::ToolErrorCode,
     jsonrpc::{self, code},
-    mcp::{ALL_VERSIONS, LATEST_SESSION_VERSION, is_session_era},
+    mcp::{LATEST_SESSION_VERSION, is_session_era},
     tool_error::ToolError,
 };
 
 use crate::{
-    auth::{BridgePrincipal, Role},
-    config::AuthMode,
+    auth::BridgePrincipal,
     error::HttpError,
     hub::{Bridge, Hub, SendError, Session, Sink},
     stateless::{self, Era},
@@ -46,15 +44,15 @@ use crate::{
         sse::{self, Framing},
     },
 };
+mod checks;
+
+use checks::{Admitted, McpDelete, McpGet, McpPost, legacy_version, session_of};
+pub(crate) use checks::{host_allowed, origin_allowed, own_origin, wants_sse};
+
 /// Header carrying the session id.
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 /// Header carrying the negotiated protocol version.
 pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
-
-/// The server a route serves.
-fn runtime() -> String {
-    protocol::frame::RUNTIME_SERVER.to_owned()
-}
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     HttpError::rpc(status, id, code, message).into_response()
@@ -64,261 +62,21 @@ fn plain(status: StatusCode, message: &str) -> Response {
     HttpError::new(status, message).into_response()
 }
 
-/// POST on the runtime endpoint.
-pub(crate) async fn post_runtime(
+/// POST on either endpoint: one JSON-RPC message that passed the checks of [`McpPost`]; the era
+/// decides the rest ([`stateless::era`]).
+pub(crate) async fn post(
     State(hub): State<Arc<Hub>>,
-    Path(bridge): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    McpPost {
+        admitted:
+            Admitted {
+                principal,
+                bridge: b,
+                server,
+            },
+        headers,
+        message,
+    }: McpPost,
 ) -> Response {
-    post(hub, bridge, runtime(), headers, body).await
-}
-
-/// POST on an upstream server's endpoint.
-pub(crate) async fn post_server(
-    State(hub): State<Arc<Hub>>,
-    Path((bridge, server)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    post(hub, bridge, server, headers, body).await
-}
-
-/// GET on the runtime endpoint.
-pub(crate) async fn get_runtime(
-    State(hub): State<Arc<Hub>>,
-    Path(bridge): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    get(hub, bridge, runtime(), headers).await
-}
-
-/// GET on an upstream server's endpoint.
-pub(crate) async fn get_server(
-    State(hub): State<Arc<Hub>>,
-    Path((bridge, server)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    get(hub, bridge, server, headers).await
-}
-
-/// DELETE on the runtime endpoint.
-pub(crate) async fn delete_runtime(
-    State(hub): State<Arc<Hub>>,
-    Path(bridge): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    delete(hub, bridge, runtime(), headers).await
-}
-
-/// DELETE on an upstream server's endpoint.
-pub(crate) async fn delete_server(
-    State(hub): State<Arc<Hub>>,
-    Path((bridge, server)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    delete(hub, bridge, server, headers).await
-}
-
-/// Host, Origin, credentials and bridge checks shared by every method and both eras.
-async fn admit(
-    hub: &Hub,
-    bridge: &str,
-    server: &str,
-    method: &Method,
-    headers: &HeaderMap,
-) -> Result<(BridgePrincipal, Arc<Bridge>), HttpError> {
-    hub.metrics
-        .http_requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !host_allowed(hub, headers) {
-        return Err(HttpError::new(
-            StatusCode::FORBIDDEN,
-            "Host header not allowed on this listener",
-        ));
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| origin_allowed(hub, o));
-        if !ok {
-            return Err(HttpError::new(StatusCode::FORBIDDEN, "Origin not allowed"));
-        }
-    }
-    let principal = match hub.config.auth {
-        AuthMode::None => BridgePrincipal {
-            id: "anonymous".into(),
-            bridge: bridge.to_owned(),
-            role: Role::Owner,
-        },
-        AuthMode::Token | AuthMode::OAuth => {
-            let server = (server != protocol::frame::RUNTIME_SERVER).then_some(server);
-            crate::oauth::bearer::principal(hub, bridge, server, method, headers).await?
-        }
-    };
-    if !hub.storage.bridge_exists(bridge).await.unwrap_or(false) {
-        return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
-    }
-    Ok((principal, hub.bridge(bridge).await))
-}
-
-/// The session era's `MCP-Protocol-Version` check (MCP 2025-11-25 Transports § Protocol Version
-/// Header: an unsupported version → 400). The refusal is the 2026-07-28
-/// `UnsupportedProtocolVersionError` naming every served version, so a client of either era
-/// learns what to retry with.
-fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
-    let Some(v) = headers.get(VERSION_HEADER) else {
-        return Ok(());
-    };
-    match v.to_str() {
-        Ok(v) if is_session_era(v) => Ok(()),
-        other => {
-            let requested = other.unwrap_or("");
-            Err(HttpError::rpc(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                code::UNSUPPORTED_PROTOCOL_VERSION,
-                format!("unsupported MCP-Protocol-Version {requested:?}"),
-            )
-            .with_data(json!({"supported": ALL_VERSIONS, "requested": requested})))
-        }
-    }
-}
-
-/// Whether the `Host` is acceptable: on a loopback listener only loopback names and the public
-/// URL's host (MCP 2025-11-25 Transports › Security Warning: DNS rebinding); anything elsewhere.
-pub(crate) fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
-    if !crate::config::is_loopback(&hub.config.listen) {
-        return true;
-    }
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
-    let name = match host.rsplit_once(':') {
-        Some((n, p)) if p.chars().all(|c| c.is_ascii_digit()) => n,
-        _ => host,
-    };
-    let public = hub.config.public_url.host_str().unwrap_or("");
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.eq_ignore_ascii_case(public)
-}
-
-/// Browser origins of the hosted assistants whose web apps call MCP servers and the OAuth
-/// endpoints directly (DESIGN §6, issue 10 "Browsers").
-pub(crate) const HOST_ORIGINS: [&str; 3] = [
-    "https://chatgpt.com",
-    "https://claude.ai",
-    "https://claude.com",
-];
-
-/// Whether `origin` is the relay's own: its public origin, or on a loopback listener a loopback
-/// name with the listener's port.
-pub(crate) fn own_origin(hub: &Hub, origin: &str) -> bool {
-    if origin.eq_ignore_ascii_case(&hub.config.origin()) {
-        return true;
-    }
-    if crate::config::is_loopback(&hub.config.listen)
-        && let Ok(u) = url::Url::parse(origin)
-    {
-        let port = hub.config.listen.port();
-        return matches!(u.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
-            && u.port_or_known_default() == Some(port);
-    }
-    false
-}
-
-/// Whether a request with `Origin: origin` may reach the MCP and OAuth endpoints: the relay's
-/// own origin, the hosted assistants' ([`HOST_ORIGINS`]) and `--allowed-origin`s; never any
-/// origin (MCP 2025-11-25 Transports › Security Warning).
-pub(crate) fn origin_allowed(hub: &Hub, origin: &str) -> bool {
-    own_origin(hub, origin)
-        || HOST_ORIGINS.iter().any(|o| o.eq_ignore_ascii_case(origin))
-        || hub.config.allowed_origins.iter().any(|o| o == origin)
-}
-
-/// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).
-pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|part| {
-            let mut it = part.split(';');
-            let mime = it.next().unwrap_or("").trim();
-            let q_zero = it.any(|p| matches!(p.trim().strip_prefix("q="), Some(q) if q.trim().parse::<f32>().is_ok_and(|q| q == 0.0)));
-            mime.eq_ignore_ascii_case("text/event-stream") && !q_zero
-        })
-}
-
-fn session_of(
-    hub: &Hub,
-    headers: &HeaderMap,
-    principal: &BridgePrincipal,
-    server: &str,
-) -> Result<Arc<Session>, HttpError> {
-    let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Err(HttpError::new(
-            StatusCode::BAD_REQUEST,
-            "MCP-Session-Id header is required (send initialize first)",
-        ));
-    };
-    match hub.session(sid, principal) {
-        Some(s) if s.server == server && s.bridge.name == principal.bridge => Ok(s),
-        _ => Err(HttpError::rpc(
-            StatusCode::NOT_FOUND,
-            Value::Null,
-            code::SESSION_NOT_FOUND,
-            "MCP session not found: initialize again",
-        )),
-    }
-}
-
-async fn post(
-    hub: Arc<Hub>,
-    bridge: String,
-    server: String,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (principal, b) = match admit(&hub, &bridge, &server, &Method::POST, &headers).await {
-        Ok(x) => x,
-        Err(r) => return r.into_response(),
-    };
-    let ct_ok = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("application/json")
-        });
-    if !ct_ok {
-        return plain(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Content-Type must be application/json",
-        );
-    }
-    let message: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                code::PARSE_ERROR,
-                &format!("parse error: {e}"),
-            );
-        }
-    };
-    // MCP Basic § Requests: "Requests MUST include a string or integer ID", which "MUST NOT be
-    // null"; a request with another id would otherwise pass for a notification.
-    if let Err(e) = jsonrpc::check_envelope(&message) {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            code::INVALID_REQUEST,
-            &e.to_string(),
-        );
-    }
     if stateless::era(&headers, &message) == Era::Modern {
         return stateless::post(&hub, b, &server, principal, &headers, message).await;
     }
@@ -572,27 +330,16 @@ fn offline_answer(s: &Session, method: &str, id: Value) -> Response {
     }
 }
 
-async fn get(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) -> Response {
-    let (principal, _) = match admit(&hub, &bridge, &server, &Method::GET, &headers).await {
-        Ok(x) => x,
-        Err(r) => return r.into_response(),
-    };
-    if let Some(r) = stateless::method_not_allowed(&headers) {
-        return r;
-    }
-    if let Err(e) = legacy_version(&headers) {
-        return e.into_response();
-    }
-    if !wants_sse(&headers) {
-        return plain(
-            StatusCode::NOT_ACCEPTABLE,
-            "GET needs Accept: text/event-stream",
-        );
-    }
-    let session = match session_of(&hub, &headers, &principal, &server) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
+/// GET on either endpoint: the session's standalone stream or, with `Last-Event-ID`, a replay
+/// that continues a stream (never a re-execution, invariant 6).
+pub(crate) async fn get(
+    State(hub): State<Arc<Hub>>,
+    McpGet {
+        principal,
+        headers,
+        session,
+    }: McpGet,
+) -> Response {
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         return match hub.streams.lookup(last, &session.sid, &principal.id) {
             Some((st, seq)) => sse_response(&hub, st, Some(seq)),
@@ -603,21 +350,11 @@ async fn get(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) 
     sse_response(&hub, session.standalone.clone(), after)
 }
 
-async fn delete(hub: Arc<Hub>, bridge: String, server: String, headers: HeaderMap) -> Response {
-    let (principal, _) = match admit(&hub, &bridge, &server, &Method::DELETE, &headers).await {
-        Ok(x) => x,
-        Err(r) => return r.into_response(),
-    };
-    if let Some(r) = stateless::method_not_allowed(&headers) {
-        return r;
-    }
-    if let Err(e) = legacy_version(&headers) {
-        return e.into_response();
-    }
-    let session = match session_of(&hub, &headers, &principal, &server) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
+/// DELETE on either endpoint: ends the session.
+pub(crate) async fn delete(
+    State(hub): State<Arc<Hub>>,
+    McpDelete { session }: McpDelete,
+) -> Response {
     hub.end_session(
         &session.sid,
         code::UNAVAILABLE,
