@@ -152,18 +152,18 @@ pub fn check_envelope(message: &Value) -> Result<(), EnvelopeError> {
 /// What a message is, by its members: a string `method` and a non-null `id` make a request, a
 /// `method` alone a notification, an `id` alone a response.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Kind<'a> {
+pub enum Kind {
     /// A request.
     Request {
         /// Its method.
-        method: &'a str,
+        method: String,
         /// Its id.
         id: RequestId,
     },
     /// A notification.
     Notification {
         /// Its method.
-        method: &'a str,
+        method: String,
     },
     /// A response (or an error response).
     Response {
@@ -175,8 +175,11 @@ pub enum Kind<'a> {
 }
 
 /// The [`Kind`] of `message`.
-pub fn kind(message: &Value) -> Kind<'_> {
-    let method = message.get("method").and_then(Value::as_str);
+pub fn kind(message: &Value) -> Kind {
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let id = message
         .get("id")
         .filter(|i| !i.is_null())
@@ -248,11 +251,11 @@ mod tests {
     fn kinds_follow_the_members() {
         assert!(matches!(
             kind(&json!({"id": 1, "method": "m"})),
-            Kind::Request { method: "m", .. }
+            Kind::Request { method, .. } if method == "m"
         ));
         assert!(matches!(
             kind(&json!({"id": null, "method": "m"})),
-            Kind::Notification { method: "m" }
+            Kind::Notification { method } if method == "m"
         ));
         assert!(matches!(kind(&json!({"id": 1})), Kind::Response { .. }));
         assert_eq!(kind(&json!({"result": {}})), Kind::Neither);

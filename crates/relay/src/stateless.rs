@@ -46,9 +46,12 @@ use serde_json::{Value, json};
 
 use protocol::{
     error_code::ToolErrorCode,
-    jsonrpc::code::{
-        HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
-        MISSING_REQUIRED_CLIENT_CAPABILITY, UNAVAILABLE, UNSUPPORTED_PROTOCOL_VERSION,
+    jsonrpc::{
+        self, Kind,
+        code::{
+            HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+            MISSING_REQUIRED_CLIENT_CAPABILITY, UNAVAILABLE, UNSUPPORTED_PROTOCOL_VERSION,
+        },
     },
     limits::STATELESS_RESPONSE_HOLD,
     mcp::{
@@ -605,22 +608,21 @@ pub(crate) async fn post(
     headers: &HeaderMap,
     message: Value,
 ) -> Response {
-    let method = message
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let id = message.get("id").cloned().filter(|i| !i.is_null());
-    let (method, id) = match (method, id) {
-        (Some(m), Some(id)) => (m, id),
-        (Some(m), None) => return notification(hub, &b, server, &principal, &m, &message),
-        (None, id) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id.unwrap_or(Value::Null),
-                INVALID_REQUEST,
-                "MCP 2026-07-28 clients send requests only: there are no server requests to answer",
-            );
+    let answers_nothing = |id: Value| {
+        rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            INVALID_REQUEST,
+            "MCP 2026-07-28 clients send requests only: there are no server requests to answer",
+        )
+    };
+    let (method, id) = match jsonrpc::kind(&message) {
+        Kind::Request { method, id } => (method, id.into_value()),
+        Kind::Notification { method } => {
+            return notification(hub, &b, server, &principal, &method, &message);
         }
+        Kind::Response { id } => return answers_nothing(id.into_value()),
+        Kind::Neither => return answers_nothing(Value::Null),
     };
     // Only for a request of 2026-07-28: another version gets its version error from `validate`.
     if names_modern(headers, &message)

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use protocol::{
     error_code::ToolErrorCode,
-    jsonrpc::{self, code},
+    jsonrpc::{self, Kind, code},
     mcp::{LATEST_SESSION_VERSION, is_session_era},
     tool_error::ToolError,
 };
@@ -83,22 +83,21 @@ pub(crate) async fn post(
     if let Err(e) = legacy_version(&headers) {
         return e.into_response();
     }
-    let method = message
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let id = message.get("id").cloned().filter(|i| !i.is_null());
-    if method.as_deref() == Some("initialize") && id.is_some() {
+    let kind = jsonrpc::kind(&message);
+    if matches!(&kind, Kind::Request { method, .. } if method == "initialize") {
         return initialize(&hub, b, &server, principal, &headers, message).await;
     }
     let session = match session_of(&hub, &headers, &principal, &server) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
-    match (method, id) {
-        (Some(m), Some(id)) => request(&hub, &session, &m, id, message, wants_sse(&headers)).await,
-        (Some(m), None) => {
-            if m == "notifications/cancelled"
+    match kind {
+        Kind::Request { method, id } => {
+            let sse = wants_sse(&headers);
+            request(&hub, &session, &method, id.into_value(), message, sse).await
+        }
+        Kind::Notification { method } => {
+            if method == "notifications/cancelled"
                 && let Some(rid) = message.pointer("/params/requestId")
             {
                 hub.cancelled(&session, rid);
@@ -106,11 +105,11 @@ pub(crate) async fn post(
             forward_or_queue(&hub, &session, message);
             StatusCode::ACCEPTED.into_response()
         }
-        (None, Some(_)) => {
+        Kind::Response { .. } => {
             forward_or_queue(&hub, &session, message);
             StatusCode::ACCEPTED.into_response()
         }
-        (None, None) => rpc_error(
+        Kind::Neither => rpc_error(
             StatusCode::BAD_REQUEST,
             Value::Null,
             code::INVALID_REQUEST,
