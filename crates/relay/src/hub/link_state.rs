@@ -69,6 +69,11 @@ impl LinkState {
         }
     }
 
+    /// Whether the bridge's socket is gone and its sessions wait for it (within the grace).
+    pub(crate) fn is_detached(&self) -> bool {
+        matches!(self.0, State::Detached { .. })
+    }
+
     /// `link` (verified: probed, resumed, ready) becomes the active socket, whatever the state.
     pub(crate) fn promote(&mut self, link: Link) -> Promoted {
         let previous = std::mem::replace(&mut self.0, State::Active(link));

@@ -118,6 +118,11 @@ impl Hub {
                 b.listens += 1;
             } else {
                 b.inflight += 1;
+                if b.link.is_detached() {
+                    // The link went between the caller's look and now: the request waits with
+                    // the others (released with them).
+                    Metrics::add(&self.metrics.detached, 1);
+                }
             }
         }
         if listen {

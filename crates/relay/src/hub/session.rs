@@ -327,7 +327,9 @@ impl Hub {
         {
             let mut b = s.bridge.state.lock();
             b.inflight = b.inflight.saturating_sub(1);
-            if b.link.active().is_none() {
+            // Counted as detached only while the bridge is: once the grace ran out (unbound)
+            // the sweep has taken the bridge's requests off the gauge already.
+            if b.link.is_detached() {
                 Metrics::add(&self.metrics.detached, -1);
             }
         }

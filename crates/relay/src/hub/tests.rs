@@ -407,3 +407,39 @@ async fn a_call_is_opened_by_its_request_and_closed_after_its_answer() {
         0
     );
 }
+
+/// `machine_mcp_relay_detached_requests` counts in-flight requests whose daemon socket is gone
+/// (within the grace); when the grace runs out they are no longer detached but ended, and the
+/// gauge is back at 0, not below.
+#[tokio::test]
+async fn the_detached_gauge_returns_to_zero_when_the_grace_runs_out() {
+    let (hub, b) = hub().await;
+    let (l1, _rx1) = link(&hub, "i1");
+    let _ = hub.promote(&b, l1.clone());
+    let s = session(&hub, &b);
+    let answer = json_request(&hub, &s, &l1, 1);
+    hub.link_lost(&b, l1.id);
+    let detached = || {
+        hub.metrics
+            .detached
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(detached(), 1);
+    // A request registered just after the loss (the caller saw the link a moment before) waits
+    // with the others.
+    let (tx, late) = oneshot::channel();
+    hub.register(&s, &json!(2), &request(2, "tools/call"), Sink::Json(tx))
+        .unwrap();
+    assert_eq!(detached(), 2);
+    advance(hub.config.timing.reconnect_grace).await;
+    hub.sweep();
+    answer.await.unwrap();
+    late.await.unwrap();
+    assert_eq!(detached(), 0);
+    assert_eq!(
+        hub.metrics
+            .inflight
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
