@@ -1,11 +1,12 @@
 //! [`Lock`]: the relay's mutex, which makes poisoning loud instead of silent.
 //!
-//! A `std::sync::Mutex` is poisoned when a thread panics while holding it. The relay's state
-//! behind its locks stays usable after such a panic (every critical section leaves it
-//! consistent before anything that can panic, and none calls out), so a poisoned lock is not a
-//! reason to drop a message or to pretend a session does not exist: [`Lock::lock`] recovers the
-//! data and logs the poisoning at `error` (it is always a bug). Before this type, most lock sites
-//! treated a poisoned lock as "skip" (`if let Ok(..)`), which lost messages without a trace.
+//! A `std::sync::Mutex` is poisoned when a thread panics while holding it. That is always a bug,
+//! but not a reason to drop a message, to answer as if a session did not exist, or to stop
+//! serving every other session: [`Lock::lock`] recovers the data as the panicking holder left it
+//! and logs the poisoning at `error`. (Before this type most lock sites treated a poisoned lock as
+//! "skip", `if let Ok(..)`, and lost messages without a trace.) The critical sections are short
+//! and call no user code, so what a panic can leave behind is one half-updated session or bridge,
+//! which its own later requests then see.
 //!
 //! Not `parking_lot`: the standard mutex with this one policy needs no new dependency. No lock is
 //! held across `.await` (clippy `await_holding_lock` is denied workspace-wide).
