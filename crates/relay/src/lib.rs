@@ -1,8 +1,8 @@
 //! The machine-bridge relay: where remote MCP clients meet the daemons of users' machines.
 //!
 //! The relay authenticates MCP clients (static bearer tokens, or none on a loopback listener),
-//! serves MCP Streamable HTTP per bridge and server ([`mcp`]), keeps MCP sessions and resumable
-//! SSE streams ([`hub`], [`stream`]), and forwards JSON-RPC over one WebSocket per daemon
+//! serves MCP Streamable HTTP per bridge and server (`mcp`), keeps MCP sessions and resumable
+//! SSE streams ([`hub`], `stream`), and forwards JSON-RPC over one WebSocket per daemon
 //! ([`link`]) after verifying the daemon's device-key signature and an end-to-end probe. It never
 //! touches files or processes and knows nothing of tool semantics (invariant 1): every effect
 //! happens in the daemon, which re-checks authority on each call.
@@ -48,7 +48,7 @@ use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
 /// The relay's HTTP application over `hub`: the MCP endpoints, the daemon socket, the
 /// operational endpoints and, in [`config::AuthMode::OAuth`], the authorization server
-/// ([`oauth::routes`]); CORS for the origins [`mcp::origin_allowed`] admits.
+/// ([`oauth::routes`]); CORS for the origins `mcp::origin_allowed` admits.
 pub fn router(hub: Arc<hub::Hub>) -> Router {
     let mut app = Router::new()
         .route(

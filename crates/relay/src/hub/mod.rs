@@ -1,10 +1,10 @@
 //! The relay's node-local state: bridges and their daemon links, MCP sessions, pending requests,
 //! and the routing of every message between an HTTP client and a daemon.
 //!
-//! One file per concern: [`bridge`] (bridges, daemon links, promotion and loss of a link, what
-//! `resume` names), [`link_state`] (the link state machine), [`session`] (sessions, calls,
-//! requests in flight, how a session ends), [`routing`] (client → daemon and daemon → client),
-//! [`sweep`] (grace expiry, deadlines, idle sessions), [`catalog`] (daemon catalogs).
+//! One file per concern: `bridge` (bridges, daemon links, promotion and loss of a link, what
+//! `resume` names), `link_state` (the link state machine), `session` (sessions, calls,
+//! requests in flight, how a session ends), `routing` (client → daemon and daemon → client),
+//! `sweep` (grace expiry, deadlines, idle sessions), `catalog` (daemon catalogs).
 //!
 //! Rules this module keeps (DESIGN §4, §5, §8):
 //! - A session is opened on a daemon lazily, with the client's original `initialize` (and
@@ -16,7 +16,7 @@
 //!   stream, which buffers until the client opens it.
 //! - Daemon messages carry a per-session sequence number; duplicates from a replay are dropped
 //!   and every message is acknowledged once it is stored.
-//! - A bridge's link is a [`link_state::LinkState`] (unbound, active, detached), changed only by
+//! - A bridge's link is a `LinkState` (unbound, active, detached), changed only by
 //!   its transitions. Losing a daemon socket detaches its sessions and requests; only a verified
 //!   socket of the same instance rebinds them, within the reconnect grace. A new instance, or the
 //!   grace running out, ends them: their requests get an error saying their outcome is unknown.
@@ -24,16 +24,16 @@
 //!
 //! # Locks
 //!
-//! Every lock is a [`crate::lock::Lock`]: a poisoned one is recovered and logged at `error`,
+//! Every lock is a `crate::lock::Lock`: a poisoned one is recovered and logged at `error`,
 //! never skipped. No lock is held across `.await`. The order, for code that holds two:
 //!
 //! 1. the hub's maps (`bridges`, `sessions`) are never held while another lock is taken: callers
 //!    take a snapshot of the `Arc`s and release the map first;
-//! 2. a bridge's state before a session's state (only [`Hub::register`] holds both, to count the
+//! 2. a bridge's state before a session's state (only `Hub::register` holds both, to count the
 //!    request against the bridge and insert it into the session in one step);
-//! 3. the streams map ([`crate::stream::SseStreams`]) before a stream's own lock (its sweep);
-//! 4. leaves, under which nothing else is locked: a stream's lock, the [`catalog::TextCache`],
-//!    a bridge's readiness `watch` (sent under the bridge's lock in [`Hub::link_lost`]).
+//! 3. the streams map (`SseStreams`) before a stream's own lock (its sweep);
+//! 4. leaves, under which nothing else is locked: a stream's lock, the `TextCache`,
+//!    a bridge's readiness `watch` (sent under the bridge's lock in `Hub::link_lost`).
 //!
 //! A session's lock is never held while a stream is written or a bridge is locked: routing
 //! decides under it and writes after it is released.
