@@ -443,3 +443,48 @@ async fn the_detached_gauge_returns_to_zero_when_the_grace_runs_out() {
         0
     );
 }
+
+#[tokio::test]
+async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_sessions() {
+    let (hub, b) = hub().await;
+    let (l, _rx) = link(&hub, "i1");
+    let _ = hub.promote(&b, l.clone());
+    let s = session(&hub, &b);
+    let max = hub.config.max_inflight_per_bridge;
+    let mut waiters = Vec::new();
+    for id in 0..max as i64 {
+        waiters.push(json_request(&hub, &s, &l, id));
+    }
+    let (tx, _rx1) = oneshot::channel();
+    assert!(matches!(
+        hub.register(&s, &json!("one more"), &request(0, "tools/call"), Sink::Json(tx)),
+        Err(super::SendError::TooMany(n)) if n == max
+    ));
+    assert_eq!(hub.deliver(&s.sid, 1, None, result(0)), Delivery::Routed);
+    let (tx, _rx2) = oneshot::channel();
+    assert!(matches!(
+        hub.register(&s, &json!(1), &request(1, "tools/call"), Sink::Json(tx)),
+        Err(super::SendError::DuplicateId)
+    ));
+    let (tx, _rx3) = oneshot::channel();
+    hub.register(&s, &json!("1"), &request(1, "tools/call"), Sink::Json(tx))
+        .expect("the string \"1\" is another id than the number 1");
+    hub.end_session(&s.sid, code::UNAVAILABLE, "ended", false);
+    let (tx, _rx4) = oneshot::channel();
+    assert!(matches!(
+        hub.register(
+            &s,
+            &json!("late"),
+            &request(2, "tools/call"),
+            Sink::Json(tx)
+        ),
+        Err(super::SendError::Ended)
+    ));
+    assert_eq!(
+        hub.metrics
+            .inflight
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "ending the session gave every slot back"
+    );
+}
