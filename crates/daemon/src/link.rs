@@ -403,11 +403,11 @@ async fn serve(
                     Err(a) => return a,
                 };
                 match frame {
-                    RelayFrame::Open { sid, server, principal, role, initialize } => sessions.open(sid.as_str(), &server, &principal, &role, initialize),
-                    RelayFrame::Rpc { sid, message } => sessions.rpc(sid.as_str(), message),
-                    RelayFrame::Ack { sid, seq } => sessions.ack(sid.as_str(), seq),
-                    RelayFrame::Close { sid } => sessions.close(sid.as_str()),
-                    RelayFrame::Call { sid, server, principal, role, message } => sessions.call(sid.as_str(), &server, &principal, &role, message),
+                    RelayFrame::Open { sid, server, principal, role, initialize } => sessions.open(&sid, &server, &principal, &role, initialize),
+                    RelayFrame::Rpc { sid, message } => sessions.rpc(&sid, message),
+                    RelayFrame::Ack { sid, seq } => sessions.ack(&sid, seq),
+                    RelayFrame::Close { sid } => sessions.close(&sid),
+                    RelayFrame::Call { sid, server, principal, role, message } => sessions.call(&sid, &server, &principal, &role, message),
                     RelayFrame::Heartbeat { seq } => { let _ = out.try_send(DaemonFrame::HeartbeatAck { seq }); }
                     RelayFrame::HeartbeatAck { seq: s } => if unanswered == Some(s) { unanswered = None },
                     RelayFrame::Probe { id } => { let _ = out.try_send(DaemonFrame::ProbeResult { id }); }

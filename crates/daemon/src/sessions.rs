@@ -164,7 +164,7 @@ impl HostedSessions {
     /// Opens session `sid` (a second open of the same sid is ignored).
     pub fn open(
         self: &Arc<Self>,
-        sid: &str,
+        sid: &SessionId,
         server: &str,
         principal: &str,
         role: &str,
@@ -188,7 +188,7 @@ impl HostedSessions {
         let host = if server == RUNTIME_SERVER {
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(Host {
-                sid: SessionId::from(sid),
+                sid: sid.clone(),
                 role: crate::role_named(role),
                 upstream_tools: None,
                 input: Input::Runtime(tx),
@@ -221,7 +221,7 @@ impl HostedSessions {
                     }
                     _ = h.stop.cancelled() => {}
                 }
-                sessions.ended(h.sid.as_str(), "the session ended");
+                sessions.ended(&h.sid, "the session ended");
             });
             host
         } else {
@@ -238,7 +238,7 @@ impl HostedSessions {
             };
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(Host {
-                sid: SessionId::from(sid),
+                sid: sid.clone(),
                 role: crate::role_named(role),
                 upstream_tools: Some(read_only.clone()),
                 input: Input::Upstream(tx),
@@ -260,14 +260,14 @@ impl HostedSessions {
             host
         };
         if let Ok(mut h) = self.hosts.lock() {
-            h.insert(SessionId::from(sid), host.clone());
+            h.insert(sid.clone(), host.clone());
         }
         self.attach_host(&host);
         self.rpc(sid, initialize);
     }
 
     /// A client message for session `sid`.
-    pub fn rpc(self: &Arc<Self>, sid: &str, message: Value) {
+    pub fn rpc(self: &Arc<Self>, sid: &SessionId, message: Value) {
         let Some(host) = self.host(sid) else {
             self.send_closed(
                 sid,
@@ -285,13 +285,13 @@ impl HostedSessions {
             if method.as_deref() == Some("notifications/cancelled")
                 && message.pointer("/params/requestId").map(IdKey::of).as_ref() == Some(&c.key)
             {
-                tracing::debug!(sid, "call cancelled by the client");
+                tracing::debug!(%sid, "call cancelled by the client");
                 self.end_call(&host);
                 if let Ok(mut m) = self.hosts.lock() {
                     m.remove(sid);
                 }
             } else {
-                tracing::debug!(sid, ?method, "ignoring a client message for a call");
+                tracing::debug!(%sid, ?method, "ignoring a client message for a call");
             }
             return;
         }
@@ -314,7 +314,7 @@ impl HostedSessions {
             Input::Runtime(tx) => match serde_json::from_value::<ClientJsonRpcMessage>(message) {
                 Ok(m) => {
                     if tx.try_send(m).is_err() {
-                        tracing::warn!(sid, "session input queue full; message dropped");
+                        tracing::warn!(%sid, "session input queue full; message dropped");
                     }
                 }
                 Err(e) => {
@@ -334,7 +334,7 @@ impl HostedSessions {
             },
             Input::Upstream(tx) => {
                 if tx.try_send(message.to_string()).is_err() {
-                    tracing::warn!(sid, "upstream input queue full; message dropped");
+                    tracing::warn!(%sid, "upstream input queue full; message dropped");
                 }
             }
             Input::None => {}
@@ -342,7 +342,7 @@ impl HostedSessions {
     }
 
     /// The relay committed session `sid`'s messages up to `seq`.
-    pub fn ack(&self, sid: &str, seq: u64) {
+    pub fn ack(&self, sid: &SessionId, seq: u64) {
         if let Some(h) = self.host(sid)
             && let Ok(mut r) = h.out.lock()
         {
@@ -362,7 +362,7 @@ impl HostedSessions {
 
     /// Ends session or call `sid` (its server is stopped; an unanswered call is cancelled, and
     /// for an answered one this only drops its retained response).
-    pub fn close(&self, sid: &str) {
+    pub fn close(&self, sid: &SessionId) {
         if let Some(h) = self.hosts.lock().ok().and_then(|mut m| m.remove(sid)) {
             self.end_call(&h);
             h.stop.cancel();
@@ -377,7 +377,7 @@ impl HostedSessions {
     /// A second call with the same sid is ignored.
     pub fn call(
         self: &Arc<Self>,
-        sid: &str,
+        sid: &SessionId,
         server: &str,
         principal: &str,
         role: &str,
@@ -390,7 +390,7 @@ impl HostedSessions {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         ) else {
-            tracing::warn!(sid, "a call frame without a request; ignored");
+            tracing::warn!(%sid, "a call frame without a request; ignored");
             return;
         };
         let full = match self.hosts.lock() {
@@ -409,7 +409,7 @@ impl HostedSessions {
             (Input::None, None)
         };
         let host = Arc::new(Host {
-            sid: SessionId::from(sid),
+            sid: sid.clone(),
             role: crate::role_named(role),
             upstream_tools: upstream.as_ref().map(|(_, ro)| ro.clone()),
             input,
@@ -425,7 +425,7 @@ impl HostedSessions {
             }),
         });
         if let Ok(mut h) = self.hosts.lock() {
-            h.insert(SessionId::from(sid), host.clone());
+            h.insert(sid.clone(), host.clone());
         }
         self.attach_host(&host);
         let immediate = if full {
@@ -637,13 +637,13 @@ impl HostedSessions {
                     self.attach_host(&h);
                 } else {
                     tracing::info!(sid = %h.sid, "ending a call the relay no longer awaits");
-                    self.close(h.sid.as_str());
+                    self.close(&h.sid);
                 }
                 continue;
             }
             if !keep.contains(&h.sid) {
                 tracing::info!(sid = %h.sid, "ending a session the relay no longer awaits");
-                self.close(h.sid.as_str());
+                self.close(&h.sid);
                 continue;
             }
             let stale: Vec<Value> = h
@@ -658,7 +658,7 @@ impl HostedSessions {
                 .unwrap_or_default();
             for id in stale {
                 self.rpc(
-                    h.sid.as_str(),
+                    &h.sid,
                     jsonrpc::cancelled(&id, "the relay no longer awaits this request"),
                 );
             }
@@ -685,7 +685,7 @@ impl HostedSessions {
         r.epoch = epoch;
     }
 
-    fn host(&self, sid: &str) -> Option<Arc<Host>> {
+    fn host(&self, sid: &SessionId) -> Option<Arc<Host>> {
         self.hosts.lock().ok()?.get(sid).cloned()
     }
 
@@ -767,18 +767,18 @@ impl HostedSessions {
         }
     }
 
-    fn send_closed(&self, sid: &str, reason: &str) {
+    fn send_closed(&self, sid: &SessionId, reason: &str) {
         let tx = self.link.lock().ok().and_then(|l| l.tx.clone());
         if let Some(tx) = tx {
             let _ = tx.try_send(DaemonFrame::Closed {
-                sid: SessionId::from(sid),
+                sid: sid.clone(),
                 reason: reason.to_owned(),
             });
         }
     }
 
     /// A session's server stopped on its own.
-    fn ended(&self, sid: &str, reason: &str) {
+    fn ended(&self, sid: &SessionId, reason: &str) {
         if self
             .hosts
             .lock()
@@ -892,7 +892,7 @@ async fn run_upstream(
     }
     let _ = child.start_kill();
     let _ = child.wait().await;
-    sessions.ended(host.sid.as_str(), &format!("upstream server {name} exited"));
+    sessions.ended(&host.sid, &format!("upstream server {name} exited"));
 }
 
 /// The answer to a client request `message` of `host` that its role may not make: restricted
@@ -949,6 +949,11 @@ mod tests {
     };
 
     use super::*;
+
+    /// A session or call id for the tests.
+    fn sid(s: &str) -> SessionId {
+        SessionId::from(s)
+    }
 
     /// The per-request `_meta` of an MCP 2026-07-28 request (Basic § Request metadata).
     fn meta() -> Value {
@@ -1045,7 +1050,7 @@ mod tests {
         loop {
             let (seq, _, m) = next_rpc(rx, sid).await;
             if m.get("method").is_none() {
-                s.ack(sid, seq);
+                s.ack(&SessionId::from(sid), seq);
                 return m;
             }
         }
@@ -1066,7 +1071,7 @@ mod tests {
         let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1077,7 +1082,7 @@ mod tests {
         assert_eq!(owner["result"]["resultType"], "complete", "{owner}");
         assert!(names(&owner["result"]).contains(&"run_process".to_owned()));
         s.call(
-            "c2",
+            &sid("c2"),
             RUNTIME_SERVER,
             "tok",
             "reviewer",
@@ -1087,7 +1092,7 @@ mod tests {
         assert_eq!(reviewer["id"], "a");
         assert!(!names(&reviewer["result"]).contains(&"run_process".to_owned()));
         s.call(
-            "c3",
+            &sid("c3"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1103,7 +1108,7 @@ mod tests {
         );
         // Acknowledged answers end the calls; a later close is harmless.
         assert!(s.is_empty(), "{} hosts left", s.len());
-        s.close("c1");
+        s.close(&sid("c1"));
     }
 
     #[tokio::test]
@@ -1112,7 +1117,7 @@ mod tests {
         let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1144,7 +1149,7 @@ mod tests {
         let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1152,7 +1157,7 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
         s.rpc(
-            "c1",
+            &sid("c1"),
             json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}),
         );
         assert!(s.is_empty());
@@ -1167,7 +1172,7 @@ mod tests {
         let s = HostedSessions::new(rt, Vec::new());
         let mut first = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1179,7 +1184,7 @@ mod tests {
         s.detach();
         // Answered while no link is up.
         s.call(
-            "c2",
+            &sid("c2"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1187,7 +1192,7 @@ mod tests {
         );
         // Still running, and not awaited by the relay after the reconnect.
         s.call(
-            "c3",
+            &sid("c3"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1214,7 +1219,7 @@ mod tests {
         assert_eq!(late["id"], 2);
         assert!(late["result"]["supportedVersions"].is_array(), "{late}");
         assert!(
-            s.host("c3").is_none(),
+            s.host(&sid("c3")).is_none(),
             "the call not listed was not cancelled"
         );
         let none = tokio::time::timeout(Duration::from_secs(3), next_rpc(&mut second, "c3")).await;
@@ -1234,7 +1239,7 @@ mod tests {
             r
         };
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1253,7 +1258,7 @@ mod tests {
         for n in 0.. {
             let sid = format!("g{n}");
             s.call(
-                &sid,
+                &self::sid(&sid),
                 RUNTIME_SERVER,
                 "tok",
                 "owner",
@@ -1281,7 +1286,7 @@ mod tests {
         let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "l",
+            &sid("l"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1298,8 +1303,8 @@ mod tests {
         );
         let more = tokio::time::timeout(Duration::from_secs(2), next_rpc(&mut rx, "l")).await;
         assert!(more.is_err(), "the listen ended: {more:?}");
-        assert!(s.host("l").is_some());
-        s.rpc("l", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
+        assert!(s.host(&sid("l")).is_some());
+        s.rpc(&sid("l"), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
         assert!(s.is_empty());
     }
 
@@ -1428,7 +1433,7 @@ mod tests {
                 json!({"name": "read", "arguments": args}),
             );
             r["params"]["_meta"]["progressToken"] = json!("p");
-            s.call(sid, "legacy", "tok", "owner", r);
+            s.call(&self::sid(sid), "legacy", "tok", "owner", r);
         };
         // Two concurrent calls with the same id (and progress token) on one pooled session.
         call("c1", json!({"sleep_ms": 300, "n": 1}));
@@ -1456,7 +1461,7 @@ mod tests {
                 progress.push(sid);
                 continue;
             }
-            s.ack(sid.as_str(), seq);
+            s.ack(&sid, seq);
             answers.insert(sid, message);
         }
         assert_eq!(progress.len(), 2);
@@ -1483,7 +1488,7 @@ mod tests {
         );
 
         s.call(
-            "c3",
+            &sid("c3"),
             "legacy",
             "tok",
             "owner",
@@ -1496,7 +1501,7 @@ mod tests {
         assert_eq!(names(&list["result"]), ["read", "write"]);
 
         s.call(
-            "c4",
+            &sid("c4"),
             "legacy",
             "tok",
             "owner",
@@ -1515,7 +1520,7 @@ mod tests {
         assert_eq!(d["result"]["capabilities"]["tools"]["listChanged"], true);
 
         s.call(
-            "c5",
+            &sid("c5"),
             "legacy",
             "tok",
             "owner",
@@ -1530,7 +1535,7 @@ mod tests {
         let (_dir, s) = bridged();
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             "legacy",
             "tok",
             "reviewer",
@@ -1540,7 +1545,7 @@ mod tests {
         assert_eq!(names(&list["result"]), ["read"]);
         assert_eq!(list["result"]["cacheScope"], "private");
         s.call(
-            "c2",
+            &sid("c2"),
             "legacy",
             "tok",
             "reviewer",
@@ -1561,7 +1566,7 @@ mod tests {
         );
         // A sampling request of the child is answered by the daemon, never forwarded.
         s.call(
-            "c3",
+            &sid("c3"),
             "legacy",
             "tok",
             "reviewer",
@@ -1580,7 +1585,7 @@ mod tests {
         let (_dir, s) = bridged();
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "l1",
+            &sid("l1"),
             "legacy",
             "tok",
             "owner",
@@ -1601,7 +1606,7 @@ mod tests {
             json!({"toolsListChanged": true})
         );
         s.call(
-            "c1",
+            &sid("c1"),
             "legacy",
             "tok",
             "owner",
@@ -1620,9 +1625,9 @@ mod tests {
         assert_eq!(related, Some(json!(7)));
         answer(&s, &mut rx, "c1").await;
         // Cancelling the listen ends it; cancelling a forwarded call reaches the child.
-        s.rpc("l1", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}));
+        s.rpc(&sid("l1"), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}));
         s.call(
-            "c2",
+            &sid("c2"),
             "legacy",
             "tok",
             "owner",
@@ -1633,9 +1638,9 @@ mod tests {
             ),
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        s.close("c2");
+        s.close(&sid("c2"));
         s.call(
-            "c3",
+            &sid("c3"),
             "legacy",
             "tok",
             "owner",
@@ -1693,7 +1698,7 @@ mod tests {
         let s = HostedSessions::new(rt, vec![(spec, HashSet::new())]);
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "d",
+            &sid("d"),
             "fixture",
             "tok",
             "owner",
@@ -1703,7 +1708,7 @@ mod tests {
         assert_eq!(d["result"]["supportedVersions"][0], "2026-07-28", "{d}");
         assert!(d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string());
         s.call(
-            "l",
+            &sid("l"),
             "fixture",
             "tok",
             "owner",
@@ -1714,7 +1719,7 @@ mod tests {
         assert_eq!(l["result"]["cacheScope"], "private");
         assert!(names(&l["result"]).contains(&"test_simple_text".to_owned()));
         s.call(
-            "t",
+            &sid("t"),
             "fixture",
             "tok",
             "owner",
@@ -1735,7 +1740,7 @@ mod tests {
             json!({"name": "test_tool_with_progress", "arguments": {}}),
         );
         p["params"]["_meta"]["progressToken"] = json!("mine");
-        s.call("p", "fixture", "tok", "owner", p);
+        s.call(&sid("p"), "fixture", "tok", "owner", p);
         let mut steps = 0;
         loop {
             let (seq, _, m) = next_rpc(&mut rx, "p").await;
@@ -1744,14 +1749,14 @@ mod tests {
                 steps += 1;
                 continue;
             }
-            s.ack("p", seq);
+            s.ack(&sid("p"), seq);
             assert_eq!(m["result"]["resultType"], "complete", "{m}");
             break;
         }
         assert_eq!(steps, 3);
         // Sampling cannot reach a 2026-07-28 client: the tool fails, the call is answered.
         s.call(
-            "x",
+            &sid("x"),
             "fixture",
             "tok",
             "owner",
@@ -1788,22 +1793,22 @@ mod tests {
                 json!({"name": "read", "arguments": {}}),
             )
         };
-        s.call("a1", "legacy", "alice", "owner", read(1));
+        s.call(&sid("a1"), "legacy", "alice", "owner", read(1));
         let pid_a = seen(&answer(&s, &mut rx, "a1").await)["pid"].clone();
-        s.call("a2", "legacy", "alice", "owner", read(2));
+        s.call(&sid("a2"), "legacy", "alice", "owner", read(2));
         assert_eq!(
             seen(&answer(&s, &mut rx, "a2").await)["pid"],
             pid_a,
             "not reused"
         );
         // Bob's session takes the only place: Alice's idle one is closed.
-        s.call("b1", "legacy", "bob", "owner", read(3));
+        s.call(&sid("b1"), "legacy", "bob", "owner", read(3));
         let pid_b = seen(&answer(&s, &mut rx, "b1").await)["pid"].clone();
         assert_ne!(pid_b, pid_a);
         assert_eq!(s.pool.len(), 1);
         // A listen keeps Bob's session busy: Alice cannot get one now.
         s.call(
-            "bl",
+            &sid("bl"),
             "legacy",
             "bob",
             "owner",
@@ -1815,16 +1820,16 @@ mod tests {
         );
         let (_, _, ack) = next_rpc(&mut rx, "bl").await;
         assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
-        s.call("a3", "legacy", "alice", "owner", read(5));
+        s.call(&sid("a3"), "legacy", "alice", "owner", read(5));
         let full = answer(&s, &mut rx, "a3").await;
         assert_eq!(full["error"]["data"]["retryable"], true, "{full}");
         // Busy sessions are not idle-closed; once the listen ends, the session closes.
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(s.pool.len(), 1, "a busy session was closed");
-        s.rpc("bl", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}}));
+        s.rpc(&sid("bl"), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}}));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(s.pool.len(), 0, "an idle session was kept");
-        s.call("a4", "legacy", "alice", "owner", read(6));
+        s.call(&sid("a4"), "legacy", "alice", "owner", read(6));
         let pid_a2 = seen(&answer(&s, &mut rx, "a4").await)["pid"].clone();
         assert_ne!(pid_a2, pid_a);
         assert!(s.is_empty());
