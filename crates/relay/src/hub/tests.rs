@@ -60,6 +60,24 @@ fn session(hub: &Hub, b: &Arc<Bridge>) -> Arc<Session> {
         .unwrap()
 }
 
+/// A hub whose bridge `b1` has an active link of instance `i1` (frames readable from `rx`) and
+/// one session on it.
+struct Connected {
+    hub: Arc<Hub>,
+    b: Arc<Bridge>,
+    l: Link,
+    rx: mpsc::Receiver<Outbound>,
+    s: Arc<Session>,
+}
+
+async fn connected() -> Connected {
+    let (hub, b) = hub().await;
+    let (l, rx) = link(&hub, "i1");
+    assert!(hub.promote(&b, l.clone()).is_none());
+    let s = session(&hub, &b);
+    Connected { hub, b, l, rx, s }
+}
+
 fn request(id: i64, method: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}})
 }
@@ -161,10 +179,13 @@ async fn a_candidate_never_displaces_the_incumbent_before_it_is_promoted() {
 
 #[tokio::test]
 async fn losing_the_link_detaches_and_the_same_instance_rebinds_within_the_grace() {
-    let (hub, b) = hub().await;
-    let (l1, mut rx1) = link(&hub, "i1");
-    let _ = hub.promote(&b, l1.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        rx: mut rx1,
+        s,
+    } = connected().await;
     let answer = json_request(&hub, &s, &l1, 7);
     frames(&mut rx1);
     hub.link_lost(&b, l1.id);
@@ -207,10 +228,13 @@ async fn losing_the_link_detaches_and_the_same_instance_rebinds_within_the_grace
 
 #[tokio::test]
 async fn grace_expiry_ends_the_sessions_and_their_requests_get_outcome_unknown() {
-    let (hub, b) = hub().await;
-    let (l1, _rx1) = link(&hub, "i1");
-    let _ = hub.promote(&b, l1.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        s,
+        rx: _rx,
+    } = connected().await;
     let answer = json_request(&hub, &s, &l1, 1);
     hub.link_lost(&b, l1.id);
     advance(hub.config.timing.reconnect_grace).await;
@@ -237,10 +261,13 @@ async fn grace_expiry_ends_the_sessions_and_their_requests_get_outcome_unknown()
 
 #[tokio::test]
 async fn a_new_instance_inherits_nothing() {
-    let (hub, b) = hub().await;
-    let (l1, _rx1) = link(&hub, "i1");
-    let _ = hub.promote(&b, l1.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        s,
+        rx: _rx,
+    } = connected().await;
     let answer = json_request(&hub, &s, &l1, 1);
     hub.link_lost(&b, l1.id);
     let (l2, mut rx2) = link(&hub, "i2");
@@ -266,10 +293,9 @@ async fn a_new_instance_inherits_nothing() {
 
 #[tokio::test]
 async fn daemon_messages_go_to_exactly_one_stream() {
-    let (hub, b) = hub().await;
-    let (l, _rx) = link(&hub, "i1");
-    let _ = hub.promote(&b, l.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub, l, s, rx: _rx, ..
+    } = connected().await;
     let one = sse_request(&hub, &s, &l, 1, Some("p1"));
     let two = sse_request(&hub, &s, &l, 2, None);
     let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
@@ -314,10 +340,9 @@ async fn daemon_messages_go_to_exactly_one_stream() {
 
 #[tokio::test]
 async fn a_request_past_its_deadline_is_cancelled_on_the_daemon_and_answered() {
-    let (hub, b) = hub().await;
-    let (l, mut rx) = link(&hub, "i1");
-    let _ = hub.promote(&b, l.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub, l, mut rx, s, ..
+    } = connected().await;
     let answer = json_request(&hub, &s, &l, 3);
     frames(&mut rx);
     advance(CALL_BUDGET_MAX + RELAY_OVERHEAD - Duration::from_secs(1)).await;
@@ -341,10 +366,9 @@ async fn a_request_past_its_deadline_is_cancelled_on_the_daemon_and_answered() {
 
 #[tokio::test]
 async fn idle_sessions_are_swept_and_closed_on_the_daemon() {
-    let (hub, b) = hub().await;
-    let (l, mut rx) = link(&hub, "i1");
-    let _ = hub.promote(&b, l.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub, l, mut rx, s, ..
+    } = connected().await;
     let answer = json_request(&hub, &s, &l, 1);
     assert_eq!(hub.deliver(&s.sid, 1, None, result(1)), Delivery::Routed);
     answer.await.unwrap();
@@ -413,10 +437,13 @@ async fn a_call_is_opened_by_its_request_and_closed_after_its_answer() {
 /// gauge is back at 0, not below.
 #[tokio::test]
 async fn the_detached_gauge_returns_to_zero_when_the_grace_runs_out() {
-    let (hub, b) = hub().await;
-    let (l1, _rx1) = link(&hub, "i1");
-    let _ = hub.promote(&b, l1.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        s,
+        rx: _rx,
+    } = connected().await;
     let answer = json_request(&hub, &s, &l1, 1);
     hub.link_lost(&b, l1.id);
     let detached = || {
@@ -446,10 +473,9 @@ async fn the_detached_gauge_returns_to_zero_when_the_grace_runs_out() {
 
 #[tokio::test]
 async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_sessions() {
-    let (hub, b) = hub().await;
-    let (l, _rx) = link(&hub, "i1");
-    let _ = hub.promote(&b, l.clone());
-    let s = session(&hub, &b);
+    let Connected {
+        hub, l, s, rx: _rx, ..
+    } = connected().await;
     let max = hub.config.max_inflight_per_bridge;
     let mut waiters = Vec::new();
     for id in 0..max as i64 {
