@@ -38,7 +38,14 @@ use std::{
     time::Duration,
 };
 
-use protocol::limits::{UPSTREAM_POOLED_SESSION_IDLE, UPSTREAM_POOLED_SESSIONS_MAX};
+use protocol::{
+    jsonrpc::code,
+    limits::{UPSTREAM_POOLED_SESSION_IDLE, UPSTREAM_POOLED_SESSIONS_MAX},
+    mcp::{
+        self, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PREFIX, META_PROTOCOL_VERSION,
+        META_SERVER_INFO, META_SUBSCRIPTION_ID,
+    },
+};
 use serde_json::{Map, Value, json};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
@@ -49,21 +56,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     servers::{self, UpstreamSpec},
-    sessions::{Host, Sessions},
+    sessions::{Host, HostedSessions},
 };
 
 /// The protocol version of the 2026 era the bridge serves.
-pub const MODERN_VERSION: &str = "2026-07-28";
+pub const MODERN_VERSION: &str = mcp::MODERN_VERSION;
 /// The protocol version the daemon initializes pooled legacy sessions with.
-pub const LEGACY_VERSION: &str = "2025-11-25";
-/// Prefix of the per-request `_meta` keys of MCP 2026-07-28 (Basic § Request metadata).
-const META_PREFIX: &str = "io.modelcontextprotocol/";
-const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-/// JSON-RPC error code of `UnsupportedProtocolVersionError` (MCP 2026-07-28 schema).
-const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub const LEGACY_VERSION: &str = mcp::LATEST_SESSION_VERSION;
 /// Client messages queued for one pooled child.
 const CHILD_INPUT_QUEUE: usize = 256;
 /// How long a freshly initialized child has to answer the `server/discover` that tells whether
@@ -81,14 +80,7 @@ const CACHEABLE: [&str; 6] = [
     "resources/read",
 ];
 
-/// A JSON-RPC error response.
-pub(crate) fn error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
-    let mut e = json!({"code": code, "message": message});
-    if let Some(d) = data {
-        e["data"] = d;
-    }
-    json!({"jsonrpc": "2.0", "id": id, "error": e})
-}
+pub(crate) use protocol::jsonrpc::error;
 
 /// Checks the per-request `_meta` of a 2026-07-28 request (MCP 2026-07-28 Basic § Request
 /// metadata): `protocolVersion` and `clientCapabilities` are required, and the version must be
@@ -113,7 +105,7 @@ pub fn check_meta(message: &Value) -> Result<(), Value> {
     if !missing.is_empty() {
         return Err(error(
             &id,
-            -32602,
+            code::INVALID_PARAMS,
             &format!(
                 "request _meta is missing or has malformed required fields: {}",
                 missing.join(", ")
@@ -125,7 +117,7 @@ pub fn check_meta(message: &Value) -> Result<(), Value> {
         Some(MODERN_VERSION) => Ok(()),
         v => Err(error(
             &id,
-            UNSUPPORTED_PROTOCOL_VERSION,
+            code::UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version",
             Some(json!({"requested": v, "supported": [MODERN_VERSION]})),
         )),
@@ -234,7 +226,7 @@ pub(crate) fn discover_probe(id: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "server/discover",
         "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION,
             META_CLIENT_CAPABILITIES: {},
-            "io.modelcontextprotocol/clientInfo":
+            META_CLIENT_INFO:
                 {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")}}}})
 }
 
@@ -389,7 +381,7 @@ impl Pool {
     /// could not be started or initialized.
     pub(crate) async fn get(
         &self,
-        sessions: &Arc<Sessions>,
+        sessions: &Arc<HostedSessions>,
         spec: &UpstreamSpec,
         principal: &str,
     ) -> Result<Arc<Legacy>, String> {
@@ -458,7 +450,7 @@ impl Pool {
 impl Legacy {
     /// Starts `spec`'s child and initializes it as a 2025-11-25 client.
     async fn start(
-        sessions: &Arc<Sessions>,
+        sessions: &Arc<HostedSessions>,
         spec: &UpstreamSpec,
         idle: Duration,
     ) -> Result<Arc<Self>, String> {
@@ -598,7 +590,7 @@ impl Legacy {
     /// enforced).
     pub(crate) fn submit(
         self: &Arc<Self>,
-        sessions: &Arc<Sessions>,
+        sessions: &Arc<HostedSessions>,
         host: &Arc<Host>,
         mut message: Value,
     ) {
@@ -679,7 +671,7 @@ impl Legacy {
                 host,
                 error(
                     &id,
-                    -32603,
+                    code::INTERNAL_ERROR,
                     "the upstream session is not taking input (busy or ending); retry",
                     Some(json!({"retryable": true})),
                 ),
@@ -731,7 +723,7 @@ impl Legacy {
     }
 
     /// A message from the child.
-    fn on_child_message(&self, sessions: &Arc<Sessions>, mut v: Value) {
+    fn on_child_message(&self, sessions: &Arc<HostedSessions>, mut v: Value) {
         let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
         match (method, v.get("id").cloned()) {
             (None, Some(id)) => {
@@ -754,7 +746,7 @@ impl Legacy {
                 } else {
                     error(
                         &id,
-                        -32601,
+                        code::METHOD_NOT_FOUND,
                         &format!(
                             "{m} is not available: the client reached this server through MCP 2026-07-28, which has no server-to-client requests"
                         ),
@@ -809,7 +801,7 @@ impl Legacy {
 
     async fn run(
         self: Arc<Self>,
-        sessions: Arc<Sessions>,
+        sessions: Arc<HostedSessions>,
         mut child: tokio::process::Child,
         mut stdin: tokio::process::ChildStdin,
         mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -871,7 +863,12 @@ impl Legacy {
         for r in routes {
             sessions.emit(
                 &r.host,
-                error(&r.id, -32603, &msg, Some(json!({"retryable": true}))),
+                error(
+                    &r.id,
+                    code::INTERNAL_ERROR,
+                    &msg,
+                    Some(json!({"retryable": true})),
+                ),
                 None,
             );
         }
@@ -926,7 +923,7 @@ mod tests {
         let old = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {
             META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_CAPABILITIES: {}}}});
         let e = check_meta(&old).unwrap_err();
-        assert_eq!(e["error"]["code"], UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(e["error"]["code"], code::UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(e["error"]["data"]["supported"], json!([MODERN_VERSION]));
     }
 

@@ -17,7 +17,10 @@ pub mod sessions;
 
 use std::{collections::BTreeMap, collections::HashSet, sync::Arc};
 
-use protocol::frame::{RUNTIME_SERVER, ServerInfo};
+use protocol::{
+    Role,
+    frame::{RUNTIME_SERVER, ServerInfo},
+};
 use rmcp::{ServerHandler, model::ListToolsResult};
 use runtime::{McpServer, Principal, Profile, Runtime};
 use serde_json::Value;
@@ -29,32 +32,45 @@ pub fn init_tls() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// The most a caller with `role` may do on the built-in runtime: the role's profile (DESIGN §3
+/// "Authority": `owner` → `full`, `operator` → `agent`, `editor` → `edit`, `reviewer` →
+/// `review`), intersected with the daemon's policy by [`Runtime::access`].
+pub fn role_profile(role: Role) -> Profile {
+    match role {
+        Role::Owner => Profile::Full,
+        Role::Operator => Profile::Agent,
+        Role::Editor => Profile::Edit,
+        Role::Reviewer => Profile::Review,
+    }
+}
+
+/// The role a relay frame names (`open`, `call`): a role this build does not know gets the least
+/// authority, [`Role::Reviewer`] (a newer relay may name roles an older daemon lacks).
+pub fn role_named(name: &str) -> Role {
+    Role::parse(name).unwrap_or(Role::Reviewer)
+}
+
 /// The runtime's catalog entry: its `initialize` and `server/discover` (MCP 2026-07-28 Server ›
 /// Discover) results and the tools each role may see.
 pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
     let server = McpServer::new(runtime.access(None), Principal::local());
     let initialize = serde_json::to_value(server.get_info()).unwrap_or(Value::Null);
     let discover = Some(server.discover_value());
-    let tools: BTreeMap<String, Value> = [
-        ("owner", Profile::Full),
-        ("operator", Profile::Agent),
-        ("editor", Profile::Edit),
-        ("reviewer", Profile::Review),
-    ]
-    .into_iter()
-    .map(|(role, profile)| {
-        let access = runtime.access(Some(profile));
-        let list = ListToolsResult::with_all_items(
-            runtime::tools::allowed(access.policy())
-                .map(|t| t.to_tool())
-                .collect(),
-        );
-        (
-            role.to_owned(),
-            serde_json::to_value(list).unwrap_or(Value::Null),
-        )
-    })
-    .collect();
+    let tools: BTreeMap<String, Value> = Role::ALL
+        .into_iter()
+        .map(|role| {
+            let access = runtime.access(Some(role_profile(role)));
+            let list = ListToolsResult::with_all_items(
+                runtime::tools::allowed(access.policy())
+                    .map(|t| t.to_tool())
+                    .collect(),
+            );
+            (
+                role.as_str().to_owned(),
+                serde_json::to_value(list).unwrap_or(Value::Null),
+            )
+        })
+        .collect();
     ServerInfo {
         name: RUNTIME_SERVER.to_owned(),
         initialize,
@@ -81,7 +97,7 @@ pub async fn catalog(
             Ok(info) => {
                 let read_only: HashSet<String> = info
                     .tools
-                    .get("reviewer")
+                    .get(Role::Reviewer.as_str())
                     .and_then(|v| v.get("tools"))
                     .and_then(Value::as_array)
                     .map(|a| {

@@ -15,22 +15,25 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::{net::TcpStream, sync::mpsc, time::Instant};
 use tokio_tungstenite::{
     MaybeTlsStream, WebSocketStream,
-    tungstenite::{Message, protocol::WebSocketConfig, protocol::frame::coding::CloseCode},
+    tungstenite::{
+        Message, protocol::WebSocketConfig, protocol::frame::coding::CloseCode as WsCloseCode,
+    },
 };
 use tokio_util::sync::CancellationToken;
 
 use protocol::{
     frame::{
-        CLOSE_PROTOCOL, CLOSE_REPLACED, CLOSE_UNAUTHENTICATED, CONNECT_PATH, DaemonFrame,
-        PROTOCOL_VERSION, RelayFrame, ServerInfo, hello_transcript,
+        CONNECT_PATH, CloseCode, DaemonFrame, PROTOCOL_VERSION, RelayFrame, ServerInfo,
+        hello_transcript, now_unix_ms,
     },
+    ids::{BridgeId, InstanceId},
     limits,
 };
 
 use crate::{
     backoff::{self, Warnings},
     identity::DeviceKey,
-    sessions::Sessions,
+    sessions::HostedSessions,
 };
 
 /// Timing of the link; production uses the contract (DESIGN §7), tests may shorten it.
@@ -72,7 +75,7 @@ pub struct LinkConfig {
     /// a tunnel connects to its own loopback listener and still signs the public origin).
     pub connect: Option<url::Url>,
     /// The bridge this daemon enrolled as.
-    pub bridge: String,
+    pub bridge: BridgeId,
     /// The registered key's id.
     pub key_id: String,
     /// The device key.
@@ -124,10 +127,10 @@ pub fn connect_url(base: &url::Url) -> Result<url::Url, String> {
 /// [`LinkError::Fatal`] when the relay refuses this daemon for a reason a retry cannot fix.
 pub async fn run(
     config: LinkConfig,
-    sessions: Arc<Sessions>,
+    sessions: Arc<HostedSessions>,
     shutdown: CancellationToken,
 ) -> Result<(), LinkError> {
-    let instance_id = format!("inst_{}", uuid::Uuid::new_v4().simple());
+    let instance_id = InstanceId::new(format!("inst_{}", uuid::Uuid::new_v4().simple()));
     tracing::info!(relay = %config.relay, bridge = %config.bridge, instance = %instance_id, "connecting to the relay");
     let mut attempt: u32 = 0;
     let mut outage: Option<(Instant, Warnings, bool)> = None;
@@ -201,8 +204,8 @@ pub async fn run(
 
 async fn attempt_once(
     config: &LinkConfig,
-    instance_id: &str,
-    sessions: &Arc<Sessions>,
+    instance_id: &InstanceId,
+    sessions: &Arc<HostedSessions>,
     shutdown: &CancellationToken,
     on_ready: &mut impl FnMut(),
 ) -> Attempt {
@@ -283,30 +286,23 @@ async fn next(
 }
 
 fn classify_close(close: Option<(u16, String)>) -> Attempt {
-    match close {
-        Some((CLOSE_UNAUTHENTICATED, reason)) => Attempt::Fatal(format!(
+    match close.map(|(code, reason)| (code, CloseCode::from_code(code), reason)) {
+        Some((_, Some(CloseCode::Unauthenticated), reason)) => Attempt::Fatal(format!(
             "the relay refused this daemon: {reason}. Enroll again with `machine-mcp connect --enroll CODE` (get a code with `machine-mcp relay bridge add NAME`)"
         )),
-        Some((CLOSE_REPLACED, _)) => Attempt::Fatal(
+        Some((_, Some(CloseCode::Replaced), _)) => Attempt::Fatal(
             "another daemon instance took over this bridge (the relay replaced this connection); stopping so the two do not fight".into(),
         ),
-        Some((CLOSE_PROTOCOL, reason)) => Attempt::Fatal(format!("the relay reported a protocol error: {reason}")),
-        Some((code, reason)) => Attempt::Retry(format!("the relay closed the connection ({code} {reason})")),
+        Some((_, Some(CloseCode::Protocol), reason)) => Attempt::Fatal(format!("the relay reported a protocol error: {reason}")),
+        Some((code, _, reason)) => Attempt::Retry(format!("the relay closed the connection ({code} {reason})")),
         None => Attempt::Retry("the relay closed the connection".into()),
     }
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 async fn handshake_and_serve(
     config: &LinkConfig,
-    instance_id: &str,
-    sessions: &Arc<Sessions>,
+    instance_id: &InstanceId,
+    sessions: &Arc<HostedSessions>,
     shutdown: &CancellationToken,
     on_ready: &mut impl FnMut(),
     stream: &mut futures_util::stream::SplitStream<Ws>,
@@ -334,12 +330,18 @@ async fn handshake_and_serve(
     }
     let catalog_frame = relay_revision >= protocol::frame::REVISION_CATALOG_FRAME;
     let origin = config.relay.origin().ascii_serialization();
-    let timestamp = now_ms();
-    let transcript = hello_transcript(&origin, &challenge, &config.bridge, instance_id, timestamp);
+    let timestamp = now_unix_ms();
+    let transcript = hello_transcript(
+        &origin,
+        &challenge,
+        config.bridge.as_str(),
+        instance_id.as_str(),
+        timestamp,
+    );
     let hello = DaemonFrame::Hello {
         protocol: PROTOCOL_VERSION,
         bridge: config.bridge.clone(),
-        instance_id: instance_id.to_owned(),
+        instance_id: instance_id.clone(),
         key_id: config.key_id.clone(),
         timestamp,
         signature: config.key.sign(&transcript),
@@ -385,9 +387,7 @@ async fn handshake_and_serve(
                 sessions: keep,
                 requests,
             }) => {
-                let reqs: Vec<(String, serde_json::Value)> =
-                    requests.into_iter().map(|r| (r.sid, r.id)).collect();
-                sessions.resume(&keep, &reqs, out.clone());
+                sessions.resume(&keep, &requests, out.clone());
             }
             Ok(RelayFrame::Ready {}) => break,
             Ok(RelayFrame::HeartbeatAck { .. }) => {}
@@ -403,7 +403,7 @@ async fn handshake_and_serve(
 
 async fn serve(
     t: LinkTiming,
-    sessions: &Arc<Sessions>,
+    sessions: &Arc<HostedSessions>,
     shutdown: &CancellationToken,
     stream: &mut futures_util::stream::SplitStream<Ws>,
     out: &mpsc::Sender<DaemonFrame>,
@@ -477,10 +477,12 @@ pub async fn enroll(
                             .map_err(|e| e.to_string())?;
                         sent = true;
                     }
-                    Ok(RelayFrame::Enrolled { bridge, key_id }) => return Ok((bridge, key_id)),
+                    Ok(RelayFrame::Enrolled { bridge, key_id }) => {
+                        return Ok((bridge.as_str().to_owned(), key_id));
+                    }
                     _ => return Err("unexpected answer from the relay".to_owned()),
                 },
-                Message::Close(Some(f)) if f.code != CloseCode::Normal => {
+                Message::Close(Some(f)) if f.code != WsCloseCode::Normal => {
                     return Err(format!("the relay refused the enrollment: {}", f.reason));
                 }
                 Message::Close(_) => break,

@@ -12,7 +12,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use protocol::frame::{RUNTIME_SERVER, ServerInfo};
+use protocol::{
+    Role,
+    frame::{RUNTIME_SERVER, ServerInfo},
+    mcp::LATEST_SESSION_VERSION,
+};
 
 /// Longest time a server may take to start and answer `initialize` and `tools/list`.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -96,23 +100,25 @@ fn parse(text: &str, cwd: &Path) -> Result<Vec<UpstreamSpec>, String> {
     Ok(out)
 }
 
-/// Roles and whether each may use tools that are not read-only.
-pub const ROLES: [(&str, bool); 4] = [
-    ("owner", true),
-    ("operator", true),
-    ("editor", false),
-    ("reviewer", false),
-];
+/// Whether `role` may call every tool of an upstream server, not only the read-only ones: owners
+/// and operators may; editors and reviewers may not (the daemon cannot know what an upstream
+/// tool does beyond its `readOnlyHint`).
+pub fn calls_every_upstream_tool(role: Role) -> bool {
+    match role {
+        Role::Owner | Role::Operator => true,
+        Role::Editor | Role::Reviewer => false,
+    }
+}
 
 /// Whether `role` may call `tool` of an upstream server: owners and operators may call every
 /// tool; editors and reviewers only tools annotated `readOnlyHint: true`.
-pub fn role_allows(role: &str, tool: &Value) -> bool {
-    ROLES.iter().any(|(r, all)| *r == role && *all)
+pub fn role_allows(role: Role, tool: &Value) -> bool {
+    calls_every_upstream_tool(role)
         || tool.pointer("/annotations/readOnlyHint") == Some(&Value::Bool(true))
 }
 
 /// A `tools/list` result with only the tools `role` may call.
-pub fn filter_tools(role: &str, result: &Value) -> Value {
+pub fn filter_tools(role: Role, result: &Value) -> Value {
     let mut r = result.clone();
     if let Some(tools) = r.get_mut("tools").and_then(Value::as_array_mut) {
         tools.retain(|t| role_allows(role, t));
@@ -147,7 +153,7 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
         .write_all(
             send(
                 json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
+                "protocolVersion": LATEST_SESSION_VERSION, "capabilities": {},
                 "clientInfo": {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")}}}),
             )
             .as_bytes(),
@@ -213,9 +219,9 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
         name: spec.name.clone(),
         discover: Some(own.unwrap_or_else(|| crate::bridge::discover_from_initialize(&init))),
         initialize: init,
-        tools: ROLES
-            .iter()
-            .map(|(r, _)| ((*r).to_owned(), filter_tools(r, &all)))
+        tools: Role::ALL
+            .into_iter()
+            .map(|r| (r.as_str().to_owned(), filter_tools(r, &all)))
             .collect(),
     })
 }
@@ -295,8 +301,8 @@ mod tests {
             {"name": "write", "annotations": {"readOnlyHint": false}},
             {"name": "unknown"}
         ]});
-        let names = |role| -> Vec<String> {
-            filter_tools(role, &list)["tools"]
+        let names = |role: &str| -> Vec<String> {
+            filter_tools(crate::role_named(role), &list)["tools"]
                 .as_array()
                 .unwrap()
                 .iter()

@@ -27,7 +27,7 @@ use rmcp::{
     service::OriginatingRequestId,
     transport::Transport,
 };
-use runtime::{McpServer, Principal, Profile, Runtime};
+use runtime::{McpServer, Principal, Runtime};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
@@ -36,8 +36,13 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use protocol::{
-    frame::{DaemonFrame, RUNTIME_SERVER},
+    Role,
+    error_code::ToolErrorCode,
+    frame::{DaemonFrame, RUNTIME_SERVER, ResumeRequest},
+    ids::SessionId,
+    jsonrpc::{self, IdKey, code},
     limits::RELAY_FRAME_MAX_BYTES,
+    tool_error::ToolError,
 };
 
 use crate::{
@@ -53,14 +58,6 @@ const INBOUND_QUEUE: usize = 256;
 /// a `call` with a retryable JSON-RPC error.
 const MAX_SESSIONS: usize = 256;
 
-/// JSON-RPC id → key (numbers and strings never collide).
-fn id_key(id: &Value) -> String {
-    match id {
-        Value::String(s) => format!("s:{s}"),
-        other => format!("n:{other}"),
-    }
-}
-
 #[derive(Debug, Default)]
 struct Retention {
     next_seq: u64,
@@ -68,7 +65,7 @@ struct Retention {
     bytes: usize,
     /// Link epoch this session's output is being sent on (0 = none).
     epoch: u64,
-    swallow: Option<String>,
+    swallow: Option<IdKey>,
     /// A call's output is complete (its response was emitted, or it was cancelled): nothing more
     /// is emitted.
     ended: bool,
@@ -87,18 +84,18 @@ enum Input {
 /// The request a call host serves.
 struct CallOf {
     id: Value,
-    key: String,
+    key: IdKey,
 }
 
 /// One hosted session.
 pub(crate) struct Host {
-    sid: String,
-    role: String,
+    sid: SessionId,
+    role: Role,
     upstream_tools: Option<Arc<HashSet<String>>>,
     input: Input,
     out: Mutex<Retention>,
     /// Client requests forwarded and not yet answered: key → (id, method).
-    inflight: Mutex<HashMap<String, (Value, String)>>,
+    inflight: Mutex<HashMap<IdKey, (Value, String)>>,
     stop: CancellationToken,
     /// Set when this host serves one `call` instead of a session.
     call: Option<CallOf>,
@@ -107,7 +104,7 @@ pub(crate) struct Host {
 impl Host {
     /// The session or call id.
     pub(crate) fn sid_str(&self) -> &str {
-        &self.sid
+        self.sid.as_str()
     }
 
     /// Resolves once this session or call has ended (for a call: answered or cancelled).
@@ -123,32 +120,22 @@ struct LinkSlot {
     tx: Option<mpsc::Sender<DaemonFrame>>,
 }
 
-/// All hosted sessions of this daemon instance.
-pub struct Sessions {
-    hosts: Mutex<HashMap<String, Arc<Host>>>,
+/// All sessions (and calls) this daemon instance hosts for the relay.
+pub struct HostedSessions {
+    hosts: Mutex<HashMap<SessionId, Arc<Host>>>,
     link: Mutex<LinkSlot>,
     runtime: Arc<Runtime>,
     upstreams: HashMap<String, (UpstreamSpec, Arc<HashSet<String>>)>,
     pool: bridge::Pool,
 }
 
-impl std::fmt::Debug for Sessions {
+impl std::fmt::Debug for HostedSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions").finish_non_exhaustive()
+        f.debug_struct("HostedSessions").finish_non_exhaustive()
     }
 }
 
-/// Maps a relay role to the runtime profile it may use at most.
-fn role_profile(role: &str) -> Profile {
-    match role {
-        "owner" => Profile::Full,
-        "operator" => Profile::Agent,
-        "editor" => Profile::Edit,
-        _ => Profile::Review,
-    }
-}
-
-impl Sessions {
+impl HostedSessions {
     /// Hosts sessions of `runtime` and of `upstreams` (with the names of their read-only tools).
     pub fn new(
         runtime: Arc<Runtime>,
@@ -177,7 +164,7 @@ impl Sessions {
     /// Opens session `sid` (a second open of the same sid is ignored).
     pub fn open(
         self: &Arc<Self>,
-        sid: &str,
+        sid: &SessionId,
         server: &str,
         principal: &str,
         role: &str,
@@ -197,12 +184,12 @@ impl Sessions {
             Err(_) => return,
         }
         let stop = CancellationToken::new();
-        let swallow = initialize.get("id").map(id_key);
+        let swallow = initialize.get("id").map(IdKey::of);
         let host = if server == RUNTIME_SERVER {
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(Host {
-                sid: sid.to_owned(),
-                role: role.to_owned(),
+                sid: sid.clone(),
+                role: crate::role_named(role),
                 upstream_tools: None,
                 input: Input::Runtime(tx),
                 out: Mutex::new(Retention {
@@ -213,7 +200,7 @@ impl Sessions {
                 stop: stop.clone(),
                 call: None,
             });
-            let access = self.runtime.access(Some(role_profile(role)));
+            let access = self.runtime.access(Some(crate::role_profile(host.role)));
             let server = McpServer::new(access, Principal::named(principal));
             let transport = ChannelTransport {
                 rx,
@@ -251,8 +238,8 @@ impl Sessions {
             };
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(Host {
-                sid: sid.to_owned(),
-                role: role.to_owned(),
+                sid: sid.clone(),
+                role: crate::role_named(role),
                 upstream_tools: Some(read_only.clone()),
                 input: Input::Upstream(tx),
                 out: Mutex::new(Retention {
@@ -273,14 +260,14 @@ impl Sessions {
             host
         };
         if let Ok(mut h) = self.hosts.lock() {
-            h.insert(sid.to_owned(), host.clone());
+            h.insert(sid.clone(), host.clone());
         }
         self.attach_host(&host);
         self.rpc(sid, initialize);
     }
 
     /// A client message for session `sid`.
-    pub fn rpc(self: &Arc<Self>, sid: &str, message: Value) {
+    pub fn rpc(self: &Arc<Self>, sid: &SessionId, message: Value) {
         let Some(host) = self.host(sid) else {
             self.send_closed(
                 sid,
@@ -296,15 +283,15 @@ impl Sessions {
         if let Some(c) = &host.call {
             // A call takes no client message but the cancellation of its request.
             if method.as_deref() == Some("notifications/cancelled")
-                && message.pointer("/params/requestId").map(id_key).as_ref() == Some(&c.key)
+                && message.pointer("/params/requestId").map(IdKey::of).as_ref() == Some(&c.key)
             {
-                tracing::debug!(sid, "call cancelled by the client");
+                tracing::debug!(%sid, "call cancelled by the client");
                 self.end_call(&host);
                 if let Ok(mut m) = self.hosts.lock() {
                     m.remove(sid);
                 }
             } else {
-                tracing::debug!(sid, ?method, "ignoring a client message for a call");
+                tracing::debug!(%sid, ?method, "ignoring a client message for a call");
             }
             return;
         }
@@ -314,31 +301,40 @@ impl Sessions {
                 return;
             }
             if let Ok(mut f) = host.inflight.lock() {
-                f.insert(id_key(id), (id.clone(), m.clone()));
+                f.insert(IdKey::of(id), (id.clone(), m.clone()));
             }
         }
         if method.as_deref() == Some("notifications/cancelled")
             && let Some(rid) = message.pointer("/params/requestId")
             && let Ok(mut f) = host.inflight.lock()
         {
-            f.remove(&id_key(rid));
+            f.remove(&IdKey::of(rid));
         }
         match &host.input {
             Input::Runtime(tx) => match serde_json::from_value::<ClientJsonRpcMessage>(message) {
                 Ok(m) => {
                     if tx.try_send(m).is_err() {
-                        tracing::warn!(sid, "session input queue full; message dropped");
+                        tracing::warn!(%sid, "session input queue full; message dropped");
                     }
                 }
                 Err(e) => {
                     if let Some(id) = id {
-                        self.emit(&host, json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": format!("invalid message: {e}")}}), None);
+                        self.emit(
+                            &host,
+                            jsonrpc::error(
+                                &id,
+                                code::INVALID_REQUEST,
+                                &format!("invalid message: {e}"),
+                                None,
+                            ),
+                            None,
+                        );
                     }
                 }
             },
             Input::Upstream(tx) => {
                 if tx.try_send(message.to_string()).is_err() {
-                    tracing::warn!(sid, "upstream input queue full; message dropped");
+                    tracing::warn!(%sid, "upstream input queue full; message dropped");
                 }
             }
             Input::None => {}
@@ -346,7 +342,7 @@ impl Sessions {
     }
 
     /// The relay committed session `sid`'s messages up to `seq`.
-    pub fn ack(&self, sid: &str, seq: u64) {
+    pub fn ack(&self, sid: &SessionId, seq: u64) {
         if let Some(h) = self.host(sid)
             && let Ok(mut r) = h.out.lock()
         {
@@ -366,7 +362,7 @@ impl Sessions {
 
     /// Ends session or call `sid` (its server is stopped; an unanswered call is cancelled, and
     /// for an answered one this only drops its retained response).
-    pub fn close(&self, sid: &str) {
+    pub fn close(&self, sid: &SessionId) {
         if let Some(h) = self.hosts.lock().ok().and_then(|mut m| m.remove(sid)) {
             self.end_call(&h);
             h.stop.cancel();
@@ -381,7 +377,7 @@ impl Sessions {
     /// A second call with the same sid is ignored.
     pub fn call(
         self: &Arc<Self>,
-        sid: &str,
+        sid: &SessionId,
         server: &str,
         principal: &str,
         role: &str,
@@ -394,7 +390,7 @@ impl Sessions {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         ) else {
-            tracing::warn!(sid, "a call frame without a request; ignored");
+            tracing::warn!(%sid, "a call frame without a request; ignored");
             return;
         };
         let full = match self.hosts.lock() {
@@ -413,26 +409,29 @@ impl Sessions {
             (Input::None, None)
         };
         let host = Arc::new(Host {
-            sid: sid.to_owned(),
-            role: role.to_owned(),
+            sid: sid.clone(),
+            role: crate::role_named(role),
             upstream_tools: upstream.as_ref().map(|(_, ro)| ro.clone()),
             input,
             out: Mutex::new(Retention::default()),
-            inflight: Mutex::new(HashMap::from([(id_key(&id), (id.clone(), method.clone()))])),
+            inflight: Mutex::new(HashMap::from([(
+                IdKey::of(&id),
+                (id.clone(), method.clone()),
+            )])),
             stop: CancellationToken::new(),
             call: Some(CallOf {
-                key: id_key(&id),
+                key: IdKey::of(&id),
                 id: id.clone(),
             }),
         });
         if let Ok(mut h) = self.hosts.lock() {
-            h.insert(sid.to_owned(), host.clone());
+            h.insert(sid.clone(), host.clone());
         }
         self.attach_host(&host);
         let immediate = if full {
             Some(bridge::error(
                 &id,
-                -32603,
+                code::INTERNAL_ERROR,
                 &format!(
                     "this daemon already serves {MAX_SESSIONS} sessions and calls; retry later"
                 ),
@@ -441,14 +440,14 @@ impl Sessions {
         } else if method == "initialize" {
             Some(bridge::error(
                 &id,
-                -32600,
+                code::INVALID_REQUEST,
                 "initialize opens a session; it cannot be sent as a single 2026-07-28 request",
                 None,
             ))
         } else if !runtime && upstream.is_none() {
             Some(bridge::error(
                 &id,
-                -32602,
+                code::INVALID_PARAMS,
                 &format!("no server {server:?} on this daemon"),
                 None,
             ))
@@ -486,7 +485,12 @@ impl Sessions {
                 Ok(l) => l.submit(&sessions, &host, message),
                 Err(e) => sessions.emit(
                     &host,
-                    bridge::error(&id, -32603, &e, Some(json!({"retryable": true}))),
+                    bridge::error(
+                        &id,
+                        code::INTERNAL_ERROR,
+                        &e,
+                        Some(json!({"retryable": true})),
+                    ),
                     None,
                 ),
             }
@@ -503,7 +507,7 @@ impl Sessions {
         principal: &str,
         message: Value,
     ) {
-        let access = self.runtime.access(Some(role_profile(&host.role)));
+        let access = self.runtime.access(Some(crate::role_profile(host.role)));
         let server = McpServer::new(access, Principal::named(principal));
         let transport = ChannelTransport {
             rx,
@@ -527,7 +531,12 @@ impl Sessions {
             let id = h.call.as_ref().map(|c| c.id.clone()).unwrap_or(Value::Null);
             sessions.emit(
                 &h,
-                bridge::error(&id, -32603, "the server ended before answering", None),
+                bridge::error(
+                    &id,
+                    code::INTERNAL_ERROR,
+                    "the server ended before answering",
+                    None,
+                ),
                 None,
             );
         });
@@ -545,7 +554,12 @@ impl Sessions {
             }
             (Err(e), _) => self.emit(
                 host,
-                bridge::error(&id, -32600, &format!("invalid message: {e}"), None),
+                bridge::error(
+                    &id,
+                    code::INVALID_REQUEST,
+                    &format!("invalid message: {e}"),
+                    None,
+                ),
                 None,
             ),
             _ => {}
@@ -599,14 +613,14 @@ impl Sessions {
     /// or its request in `keep_requests`; otherwise it is cancelled (or, answered, forgotten).
     pub fn resume(
         self: &Arc<Self>,
-        keep: &[String],
-        keep_requests: &[(String, Value)],
+        keep: &[SessionId],
+        keep_requests: &[ResumeRequest],
         tx: mpsc::Sender<DaemonFrame>,
     ) {
-        let keep: HashSet<&String> = keep.iter().collect();
-        let keep_req: HashSet<(String, String)> = keep_requests
+        let keep: HashSet<&SessionId> = keep.iter().collect();
+        let keep_req: HashSet<(SessionId, IdKey)> = keep_requests
             .iter()
-            .map(|(s, id)| (s.clone(), id_key(id)))
+            .map(|r| (r.sid.clone(), r.id.key()))
             .collect();
         if let Ok(mut l) = self.link.lock() {
             l.epoch += 1;
@@ -643,7 +657,10 @@ impl Sessions {
                 })
                 .unwrap_or_default();
             for id in stale {
-                self.rpc(&h.sid, json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "the relay no longer awaits this request"}}));
+                self.rpc(
+                    &h.sid,
+                    jsonrpc::cancelled(&id, "the relay no longer awaits this request"),
+                );
             }
             self.attach_host(&h);
         }
@@ -668,7 +685,7 @@ impl Sessions {
         r.epoch = epoch;
     }
 
-    fn host(&self, sid: &str) -> Option<Arc<Host>> {
+    fn host(&self, sid: &SessionId) -> Option<Arc<Host>> {
         self.hosts.lock().ok()?.get(sid).cloned()
     }
 
@@ -684,7 +701,7 @@ impl Sessions {
         }
         let mut method = None;
         if is_response && let Some(id) = message.get("id") {
-            let key = id_key(id);
+            let key = IdKey::of(id);
             method = h
                 .inflight
                 .lock()
@@ -695,7 +712,7 @@ impl Sessions {
                 && method.as_deref() == Some("tools/list")
                 && let Some(result) = message.get("result")
             {
-                message["result"] = servers::filter_tools(&h.role, result);
+                message["result"] = servers::filter_tools(h.role, result);
             }
         }
         let size = message.to_string().len();
@@ -707,7 +724,7 @@ impl Sessions {
         if r.ended {
             return;
         }
-        if is_response && r.swallow.is_some() && message.get("id").map(id_key) == r.swallow {
+        if is_response && r.swallow.is_some() && message.get("id").map(IdKey::of) == r.swallow {
             r.swallow = None;
             return;
         }
@@ -716,7 +733,7 @@ impl Sessions {
         let answered = is_response
             && h.call
                 .as_ref()
-                .is_some_and(|c| message.get("id").map(id_key).as_ref() == Some(&c.key));
+                .is_some_and(|c| message.get("id").map(IdKey::of).as_ref() == Some(&c.key));
         if answered {
             r.ended = true;
             r.done_seq = Some(seq);
@@ -750,18 +767,18 @@ impl Sessions {
         }
     }
 
-    fn send_closed(&self, sid: &str, reason: &str) {
+    fn send_closed(&self, sid: &SessionId, reason: &str) {
         let tx = self.link.lock().ok().and_then(|l| l.tx.clone());
         if let Some(tx) = tx {
             let _ = tx.try_send(DaemonFrame::Closed {
-                sid: sid.to_owned(),
+                sid: sid.clone(),
                 reason: reason.to_owned(),
             });
         }
     }
 
     /// A session's server stopped on its own.
-    fn ended(&self, sid: &str, reason: &str) {
+    fn ended(&self, sid: &SessionId, reason: &str) {
         if self
             .hosts
             .lock()
@@ -778,7 +795,7 @@ impl Sessions {
 struct ChannelTransport {
     rx: mpsc::Receiver<ClientJsonRpcMessage>,
     host: Arc<Host>,
-    sessions: Arc<Sessions>,
+    sessions: Arc<HostedSessions>,
 }
 
 /// The session's output cannot fail; this type only satisfies the transport trait.
@@ -820,7 +837,7 @@ impl Transport<RoleServer> for ChannelTransport {
 }
 
 async fn run_upstream(
-    sessions: Arc<Sessions>,
+    sessions: Arc<HostedSessions>,
     host: Arc<Host>,
     mut child: tokio::process::Child,
     mut rx: mpsc::Receiver<String>,
@@ -883,9 +900,7 @@ async fn run_upstream(
 fn denial(host: &Host, message: &Value) -> Option<Value> {
     let ro = host.upstream_tools.as_ref()?;
     if message.get("method").and_then(Value::as_str) != Some("tools/call")
-        || servers::ROLES
-            .iter()
-            .any(|(r, all)| *r == host.role && *all)
+        || servers::calls_every_upstream_tool(host.role)
     {
         return None;
     }
@@ -897,10 +912,14 @@ fn denial(host: &Host, message: &Value) -> Option<Value> {
         return None;
     }
     let id = message.get("id").cloned().unwrap_or(Value::Null);
-    let err = json!({"code": "policy_denied", "message": format!("{tool} is not read-only and role {} may only call read-only tools of this server", host.role), "retryable": false, "side_effects_started": false});
-    Some(
-        json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": err.to_string()}], "isError": true}}),
-    )
+    let err = ToolError::new(
+        ToolErrorCode::PolicyDenied,
+        format!(
+            "{tool} is not read-only and role {} may only call read-only tools of this server",
+            host.role
+        ),
+    );
+    Some(jsonrpc::result(&id, err.call_result()))
 }
 
 /// What replaces a server message of `size` bytes that no relay frame can carry: for a
@@ -914,11 +933,13 @@ fn too_large(message: &Value, method: Option<&str>, size: usize) -> Value {
          ask for less (a smaller max_bytes, a narrower range or path)"
     );
     if method == Some("tools/call") && message.get("result").is_some() {
-        let e = runtime::ToolError::limit(format!("the call completed, but {advice}"))
-            .with_side_effects();
-        return json!({"jsonrpc": "2.0", "id": id, "result": runtime::mcp::server::error_result(&e)});
+        let e = ToolError::limit(format!("the call completed, but {advice}")).with_side_effects();
+        // Rendered as the runtime renders its own tool errors (rmcp adds `resultType`).
+        let result =
+            serde_json::to_value(runtime::mcp::server::error_result(&e)).unwrap_or(Value::Null);
+        return jsonrpc::result(&id, result);
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": advice}})
+    jsonrpc::error(&id, code::INTERNAL_ERROR, &advice, None)
 }
 
 #[cfg(test)]
@@ -929,6 +950,11 @@ mod tests {
     };
 
     use super::*;
+
+    /// A session or call id for the tests.
+    fn sid(s: &str) -> SessionId {
+        SessionId::from(s)
+    }
 
     /// The per-request `_meta` of an MCP 2026-07-28 request (Basic § Request metadata).
     fn meta() -> Value {
@@ -948,7 +974,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rt = Runtime::new(runtime::RuntimeConfig {
             workspace: dir.path().into(),
-            policy: runtime::policy::Policy::profile(Profile::Full),
+            policy: runtime::policy::Policy::profile(runtime::Profile::Full),
             default_yield_after: None,
         })
         .unwrap();
@@ -956,16 +982,38 @@ mod tests {
     }
 
     /// Attaches a fresh link (as after `resume` listing `keep`/`requests`) and returns its frames.
+    #[test]
+    fn a_result_too_large_for_the_link_is_the_runtimes_tool_error_result() {
+        let big = json!({"jsonrpc": "2.0", "id": 4, "result": {}});
+        let m = too_large(&big, Some("tools/call"), RELAY_FRAME_MAX_BYTES + 1);
+        let e = ToolError::limit(format!(
+            "the call completed, but the result ({} bytes) is larger than the relay link carries \
+             ({RELAY_FRAME_MAX_BYTES} bytes); ask for less (a smaller max_bytes, a narrower range or path)",
+            RELAY_FRAME_MAX_BYTES + 1
+        ))
+        .with_side_effects();
+        // The shape rmcp gives the runtime's own tool errors: the tool error's JSON text, and
+        // `resultType` besides `isError`.
+        let mut expected = e.call_result();
+        expected["resultType"] = json!("complete");
+        assert_eq!(m["result"], expected);
+        let other = too_large(&big, Some("tools/list"), 9);
+        assert_eq!(other["error"]["code"], code::INTERNAL_ERROR);
+    }
+
     fn link(
-        s: &Arc<Sessions>,
+        s: &Arc<HostedSessions>,
         keep: &[&str],
         requests: &[(&str, Value)],
     ) -> mpsc::Receiver<DaemonFrame> {
         let (tx, rx) = mpsc::channel(1024);
-        let keep: Vec<String> = keep.iter().map(|k| (*k).to_owned()).collect();
-        let reqs: Vec<(String, Value)> = requests
+        let keep: Vec<SessionId> = keep.iter().map(|k| SessionId::from(*k)).collect();
+        let reqs: Vec<ResumeRequest> = requests
             .iter()
-            .map(|(s, id)| ((*s).to_owned(), id.clone()))
+            .map(|(s, id)| ResumeRequest {
+                sid: SessionId::from(*s),
+                id: id.clone().into(),
+            })
             .collect();
         s.resume(&keep, &reqs, tx);
         rx
@@ -995,11 +1043,15 @@ mod tests {
     }
 
     /// The response of call `sid` (its related messages skipped); acknowledges it.
-    async fn answer(s: &Arc<Sessions>, rx: &mut mpsc::Receiver<DaemonFrame>, sid: &str) -> Value {
+    async fn answer(
+        s: &Arc<HostedSessions>,
+        rx: &mut mpsc::Receiver<DaemonFrame>,
+        sid: &str,
+    ) -> Value {
         loop {
             let (seq, _, m) = next_rpc(rx, sid).await;
             if m.get("method").is_none() {
-                s.ack(sid, seq);
+                s.ack(&SessionId::from(sid), seq);
                 return m;
             }
         }
@@ -1017,10 +1069,10 @@ mod tests {
     #[tokio::test]
     async fn runtime_calls_answer_tools_list_and_discover_without_initialize() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1031,7 +1083,7 @@ mod tests {
         assert_eq!(owner["result"]["resultType"], "complete", "{owner}");
         assert!(names(&owner["result"]).contains(&"run_process".to_owned()));
         s.call(
-            "c2",
+            &sid("c2"),
             RUNTIME_SERVER,
             "tok",
             "reviewer",
@@ -1041,7 +1093,7 @@ mod tests {
         assert_eq!(reviewer["id"], "a");
         assert!(!names(&reviewer["result"]).contains(&"run_process".to_owned()));
         s.call(
-            "c3",
+            &sid("c3"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1057,16 +1109,16 @@ mod tests {
         );
         // Acknowledged answers end the calls; a later close is harmless.
         assert!(s.is_empty(), "{} hosts left", s.len());
-        s.close("c1");
+        s.close(&sid("c1"));
     }
 
     #[tokio::test]
     async fn a_call_without_its_meta_fields_gets_the_json_rpc_error() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1095,10 +1147,10 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_call_is_not_answered_and_ends() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1106,7 +1158,7 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
         s.rpc(
-            "c1",
+            &sid("c1"),
             json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}),
         );
         assert!(s.is_empty());
@@ -1118,10 +1170,10 @@ mod tests {
     #[tokio::test]
     async fn resume_replays_an_unacknowledged_answer_and_cancels_calls_not_listed() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut first = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1133,7 +1185,7 @@ mod tests {
         s.detach();
         // Answered while no link is up.
         s.call(
-            "c2",
+            &sid("c2"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1141,7 +1193,7 @@ mod tests {
         );
         // Still running, and not awaited by the relay after the reconnect.
         s.call(
-            "c3",
+            &sid("c3"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1168,7 +1220,7 @@ mod tests {
         assert_eq!(late["id"], 2);
         assert!(late["result"]["supportedVersions"].is_array(), "{late}");
         assert!(
-            s.host("c3").is_none(),
+            s.host(&sid("c3")).is_none(),
             "the call not listed was not cancelled"
         );
         let none = tokio::time::timeout(Duration::from_secs(3), next_rpc(&mut second, "c3")).await;
@@ -1180,7 +1232,7 @@ mod tests {
     #[tokio::test]
     async fn a_task_outlives_the_call_that_created_it() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         let with_tasks = |mut r: Value| {
             r["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
@@ -1188,7 +1240,7 @@ mod tests {
             r
         };
         s.call(
-            "c1",
+            &sid("c1"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1207,7 +1259,7 @@ mod tests {
         for n in 0.. {
             let sid = format!("g{n}");
             s.call(
-                &sid,
+                &self::sid(&sid),
                 RUNTIME_SERVER,
                 "tok",
                 "owner",
@@ -1232,10 +1284,10 @@ mod tests {
     #[tokio::test]
     async fn a_runtime_listen_stays_open_until_cancelled() {
         let (_dir, rt) = runtime();
-        let s = Sessions::new(rt, Vec::new());
+        let s = HostedSessions::new(rt, Vec::new());
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "l",
+            &sid("l"),
             RUNTIME_SERVER,
             "tok",
             "owner",
@@ -1252,8 +1304,8 @@ mod tests {
         );
         let more = tokio::time::timeout(Duration::from_secs(2), next_rpc(&mut rx, "l")).await;
         assert!(more.is_err(), "the listen ended: {more:?}");
-        assert!(s.host("l").is_some());
-        s.rpc("l", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
+        assert!(s.host(&sid("l")).is_some());
+        s.rpc(&sid("l"), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
         assert!(s.is_empty());
     }
 
@@ -1364,10 +1416,10 @@ mod tests {
         serde_json::from_str(answer["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
     }
 
-    fn bridged() -> (tempfile::TempDir, Arc<Sessions>) {
+    fn bridged() -> (tempfile::TempDir, Arc<HostedSessions>) {
         let (dir, rt) = runtime();
         let spec = fixture_spec(dir.path());
-        let s = Sessions::new(rt, vec![(spec, HashSet::from(["read".to_owned()]))]);
+        let s = HostedSessions::new(rt, vec![(spec, HashSet::from(["read".to_owned()]))]);
         (dir, s)
     }
 
@@ -1382,7 +1434,7 @@ mod tests {
                 json!({"name": "read", "arguments": args}),
             );
             r["params"]["_meta"]["progressToken"] = json!("p");
-            s.call(sid, "legacy", "tok", "owner", r);
+            s.call(&self::sid(sid), "legacy", "tok", "owner", r);
         };
         // Two concurrent calls with the same id (and progress token) on one pooled session.
         call("c1", json!({"sleep_ms": 300, "n": 1}));
@@ -1437,7 +1489,7 @@ mod tests {
         );
 
         s.call(
-            "c3",
+            &sid("c3"),
             "legacy",
             "tok",
             "owner",
@@ -1450,7 +1502,7 @@ mod tests {
         assert_eq!(names(&list["result"]), ["read", "write"]);
 
         s.call(
-            "c4",
+            &sid("c4"),
             "legacy",
             "tok",
             "owner",
@@ -1469,7 +1521,7 @@ mod tests {
         assert_eq!(d["result"]["capabilities"]["tools"]["listChanged"], true);
 
         s.call(
-            "c5",
+            &sid("c5"),
             "legacy",
             "tok",
             "owner",
@@ -1484,7 +1536,7 @@ mod tests {
         let (_dir, s) = bridged();
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "c1",
+            &sid("c1"),
             "legacy",
             "tok",
             "reviewer",
@@ -1494,7 +1546,7 @@ mod tests {
         assert_eq!(names(&list["result"]), ["read"]);
         assert_eq!(list["result"]["cacheScope"], "private");
         s.call(
-            "c2",
+            &sid("c2"),
             "legacy",
             "tok",
             "reviewer",
@@ -1515,7 +1567,7 @@ mod tests {
         );
         // A sampling request of the child is answered by the daemon, never forwarded.
         s.call(
-            "c3",
+            &sid("c3"),
             "legacy",
             "tok",
             "reviewer",
@@ -1534,7 +1586,7 @@ mod tests {
         let (_dir, s) = bridged();
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "l1",
+            &sid("l1"),
             "legacy",
             "tok",
             "owner",
@@ -1555,7 +1607,7 @@ mod tests {
             json!({"toolsListChanged": true})
         );
         s.call(
-            "c1",
+            &sid("c1"),
             "legacy",
             "tok",
             "owner",
@@ -1574,9 +1626,9 @@ mod tests {
         assert_eq!(related, Some(json!(7)));
         answer(&s, &mut rx, "c1").await;
         // Cancelling the listen ends it; cancelling a forwarded call reaches the child.
-        s.rpc("l1", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}));
+        s.rpc(&sid("l1"), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}));
         s.call(
-            "c2",
+            &sid("c2"),
             "legacy",
             "tok",
             "owner",
@@ -1587,9 +1639,9 @@ mod tests {
             ),
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        s.close("c2");
+        s.close(&sid("c2"));
         s.call(
-            "c3",
+            &sid("c3"),
             "legacy",
             "tok",
             "owner",
@@ -1644,10 +1696,10 @@ mod tests {
             env: Default::default(),
             cwd: dir.path().into(),
         };
-        let s = Sessions::new(rt, vec![(spec, HashSet::new())]);
+        let s = HostedSessions::new(rt, vec![(spec, HashSet::new())]);
         let mut rx = link(&s, &[], &[]);
         s.call(
-            "d",
+            &sid("d"),
             "fixture",
             "tok",
             "owner",
@@ -1657,7 +1709,7 @@ mod tests {
         assert_eq!(d["result"]["supportedVersions"][0], "2026-07-28", "{d}");
         assert!(d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string());
         s.call(
-            "l",
+            &sid("l"),
             "fixture",
             "tok",
             "owner",
@@ -1668,7 +1720,7 @@ mod tests {
         assert_eq!(l["result"]["cacheScope"], "private");
         assert!(names(&l["result"]).contains(&"test_simple_text".to_owned()));
         s.call(
-            "t",
+            &sid("t"),
             "fixture",
             "tok",
             "owner",
@@ -1689,7 +1741,7 @@ mod tests {
             json!({"name": "test_tool_with_progress", "arguments": {}}),
         );
         p["params"]["_meta"]["progressToken"] = json!("mine");
-        s.call("p", "fixture", "tok", "owner", p);
+        s.call(&sid("p"), "fixture", "tok", "owner", p);
         let mut steps = 0;
         loop {
             let (seq, _, m) = next_rpc(&mut rx, "p").await;
@@ -1698,14 +1750,14 @@ mod tests {
                 steps += 1;
                 continue;
             }
-            s.ack("p", seq);
+            s.ack(&sid("p"), seq);
             assert_eq!(m["result"]["resultType"], "complete", "{m}");
             break;
         }
         assert_eq!(steps, 3);
         // Sampling cannot reach a 2026-07-28 client: the tool fails, the call is answered.
         s.call(
-            "x",
+            &sid("x"),
             "fixture",
             "tok",
             "owner",
@@ -1729,7 +1781,7 @@ mod tests {
     async fn the_pool_is_bounded_and_idle_sessions_close() {
         let (dir, rt) = runtime();
         let spec = fixture_spec(dir.path());
-        let s = Sessions::with_pool(
+        let s = HostedSessions::with_pool(
             rt,
             vec![(spec, HashSet::from(["read".to_owned()]))],
             bridge::Pool::new(1, Duration::from_millis(800)),
@@ -1742,22 +1794,22 @@ mod tests {
                 json!({"name": "read", "arguments": {}}),
             )
         };
-        s.call("a1", "legacy", "alice", "owner", read(1));
+        s.call(&sid("a1"), "legacy", "alice", "owner", read(1));
         let pid_a = seen(&answer(&s, &mut rx, "a1").await)["pid"].clone();
-        s.call("a2", "legacy", "alice", "owner", read(2));
+        s.call(&sid("a2"), "legacy", "alice", "owner", read(2));
         assert_eq!(
             seen(&answer(&s, &mut rx, "a2").await)["pid"],
             pid_a,
             "not reused"
         );
         // Bob's session takes the only place: Alice's idle one is closed.
-        s.call("b1", "legacy", "bob", "owner", read(3));
+        s.call(&sid("b1"), "legacy", "bob", "owner", read(3));
         let pid_b = seen(&answer(&s, &mut rx, "b1").await)["pid"].clone();
         assert_ne!(pid_b, pid_a);
         assert_eq!(s.pool.len(), 1);
         // A listen keeps Bob's session busy: Alice cannot get one now.
         s.call(
-            "bl",
+            &sid("bl"),
             "legacy",
             "bob",
             "owner",
@@ -1769,16 +1821,16 @@ mod tests {
         );
         let (_, _, ack) = next_rpc(&mut rx, "bl").await;
         assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
-        s.call("a3", "legacy", "alice", "owner", read(5));
+        s.call(&sid("a3"), "legacy", "alice", "owner", read(5));
         let full = answer(&s, &mut rx, "a3").await;
         assert_eq!(full["error"]["data"]["retryable"], true, "{full}");
         // Busy sessions are not idle-closed; once the listen ends, the session closes.
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(s.pool.len(), 1, "a busy session was closed");
-        s.rpc("bl", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}}));
+        s.rpc(&sid("bl"), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}}));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(s.pool.len(), 0, "an idle session was kept");
-        s.call("a4", "legacy", "alice", "owner", read(6));
+        s.call(&sid("a4"), "legacy", "alice", "owner", read(6));
         let pid_a2 = seen(&answer(&s, &mut rx, "a4").await)["pid"].clone();
         assert_ne!(pid_a2, pid_a);
         assert!(s.is_empty());

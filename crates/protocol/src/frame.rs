@@ -14,6 +14,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::{
+    ids::{BridgeId, InstanceId, SessionId},
+    jsonrpc::RequestId,
+};
+
 /// The link protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -68,14 +73,14 @@ pub enum RelayFrame {
     /// The enrollment code was redeemed; the socket closes after this frame.
     Enrolled {
         /// The bridge enrolled.
-        bridge: String,
+        bridge: BridgeId,
         /// The id of the registered key, named in every `hello`.
         key_id: String,
     },
     /// The hello was verified.
     HelloAck {
         /// The bridge the daemon serves.
-        bridge: String,
+        bridge: BridgeId,
     },
     /// End-to-end readiness probe; answer with `probe_result` through the normal send path.
     Probe {
@@ -86,7 +91,7 @@ pub enum RelayFrame {
     /// Anything else the daemon holds is cancelled; unacknowledged output of these is replayed.
     Resume {
         /// Session ids to keep.
-        sessions: Vec<String>,
+        sessions: Vec<SessionId>,
         /// In-flight client requests to keep.
         requests: Vec<ResumeRequest>,
     },
@@ -95,12 +100,14 @@ pub enum RelayFrame {
     /// Open an MCP session.
     Open {
         /// Relay-assigned session id.
-        sid: String,
+        sid: SessionId,
         /// Which server: [`RUNTIME_SERVER`] or an upstream's name.
         server: String,
         /// The caller (token or account id).
         principal: String,
-        /// The caller's role (`owner`, `operator`, `editor`, `reviewer`).
+        /// The caller's role: a [`crate::Role`] name (`owner`, `operator`, `editor`,
+        /// `reviewer`), kept as text so a frame with a role this build does not know still
+        /// parses; the daemon gives such a role the least authority.
         role: String,
         /// The client's `initialize` request (a JSON-RPC message).
         initialize: Value,
@@ -115,12 +122,14 @@ pub enum RelayFrame {
     /// response. Principal and role are the caller's, as in `open`.
     Call {
         /// Relay-assigned id of this call (same namespace as session ids).
-        sid: String,
+        sid: SessionId,
         /// Which server: [`RUNTIME_SERVER`] or an upstream's name.
         server: String,
         /// The caller (token or account id).
         principal: String,
-        /// The caller's role (`owner`, `operator`, `editor`, `reviewer`).
+        /// The caller's role: a [`crate::Role`] name (`owner`, `operator`, `editor`,
+        /// `reviewer`), kept as text so a frame with a role this build does not know still
+        /// parses; the daemon gives such a role the least authority.
         role: String,
         /// The client's JSON-RPC request, `_meta` included.
         message: Value,
@@ -128,21 +137,21 @@ pub enum RelayFrame {
     /// A client → server JSON-RPC message for session `sid`.
     Rpc {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// The JSON-RPC message.
         message: Value,
     },
     /// The daemon's messages of `sid` up to `seq` are committed on the relay.
     Ack {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// Highest sequence number committed.
         seq: u64,
     },
     /// End session `sid`.
     Close {
         /// Session id.
-        sid: String,
+        sid: SessionId,
     },
     /// Liveness.
     Heartbeat {
@@ -173,9 +182,9 @@ pub enum DaemonFrame {
         /// Link protocol version.
         protocol: u32,
         /// The bridge this daemon enrolled as.
-        bridge: String,
+        bridge: BridgeId,
         /// This process's random id; a restarted daemon has a new one.
-        instance_id: String,
+        instance_id: InstanceId,
         /// Id of the registered device key.
         key_id: String,
         /// Unix ms the signature was made.
@@ -207,7 +216,7 @@ pub enum DaemonFrame {
     /// A server → client JSON-RPC message for session `sid`.
     Rpc {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// Per-session sequence number, from 1.
         seq: u64,
         /// Id of the client request this message belongs to, when known.
@@ -219,7 +228,7 @@ pub enum DaemonFrame {
     /// The daemon ended session `sid` (its server exited, or it was not resumed).
     Closed {
         /// Session id.
-        sid: String,
+        sid: SessionId,
         /// Why.
         reason: String,
     },
@@ -239,9 +248,9 @@ pub enum DaemonFrame {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResumeRequest {
     /// Session id.
-    pub sid: String,
+    pub sid: SessionId,
     /// The JSON-RPC request id.
-    pub id: Value,
+    pub id: RequestId,
 }
 
 /// A server the daemon serves, as announced in `hello`.
@@ -276,14 +285,78 @@ pub fn hello_transcript(
     .into_bytes()
 }
 
-/// WebSocket close code: the socket was replaced by a verified daemon of the same bridge.
-pub const CLOSE_REPLACED: u16 = 4012;
-/// WebSocket close code: the hello was missing, late, or did not verify.
-pub const CLOSE_UNAUTHENTICATED: u16 = 4001;
-/// WebSocket close code: the peer broke the protocol.
-pub const CLOSE_PROTOCOL: u16 = 4002;
-/// WebSocket close code: readiness did not complete in time.
-pub const CLOSE_NOT_READY: u16 = 4008;
+/// The WebSocket close codes of the link (RFC 6455 § 7.4; `docs/relay-protocol.md`, "Close
+/// codes"): the registered ones the relay uses, and the private-use ones of this protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseCode {
+    /// 1000: normal closure (enrolled; the peer closed).
+    Normal,
+    /// 1001: going away; the relay uses it for a daemon silent past the liveness timeout.
+    GoingAway,
+    /// 1006: the connection was lost without a close frame (reported, never sent by a
+    /// conforming endpoint).
+    Abnormal,
+    /// 1011: an internal error on the relay (link queue full, store failure).
+    Internal,
+    /// 4001: the hello was missing, late, or did not verify; an enrollment code was refused.
+    /// The daemon stops: enroll again.
+    Unauthenticated,
+    /// 4002: the peer broke the protocol. The daemon stops.
+    Protocol,
+    /// 4008: readiness (probe, resume, ready) did not complete in time. The daemon retries.
+    NotReady,
+    /// 4012: replaced by another verified socket of the bridge. The daemon stops (another
+    /// instance took over).
+    Replaced,
+}
+
+impl CloseCode {
+    /// Every code.
+    pub const ALL: [CloseCode; 8] = [
+        Self::Normal,
+        Self::GoingAway,
+        Self::Abnormal,
+        Self::Internal,
+        Self::Unauthenticated,
+        Self::Protocol,
+        Self::NotReady,
+        Self::Replaced,
+    ];
+
+    /// The numeric code on the wire.
+    pub const fn code(self) -> u16 {
+        match self {
+            Self::Normal => 1000,
+            Self::GoingAway => 1001,
+            Self::Abnormal => 1006,
+            Self::Internal => 1011,
+            Self::Unauthenticated => 4001,
+            Self::Protocol => 4002,
+            Self::NotReady => 4008,
+            Self::Replaced => 4012,
+        }
+    }
+
+    /// The code numbered `code`, if it is one of these.
+    pub fn from_code(code: u16) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.code() == code)
+    }
+}
+
+impl std::fmt::Display for CloseCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.code().fmt(f)
+    }
+}
+
+/// Wall-clock time in Unix milliseconds: what `hello` signs as its `timestamp` and `welcome`
+/// names as `expires_at` (0 for a clock before 1970).
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
 
 #[cfg(test)]
 mod tests {
@@ -337,6 +410,15 @@ mod tests {
         let text = serde_json::to_string(&c).unwrap();
         assert!(text.starts_with(r#"{"type":"call""#), "{text}");
         assert_eq!(serde_json::from_str::<RelayFrame>(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn close_codes_round_trip() {
+        for c in CloseCode::ALL {
+            assert_eq!(CloseCode::from_code(c.code()), Some(c));
+        }
+        assert_eq!(CloseCode::Replaced.code(), 4012);
+        assert_eq!(CloseCode::from_code(4999), None);
     }
 
     #[test]

@@ -5,8 +5,12 @@
 //!
 //! - [`limits`]: every timing and size constant of the contract (DESIGN §7). Logic elsewhere names
 //!   these constants instead of writing literals.
-//! - [`error_code`]: the stable machine codes of tool errors (DESIGN §3 "Results").
-//! - [`frame`]: the relay ⇄ daemon link frames (DESIGN §5).
+//! - [`error_code`] and [`tool_error`]: the stable machine codes of tool errors and the one type
+//!   that renders a failed tool call (DESIGN §3 "Results").
+//! - [`frame`]: the relay ⇄ daemon link frames and close codes (DESIGN §5).
+//! - [`ids`]: bridge, session and instance ids as types that cannot be mixed up.
+//! - [`jsonrpc`]: the JSON-RPC 2.0 envelope, request ids and error codes.
+//! - [`mcp`]: the MCP protocol versions served and the per-request `_meta` keys.
 //! - [`role`]: the roles a remote caller holds on a bridge (DESIGN §3 "Authority").
 //!
 //! It depends on `serde` (and `serde_json` for opaque JSON-RPC payloads) only, so any crate may
@@ -21,7 +25,11 @@
 
 pub mod error_code;
 pub mod frame;
+pub mod ids;
+pub mod jsonrpc;
 pub mod limits;
+pub mod mcp;
 pub mod role;
+pub mod tool_error;
 
 pub use role::Role;

@@ -182,8 +182,11 @@ pub const READ_HARD_MAX_BYTES: usize = 5 * MIB;
 pub const IMAGE_MAX_BYTES: usize = 4 * MIB;
 /// Largest file `edit_file` and `apply_patch` load to rewrite, and `write_file` accepts.
 pub const EDIT_FILE_MAX_BYTES: usize = 32 * MIB;
-/// Largest unified diff returned by an edit; longer diffs are cut with a marker.
-pub const DIFF_MAX_BYTES: usize = 64 * KIB;
+/// Largest unified diff returned by an edit (`write_file`, `edit_file`, `apply_patch`); longer
+/// diffs are cut with a marker.
+pub const EDIT_DIFF_MAX_BYTES: usize = 64 * KIB;
+/// Largest `max_bytes` of `git_diff` and `git_show` (4 MiB): the diff text they return at most.
+pub const GIT_DIFF_MAX_BYTES: usize = 4 * MIB;
 /// Default and maximum entries of `list_dir`.
 pub const LIST_DIR_DEFAULT_ENTRIES: usize = 1_000;
 /// Maximum entries `list_dir` may be asked for.

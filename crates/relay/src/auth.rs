@@ -8,9 +8,12 @@ use subtle::ConstantTimeEq;
 
 pub use protocol::Role;
 
-/// An authenticated caller of one bridge.
+/// An authenticated caller of one bridge: the principal id a request carries to the daemon (a
+/// static token's id, `acct_….v<version>` for an OAuth account, `anonymous` without auth), the
+/// bridge its credential grants and its role there. Not the runtime's `Principal`, which is the
+/// id alone, as the daemon passes it to the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
+pub struct BridgePrincipal {
     /// Stable id (a token id, or `anonymous` without auth).
     pub id: String,
     /// The bridge the credential grants.

@@ -16,9 +16,11 @@ pub enum AuthMode {
     None,
 }
 
-/// Timing of the daemon link; production uses the contract (DESIGN §7), tests may shorten it.
+/// The relay's timing: the daemon link's deadlines and grace, SSE keepalives and the offline
+/// wait; production uses the contract (DESIGN §7), tests may shorten it. (The daemon's own link
+/// timing is `daemon::link::LinkTiming`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkTiming {
+pub struct RelayTiming {
     /// How long detached sessions and calls wait for the same daemon instance.
     pub reconnect_grace: Duration,
     /// Time a daemon has to send `hello`.
@@ -33,7 +35,7 @@ pub struct LinkTiming {
     pub offline_wait: Duration,
 }
 
-impl Default for LinkTiming {
+impl Default for RelayTiming {
     fn default() -> Self {
         Self {
             reconnect_grace: limits::RECONNECT_GRACE,
@@ -61,7 +63,7 @@ pub struct RelayConfig {
     /// In-flight relayed requests per bridge.
     pub max_inflight_per_bridge: usize,
     /// Link timing.
-    pub timing: LinkTiming,
+    pub timing: RelayTiming,
     /// OAuth settings (used in [`AuthMode::OAuth`]).
     pub oauth: crate::oauth::OAuthSettings,
     /// Bounds on client connections.
@@ -112,7 +114,7 @@ impl RelayConfig {
             auth: AuthMode::OAuth,
             allowed_origins: Vec::new(),
             max_inflight_per_bridge: limits::RELAYED_REQUESTS_PER_BRIDGE,
-            timing: LinkTiming::default(),
+            timing: RelayTiming::default(),
             oauth: Default::default(),
             connections: Default::default(),
             metrics_listen: None,

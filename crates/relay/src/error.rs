@@ -4,7 +4,8 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use serde_json::{Value, json};
+use protocol::jsonrpc::{self, code};
+use serde_json::Value;
 
 /// A refused MCP HTTP request (MCP 2025-11-25 Streamable HTTP: errors are JSON-RPC error objects;
 /// the status says what kind of refusal it is).
@@ -26,9 +27,9 @@ pub struct HttpError {
 }
 
 impl HttpError {
-    /// A refusal with no request id and code -32600.
+    /// A refusal with no request id and code -32600 (invalid request).
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self::rpc(status, Value::Null, -32600, message)
+        Self::rpc(status, Value::Null, code::INVALID_REQUEST, message)
     }
 
     /// A refusal answering request `id` with `code`.
@@ -54,11 +55,7 @@ impl HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(data) = self.data {
-            error["data"] = data;
-        }
-        let body = json!({"jsonrpc": "2.0", "id": self.id, "error": error});
+        let body = jsonrpc::error(&self.id, self.code, &self.message, self.data);
         let mut r = (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],

@@ -1,8 +1,8 @@
 //! The machine-bridge relay: where remote MCP clients meet the daemons of users' machines.
 //!
 //! The relay authenticates MCP clients (static bearer tokens, or none on a loopback listener),
-//! serves MCP Streamable HTTP per bridge and server ([`mcp`]), keeps MCP sessions and resumable
-//! SSE streams ([`hub`], [`stream`]), and forwards JSON-RPC over one WebSocket per daemon
+//! serves MCP Streamable HTTP per bridge and server (`mcp`), keeps MCP sessions and resumable
+//! SSE streams ([`hub`], `stream`), and forwards JSON-RPC over one WebSocket per daemon
 //! ([`link`]) after verifying the daemon's device-key signature and an end-to-end probe. It never
 //! touches files or processes and knows nothing of tool semantics (invariant 1): every effect
 //! happens in the daemon, which re-checks authority on each call.
@@ -24,14 +24,15 @@ pub mod config;
 pub mod error;
 pub mod hub;
 pub mod link;
-pub mod mcp;
-pub mod metrics;
+mod lock;
+pub(crate) mod mcp;
+pub(crate) mod metrics;
 pub mod oauth;
-pub mod ops;
+pub(crate) mod ops;
 pub mod server;
-pub mod stateless;
+pub(crate) mod stateless;
 pub mod storage;
-pub mod stream;
+pub(crate) mod stream;
 
 #[cfg(test)]
 mod http_fuzz;
@@ -48,20 +49,16 @@ use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
 /// The relay's HTTP application over `hub`: the MCP endpoints, the daemon socket, the
 /// operational endpoints and, in [`config::AuthMode::OAuth`], the authorization server
-/// ([`oauth::routes`]); CORS for the origins [`mcp::origin_allowed`] admits.
+/// ([`oauth::routes`]); CORS for the origins `mcp::origin_allowed` admits.
 pub fn router(hub: Arc<hub::Hub>) -> Router {
     let mut app = Router::new()
         .route(
             "/b/{bridge}/mcp",
-            get(mcp::get_runtime)
-                .post(mcp::post_runtime)
-                .delete(mcp::delete_runtime),
+            get(mcp::get).post(mcp::post).delete(mcp::delete),
         )
         .route(
             "/b/{bridge}/s/{server}/mcp",
-            get(mcp::get_server)
-                .post(mcp::post_server)
-                .delete(mcp::delete_server),
+            get(mcp::get).post(mcp::post).delete(mcp::delete),
         )
         .route(CONNECT_PATH, get(link::connect))
         .route("/healthz", get(ops::healthz))

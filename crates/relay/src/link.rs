@@ -37,14 +37,14 @@ use tokio_tungstenite::{
     tungstenite::{
         Message,
         handshake::derive_accept_key,
-        protocol::{CloseFrame, Role, WebSocketConfig, frame::coding::CloseCode},
+        protocol::{CloseFrame, Role, WebSocketConfig, frame::coding::CloseCode as WsCloseCode},
     },
 };
 
 use protocol::{
     frame::{
-        CLOSE_NOT_READY, CLOSE_PROTOCOL, CLOSE_REPLACED, CLOSE_UNAUTHENTICATED, DaemonFrame,
-        PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame, hello_transcript,
+        CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame,
+        hello_transcript, now_unix_ms,
     },
     limits::{
         RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES, UNVERIFIED_DAEMON_SOCKETS_MAX,
@@ -255,13 +255,6 @@ impl Unlock {
 
 type Ws = WebSocketStream<Budget<TokioIo<hyper::upgrade::Upgraded>>>;
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     Metrics::add(&hub.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
@@ -276,7 +269,7 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
                 Outbound::Close(code, reason) => {
                     let _ = sink
                         .send(Message::Close(Some(CloseFrame {
-                            code: CloseCode::from(code),
+                            code: WsCloseCode::from(code.code()),
                             reason: reason.into(),
                         })))
                         .await;
@@ -288,14 +281,14 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
             }
         }
     });
-    let link_tx = LinkTx(tx);
+    let link_tx = LinkTx::new(tx);
     let mut promoted = false;
     let outcome = session(&hub, &link_tx, &mut stream, &mut promoted, &mut unlock).await;
     if !promoted {
         Metrics::add(&hub.metrics.sockets_candidate, -1);
     }
     if let Err((code, reason)) = &outcome {
-        tracing::info!(code, %reason, "daemon socket closed");
+        tracing::info!(code = code.code(), %reason, "daemon socket closed");
         link_tx.close(*code, reason);
     }
     drop(link_tx);
@@ -308,26 +301,31 @@ type Incoming = futures_util::stream::SplitStream<Ws>;
 async fn next_frame(
     stream: &mut Incoming,
     deadline: Instant,
-) -> Result<DaemonFrame, (u16, String)> {
+) -> Result<DaemonFrame, (CloseCode, String)> {
     loop {
         let msg = match tokio::time::timeout_at(deadline, stream.next()).await {
-            Err(_) => return Err((CLOSE_NOT_READY, "timed out waiting for the daemon".into())),
-            Ok(None) => return Err((1000, "socket closed".into())),
-            Ok(Some(Err(e))) => return Err((1006, format!("socket error: {e}"))),
+            Err(_) => {
+                return Err((
+                    CloseCode::NotReady,
+                    "timed out waiting for the daemon".into(),
+                ));
+            }
+            Ok(None) => return Err((CloseCode::Normal, "socket closed".into())),
+            Ok(Some(Err(e))) => return Err((CloseCode::Abnormal, format!("socket error: {e}"))),
             Ok(Some(Ok(m))) => m,
         };
         match msg {
             Message::Text(t) => {
                 return serde_json::from_str(t.as_str())
-                    .map_err(|e| (CLOSE_PROTOCOL, format!("unreadable frame: {e}")));
+                    .map_err(|e| (CloseCode::Protocol, format!("unreadable frame: {e}")));
             }
             Message::Binary(_) => {
                 return Err((
-                    CLOSE_PROTOCOL,
+                    CloseCode::Protocol,
                     "binary frames are not part of the protocol".into(),
                 ));
             }
-            Message::Close(_) => return Err((1000, "closed by the daemon".into())),
+            Message::Close(_) => return Err((CloseCode::Normal, "closed by the daemon".into())),
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
         }
     }
@@ -339,7 +337,7 @@ async fn session(
     stream: &mut Incoming,
     promoted: &mut bool,
     unlock: &mut Unlock,
-) -> Result<(), (u16, String)> {
+) -> Result<(), (CloseCode, String)> {
     let timing = hub.config.timing;
     // The hello deadline runs from the upgrade, whatever the socket sends meanwhile.
     let hello_by = Instant::now() + timing.hello_deadline;
@@ -350,13 +348,16 @@ async fn session(
         server: "machine-mcp-relay".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         challenge: challenge.clone(),
-        expires_at: now_ms() + timing.hello_deadline.as_millis() as u64,
+        expires_at: now_unix_ms() + timing.hello_deadline.as_millis() as u64,
         revision: protocol::frame::LINK_REVISION,
     });
     // 2. hello
     let hello = next_frame(stream, hello_by).await.map_err(|(c, r)| {
-        if c == CLOSE_NOT_READY {
-            (CLOSE_UNAUTHENTICATED, "daemon hello timeout".to_owned())
+        if c == CloseCode::NotReady {
+            (
+                CloseCode::Unauthenticated,
+                "daemon hello timeout".to_owned(),
+            )
         } else {
             (c, r)
         }
@@ -387,19 +388,19 @@ async fn session(
             DaemonFrame::Enroll { code, public_key } => {
                 return enroll(hub, tx, &code, &public_key).await;
             }
-            _ => return Err((CLOSE_PROTOCOL, "expected hello".into())),
+            _ => return Err((CloseCode::Protocol, "expected hello".into())),
         };
     if protocol != PROTOCOL_VERSION {
         return Err((
-            CLOSE_PROTOCOL,
+            CloseCode::Protocol,
             format!("unsupported link protocol {protocol} (this relay speaks {PROTOCOL_VERSION})"),
         ));
     }
     verify_hello(
         hub,
         &challenge,
-        &bridge,
-        &instance_id,
+        bridge.as_str(),
+        instance_id.as_str(),
         &key_id,
         timestamp,
         &signature,
@@ -414,7 +415,7 @@ async fn session(
     let _ = tx.try_send(RelayFrame::HelloAck {
         bridge: bridge.clone(),
     });
-    let b = hub.bridge(&bridge).await;
+    let b = hub.bridge(bridge.as_str()).await;
     // 3-5. probe, resume, ready, within the readiness deadline.
     let deadline = Instant::now() + timing.readiness_deadline;
     let probe_id = crate::auth::random_id("probe_");
@@ -428,7 +429,7 @@ async fn session(
             DaemonFrame::Catalog { servers: s } if servers.is_none() => servers = Some(s),
             DaemonFrame::ProbeResult { id } if id == probe_id => {
                 if servers.is_none() {
-                    return Err((CLOSE_PROTOCOL, "probe_result before catalog".into()));
+                    return Err((CloseCode::Protocol, "probe_result before catalog".into()));
                 }
                 break;
             }
@@ -438,7 +439,7 @@ async fn session(
             DaemonFrame::HeartbeatAck { .. } => {}
             other => {
                 return Err((
-                    CLOSE_PROTOCOL,
+                    CloseCode::Protocol,
                     format!("unexpected frame before ready: {}", frame_name(&other)),
                 ));
             }
@@ -458,7 +459,8 @@ async fn session(
     };
     let link_id = link.id;
     if let Some(old) = hub.promote(&b, link) {
-        old.tx.close(CLOSE_REPLACED, "replaced by verified daemon");
+        old.tx
+            .close(CloseCode::Replaced, "replaced by verified daemon");
     }
     *promoted = true;
     Metrics::add(&hub.metrics.sockets_candidate, -1);
@@ -472,7 +474,12 @@ async fn session(
 }
 
 /// Redeems an enrollment code for a device public key, answers `enrolled` and ends the socket.
-async fn enroll(hub: &Hub, tx: &LinkTx, code: &str, public_key: &str) -> Result<(), (u16, String)> {
+async fn enroll(
+    hub: &Hub,
+    tx: &LinkTx,
+    code: &str,
+    public_key: &str,
+) -> Result<(), (CloseCode, String)> {
     let key_ok = URL_SAFE_NO_PAD
         .decode(public_key)
         .ok()
@@ -480,21 +487,28 @@ async fn enroll(hub: &Hub, tx: &LinkTx, code: &str, public_key: &str) -> Result<
         .is_some();
     if !key_ok {
         return Err((
-            CLOSE_PROTOCOL,
+            CloseCode::Protocol,
             "public_key is not a P-256 public key (SEC1, base64url)".into(),
         ));
     }
     match hub.storage.enroll(code, public_key).await {
         Ok((bridge, key_id)) => {
             tracing::info!(%bridge, %key_id, "daemon enrolled");
-            tx.try_send(RelayFrame::Enrolled { bridge, key_id });
-            tx.close(1000, "enrolled");
+            let told = tx.try_send(RelayFrame::Enrolled {
+                bridge: bridge.clone().into(),
+                key_id,
+            });
+            if let Err(e) = told {
+                // The code is used up; the daemon learns nothing and must enroll again.
+                tracing::warn!(%bridge, error = %e, "a daemon enrolled but its socket could not be told");
+            }
+            tx.close(CloseCode::Normal, "enrolled");
             Ok(())
         }
-        Err(StorageError::NotFound(m)) => Err((CLOSE_UNAUTHENTICATED, m)),
+        Err(StorageError::NotFound(m)) => Err((CloseCode::Unauthenticated, m)),
         Err(e) => {
             tracing::error!(error = %e, "enrollment failed");
-            Err((1011, "enrollment failed".into()))
+            Err((CloseCode::Internal, "enrollment failed".into()))
         }
     }
 }
@@ -505,13 +519,16 @@ async fn serve(
     tx: &LinkTx,
     stream: &mut Incoming,
     liveness: Duration,
-) -> Result<(), (u16, String)> {
+) -> Result<(), (CloseCode, String)> {
     loop {
         let frame = next_frame(stream, Instant::now() + liveness)
             .await
             .map_err(|(c, r)| {
-                if c == CLOSE_NOT_READY {
-                    (1001, "daemon silent past the liveness timeout".to_owned())
+                if c == CloseCode::NotReady {
+                    (
+                        CloseCode::GoingAway,
+                        "daemon silent past the liveness timeout".to_owned(),
+                    )
                 } else {
                     (c, r)
                 }
@@ -523,12 +540,17 @@ async fn serve(
                 related,
                 message,
             } => {
-                hub.deliver(&sid, seq, related.as_ref(), message);
-                if !tx.try_send(RelayFrame::Ack {
-                    sid: sid.clone(),
-                    seq,
-                }) {
-                    return Err((1011, "link queue full".into()));
+                // Acknowledged whatever became of it: a replay, or a message for a session that
+                // has ended, is as committed as a routed one (unmatched ones are counted).
+                let _ = hub.deliver(&sid, seq, related.as_ref(), message);
+                if tx
+                    .try_send(RelayFrame::Ack {
+                        sid: sid.clone(),
+                        seq,
+                    })
+                    .is_err()
+                {
+                    return Err((CloseCode::Internal, "link queue full".into()));
                 }
                 // A call ends with its answer: `close` follows the `ack` of the response.
                 hub.close_if_answered(&sid);
@@ -542,7 +564,7 @@ async fn serve(
                 hub.set_catalog(bridge, servers).await;
             }
             DaemonFrame::Hello { .. } | DaemonFrame::Enroll { .. } => {
-                return Err((CLOSE_PROTOCOL, "duplicate hello".into()));
+                return Err((CloseCode::Protocol, "duplicate hello".into()));
             }
         }
     }
@@ -556,12 +578,12 @@ async fn verify_hello(
     key_id: &str,
     timestamp: u64,
     signature: &str,
-) -> Result<(), (u16, String)> {
-    let deny = |why: &str| (CLOSE_UNAUTHENTICATED, why.to_owned());
+) -> Result<(), (CloseCode, String)> {
+    let deny = |why: &str| (CloseCode::Unauthenticated, why.to_owned());
     if instance_id.is_empty() || instance_id.len() > 128 {
         return Err(deny("bad instance id"));
     }
-    if now_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
+    if now_unix_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
         return Err(deny("hello timestamp is too far from the relay's clock"));
     }
     let key = hub
@@ -627,7 +649,7 @@ pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
         };
         if !valid {
             tracing::warn!(bridge = %bridge.name, key_id = %link.key_id, "closing a daemon whose device key was revoked");
-            link.tx.close(CLOSE_UNAUTHENTICATED, HELLO_REFUSED);
+            link.tx.close(CloseCode::Unauthenticated, HELLO_REFUSED);
         }
     }
 }

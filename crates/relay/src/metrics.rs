@@ -4,41 +4,41 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Counters and gauges of one relay node.
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// MCP sessions alive.
-    pub sessions: AtomicI64,
+    pub(crate) sessions: AtomicI64,
     /// Client requests relayed and not yet answered.
-    pub inflight: AtomicI64,
+    pub(crate) inflight: AtomicI64,
     /// Of those, requests whose daemon socket is gone (awaiting the same instance).
-    pub detached: AtomicI64,
+    pub(crate) detached: AtomicI64,
     /// Open `subscriptions/listen` streams of MCP 2026-07-28 clients (not in `inflight`).
-    pub subscriptions: AtomicI64,
+    pub(crate) subscriptions: AtomicI64,
     /// Daemon sockets handshaking (hello, probe, resume).
-    pub sockets_candidate: AtomicI64,
+    pub(crate) sockets_candidate: AtomicI64,
     /// Daemon sockets that are a bridge's active daemon.
-    pub sockets_ready: AtomicI64,
+    pub(crate) sockets_ready: AtomicI64,
     /// Verified daemon sockets that replaced another or rebound detached work.
-    pub reconnects: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
     /// Daemon messages that matched no pending request (a lifecycle defect when it grows).
-    pub unmatched: AtomicU64,
+    pub(crate) unmatched: AtomicU64,
     /// HTTP requests answered on MCP endpoints.
-    pub http_requests: AtomicU64,
+    pub(crate) http_requests: AtomicU64,
     /// Client connections open.
-    pub connections_open: AtomicI64,
+    pub(crate) connections_open: AtomicI64,
     /// Connections closed at once because a connection cap was reached.
-    pub connections_refused: AtomicI64,
+    pub(crate) connections_refused: AtomicI64,
     /// Daemon sockets refused before the upgrade because too many unverified ones were open.
-    pub sockets_refused: AtomicI64,
+    pub(crate) sockets_refused: AtomicI64,
 }
 
 impl Metrics {
     /// Adds `d` to a gauge.
-    pub fn add(g: &AtomicI64, d: i64) {
+    pub(crate) fn add(g: &AtomicI64, d: i64) {
         g.fetch_add(d, Ordering::Relaxed);
     }
 
     /// Renders the Prometheus text format.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let g = |a: &AtomicI64| a.load(Ordering::Relaxed);
         let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut s = String::new();

@@ -16,12 +16,12 @@ use axum::{
 use crate::hub::Hub;
 
 /// Liveness: 200 with `ok` while the relay serves.
-pub async fn healthz() -> &'static str {
+pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// `GET /metrics` on the metrics listener: always answered.
-pub async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
+pub(crate) async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
     hub.streams.sweep();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -32,7 +32,7 @@ pub async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
 
 /// `GET /metrics` on the main listener: 404 when a metrics listener is configured, else
 /// answered only to a loopback peer naming a loopback host.
-pub async fn metrics_main(
+pub(crate) async fn metrics_main(
     State(hub): State<Arc<Hub>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,

@@ -35,74 +35,61 @@
 //! or older than link revision 2 gets `server/discover` and `tools/list` answered from the
 //! catalog it announced, everything else a clear error.
 
-use std::{collections::HashMap, convert::Infallible, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use axum::{
-    body::Bytes,
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
-use futures_util::Stream as FuturesStream;
 use serde_json::{Value, json};
 
-use protocol::limits::STATELESS_RESPONSE_HOLD;
-
-use crate::{
-    auth::Principal,
-    error::HttpError,
-    hub::{
-        Bridge, CachedServer, Hub, Link, SUBSCRIPTIONS_LISTEN, SendError, Session, Sink,
-        UNAVAILABLE,
+use protocol::{
+    error_code::ToolErrorCode,
+    jsonrpc::{
+        self, Kind,
+        code::{
+            HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+            MISSING_REQUIRED_CLIENT_CAPABILITY, UNAVAILABLE, UNSUPPORTED_PROTOCOL_VERSION,
+        },
     },
-    mcp::{SESSION_HEADER, SUPPORTED_VERSIONS, VERSION_HEADER, wants_sse},
-    stream::Stream,
+    limits::STATELESS_RESPONSE_HOLD,
+    mcp::{
+        ALL_VERSIONS, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
+        META_SERVER_INFO, SUBSCRIPTIONS_LISTEN, is_modern, is_session_era,
+    },
+    tool_error::ToolError,
 };
 
-/// Protocol versions served statelessly (MCP 2026-07-28 Basic › Versioning: "modern").
-pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
-/// Every protocol version the relay's endpoints serve, newest first: what `server/discover` and
-/// `UnsupportedProtocolVersionError` list.
-pub const ALL_VERSIONS: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
-
-/// `_meta` key of a request's protocol version (Basic § `_meta`, Per-request protocol fields).
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` key of a request's client capabilities (required).
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `_meta` key of a request's client identity (optional).
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-/// `_meta` key of a result's server identity (Basic § `_meta`, Per-response protocol fields).
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+use crate::{
+    auth::BridgePrincipal,
+    error::HttpError,
+    hub::{Bridge, CachedServer, Hub, Link, SendError, Session, Sink},
+    mcp::{SESSION_HEADER, VERSION_HEADER, wants_sse},
+    stream::{
+        SseStream,
+        sse::{self, Framing},
+    },
+};
 
 /// Header mirroring the JSON-RPC method (§ Standard Request Headers).
-pub const METHOD_HEADER: &str = "mcp-method";
+pub(crate) const METHOD_HEADER: &str = "mcp-method";
 /// Header mirroring `params.name` / `params.uri` (§ Standard Request Headers).
-pub const NAME_HEADER: &str = "mcp-name";
+pub(crate) const NAME_HEADER: &str = "mcp-name";
 /// Prefix of the headers mirroring annotated tool arguments (§ Custom Headers from Tool
 /// Parameters).
-pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
-
-/// `HeaderMismatch` (Streamable HTTP § Server Validation).
-pub const HEADER_MISMATCH: i64 = -32020;
-/// `MissingRequiredClientCapabilityError` (Basic § `_meta`).
-pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-/// `UnsupportedProtocolVersionError` (Basic › Versioning § Protocol Version Negotiation).
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
-/// JSON-RPC invalid params: a request without its required `_meta` fields.
-pub const INVALID_PARAMS: i64 = -32602;
-/// JSON-RPC method not found.
-pub const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 
 /// `ttlMs` of answers made from the cached catalog while the daemon is away: a snapshot of
 /// unknown age, so immediately stale (Server › Utilities › Caching § Time-to-Live).
-pub const CATALOG_TTL_MS: u64 = 0;
+pub(crate) const CATALOG_TTL_MS: u64 = 0;
 
 /// The error of a 2026-07-28 request the daemon cannot serve because it predates link revision 2.
-pub const TOO_OLD: &str = "the daemon for this bridge is too old for MCP 2026-07-28; upgrade machine-mcp there, or use a client in 2025-11-25 mode";
+pub(crate) const TOO_OLD: &str = "the daemon for this bridge is too old for MCP 2026-07-28; upgrade machine-mcp there, or use a client in 2025-11-25 mode";
 
 /// Which era serves a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
+pub(crate) enum Era {
     /// `initialize` and MCP sessions (2025-11-25, 2025-06-18, 2025-03-26).
     Legacy,
     /// Per-request metadata, no session (2026-07-28).
@@ -117,7 +104,7 @@ pub enum Era {
 /// `MCP-Protocol-Version` header names a version that is not a legacy one (an unknown one is then
 /// refused with the modern `UnsupportedProtocolVersionError`). Everything else — session traffic,
 /// notifications and responses of legacy clients — is legacy.
-pub fn era(headers: &HeaderMap, message: &Value) -> Era {
+pub(crate) fn era(headers: &HeaderMap, message: &Value) -> Era {
     let method = message.get("method").and_then(Value::as_str);
     match method {
         Some("initialize") => {
@@ -135,14 +122,14 @@ pub fn era(headers: &HeaderMap, message: &Value) -> Era {
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(META_PROTOCOL_VERSION))
     {
-        let legacy = v.as_str().is_some_and(|v| SUPPORTED_VERSIONS.contains(&v));
+        let legacy = v.as_str().is_some_and(is_session_era);
         if !legacy || !headers.contains_key(SESSION_HEADER) {
             return Era::Modern;
         }
     }
     match headers.get(VERSION_HEADER) {
         Some(h) => match h.to_str() {
-            Ok(v) if SUPPORTED_VERSIONS.contains(&v) => Era::Legacy,
+            Ok(v) if is_session_era(v) => Era::Legacy,
             _ => Era::Modern,
         },
         None => Era::Legacy,
@@ -151,7 +138,7 @@ pub fn era(headers: &HeaderMap, message: &Value) -> Era {
 
 /// Methods of the handshake era that MCP 2026-07-28 removed (changelog items 2 and 5, SEP-2575),
 /// with what a client does instead.
-pub const REMOVED_METHODS: [(&str, &str); 3] = [
+pub(crate) const REMOVED_METHODS: [(&str, &str); 3] = [
     (
         "initialize",
         "use server/discover, or send initialize without the 2026-07-28 header for the 2025-11-25 era",
@@ -171,7 +158,7 @@ pub const REMOVED_METHODS: [(&str, &str); 3] = [
 /// Basic › Transports › Streamable HTTP § Protocol Version Header: "If the server does not
 /// implement the requested RPC method, it MUST respond with `404 Not Found` and a JSON-RPC error
 /// with code `-32601`"). `None` for any other method.
-pub fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
+pub(crate) fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
     let (_, instead) = REMOVED_METHODS.iter().find(|(m, _)| *m == method)?;
     Some(HttpError::rpc(
         StatusCode::NOT_FOUND,
@@ -185,7 +172,7 @@ pub fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
 /// (`supportedVersions` of the cached catalog's discover result, [`cached_discover`]): what its
 /// `UnsupportedProtocolVersionError` lists. [`ALL_VERSIONS`] when the bridge has no catalog entry
 /// for the server, or the entry names no versions.
-pub fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
+pub(crate) fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
     let listed: Vec<String> = info
         .map(cached_discover)
         .and_then(|d| d.get("supportedVersions").cloned())
@@ -198,10 +185,10 @@ pub fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
     }
 }
 
-/// Whether a message names a 2026-07-28 version ([`MODERN_VERSIONS`]) in its
+/// Whether a message names a 2026-07-28 version ([`protocol::mcp::MODERN_VERSIONS`]) in its
 /// `MCP-Protocol-Version` header or its `_meta` protocol version.
 fn names_modern(headers: &HeaderMap, message: &Value) -> bool {
-    let modern = |v: Option<&str>| v.is_some_and(|v| MODERN_VERSIONS.contains(&v));
+    let modern = |v: Option<&str>| v.is_some_and(is_modern);
     modern(headers.get(VERSION_HEADER).and_then(|h| h.to_str().ok()))
         || modern(
             message
@@ -229,7 +216,7 @@ fn single_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a st
 
 /// A header value with the Base64 sentinel `=?base64?…?=` decoded (§ Value Encoding); `None`
 /// when the sentinel wraps something that is not Base64 of UTF-8.
-pub fn decode_header_value(raw: &str) -> Option<String> {
+pub(crate) fn decode_header_value(raw: &str) -> Option<String> {
     match raw
         .strip_prefix("=?base64?")
         .and_then(|r| r.strip_suffix("?="))
@@ -258,16 +245,16 @@ fn header_matches(decoded: &str, body: &Value) -> bool {
 /// One `x-mcp-header` annotation of a tool's `inputSchema`: the property path (names through
 /// `properties` from the root) and the header name after `Mcp-Param-`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParamHeader {
+pub(crate) struct ParamHeader {
     /// Property names from the schema root.
-    pub path: Vec<String>,
+    pub(crate) path: Vec<String>,
     /// The `{name}` of `Mcp-Param-{name}`.
-    pub header: String,
+    pub(crate) header: String,
 }
 
 /// The `x-mcp-header` annotations of every tool in `tools/list` results, by tool name (MCP
 /// 2026-07-28 Server › Tools § `x-mcp-header`; only annotations on a `properties` chain count).
-pub fn param_headers<'a>(
+pub(crate) fn param_headers<'a>(
     lists: impl IntoIterator<Item = &'a Value>,
 ) -> HashMap<String, Vec<ParamHeader>> {
     fn walk(props: Option<&Value>, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
@@ -320,7 +307,7 @@ pub fn param_headers<'a>(
 ///
 /// # Errors
 /// The refusal to send, with the request's id.
-pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
+pub(crate) fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
     headers: &HeaderMap,
     message: &Value,
     supported: &[S],
@@ -332,7 +319,7 @@ pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
         |status: StatusCode, code: i64, msg: String| HttpError::rpc(status, id.clone(), code, msg);
     let unsupported = |requested: &str| {
         // A handshake-era version is served, but only inside a session.
-        let why = if SUPPORTED_VERSIONS.contains(&requested) {
+        let why = if is_session_era(requested) {
             format!(
                 "Protocol version {requested:?} needs a session: send initialize first (without \
                  _meta), or name 2026-07-28 to be served without one; this server supports \
@@ -391,7 +378,7 @@ pub fn validate<S: AsRef<str> + serde::Serialize + std::fmt::Debug>(
         }
         Some(_) => {}
     }
-    if !MODERN_VERSIONS.contains(&meta_version) {
+    if !is_modern(meta_version) {
         return Err(unsupported(meta_version));
     }
     // 2. The rest of the required `_meta`.
@@ -509,7 +496,7 @@ const MODERN_CAPABILITIES: [&str; 7] = [
 /// A `server/discover` result (MCP 2026-07-28 Server › Discover § DiscoverResult) derived from a
 /// server's `initialize` result, for daemons that announced none: the versions the relay serves,
 /// the modern capabilities, `serverInfo` in `_meta`, `instructions`, and cache hints.
-pub fn discover_from_initialize(init: &Value) -> Value {
+pub(crate) fn discover_from_initialize(init: &Value) -> Value {
     let caps: serde_json::Map<String, Value> = init
         .get("capabilities")
         .and_then(Value::as_object)
@@ -538,7 +525,7 @@ pub fn discover_from_initialize(init: &Value) -> Value {
 
 /// The `server/discover` answer from a cached server: the daemon's own result when it announced
 /// one (its cache hints replaced: the copy is of unknown age), else one derived from `initialize`.
-pub fn cached_discover(info: &CachedServer) -> Value {
+pub(crate) fn cached_discover(info: &CachedServer) -> Value {
     match info.discover() {
         Some(mut d) if d.is_object() => {
             d["resultType"] = json!("complete");
@@ -570,7 +557,7 @@ fn modern_result(mut result: Value, init: &Value) -> Value {
 /// The `tools/list` answer `role` gets from a cached server: its list with `resultType` and the
 /// cache hints (`private`: lists are filtered per role, Server › Utilities › Caching § Choosing a
 /// Cache Scope).
-pub fn cached_tools(info: &CachedServer, role: &str) -> Option<Value> {
+pub(crate) fn cached_tools(info: &CachedServer, role: &str) -> Option<Value> {
     let mut list = info.tools_for(role)?;
     list["ttlMs"] = json!(CATALOG_TTL_MS);
     list["cacheScope"] = json!("private");
@@ -580,7 +567,7 @@ pub fn cached_tools(info: &CachedServer, role: &str) -> Option<Value> {
 /// The HTTP status of a JSON-RPC answer sent as one JSON body (Streamable HTTP § Protocol
 /// Version Header, § Server Validation; Basic § `_meta`): 400 for the modern request errors, 404
 /// for an unknown method, 200 otherwise.
-pub fn status_of(message: &Value) -> StatusCode {
+pub(crate) fn status_of(message: &Value) -> StatusCode {
     match message.pointer("/error/code").and_then(Value::as_i64) {
         Some(
             HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION,
@@ -613,30 +600,29 @@ enum Away {
 }
 
 /// Serves one POSTed modern message (already admitted, `Content-Type` checked, parsed).
-pub async fn post(
+pub(crate) async fn post(
     hub: &Arc<Hub>,
     b: Arc<Bridge>,
     server: &str,
-    principal: Principal,
+    principal: BridgePrincipal,
     headers: &HeaderMap,
     message: Value,
 ) -> Response {
-    let method = message
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let id = message.get("id").cloned().filter(|i| !i.is_null());
-    let (method, id) = match (method, id) {
-        (Some(m), Some(id)) => (m, id),
-        (Some(m), None) => return notification(hub, &b, server, &principal, &m, &message),
-        (None, id) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id.unwrap_or(Value::Null),
-                -32600,
-                "MCP 2026-07-28 clients send requests only: there are no server requests to answer",
-            );
+    let answers_nothing = |id: Value| {
+        rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            INVALID_REQUEST,
+            "MCP 2026-07-28 clients send requests only: there are no server requests to answer",
+        )
+    };
+    let (method, id) = match jsonrpc::kind(&message) {
+        Kind::Request { method, id } => (method, id.into_value()),
+        Kind::Notification { method } => {
+            return notification(hub, &b, server, &principal, &method, &message);
         }
+        Kind::Response { id } => return answers_nothing(id.into_value()),
+        Kind::Neither => return answers_nothing(Value::Null),
     };
     // Only for a request of 2026-07-28: another version gets its version error from `validate`.
     if names_modern(headers, &message)
@@ -692,7 +678,7 @@ fn notification(
     hub: &Hub,
     b: &Bridge,
     server: &str,
-    principal: &Principal,
+    principal: &BridgePrincipal,
     method: &str,
     message: &Value,
 ) -> Response {
@@ -713,7 +699,7 @@ fn notification(
 fn catalog_answer(
     b: &Bridge,
     info: &CachedServer,
-    principal: &Principal,
+    principal: &BridgePrincipal,
     method: &str,
     id: Value,
     away: Away,
@@ -730,11 +716,8 @@ fn catalog_answer(
             None => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
         },
         ("tools/call", Away::Offline) => {
-            let err = json!({"code": "unavailable", "message": offline, "retryable": true, "side_effects_started": false});
-            let result = modern_result(
-                json!({"content": [{"type": "text", "text": err.to_string()}], "isError": true}),
-                &info.initialize(),
-            );
+            let err = ToolError::new(ToolErrorCode::Unavailable, offline).retryable();
+            let result = modern_result(err.call_result(), &info.initialize());
             json_body(StatusCode::OK, &reply(result))
         }
         (_, Away::Offline) => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),
@@ -766,32 +749,19 @@ async fn call(
     hub: &Arc<Hub>,
     b: Arc<Bridge>,
     server: &str,
-    principal: Principal,
+    principal: BridgePrincipal,
     link: Link,
     method: &str,
     id: Value,
     message: Value,
     headers: &HeaderMap,
 ) -> Response {
-    let version = message
-        .pointer("/params/_meta")
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str)
-        .unwrap_or(MODERN_VERSIONS[0])
-        .to_owned();
-    let Some(s) = hub.create_call(b, server, principal, &version) else {
-        return rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            UNAVAILABLE,
-            "the relay could not start the call; retry shortly",
-        );
-    };
+    let s = hub.create_call(b, server, principal);
     let listen = method == SUBSCRIPTIONS_LISTEN;
     // A subscription is a stream by nature; clients accept both forms (§ Sending Messages).
     let streamed = listen || wants_sse(headers);
     let (sink, stream, waiter) = if streamed {
-        let st = Stream::new(&s.sid, &s.principal.id, &s.bridge.name);
+        let st = SseStream::new(&s.sid, &s.principal.id, &s.bridge.name);
         (Sink::Stream(st.clone()), Some(st), None)
     } else {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -874,9 +844,9 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 
 /// `GET` or `DELETE` by a client naming a 2026-07-28 version: that revision has neither (MCP
 /// 2026-07-28 Streamable HTTP § Backward Compatibility, Earlier Streamable HTTP Revisions: 405).
-pub fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
     let v = headers.get(VERSION_HEADER)?.to_str().ok()?;
-    MODERN_VERSIONS.contains(&v).then(|| {
+    is_modern(v).then(|| {
         (
             StatusCode::METHOD_NOT_ALLOWED,
             [(header::ALLOW, "POST")],
@@ -888,7 +858,7 @@ pub fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
 
 /// Waits up to `max` for `st` to finish with its response as its only message, and returns that
 /// response; `None` as soon as anything else arrives first, or when `max` passes.
-async fn hold(st: &Stream, max: Duration) -> Option<Value> {
+async fn hold(st: &SseStream, max: Duration) -> Option<Value> {
     let mut rx = st.subscribe();
     let deadline = tokio::time::Instant::now() + max;
     loop {
@@ -910,86 +880,11 @@ async fn hold(st: &Stream, max: Duration) -> Option<Value> {
     }
 }
 
-/// An SSE response of `st`'s messages: `data:` lines only (no event ids: MCP 2026-07-28 streams
-/// are not resumable, Streamable HTTP § Receiving Messages), a keepalive comment after every
-/// quiet `keepalive`, `X-Accel-Buffering: no`. The guard goes with the body: a client that closes
-/// the stream before the response cancels the call.
-fn sse_response(st: Arc<Stream>, keepalive: Duration, guard: CallGuard) -> Response {
-    let body = axum::body::Body::from_stream(events(st, keepalive, guard));
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static("x-accel-buffering"), "no"),
-        ],
-        body,
-    )
-        .into_response()
-}
-
-/// One SSE event carrying `data`.
-fn encode(data: &str) -> Bytes {
-    let mut s = String::with_capacity(data.len() + 16);
-    for line in data.split('\n') {
-        s.push_str("data: ");
-        s.push_str(line);
-        s.push('\n');
-    }
-    s.push('\n');
-    Bytes::from(s)
-}
-
-fn events(
-    st: Arc<Stream>,
-    keepalive: Duration,
-    guard: CallGuard,
-) -> impl FuturesStream<Item = Result<Bytes, Infallible>> {
-    struct State {
-        st: Arc<Stream>,
-        cursor: u64,
-        rx: tokio::sync::watch::Receiver<u64>,
-        buf: std::collections::VecDeque<crate::stream::Event>,
-        done: bool,
-        keepalive: Duration,
-        _guard: CallGuard,
-    }
-    let rx = st.subscribe();
-    let state = State {
-        st,
-        cursor: 0, // after the priming event, which a 2026-07-28 stream does not send
-        rx,
-        buf: Default::default(),
-        done: false,
-        keepalive,
-        _guard: guard,
-    };
-    futures_util::stream::unfold(state, |mut s| async move {
-        loop {
-            if let Some(e) = s.buf.pop_front() {
-                s.cursor = e.seq;
-                return Some((Ok(encode(&e.data)), s));
-            }
-            if s.done {
-                return None;
-            }
-            s.rx.borrow_and_update();
-            let (evs, done) = s.st.read_after(Some(s.cursor));
-            s.done = done;
-            if !evs.is_empty() {
-                s.buf.extend(evs);
-                continue;
-            }
-            if done {
-                return None;
-            }
-            tokio::select! {
-                r = s.rx.changed() => if r.is_err() { return None },
-                _ = tokio::time::sleep(s.keepalive) => {
-                    return Some((Ok(Bytes::from_static(b":\n\n")), s));
-                }
-            }
-        }
-    })
+/// An SSE response of `st`'s messages in the 2026-07-28 framing ([`Framing::Plain`]: no event
+/// ids, streams are not resumable, Streamable HTTP § Receiving Messages). The guard goes with
+/// the body: a client that closes the stream before the response cancels the call.
+fn sse_response(st: Arc<SseStream>, keepalive: Duration, guard: CallGuard) -> Response {
+    sse::response(st, None, keepalive, Framing::Plain, guard)
 }
 
 #[cfg(test)]

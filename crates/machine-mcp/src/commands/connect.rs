@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use daemon::{
     identity::{DeviceKey, Enrollment},
     link::{self, LinkConfig},
-    sessions::Sessions,
+    sessions::HostedSessions,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -59,7 +59,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         r = daemon::catalog(&runtime, upstreams) => r,
         _ = stop.cancelled() => return Ok(()),
     };
-    let sessions = Sessions::new(runtime.clone(), upstreams);
+    let sessions = HostedSessions::new(runtime.clone(), upstreams);
     tracing::info!(
         workspace = %runtime.workspace().root().display(),
         policy = runtime.policy().name(),
@@ -69,7 +69,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     let config = LinkConfig {
         connect: None,
         relay: args.relay,
-        bridge: enrollment.bridge,
+        bridge: enrollment.bridge.into(),
         key_id: enrollment.key_id,
         key,
         servers,

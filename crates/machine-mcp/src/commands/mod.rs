@@ -164,9 +164,9 @@ pub(crate) fn oauth_settings(o: &OAuthTestArgs) -> ::relay::oauth::OAuthSettings
     s
 }
 
-/// Relay link timing with the hidden test overrides applied.
-pub(crate) fn relay_timing(t: &TimingArgs) -> ::relay::config::LinkTiming {
-    let mut timing = ::relay::config::LinkTiming::default();
+/// Relay timing with the hidden test overrides applied.
+pub(crate) fn relay_timing(t: &TimingArgs) -> ::relay::config::RelayTiming {
+    let mut timing = ::relay::config::RelayTiming::default();
     if let Some(ms) = t.reconnect_grace_ms {
         timing.reconnect_grace = Duration::from_millis(ms);
     }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use daemon::{
     identity::{DeviceKey, Enrollment},
     link::{self, LinkConfig},
-    sessions::Sessions,
+    sessions::HostedSessions,
 };
 use relay::{RelayConfig, SqliteStorage, auth::Role, config::AuthMode};
 use serde_json::json;
@@ -136,12 +136,12 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         .map(|s| s.name.clone())
         .filter(|n| n != protocol::frame::RUNTIME_SERVER)
         .collect();
-    let sessions = Sessions::new(runtime.clone(), upstreams);
+    let sessions = HostedSessions::new(runtime.clone(), upstreams);
     let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
     let link_config = LinkConfig {
         connect: (local_url != public_url).then(|| local_url.clone()),
         relay: public_url.clone(),
-        bridge: enrollment.bridge.clone(),
+        bridge: enrollment.bridge.clone().into(),
         key_id: enrollment.key_id.clone(),
         key,
         servers,

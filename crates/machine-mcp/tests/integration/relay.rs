@@ -503,7 +503,7 @@ fn an_unverified_daemon_never_displaces_a_healthy_one() {
     .unwrap();
     assert_eq!(
         read_frame(&mut bad).err(),
-        Some(Some(protocol::frame::CLOSE_UNAUTHENTICATED))
+        Some(Some(protocol::frame::CloseCode::Unauthenticated.code()))
     );
     assert_eq!(
         s.relay
@@ -543,7 +543,7 @@ fn an_unverified_daemon_never_displaces_a_healthy_one() {
     let closed = read_frame(&mut slow).err();
     assert_eq!(
         closed,
-        Some(Some(protocol::frame::CLOSE_NOT_READY)),
+        Some(Some(protocol::frame::CloseCode::NotReady.code())),
         "the silent candidate is closed at the deadline"
     );
     let r = c.call("read_file", json!({"path": "hello.txt"}));

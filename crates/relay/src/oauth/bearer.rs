@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 
 use super::{jwt, resource, token::htu_is};
 use crate::{
-    auth::{self, Principal},
+    auth::{self, BridgePrincipal},
     config::AuthMode,
     error::HttpError,
     hub::Hub,
@@ -82,7 +82,7 @@ pub async fn principal(
     server: Option<&str>,
     method: &Method,
     headers: &HeaderMap,
-) -> Result<Principal, HttpError> {
+) -> Result<BridgePrincipal, HttpError> {
     let path = resource::mcp_path(bridge, server);
     let unavailable = |_| {
         HttpError::new(
@@ -171,7 +171,7 @@ pub async fn principal(
                     .map_err(|e| unauthorized(hub, &path, dpop, Some(&e)))?;
             }
         }
-        return Ok(Principal {
+        return Ok(BridgePrincipal {
             id: format!("{}.v{}", grant.account.id, grant.account.version),
             bridge: bridge.to_owned(),
             role: grant.account.role,
@@ -204,7 +204,7 @@ pub async fn principal(
             "the token is not valid for this bridge",
         ));
     }
-    Ok(Principal {
+    Ok(BridgePrincipal {
         id: rec.id,
         bridge: rec.bridge,
         role: rec.role,

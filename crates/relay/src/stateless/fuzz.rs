@@ -8,11 +8,16 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
 
+use protocol::{
+    jsonrpc::code::{HEADER_MISMATCH, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION},
+    mcp::{
+        ALL_VERSIONS, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
+        MODERN_VERSIONS,
+    },
+};
+
 use super::{
-    ALL_VERSIONS, HEADER_MISMATCH, INVALID_PARAMS, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
-    META_PROTOCOL_VERSION, METHOD_HEADER, MODERN_VERSIONS, ParamHeader,
-    UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER, decode_header_value, era, param_headers,
-    validate,
+    METHOD_HEADER, ParamHeader, VERSION_HEADER, decode_header_value, era, param_headers, validate,
 };
 
 /// Time each target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or

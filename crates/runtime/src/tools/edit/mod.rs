@@ -6,7 +6,7 @@ use std::{fs, sync::Arc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
+use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
     Access,
@@ -258,7 +258,7 @@ async fn edit_file(
             })?;
         let new_str = std::str::from_utf8(&planned.bytes)
             .map_err(|_| ToolError::internal("the edit produced invalid UTF-8"))?;
-        let diff = diff::unified(&display, old_str, new_str, DIFF_MAX_BYTES);
+        let diff = diff::unified(&display, old_str, new_str, EDIT_DIFF_MAX_BYTES);
         let sha = sha256_hex(&planned.bytes);
         if !args.dry_run {
             let staged = Staged::write(p.real(), &display, &planned.bytes, existing_mode(p.real()))?;

@@ -24,9 +24,10 @@ mod status;
 
 use engine::Repo;
 
-/// Default and largest byte caps of diff output (`git_diff`, `git_show`).
+/// Default byte cap of diff output (`git_diff`, `git_show`).
 const DIFF_DEFAULT_BYTES: usize = 256 * 1024;
-const DIFF_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// Largest byte cap of diff output ([`protocol::limits::GIT_DIFF_MAX_BYTES`]).
+const DIFF_MAX_BYTES: usize = protocol::limits::GIT_DIFF_MAX_BYTES;
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

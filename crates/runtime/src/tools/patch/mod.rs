@@ -22,7 +22,7 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
+use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
     Access,
@@ -171,7 +171,7 @@ async fn apply_patch(
         for s in &steps {
             text.push_str(&s.diff);
         }
-        let diff = diff::cut(text, DIFF_MAX_BYTES);
+        let diff = diff::cut(text, EDIT_DIFF_MAX_BYTES);
         let files = steps
             .iter()
             .map(|s| PatchedFile {
@@ -236,7 +236,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 }
                 steps.push(Step {
                     action: Action::Add,
-                    diff: diff::created(&display, &body, DIFF_MAX_BYTES),
+                    diff: diff::created(&display, &body, EDIT_DIFF_MAX_BYTES),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
@@ -253,7 +253,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 let old = String::from_utf8_lossy(&original.bytes).into_owned();
                 steps.push(Step {
                     action: Action::Delete,
-                    diff: diff::unified(&display, &old, "", DIFF_MAX_BYTES),
+                    diff: diff::unified(&display, &old, "", EDIT_DIFF_MAX_BYTES),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
@@ -310,7 +310,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                     } else {
                         Action::Update
                     },
-                    diff: diff::unified(diff_path, old, &new_text, DIFF_MAX_BYTES),
+                    diff: diff::unified(diff_path, old, &new_text, EDIT_DIFF_MAX_BYTES),
                     display,
                     moved_display,
                     path: p.real().to_owned(),

@@ -1,6 +1,8 @@
-//! Resumable SSE streams (MCP 2025-11-25 Streamable HTTP §Resumability and Redelivery).
+//! SSE streams: what the relay collects for a client ([`SseStream`]) and how it is written
+//! ([`sse`]).
 //!
-//! Every POST answered with SSE, and every session's standalone GET stream, is a [`Stream`]: an
+//! Session era (MCP 2025-11-25 Streamable HTTP § Resumability and Redelivery): every POST
+//! answered with SSE, and every session's standalone GET stream, is an [`SseStream`]: an
 //! append-only list of events numbered from 0 (0 is the priming event with empty data). An HTTP
 //! response is just a reader from some event on; when the client disconnects the stream goes on
 //! collecting, and `GET` + `Last-Event-ID: <stream>-<n>` by the same principal and session reads
@@ -8,29 +10,38 @@
 //! Finished streams are kept for [`RESUMABLE_RETENTION`], at most [`RESUMABLE_STREAMS_PER_BRIDGE`]
 //! per bridge; a terminal message over [`RESUMABLE_TERMINAL_MAX_BYTES`] is delivered live but
 //! replaced by an error once read, so replay cannot hold it.
+//!
+//! MCP 2026-07-28 answers use the same type for their SSE (or held JSON) answer, unregistered
+//! and written without event ids ([`sse::Framing::Plain`]).
+
+pub(crate) mod sse;
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::{Arc, Mutex},
+    sync::Arc,
 };
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
 
-use protocol::limits::{
-    RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE, RESUMABLE_TERMINAL_MAX_BYTES,
+use protocol::{
+    ids::SessionId,
+    jsonrpc::{self, code},
+    limits::{RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE, RESUMABLE_TERMINAL_MAX_BYTES},
 };
+
+use crate::lock::Lock;
 
 /// Most events an open stream holds; older ones are dropped (and counted) beyond it.
 const STREAM_EVENTS_MAX: usize = 10_000;
 
 /// One event as sent: its number and its JSON text.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub(crate) struct Event {
     /// Position in the stream (0 = priming event).
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// JSON-RPC message text; empty for the priming event.
-    pub data: String,
+    pub(crate) data: String,
 }
 
 #[derive(Debug)]
@@ -44,25 +55,30 @@ struct Inner {
     dropped: u64,
 }
 
-/// A resumable stream of server messages.
+/// A stream of server messages for one client: resumable in the session era.
 #[derive(Debug)]
-pub struct Stream {
+pub(crate) struct SseStream {
     id: String,
     /// The session it belongs to.
-    pub sid: String,
+    pub(crate) sid: SessionId,
     /// The principal that may read it.
-    pub principal: String,
+    pub(crate) principal: String,
     /// The bridge (for retention accounting).
-    pub bridge: String,
-    inner: Mutex<Inner>,
+    pub(crate) bridge: String,
+    inner: Lock<Inner>,
     changed: watch::Sender<u64>,
     /// Highest event number written to any HTTP response so far (0 = none yet).
     sent_upto: std::sync::atomic::AtomicU64,
 }
 
-impl Stream {
+/// The stream was finished already: the message was not added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the stream is finished")]
+pub(crate) struct Finished;
+
+impl SseStream {
     /// A new stream holding its priming event.
-    pub fn new(sid: &str, principal: &str, bridge: &str) -> Arc<Self> {
+    pub(crate) fn new(sid: &SessionId, principal: &str, bridge: &str) -> Arc<Self> {
         let mut events = VecDeque::new();
         events.push_back(Event {
             seq: 0,
@@ -70,10 +86,10 @@ impl Stream {
         });
         Arc::new(Self {
             id: crate::auth::random_id("st"),
-            sid: sid.to_owned(),
+            sid: sid.clone(),
             principal: principal.to_owned(),
             bridge: bridge.to_owned(),
-            inner: Mutex::new(Inner {
+            inner: Lock::new(Inner {
                 events,
                 first_seq: 0,
                 next_seq: 1,
@@ -87,39 +103,34 @@ impl Stream {
     }
 
     /// Records that event `seq` was written to a response.
-    pub fn note_sent(&self, seq: u64) {
+    pub(crate) fn note_sent(&self, seq: u64) {
         self.sent_upto
             .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Where a new reader that wants only unsent events starts: after the last event written to
     /// any response, or from the beginning when none was.
-    pub fn unsent_cursor(&self) -> Option<u64> {
+    pub(crate) fn unsent_cursor(&self) -> Option<u64> {
         match self.sent_upto.load(std::sync::atomic::Ordering::Relaxed) {
             0 => None,
             n => Some(n),
         }
     }
 
-    /// The stream's id (the part of event ids before the `-`).
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
     /// The SSE event id of event `seq`.
-    pub fn event_id(&self, seq: u64) -> String {
+    pub(crate) fn event_id(&self, seq: u64) -> String {
         format!("{}-{seq}", self.id)
     }
 
-    /// Appends a message; with `terminal` the stream is finished after it. Returns false if the
-    /// stream was already finished (the message is not added).
-    pub fn push(&self, message: &Value, terminal: bool) -> bool {
+    /// Appends a message; with `terminal` the stream is finished after it.
+    ///
+    /// # Errors
+    /// [`Finished`] when the stream was finished already (the message is not added).
+    pub(crate) fn push(&self, message: &Value, terminal: bool) -> Result<(), Finished> {
         let data = message.to_string();
-        let Ok(mut g) = self.inner.lock() else {
-            return false;
-        };
+        let mut g = self.inner.lock();
         if g.done {
-            return false;
+            return Err(Finished);
         }
         let seq = g.next_seq;
         g.next_seq += 1;
@@ -135,40 +146,32 @@ impl Stream {
         }
         drop(g);
         self.changed.send_replace(seq);
-        true
+        Ok(())
     }
 
     /// Finishes the stream without a further message (a cancelled request).
-    pub fn finish(&self) {
-        if let Ok(mut g) = self.inner.lock()
-            && !g.done
+    pub(crate) fn finish(&self) {
         {
-            g.done = true;
-            g.done_at = Some(Instant::now());
+            let mut g = self.inner.lock();
+            if !g.done {
+                g.done = true;
+                g.done_at = Some(Instant::now());
+            }
         }
         self.changed.send_modify(|v| *v += 0);
     }
 
     /// How many messages the stream holds after its priming event, and whether it is finished,
     /// without handing any out.
-    pub fn summary(&self) -> (usize, bool) {
-        self.inner
-            .lock()
-            .map(|g| (g.events.iter().filter(|e| e.seq > 0).count(), g.done))
-            .unwrap_or((0, true))
-    }
-
-    /// Whether the stream is finished.
-    pub fn is_done(&self) -> bool {
-        self.inner.lock().map(|g| g.done).unwrap_or(true)
+    pub(crate) fn summary(&self) -> (usize, bool) {
+        let g = self.inner.lock();
+        (g.events.iter().filter(|e| e.seq > 0).count(), g.done)
     }
 
     /// Events after `after` (all when `None`), and whether the stream is finished after them.
     /// An oversized terminal message is handed out once, then replaced by an error.
-    pub fn read_after(&self, after: Option<u64>) -> (Vec<Event>, bool) {
-        let Ok(mut g) = self.inner.lock() else {
-            return (Vec::new(), true);
-        };
+    pub(crate) fn read_after(&self, after: Option<u64>) -> (Vec<Event>, bool) {
+        let mut g = self.inner.lock();
         let from = after.map_or(0, |a| a + 1);
         let out: Vec<Event> = g.events.iter().filter(|e| e.seq >= from).cloned().collect();
         let done = g.done;
@@ -181,56 +184,58 @@ impl Stream {
                 .ok()
                 .and_then(|v| v.get("id").cloned())
                 .unwrap_or(Value::Null);
-            last.data = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002,
-                "message": "the result was delivered once and is too large to replay"}})
+            last.data = jsonrpc::error(
+                &id,
+                code::NOT_REPLAYABLE,
+                "the result was delivered once and is too large to replay",
+                None,
+            )
             .to_string();
         }
         (out, done)
     }
 
     /// A receiver that changes whenever events are added or the stream finishes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
     fn finished_at(&self) -> Option<Instant> {
-        self.inner.lock().ok().and_then(|g| g.done_at)
+        self.inner.lock().done_at
     }
 }
 
-/// All streams of this relay node, for `Last-Event-ID` lookups and retention.
+/// All resumable streams of this relay node, for `Last-Event-ID` lookups and retention.
 #[derive(Debug, Default)]
-pub struct Streams {
-    map: Mutex<HashMap<String, Arc<Stream>>>,
+pub(crate) struct SseStreams {
+    map: Lock<HashMap<String, Arc<SseStream>>>,
 }
 
-impl Streams {
+impl SseStreams {
     /// Registers a stream.
-    pub fn insert(&self, s: Arc<Stream>) {
-        if let Ok(mut m) = self.map.lock() {
-            m.insert(s.id.clone(), s);
-        }
+    pub(crate) fn insert(&self, s: Arc<SseStream>) {
+        self.map.lock().insert(s.id.clone(), s);
     }
 
     /// The stream named by a `Last-Event-ID`, with the event number, if it exists and belongs to
     /// `sid` and `principal` (a foreign cursor is as unknown as a made-up one).
-    pub fn lookup(
+    pub(crate) fn lookup(
         &self,
         last_event_id: &str,
-        sid: &str,
+        sid: &SessionId,
         principal: &str,
-    ) -> Option<(Arc<Stream>, u64)> {
+    ) -> Option<(Arc<SseStream>, u64)> {
         let (id, seq) = last_event_id.rsplit_once('-')?;
         let seq: u64 = seq.parse().ok()?;
-        let m = self.map.lock().ok()?;
+        let m = self.map.lock();
         let s = m.get(id)?;
-        (s.sid == sid && s.principal == principal).then(|| (s.clone(), seq))
+        (s.sid == *sid && s.principal == principal).then(|| (s.clone(), seq))
     }
 
     /// Drops finished streams past their retention, and the oldest finished ones of a bridge
     /// beyond the per-bridge cap. Returns how many were dropped.
-    pub fn sweep(&self) -> usize {
-        let Ok(mut m) = self.map.lock() else { return 0 };
+    pub(crate) fn sweep(&self) -> usize {
+        let mut m = self.map.lock();
         let now = Instant::now();
         let before = m.len();
         m.retain(|_, s| {
@@ -256,37 +261,24 @@ impl Streams {
         }
         before - m.len()
     }
-
-    /// Forgets every stream of session `sid`.
-    pub fn remove_session(&self, sid: &str) {
-        if let Ok(mut m) = self.map.lock() {
-            m.retain(|_, s| s.sid != sid);
-        }
-    }
-
-    /// Streams held.
-    pub fn len(&self) -> usize {
-        self.map.lock().map(|m| m.len()).unwrap_or(0)
-    }
-
-    /// Whether no stream is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
     fn events_replay_after_a_cursor_and_foreign_cursors_fail() {
-        let s = Stream::new("sid", "p1", "b");
+        let s = SseStream::new(&SessionId::new("sid"), "p1", "b");
         s.push(
             &json!({"jsonrpc": "2.0", "method": "notifications/progress"}),
             false,
-        );
-        s.push(&json!({"jsonrpc": "2.0", "id": 1, "result": {}}), true);
+        )
+        .unwrap();
+        s.push(&json!({"jsonrpc": "2.0", "id": 1, "result": {}}), true)
+            .unwrap();
         let (all, done) = s.read_after(None);
         assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [0, 1, 2]);
         assert!(done);
@@ -294,26 +286,43 @@ mod tests {
         assert_eq!(tail.len(), 1);
         assert!(tail[0].data.contains("\"result\""));
         assert!(
-            !s.push(&json!({}), false),
+            s.push(&json!({}), false).is_err(),
             "a finished stream takes nothing"
         );
-        let streams = Streams::default();
+        let streams = SseStreams::default();
         streams.insert(s.clone());
         let cursor = s.event_id(1);
-        assert!(streams.lookup(&cursor, "sid", "p1").is_some());
-        assert!(streams.lookup(&cursor, "sid", "p2").is_none());
-        assert!(streams.lookup(&cursor, "other", "p1").is_none());
-        assert!(streams.lookup("nonsense", "sid", "p1").is_none());
+        assert!(
+            streams
+                .lookup(&cursor, &SessionId::new("sid"), "p1")
+                .is_some()
+        );
+        assert!(
+            streams
+                .lookup(&cursor, &SessionId::new("sid"), "p2")
+                .is_none()
+        );
+        assert!(
+            streams
+                .lookup(&cursor, &SessionId::new("other"), "p1")
+                .is_none()
+        );
+        assert!(
+            streams
+                .lookup("nonsense", &SessionId::new("sid"), "p1")
+                .is_none()
+        );
     }
 
     #[test]
     fn oversized_terminal_messages_are_handed_out_once() {
-        let s = Stream::new("sid", "p", "b");
+        let s = SseStream::new(&SessionId::new("sid"), "p", "b");
         let big = "x".repeat(RESUMABLE_TERMINAL_MAX_BYTES + 10);
         s.push(
             &json!({"jsonrpc": "2.0", "id": 7, "result": {"big": big}}),
             true,
-        );
+        )
+        .unwrap();
         let (first, _) = s.read_after(Some(0));
         assert!(first[0].data.len() > RESUMABLE_TERMINAL_MAX_BYTES);
         let (again, _) = s.read_after(Some(0));
@@ -323,10 +332,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn finished_streams_expire_after_retention() {
-        let streams = Streams::default();
-        let s = Stream::new("sid", "p", "b");
+        let streams = SseStreams::default();
+        let s = SseStream::new(&SessionId::new("sid"), "p", "b");
         streams.insert(s.clone());
-        s.push(&json!({"id": 1, "result": {}}), true);
+        s.push(&json!({"id": 1, "result": {}}), true).unwrap();
         assert_eq!(streams.sweep(), 0);
         tokio::time::advance(RESUMABLE_RETENTION + std::time::Duration::from_secs(1)).await;
         assert_eq!(streams.sweep(), 1);

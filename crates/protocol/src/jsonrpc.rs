@@ -1,0 +1,282 @@
+//! JSON-RPC 2.0 as MCP uses it: the envelope check, request ids and the error codes relay and
+//! daemon answer with.
+//!
+//! MCP Basic § Messages: a message is one JSON object with `"jsonrpc": "2.0"`; a request has a
+//! `method` and an `id` that is a string or an integer (never null); a notification has a
+//! `method` and no `id`; a response has an `id` and a `result` or an `error`. Batches were
+//! removed in 2025-06-18.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The `jsonrpc` member of every message.
+pub const VERSION: &str = "2.0";
+
+/// JSON-RPC error codes: the spec's own (JSON-RPC 2.0 § 5.1), the relay's in the
+/// implementation-defined server range, and those MCP 2026-07-28 defines.
+pub mod code {
+    /// Invalid JSON was received.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The JSON is not a valid request object (or a batch, which MCP does not have).
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// The method does not exist or is not available.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid method parameters (in 2026-07-28 also: required `_meta` fields missing).
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error (the daemon also uses it for a message too large for the link).
+    pub const INTERNAL_ERROR: i64 = -32603;
+
+    /// Relay: the daemon is offline or the link failed; retrying may succeed.
+    pub const UNAVAILABLE: i64 = -32000;
+    /// Relay: the MCP session is unknown or ended (with HTTP 404: initialize again).
+    pub const SESSION_NOT_FOUND: i64 = -32001;
+    /// Relay: a final message too large to replay was delivered once and is gone.
+    pub const NOT_REPLAYABLE: i64 = -32002;
+    /// Relay: the outcome of a request is unknown (its daemon restarted or never came back), so
+    /// it may have had side effects (invariant 7).
+    pub const OUTCOME_UNKNOWN: i64 = -32003;
+
+    /// MCP 2026-07-28 `HeaderMismatch` (Streamable HTTP § Server Validation).
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// MCP 2026-07-28 `MissingRequiredClientCapabilityError` (Basic § `_meta`).
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    /// MCP 2026-07-28 `UnsupportedProtocolVersionError` (Basic › Versioning).
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+}
+
+/// A JSON-RPC id as it came on the wire (MCP: a string or an integer), kept as the exact JSON
+/// value so it is echoed unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(Value);
+
+impl RequestId {
+    /// The id `value` (not checked: validate the envelope with [`check_envelope`] first).
+    pub fn new(value: Value) -> Self {
+        Self(value)
+    }
+
+    /// The JSON value.
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+
+    /// The JSON value, owned.
+    pub fn into_value(self) -> Value {
+        self.0
+    }
+
+    /// The id as a map key.
+    pub fn key(&self) -> IdKey {
+        IdKey::of(&self.0)
+    }
+}
+
+impl From<Value> for RequestId {
+    fn from(v: Value) -> Self {
+        Self(v)
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A JSON-RPC id, or a progress token (same shape), as a map key: the string `"1"` and the
+/// number `1` are different ids and never collide.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdKey(String);
+
+impl IdKey {
+    /// The key of `id` (any JSON value: keys of values that differ differ).
+    pub fn of(id: &Value) -> Self {
+        match id {
+            Value::String(s) => Self(format!("s:{s}")),
+            other => Self(format!("n:{other}")),
+        }
+    }
+}
+
+/// Why a message is not a JSON-RPC 2.0 message MCP accepts. The `Display` text is what the
+/// relay answers with (-32600, HTTP 400).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EnvelopeError {
+    /// A JSON array: MCP has no batches (removed in 2025-06-18).
+    Batch,
+    /// Not an object, or `jsonrpc` is not `"2.0"`.
+    NotJsonRpc,
+    /// A request whose id is neither a string nor an integer (null included; MCP Basic §
+    /// Requests: "MUST NOT be null").
+    RequestIdType(Value),
+}
+
+impl fmt::Display for EnvelopeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Batch => f.write_str("JSON-RPC batches are not supported"),
+            Self::NotJsonRpc => f.write_str("not a JSON-RPC 2.0 message"),
+            Self::RequestIdType(id) => {
+                write!(f, "a request id is a string or an integer, not {id}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for EnvelopeError {}
+
+/// Checks the envelope of one message: an object, `"jsonrpc": "2.0"`, and for a request (a
+/// message with a `method` and an `id`) an id that is a string or an integer.
+///
+/// # Errors
+/// [`EnvelopeError`], checked in that order.
+pub fn check_envelope(message: &Value) -> Result<(), EnvelopeError> {
+    if message.is_array() {
+        return Err(EnvelopeError::Batch);
+    }
+    if !message.is_object() || message.get("jsonrpc").and_then(Value::as_str) != Some(VERSION) {
+        return Err(EnvelopeError::NotJsonRpc);
+    }
+    if message.get("method").is_some()
+        && let Some(id) = message.get("id")
+        && !(id.is_string() || id.is_i64() || id.is_u64())
+    {
+        return Err(EnvelopeError::RequestIdType(id.clone()));
+    }
+    Ok(())
+}
+
+/// What a message is, by its members: a string `method` and a non-null `id` make a request, a
+/// `method` alone a notification, an `id` alone a response.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// A request.
+    Request {
+        /// Its method.
+        method: String,
+        /// Its id.
+        id: RequestId,
+    },
+    /// A notification.
+    Notification {
+        /// Its method.
+        method: String,
+    },
+    /// A response (or an error response).
+    Response {
+        /// The id of the request it answers.
+        id: RequestId,
+    },
+    /// Neither a method nor an id.
+    Neither,
+}
+
+/// The [`Kind`] of `message`.
+pub fn kind(message: &Value) -> Kind {
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let id = message
+        .get("id")
+        .filter(|i| !i.is_null())
+        .cloned()
+        .map(RequestId);
+    match (method, id) {
+        (Some(method), Some(id)) => Kind::Request { method, id },
+        (Some(method), None) => Kind::Notification { method },
+        (None, Some(id)) => Kind::Response { id },
+        (None, None) => Kind::Neither,
+    }
+}
+
+/// Whether `message` is a response: no `method`, and a `result` or an `error`.
+pub fn is_response(message: &Value) -> bool {
+    message.get("method").is_none()
+        && (message.get("result").is_some() || message.get("error").is_some())
+}
+
+/// An error response to `id` with `code`, `message` and, when given, `data`.
+pub fn error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut e = json!({"code": code, "message": message});
+    if let Some(d) = data {
+        e["data"] = d;
+    }
+    json!({"jsonrpc": VERSION, "id": id, "error": e})
+}
+
+/// A success response to `id`.
+pub fn result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": VERSION, "id": id, "result": result})
+}
+
+/// A notification of `method` with `params`.
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": VERSION, "method": method, "params": params})
+}
+
+/// The `notifications/cancelled` for request `id` (MCP Basic › Utilities › Cancellation).
+pub fn cancelled(id: &Value, reason: &str) -> Value {
+    notification(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": reason}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_are_checked_in_order() {
+        assert_eq!(check_envelope(&json!([1])), Err(EnvelopeError::Batch));
+        assert_eq!(check_envelope(&json!("x")), Err(EnvelopeError::NotJsonRpc));
+        assert_eq!(
+            check_envelope(&json!({"jsonrpc": "1.0", "id": 1.5, "method": "m"})),
+            Err(EnvelopeError::NotJsonRpc)
+        );
+        let e = check_envelope(&json!({"jsonrpc": "2.0", "id": null, "method": "m"}));
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "a request id is a string or an integer, not null"
+        );
+        assert!(check_envelope(&json!({"jsonrpc": "2.0", "id": 1.5, "result": {}})).is_ok());
+        assert!(check_envelope(&json!({"jsonrpc": "2.0", "id": "a", "method": "m"})).is_ok());
+    }
+
+    #[test]
+    fn kinds_follow_the_members() {
+        assert!(matches!(
+            kind(&json!({"id": 1, "method": "m"})),
+            Kind::Request { method, .. } if method == "m"
+        ));
+        assert!(matches!(
+            kind(&json!({"id": null, "method": "m"})),
+            Kind::Notification { method } if method == "m"
+        ));
+        assert!(matches!(kind(&json!({"id": 1})), Kind::Response { .. }));
+        assert_eq!(kind(&json!({"result": {}})), Kind::Neither);
+    }
+
+    #[test]
+    fn keys_of_strings_and_numbers_never_collide() {
+        assert_ne!(IdKey::of(&json!(1)), IdKey::of(&json!("1")));
+        assert_eq!(IdKey::of(&json!(1)), RequestId::new(json!(1)).key());
+        assert_ne!(IdKey::of(&json!(1)), IdKey::of(&json!(1.0)));
+    }
+
+    #[test]
+    fn built_messages_are_json_rpc() {
+        assert_eq!(
+            error(&json!(1), code::UNAVAILABLE, "x", Some(json!({"a": 1}))),
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "x", "data": {"a": 1}}})
+        );
+        assert_eq!(
+            cancelled(&json!("r"), "why"),
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "r", "reason": "why"}})
+        );
+    }
+}

@@ -1,0 +1,277 @@
+//! Bridges and their daemon links: the socket writer's queue ([`LinkTx`]), a verified link
+//! ([`Link`]), a bridge's live state ([`Bridge`]), and the hub's link transitions: promotion of a
+//! verified link, loss of a socket, what `resume` names.
+
+use std::sync::{Arc, atomic::Ordering};
+
+use tokio::{
+    sync::{mpsc, watch},
+    time::Instant,
+};
+
+use protocol::{
+    frame::{CloseCode, RelayFrame, ResumeRequest, ServerInfo},
+    ids::{InstanceId, SessionId},
+    jsonrpc::{RequestId, code},
+};
+
+use super::{Catalog, Hub, Session, link_state::LinkState};
+use crate::{lock::Lock, metrics::Metrics};
+
+/// What the socket writer sends.
+#[derive(Debug)]
+pub(crate) enum Outbound {
+    /// A frame.
+    Frame(RelayFrame),
+    /// A close frame with a code and reason; the socket ends after it.
+    Close(CloseCode, String),
+}
+
+/// Why a frame could not be queued for a daemon socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LinkSendError {
+    /// The writer's queue is full: the link is congested.
+    #[error("the daemon link's queue is full")]
+    Full,
+    /// The socket's writer is gone.
+    #[error("the daemon link is closed")]
+    Closed,
+}
+
+/// Queue of one socket's writer.
+#[derive(Debug, Clone)]
+pub(crate) struct LinkTx(mpsc::Sender<Outbound>);
+
+impl LinkTx {
+    /// The sending side of a socket writer's queue.
+    pub(crate) fn new(tx: mpsc::Sender<Outbound>) -> Self {
+        Self(tx)
+    }
+
+    /// Queues `frame` without waiting.
+    ///
+    /// # Errors
+    /// [`LinkSendError::Full`] when the queue is full, [`LinkSendError::Closed`] when the socket
+    /// is gone.
+    pub(crate) fn try_send(&self, frame: RelayFrame) -> Result<(), LinkSendError> {
+        self.0
+            .try_send(Outbound::Frame(frame))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => LinkSendError::Full,
+                mpsc::error::TrySendError::Closed(_) => LinkSendError::Closed,
+            })
+    }
+
+    /// Asks the writer to close the socket. Best effort: a writer that is gone or congested
+    /// ends the socket anyway.
+    pub(crate) fn close(&self, code: CloseCode, reason: &str) {
+        let _ = self.0.try_send(Outbound::Close(code, reason.to_owned()));
+    }
+}
+
+/// A verified daemon socket: where to send frames.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    /// Node-unique socket id.
+    pub(crate) id: u64,
+    /// The daemon process's instance id.
+    pub(crate) instance_id: InstanceId,
+    /// The link protocol revision its `hello` announced (1 = before `call`).
+    pub(crate) revision: u32,
+    /// The device key its hello was verified with (a revoked key closes the link).
+    pub(crate) key_id: String,
+    /// Frames to the daemon.
+    pub(crate) tx: LinkTx,
+}
+
+impl Link {
+    /// Whether the daemon serves `call` frames (MCP 2026-07-28 requests without a session).
+    pub(crate) fn serves_calls(&self) -> bool {
+        self.revision >= protocol::frame::REVISION_STATELESS
+    }
+}
+
+/// What a bridge's lock guards.
+#[derive(Debug, Default)]
+pub(super) struct BridgeState {
+    pub(super) catalog: Option<Arc<Catalog>>,
+    pub(super) link: LinkState,
+    /// Requests in flight on the bridge (sessions' and calls' together).
+    pub(super) inflight: usize,
+    /// Open `subscriptions/listen` calls (bounded apart from `inflight`).
+    pub(super) listens: usize,
+}
+
+/// One bridge's live state on this node.
+#[derive(Debug)]
+pub(crate) struct Bridge {
+    /// Bridge name.
+    pub(crate) name: String,
+    pub(super) state: Lock<BridgeState>,
+    ready: watch::Sender<Option<Link>>,
+}
+
+impl Bridge {
+    pub(super) fn new(name: &str, catalog: Option<Arc<Catalog>>) -> Self {
+        Self {
+            name: name.to_owned(),
+            state: Lock::new(BridgeState {
+                catalog,
+                ..Default::default()
+            }),
+            ready: watch::channel(None).0,
+        }
+    }
+
+    /// The active daemon link, if any.
+    pub(crate) fn active(&self) -> Option<Link> {
+        self.state.lock().link.active().cloned()
+    }
+
+    /// The last catalog the daemon announced.
+    pub(crate) fn catalog(&self) -> Option<Arc<Catalog>> {
+        self.state.lock().catalog.clone()
+    }
+
+    /// Waits up to `max` for an active daemon.
+    pub(crate) async fn wait_ready(&self, max: std::time::Duration) -> Option<Link> {
+        let mut rx = self.ready.subscribe();
+        let wait = async {
+            loop {
+                if let Some(l) = rx.borrow_and_update().clone() {
+                    return Some(l);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(max, wait).await.ok().flatten()
+    }
+}
+
+impl Hub {
+    /// Stores a verified daemon's catalog.
+    pub(crate) async fn set_catalog(&self, bridge: &Bridge, servers: Vec<ServerInfo>) {
+        if let Ok(text) = serde_json::to_string(&servers)
+            && let Err(e) = self.storage.set_catalog(&bridge.name, &text).await
+        {
+            tracing::warn!(bridge = %bridge.name, error = %e, "could not store the daemon catalog");
+        }
+        let cat = self.texts.catalog(servers);
+        bridge.state.lock().catalog = Some(Arc::new(cat));
+    }
+
+    /// What the `resume` frame names for `instance`: the sessions opened on it and their
+    /// in-flight requests, if this bridge's sessions are bound to that instance.
+    pub(crate) fn resume_set(
+        &self,
+        bridge: &Bridge,
+        instance: &InstanceId,
+    ) -> (Vec<SessionId>, Vec<ResumeRequest>) {
+        let bound = bridge.state.lock().link.bound_instance().cloned();
+        if bound.as_ref() != Some(instance) {
+            return (Vec::new(), Vec::new());
+        }
+        let mut sessions = Vec::new();
+        let mut requests = Vec::new();
+        for s in self.bridge_sessions(&bridge.name) {
+            let g = s.state.lock();
+            if g.opened_on.as_ref() == Some(instance) {
+                sessions.push(s.sid.clone());
+                for p in g.pending.values() {
+                    requests.push(ResumeRequest {
+                        sid: s.sid.clone(),
+                        id: RequestId::new(p.id.clone()),
+                    });
+                }
+            }
+        }
+        (sessions, requests)
+    }
+
+    /// Makes `link` the bridge's active daemon (after `ready`): rebinds the bound sessions when
+    /// it is the same instance or ends them when it is a new one, and flushes client messages
+    /// queued while the daemon was away. Returns the replaced incumbent, which the caller closes
+    /// (invariant 3: only now, after the candidate was verified).
+    #[must_use = "the replaced incumbent must be closed"]
+    pub(crate) fn promote(&self, bridge: &Arc<Bridge>, link: Link) -> Option<Link> {
+        // A new instance inherits nothing: end the previous instance's sessions before the new
+        // link is visible, so no request can slip onto it in between.
+        let restarted = bridge
+            .state
+            .lock()
+            .link
+            .bound_instance()
+            .filter(|b| **b != link.instance_id)
+            .cloned();
+        if let Some(old_instance) = restarted {
+            self.end_bound(
+                &bridge.name,
+                &old_instance,
+                "the machine's daemon restarted; the outcome of this request is unknown (it may have had effects): check before retrying",
+            );
+        }
+        let promoted = {
+            let mut g = bridge.state.lock();
+            let p = g.link.promote(link.clone());
+            if p.was_detached {
+                Metrics::add(&self.metrics.detached, -(g.inflight as i64));
+            }
+            p
+        };
+        if promoted.replaced.is_some() || promoted.was_bound {
+            self.metrics.reconnects.fetch_add(1, Ordering::Relaxed);
+        }
+        bridge.ready.send_replace(Some(link.clone()));
+        self.flush_outboxes(bridge, &link);
+        promoted.replaced
+    }
+
+    fn flush_outboxes(&self, bridge: &Bridge, link: &Link) {
+        for s in self.bridge_sessions(&bridge.name) {
+            let queued: Vec<serde_json::Value> = s.state.lock().outbox.drain(..).collect();
+            for m in queued {
+                if self.send(&s, link, m).is_err() {
+                    tracing::warn!(bridge = %bridge.name, "a queued client message could not be sent");
+                }
+            }
+        }
+    }
+
+    /// The socket `link_id` of `bridge` is gone: detach its sessions for the reconnect grace.
+    /// Nothing changes when it is not the active socket (a candidate that failed, or an
+    /// incumbent already replaced).
+    pub(crate) fn link_lost(&self, bridge: &Bridge, link_id: u64) {
+        let mut g = bridge.state.lock();
+        if g.link.lose(link_id, Instant::now()) {
+            Metrics::add(&self.metrics.detached, g.inflight as i64);
+            bridge.ready.send_replace(None);
+        }
+    }
+
+    /// Ends every session of `bridge` opened on `instance`; their requests get `message` with
+    /// -32003 (outcome unknown).
+    pub(super) fn end_bound(&self, bridge: &str, instance: &InstanceId, message: &str) {
+        tracing::debug!(bridge, %instance, "ending the sessions of a daemon instance");
+        let victims: Vec<SessionId> = self
+            .bridge_sessions(bridge)
+            .into_iter()
+            .filter(|s| s.state.lock().opened_on.as_ref() == Some(instance))
+            .map(|s| s.sid.clone())
+            .collect();
+        for sid in victims {
+            self.end_session(&sid, code::OUTCOME_UNKNOWN, message, false);
+        }
+    }
+
+    /// The live sessions of the bridge named `bridge` (a snapshot; the map lock is released).
+    pub(super) fn bridge_sessions(&self, bridge: &str) -> Vec<Arc<Session>> {
+        self.sessions
+            .lock()
+            .values()
+            .filter(|s| s.bridge.name == bridge)
+            .cloned()
+            .collect()
+    }
+}

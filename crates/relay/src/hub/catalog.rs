@@ -1,0 +1,136 @@
+//! Daemon catalogs as the relay keeps them: compact JSON text, interned across bridges, parsed
+//! only for the answers the relay makes itself (offline, or for a daemon older than revision 2).
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+};
+
+use serde_json::Value;
+
+use protocol::frame::ServerInfo;
+
+use crate::{lock::Lock, stateless::ParamHeader};
+
+/// The catalog a daemon announced: its servers by name.
+pub(crate) type Catalog = HashMap<String, CachedServer>;
+
+/// One server of a catalog as the relay keeps it: compact JSON text, not a parsed tree (a parsed
+/// catalog of the built-in runtime, four role views with their schemas, takes about 0.9 MiB per
+/// bridge), and shared between bridges that announced the same text (see [`TextCache`]).
+#[derive(Debug, Clone)]
+pub(crate) struct CachedServer {
+    /// The server's `initialize` result (a JSON object).
+    pub(crate) initialize: Arc<str>,
+    /// The server's `server/discover` result, when the daemon announced one (link revision 2).
+    pub(crate) discover: Option<Arc<str>>,
+    /// `tools/list` results (JSON objects) by role name.
+    pub(crate) tools: BTreeMap<String, Arc<str>>,
+    /// The `x-mcp-header` annotations of its tools, by tool name (checked against the
+    /// `Mcp-Param-*` headers of MCP 2026-07-28 `tools/call` requests).
+    pub(crate) param_headers: Arc<HashMap<String, Vec<ParamHeader>>>,
+}
+
+impl CachedServer {
+    /// The `initialize` result, parsed.
+    pub(crate) fn initialize(&self) -> Value {
+        serde_json::from_str(&self.initialize).unwrap_or(Value::Null)
+    }
+
+    /// The announced `server/discover` result, parsed.
+    pub(crate) fn discover(&self) -> Option<Value> {
+        self.discover
+            .as_deref()
+            .and_then(|d| serde_json::from_str(d).ok())
+    }
+
+    /// The `tools/list` result `role` may see, parsed.
+    pub(crate) fn tools_for(&self, role: &str) -> Option<Value> {
+        self.tools
+            .get(role)
+            .and_then(|t| serde_json::from_str(t).ok())
+    }
+}
+
+/// Interned JSON texts: identical catalog parts (every daemon of one version announces the same
+/// tool list) are kept once. An entry goes when no bridge uses it any more.
+#[derive(Debug, Default)]
+pub(crate) struct TextCache(Lock<HashSet<Arc<str>>>);
+
+impl TextCache {
+    /// The shared copy of `value`'s compact JSON text.
+    pub(crate) fn intern(&self, value: &Value) -> Arc<str> {
+        let text = value.to_string();
+        let mut set = self.0.lock();
+        if let Some(hit) = set.get(text.as_str()) {
+            return hit.clone();
+        }
+        // Drop texts only the cache still holds, then keep the new one.
+        set.retain(|t| Arc::strong_count(t) > 1);
+        let text: Arc<str> = Arc::from(text);
+        set.insert(text.clone());
+        text
+    }
+
+    /// A catalog from a daemon's announced servers, its texts interned.
+    pub(crate) fn catalog(&self, servers: Vec<ServerInfo>) -> Catalog {
+        servers
+            .into_iter()
+            .map(|s| {
+                let cached = CachedServer {
+                    initialize: self.intern(&s.initialize),
+                    discover: s.discover.as_ref().map(|d| self.intern(d)),
+                    tools: s
+                        .tools
+                        .iter()
+                        .map(|(role, t)| (role.clone(), self.intern(t)))
+                        .collect(),
+                    param_headers: Arc::new(crate::stateless::param_headers(s.tools.values())),
+                };
+                (s.name, cached)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn server(tools: Value) -> ServerInfo {
+        ServerInfo {
+            name: "machine".into(),
+            initialize: json!({"protocolVersion": "2025-11-25"}),
+            discover: None,
+            tools: [
+                ("owner".to_owned(), tools.clone()),
+                ("reviewer".to_owned(), tools),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    #[test]
+    fn identical_catalogs_share_their_text_and_unused_text_is_dropped() {
+        let cache = TextCache::default();
+        let tools = json!({"tools": [{"name": "read_file", "inputSchema": {"type": "object"}}]});
+        let a = cache.catalog(vec![server(tools.clone())]);
+        let b = cache.catalog(vec![server(tools.clone())]);
+        assert!(Arc::ptr_eq(
+            &a["machine"].tools["owner"],
+            &b["machine"].tools["owner"]
+        ));
+        assert!(Arc::ptr_eq(
+            &a["machine"].tools["owner"],
+            &a["machine"].tools["reviewer"]
+        ));
+        assert_eq!(a["machine"].tools_for("reviewer"), Some(tools));
+        assert_eq!(a["machine"].initialize()["protocolVersion"], "2025-11-25");
+        drop((a, b));
+        cache.intern(&json!("something else"));
+        assert_eq!(cache.0.lock().len(), 1, "only the new text is left");
+    }
+}

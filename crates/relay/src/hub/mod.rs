@@ -1,0 +1,143 @@
+//! The relay's node-local state: bridges and their daemon links, MCP sessions, pending requests,
+//! and the routing of every message between an HTTP client and a daemon.
+//!
+//! One file per concern: `bridge` (bridges, daemon links, promotion and loss of a link, what
+//! `resume` names), `link_state` (the link state machine), `session` (sessions, calls,
+//! requests in flight, how a session ends), `routing` (client → daemon and daemon → client),
+//! `sweep` (grace expiry, deadlines, idle sessions), `catalog` (daemon catalogs).
+//!
+//! Rules this module keeps (DESIGN §4, §5, §8):
+//! - A session is opened on a daemon lazily, with the client's original `initialize` (and
+//!   `notifications/initialized` when it was seen), before the first message that needs it; the
+//!   open and the message go out in order under the session's lock.
+//! - Every daemon message goes to exactly one place: a response to the request it answers (its
+//!   POST stream or JSON waiter); progress by its progress token; other messages to the request
+//!   the daemon names as related, else the only request in flight, else the session's standalone
+//!   stream, which buffers until the client opens it.
+//! - Daemon messages carry a per-session sequence number; duplicates from a replay are dropped
+//!   and every message is acknowledged once it is stored.
+//! - A bridge's link is a `LinkState` (unbound, active, detached), changed only by
+//!   its transitions. Losing a daemon socket detaches its sessions and requests; only a verified
+//!   socket of the same instance rebinds them, within the reconnect grace. A new instance, or the
+//!   grace running out, ends them: their requests get an error saying their outcome is unknown.
+//! - Deadlines are never extended by reconnecting.
+//!
+//! # Locks
+//!
+//! Every lock is a `crate::lock::Lock`: a poisoned one is recovered and logged at `error`,
+//! never skipped. No lock is held across `.await`. The order, for code that holds two:
+//!
+//! 1. the hub's maps (`bridges`, `sessions`) are never held while another lock is taken: callers
+//!    take a snapshot of the `Arc`s and release the map first;
+//! 2. a bridge's state before a session's state (only `Hub::register` holds both, to count the
+//!    request against the bridge and insert it into the session in one step);
+//! 3. the streams map (`SseStreams`) before a stream's own lock (its sweep);
+//! 4. leaves, under which nothing else is locked: a stream's lock, the `TextCache`,
+//!    a bridge's readiness `watch` (sent under the bridge's lock in `Hub::link_lost`).
+//!
+//! A session's lock is never held while a stream is written or a bridge is locked: routing
+//! decides under it and writes after it is released.
+
+mod bridge;
+mod catalog;
+mod link_state;
+mod routing;
+mod session;
+mod sweep;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use protocol::{frame::ServerInfo, ids::SessionId};
+
+pub(crate) use bridge::{Bridge, Link, LinkTx, Outbound};
+pub(crate) use catalog::{CachedServer, Catalog};
+pub(crate) use session::{SendError, Session, Sink};
+
+use crate::{
+    auth::SessionKeys, config::RelayConfig, lock::Lock, metrics::Metrics, storage::SqliteStorage,
+    stream::SseStreams,
+};
+use catalog::TextCache;
+use session::Pending;
+
+/// The node-local relay state.
+#[derive(Debug)]
+pub struct Hub {
+    /// Durable state.
+    pub(crate) storage: SqliteStorage,
+    /// Configuration.
+    pub(crate) config: Arc<RelayConfig>,
+    /// Session id keys.
+    pub(crate) keys: SessionKeys,
+    /// SSE streams (resumable in the session era).
+    pub(crate) streams: SseStreams,
+    /// Metrics.
+    pub(crate) metrics: Metrics,
+    /// The OAuth authorization server's in-memory state.
+    pub(crate) oauth: crate::oauth::OAuth,
+    /// Daemon sockets that have not authenticated yet.
+    pub(crate) unverified: crate::link::Unverified,
+    bridges: Lock<HashMap<String, Arc<Bridge>>>,
+    sessions: Lock<HashMap<SessionId, Arc<Session>>>,
+    next_link: AtomicU64,
+    texts: TextCache,
+}
+
+impl Hub {
+    /// A hub over `storage`.
+    pub fn new(storage: SqliteStorage, config: RelayConfig) -> Arc<Self> {
+        Arc::new(Self {
+            storage,
+            oauth: crate::oauth::OAuth::new(config.oauth),
+            unverified: Default::default(),
+            config: Arc::new(config),
+            keys: SessionKeys::new(),
+            streams: SseStreams::default(),
+            metrics: Metrics::default(),
+            bridges: Lock::new(HashMap::new()),
+            texts: TextCache::default(),
+            sessions: Lock::new(HashMap::new()),
+            next_link: AtomicU64::new(1),
+        })
+    }
+
+    /// Every bridge that has an active daemon link, with the link.
+    pub(crate) fn active_links(&self) -> Vec<(Arc<Bridge>, Link)> {
+        let bridges: Vec<Arc<Bridge>> = self.bridges.lock().values().cloned().collect();
+        bridges
+            .into_iter()
+            .filter_map(|b| b.active().map(|l| (b, l)))
+            .collect()
+    }
+
+    /// A fresh socket id.
+    pub(crate) fn next_link_id(&self) -> u64 {
+        self.next_link.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The live state of bridge `name` (created on first use, with its stored catalog).
+    pub(crate) async fn bridge(&self, name: &str) -> Arc<Bridge> {
+        if let Some(b) = self.bridges.lock().get(name).cloned() {
+            return b;
+        }
+        let catalog = match self.storage.catalog(name).await {
+            Ok(Some(text)) => serde_json::from_str::<Vec<ServerInfo>>(&text)
+                .ok()
+                .map(|v| Arc::new(self.texts.catalog(v))),
+            _ => None,
+        };
+        self.bridges
+            .lock()
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(Bridge::new(name, catalog)))
+            .clone()
+    }
+}

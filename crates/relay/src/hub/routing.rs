@@ -1,0 +1,337 @@
+//! Routing between HTTP clients and daemons: a client request is registered (bounded per
+//! bridge, answered to its [`Sink`]) and sent, opening the session on the daemon first when it
+//! is not open there; a daemon message goes to exactly one place (see [`Hub::deliver`]).
+
+use std::sync::{Arc, atomic::Ordering};
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use protocol::{
+    frame::RelayFrame,
+    jsonrpc::{self, IdKey, code},
+    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE},
+    mcp::SUBSCRIPTIONS_LISTEN,
+};
+
+use super::{Hub, Link, Pending, SendError, Session, Sink};
+use crate::{metrics::Metrics, stream::SseStream};
+
+/// Client messages queued for a daemon that is away.
+const OUTBOX_MAX: usize = 256;
+
+/// What became of a daemon message ([`Hub::deliver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a message for an unknown session is worth noticing"]
+pub(crate) enum Delivery {
+    /// Routed to its one place (or refused, for a server → client request to a call).
+    Routed,
+    /// A replay of a `seq` already routed: dropped.
+    Duplicate,
+    /// It matched no request and no stream (counted in the metrics).
+    Unmatched,
+    /// No such session (counted in the metrics): it ended, or it never existed.
+    UnknownSession,
+}
+
+/// Why a client message could not be queued for an absent daemon ([`Hub::queue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{OUTBOX_MAX} client messages are already queued for the daemon")]
+pub(crate) struct OutboxFull;
+
+/// Where a daemon message goes.
+enum Target {
+    /// The response to a pending request: its sink gets it as its last message.
+    Finish(Pending),
+    /// A message related to a pending request with an SSE stream.
+    Stream(Arc<SseStream>),
+    /// The session's standalone stream.
+    Standalone,
+    /// Nowhere: counted.
+    Unmatched,
+    /// A server → client request to a call: answered with an error, never delivered.
+    Refuse(Value),
+}
+
+impl Hub {
+    /// Registers request `message` (with id `id`) as in flight, answered to `sink`.
+    ///
+    /// A `subscriptions/listen` call counts against [`SUBSCRIPTIONS_PER_BRIDGE`] instead of the
+    /// in-flight limit, and its deadline is [`SUBSCRIPTION_MAX`] instead of
+    /// [`CALL_BUDGET_MAX`] + [`RELAY_OVERHEAD`].
+    ///
+    /// # Errors
+    /// [`SendError::TooMany`] over the bridge's in-flight (or subscription) limit;
+    /// [`SendError::Ended`] for an ended session; [`SendError::DuplicateId`].
+    pub(crate) fn register(
+        &self,
+        s: &Session,
+        id: &Value,
+        message: &Value,
+        sink: Sink,
+    ) -> Result<(), SendError> {
+        let key = IdKey::of(id);
+        let listen =
+            s.call && message.get("method").and_then(Value::as_str) == Some(SUBSCRIPTIONS_LISTEN);
+        let max = if listen {
+            SUBSCRIPTIONS_PER_BRIDGE
+        } else {
+            self.config.max_inflight_per_bridge
+        };
+        {
+            // Lock order: bridge, then session (see the hub's module docs).
+            let mut b = s.bridge.state.lock();
+            if (if listen { b.listens } else { b.inflight }) >= max {
+                return Err(SendError::TooMany(max));
+            }
+            let mut g = s.state.lock();
+            if g.ended {
+                return Err(SendError::Ended);
+            }
+            if g.pending.contains_key(&key) {
+                return Err(SendError::DuplicateId);
+            }
+            let token = message
+                .pointer("/params/_meta/progressToken")
+                .filter(|t| t.is_string() || t.is_number())
+                .map(IdKey::of);
+            if let Some(t) = &token {
+                g.progress.insert(t.clone(), key.clone());
+            }
+            let budget = if listen {
+                SUBSCRIPTION_MAX
+            } else {
+                CALL_BUDGET_MAX + RELAY_OVERHEAD
+            };
+            g.pending.insert(
+                key,
+                Pending {
+                    id: id.clone(),
+                    sink,
+                    deadline: Instant::now() + budget,
+                    progress_token: token,
+                    listen,
+                },
+            );
+            g.last_active = Instant::now();
+            if listen {
+                b.listens += 1;
+            } else {
+                b.inflight += 1;
+                if b.link.is_detached() {
+                    // The link went between the caller's look and now: the request waits with
+                    // the others (released with them).
+                    Metrics::add(&self.metrics.detached, 1);
+                }
+            }
+        }
+        if listen {
+            Metrics::add(&self.metrics.subscriptions, 1);
+        } else {
+            Metrics::add(&self.metrics.inflight, 1);
+        }
+        Ok(())
+    }
+
+    /// Withdraws a registered request without an answer (it could not be sent); its sink is
+    /// dropped, which is how its waiter learns.
+    pub(crate) fn unregister(&self, s: &Session, id: &Value) {
+        let p = s.state.lock().pending.remove(&IdKey::of(id));
+        if let Some(p) = p {
+            self.release(s, p.listen);
+        }
+    }
+
+    /// Sends a client message of session `s` to `link`, opening the session there first if
+    /// needed. Open and message are queued in order under the session's lock.
+    ///
+    /// # Errors
+    /// [`SendError::Busy`] when the link's queue is full or closed; [`SendError::Ended`] for an
+    /// ended session, or a call already opened on another instance.
+    pub(crate) fn send(&self, s: &Session, link: &Link, message: Value) -> Result<(), SendError> {
+        let busy = |_| SendError::Busy(s.bridge.name.clone());
+        let mut g = s.state.lock();
+        if g.ended {
+            return Err(SendError::Ended);
+        }
+        g.last_active = Instant::now();
+        if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
+            g.initialized = true;
+            if g.opened_on.is_none() {
+                // Sent with the open, whenever that happens.
+                return Ok(());
+            }
+        }
+        if s.call && g.opened_on.as_ref() != Some(&link.instance_id) {
+            // A call is opened by its request and lives on that daemon instance only.
+            if g.opened_on.is_some() {
+                return Err(SendError::Ended);
+            }
+            link.tx
+                .try_send(RelayFrame::Call {
+                    sid: s.sid.clone(),
+                    server: s.server.clone(),
+                    principal: s.principal.id.clone(),
+                    role: s.principal.role.as_str().to_owned(),
+                    message,
+                })
+                .map_err(busy)?;
+            g.opened_on = Some(link.instance_id.clone());
+            return Ok(());
+        }
+        if g.opened_on.as_ref() != Some(&link.instance_id) {
+            link.tx
+                .try_send(RelayFrame::Open {
+                    sid: s.sid.clone(),
+                    server: s.server.clone(),
+                    principal: s.principal.id.clone(),
+                    role: s.principal.role.as_str().to_owned(),
+                    initialize: s.initialize.clone(),
+                })
+                .map_err(busy)?;
+            if g.initialized {
+                link.tx
+                    .try_send(RelayFrame::Rpc {
+                        sid: s.sid.clone(),
+                        message: json!({"jsonrpc": jsonrpc::VERSION, "method": "notifications/initialized"}),
+                    })
+                    .map_err(busy)?;
+            }
+            g.opened_on = Some(link.instance_id.clone());
+        }
+        link.tx
+            .try_send(RelayFrame::Rpc {
+                sid: s.sid.clone(),
+                message,
+            })
+            .map_err(busy)
+    }
+
+    /// Queues a client notification or response for when the daemon is back.
+    ///
+    /// # Errors
+    /// [`OutboxFull`] when [`OUTBOX_MAX`] messages are queued already.
+    pub(crate) fn queue(&self, s: &Session, message: Value) -> Result<(), OutboxFull> {
+        let mut g = s.state.lock();
+        if g.outbox.len() >= OUTBOX_MAX {
+            return Err(OutboxFull);
+        }
+        if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
+            g.initialized = true;
+            return Ok(());
+        }
+        g.outbox.push_back(message);
+        Ok(())
+    }
+
+    /// The client cancelled request `id`: its stream ends without a response (the server sends
+    /// none for a cancelled request).
+    pub(crate) fn cancelled(&self, s: &Session, id: &Value) {
+        let p = s.state.lock().pending.remove(&IdKey::of(id));
+        if let Some(p) = p {
+            self.finish_pending(s, p, None);
+        }
+    }
+
+    /// Routes daemon message `seq` of session `sid` to exactly one place: a response to the
+    /// request it answers (its stream or JSON waiter, as the last message); a progress
+    /// notification to the stream of the request that carries its token; another message to the
+    /// request the daemon names as `related`, else to the only request in flight, else to the
+    /// session's standalone stream (a call has none: such a message is unmatched). A `seq` at
+    /// or below the last one routed is a replay and dropped. A server → client request to a
+    /// call is answered with -32601 and never delivered (MCP 2026-07-28 has none).
+    pub(crate) fn deliver(
+        &self,
+        sid: &protocol::ids::SessionId,
+        seq: u64,
+        related: Option<&Value>,
+        message: Value,
+    ) -> Delivery {
+        let Some(s) = self.session_by_sid(sid) else {
+            self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
+            return Delivery::UnknownSession;
+        };
+        let is_response = jsonrpc::is_response(&message);
+        let target = {
+            let mut g = s.state.lock();
+            if seq <= g.last_seq {
+                return Delivery::Duplicate;
+            }
+            g.last_seq = seq;
+            let is_request = !is_response
+                && message.get("method").is_some()
+                && message.get("id").is_some_and(|i| !i.is_null());
+            if s.call && is_request {
+                // MCP 2026-07-28 removed server → client requests (Basic › Transports ›
+                // Streamable HTTP § Receiving Messages: input requests travel inside results).
+                Target::Refuse(message.get("id").cloned().unwrap_or(Value::Null))
+            } else if is_response {
+                let key = message.get("id").map(IdKey::of);
+                match key.and_then(|k| g.pending.remove(&k)) {
+                    Some(p) => {
+                        if let Some(t) = &p.progress_token {
+                            g.progress.remove(t);
+                        }
+                        Target::Finish(p)
+                    }
+                    None => Target::Unmatched,
+                }
+            } else {
+                let by_token = (message.get("method").and_then(Value::as_str)
+                    == Some("notifications/progress"))
+                .then(|| message.pointer("/params/progressToken").map(IdKey::of))
+                .flatten()
+                .and_then(|t| g.progress.get(&t).cloned());
+                let key = by_token
+                    .or_else(|| related.map(IdKey::of).filter(|k| g.pending.contains_key(k)))
+                    .or_else(|| {
+                        (g.pending.len() == 1)
+                            .then(|| g.pending.keys().next().cloned())
+                            .flatten()
+                    });
+                match key.and_then(|k| g.pending.get(&k)) {
+                    Some(Pending {
+                        sink: Sink::Stream(st),
+                        ..
+                    }) => Target::Stream(st.clone()),
+                    // A call's client reads only its request's response (no standalone stream).
+                    _ if s.call => Target::Unmatched,
+                    _ => Target::Standalone,
+                }
+            }
+        };
+        match target {
+            Target::Finish(p) => self.finish_pending(&s, p, Some(message)),
+            Target::Stream(st) => {
+                if st.push(&message, false).is_err() {
+                    // Its request finished meanwhile: the session's stream takes it.
+                    let _ = s.standalone.push(&message, false);
+                }
+            }
+            Target::Standalone => {
+                let _ = s.standalone.push(&message, false);
+            }
+            Target::Unmatched => {
+                self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
+                return Delivery::Unmatched;
+            }
+            Target::Refuse(id) => {
+                let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+                tracing::warn!(bridge = %s.bridge.name, method, "refused a server-to-client request to an MCP 2026-07-28 client");
+                if let Some(link) = s.bridge.active() {
+                    let _ = self.send(
+                        &s,
+                        &link,
+                        jsonrpc::error(
+                            &id,
+                            code::METHOD_NOT_FOUND,
+                            &format!("{method}: the client speaks MCP 2026-07-28, which has no server-to-client requests"),
+                            None,
+                        ),
+                    );
+                }
+            }
+        }
+        Delivery::Routed
+    }
+}

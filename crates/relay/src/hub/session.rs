@@ -1,0 +1,338 @@
+//! MCP sessions and calls ([`Session`]), the requests in flight in them ([`Pending`], answered to
+//! a [`Sink`]), and how a session ends: every request still in flight gets an error, its streams
+//! finish, and the daemon is told to close it.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+};
+
+use serde_json::Value;
+use tokio::{sync::oneshot, time::Instant};
+
+use protocol::{
+    frame::RelayFrame,
+    ids::{InstanceId, SessionId},
+    jsonrpc::{self, IdKey, code},
+};
+
+use super::{Bridge, Hub};
+use crate::{auth::BridgePrincipal, lock::Lock, metrics::Metrics, stream::SseStream};
+
+/// Sessions per bridge.
+pub(super) const SESSIONS_PER_BRIDGE: usize = 1_000;
+
+/// Where the answer to one client request goes.
+#[derive(Debug)]
+pub(crate) enum Sink {
+    /// An SSE stream (the POST's; resumable in the session era).
+    Stream(Arc<SseStream>),
+    /// A plain JSON response waiting for the terminal message.
+    Json(oneshot::Sender<Value>),
+}
+
+/// A client request in flight.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) id: Value,
+    pub(super) sink: Sink,
+    /// Past it the sweep cancels the request; never extended by reconnecting (invariant 4).
+    pub(super) deadline: Instant,
+    pub(super) progress_token: Option<IdKey>,
+    /// A `subscriptions/listen` of a call: ended gracefully at its deadline.
+    pub(super) listen: bool,
+}
+
+/// What a session's lock guards.
+#[derive(Debug)]
+pub(super) struct SessionState {
+    /// The daemon instance the session is open on (`open` or `call` sent), if any.
+    pub(super) opened_on: Option<InstanceId>,
+    /// `notifications/initialized` was seen (sent again after a reopen).
+    pub(super) initialized: bool,
+    pub(super) pending: HashMap<IdKey, Pending>,
+    /// Progress token → the request that carries it.
+    pub(super) progress: HashMap<IdKey, IdKey>,
+    /// Highest daemon `seq` routed; lower ones are replays.
+    pub(super) last_seq: u64,
+    /// Client notifications and responses queued while the daemon is away.
+    pub(super) outbox: VecDeque<Value>,
+    pub(super) last_active: Instant,
+    /// The session was ended; nothing may be registered or sent any more.
+    pub(super) ended: bool,
+}
+
+impl SessionState {
+    fn new(initialized: bool) -> Self {
+        Self {
+            opened_on: None,
+            initialized,
+            pending: HashMap::new(),
+            progress: HashMap::new(),
+            last_seq: 0,
+            outbox: VecDeque::new(),
+            last_active: Instant::now(),
+            ended: false,
+        }
+    }
+}
+
+/// One MCP session (DESIGN §4): bound to its principal, its bridge and one served server.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The `MCP-Session-Id` (or a call's id).
+    pub(crate) sid: SessionId,
+    /// Its bridge.
+    pub(crate) bridge: Arc<Bridge>,
+    /// The served server (`runtime` or an upstream name).
+    pub(crate) server: String,
+    /// Who opened it.
+    pub(crate) principal: BridgePrincipal,
+    /// A call (link revision 2): one MCP 2026-07-28 request served without an MCP session,
+    /// opened on the daemon with a `call` frame carrying the request itself and ended once it is
+    /// answered. Not visible to clients, not counted as a session.
+    pub(crate) call: bool,
+    pub(super) initialize: Value,
+    /// Server messages related to no request, until (and while) the client's GET stream reads
+    /// them.
+    pub(crate) standalone: Arc<SseStream>,
+    pub(super) state: Lock<SessionState>,
+}
+
+/// Why a message could not go to the daemon.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendError {
+    /// The daemon link is congested or closing.
+    #[error("the daemon link of bridge {0} is not accepting messages")]
+    Busy(String),
+    /// Too many requests in flight on the bridge.
+    #[error("{0} requests are already in flight on this bridge")]
+    TooMany(usize),
+    /// A request with this id is already in flight in the session.
+    #[error("a request with this id is already in flight in this session")]
+    DuplicateId,
+    /// The session was ended meanwhile.
+    #[error("the session has ended")]
+    Ended,
+}
+
+impl Hub {
+    /// Creates a session; `None` when the bridge has [`SESSIONS_PER_BRIDGE`] already.
+    pub(crate) fn create_session(
+        &self,
+        bridge: Arc<Bridge>,
+        server: &str,
+        principal: BridgePrincipal,
+        initialize: Value,
+    ) -> Option<Arc<Session>> {
+        let sid = SessionId::new(self.keys.issue(&principal.id));
+        let standalone = SseStream::new(&sid, &principal.id, &bridge.name);
+        self.streams.insert(standalone.clone());
+        let s = Arc::new(Session {
+            sid: sid.clone(),
+            server: server.to_owned(),
+            principal,
+            call: false,
+            initialize,
+            standalone,
+            state: Lock::new(SessionState::new(false)),
+            bridge,
+        });
+        let mut m = self.sessions.lock();
+        let on_bridge = m
+            .values()
+            .filter(|x| !x.call && x.bridge.name == s.bridge.name)
+            .count();
+        if on_bridge >= SESSIONS_PER_BRIDGE {
+            return None;
+        }
+        m.insert(sid, s.clone());
+        Metrics::add(&self.metrics.sessions, 1);
+        Some(s)
+    }
+
+    /// Creates the call that carries one MCP 2026-07-28 request to `server` on `bridge` for
+    /// `principal`. Its id
+    /// is `c` + 256 random bits (session ids always hold a `.`, so the two never meet). Calls are
+    /// bounded by the bridge's in-flight limit when their request is registered, not by
+    /// [`SESSIONS_PER_BRIDGE`].
+    pub(crate) fn create_call(
+        &self,
+        bridge: Arc<Bridge>,
+        server: &str,
+        principal: BridgePrincipal,
+    ) -> Arc<Session> {
+        let sid = SessionId::new(crate::auth::random_secret("c"));
+        let standalone = SseStream::new(&sid, &principal.id, &bridge.name);
+        let s = Arc::new(Session {
+            sid: sid.clone(),
+            server: server.to_owned(),
+            principal,
+            call: true,
+            initialize: Value::Null,
+            standalone,
+            state: Lock::new(SessionState::new(true)),
+            bridge,
+        });
+        self.sessions.lock().insert(sid, s.clone());
+        s
+    }
+
+    /// The session `sid` if it exists and was issued to `principal`.
+    pub(crate) fn session(&self, sid: &str, principal: &BridgePrincipal) -> Option<Arc<Session>> {
+        if !self.keys.verify(sid, &principal.id) {
+            return None;
+        }
+        let s = self.sessions.lock().get(sid).cloned()?;
+        (s.principal == *principal).then_some(s)
+    }
+
+    pub(super) fn session_by_sid(&self, sid: &SessionId) -> Option<Arc<Session>> {
+        self.sessions.lock().get(sid).cloned()
+    }
+
+    /// The live call of `principal` on `bridge`/`server` whose request has id `id`, if exactly
+    /// one matches (for a `notifications/cancelled` a 2026-07-28 client POSTs).
+    pub(crate) fn find_call(
+        &self,
+        bridge: &str,
+        server: &str,
+        principal: &BridgePrincipal,
+        id: &Value,
+    ) -> Option<Arc<Session>> {
+        let key = IdKey::of(id);
+        let mut found = self.bridge_sessions(bridge).into_iter().filter(|s| {
+            s.call
+                && s.server == server
+                && s.principal == *principal
+                && s.state.lock().pending.contains_key(&key)
+        });
+        let first = found.next()?;
+        found.next().is_none().then_some(first)
+    }
+
+    /// The client of call `s` is gone before its answer (MCP 2026-07-28 Basic › Transports ›
+    /// Streamable HTTP § Cancellation: closing the response stream cancels the request): the
+    /// daemon gets `notifications/cancelled` for the request and `close` for the call. Nothing
+    /// happens when the call was already answered.
+    pub(crate) fn cancel_call(&self, s: &Session, id: &Value, reason: &str) {
+        let Some(p) = s.state.lock().pending.remove(&IdKey::of(id)) else {
+            return;
+        };
+        tracing::debug!(bridge = %s.bridge.name, reason, "cancelling a call");
+        self.finish_pending(s, p, None);
+        if let Some(link) = s.bridge.active() {
+            let _ = self.send(s, &link, jsonrpc::cancelled(id, reason));
+        }
+        self.end_session(&s.sid, code::UNAVAILABLE, reason, true);
+    }
+
+    /// Ends call `sid` once its request is answered (after the answer was acknowledged), telling
+    /// the daemon with `close`. Sessions and calls still awaited are left alone.
+    pub(crate) fn close_if_answered(&self, sid: &SessionId) {
+        let Some(s) = self.session_by_sid(sid) else {
+            return;
+        };
+        if !s.call {
+            return;
+        }
+        let answered = {
+            let g = s.state.lock();
+            g.pending.is_empty() && g.opened_on.is_some()
+        };
+        if answered {
+            self.end_session(sid, code::UNAVAILABLE, "the call was answered", true);
+        }
+    }
+
+    /// The daemon ended session `sid`.
+    pub(crate) fn daemon_closed(&self, sid: &SessionId, reason: &str) {
+        self.end_session(
+            sid,
+            code::UNAVAILABLE,
+            &format!("the server ended the session: {reason}"),
+            false,
+        );
+    }
+
+    /// Ends a session: in-flight requests get `error`, streams finish, the daemon is told to
+    /// close it if it has it open. Later requests for it get 404.
+    pub(crate) fn end_session(&self, sid: &SessionId, code: i64, message: &str, tell_daemon: bool) {
+        let Some(s) = self.sessions.lock().remove(sid) else {
+            return;
+        };
+        tracing::debug!(bridge = %s.bridge.name, code, call = s.call, "ending a session");
+        if !s.call {
+            Metrics::add(&self.metrics.sessions, -1);
+        }
+        let (pending, opened) = {
+            let mut g = s.state.lock();
+            g.ended = true;
+            g.outbox.clear();
+            (
+                g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>(),
+                g.opened_on.take(),
+            )
+        };
+        tracing::debug!(
+            pending = pending.len(),
+            "settling the requests of an ended session"
+        );
+        self.settle_all(&s, pending, code, message);
+        s.standalone.finish();
+        if tell_daemon
+            && opened.is_some()
+            && let Some(link) = s.bridge.active()
+        {
+            // Best effort: a daemon that does not get it ends the session at `resume`.
+            let _ = link.tx.try_send(RelayFrame::Close { sid: s.sid.clone() });
+        }
+    }
+
+    /// Answers every request of `pending` with the error `code`/`message`.
+    pub(super) fn settle_all(&self, s: &Session, pending: Vec<Pending>, code: i64, message: &str) {
+        for p in pending {
+            let err = jsonrpc::error(&p.id, code, message, None);
+            self.finish_pending(s, p, Some(err));
+        }
+    }
+
+    /// Gives `p`'s slot back and ends its sink: with `terminal` as its last message, or without
+    /// one (a cancelled request gets no response).
+    pub(super) fn finish_pending(&self, s: &Session, p: Pending, terminal: Option<Value>) {
+        self.release(s, p.listen);
+        match (p.sink, terminal) {
+            (Sink::Stream(st), Some(msg)) => {
+                let _ = st.push(&msg, true);
+            }
+            (Sink::Stream(st), None) => st.finish(),
+            (Sink::Json(tx), Some(msg)) => {
+                // The client may be gone; its answer is then not owed to anyone.
+                let _ = tx.send(msg);
+            }
+            (Sink::Json(_), None) => {}
+        }
+    }
+
+    /// Gives back the bridge slot of a request that is no longer pending.
+    pub(super) fn release(&self, s: &Session, listen: bool) {
+        if listen {
+            {
+                let mut b = s.bridge.state.lock();
+                b.listens = b.listens.saturating_sub(1);
+            }
+            Metrics::add(&self.metrics.subscriptions, -1);
+            return;
+        }
+        {
+            let mut b = s.bridge.state.lock();
+            b.inflight = b.inflight.saturating_sub(1);
+            // Counted as detached only while the bridge is: once the grace ran out (unbound)
+            // the sweep has taken the bridge's requests off the gauge already.
+            if b.link.is_detached() {
+                Metrics::add(&self.metrics.detached, -1);
+            }
+        }
+        Metrics::add(&self.metrics.inflight, -1);
+    }
+}

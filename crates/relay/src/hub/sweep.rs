@@ -1,0 +1,101 @@
+//! The hub's periodic work ([`Hub::sweep`], every second from `serve_on`): the reconnect grace,
+//! request deadlines, idle sessions, finished calls and stream retention.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio::time::{Duration, Instant};
+
+use protocol::{
+    jsonrpc::{self, IdKey, code},
+    mcp::META_SUBSCRIPTION_ID,
+};
+
+use super::{Bridge, Hub, Pending, Session};
+use crate::metrics::Metrics;
+
+/// A session without requests in flight and unused this long is ended (its daemon side, possibly
+/// an upstream child process, with it); a client that comes back gets 404 and initializes again.
+pub(super) const SESSION_IDLE: Duration = Duration::from_secs(3600);
+
+impl Hub {
+    /// Periodic work: grace expiry, request deadlines, idle sessions, stream retention.
+    pub(crate) fn sweep(&self) {
+        let now = Instant::now();
+        let grace = self.config.timing.reconnect_grace;
+        let bridges: Vec<Arc<Bridge>> = self.bridges.lock().values().cloned().collect();
+        for b in bridges {
+            let expired = {
+                let mut g = b.state.lock();
+                let expired = g.link.expire(now, grace);
+                if expired.is_some() {
+                    Metrics::add(&self.metrics.detached, -(g.inflight as i64));
+                }
+                expired
+            };
+            if let Some(instance) = expired {
+                tracing::warn!(bridge = %b.name, "the daemon did not come back within the reconnect grace; ending its sessions");
+                self.end_bound(
+                    &b.name,
+                    &instance,
+                    "the machine's daemon did not reconnect in time; the outcome of this request is unknown (it may have had effects)",
+                );
+            }
+        }
+        let sessions: Vec<Arc<Session>> = self.sessions.lock().values().cloned().collect();
+        for s in sessions {
+            let (late, idle) = {
+                let mut g = s.state.lock();
+                let keys: Vec<IdKey> = g
+                    .pending
+                    .iter()
+                    .filter(|(_, p)| p.deadline <= now)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                let late: Vec<Pending> = keys.iter().filter_map(|k| g.pending.remove(k)).collect();
+                (
+                    late,
+                    g.pending.is_empty() && now.duration_since(g.last_active) > SESSION_IDLE,
+                )
+            };
+            let (ended_listens, late): (Vec<Pending>, Vec<Pending>) =
+                late.into_iter().partition(|p| p.listen);
+            for p in ended_listens {
+                // Graceful closure (MCP 2026-07-28 Basic › Patterns › Subscriptions).
+                let done = jsonrpc::result(
+                    &p.id,
+                    json!({"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: p.id}}),
+                );
+                if let Some(link) = s.bridge.active() {
+                    let _ = self.send(
+                        &s,
+                        &link,
+                        jsonrpc::cancelled(&p.id, "the subscription reached its longest lifetime"),
+                    );
+                }
+                self.finish_pending(&s, p, Some(done));
+            }
+            for p in &late {
+                if let Some(link) = s.bridge.active() {
+                    let _ = self.send(
+                        &s,
+                        &link,
+                        jsonrpc::cancelled(&p.id, "the relay's deadline passed"),
+                    );
+                }
+            }
+            self.settle_all(
+                &s,
+                late,
+                code::UNAVAILABLE,
+                "the request ran past the longest allowed execution time (600 s)",
+            );
+            if idle {
+                self.end_session(&s.sid, code::UNAVAILABLE, "idle session", true);
+            } else if s.call {
+                self.close_if_answered(&s.sid);
+            }
+        }
+        self.streams.sweep();
+    }
+}

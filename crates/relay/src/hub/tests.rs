@@ -1,0 +1,517 @@
+//! The hub's transitions on tokio's paused clock: promotion, loss, rebind within the grace,
+//! grace expiry, a new instance, routing of daemon messages, deadlines and sweeps.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::{Duration, advance},
+};
+
+use protocol::{
+    frame::RelayFrame,
+    ids::{InstanceId, SessionId},
+    jsonrpc::code,
+    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD},
+};
+
+use super::{Bridge, Hub, Link, LinkTx, Outbound, Session, Sink, routing::Delivery};
+use crate::{
+    RelayConfig, SqliteStorage,
+    auth::{BridgePrincipal, Role},
+    stream::SseStream,
+};
+
+/// A hub with bridge `b1`, its storage opened before the clock is paused (SQLite's worker
+/// thread would otherwise race the auto-advancing clock).
+async fn hub() -> (Arc<Hub>, Arc<Bridge>) {
+    let hub = Hub::new(
+        SqliteStorage::memory().await.unwrap(),
+        RelayConfig::for_tests(),
+    );
+    let b = hub.bridge("b1").await;
+    tokio::time::pause();
+    (hub, b)
+}
+
+fn link(hub: &Hub, instance: &str) -> (Link, mpsc::Receiver<Outbound>) {
+    let (tx, rx) = mpsc::channel(64);
+    let l = Link {
+        id: hub.next_link_id(),
+        instance_id: InstanceId::new(instance),
+        revision: 2,
+        key_id: "key_test".into(),
+        tx: LinkTx::new(tx),
+    };
+    (l, rx)
+}
+
+fn alice() -> BridgePrincipal {
+    BridgePrincipal {
+        id: "tok_alice".into(),
+        bridge: "b1".into(),
+        role: Role::Owner,
+    }
+}
+
+fn session(hub: &Hub, b: &Arc<Bridge>) -> Arc<Session> {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
+    hub.create_session(b.clone(), "runtime", alice(), init)
+        .unwrap()
+}
+
+/// A hub whose bridge `b1` has an active link of instance `i1` (frames readable from `rx`) and
+/// one session on it.
+struct Connected {
+    hub: Arc<Hub>,
+    b: Arc<Bridge>,
+    l: Link,
+    rx: mpsc::Receiver<Outbound>,
+    s: Arc<Session>,
+}
+
+async fn connected() -> Connected {
+    let (hub, b) = hub().await;
+    let (l, rx) = link(&hub, "i1");
+    assert!(hub.promote(&b, l.clone()).is_none());
+    let s = session(&hub, &b);
+    Connected { hub, b, l, rx, s }
+}
+
+fn request(id: i64, method: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}})
+}
+
+/// Registers and sends request `id`, answered to a JSON waiter.
+fn json_request(hub: &Hub, s: &Session, link: &Link, id: i64) -> oneshot::Receiver<Value> {
+    let (tx, rx) = oneshot::channel();
+    let m = request(id, "tools/call");
+    hub.register(s, &json!(id), &m, Sink::Json(tx)).unwrap();
+    hub.send(s, link, m).unwrap();
+    rx
+}
+
+/// Registers and sends request `id`, answered to an SSE stream.
+fn sse_request(
+    hub: &Hub,
+    s: &Session,
+    link: &Link,
+    id: i64,
+    token: Option<&str>,
+) -> Arc<SseStream> {
+    let st = SseStream::new(&s.sid, &s.principal.id, &s.bridge.name);
+    let mut m = request(id, "tools/call");
+    if let Some(t) = token {
+        m["params"]["_meta"] = json!({"progressToken": t});
+    }
+    hub.register(s, &json!(id), &m, Sink::Stream(st.clone()))
+        .unwrap();
+    hub.send(s, link, m).unwrap();
+    st
+}
+
+fn frames(rx: &mut mpsc::Receiver<Outbound>) -> Vec<RelayFrame> {
+    let mut out = Vec::new();
+    while let Ok(o) = rx.try_recv() {
+        if let Outbound::Frame(f) = o {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The messages of a stream after its priming event.
+fn messages(st: &SseStream) -> Vec<Value> {
+    st.read_after(Some(0))
+        .0
+        .into_iter()
+        .map(|e| serde_json::from_str(&e.data).unwrap())
+        .collect()
+}
+
+fn result(id: i64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}})
+}
+
+#[tokio::test]
+async fn promotion_makes_a_verified_link_active_and_hands_back_the_incumbent() {
+    let (hub, b) = hub().await;
+    assert!(b.active().is_none());
+    let (l1, _rx1) = link(&hub, "i1");
+    assert!(hub.promote(&b, l1.clone()).is_none());
+    assert_eq!(b.active().map(|l| l.id), Some(l1.id));
+    assert!(b.wait_ready(Duration::from_millis(1)).await.is_some());
+    let (l2, _rx2) = link(&hub, "i1");
+    let replaced = hub.promote(&b, l2.clone());
+    assert_eq!(replaced.map(|l| l.id), Some(l1.id), "the caller closes it");
+    assert_eq!(b.active().map(|l| l.id), Some(l2.id));
+    assert_eq!(
+        hub.metrics
+            .reconnects
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_candidate_never_displaces_the_incumbent_before_it_is_promoted() {
+    let (hub, b) = hub().await;
+    let (incumbent, mut rx) = link(&hub, "i1");
+    let _ = hub.promote(&b, incumbent.clone());
+    let s = session(&hub, &b);
+    let answer = json_request(&hub, &s, &incumbent, 1);
+    // A candidate of another instance got as far as resume (which names nothing of i1's) and
+    // then failed: the incumbent keeps the bridge and its sessions.
+    let (candidate, _crx) = link(&hub, "i2");
+    assert_eq!(
+        hub.resume_set(&b, &candidate.instance_id),
+        (Vec::new(), Vec::new())
+    );
+    hub.link_lost(&b, candidate.id);
+    assert_eq!(b.active().map(|l| l.id), Some(incumbent.id));
+    assert!(matches!(
+        frames(&mut rx).as_slice(),
+        [RelayFrame::Open { .. }, RelayFrame::Rpc { .. }]
+    ));
+    assert_eq!(hub.deliver(&s.sid, 1, None, result(1)), Delivery::Routed);
+    assert_eq!(answer.await.unwrap(), result(1));
+}
+
+#[tokio::test]
+async fn losing_the_link_detaches_and_the_same_instance_rebinds_within_the_grace() {
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        rx: mut rx1,
+        s,
+    } = connected().await;
+    let answer = json_request(&hub, &s, &l1, 7);
+    frames(&mut rx1);
+    hub.link_lost(&b, l1.id);
+    assert!(b.active().is_none());
+    assert_eq!(
+        hub.metrics
+            .detached
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // A notification while away is queued, not lost.
+    hub.queue(
+        &s,
+        json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}),
+    )
+    .unwrap();
+    advance(hub.config.timing.reconnect_grace - Duration::from_secs(1)).await;
+    hub.sweep();
+    let (sessions, requests) = hub.resume_set(&b, &InstanceId::new("i1"));
+    assert_eq!(sessions, std::slice::from_ref(&s.sid));
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].id.as_value(), &json!(7));
+    let (l2, mut rx2) = link(&hub, "i1");
+    assert!(hub.promote(&b, l2.clone()).is_none());
+    assert_eq!(
+        hub.metrics
+            .detached
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    // The same instance has the session open already: only the queued message goes.
+    let sent = frames(&mut rx2);
+    assert!(
+        matches!(sent.as_slice(), [RelayFrame::Rpc { message, .. }] if message["method"] == "notifications/roots/list_changed"),
+        "{sent:?}"
+    );
+    assert_eq!(hub.deliver(&s.sid, 1, None, result(7)), Delivery::Routed);
+    assert_eq!(answer.await.unwrap(), result(7));
+}
+
+#[tokio::test]
+async fn grace_expiry_ends_the_sessions_and_their_requests_get_outcome_unknown() {
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        s,
+        rx: _rx,
+    } = connected().await;
+    let answer = json_request(&hub, &s, &l1, 1);
+    hub.link_lost(&b, l1.id);
+    advance(hub.config.timing.reconnect_grace).await;
+    hub.sweep();
+    let e = answer.await.unwrap();
+    assert_eq!(e["error"]["code"], code::OUTCOME_UNKNOWN);
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not reconnect in time"),
+        "{e}"
+    );
+    assert!(
+        hub.session(s.sid.as_str(), &alice()).is_none(),
+        "404 from now on"
+    );
+    assert_eq!(
+        hub.resume_set(&b, &InstanceId::new("i1")),
+        (Vec::new(), Vec::new()),
+        "the instance is no longer bound"
+    );
+}
+
+#[tokio::test]
+async fn a_new_instance_inherits_nothing() {
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        s,
+        rx: _rx,
+    } = connected().await;
+    let answer = json_request(&hub, &s, &l1, 1);
+    hub.link_lost(&b, l1.id);
+    let (l2, mut rx2) = link(&hub, "i2");
+    assert!(
+        hub.resume_set(&b, &l2.instance_id).0.is_empty(),
+        "nothing to resume"
+    );
+    let _ = hub.promote(&b, l2);
+    let e = answer.await.unwrap();
+    assert_eq!(e["error"]["code"], code::OUTCOME_UNKNOWN);
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("daemon restarted")
+    );
+    assert!(hub.session(s.sid.as_str(), &alice()).is_none());
+    assert!(
+        frames(&mut rx2).is_empty(),
+        "the new instance is told nothing"
+    );
+}
+
+#[tokio::test]
+async fn daemon_messages_go_to_exactly_one_stream() {
+    let Connected {
+        hub, l, s, rx: _rx, ..
+    } = connected().await;
+    let one = sse_request(&hub, &s, &l, 1, Some("p1"));
+    let two = sse_request(&hub, &s, &l, 2, None);
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": "p1", "progress": 1}});
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+    let related = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"r": 2}});
+    assert_eq!(
+        hub.deliver(&s.sid, 1, None, progress.clone()),
+        Delivery::Routed
+    );
+    assert_eq!(
+        hub.deliver(&s.sid, 2, Some(&json!(2)), related.clone()),
+        Delivery::Routed
+    );
+    // Related to nothing with two requests in flight: the standalone stream.
+    assert_eq!(hub.deliver(&s.sid, 3, None, log.clone()), Delivery::Routed);
+    assert_eq!(hub.deliver(&s.sid, 4, None, result(1)), Delivery::Routed);
+    // With one request left, an unrelated message goes to it.
+    assert_eq!(hub.deliver(&s.sid, 5, None, log.clone()), Delivery::Routed);
+    assert_eq!(hub.deliver(&s.sid, 6, None, result(2)), Delivery::Routed);
+    assert_eq!(messages(&one), [progress, result(1)]);
+    assert_eq!(messages(&two), [related, log.clone(), result(2)]);
+    assert_eq!(messages(&s.standalone), [log]);
+    assert!(
+        one.summary().1 && two.summary().1,
+        "responses finish their streams"
+    );
+    // A response nobody waits for, and a replayed seq.
+    assert_eq!(hub.deliver(&s.sid, 7, None, result(9)), Delivery::Unmatched);
+    assert_eq!(hub.deliver(&s.sid, 7, None, result(9)), Delivery::Duplicate);
+    assert_eq!(
+        hub.deliver(&SessionId::new("gone.x"), 1, None, result(1)),
+        Delivery::UnknownSession
+    );
+    assert_eq!(
+        hub.metrics
+            .unmatched
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_is_cancelled_on_the_daemon_and_answered() {
+    let Connected {
+        hub, l, mut rx, s, ..
+    } = connected().await;
+    let answer = json_request(&hub, &s, &l, 3);
+    frames(&mut rx);
+    advance(CALL_BUDGET_MAX + RELAY_OVERHEAD - Duration::from_secs(1)).await;
+    hub.sweep();
+    assert!(frames(&mut rx).is_empty(), "not yet");
+    advance(Duration::from_secs(1)).await;
+    hub.sweep();
+    let sent = frames(&mut rx);
+    assert!(
+        matches!(sent.as_slice(), [RelayFrame::Rpc { message, .. }]
+            if message["method"] == "notifications/cancelled" && message["params"]["requestId"] == 3),
+        "{sent:?}"
+    );
+    let e = answer.await.unwrap();
+    assert_eq!(e["error"]["code"], code::UNAVAILABLE);
+    assert!(
+        hub.session(s.sid.as_str(), &alice()).is_some(),
+        "the session lives on"
+    );
+}
+
+#[tokio::test]
+async fn idle_sessions_are_swept_and_closed_on_the_daemon() {
+    let Connected {
+        hub, l, mut rx, s, ..
+    } = connected().await;
+    let answer = json_request(&hub, &s, &l, 1);
+    assert_eq!(hub.deliver(&s.sid, 1, None, result(1)), Delivery::Routed);
+    answer.await.unwrap();
+    frames(&mut rx);
+    advance(super::sweep::SESSION_IDLE).await;
+    hub.sweep();
+    assert!(
+        hub.session(s.sid.as_str(), &alice()).is_some(),
+        "idle for exactly the limit"
+    );
+    advance(Duration::from_secs(1)).await;
+    hub.sweep();
+    assert!(hub.session(s.sid.as_str(), &alice()).is_none());
+    assert!(matches!(
+        frames(&mut rx).as_slice(),
+        [RelayFrame::Close { sid }] if *sid == s.sid
+    ));
+    assert_eq!(
+        hub.metrics
+            .sessions
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_call_is_opened_by_its_request_and_closed_after_its_answer() {
+    let (hub, b) = hub().await;
+    let (l, mut rx) = link(&hub, "i1");
+    let _ = hub.promote(&b, l.clone());
+    let c = hub.create_call(b.clone(), "runtime", alice());
+    let (tx, answer) = oneshot::channel();
+    let m = request(5, "tools/list");
+    hub.register(&c, &json!(5), &m, Sink::Json(tx)).unwrap();
+    hub.send(&c, &l, m).unwrap();
+    assert!(matches!(frames(&mut rx).as_slice(), [RelayFrame::Call { sid, .. }] if *sid == c.sid));
+    // A server → client request to a call is refused, never delivered.
+    let sampling =
+        json!({"jsonrpc": "2.0", "id": 90, "method": "sampling/createMessage", "params": {}});
+    assert_eq!(hub.deliver(&c.sid, 1, None, sampling), Delivery::Routed);
+    let sent = frames(&mut rx);
+    assert!(
+        matches!(sent.as_slice(), [RelayFrame::Rpc { message, .. }]
+            if message["id"] == 90 && message["error"]["code"] == code::METHOD_NOT_FOUND),
+        "{sent:?}"
+    );
+    hub.close_if_answered(&c.sid);
+    assert!(frames(&mut rx).is_empty(), "still awaited");
+    assert_eq!(hub.deliver(&c.sid, 2, None, result(5)), Delivery::Routed);
+    assert_eq!(answer.await.unwrap(), result(5));
+    hub.close_if_answered(&c.sid);
+    assert!(matches!(
+        frames(&mut rx).as_slice(),
+        [RelayFrame::Close { sid }] if *sid == c.sid
+    ));
+    assert_eq!(
+        hub.metrics
+            .inflight
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+/// `machine_mcp_relay_detached_requests` counts in-flight requests whose daemon socket is gone
+/// (within the grace); when the grace runs out they are no longer detached but ended, and the
+/// gauge is back at 0, not below.
+#[tokio::test]
+async fn the_detached_gauge_returns_to_zero_when_the_grace_runs_out() {
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        s,
+        rx: _rx,
+    } = connected().await;
+    let answer = json_request(&hub, &s, &l1, 1);
+    hub.link_lost(&b, l1.id);
+    let detached = || {
+        hub.metrics
+            .detached
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(detached(), 1);
+    // A request registered just after the loss (the caller saw the link a moment before) waits
+    // with the others.
+    let (tx, late) = oneshot::channel();
+    hub.register(&s, &json!(2), &request(2, "tools/call"), Sink::Json(tx))
+        .unwrap();
+    assert_eq!(detached(), 2);
+    advance(hub.config.timing.reconnect_grace).await;
+    hub.sweep();
+    answer.await.unwrap();
+    late.await.unwrap();
+    assert_eq!(detached(), 0);
+    assert_eq!(
+        hub.metrics
+            .inflight
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[tokio::test]
+async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_sessions() {
+    let Connected {
+        hub, l, s, rx: _rx, ..
+    } = connected().await;
+    let max = hub.config.max_inflight_per_bridge;
+    let mut waiters = Vec::new();
+    for id in 0..max as i64 {
+        waiters.push(json_request(&hub, &s, &l, id));
+    }
+    let (tx, _rx1) = oneshot::channel();
+    assert!(matches!(
+        hub.register(&s, &json!("one more"), &request(0, "tools/call"), Sink::Json(tx)),
+        Err(super::SendError::TooMany(n)) if n == max
+    ));
+    assert_eq!(hub.deliver(&s.sid, 1, None, result(0)), Delivery::Routed);
+    let (tx, _rx2) = oneshot::channel();
+    assert!(matches!(
+        hub.register(&s, &json!(1), &request(1, "tools/call"), Sink::Json(tx)),
+        Err(super::SendError::DuplicateId)
+    ));
+    let (tx, _rx3) = oneshot::channel();
+    hub.register(&s, &json!("1"), &request(1, "tools/call"), Sink::Json(tx))
+        .expect("the string \"1\" is another id than the number 1");
+    hub.end_session(&s.sid, code::UNAVAILABLE, "ended", false);
+    let (tx, _rx4) = oneshot::channel();
+    assert!(matches!(
+        hub.register(
+            &s,
+            &json!("late"),
+            &request(2, "tools/call"),
+            Sink::Json(tx)
+        ),
+        Err(super::SendError::Ended)
+    ));
+    assert_eq!(
+        hub.metrics
+            .inflight
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "ending the session gave every slot back"
+    );
+}

@@ -1,0 +1,464 @@
+//! The checks an MCP request passes before a handler sees it, as axum extractors: a handler that
+//! receives an [`McpPost`], [`McpGet`] or [`McpDelete`] has a request that passed every check of
+//! its method, in this order (the order is part of the contract: `docs/relay-protocol.md`, "The
+//! relay's MCP endpoints"):
+//!
+//! - POST: the path ([`Endpoint`]), `Host` (403), `Origin` (403), credentials (401 / 403), the
+//!   bridge (404), then the body (over 8 MiB → 413, not complete within 30 s → 408),
+//!   `Content-Type` (415), JSON (400, -32700), the JSON-RPC envelope (400, -32600). The era and
+//!   what follows from it are the handler's.
+//! - GET: the path, `Host`, `Origin`, credentials, the bridge, a 2026-07-28 version (405), an
+//!   unsupported session-era version (400, -32022), `Accept` without SSE (406), the session (400
+//!   without `MCP-Session-Id`, 404 unknown).
+//! - DELETE: as GET, without the `Accept` check.
+//!
+//! Each refusal is the same status, code and message as before the checks were extractors.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, FromRequestParts, Path, Request, rejection::PathRejection},
+    http::{HeaderMap, Method, StatusCode, header, request::Parts},
+    response::{IntoResponse, Response},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use protocol::{
+    frame::RUNTIME_SERVER,
+    jsonrpc::{self, code},
+    mcp::{ALL_VERSIONS, is_session_era},
+};
+
+use super::{SESSION_HEADER, VERSION_HEADER, plain, rpc_error};
+use crate::{
+    auth::{BridgePrincipal, Role},
+    config::AuthMode,
+    error::HttpError,
+    hub::{Bridge, Hub, Session},
+    stateless,
+};
+
+/// The endpoint a request is for: `/b/{bridge}/mcp` (the built-in runtime, [`RUNTIME_SERVER`])
+/// or `/b/{bridge}/s/{server}/mcp` (an upstream server).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    /// The `{bridge}` of the path.
+    pub(crate) bridge: String,
+    /// The `{server}` of the path, or [`RUNTIME_SERVER`].
+    pub(crate) server: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Endpoint {
+    type Rejection = PathRejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        #[derive(Deserialize)]
+        struct Params {
+            bridge: String,
+            server: Option<String>,
+        }
+        let Path(p) = Path::<Params>::from_request_parts(parts, state).await?;
+        Ok(Self {
+            bridge: p.bridge,
+            server: p.server.unwrap_or_else(|| RUNTIME_SERVER.to_owned()),
+        })
+    }
+}
+
+/// A request that passed the checks every method and both eras share: `Host`, `Origin`,
+/// credentials, the bridge.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    /// Who is calling.
+    pub(crate) principal: BridgePrincipal,
+    /// The bridge's live state.
+    pub(crate) bridge: Arc<Bridge>,
+    /// The served server.
+    pub(crate) server: String,
+}
+
+impl Admitted {
+    /// Runs the shared checks for a request of `method` to `endpoint`. `method` is the route's
+    /// (a `HEAD` served by the GET route is checked as GET, as before).
+    async fn check(
+        hub: &Hub,
+        endpoint: Endpoint,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Self, Response> {
+        let (principal, bridge) = admit(hub, &endpoint.bridge, &endpoint.server, method, headers)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            principal,
+            bridge,
+            server: endpoint.server,
+        })
+    }
+}
+
+/// A POST that passed its checks (module docs): who, and the one JSON-RPC message it carries.
+#[derive(Debug)]
+pub(crate) struct McpPost {
+    /// The shared checks' outcome.
+    pub(crate) admitted: Admitted,
+    /// The request's headers.
+    pub(crate) headers: HeaderMap,
+    /// The message: a JSON object with `"jsonrpc": "2.0"` and, for a request, a string or
+    /// integer id ([`jsonrpc::check_envelope`]).
+    pub(crate) message: Value,
+}
+
+impl FromRequest<Arc<Hub>> for McpPost {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, hub: &Arc<Hub>) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let endpoint = Endpoint::from_request_parts(&mut parts, hub)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        // The headers authenticate the request before its body is read (issue 12 item 1:
+        // unauthenticated bodies were buffered first), and the body has its own time.
+        let admitted = Admitted::check(hub, endpoint, &Method::POST, &headers).await?;
+        let body = read_body(body).await.map_err(IntoResponse::into_response)?;
+        let ct_ok = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("application/json")
+            });
+        if !ct_ok {
+            return Err(plain(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Content-Type must be application/json",
+            ));
+        }
+        let message: Value = serde_json::from_slice(&body).map_err(|e| {
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                code::PARSE_ERROR,
+                &format!("parse error: {e}"),
+            )
+        })?;
+        // MCP Basic § Requests: "Requests MUST include a string or integer ID", which "MUST NOT
+        // be null"; a request with another id would otherwise pass for a notification.
+        jsonrpc::check_envelope(&message).map_err(|e| {
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                code::INVALID_REQUEST,
+                &e.to_string(),
+            )
+        })?;
+        Ok(Self {
+            admitted,
+            headers,
+            message,
+        })
+    }
+}
+
+/// A session-era GET that passed its checks (module docs).
+#[derive(Debug)]
+pub(crate) struct McpGet {
+    /// Who is calling.
+    pub(crate) principal: BridgePrincipal,
+    /// The request's headers (`Last-Event-ID`).
+    pub(crate) headers: HeaderMap,
+    /// The session named by `MCP-Session-Id`.
+    pub(crate) session: Arc<Session>,
+}
+
+impl FromRequestParts<Arc<Hub>> for McpGet {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, hub: &Arc<Hub>) -> Result<Self, Response> {
+        let endpoint = Endpoint::from_request_parts(parts, hub)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let a = Admitted::check(hub, endpoint, &Method::GET, &parts.headers).await?;
+        if let Some(refused) = outside_session_era(&parts.headers) {
+            return Err(refused);
+        }
+        if !wants_sse(&parts.headers) {
+            return Err(plain(
+                StatusCode::NOT_ACCEPTABLE,
+                "GET needs Accept: text/event-stream",
+            ));
+        }
+        let session = session_of(hub, &parts.headers, &a.principal, &a.server)
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            principal: a.principal,
+            headers: parts.headers.clone(),
+            session,
+        })
+    }
+}
+
+/// A session-era DELETE that passed its checks (module docs).
+#[derive(Debug)]
+pub(crate) struct McpDelete {
+    /// The session named by `MCP-Session-Id`.
+    pub(crate) session: Arc<Session>,
+}
+
+impl FromRequestParts<Arc<Hub>> for McpDelete {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, hub: &Arc<Hub>) -> Result<Self, Response> {
+        let endpoint = Endpoint::from_request_parts(parts, hub)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let a = Admitted::check(hub, endpoint, &Method::DELETE, &parts.headers).await?;
+        if let Some(refused) = outside_session_era(&parts.headers) {
+            return Err(refused);
+        }
+        let session = session_of(hub, &parts.headers, &a.principal, &a.server)
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self { session })
+    }
+}
+
+/// The refusal of a GET or DELETE outside the session era, which alone has them: a 2026-07-28
+/// version gets 405, an unsupported version 400 ([`legacy_version`]).
+fn outside_session_era(headers: &HeaderMap) -> Option<Response> {
+    stateless::method_not_allowed(headers).or_else(|| {
+        legacy_version(headers)
+            .err()
+            .map(IntoResponse::into_response)
+    })
+}
+
+/// Host, Origin, credentials and bridge checks shared by every method and both eras.
+async fn admit(
+    hub: &Hub,
+    bridge: &str,
+    server: &str,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<(BridgePrincipal, Arc<Bridge>), HttpError> {
+    hub.metrics
+        .http_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !host_allowed(hub, headers) {
+        return Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            "Host header not allowed on this listener",
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| origin_allowed(hub, o));
+        if !ok {
+            return Err(HttpError::new(StatusCode::FORBIDDEN, "Origin not allowed"));
+        }
+    }
+    let principal = match hub.config.auth {
+        AuthMode::None => BridgePrincipal {
+            id: "anonymous".into(),
+            bridge: bridge.to_owned(),
+            role: Role::Owner,
+        },
+        AuthMode::Token | AuthMode::OAuth => {
+            let server = (server != protocol::frame::RUNTIME_SERVER).then_some(server);
+            crate::oauth::bearer::principal(hub, bridge, server, method, headers).await?
+        }
+    };
+    if !hub.storage.bridge_exists(bridge).await.unwrap_or(false) {
+        return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
+    }
+    Ok((principal, hub.bridge(bridge).await))
+}
+
+/// The session era's `MCP-Protocol-Version` check (MCP 2025-11-25 Transports § Protocol Version
+/// Header: an unsupported version → 400). The refusal is the 2026-07-28
+/// `UnsupportedProtocolVersionError` naming every served version, so a client of either era
+/// learns what to retry with.
+pub(crate) fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
+    let Some(v) = headers.get(VERSION_HEADER) else {
+        return Ok(());
+    };
+    match v.to_str() {
+        Ok(v) if is_session_era(v) => Ok(()),
+        other => {
+            let requested = other.unwrap_or("");
+            Err(HttpError::rpc(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                code::UNSUPPORTED_PROTOCOL_VERSION,
+                format!("unsupported MCP-Protocol-Version {requested:?}"),
+            )
+            .with_data(json!({"supported": ALL_VERSIONS, "requested": requested})))
+        }
+    }
+}
+
+/// Whether the `Host` is acceptable: on a loopback listener only loopback names and the public
+/// URL's host (MCP 2025-11-25 Transports › Security Warning: DNS rebinding); anything elsewhere.
+pub(crate) fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
+    if !crate::config::is_loopback(&hub.config.listen) {
+        return true;
+    }
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((n, p)) if p.chars().all(|c| c.is_ascii_digit()) => n,
+        _ => host,
+    };
+    let public = hub.config.public_url.host_str().unwrap_or("");
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.eq_ignore_ascii_case(public)
+}
+
+/// Browser origins of the hosted assistants whose web apps call MCP servers and the OAuth
+/// endpoints directly (DESIGN §6, issue 10 "Browsers").
+pub(crate) const HOST_ORIGINS: [&str; 3] = [
+    "https://chatgpt.com",
+    "https://claude.ai",
+    "https://claude.com",
+];
+
+/// Whether `origin` is the relay's own: its public origin, or on a loopback listener a loopback
+/// name with the listener's port.
+pub(crate) fn own_origin(hub: &Hub, origin: &str) -> bool {
+    if origin.eq_ignore_ascii_case(&hub.config.origin()) {
+        return true;
+    }
+    if crate::config::is_loopback(&hub.config.listen)
+        && let Ok(u) = url::Url::parse(origin)
+    {
+        let port = hub.config.listen.port();
+        return matches!(u.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
+            && u.port_or_known_default() == Some(port);
+    }
+    false
+}
+
+/// Whether a request with `Origin: origin` may reach the MCP and OAuth endpoints: the relay's
+/// own origin, the hosted assistants' ([`HOST_ORIGINS`]) and `--allowed-origin`s; never any
+/// origin (MCP 2025-11-25 Transports › Security Warning).
+pub(crate) fn origin_allowed(hub: &Hub, origin: &str) -> bool {
+    own_origin(hub, origin)
+        || HOST_ORIGINS.iter().any(|o| o.eq_ignore_ascii_case(origin))
+        || hub.config.allowed_origins.iter().any(|o| o == origin)
+}
+
+/// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).
+pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|part| {
+            let mut it = part.split(';');
+            let mime = it.next().unwrap_or("").trim();
+            let q_zero = it.any(|p| matches!(p.trim().strip_prefix("q="), Some(q) if q.trim().parse::<f32>().is_ok_and(|q| q == 0.0)));
+            mime.eq_ignore_ascii_case("text/event-stream") && !q_zero
+        })
+}
+
+/// The session `MCP-Session-Id` names, if it was issued to `principal` for `server` (MCP
+/// 2025-11-25 Streamable HTTP § Session Management: missing → 400, unknown or ended → 404).
+pub(crate) fn session_of(
+    hub: &Hub,
+    headers: &HeaderMap,
+    principal: &BridgePrincipal,
+    server: &str,
+) -> Result<Arc<Session>, HttpError> {
+    let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(HttpError::new(
+            StatusCode::BAD_REQUEST,
+            "MCP-Session-Id header is required (send initialize first)",
+        ));
+    };
+    match hub.session(sid, principal) {
+        Some(s) if s.server == server && s.bridge.name == principal.bridge => Ok(s),
+        _ => Err(HttpError::rpc(
+            StatusCode::NOT_FOUND,
+            Value::Null,
+            code::SESSION_NOT_FOUND,
+            "MCP session not found: initialize again",
+        )),
+    }
+}
+
+/// Reads a POST body ([`crate::server::read_body`], at most [`MCP_REQUEST_BODY_MAX_BYTES`]).
+///
+/// # Errors
+/// 413 (a JSON-RPC error, id null) past the size, 408 past the time, 400 when the body breaks
+/// off.
+async fn read_body(body: axum::body::Body) -> Result<Bytes, HttpError> {
+    use crate::server::BodyError;
+    use protocol::limits::MCP_REQUEST_BODY_MAX_BYTES;
+    crate::server::read_body(body, MCP_REQUEST_BODY_MAX_BYTES)
+        .await
+        .map_err(|e| {
+            let status = match e {
+                BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
+                BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+            };
+            HttpError::new(status, e.to_string())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::{Router, body::Body, routing::get};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn answer(router: Router, uri: &str) -> (StatusCode, String) {
+        let r = router
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = r.status();
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The endpoint extractor reads both routes and refuses a path exactly as the `Path<String>`
+    /// and `Path<(String, String)>` extractors it replaced.
+    #[tokio::test]
+    async fn the_endpoint_is_read_from_either_route_and_bad_paths_are_refused_as_before() {
+        async fn show(e: Endpoint) -> String {
+            format!("{} {}", e.bridge, e.server)
+        }
+        async fn one(Path(b): Path<String>) -> String {
+            b
+        }
+        async fn two(Path((b, s)): Path<(String, String)>) -> String {
+            format!("{b} {s}")
+        }
+        let new = Router::new()
+            .route("/b/{bridge}/mcp", get(show))
+            .route("/b/{bridge}/s/{server}/mcp", get(show));
+        let old = Router::new()
+            .route("/b/{bridge}/mcp", get(one))
+            .route("/b/{bridge}/s/{server}/mcp", get(two));
+        assert_eq!(
+            answer(new.clone(), "/b/b1/mcp").await,
+            (StatusCode::OK, format!("b1 {RUNTIME_SERVER}"))
+        );
+        assert_eq!(
+            answer(new.clone(), "/b/b1/s/db/mcp").await,
+            (StatusCode::OK, "b1 db".to_owned())
+        );
+        for uri in ["/b/%ff/mcp", "/b/b1/s/%c3%28/mcp"] {
+            let refused = answer(new.clone(), uri).await;
+            assert_eq!(refused.0, StatusCode::BAD_REQUEST, "{uri}");
+            assert_eq!(refused, answer(old.clone(), uri).await, "{uri}");
+        }
+    }
+}
