@@ -1,7 +1,7 @@
 //! The era bridge: MCP 2026-07-28 requests (relay `call` frames) served by upstream stdio servers
 //! that speak only the handshake era (MCP 2025-11-25 and older).
 //!
-//! Per (server, principal) the daemon keeps one pooled legacy session ([`Legacy`]): a child
+//! Per (server, principal) the daemon keeps one pooled legacy session (`Legacy`): a child
 //! process started like the upstream sessions of `open`, initialized by the daemon itself
 //! (`protocolVersion` 2025-11-25, client `machine-mcp`), reused by every call of that principal,
 //! stopped after [`UPSTREAM_POOLED_SESSION_IDLE`] without work, and bounded in number by

@@ -289,13 +289,21 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     }
     if let Err((code, reason)) = &outcome {
         tracing::info!(code = code.code(), %reason, "daemon socket closed");
-        link_tx.close(*code, reason);
+        if sends_close_frame(*code) {
+            link_tx.close(*code, reason);
+        }
     }
     drop(link_tx);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
 }
 
 type Incoming = futures_util::stream::SplitStream<Ws>;
+
+/// Whether a socket ended with `code` gets a Close frame: not 1006, which reports a connection
+/// lost without one and must never be sent (RFC 6455 §7.4.1).
+fn sends_close_frame(code: CloseCode) -> bool {
+    code != CloseCode::Abnormal
+}
 
 /// Reads the next daemon frame before `deadline` (pings and pongs do not move it).
 async fn next_frame(
@@ -650,6 +658,22 @@ pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
         if !valid {
             tracing::warn!(bridge = %bridge.name, key_id = %link.key_id, "closing a daemon whose device key was revoked");
             link.tx.close(CloseCode::Unauthenticated, HELLO_REFUSED);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_connection_is_not_answered_with_close_code_1006() {
+        assert!(!sends_close_frame(CloseCode::Abnormal));
+        for code in CloseCode::ALL
+            .into_iter()
+            .filter(|c| *c != CloseCode::Abnormal)
+        {
+            assert!(sends_close_frame(code), "{code:?}");
         }
     }
 }

@@ -11,7 +11,7 @@
 //!   [`REQUEST_HEADER_READ_TIMEOUT`] of the connection or of the previous response, which also
 //!   bounds how long an idle keep-alive connection is kept (hyper's header timer runs while it
 //!   waits for the next request); bodies are read with their own timeout by the handlers that read them
-//!   ([`crate::mcp`]), after the request was authenticated from its headers;
+//!   (the MCP endpoints and the OAuth endpoints, through [`read_body`]), after the request was authenticated from its headers;
 //! - `TCP_NODELAY` on every connection (a small response written in two pieces otherwise waits
 //!   for the client's delayed ACK, 40 ms per call; BENCHMARKS.md relay section);
 //! - each request carries its peer address as `ConnectInfo<SocketAddr>` (throttles).
