@@ -314,7 +314,7 @@ impl HostedSessions {
             Input::Runtime(tx) => match serde_json::from_value::<ClientJsonRpcMessage>(message) {
                 Ok(m) => {
                     if tx.try_send(m).is_err() {
-                        tracing::warn!(%sid, "session input queue full; message dropped");
+                        tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
                     }
                 }
                 Err(e) => {
@@ -334,7 +334,7 @@ impl HostedSessions {
             },
             Input::Upstream(tx) => {
                 if tx.try_send(message.to_string()).is_err() {
-                    tracing::warn!(%sid, "upstream input queue full; message dropped");
+                    tracing::warn!(sid = %sid.log_tag(), "upstream input queue full; message dropped");
                 }
             }
             Input::None => {}
@@ -390,7 +390,7 @@ impl HostedSessions {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         ) else {
-            tracing::warn!(%sid, "a call frame without a request; ignored");
+            tracing::warn!(sid = %sid.log_tag(), "a call frame without a request; ignored");
             return;
         };
         let full = match self.hosts.lock() {
@@ -636,13 +636,13 @@ impl HostedSessions {
                 if keep.contains(&h.sid) || keep_req.contains(&(h.sid.clone(), c.key.clone())) {
                     self.attach_host(&h);
                 } else {
-                    tracing::info!(sid = %h.sid, "ending a call the relay no longer awaits");
+                    tracing::info!(sid = %h.sid.log_tag(), "ending a call the relay no longer awaits");
                     self.close(&h.sid);
                 }
                 continue;
             }
             if !keep.contains(&h.sid) {
-                tracing::info!(sid = %h.sid, "ending a session the relay no longer awaits");
+                tracing::info!(sid = %h.sid.log_tag(), "ending a session the relay no longer awaits");
                 self.close(&h.sid);
                 continue;
             }
@@ -717,7 +717,7 @@ impl HostedSessions {
         }
         let size = message.to_string().len();
         if size > RELAY_FRAME_MAX_BYTES - 1024 {
-            tracing::warn!(sid = %h.sid, size, "a server message is too large for the relay link; replaced by an error");
+            tracing::warn!(sid = %h.sid.log_tag(), size, "a server message is too large for the relay link; replaced by an error");
             message = too_large(&message, method.as_deref(), size);
         }
         let Ok(mut r) = h.out.lock() else { return };
@@ -744,7 +744,7 @@ impl HostedSessions {
         while r.bytes > RETAINED_MAX_BYTES {
             if let Some((s, .., n)) = r.unacked.pop_front() {
                 r.bytes -= n;
-                tracing::error!(sid = %h.sid, seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
+                tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
             }
         }
         let tx = self

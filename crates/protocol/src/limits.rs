@@ -75,6 +75,14 @@ pub const RESUMABLE_RETENTION: Duration = Duration::from_secs(120);
 pub const RESUMABLE_STREAMS_PER_BRIDGE: usize = 64;
 /// Largest terminal message kept for replay (1.5 MB).
 pub const RESUMABLE_TERMINAL_MAX_BYTES: usize = 1_500_000;
+/// Bytes of messages a session's standalone stream (its `GET` stream) holds for its client
+/// (16 MiB; one link frame, at most 8 MiB, always fits). Past it the oldest messages are dropped,
+/// counted (`machine_mcp_relay_stream_messages_dropped_total`) and announced to the client that reads
+/// past the gap (issue 12 item 9: one daemon made the relay hold 500 MB this way).
+pub const STANDALONE_BUFFER_MAX_BYTES: usize = 16 << 20;
+/// Bytes the standalone streams of all sessions of one bridge hold together (64 MiB): a
+/// daemon's flood of one bridge's sessions holds at most this much of the relay.
+pub const STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES: usize = 64 << 20;
 /// Longest execution budget of one call.
 pub const CALL_BUDGET_MAX: Duration = Duration::from_secs(600);
 /// Relay overhead allowed on top of [`CALL_BUDGET_MAX`].
@@ -152,6 +160,23 @@ pub const TASK_FOREGROUND_BUDGET: Duration = Duration::from_secs(3);
 /// (it runs as for a client without tasks). This also bounds working tasks, which give their
 /// [`CONCURRENT_TOOL_CALLS`] slot back.
 pub const TASKS_MAX: usize = 64;
+/// MCP sessions (session era) a relay keeps per bridge.
+pub const SESSIONS_PER_BRIDGE: usize = 1_000;
+/// Sessions one principal other than the bridge's owner role may have open at once (issue 11
+/// item 6: one reviewer token opened 1,000 sessions in 1.4 s and locked the owner out).
+pub const SESSIONS_PER_PRINCIPAL: usize = 100;
+/// Of [`SESSIONS_PER_BRIDGE`], the sessions principals other than owners leave to owners.
+pub const OWNER_RESERVED_SESSIONS: usize = 100;
+/// Largest part of a client's `initialize` a session keeps for reopening it on the daemon
+/// (`protocolVersion`, `capabilities`, `clientInfo`), serialized; a larger one is refused (issue
+/// 12 item 5: each session kept the whole message, ten 8 MB initializes held 1.35 GB).
+pub const SESSION_INITIALIZE_MAX_BYTES: usize = 16 * KIB;
+/// How far past the last sequence number a daemon's message of a session may be; farther is a
+/// protocol error that closes the socket (issue 12 item 3: a `seq` of 2^64-2 made every later
+/// message look like a replay). A gap is tolerated because the daemon drops its oldest
+/// unacknowledged messages past 64 MiB while the relay is away; 2^32 is more than it can drop
+/// within a reconnect grace, so a resuming daemon is never refused for its gap.
+pub const DAEMON_SEQ_WINDOW: u64 = 1 << 32;
 /// Tasks one principal other than the runtime's owner may have kept at once (issue 11 item 6):
 /// one caller cannot fill the table for the others.
 pub const TASKS_PER_PRINCIPAL: usize = 16;

@@ -20,6 +20,9 @@ pub struct BridgePrincipal {
     pub bridge: String,
     /// The role.
     pub role: Role,
+    /// The credential that authenticated it: a static token id (`tok_…`), an OAuth grant
+    /// (`fam_…`), or `anonymous`. Sessions end when it is revoked.
+    pub credential: String,
 }
 
 /// A secret the relay shows once: `prefix` + 32 random bytes, base64url.

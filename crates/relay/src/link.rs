@@ -47,13 +47,13 @@ use protocol::{
         hello_transcript, now_unix_ms,
     },
     limits::{
-        RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES, UNVERIFIED_DAEMON_SOCKETS_MAX,
-        UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
+        DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES,
+        UNVERIFIED_DAEMON_SOCKETS_MAX, UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
     },
 };
 
 use crate::{
-    hub::{Hub, Link, LinkTx, Outbound},
+    hub::{Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound},
     metrics::Metrics,
     server::{self, ConnectionLimits, Connections, Place},
     storage::StorageError,
@@ -259,7 +259,7 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     Metrics::add(&hub.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
-    let writer = tokio::spawn(async move {
+    let mut writer = tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
             let msg = match out {
                 Outbound::Frame(f) => match serde_json::to_string(&f) {
@@ -294,7 +294,14 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
         }
     }
     drop(link_tx);
-    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    // The writer ends after its Close frame; one stuck on a peer that reads nothing is stopped,
+    // which drops the socket (a closed socket is gone within a bounded time: issue 12 item 4).
+    if tokio::time::timeout(Duration::from_secs(2), &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
 }
 
 type Incoming = futures_util::stream::SplitStream<Ws>;
@@ -474,7 +481,11 @@ async fn session(
     Metrics::add(&hub.metrics.sockets_candidate, -1);
     Metrics::add(&hub.metrics.sockets_ready, 1);
     tracing::info!(bridge = %b.name, instance = %instance_id, resumed, "daemon ready");
-    let result = serve(hub, &b, tx, stream, timing.liveness_timeout).await;
+    let from = LinkOrigin {
+        bridge: &b.name,
+        instance: &instance_id,
+    };
+    let result = serve(hub, &b, from, tx, stream, timing.liveness_timeout).await;
     hub.link_lost(&b, link_id);
     Metrics::add(&hub.metrics.sockets_ready, -1);
     tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
@@ -521,26 +532,33 @@ async fn enroll(
     }
 }
 
+/// Serves a ready socket until it ends: routes its frames within `from` only, until the socket
+/// is lost, breaks the protocol, or is closed by the relay ([`LinkTx::close`]: replaced, its
+/// key revoked), after which nothing it sends is read.
 async fn serve(
     hub: &Arc<Hub>,
     bridge: &crate::hub::Bridge,
+    from: LinkOrigin<'_>,
     tx: &LinkTx,
     stream: &mut Incoming,
     liveness: Duration,
 ) -> Result<(), (CloseCode, String)> {
     loop {
-        let frame = next_frame(stream, Instant::now() + liveness)
-            .await
-            .map_err(|(c, r)| {
-                if c == CloseCode::NotReady {
-                    (
-                        CloseCode::GoingAway,
-                        "daemon silent past the liveness timeout".to_owned(),
-                    )
-                } else {
-                    (c, r)
-                }
-            })?;
+        let next = tokio::select! {
+            biased;
+            () = tx.closing() => return Ok(()),
+            f = next_frame(stream, Instant::now() + liveness) => f,
+        };
+        let frame = next.map_err(|(c, r)| {
+            if c == CloseCode::NotReady {
+                (
+                    CloseCode::GoingAway,
+                    "daemon silent past the liveness timeout".to_owned(),
+                )
+            } else {
+                (c, r)
+            }
+        })?;
         match frame {
             DaemonFrame::Rpc {
                 sid,
@@ -550,7 +568,15 @@ async fn serve(
             } => {
                 // Acknowledged whatever became of it: a replay, or a message for a session that
                 // has ended, is as committed as a routed one (unmatched ones are counted).
-                let _ = hub.deliver(&sid, seq, related.as_ref(), message);
+                if hub.deliver(from, &sid, seq, related.as_ref(), message) == Delivery::OutOfWindow
+                {
+                    return Err((
+                        CloseCode::Protocol,
+                        format!(
+                            "rpc seq {seq} is more than {DAEMON_SEQ_WINDOW} past the session's last"
+                        ),
+                    ));
+                }
                 if tx
                     .try_send(RelayFrame::Ack {
                         sid: sid.clone(),
@@ -561,9 +587,11 @@ async fn serve(
                     return Err((CloseCode::Internal, "link queue full".into()));
                 }
                 // A call ends with its answer: `close` follows the `ack` of the response.
-                hub.close_if_answered(&sid);
+                if let Some(s) = hub.session_from(from, &sid) {
+                    hub.close_if_answered(&s);
+                }
             }
-            DaemonFrame::Closed { sid, reason } => hub.daemon_closed(&sid, &reason),
+            DaemonFrame::Closed { sid, reason } => hub.daemon_closed(from, &sid, &reason),
             DaemonFrame::Heartbeat { seq } => {
                 let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
             }
@@ -635,9 +663,11 @@ fn frame_name(f: &DaemonFrame) -> &'static str {
     }
 }
 
-/// Closes every daemon link whose device key was revoked (or whose bridge was removed) since
-/// the last check; `last` is the [`crate::storage::SqliteStorage::revocation_epoch`] seen then.
-/// Called by the relay's sweeper every second; one query while nothing changed.
+/// Closes every daemon link whose device key was revoked (or whose bridge was removed), and ends
+/// every session whose credential was revoked (a token, an OAuth client or grant, an account
+/// changed or removed: issue 12 item 6), since the last check; `last` is the
+/// [`crate::storage::SqliteStorage::revocation_epoch`] seen then. Called by the relay's sweeper
+/// every second; one query while nothing changed.
 pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
     let Ok(epoch) = hub.storage.revocation_epoch().await else {
         return;
@@ -658,6 +688,26 @@ pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
         if !valid {
             tracing::warn!(bridge = %bridge.name, key_id = %link.key_id, "closing a daemon whose device key was revoked");
             link.tx.close(CloseCode::Unauthenticated, HELLO_REFUSED);
+        }
+    }
+    let mut live: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    for s in hub.all_sessions() {
+        let credential = s.principal.credential.clone();
+        let ok = match live.get(&credential) {
+            Some(ok) => *ok,
+            None => match hub.storage.credential_live(&credential).await {
+                Ok(ok) => *live.entry(credential).or_insert(ok),
+                Err(_) => continue,
+            },
+        };
+        if !ok {
+            tracing::info!(bridge = %s.bridge.name, "ending a session whose credential was revoked");
+            hub.end_session(
+                &s.sid,
+                protocol::jsonrpc::code::SESSION_NOT_FOUND,
+                "the credential of this session was revoked",
+                true,
+            );
         }
     }
 }

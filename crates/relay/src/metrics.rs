@@ -29,6 +29,10 @@ pub(crate) struct Metrics {
     pub(crate) connections_refused: AtomicI64,
     /// Daemon sockets refused before the upgrade because too many unverified ones were open.
     pub(crate) sockets_refused: AtomicI64,
+    /// SSE streams registered (set when the metrics are rendered).
+    pub(crate) streams: AtomicI64,
+    /// Server messages dropped from a stream's buffer before any client read them.
+    pub(crate) stream_dropped: AtomicU64,
 }
 
 impl Metrics {
@@ -94,6 +98,12 @@ impl Metrics {
             &[(String::new(), c(&self.reconnects).into())],
         );
         metric(
+            "machine_mcp_relay_stream_messages_dropped_total",
+            "counter",
+            "Server messages dropped from a full stream buffer before any client read them.",
+            &[(String::new(), c(&self.stream_dropped).into())],
+        );
+        metric(
             "machine_mcp_relay_unmatched_messages_total",
             "counter",
             "Daemon messages that matched no pending request.",
@@ -104,6 +114,12 @@ impl Metrics {
             "counter",
             "HTTP requests on MCP endpoints.",
             &[(String::new(), c(&self.http_requests).into())],
+        );
+        metric(
+            "machine_mcp_relay_streams",
+            "gauge",
+            "SSE streams registered (open, or finished and kept for replay).",
+            &[(String::new(), g(&self.streams).into())],
         );
         metric(
             "machine_mcp_relay_connections",

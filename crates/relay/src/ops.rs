@@ -23,6 +23,10 @@ pub(crate) async fn healthz() -> &'static str {
 /// `GET /metrics` on the metrics listener: always answered.
 pub(crate) async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
     hub.streams.sweep();
+    hub.metrics.streams.store(
+        hub.streams.len() as i64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         hub.metrics.render(),

@@ -382,3 +382,365 @@ fn device_keys_can_be_revoked_and_re_enrollment_replaces_them_at_once() {
     d3.wait_log("refused", Duration::from_secs(10));
     assert!(!cli(&["bridge", "list"]).contains("b1"));
 }
+
+/// A daemon driven by hand: enrolled with `code`, its hello signed, ready on the relay.
+struct FakeDaemon {
+    ws: Ws,
+}
+
+impl FakeDaemon {
+    fn connect(relay: &Relay, bridge: &str, code: &str, dir: &std::path::Path) -> Self {
+        let key = daemon::identity::DeviceKey::load_or_create(dir).unwrap();
+        let mut enroll = fake_socket(relay);
+        let _ = read_frame(&mut enroll).unwrap();
+        enroll
+            .send(tungstenite::Message::Text(
+                json!({"type": "enroll", "code": code, "public_key": key.public_key()})
+                    .to_string()
+                    .into(),
+            ))
+            .unwrap();
+        let key_id = read_frame(&mut enroll).unwrap()["key_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut ws = fake_socket(relay);
+        let welcome = read_frame(&mut ws).unwrap();
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let instance = format!("inst_{bridge}_fake");
+        let t = protocol::frame::hello_transcript(
+            &relay.public(),
+            welcome["challenge"].as_str().unwrap(),
+            bridge,
+            &instance,
+            ts,
+        );
+        let send = |ws: &mut Ws, v: Value| {
+            ws.send(tungstenite::Message::Text(v.to_string().into()))
+                .unwrap()
+        };
+        send(
+            &mut ws,
+            json!({"type": "hello", "protocol": 1, "bridge": bridge, "instance_id": instance, "key_id": key_id,
+            "timestamp": ts, "signature": key.sign(&t), "version": "test", "revision": 3}),
+        );
+        assert_eq!(read_frame(&mut ws).unwrap()["type"], "hello_ack");
+        send(&mut ws, json!({"type": "catalog", "servers": [{"name": "runtime",
+            "initialize": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "fake", "version": "0"}},
+            "tools": {"owner": {"tools": []}}}]}));
+        loop {
+            let f = read_frame(&mut ws).unwrap();
+            match f["type"].as_str().unwrap() {
+                "probe" => send(&mut ws, json!({"type": "probe_result", "id": f["id"]})),
+                "ready" => break,
+                _ => {}
+            }
+        }
+        Self { ws }
+    }
+
+    fn rpc(&mut self, sid: &str, seq: u64, message: Value) {
+        let _ = self.ws.send(tungstenite::Message::Text(
+            json!({"type": "rpc", "sid": sid, "seq": seq, "message": message})
+                .to_string()
+                .into(),
+        ));
+    }
+
+    fn closed(&mut self, sid: &str) {
+        let _ = self.ws.send(tungstenite::Message::Text(
+            json!({"type": "closed", "sid": sid, "reason": "forged"})
+                .to_string()
+                .into(),
+        ));
+    }
+
+    /// The frames the relay sends until the socket ends or `within` passes; whether it ended.
+    fn drain(&mut self, within: Duration) -> (Vec<Value>, bool) {
+        if let tungstenite::stream::MaybeTlsStream::Plain(s) = self.ws.get_mut() {
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+        }
+        let end = Instant::now() + within;
+        let mut frames = Vec::new();
+        while Instant::now() < end {
+            match self.ws.read() {
+                Ok(tungstenite::Message::Text(t)) => {
+                    frames.push(serde_json::from_str(t.as_str()).unwrap())
+                }
+                Ok(tungstenite::Message::Close(_)) => return (frames, true),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return (frames, true),
+            }
+        }
+        (frames, false)
+    }
+}
+
+/// Issue 12 items 3 and 4: a daemon of bridge B answered, closed and jammed bridge A's sessions
+/// (the relay looked a session up across all bridges), and a replaced socket kept being routed.
+#[test]
+fn a_daemon_reaches_only_its_own_bridge_and_a_bad_seq_or_a_replaced_socket_is_closed() {
+    let relay = Relay::start(&[]);
+    let code_a = relay.add_bridge("a");
+    let code_b = relay.add_bridge("b");
+    let token_a = relay.token("a", "owner");
+    let dirs = tempfile::tempdir().unwrap();
+    let ws = crate::util::Tree::new();
+    let _real = relay.daemon(&dirs.path().join("real"), ws.path(), Some(&code_a), &[]);
+    relay.wait_ready(1);
+    let mut evil = FakeDaemon::connect(&relay, "b", &code_b, &dirs.path().join("evil"));
+    relay.wait_ready(2);
+    let mut c = crate::net::Client::new(&format!("{}/b/a/mcp", relay.direct()), Some(&token_a));
+    c.initialize();
+    let sid = c.session.clone().unwrap();
+    let mut stream = c.post_stream(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "sleep 1; echo real"]}}}));
+    evil.rpc(&sid, 1, json!({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "FORGED BY BRIDGE b"}]}}));
+    evil.rpc(&sid, u64::MAX - 1, json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}));
+    evil.closed(&sid);
+    let mut last = Value::Null;
+    while let Some((_, m)) = stream.next_message(Duration::from_secs(20)) {
+        if m.get("id").is_some() {
+            last = m;
+            break;
+        }
+    }
+    let text = last.to_string();
+    assert!(text.contains("real") && !text.contains("FORGED"), "{text}");
+    // A's session is still A's: the forged `closed` did not end it.
+    let r = c.call("read_file", json!({"path": "."}));
+    assert!(r.get("result").is_some() || r.get("error").is_some(), "{r}");
+    assert_ne!(
+        c.post(&json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list"}))
+            .status,
+        404
+    );
+    // A sequence number far past the next one is a protocol error that closes the socket.
+    let mut own = crate::net::Client::new(
+        &format!("{}/b/b/mcp", relay.direct()),
+        Some(&relay.token("b", "owner")),
+    );
+    own.initialize();
+    // The session opens on the fake daemon with its first request (`open`, then the `rpc`).
+    let _ping = std::thread::spawn(move || own.post(&json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})));
+    let own_sid = loop {
+        let (frames, ended) = evil.drain(Duration::from_millis(300));
+        assert!(!ended, "the fake daemon's socket ended");
+        if let Some(f) = frames.iter().find(|f| f["type"] == "open") {
+            break f["sid"].as_str().unwrap().to_owned();
+        }
+    };
+    evil.rpc(&own_sid, 1 << 40, json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}));
+    let (_, ended) = evil.drain(Duration::from_secs(5));
+    assert!(ended, "a jump of 2^40 in seq is accepted");
+    // A replaced socket is closed and its frames are not routed.
+    let code_b2 = relay.add_bridge_with("b", &["--keep-existing"]);
+    let mut first = FakeDaemon::connect(&relay, "b", &code_b2, &dirs.path().join("b1"));
+    let code_b3 = relay.add_bridge_with("b", &["--keep-existing"]);
+    let _second = FakeDaemon::connect(&relay, "b", &code_b3, &dirs.path().join("b2"));
+    let (_, ended) = first.drain(Duration::from_secs(5));
+    assert!(ended, "the replaced socket stays open");
+}
+
+/// Issue 12 item 5: each session kept the client's whole initialize (8 MB → 1.35 GB for ten);
+/// what is kept is bounded and an oversized initialize is refused.
+#[test]
+fn an_oversized_initialize_is_refused_and_nothing_is_kept_of_it() {
+    let s = crate::relay::setup();
+    let url = format!("{}/b/b1/mcp", s.relay.direct());
+    let huge = "x".repeat(2 << 20);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"experimental": {"blob": huge}},
+        "clientInfo": {"name": "t", "version": "0"}}});
+    let r = ureq::post(&url)
+        .set("Authorization", &format!("Bearer {}", s.token))
+        .set("Content-Type", "application/json")
+        .set("Accept", "application/json, text/event-stream")
+        .send_string(&body.to_string());
+    match r {
+        Err(ureq::Error::Status(code, resp)) => {
+            assert_eq!(code, 400);
+            assert!(
+                resp.into_string().unwrap().contains("initialize"),
+                "names what is too large"
+            );
+        }
+        other => panic!(
+            "an oversized initialize was taken: {:?}",
+            other.map(|r| r.status())
+        ),
+    }
+    assert_eq!(s.relay.metric("machine_mcp_relay_sessions"), 0);
+}
+
+/// Issue 12 item 6: revoking a token left its sessions open (a reviewer that filled the session
+/// cap kept the owner out for an hour).
+#[test]
+fn revoking_a_token_ends_its_sessions_at_once() {
+    let s = crate::relay::setup();
+    let url = format!("{}/b/b1/mcp", s.relay.direct());
+    let out = {
+        let mut a = vec![
+            "relay", "token", "create", "--bridge", "b1", "--role", "reviewer",
+        ];
+        let st = s.relay.store_args();
+        a.extend(st.iter().map(String::as_str));
+        Command::new(bin()).args(&a).output().unwrap()
+    };
+    let reviewer = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let mut c = crate::net::Client::new(&url, Some(&reviewer));
+    c.initialize();
+    assert_eq!(s.relay.metric("machine_mcp_relay_sessions"), 1);
+    let list = {
+        let mut a = vec!["relay", "token", "list", "--bridge", "b1"];
+        let st = s.relay.store_args();
+        a.extend(st.iter().map(String::as_str));
+        String::from_utf8(Command::new(bin()).args(&a).output().unwrap().stdout).unwrap()
+    };
+    let id = list
+        .lines()
+        .find(|l| l.contains("reviewer"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut a = vec!["relay", "token", "revoke", id.as_str()];
+    let st = s.relay.store_args();
+    a.extend(st.iter().map(String::as_str));
+    assert!(Command::new(bin()).args(&a).status().unwrap().success());
+    let end = Instant::now() + Duration::from_secs(10);
+    while s.relay.metric("machine_mcp_relay_sessions") != 0 {
+        assert!(
+            Instant::now() < end,
+            "the revoked token's session is still open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 12 item 7: a refused request left an SSE stream registered forever.
+#[test]
+fn refused_requests_leave_no_stream_behind() {
+    let s = crate::relay::setup();
+    let mut c = crate::net::Client::new(&format!("{}/b/b1/mcp", s.relay.direct()), Some(&s.token));
+    c.initialize();
+    let before = s.relay.metric("machine_mcp_relay_streams");
+    assert!(before >= 0, "the relay reports no streams gauge");
+    let mut long = c.post_stream(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sleep", "3"]}}}));
+    for _ in 0..50 {
+        // The same id again: 409, and nothing may stay registered for it.
+        let a = c.post(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}));
+        assert_eq!(a.status, 409);
+    }
+    while long.next_message(Duration::from_secs(10)).is_some() {}
+    assert!(
+        s.relay.metric("machine_mcp_relay_streams") <= before + 1,
+        "{} streams registered after 50 refusals ({} before)",
+        s.relay.metric("machine_mcp_relay_streams"),
+        before
+    );
+}
+
+/// Issue 12 item 3: session ids are capabilities and stay out of logs at INFO and above. A relay
+/// restart makes the daemon end the sessions the new relay does not know, which it logged with
+/// the whole id at INFO.
+#[test]
+fn session_ids_are_not_logged_at_info() {
+    let mut s = crate::relay::setup();
+    let mut c = crate::net::Client::new(&format!("{}/b/b1/mcp", s.relay.direct()), Some(&s.token));
+    c.initialize();
+    let sid = c.session.clone().expect("a session id");
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert!(r["result"].is_object(), "{r}");
+    s.relay.restart();
+    s.daemon
+        .wait_log("ending a session the relay no longer awaits", Duration::from_secs(30));
+    for (who, log) in [("daemon", s.daemon.log()), ("relay", s.relay.proc.log())] {
+        let leaked: Vec<&str> = log
+            .lines()
+            .filter(|l| !l.contains(" DEBUG ") && !l.contains(" TRACE ") && l.contains(&sid))
+            .collect();
+        assert!(leaked.is_empty(), "the {who} logged the session id: {leaked:?}");
+    }
+}
+
+/// Issue 12 item 9: a session's standalone stream buffered up to 10,000 messages of up to 8 MiB
+/// each until its client read them. Now it holds at most 16 MiB; what it dropped is counted and
+/// the client that reads past the gap is told how many messages it missed.
+#[test]
+fn a_daemon_flooding_an_unread_session_is_bounded_and_the_client_told() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b");
+    let dirs = tempfile::tempdir().unwrap();
+    let mut fake = FakeDaemon::connect(&relay, "b", &code, dirs.path());
+    relay.wait_ready(1);
+    let mut c = crate::net::Client::new(
+        &format!("{}/b/b/mcp", relay.direct()),
+        Some(&relay.token("b", "owner")),
+    );
+    c.initialize();
+    let ping = std::thread::spawn(move || {
+        let a = c.post(&json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}));
+        (c, a)
+    });
+    let sid = loop {
+        let (frames, ended) = fake.drain(Duration::from_millis(300));
+        assert!(!ended, "the fake daemon's socket ended");
+        if let Some(f) = frames.iter().find(|f| f["type"] == "open") {
+            break f["sid"].as_str().unwrap().to_owned();
+        }
+    };
+    fake.rpc(&sid, 1, json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+    let (c, a) = ping.join().unwrap();
+    assert_eq!(a.status, 200);
+    // 40 notifications of 1 MiB for a session whose client reads nothing.
+    let mib = "x".repeat(1 << 20);
+    for seq in 2..42 {
+        fake.rpc(&sid, seq, json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": format!("{seq} {mib}")}}));
+    }
+    fake.rpc(&sid, 42, json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "last"}}));
+    // The relay acknowledges a seq once it routed it: then nothing is still on its way.
+    let end = Instant::now() + Duration::from_secs(20);
+    'acked: loop {
+        assert!(Instant::now() < end, "seq 42 was never acknowledged");
+        let (frames, ended) = fake.drain(Duration::from_millis(300));
+        assert!(!ended, "the fake daemon's socket ended");
+        for f in frames {
+            if f["type"] == "ack" && f["seq"] == 42 {
+                break 'acked;
+            }
+        }
+    }
+    let mut get = c.get_stream(None).expect("the standalone stream");
+    let mut got = Vec::new();
+    while let Some((_, m)) = get.next_message(Duration::from_secs(5)) {
+        let last = m["params"]["data"] == "last";
+        got.push(m);
+        if last {
+            break;
+        }
+    }
+    // Everything was routed once "last" arrived: 15 messages of 1 MiB fit in 16 MiB.
+    let dropped = relay.metric("machine_mcp_relay_stream_messages_dropped_total");
+    assert_eq!(dropped, 25, "dropped of 40 MiB");
+    assert_eq!(got[0]["method"], "notifications/message", "{}", got[0]);
+    assert_eq!(got[0]["params"]["level"], "warning");
+    assert_eq!(got[0]["params"]["data"]["dropped"], dropped, "{}", got[0]);
+    let held: usize = got[1..].iter().map(|m| m.to_string().len()).sum();
+    assert!(held <= 16 << 20, "{held} bytes held for one session");
+    assert_eq!(got.len() as i64 - 1, 41 - dropped, "each message is delivered or counted");
+}

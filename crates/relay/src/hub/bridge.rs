@@ -8,6 +8,7 @@ use tokio::{
     sync::{mpsc, watch},
     time::Instant,
 };
+use tokio_util::sync::CancellationToken;
 
 use protocol::{
     frame::{CloseCode, RelayFrame, ResumeRequest, ServerInfo},
@@ -38,14 +39,27 @@ pub(crate) enum LinkSendError {
     Closed,
 }
 
-/// Queue of one socket's writer.
+/// Queue of one socket's writer, and the signal that the socket is closing.
 #[derive(Debug, Clone)]
-pub(crate) struct LinkTx(mpsc::Sender<Outbound>);
+pub(crate) struct LinkTx {
+    tx: mpsc::Sender<Outbound>,
+    closing: CancellationToken,
+}
 
 impl LinkTx {
     /// The sending side of a socket writer's queue.
     pub(crate) fn new(tx: mpsc::Sender<Outbound>) -> Self {
-        Self(tx)
+        Self {
+            tx,
+            closing: CancellationToken::new(),
+        }
+    }
+
+    /// Completes once [`LinkTx::close`] was called: the socket's reader stops reading then
+    /// (issue 12 item 4: a replaced socket's frames were still routed, and each one kept it
+    /// alive).
+    pub(crate) async fn closing(&self) {
+        self.closing.cancelled().await;
     }
 
     /// Queues `frame` without waiting.
@@ -54,7 +68,7 @@ impl LinkTx {
     /// [`LinkSendError::Full`] when the queue is full, [`LinkSendError::Closed`] when the socket
     /// is gone.
     pub(crate) fn try_send(&self, frame: RelayFrame) -> Result<(), LinkSendError> {
-        self.0
+        self.tx
             .try_send(Outbound::Frame(frame))
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => LinkSendError::Full,
@@ -62,10 +76,12 @@ impl LinkTx {
             })
     }
 
-    /// Asks the writer to close the socket. Best effort: a writer that is gone or congested
-    /// ends the socket anyway.
+    /// Asks the writer to close the socket with `code` and `reason`, and the reader to stop:
+    /// nothing the socket sends afterwards is routed. Best effort for the Close frame: a writer
+    /// that is gone or congested ends the socket without one.
     pub(crate) fn close(&self, code: CloseCode, reason: &str) {
-        let _ = self.0.try_send(Outbound::Close(code, reason.to_owned()));
+        let _ = self.tx.try_send(Outbound::Close(code, reason.to_owned()));
+        self.closing.cancel();
     }
 }
 
@@ -109,6 +125,9 @@ pub(crate) struct Bridge {
     pub(crate) name: String,
     pub(super) state: Lock<BridgeState>,
     ready: watch::Sender<Option<Link>>,
+    /// Bytes the standalone streams of this bridge's sessions hold
+    /// ([`crate::stream::Budget`]).
+    pub(crate) standalone_bytes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Bridge {
@@ -120,6 +139,7 @@ impl Bridge {
                 ..Default::default()
             }),
             ready: watch::channel(None).0,
+            standalone_bytes: Arc::default(),
         }
     }
 

@@ -59,7 +59,8 @@ use protocol::{frame::ServerInfo, ids::SessionId};
 
 pub(crate) use bridge::{Bridge, Link, LinkTx, Outbound};
 pub(crate) use catalog::{CachedServer, Catalog};
-pub(crate) use session::{SendError, Session, Sink};
+pub(crate) use routing::{Delivery, LinkOrigin};
+pub(crate) use session::{SendError, Session, Sink, kept_initialize};
 
 use crate::{
     auth::SessionKeys, config::RelayConfig, lock::Lock, metrics::Metrics, storage::SqliteStorage,

@@ -9,8 +9,12 @@ use tokio::time::Instant;
 
 use protocol::{
     frame::RelayFrame,
+    ids::{InstanceId, SessionId},
     jsonrpc::{self, IdKey, code},
-    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE},
+    limits::{
+        CALL_BUDGET_MAX, DAEMON_SEQ_WINDOW, RELAY_OVERHEAD, SUBSCRIPTION_MAX,
+        SUBSCRIPTIONS_PER_BRIDGE,
+    },
     mcp::SUBSCRIPTIONS_LISTEN,
 };
 
@@ -30,8 +34,23 @@ pub(crate) enum Delivery {
     Duplicate,
     /// It matched no request and no stream (counted in the metrics).
     Unmatched,
-    /// No such session (counted in the metrics): it ended, or it never existed.
+    /// No such session (counted in the metrics): it ended, it never existed, or it is not one
+    /// of the sending socket's (another bridge's, or open on another daemon instance).
     UnknownSession,
+    /// Its `seq` is more than [`DAEMON_SEQ_WINDOW`] past the session's last one: a protocol
+    /// error, nothing routed.
+    OutOfWindow,
+}
+
+/// The verified daemon socket a frame came from: its bridge and daemon instance. A daemon's
+/// frames reach only the sessions of its own bridge that are open on its own instance (issue 12
+/// item 3: a daemon of bridge B answered and closed bridge A's sessions).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinkOrigin<'a> {
+    /// The bridge the socket's hello was verified for.
+    pub(crate) bridge: &'a str,
+    /// The daemon instance the hello named.
+    pub(crate) instance: &'a InstanceId,
 }
 
 /// Why a client message could not be queued for an absent daemon ([`Hub::queue`]).
@@ -238,16 +257,19 @@ impl Hub {
     /// notification to the stream of the request that carries its token; another message to the
     /// request the daemon names as `related`, else to the only request in flight, else to the
     /// session's standalone stream (a call has none: such a message is unmatched). A `seq` at
-    /// or below the last one routed is a replay and dropped. A server → client request to a
-    /// call is answered with -32601 and never delivered (MCP 2026-07-28 has none).
+    /// or below the last one routed is a replay and dropped; one more than
+    /// [`DAEMON_SEQ_WINDOW`] past it is [`Delivery::OutOfWindow`]. A server → client request to
+    /// a call is answered with -32601 and never delivered (MCP 2026-07-28 has none). Only the
+    /// sessions of `from` are reached ([`LinkOrigin`]).
     pub(crate) fn deliver(
         &self,
-        sid: &protocol::ids::SessionId,
+        from: LinkOrigin<'_>,
+        sid: &SessionId,
         seq: u64,
         related: Option<&Value>,
         message: Value,
     ) -> Delivery {
-        let Some(s) = self.session_by_sid(sid) else {
+        let Some(s) = self.session_from(from, sid) else {
             self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
             return Delivery::UnknownSession;
         };
@@ -256,6 +278,9 @@ impl Hub {
             let mut g = s.state.lock();
             if seq <= g.last_seq {
                 return Delivery::Duplicate;
+            }
+            if seq - g.last_seq > DAEMON_SEQ_WINDOW {
+                return Delivery::OutOfWindow;
             }
             g.last_seq = seq;
             let is_request = !is_response
@@ -302,15 +327,12 @@ impl Hub {
         };
         match target {
             Target::Finish(p) => self.finish_pending(&s, p, Some(message)),
-            Target::Stream(st) => {
-                if st.push(&message, false).is_err() {
-                    // Its request finished meanwhile: the session's stream takes it.
-                    let _ = s.standalone.push(&message, false);
-                }
-            }
-            Target::Standalone => {
-                let _ = s.standalone.push(&message, false);
-            }
+            Target::Stream(st) => match st.push(&message, false) {
+                Ok(lost) => self.count_lost(&s, lost),
+                // Its request finished meanwhile: the session's stream takes it.
+                Err(_) => self.push_standalone(&s, &message),
+            },
+            Target::Standalone => self.push_standalone(&s, &message),
             Target::Unmatched => {
                 self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
                 return Delivery::Unmatched;
@@ -333,5 +355,31 @@ impl Hub {
             }
         }
         Delivery::Routed
+    }
+
+    /// Adds `message` to the standalone stream of `s` (bounded in bytes, issue 12 item 9).
+    fn push_standalone(&self, s: &Session, message: &Value) {
+        if let Ok(lost) = s.standalone.push(message, false) {
+            self.count_lost(s, lost);
+        }
+    }
+
+    /// Counts and logs `lost` messages a stream of `s` dropped before any client read them (a
+    /// warning for the first and then for every thousandth, so a flood does not flood the log).
+    fn count_lost(&self, s: &Session, lost: u64) {
+        if lost == 0 {
+            return;
+        }
+        let before = self.metrics.stream_dropped.fetch_add(lost, Ordering::Relaxed);
+        let total = before + lost;
+        if before == 0 || before / 1000 != total / 1000 {
+            tracing::warn!(
+                bridge = %s.bridge.name,
+                sid = %s.sid.log_tag(),
+                lost,
+                total,
+                "dropped server messages no client read in time: the session's buffer is full"
+            );
+        }
     }
 }

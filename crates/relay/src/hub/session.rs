@@ -16,11 +16,19 @@ use protocol::{
     jsonrpc::{self, IdKey, code},
 };
 
-use super::{Bridge, Hub};
-use crate::{auth::BridgePrincipal, lock::Lock, metrics::Metrics, stream::SseStream};
+use super::{Bridge, Hub, routing::LinkOrigin};
+use crate::{
+    auth::BridgePrincipal,
+    lock::Lock,
+    metrics::Metrics,
+    stream::{Budget, SseStream},
+};
 
 /// Sessions per bridge.
-pub(super) const SESSIONS_PER_BRIDGE: usize = 1_000;
+pub(super) use protocol::limits::SESSIONS_PER_BRIDGE;
+use protocol::limits::{
+    OWNER_RESERVED_SESSIONS, SESSION_INITIALIZE_MAX_BYTES, SESSIONS_PER_PRINCIPAL,
+};
 
 /// Where the answer to one client request goes.
 #[derive(Debug)]
@@ -116,8 +124,42 @@ pub(crate) enum SendError {
     Ended,
 }
 
+/// What a session keeps of a client's `initialize` (to open it on the daemon, again after a
+/// daemon restart): the envelope and `protocolVersion`, `capabilities` and `clientInfo` of its
+/// params, nothing else.
+///
+/// # Errors
+/// A message naming the limit when what would be kept serializes to more than
+/// [`SESSION_INITIALIZE_MAX_BYTES`].
+pub(crate) fn kept_initialize(message: &Value) -> Result<Value, String> {
+    let params = message.get("params");
+    let mut kept_params = serde_json::Map::new();
+    for key in ["protocolVersion", "capabilities", "clientInfo"] {
+        if let Some(v) = params.and_then(|p| p.get(key)) {
+            kept_params.insert(key.to_owned(), v.clone());
+        }
+    }
+    let kept = serde_json::json!({
+        "jsonrpc": protocol::jsonrpc::VERSION,
+        "id": message.get("id").cloned().unwrap_or(Value::Null),
+        "method": "initialize",
+        "params": kept_params,
+    });
+    let size = kept.to_string().len();
+    if size > SESSION_INITIALIZE_MAX_BYTES {
+        return Err(format!(
+            "initialize: the protocolVersion, capabilities and clientInfo take {size} bytes; at most {SESSION_INITIALIZE_MAX_BYTES} are kept for a session"
+        ));
+    }
+    Ok(kept)
+}
+
 impl Hub {
-    /// Creates a session; `None` when the bridge has [`SESSIONS_PER_BRIDGE`] already.
+    /// Creates a session; `None` when the bridge has [`SESSIONS_PER_BRIDGE`] already, or the
+    /// principal, not an owner, has [`SESSIONS_PER_PRINCIPAL`], or such principals together leave
+    /// fewer than [`OWNER_RESERVED_SESSIONS`] to owners. `initialize` is what
+    /// [`kept_initialize`] kept of the client's request. Nothing is registered when it is
+    /// refused.
     pub(crate) fn create_session(
         &self,
         bridge: Arc<Bridge>,
@@ -126,8 +168,12 @@ impl Hub {
         initialize: Value,
     ) -> Option<Arc<Session>> {
         let sid = SessionId::new(self.keys.issue(&principal.id));
-        let standalone = SseStream::new(&sid, &principal.id, &bridge.name);
-        self.streams.insert(standalone.clone());
+        let standalone = SseStream::with_budget(
+            &sid,
+            &principal.id,
+            &bridge.name,
+            Some(Budget::standalone(bridge.standalone_bytes.clone())),
+        );
         let s = Arc::new(Session {
             sid: sid.clone(),
             server: server.to_owned(),
@@ -139,16 +185,37 @@ impl Hub {
             bridge,
         });
         let mut m = self.sessions.lock();
-        let on_bridge = m
+        let (mut on_bridge, mut guests, mut mine) = (0, 0, 0);
+        for x in m
             .values()
             .filter(|x| !x.call && x.bridge.name == s.bridge.name)
-            .count();
-        if on_bridge >= SESSIONS_PER_BRIDGE {
+        {
+            on_bridge += 1;
+            if x.principal.role != protocol::Role::Owner {
+                guests += 1;
+                if x.principal.id == s.principal.id {
+                    mine += 1;
+                }
+            }
+        }
+        let guest = s.principal.role != protocol::Role::Owner;
+        if on_bridge >= SESSIONS_PER_BRIDGE
+            || (guest
+                && (mine >= SESSIONS_PER_PRINCIPAL
+                    || guests >= SESSIONS_PER_BRIDGE - OWNER_RESERVED_SESSIONS))
+        {
             return None;
         }
         m.insert(sid, s.clone());
+        drop(m);
+        self.streams.insert(s.standalone.clone());
         Metrics::add(&self.metrics.sessions, 1);
         Some(s)
+    }
+
+    /// Every session and call, for checks that walk them all (revocation).
+    pub(crate) fn all_sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions.lock().values().cloned().collect()
     }
 
     /// Creates the call that carries one MCP 2026-07-28 request to `server` on `bridge` for
@@ -191,6 +258,19 @@ impl Hub {
         self.sessions.lock().get(sid).cloned()
     }
 
+    /// Session `sid` when it is one of `from`'s: of its bridge and open on its daemon instance
+    /// (issue 12 item 3). Another bridge's session, or one the socket's instance never opened,
+    /// is `None`, like a session that does not exist (the daemon learns nothing of it).
+    pub(crate) fn session_from(
+        &self,
+        from: LinkOrigin<'_>,
+        sid: &SessionId,
+    ) -> Option<Arc<Session>> {
+        let s = self.session_by_sid(sid)?;
+        (s.bridge.name == from.bridge && s.state.lock().opened_on.as_ref() == Some(from.instance))
+            .then_some(s)
+    }
+
     /// The live call of `principal` on `bridge`/`server` whose request has id `id`, if exactly
     /// one matches (for a `notifications/cancelled` a 2026-07-28 client POSTs).
     pub(crate) fn find_call(
@@ -229,10 +309,7 @@ impl Hub {
 
     /// Ends call `sid` once its request is answered (after the answer was acknowledged), telling
     /// the daemon with `close`. Sessions and calls still awaited are left alone.
-    pub(crate) fn close_if_answered(&self, sid: &SessionId) {
-        let Some(s) = self.session_by_sid(sid) else {
-            return;
-        };
+    pub(crate) fn close_if_answered(&self, s: &Session) {
         if !s.call {
             return;
         }
@@ -241,12 +318,15 @@ impl Hub {
             g.pending.is_empty() && g.opened_on.is_some()
         };
         if answered {
-            self.end_session(sid, code::UNAVAILABLE, "the call was answered", true);
+            self.end_session(&s.sid, code::UNAVAILABLE, "the call was answered", true);
         }
     }
 
-    /// The daemon ended session `sid`.
-    pub(crate) fn daemon_closed(&self, sid: &SessionId, reason: &str) {
+    /// The daemon of `from` ended its session `sid` (a session not of `from` is left alone).
+    pub(crate) fn daemon_closed(&self, from: LinkOrigin<'_>, sid: &SessionId, reason: &str) {
+        if self.session_from(from, sid).is_none() {
+            return;
+        }
         self.end_session(
             sid,
             code::UNAVAILABLE,

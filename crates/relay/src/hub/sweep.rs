@@ -93,7 +93,7 @@ impl Hub {
             if idle {
                 self.end_session(&s.sid, code::UNAVAILABLE, "idle session", true);
             } else if s.call {
-                self.close_if_answered(&s.sid);
+                self.close_if_answered(&s);
             }
         }
         self.streams.sweep();

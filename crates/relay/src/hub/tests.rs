@@ -13,10 +13,10 @@ use protocol::{
     frame::RelayFrame,
     ids::{InstanceId, SessionId},
     jsonrpc::code,
-    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD},
+    limits::{CALL_BUDGET_MAX, DAEMON_SEQ_WINDOW, RELAY_OVERHEAD},
 };
 
-use super::{Bridge, Hub, Link, LinkTx, Outbound, Session, Sink, routing::Delivery};
+use super::{Bridge, Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound, Session, Sink};
 use crate::{
     RelayConfig, SqliteStorage,
     auth::{BridgePrincipal, Role},
@@ -51,6 +51,7 @@ fn alice() -> BridgePrincipal {
     BridgePrincipal {
         id: "tok_alice".into(),
         bridge: "b1".into(),
+        credential: "tok_alice".into(),
         role: Role::Owner,
     }
 }
@@ -77,6 +78,22 @@ async fn connected() -> Connected {
     assert!(hub.promote(&b, l.clone()).is_none());
     let s = session(&hub, &b);
     Connected { hub, b, l, rx, s }
+}
+
+/// Delivers daemon message `seq` as the socket of `b1`'s instance `i1` sends it.
+fn deliver(
+    hub: &Hub,
+    sid: &SessionId,
+    seq: u64,
+    related: Option<&Value>,
+    message: Value,
+) -> Delivery {
+    let i1 = InstanceId::new("i1");
+    let from = LinkOrigin {
+        bridge: "b1",
+        instance: &i1,
+    };
+    hub.deliver(from, sid, seq, related, message)
 }
 
 fn request(id: i64, method: &str) -> Value {
@@ -174,7 +191,7 @@ async fn a_candidate_never_displaces_the_incumbent_before_it_is_promoted() {
         frames(&mut rx).as_slice(),
         [RelayFrame::Open { .. }, RelayFrame::Rpc { .. }]
     ));
-    assert_eq!(hub.deliver(&s.sid, 1, None, result(1)), Delivery::Routed);
+    assert_eq!(deliver(&hub, &s.sid, 1, None, result(1)), Delivery::Routed);
     assert_eq!(answer.await.unwrap(), result(1));
 }
 
@@ -223,7 +240,7 @@ async fn losing_the_link_detaches_and_the_same_instance_rebinds_within_the_grace
         matches!(sent.as_slice(), [RelayFrame::Rpc { message, .. }] if message["method"] == "notifications/roots/list_changed"),
         "{sent:?}"
     );
-    assert_eq!(hub.deliver(&s.sid, 1, None, result(7)), Delivery::Routed);
+    assert_eq!(deliver(&hub, &s.sid, 1, None, result(7)), Delivery::Routed);
     assert_eq!(answer.await.unwrap(), result(7));
 }
 
@@ -304,19 +321,25 @@ async fn daemon_messages_go_to_exactly_one_stream() {
     let log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
     let related = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"r": 2}});
     assert_eq!(
-        hub.deliver(&s.sid, 1, None, progress.clone()),
+        deliver(&hub, &s.sid, 1, None, progress.clone()),
         Delivery::Routed
     );
     assert_eq!(
-        hub.deliver(&s.sid, 2, Some(&json!(2)), related.clone()),
+        deliver(&hub, &s.sid, 2, Some(&json!(2)), related.clone()),
         Delivery::Routed
     );
     // Related to nothing with two requests in flight: the standalone stream.
-    assert_eq!(hub.deliver(&s.sid, 3, None, log.clone()), Delivery::Routed);
-    assert_eq!(hub.deliver(&s.sid, 4, None, result(1)), Delivery::Routed);
+    assert_eq!(
+        deliver(&hub, &s.sid, 3, None, log.clone()),
+        Delivery::Routed
+    );
+    assert_eq!(deliver(&hub, &s.sid, 4, None, result(1)), Delivery::Routed);
     // With one request left, an unrelated message goes to it.
-    assert_eq!(hub.deliver(&s.sid, 5, None, log.clone()), Delivery::Routed);
-    assert_eq!(hub.deliver(&s.sid, 6, None, result(2)), Delivery::Routed);
+    assert_eq!(
+        deliver(&hub, &s.sid, 5, None, log.clone()),
+        Delivery::Routed
+    );
+    assert_eq!(deliver(&hub, &s.sid, 6, None, result(2)), Delivery::Routed);
     assert_eq!(messages(&one), [progress, result(1)]);
     assert_eq!(messages(&two), [related, log.clone(), result(2)]);
     assert_eq!(messages(&s.standalone), [log]);
@@ -325,10 +348,16 @@ async fn daemon_messages_go_to_exactly_one_stream() {
         "responses finish their streams"
     );
     // A response nobody waits for, and a replayed seq.
-    assert_eq!(hub.deliver(&s.sid, 7, None, result(9)), Delivery::Unmatched);
-    assert_eq!(hub.deliver(&s.sid, 7, None, result(9)), Delivery::Duplicate);
     assert_eq!(
-        hub.deliver(&SessionId::new("gone.x"), 1, None, result(1)),
+        deliver(&hub, &s.sid, 7, None, result(9)),
+        Delivery::Unmatched
+    );
+    assert_eq!(
+        deliver(&hub, &s.sid, 7, None, result(9)),
+        Delivery::Duplicate
+    );
+    assert_eq!(
+        deliver(&hub, &SessionId::new("gone.x"), 1, None, result(1)),
         Delivery::UnknownSession
     );
     assert_eq!(
@@ -337,6 +366,54 @@ async fn daemon_messages_go_to_exactly_one_stream() {
             .load(std::sync::atomic::Ordering::Relaxed),
         2
     );
+}
+
+#[tokio::test]
+async fn a_daemon_reaches_only_the_sessions_of_its_bridge_and_instance_within_the_seq_window() {
+    let Connected {
+        hub,
+        b,
+        l,
+        s,
+        rx: _rx,
+        ..
+    } = connected().await;
+    let answer = json_request(&hub, &s, &l, 1);
+    let other = hub.bridge("b2").await;
+    let i1 = InstanceId::new("i1");
+    let i2 = InstanceId::new("i2");
+    // Another bridge's socket (even with the same instance id), and another instance of b1.
+    for from in [
+        LinkOrigin {
+            bridge: &other.name,
+            instance: &i1,
+        },
+        LinkOrigin {
+            bridge: &b.name,
+            instance: &i2,
+        },
+    ] {
+        assert_eq!(
+            hub.deliver(from, &s.sid, 1, None, result(1)),
+            Delivery::UnknownSession
+        );
+        hub.daemon_closed(from, &s.sid, "forged");
+        assert!(hub.session_from(from, &s.sid).is_none());
+    }
+    assert!(
+        hub.session_by_sid(&s.sid).is_some(),
+        "a forged close ended the session"
+    );
+    // A seq far ahead is refused and moves nothing: the next real one is still routed.
+    assert_eq!(
+        deliver(&hub, &s.sid, DAEMON_SEQ_WINDOW + 1, None, result(1)),
+        Delivery::OutOfWindow
+    );
+    assert_eq!(
+        deliver(&hub, &s.sid, DAEMON_SEQ_WINDOW, None, result(1)),
+        Delivery::Routed
+    );
+    assert_eq!(answer.await.unwrap(), result(1));
 }
 
 #[tokio::test]
@@ -371,7 +448,7 @@ async fn idle_sessions_are_swept_and_closed_on_the_daemon() {
         hub, l, mut rx, s, ..
     } = connected().await;
     let answer = json_request(&hub, &s, &l, 1);
-    assert_eq!(hub.deliver(&s.sid, 1, None, result(1)), Delivery::Routed);
+    assert_eq!(deliver(&hub, &s.sid, 1, None, result(1)), Delivery::Routed);
     answer.await.unwrap();
     frames(&mut rx);
     advance(super::sweep::SESSION_IDLE).await;
@@ -409,18 +486,18 @@ async fn a_call_is_opened_by_its_request_and_closed_after_its_answer() {
     // A server → client request to a call is refused, never delivered.
     let sampling =
         json!({"jsonrpc": "2.0", "id": 90, "method": "sampling/createMessage", "params": {}});
-    assert_eq!(hub.deliver(&c.sid, 1, None, sampling), Delivery::Routed);
+    assert_eq!(deliver(&hub, &c.sid, 1, None, sampling), Delivery::Routed);
     let sent = frames(&mut rx);
     assert!(
         matches!(sent.as_slice(), [RelayFrame::Rpc { message, .. }]
             if message["id"] == 90 && message["error"]["code"] == code::METHOD_NOT_FOUND),
         "{sent:?}"
     );
-    hub.close_if_answered(&c.sid);
+    hub.close_if_answered(&c);
     assert!(frames(&mut rx).is_empty(), "still awaited");
-    assert_eq!(hub.deliver(&c.sid, 2, None, result(5)), Delivery::Routed);
+    assert_eq!(deliver(&hub, &c.sid, 2, None, result(5)), Delivery::Routed);
     assert_eq!(answer.await.unwrap(), result(5));
-    hub.close_if_answered(&c.sid);
+    hub.close_if_answered(&c);
     assert!(matches!(
         frames(&mut rx).as_slice(),
         [RelayFrame::Close { sid }] if *sid == c.sid
@@ -487,7 +564,7 @@ async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_ses
         hub.register(&s, &json!("one more"), &request(0, "tools/call"), Sink::Json(tx)),
         Err(super::SendError::TooMany(n)) if n == max
     ));
-    assert_eq!(hub.deliver(&s.sid, 1, None, result(0)), Delivery::Routed);
+    assert_eq!(deliver(&hub, &s.sid, 1, None, result(0)), Delivery::Routed);
     let (tx, _rx2) = oneshot::channel();
     assert!(matches!(
         hub.register(&s, &json!(1), &request(1, "tools/call"), Sink::Json(tx)),

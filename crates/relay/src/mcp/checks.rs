@@ -266,6 +266,7 @@ async fn admit(
             id: "anonymous".into(),
             bridge: bridge.to_owned(),
             role: Role::Owner,
+            credential: "anonymous".into(),
         },
         AuthMode::Token | AuthMode::OAuth => {
             let server = (server != protocol::frame::RUNTIME_SERVER).then_some(server);

@@ -182,12 +182,17 @@ async fn initialize(
     };
     let mut result = info.initialize();
     result["protocolVersion"] = json!(version);
-    let Some(session) = hub.create_session(b, server, principal, message) else {
+    let kept = match crate::hub::kept_initialize(&message) {
+        Ok(k) => k,
+        Err(why) => return rpc_error(StatusCode::BAD_REQUEST, id, code::INVALID_PARAMS, &why),
+    };
+    drop(message);
+    let Some(session) = hub.create_session(b, server, principal, kept) else {
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
             code::UNAVAILABLE,
-            "too many sessions on this bridge",
+            "too many sessions on this bridge, or for this credential; close unused ones (DELETE) or retry later",
         );
     };
     let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
@@ -225,16 +230,21 @@ async fn request(
         return offline_answer(s, method, id);
     };
     tracing::debug!(method, instance = %link.instance_id, "relaying a request");
+    // The stream is registered (made replayable) only once the request is admitted: a refused
+    // request left its stream registered forever (issue 12 item 7).
     let (sink, stream, waiter) = if sse {
         let st = SseStream::new(&s.sid, &s.principal.id, &s.bridge.name);
-        hub.streams.insert(st.clone());
         (Sink::Stream(st.clone()), Some(st), None)
     } else {
         let (tx, rx) = tokio::sync::oneshot::channel();
         (Sink::Json(tx), None, Some(rx))
     };
     match hub.register(s, &id, &message, sink) {
-        Ok(()) => {}
+        Ok(()) => {
+            if let Some(st) = &stream {
+                hub.streams.insert(st.clone());
+            }
+        }
         Err(SendError::TooMany(n)) => {
             return rpc_error(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -262,6 +272,9 @@ async fn request(
     }
     if let Err(e) = hub.send(s, &link, message) {
         hub.unregister(s, &id);
+        if let Some(st) = &stream {
+            st.finish();
+        }
         if matches!(e, SendError::Ended) {
             return rpc_error(
                 StatusCode::NOT_FOUND,

@@ -175,6 +175,7 @@ pub async fn principal(
             id: format!("{}.v{}", grant.account.id, grant.account.version),
             bridge: bridge.to_owned(),
             role: grant.account.role,
+            credential: grant.family_id.clone(),
         });
     }
     let Credential::Bearer(token) = presented else {
@@ -205,6 +206,7 @@ pub async fn principal(
         ));
     }
     Ok(BridgePrincipal {
+        credential: rec.id.clone(),
         id: rec.id,
         bridge: rec.bridge,
         role: rec.role,

@@ -57,6 +57,32 @@ impl SqliteStorage {
         bump_in(&mut c).await
     }
 
+    /// Whether `credential` (a [`crate::auth::BridgePrincipal::credential`]) still authenticates:
+    /// a static token not revoked; an OAuth grant not revoked, whose account is enabled at the
+    /// grant's version and whose client is not revoked (its access tokens may have expired: the
+    /// grant lives while it can be refreshed); `anonymous` always.
+    ///
+    /// # Errors
+    /// Database failure.
+    pub async fn credential_live(&self, credential: &str) -> Result<bool, StorageError> {
+        if credential == "anonymous" {
+            return Ok(true);
+        }
+        let sql = if credential.starts_with("fam_") {
+            "SELECT 1 FROM oauth_families f \
+             JOIN accounts a ON a.id = f.account_id AND a.version = f.account_version AND a.disabled_at IS NULL \
+             JOIN oauth_clients c ON c.client_id = f.client_id AND c.revoked_at IS NULL \
+             WHERE f.id = ? AND f.revoked_at IS NULL"
+        } else {
+            "SELECT 1 FROM tokens t JOIN bridges b ON b.name = t.bridge WHERE t.id = ? AND t.revoked_at IS NULL"
+        };
+        Ok(sqlx::query(sql)
+            .bind(credential)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
+    }
+
     /// Device keys, optionally of one bridge, oldest first.
     ///
     /// # Errors

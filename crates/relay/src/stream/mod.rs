@@ -18,7 +18,10 @@ pub(crate) mod sse;
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use serde_json::Value;
@@ -27,7 +30,10 @@ use tokio::{sync::watch, time::Instant};
 use protocol::{
     ids::SessionId,
     jsonrpc::{self, code},
-    limits::{RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE, RESUMABLE_TERMINAL_MAX_BYTES},
+    limits::{
+        RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE, RESUMABLE_TERMINAL_MAX_BYTES,
+        STANDALONE_BUFFER_MAX_BYTES, STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES,
+    },
 };
 
 use crate::lock::Lock;
@@ -44,15 +50,38 @@ pub(crate) struct Event {
     pub(crate) data: String,
 }
 
+/// The byte budget of a session's standalone stream: [`STANDALONE_BUFFER_MAX_BYTES`] of its own
+/// and [`STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES`] shared by the standalone streams of its bridge
+/// (`shared` counts the bytes they hold; each stream gives its share back when dropped).
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    shared: Arc<AtomicUsize>,
+    own_max: usize,
+    shared_max: usize,
+}
+
+impl Budget {
+    /// The budget of a standalone stream of the bridge whose counter is `shared`.
+    pub(crate) fn standalone(shared: Arc<AtomicUsize>) -> Self {
+        Self {
+            shared,
+            own_max: STANDALONE_BUFFER_MAX_BYTES,
+            shared_max: STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
-    /// Events from `first_seq` on.
+    /// Events from `first_seq` on. Events are only ever dropped from the front, so the dropped
+    /// ones are exactly those below `first_seq`.
     events: VecDeque<Event>,
     first_seq: u64,
     next_seq: u64,
     done: bool,
     done_at: Option<Instant>,
-    dropped: u64,
+    /// Bytes of `data` held in `events`.
+    bytes: usize,
 }
 
 /// A stream of server messages for one client: resumable in the session era.
@@ -66,6 +95,9 @@ pub(crate) struct SseStream {
     /// The bridge (for retention accounting).
     pub(crate) bridge: String,
     inner: Lock<Inner>,
+    /// The byte bound, for standalone streams; others are bounded by [`STREAM_EVENTS_MAX`] and
+    /// by the request they answer.
+    budget: Option<Budget>,
     changed: watch::Sender<u64>,
     /// Highest event number written to any HTTP response so far (0 = none yet).
     sent_upto: std::sync::atomic::AtomicU64,
@@ -79,6 +111,16 @@ pub(crate) struct Finished;
 impl SseStream {
     /// A new stream holding its priming event.
     pub(crate) fn new(sid: &SessionId, principal: &str, bridge: &str) -> Arc<Self> {
+        Self::with_budget(sid, principal, bridge, None)
+    }
+
+    /// A new stream holding its priming event, its messages held within `budget` when given.
+    pub(crate) fn with_budget(
+        sid: &SessionId,
+        principal: &str,
+        bridge: &str,
+        budget: Option<Budget>,
+    ) -> Arc<Self> {
         let mut events = VecDeque::new();
         events.push_back(Event {
             seq: 0,
@@ -95,8 +137,9 @@ impl SseStream {
                 next_seq: 1,
                 done: false,
                 done_at: None,
-                dropped: 0,
+                bytes: 0,
             }),
+            budget,
             changed: watch::channel(0).0,
             sent_upto: std::sync::atomic::AtomicU64::new(0),
         })
@@ -122,23 +165,58 @@ impl SseStream {
         format!("{}-{seq}", self.id)
     }
 
-    /// Appends a message; with `terminal` the stream is finished after it.
+    /// Appends a message; with `terminal` the stream is finished after it. To stay within
+    /// [`STREAM_EVENTS_MAX`] events and the stream's byte budget, the oldest events are dropped
+    /// first; a message that does not fit even then (its bridge's shared budget is held by other
+    /// sessions) is dropped itself. A reader that resumes from before a dropped event is told
+    /// how many it missed ([`Self::read_after`]).
+    ///
+    /// Returns how many of the dropped events no response had carried yet (lost for the client).
     ///
     /// # Errors
     /// [`Finished`] when the stream was finished already (the message is not added).
-    pub(crate) fn push(&self, message: &Value, terminal: bool) -> Result<(), Finished> {
+    pub(crate) fn push(&self, message: &Value, terminal: bool) -> Result<u64, Finished> {
         let data = message.to_string();
+        let size = data.len();
         let mut g = self.inner.lock();
         if g.done {
             return Err(Finished);
         }
         let seq = g.next_seq;
         g.next_seq += 1;
-        g.events.push_back(Event { seq, data });
-        while g.events.len() > STREAM_EVENTS_MAX {
-            g.events.pop_front();
-            g.first_seq += 1;
-            g.dropped += 1;
+        let sent = self.sent_upto.load(Ordering::Relaxed);
+        let mut lost = 0;
+        let mut drop_front = |g: &mut Inner| {
+            if let Some(e) = g.events.pop_front() {
+                g.bytes -= e.data.len();
+                if let Some(b) = &self.budget {
+                    b.shared.fetch_sub(e.data.len(), Ordering::Relaxed);
+                }
+                g.first_seq = e.seq + 1;
+                if e.seq > sent {
+                    lost += 1;
+                }
+            }
+        };
+        let fits = |g: &Inner| {
+            self.budget.as_ref().is_none_or(|b| {
+                g.bytes + size <= b.own_max
+                    && b.shared.load(Ordering::Relaxed) + size <= b.shared_max
+            })
+        };
+        while !g.events.is_empty() && (g.events.len() >= STREAM_EVENTS_MAX || !fits(&g)) {
+            drop_front(&mut g);
+        }
+        if fits(&g) {
+            g.bytes += size;
+            if let Some(b) = &self.budget {
+                b.shared.fetch_add(size, Ordering::Relaxed);
+            }
+            g.events.push_back(Event { seq, data });
+        } else {
+            // Nothing of its own left to drop: the message itself is the loss.
+            g.first_seq = seq + 1;
+            lost += 1;
         }
         if terminal {
             g.done = true;
@@ -146,7 +224,7 @@ impl SseStream {
         }
         drop(g);
         self.changed.send_replace(seq);
-        Ok(())
+        Ok(lost)
     }
 
     /// Finishes the stream without a further message (a cancelled request).
@@ -169,11 +247,23 @@ impl SseStream {
     }
 
     /// Events after `after` (all when `None`), and whether the stream is finished after them.
-    /// An oversized terminal message is handed out once, then replaced by an error.
+    /// An oversized terminal message is handed out once, then replaced by an error. When events
+    /// after `after` were dropped ([`Self::push`]), the first event is a `notifications/message`
+    /// warning (MCP 2025-11-25 Server Utilities / Logging) that says how many, numbered as the
+    /// last dropped event so that resuming after it does not repeat it.
     pub(crate) fn read_after(&self, after: Option<u64>) -> (Vec<Event>, bool) {
         let mut g = self.inner.lock();
         let from = after.map_or(0, |a| a + 1);
-        let out: Vec<Event> = g.events.iter().filter(|e| e.seq >= from).cloned().collect();
+        let mut out = Vec::new();
+        // Event 0 is the priming event, not a message: it is not counted as missed.
+        let missed = g.first_seq.saturating_sub(from.max(1));
+        if missed > 0 {
+            out.push(Event {
+                seq: g.first_seq - 1,
+                data: gap_notice(missed).to_string(),
+            });
+        }
+        out.extend(g.events.iter().filter(|e| e.seq >= from).cloned());
         let done = g.done;
         if done
             && let Some(last) = g.events.back_mut()
@@ -205,6 +295,30 @@ impl SseStream {
     }
 }
 
+impl Drop for SseStream {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.shared.fetch_sub(self.inner.lock().bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The warning a reader gets in place of `missed` messages that were dropped before it read them.
+fn gap_notice(missed: u64) -> Value {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {
+            "level": "warning",
+            "logger": "machine-mcp-relay",
+            "data": {
+                "message": format!("{missed} server message(s) for this session were dropped: they were not read in time and exceeded the relay's buffer"),
+                "dropped": missed,
+            },
+        },
+    })
+}
+
 /// All resumable streams of this relay node, for `Last-Event-ID` lookups and retention.
 #[derive(Debug, Default)]
 pub(crate) struct SseStreams {
@@ -215,6 +329,11 @@ impl SseStreams {
     /// Registers a stream.
     pub(crate) fn insert(&self, s: Arc<SseStream>) {
         self.map.lock().insert(s.id.clone(), s);
+    }
+
+    /// How many streams are registered (the `machine_mcp_relay_streams` gauge).
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().len()
     }
 
     /// The stream named by a `Last-Event-ID`, with the event number, if it exists and belongs to
@@ -328,6 +447,74 @@ mod tests {
         let (again, _) = s.read_after(Some(0));
         assert!(again[0].data.contains("-32002"));
         assert!(again[0].data.contains("\"id\":7"));
+    }
+
+    fn budget(shared: &Arc<AtomicUsize>, own_max: usize, shared_max: usize) -> Option<Budget> {
+        Some(Budget {
+            shared: shared.clone(),
+            own_max,
+            shared_max,
+        })
+    }
+
+    fn note(n: u64) -> Value {
+        json!({"jsonrpc": "2.0", "method": "m", "params": {"n": n}})
+    }
+
+    #[test]
+    fn a_full_stream_drops_its_oldest_and_a_reader_past_the_gap_is_told() {
+        let shared = Arc::new(AtomicUsize::new(0));
+        let size = note(1).to_string().len();
+        let s = SseStream::with_budget(
+            &SessionId::new("sid"),
+            "p",
+            "b",
+            budget(&shared, 3 * size, 100 * size),
+        );
+        for n in 1..=5 {
+            let lost = s.push(&note(n), false).unwrap();
+            assert_eq!(lost, u64::from(n > 3), "push {n}");
+        }
+        assert_eq!(shared.load(Ordering::Relaxed), 3 * size);
+        let (events, _) = s.read_after(None);
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3, 4, 5]);
+        assert!(events[0].data.contains("\"dropped\":2"), "{}", events[0].data);
+        // Resuming after the notice (or after any event past the gap) repeats nothing.
+        let (events, _) = s.read_after(Some(2));
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4, 5]);
+        // Events a response carried are not lost when dropped later.
+        s.note_sent(5);
+        assert_eq!(s.push(&note(6), false), Ok(0));
+        drop(events);
+        drop(s);
+        assert_eq!(shared.load(Ordering::Relaxed), 0, "a dropped stream gives its bytes back");
+    }
+
+    #[test]
+    fn the_shared_budget_of_a_bridge_bounds_all_its_streams() {
+        let shared = Arc::new(AtomicUsize::new(0));
+        let size = note(1).to_string().len();
+        let mk = || {
+            SseStream::with_budget(
+                &SessionId::new("sid"),
+                "p",
+                "b",
+                budget(&shared, 10 * size, 4 * size),
+            )
+        };
+        let (a, b) = (mk(), mk());
+        for n in 1..=4 {
+            assert_eq!(a.push(&note(n), false), Ok(0));
+        }
+        // `b` holds nothing it could drop: its message is the loss.
+        assert_eq!(b.push(&note(9), false), Ok(1));
+        assert_eq!(shared.load(Ordering::Relaxed), 4 * size);
+        let (events, _) = b.read_after(None);
+        assert_eq!(events.len(), 1, "only the notice");
+        assert!(events[0].data.contains("\"dropped\":1"));
+        // `a` makes room by dropping its own oldest.
+        assert_eq!(a.push(&note(5), false), Ok(1));
+        assert_eq!(shared.load(Ordering::Relaxed), 4 * size);
     }
 
     #[tokio::test(start_paused = true)]
