@@ -22,8 +22,14 @@ Measures:
      relay-eras (bench/relay.py): a trivial tool call through one relay in both MCP eras, the
      legacy session era and 2026-07-28 (sessionless), the same load client, the same run.
 
+  7. soak (bench/soak.py, only with `--only soak`): 4 clients making mixed calls for 30 minutes
+     (`--soak-minutes`), the server's RSS sampled every minute under load and quiesced.
+  8. abuse (bench/abuse.py, only with `--only abuse`): the relay under idle connections, slow
+     bodies and headers, unverified daemon sockets and 8 MB initializes, while a legitimate
+     client pings through it.
+
 `--only SECTION[,SECTION...]` runs a subset (startup, read_file, search, memory, processes, relay,
-relay-eras).
+relay-eras, soak, abuse); without it, every section but soak and abuse runs.
 """
 
 import argparse
@@ -39,8 +45,10 @@ import sys
 import tempfile
 import time
 
+import abuse
 import processes
 import relay
+import soak
 from common import (
     PROTOCOL,
     Session,
@@ -57,7 +65,9 @@ from common import (
     status,
 )
 
-SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras")
+SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "soak", "abuse")
+# soak (30 minutes) and abuse (about 5 minutes) run only when named.
+DEFAULT_SECTIONS = SECTIONS[:7]
 PEER_VERSIONS = {"desktop-commander": "0.2.52", "supergateway": "4.0.0", "mcp-proxy": "6.7.19"}
 PEERS = "@wonderwhy-er/desktop-commander 0.2.52, supergateway 4.0.0, mcp-proxy 6.7.19"
 
@@ -392,7 +402,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--rg")
     ap.add_argument("--tree")
-    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections: " + ",".join(SECTIONS))
+    ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
+                    help="comma-separated sections: " + ",".join(SECTIONS) + " (default: all but soak and abuse)")
     ap.add_argument("--fixture", help="target/release/conformance-fixture (relay section)")
     ap.add_argument("--loadgen", help="bench/.cache/bin/loadgen (relay section)")
     ap.add_argument("--streamer", help="bench/.cache/bin/streamer (processes section)")
@@ -407,6 +418,10 @@ def main():
     ap.add_argument("--relay-c10", type=int, default=2000)
     ap.add_argument("--relay-daemons", type=int, default=100)
     ap.add_argument("--relay-settle", type=float, default=10.0)
+    ap.add_argument("--soak-minutes", type=float, default=30.0, help="soak duration per mode (default 30; --quick: 2)")
+    ap.add_argument("--soak-interval", type=float, default=60.0, help="seconds between soak samples (default 60; --quick: 10)")
+    ap.add_argument("--soak-clients", type=int, default=4)
+    ap.add_argument("--soak-modes", default="stdio", help="stdio, up or stdio,up (default stdio)")
     ap.add_argument("--tree-desc", default="")
     ap.add_argument("--out", required=True)
     ap.add_argument("--reproduce", default="bash bench/run.sh")
@@ -420,6 +435,7 @@ def main():
         a.startup_runs, a.read_small, a.read_big, a.search_runs = 20, 100, 20, 3
         a.process_calls, a.stream_bytes, a.stream_rounds = 100, 10_000_000, 1
         a.relay_rounds, a.relay_c1, a.relay_c10, a.relay_settle = 1, 50, 300, 2.0
+        a.soak_minutes, a.soak_interval = min(a.soak_minutes, 2.0), min(a.soak_interval, 10.0)
     only = [x.strip() for x in a.only.split(",") if x.strip()]
     bad = [x for x in only if x not in SECTIONS]
     if bad:
@@ -487,6 +503,16 @@ def main():
             with tempfile.TemporaryDirectory(prefix="mcp-bench-eras-") as rws:
                 res["relay-eras"] = relay.bench_relay_eras(a.bin, a.fixture, a.loadgen, a.relay_rounds,
                                                            a.relay_c1, a.relay_c10, rws)
+        if "soak" in only:
+            modes = [m.strip() for m in a.soak_modes.split(",") if m.strip()]
+            log(f"{next(step)}/{n} soak ({', '.join(modes)}; {a.soak_minutes:g} min each) ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-soak-") as sws:
+                res["soak"] = soak.bench_soak(a.bin, modes, a.soak_clients, a.soak_minutes, a.soak_interval, sws,
+                                              os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if "abuse" in only:
+            log(f"{next(step)}/{n} abuse ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-abuse-") as aws:
+                res["abuse"] = abuse.bench_abuse(a.bin, aws, quick=a.quick)
 
     load_end = os.getloadavg()
     elapsed = time.time() - t_start
@@ -519,6 +545,10 @@ def main():
     L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references (sections 1–5; "
              "the session stream of section 5 is read by bench/streamer.rs, compiled, for ours and its references alike, "
              "and once more by the Python client as a diagnostic)")
+    if "soak" in res or "abuse" in res:
+        L.append("- clients of sections 7–8: Python (stdlib; threads for the soak, asyncio over raw sockets for the "
+                 "attackers, a separate process for the legitimate client of section 8), on the same CPUs as the "
+                 "servers they measure")
     if "search" in res or "memory" in res:
         L.append(f"- tree: {a.tree_desc}")
     L.append(f"- reproduce: `{a.reproduce}`")
@@ -583,6 +613,14 @@ def main():
         details += det
     if "relay-eras" in res:
         rows, det = relay.report_eras(res["relay-eras"], a.relay_c1, a.relay_c10)
+        L.extend(rows)
+        details += det
+    if "soak" in res:
+        rows, det = soak.report(res["soak"])
+        L.extend(rows)
+        details += det
+    if "abuse" in res:
+        rows, det = abuse.report(res["abuse"])
         L.extend(rows)
         details += det
     L.append("")

@@ -2,13 +2,21 @@
 # machine-mcp benchmark: startup, read_file round trips, search_text vs ripgrep, idle memory,
 # processes (run_process, session output throughput vs desktop-commander), the relay (a tool
 # call direct / through our relay / supergateway / mcp-proxy; relay memory with 100 daemons), and
-# relay-eras (a tool call through the relay in the legacy MCP era and in 2026-07-28).
+# relay-eras (a tool call through the relay in the legacy MCP era and in 2026-07-28); and, only
+# when named with --only, soak (4 clients of mixed calls for 30 minutes, RSS sampled each minute)
+# and abuse (the relay under idle connections, slow bodies, unverified daemon sockets and 8 MB
+# initializes while a legitimate client pings through it).
 #
 # Reproduce (from anywhere; Debian/Ubuntu as root, or with sudo for apt-get):
 #   bash bench/run.sh                          # full run, writes bench/results/latest.md
 #   bash bench/run.sh --quick                  # few iterations, to check the script
 #   bash bench/run.sh --only processes,relay   # a subset: startup, read_file, search, memory,
-#                                              # processes, relay, relay-eras (comma-separated)
+#                                              # processes, relay, relay-eras, soak, abuse
+#                                              # (comma-separated)
+#   bash bench/run.sh --only soak              # 30 min (--soak-minutes N; --soak-modes stdio,up
+#                                              # for a second run through `up`; --quick: 2 min)
+#   bash bench/run.sh --only abuse             # about 5 min (--quick: fewer, shorter attacks);
+#                                              # needs a hard open-file limit of >= 10,100
 #
 # What it does:
 #   1. installs what is missing: xz-utils (apt), ripgrep $RG_VERSION (cargo install --locked into
@@ -29,7 +37,8 @@
 # Knobs (environment): RG_VERSION, KERNEL_PKG, KERNEL_VERSION (an exact Debian version of
 # KERNEL_PKG; default: apt's candidate), BENCH_CACHE (default bench/.cache), MCP_BIN (benchmark
 # this binary instead of building target/release/machine-mcp; MCP_BIN_DESC says what it is in the
-# results). Extra arguments go to driver.py
+# results), ABUSE_ATTACK_HOST (abuse: a non-loopback address of this host for the attackers, so
+# that the relay's per-address caps apply to them; default 127.0.0.1). Extra arguments go to driver.py
 # (e.g. --quick, --search-runs 11, --out FILE).
 set -euo pipefail
 
@@ -43,7 +52,8 @@ NODE_VERSION=${NODE_VERSION:-22.23.5}
 mkdir -p "$CACHE" "$HERE/results"
 
 # Which sections run (driver.py gets the same --only); the tree and rg are needed only for
-# search and memory, Node and the peers only for processes and relay.
+# search and memory, Node and the peers only for processes and relay. soak and abuse are not in
+# the default list (30 and ~8 minutes): name them.
 ONLY=startup,read_file,search,memory,processes,relay,relay-eras
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -153,6 +163,15 @@ if want relay || want relay-eras; then
         rustc --edition 2021 -O -o "$LOADGEN" "$HERE/loadgen.rs"
     fi
     EXTRA+=(--fixture "$FIXTURE" --loadgen "$LOADGEN")
+fi
+if want abuse; then
+    # 10,000 client sockets in the attacker (abuse.py raises its own soft limit to the hard one).
+    hard=$(ulimit -Hn)
+    if [ "$hard" != unlimited ] && [ "$hard" -lt 10100 ]; then
+        echo "abuse: the hard open-file limit is $hard; 10,000 idle connections need >= 10100 (ulimit -Hn)" >&2
+        exit 1
+    fi
+    ulimit -n "$hard"
 fi
 if want processes; then
     mkdir -p "$CACHE/bin"
