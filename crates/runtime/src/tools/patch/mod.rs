@@ -22,7 +22,7 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
+use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
     Access,
@@ -30,6 +30,7 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
+        text::TextView,
     },
     path::Workspace,
     policy::Capability,
@@ -123,10 +124,55 @@ pub(crate) struct PatchedFile {
 pub(crate) struct ApplyPatchOutput {
     /// The files, in patch order.
     files: Vec<PatchedFile>,
-    /// Unified diff of the whole patch (cut at 64 KiB).
+    /// Unified diff of the whole patch (cut at 40000 bytes).
     diff: String,
     /// Nothing was written.
     dry_run: bool,
+}
+
+impl TextView for ApplyPatchOutput {
+    fn summary(&self) -> String {
+        format!(
+            "apply_patch: {}{}; the files and the diff follow",
+            crate::mcp::text::count(self.files.len() as u64, "file", "files"),
+            if self.dry_run {
+                ", dry run: nothing written"
+            } else {
+                " changed"
+            }
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        // The file list and the diff share the default body; the diff is already cut to
+        // EDIT_DIFF_MAX_BYTES, the list gets the rest.
+        let mut budget = crate::mcp::text::Budget::new(
+            crate::mcp::text::body_limit(self.text_limit()).saturating_sub(self.diff.len() + 100),
+        );
+        let mut shown = 0;
+        for f in &self.files {
+            let action = serde_json::to_value(f.action)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let line = match &f.moved_to {
+                Some(to) => format!("{action} {} -> {to}\n", f.path),
+                None => format!("{action} {}\n", f.path),
+            };
+            if !budget.take(line.len()) {
+                break;
+            }
+            out.push_str(&line);
+            shown += 1;
+        }
+        if shown < self.files.len() {
+            out.push_str(&format!(
+                "… and {} more files (in structuredContent)\n",
+                self.files.len() - shown
+            ));
+        }
+        out.push_str(&self.diff);
+    }
 }
 
 async fn apply_patch(
@@ -171,7 +217,7 @@ async fn apply_patch(
         for s in &steps {
             text.push_str(&s.diff);
         }
-        let diff = diff::cut(text, DIFF_MAX_BYTES);
+        let diff = diff::cut(text, EDIT_DIFF_MAX_BYTES);
         let files = steps
             .iter()
             .map(|s| PatchedFile {
@@ -236,7 +282,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 }
                 steps.push(Step {
                     action: Action::Add,
-                    diff: diff::created(&display, &body, DIFF_MAX_BYTES),
+                    diff: diff::created(&display, &body, EDIT_DIFF_MAX_BYTES),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
@@ -253,7 +299,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 let old = String::from_utf8_lossy(&original.bytes).into_owned();
                 steps.push(Step {
                     action: Action::Delete,
-                    diff: diff::unified(&display, &old, "", DIFF_MAX_BYTES),
+                    diff: diff::unified(&display, &old, "", EDIT_DIFF_MAX_BYTES),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
@@ -310,7 +356,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                     } else {
                         Action::Update
                     },
-                    diff: diff::unified(diff_path, old, &new_text, DIFF_MAX_BYTES),
+                    diff: diff::unified(diff_path, old, &new_text, EDIT_DIFF_MAX_BYTES),
                     display,
                     moved_display,
                     path: p.real().to_owned(),
