@@ -17,6 +17,7 @@ mod protocol;
 mod read;
 mod relay;
 mod search;
+mod sizes;
 mod stateless;
 mod tasks_remote;
 mod util;
