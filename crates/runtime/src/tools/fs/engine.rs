@@ -461,7 +461,7 @@ fn read_tail(
         }
         _ => (None, None),
     };
-    let next = (lines_left > 0 && start > 0).then(|| Next::Backward {
+    let next = (lines_left > 0 && start > 0).then_some(Next::Backward {
         end: start,
         lines: lines_left,
         line_at_end: start_line,

@@ -423,17 +423,23 @@ async fn run(
     let started = proc.started();
     let deadline = started + timeout;
     let yield_at = yield_after.map(|d| started + d).filter(|&y| y < deadline);
+    let one_shot = OneShot {
+        rt: &rt,
+        cx: &cx,
+        max_output_bytes: max_output,
+        display: &display,
+    };
     let mut yield_refused = false;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             exit = proc.wait() => {
-                return Ok(result(&rt, &cx, &proc, Some(exit), false, None, max_output, &display));
+                return Ok(result(&one_shot, &proc, Some(exit), false, None));
             }
             _ = tokio::time::sleep_until(deadline) => {
                 let exit = proc.terminate(false).await;
-                return Ok(result(&rt, &cx, &proc, Some(exit), true, None, max_output, &display));
+                return Ok(result(&one_shot, &proc, Some(exit), true, None));
             }
             _ = cx.cancel.cancelled() => {
                 proc.terminate(false).await;
@@ -441,7 +447,7 @@ async fn run(
             }
             _ = tokio::time::sleep_until(yield_at.unwrap_or(deadline)), if yield_at.is_some() && !yield_refused => {
                 match rt.sessions().insert(cx.principal.clone(), proc.clone(), display.clone(), Some(deadline)) {
-                    Ok(session) => return Ok(result(&rt, &cx, &proc, None, false, Some(session.id.clone()), max_output, &display)),
+                    Ok(session) => return Ok(result(&one_shot, &proc, None, false, Some(session.id.clone()))),
                     Err(_) => {
                         tracing::info!("process session table full; the call stays in the foreground");
                         yield_refused = true;
@@ -464,6 +470,14 @@ async fn run(
     }
 }
 
+/// What a one-shot call's result needs from the call.
+struct OneShot<'a> {
+    rt: &'a Access,
+    cx: &'a CallContext,
+    max_output_bytes: Option<usize>,
+    display: &'a [String],
+}
+
 /// Room the two streams (and the head/tail markers) share in a default result.
 const SHARED_OUTPUT: usize = body_limit(RESULT_TEXT_DEFAULT_CHARS) - 400;
 
@@ -471,15 +485,14 @@ const SHARED_OUTPUT: usize = body_limit(RESULT_TEXT_DEFAULT_CHARS) - 400;
 /// has a session (it yielded) keeps it; a finished one becomes an exited session of `owner`
 /// when there is room, so read_process reads what was left out.
 fn result(
-    rt: &Access,
-    cx: &CallContext,
+    call: &OneShot<'_>,
     proc: &Arc<Proc>,
     exit: Option<engine::Exit>,
     timed_out: bool,
     session: Option<String>,
-    max_output_bytes: Option<usize>,
-    display: &[String],
 ) -> ProcessResult {
+    let (rt, cx, max_output_bytes, display) =
+        (call.rt, call.cx, call.max_output_bytes, call.display);
     let totals = (
         proc.stdout.with(|b| b.total()).unwrap_or(0),
         proc.stderr.with(|b| b.total()).unwrap_or(0),
