@@ -150,11 +150,13 @@ struct CommonArgs {
     timeout_seconds: Option<u64>,
     yield_after_seconds: Option<u64>,
     max_output_bytes: Option<usize>,
+    tool: &'static str,
 }
 
 macro_rules! common_args {
-    ($a:expr) => {
+    ($a:expr, $tool:expr) => {
         CommonArgs {
+            tool: $tool,
             cwd: $a.cwd,
             env: $a.env,
             stdin: $a.stdin,
@@ -205,6 +207,9 @@ pub(crate) struct ProcessResult {
     session_id: Option<String>,
     #[serde(skip)]
     limit: usize,
+    /// `run_process` or `exec_command`.
+    #[serde(skip)]
+    tool: &'static str,
 }
 
 impl TextView for ProcessResult {
@@ -223,7 +228,8 @@ impl TextView for ProcessResult {
             }
         };
         let mut s = format!(
-            "{state}{} after {} ms; {}; {}",
+            "{}: {state}{} after {} ms; {}; {}",
+            self.tool,
             if self.timed_out { " (timed out)" } else { "" },
             self.duration_ms,
             stream(
@@ -288,7 +294,7 @@ async fn run_process(
     check_argv(&args.argv)?;
     let argv: Vec<OsString> = args.argv.iter().map(OsString::from).collect();
     let display = args.argv.clone();
-    run(rt, cx, argv, display, common_args!(args)).await
+    run(rt, cx, argv, display, common_args!(args, "run_process")).await
 }
 
 async fn exec_command(
@@ -306,7 +312,7 @@ async fn exec_command(
     }
     let argv = vec!["/bin/sh".into(), "-c".into(), OsString::from(&args.command)];
     let display = vec!["/bin/sh".to_owned(), "-c".to_owned(), args.command.clone()];
-    run(rt, cx, argv, display, common_args!(args)).await
+    run(rt, cx, argv, display, common_args!(args, "exec_command")).await
 }
 
 /// Checks an argv against the contract's bounds.
@@ -424,6 +430,7 @@ async fn run(
     let deadline = started + timeout;
     let yield_at = yield_after.map(|d| started + d).filter(|&y| y < deadline);
     let one_shot = OneShot {
+        tool: common.tool,
         rt: &rt,
         cx: &cx,
         max_output_bytes: max_output,
@@ -472,6 +479,7 @@ async fn run(
 
 /// What a one-shot call's result needs from the call.
 struct OneShot<'a> {
+    tool: &'static str,
     rt: &'a Access,
     cx: &'a CallContext,
     max_output_bytes: Option<usize>,
@@ -534,6 +542,7 @@ fn result(
         timed_out,
         still_running: exit.is_none(),
         session_id: session,
+        tool: call.tool,
         limit: max_output_bytes.map_or(RESULT_TEXT_DEFAULT_CHARS, |m| {
             2 * m.min(PROCESS_OUTPUT_MAX_BYTES) + 2 * 200 + RESULT_SUMMARY_MAX_CHARS + 64
         }),
