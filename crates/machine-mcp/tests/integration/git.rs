@@ -353,7 +353,7 @@ fn repository_configured_helpers_never_run() {
 /// Regression (adversarial report F12): `git_show` of a revision that is not a commit was an
 /// `internal_error`, and a cut diff claimed a "total" that was only the bytes kept.
 #[test]
-fn show_refuses_non_commits_and_cut_diffs_say_where_they_were_cut() {
+fn show_refuses_non_commits_and_small_pages_continue_exactly() {
     let t = Tree::new();
     repo(t.path());
     let mut s = Server::start(t.path(), &["--profile", "agent"]);
@@ -374,20 +374,35 @@ fn show_refuses_non_commits_and_cut_diffs_say_where_they_were_cut() {
         .unwrap()
         .to_owned();
     assert!(full.len() > 40, "{full}");
-    let cut = s.call("git_diff", json!({"max_bytes": 20}));
-    let text = cut.structured["diff"].as_str().unwrap();
-    assert_eq!(cut.structured["truncated"], true);
-    assert!(text.starts_with(&full[..20]), "{text}");
-    assert!(
-        text.ends_with("... diff truncated at 20 bytes (max_bytes)\n"),
-        "{text}"
-    );
-    let cut = s.call("git_show", json!({"revision": "HEAD", "max_bytes": 10}));
-    let text = cut.structured["diff"].as_str().unwrap();
-    assert!(
-        text.ends_with("... diff truncated at 10 bytes (max_bytes)\n"),
-        "{text}"
-    );
+    // Pages of max_bytes are git's diff exactly, each continued by its cursor.
+    for (tool, args, max) in [
+        ("git_diff", json!({}), 20),
+        ("git_show", json!({"revision": "HEAD"}), 10),
+    ] {
+        let mut whole = args.clone();
+        whole["max_bytes"] = json!(1 << 20);
+        let want = s.call(tool, whole).ok()["diff"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut got = String::new();
+        let mut a = args.clone();
+        a["max_bytes"] = json!(max);
+        loop {
+            let r = s.call(tool, a.clone());
+            let sc = r.ok().clone();
+            let page = sc["diff"].as_str().unwrap();
+            assert!(page.len() <= max, "{tool}: {page:?}");
+            got.push_str(page);
+            let Some(c) = sc["next_cursor"].as_str() else {
+                break;
+            };
+            assert_eq!(sc["truncated"], true);
+            a["cursor"] = json!(c);
+        }
+        assert_eq!(got, want, "{tool}");
+    }
+    assert!(full.len() > 40, "{full}");
 }
 
 /// Regression (re-check of adversarial report F11): when git's output passed the cap, the

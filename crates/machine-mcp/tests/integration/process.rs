@@ -343,15 +343,19 @@ fn exited_sessions_are_bounded_in_count_and_bytes_and_the_oldest_goes_first() {
     assert!(!kept_ids.contains(&big_ids[0].as_str()));
     let r = s.call("read_process", json!({"session_id": big_ids[0]}));
     assert_eq!(r.code(), "not_found");
-    // The newest keeps its whole window.
+    // The newest keeps its output: the head (first 256 KiB, read from offset 0) and the newest
+    // window, which here overlap, so nothing of it was dropped.
     let r = s.call(
         "read_process",
         json!({"session_id": big_ids.last().unwrap(), "stdout_offset": 0, "max_bytes": 1}),
     );
-    assert_eq!(
-        r.ok()["stdout"]["dropped_bytes"],
-        json!(big - SESSION_OUTPUT_RETAINED_BYTES)
+    assert_eq!(r.ok()["stdout"]["dropped_bytes"], json!(0));
+    assert_eq!(r.ok()["stdout"]["offset"], json!(0));
+    let r = s.call(
+        "read_process",
+        json!({"session_id": big_ids.last().unwrap(), "stdout_offset": big - SESSION_OUTPUT_RETAINED_BYTES, "max_bytes": 1}),
     );
+    assert_eq!(r.ok()["stdout"]["dropped_bytes"], json!(0));
     // A running session is never discarded to make room.
     let r = s.call("start_process", json!({"argv": ["sleep", "1000"]}));
     let sleeper = r.ok()["session_id"].as_str().unwrap().to_owned();

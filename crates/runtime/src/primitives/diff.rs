@@ -43,13 +43,6 @@ pub(crate) fn cut(text: String, max_bytes: usize) -> String {
     cut_with(text, max_bytes, &note)
 }
 
-/// Marks `text`, which a producer already stopped at `max_bytes` (its total is unknown), as cut
-/// there: cuts it to `max_bytes` on a char boundary and appends the note.
-pub(crate) fn mark_cut(text: String, max_bytes: usize) -> String {
-    let note = format!("... diff truncated at {max_bytes} bytes (max_bytes)\n");
-    cut_with(text, max_bytes, &note)
-}
-
 fn cut_with(text: String, max_bytes: usize, note: &str) -> String {
     let mut end = max_bytes.min(text.len());
     while !text.is_char_boundary(end) {

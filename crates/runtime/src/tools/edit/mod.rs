@@ -14,6 +14,7 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
+        text::TextView,
     },
     path::WorkspacePath,
     policy::Capability,
@@ -116,6 +117,22 @@ pub(crate) struct WriteFileOutput {
     created: bool,
 }
 
+impl TextView for WriteFileOutput {
+    fn summary(&self) -> String {
+        format!(
+            "write_file {}: {} {} bytes (sha256 {})",
+            self.path,
+            if self.created {
+                "created with"
+            } else {
+                "replaced with"
+            },
+            self.size_bytes,
+            self.sha256
+        )
+    }
+}
+
 async fn write_file(
     rt: Arc<Access>,
     args: WriteFileArgs,
@@ -208,7 +225,7 @@ pub(crate) struct EditFileOutput {
     replacements: usize,
     /// 1-based line of the first replaced span.
     first_line: usize,
-    /// Unified diff of the change (cut at 64 KiB).
+    /// Unified diff of the change (cut at 40000 bytes).
     diff: String,
     /// SHA-256 (hex) before the edit.
     previous_sha256: String,
@@ -216,6 +233,28 @@ pub(crate) struct EditFileOutput {
     sha256: String,
     /// Nothing was written.
     dry_run: bool,
+}
+
+impl TextView for EditFileOutput {
+    fn summary(&self) -> String {
+        format!(
+            "edit_file {}: {} from line {}{} (sha256 {} -> {}); the diff follows",
+            self.path,
+            crate::mcp::text::count(self.replacements as u64, "replacement", "replacements"),
+            self.first_line,
+            if self.dry_run {
+                ", dry run: nothing written"
+            } else {
+                ""
+            },
+            self.previous_sha256,
+            self.sha256
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        out.push_str(&self.diff);
+    }
 }
 
 async fn edit_file(

@@ -1,37 +1,47 @@
-//! `git_show`: one commit, its message and its patch.
+//! `git_show`: one commit, its message and its patch, page by page ([`super::page`]).
 
 use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use protocol::limits::{GIT_DIFF_DEFAULT_BYTES, GIT_DIFF_MAX_BYTES};
+
 use crate::{
     Access,
     mcp::{
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
+        text::{self, TextView},
     },
-    primitives::diff,
 };
 
 use super::{
-    DIFF_DEFAULT_BYTES, DIFF_MAX_BYTES,
+    diff::{NUMSTAT_MAX_BYTES, carried_totals, page_limit, totals},
     engine::{self, check_revision},
-    os, repo_at,
+    os, page, repo_at,
 };
 
+/// Most bytes of the message shown in the first page's text (the structure has all of it).
+const MESSAGE_SHOWN_MAX: usize = 8_000;
+
 /// Arguments of `git_show`.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ShowArgs {
     /// The commit, e.g. "HEAD", "HEAD~2", a hash or a tag.
     revision: String,
-    /// Most bytes of patch text (default 262144, at most 4194304).
-    #[schemars(range(min = 1, max = DIFF_MAX_BYTES))]
+    /// Most bytes of patch text in this page (default 42999 less the message shown, what fits in
+    /// a host's default result size; at most 4194304).
+    #[schemars(range(min = 1, max = GIT_DIFF_MAX_BYTES))]
+    #[serde(skip_serializing)]
     max_bytes: Option<usize>,
     /// Include the author's e-mail address.
     #[serde(default)]
     include_email: bool,
+    /// next_cursor of the previous page, to continue the same patch.
+    #[serde(skip_serializing)]
+    cursor: Option<String>,
 }
 
 /// Result of `git_show`.
@@ -48,10 +58,73 @@ pub(crate) struct ShowOutput {
     date: String,
     /// The whole commit message.
     message: String,
-    /// The commit's patch.
+    /// Files the commit changes.
+    files_changed: usize,
+    /// Lines added by the commit.
+    lines_added: u64,
+    /// Lines deleted by the commit.
+    lines_deleted: u64,
+    /// This page of the commit's patch: git's output from byte `offset`, cut at a line break.
     diff: String,
-    /// The patch was cut at max_bytes.
+    /// Bytes of the patch before this page.
+    offset: u64,
+    /// More of the patch follows: next_cursor continues.
     truncated: bool,
+    /// Pass as cursor (with the same other arguments) for the next page; absent at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    #[serde(skip)]
+    limit: usize,
+    #[serde(skip)]
+    bytes: u64,
+}
+
+impl TextView for ShowOutput {
+    fn summary(&self) -> String {
+        let mut s = format!(
+            "git_show {} by {}{} on {}: {} changed, +{} -{}; patch bytes {}-{}",
+            self.commit,
+            self.author,
+            self.email
+                .as_deref()
+                .map_or_else(String::new, |e| format!(" <{e}>")),
+            self.date,
+            text::count(self.files_changed as u64, "file", "files"),
+            self.lines_added,
+            self.lines_deleted,
+            self.offset,
+            self.offset + self.bytes
+        );
+        if self.offset == 0 {
+            s.push_str(" (after the message)");
+        }
+        match &self.next_cursor {
+            Some(c) => s.push_str(&format!(
+                "; more: repeat the call with the same arguments and \"cursor\": {}",
+                text::arg(c)
+            )),
+            None => s.push_str("; complete"),
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        if self.offset == 0 {
+            out.push_str(&message_shown(&self.message));
+        }
+        out.push_str(&self.diff);
+    }
+
+    fn text_limit(&self) -> usize {
+        self.limit
+    }
+}
+
+/// The message as the first page shows it: cut to [`MESSAGE_SHOWN_MAX`], then a blank line.
+fn message_shown(message: &str) -> String {
+    let mut m = text::cut(message.to_owned(), MESSAGE_SHOWN_MAX, "…");
+    m.push_str("\n\n");
+    m
 }
 
 pub(super) async fn git_show(
@@ -60,10 +133,10 @@ pub(super) async fn git_show(
     cx: CallContext,
 ) -> ToolResult<ShowOutput> {
     check_revision(&args.revision)?;
-    let cap = args
+    let max = args
         .max_bytes
-        .unwrap_or(DIFF_DEFAULT_BYTES)
-        .clamp(1, DIFF_MAX_BYTES);
+        .unwrap_or(GIT_DIFF_DEFAULT_BYTES)
+        .clamp(1, GIT_DIFF_MAX_BYTES);
     let (repo, _) = repo_at(&rt, ".", &cx).await?;
     let mut meta = os(&[
         "show",
@@ -90,7 +163,9 @@ pub(super) async fn git_show(
             args.revision
         )));
     }
-    let mut patch = os(&[
+    let commit = f[0].to_owned();
+    let message = f[4].trim_end().to_owned();
+    let pre = os(&[
         "show",
         "--no-ext-diff",
         "--no-textconv",
@@ -98,26 +173,72 @@ pub(super) async fn git_show(
         "--no-show-signature",
         "--format=",
         "--patch",
+    ]);
+    // The commit by hash, so every page shows the same one.
+    let post = vec!["--end-of-options".into(), commit.clone().into()];
+    let mut numstat = os(&[
+        "show",
+        "--no-ext-diff",
+        "--no-color",
+        "--no-show-signature",
+        "--format=",
+        "--numstat",
+        "-z",
         "--end-of-options",
     ]);
-    patch.push(args.revision.clone().into());
-    let p = engine::run_in(&repo, &patch, None, cap, &cx.cancel).await?;
-    if !p.ok() && !p.truncated {
-        return Err(p.error("git show"));
-    }
-    let mut diff_text = crate::primitives::text::lossy(&p.stdout)
-        .trim_start_matches('\n')
+    numstat.push(commit.clone().into());
+    // The first page counts the files (which computes every file's diff); later pages carry it.
+    let ns = if args.cursor.is_none() {
+        let ns = engine::run_in(&repo, &numstat, None, NUMSTAT_MAX_BYTES, &cx.cancel).await?;
+        Some(page::parse_numstat(&ns.stdout))
+    } else {
+        None
+    };
+    let names: Option<Vec<Vec<u8>>> = ns
+        .as_ref()
+        .map(|ns| ns.iter().map(|f| f.2.clone()).collect());
+    let carry = ns.as_ref().map_or(serde_json::Value::Null, |ns| {
+        let (f, a, d) = totals(ns);
+        serde_json::json!([f, a, d])
+    });
+    let fingerprint = crate::primitives::text::sha256_hex(
+        serde_json::to_string(&args).unwrap_or_default().as_bytes(),
+    )[..16]
         .to_owned();
-    if p.truncated {
-        diff_text = diff::mark_cut(diff_text, cap);
-    }
+    // The first page shares its room with the message.
+    let room = if args.cursor.is_none() && args.max_bytes.is_none() {
+        max.saturating_sub(message_shown(&message).len()).max(1)
+    } else {
+        max
+    };
+    let p = page::page(
+        &repo,
+        &pre,
+        &post,
+        names.as_deref(),
+        args.cursor.as_deref(),
+        &fingerprint,
+        "git_show",
+        room,
+        carry,
+        &cx.cancel,
+    )
+    .await?;
+    let (files_changed, lines_added, lines_deleted) = carried_totals(&p.carried);
     Ok(ShowOutput {
-        commit: f[0].to_owned(),
+        commit,
         author: f[1].to_owned(),
         email: args.include_email.then(|| f[2].to_owned()),
         date: f[3].to_owned(),
-        message: f[4].trim_end().to_owned(),
-        diff: diff_text,
-        truncated: p.truncated,
+        message,
+        files_changed,
+        lines_added,
+        lines_deleted,
+        diff: p.text,
+        offset: p.offset,
+        truncated: p.next_cursor.is_some(),
+        next_cursor: p.next_cursor,
+        limit: page_limit(max + MESSAGE_SHOWN_MAX + 2),
+        bytes: p.bytes,
     })
 }

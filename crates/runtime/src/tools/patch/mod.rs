@@ -30,6 +30,7 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
+        text::TextView,
     },
     path::Workspace,
     policy::Capability,
@@ -123,10 +124,55 @@ pub(crate) struct PatchedFile {
 pub(crate) struct ApplyPatchOutput {
     /// The files, in patch order.
     files: Vec<PatchedFile>,
-    /// Unified diff of the whole patch (cut at 64 KiB).
+    /// Unified diff of the whole patch (cut at 40000 bytes).
     diff: String,
     /// Nothing was written.
     dry_run: bool,
+}
+
+impl TextView for ApplyPatchOutput {
+    fn summary(&self) -> String {
+        format!(
+            "apply_patch: {}{}; the files and the diff follow",
+            crate::mcp::text::count(self.files.len() as u64, "file", "files"),
+            if self.dry_run {
+                ", dry run: nothing written"
+            } else {
+                " changed"
+            }
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        // The file list and the diff share the default body; the diff is already cut to
+        // EDIT_DIFF_MAX_BYTES, the list gets the rest.
+        let mut budget = crate::mcp::text::Budget::new(
+            crate::mcp::text::body_limit(self.text_limit()).saturating_sub(self.diff.len() + 100),
+        );
+        let mut shown = 0;
+        for f in &self.files {
+            let action = serde_json::to_value(f.action)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let line = match &f.moved_to {
+                Some(to) => format!("{action} {} -> {to}\n", f.path),
+                None => format!("{action} {}\n", f.path),
+            };
+            if !budget.take(line.len()) {
+                break;
+            }
+            out.push_str(&line);
+            shown += 1;
+        }
+        if shown < self.files.len() {
+            out.push_str(&format!(
+                "… and {} more files (in structuredContent)\n",
+                self.files.len() - shown
+            ));
+        }
+        out.push_str(&self.diff);
+    }
 }
 
 async fn apply_patch(
