@@ -132,6 +132,32 @@ pub(crate) fn arg(s: &str) -> String {
     serde_json::Value::from(s).to_string()
 }
 
+/// Ends a summary line of a tool paged by an opaque cursor: how to ask for the next page, or
+/// that the result is complete.
+pub(crate) fn push_cursor_more(summary: &mut String, next_cursor: Option<&str>) {
+    match next_cursor {
+        Some(c) => summary.push_str(&format!(
+            "; more: repeat the call with the same arguments and \"cursor\": {}",
+            arg(c)
+        )),
+        None => summary.push_str("; complete"),
+    }
+}
+
+/// [`trailer`] of the paths a walk skipped, then its notes.
+pub(crate) fn skipped_trailer(
+    out: &mut String,
+    skipped: &[crate::primitives::skipped::SkippedPath],
+    notes: &[String],
+) {
+    let lines: Vec<String> = skipped
+        .iter()
+        .map(crate::primitives::skipped::SkippedPath::line)
+        .chain(notes.iter().cloned())
+        .collect();
+    trailer(out, &lines);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

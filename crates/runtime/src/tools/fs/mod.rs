@@ -377,13 +377,7 @@ impl TextView for ListFilesOutput {
             out.push_str(f);
             out.push('\n');
         }
-        let trailer: Vec<String> = self
-            .skipped
-            .iter()
-            .map(SkippedPath::line)
-            .chain(self.notes.iter().cloned())
-            .collect();
-        crate::mcp::text::trailer(out, &trailer);
+        crate::mcp::text::skipped_trailer(out, &self.skipped, &self.notes);
     }
 
     fn text_limit(&self) -> usize {

@@ -104,13 +104,7 @@ impl TextView for DiffOutput {
                 self.offset + self.bytes
             )
         };
-        match &self.next_cursor {
-            Some(c) => s.push_str(&format!(
-                "; more: repeat the call with the same arguments and \"cursor\": {}",
-                text::arg(c)
-            )),
-            None => s.push_str("; complete"),
-        }
+        text::push_cursor_more(&mut s, self.next_cursor.as_deref());
         s
     }
 

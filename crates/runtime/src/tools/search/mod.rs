@@ -218,13 +218,7 @@ impl TextView for SearchOutput {
         for m in &self.matches {
             m.write(out);
         }
-        let trailer: Vec<String> = self
-            .skipped
-            .iter()
-            .map(SkippedPath::line)
-            .chain(self.notes.iter().cloned())
-            .collect();
-        text::trailer(out, &trailer);
+        text::skipped_trailer(out, &self.skipped, &self.notes);
     }
 
     fn text_limit(&self) -> usize {
