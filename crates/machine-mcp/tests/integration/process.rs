@@ -622,3 +622,21 @@ fn nothing_the_server_started_outlives_a_sigkilled_server() {
         );
     }
 }
+
+/// Regression (fresh tester of issue 14): output that is not UTF-8 was counted in the summary as
+/// the length of its lossy text (15 bytes for 10) and the substitution went unsaid.
+#[test]
+fn the_summary_counts_the_bytes_a_process_wrote_even_when_they_are_not_utf8() {
+    let ws = Tree::new();
+    let mut s = Server::start(ws.path(), &[]);
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["printf", "a\\r\\nb\\000c\\377\\376\\342\\234"]}),
+    );
+    assert_eq!(r.ok()["stdout_bytes"], 10);
+    assert!(
+        r.summary().contains("stdout 10 bytes (not UTF-8"),
+        "{}",
+        r.summary()
+    );
+}

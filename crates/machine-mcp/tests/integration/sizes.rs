@@ -342,6 +342,34 @@ fn a_20_mb_diff_pages_every_byte_once_and_is_git_diff_exactly() {
     assert!(want.starts_with(r.body().as_bytes()));
 }
 
+/// Regression (fresh tester of issue 14): a git_diff cursor stayed valid after the work tree
+/// changed, and its pages spliced the old diff's first page onto the new diff's rest.
+#[test]
+fn a_git_diff_cursor_of_a_changed_work_tree_is_a_conflict() {
+    let t = Tree::new();
+    let dir = t.path();
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["config", "user.name", "A"]);
+    git(dir, &["config", "user.email", "a@example.com"]);
+    let lines = |tag: &str, from: usize| -> String {
+        (0..20_000)
+            .map(|i| if i < from { format!("line {i}\n") } else { format!("{tag} {i}\n") })
+            .collect()
+    };
+    t.write("f.txt", lines("line", 0));
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-q", "-m", "c"]);
+    t.write("f.txt", lines("LINE", 0));
+    let mut s = Server::start(dir, &[]);
+    let r = s.call("git_diff", json!({}));
+    let c = r.ok()["next_cursor"].as_str().expect("more than a page").to_owned();
+    // Unchanged: the cursor continues.
+    assert!(!s.call("git_diff", json!({"cursor": c})).is_error);
+    t.write("f.txt", lines("LINE", 1_000));
+    let r = s.call("git_diff", json!({"cursor": c}));
+    assert_eq!(r.code(), "conflict", "{:?}", r.text);
+}
+
 #[test]
 fn git_log_of_50000_commits_pages_every_commit_once() {
     let t = Tree::new();

@@ -43,8 +43,7 @@ pub(crate) const fn body_limit(text_limit: usize) -> usize {
 /// The text block of `view`: its summary line (at most [`RESULT_SUMMARY_MAX_CHARS`]), a line
 /// break, and its body; at most [`TextView::text_limit`] characters.
 pub(crate) fn render(view: &dyn TextView) -> String {
-    let summary = view.summary().replace(['\n', '\r'], " ");
-    let mut text = cut(summary, RESULT_SUMMARY_MAX_CHARS, "…");
+    let mut text = fit_summary(&view.summary().replace(['\n', '\r'], " "));
     text.push('\n');
     view.body(&mut text);
     let limit = view.text_limit().max(RESULT_SUMMARY_MAX_CHARS + 1);
@@ -59,6 +58,42 @@ pub(crate) fn render(view: &dyn TextView) -> String {
         text = cut(text, limit - marker.len(), marker);
     }
     text
+}
+
+/// Where the continuation clause of a summary starts ("; more: …", always last).
+const MORE: &str = "; more: ";
+
+/// `summary` within [`RESULT_SUMMARY_MAX_CHARS`]: a long one loses the middle of what it says
+/// (an echoed path or pattern), never its continuation clause, so a host that shows only the
+/// text can still continue. A clause too long to keep (it echoes a path of thousands of
+/// characters) is replaced by a pointer to `structuredContent`.
+fn fit_summary(summary: &str) -> String {
+    if summary.len() <= RESULT_SUMMARY_MAX_CHARS {
+        return summary.to_owned();
+    }
+    let (head, more) = summary
+        .rfind(MORE)
+        .map_or((summary, ""), |i| summary.split_at(i));
+    let more = if more.len() > RESULT_SUMMARY_MAX_CHARS / 2 {
+        "; more: the continuation is too long for this line (a very long path): take next_cursor or next_offset from structuredContent"
+    } else {
+        more
+    };
+    let room = RESULT_SUMMARY_MAX_CHARS - more.len();
+    let marker = " … ";
+    let keep = room.saturating_sub(marker.len());
+    if head.len() <= room {
+        return format!("{head}{more}");
+    }
+    let mut start_end = keep * 2 / 3;
+    while !head.is_char_boundary(start_end) {
+        start_end -= 1;
+    }
+    let mut end_start = head.len() - (keep - start_end);
+    while !head.is_char_boundary(end_start) {
+        end_start += 1;
+    }
+    format!("{}{marker}{}{more}", &head[..start_end], &head[end_start..])
 }
 
 /// `s` cut to at most `max` bytes (on a char boundary, `marker` appended) when it is longer.
@@ -191,6 +226,23 @@ mod tests {
         let long = "x".repeat(5_000).leak();
         let t = render(&View(long, String::new(), 45_000));
         assert_eq!(t.len(), RESULT_SUMMARY_MAX_CHARS + 1);
+    }
+
+    /// Regression (fresh tester of issue 14): a long path in a summary pushed its continuation
+    /// out of the text.
+    #[test]
+    fn a_long_summary_keeps_its_continuation_clause() {
+        let path = "é/".repeat(2_000);
+        let s = format!("read_file {path}: lines 1-2{MORE}repeat the call with \"cursor\": \"abc\"").leak();
+        let t = render(&View(s, String::new(), 45_000));
+        assert!(t.len() <= RESULT_SUMMARY_MAX_CHARS + 1, "{}", t.len());
+        assert!(t.starts_with("read_file é/"), "{t}");
+        assert!(t.ends_with(": lines 1-2; more: repeat the call with \"cursor\": \"abc\"\n"), "{t}");
+        // A clause that is itself too long is replaced by a pointer to the structure.
+        let s = format!("list_dir x{MORE}call list_dir with {{\"path\": \"{path}\"}}").leak();
+        let t = render(&View(s, String::new(), 45_000));
+        assert!(t.len() <= RESULT_SUMMARY_MAX_CHARS + 1);
+        assert!(t.contains("take next_cursor or next_offset from structuredContent"), "{t}");
     }
 
     #[test]

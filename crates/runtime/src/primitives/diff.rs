@@ -43,6 +43,23 @@ pub(crate) fn cut(text: String, max_bytes: usize) -> String {
     cut_with(text, max_bytes, &note)
 }
 
+/// How a summary announces `diff`: "the diff follows", and when [`cut`] cut it, how much of
+/// it (there is no continuation: the change itself is in the file, `read_file` or `git_diff`
+/// show it whole).
+pub(crate) fn follows(diff: &str) -> String {
+    let total = diff
+        .rsplit_once("... diff truncated (")
+        .and_then(|(_, t)| t.strip_suffix(" bytes total)\n"))
+        .and_then(|n| n.parse::<usize>().ok());
+    match total {
+        Some(n) => format!(
+            "the diff follows, cut to its first {} of {n} bytes (the file has the rest)",
+            protocol::limits::EDIT_DIFF_MAX_BYTES
+        ),
+        None => "the diff follows".to_owned(),
+    }
+}
+
 fn cut_with(text: String, max_bytes: usize, note: &str) -> String {
     let mut end = max_bytes.min(text.len());
     while !text.is_char_boundary(end) {

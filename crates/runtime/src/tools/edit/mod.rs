@@ -238,7 +238,7 @@ pub(crate) struct EditFileOutput {
 impl TextView for EditFileOutput {
     fn summary(&self) -> String {
         format!(
-            "edit_file {}: {} from line {}{} (sha256 {} -> {}); the diff follows",
+            "edit_file {}: {} from line {}{} (sha256 {} -> {}); {}",
             self.path,
             crate::mcp::text::count(self.replacements as u64, "replacement", "replacements"),
             self.first_line,
@@ -248,7 +248,8 @@ impl TextView for EditFileOutput {
                 ""
             },
             self.previous_sha256,
-            self.sha256
+            self.sha256,
+            crate::primitives::diff::follows(&self.diff)
         )
     }
 

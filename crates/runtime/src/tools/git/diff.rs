@@ -12,7 +12,7 @@ use crate::{
     Access,
     mcp::{
         context::CallContext,
-        error::ToolResult,
+        error::{ToolError, ToolResult},
         text::{self, TextView},
     },
 };
@@ -128,6 +128,33 @@ pub(super) fn carried_totals(v: &serde_json::Value) -> (usize, u64, u64) {
     (n(0) as usize, n(1), n(2))
 }
 
+/// A fingerprint of what the diff `base` of `spec` is of, without computing it: git's raw
+/// listing (modes, blob ids and status of each changed path, which `--cached` pins exactly) and
+/// the size and modification time of each listed work-tree file (whose blob id the raw listing
+/// leaves empty). 16 hex digits of SHA-256.
+async fn diff_state(
+    repo: &engine::Repo,
+    base: &[std::ffi::OsString],
+    spec: &std::ffi::OsString,
+    cx: &CallContext,
+) -> ToolResult<String> {
+    use std::os::unix::{ffi::OsStrExt, fs::MetadataExt};
+    let mut raw = base.to_vec();
+    raw.extend(["--raw".into(), "-z".into(), "--".into(), spec.clone()]);
+    let out = engine::run_in(repo, &raw, None, NUMSTAT_MAX_BYTES, &cx.cancel).await?;
+    let mut h = out.stdout.clone();
+    for name in out.stdout.split(|b| *b == 0) {
+        if name.is_empty() || name.starts_with(b":") {
+            continue;
+        }
+        let p = repo.worktree.join(std::ffi::OsStr::from_bytes(name));
+        if let Ok(m) = std::fs::symlink_metadata(&p) {
+            h.extend(format!("\0{} {} {}", m.len(), m.mtime(), m.mtime_nsec()).as_bytes());
+        }
+    }
+    Ok(crate::primitives::text::sha256_hex(&h)[..16].to_owned())
+}
+
 /// `(files, added, deleted)` of a numstat listing.
 pub(super) fn totals(ns: &[(Option<u64>, Option<u64>, Vec<u8>)]) -> (usize, u64, u64) {
     (
@@ -159,6 +186,17 @@ pub(super) async fn git_diff(
     if args.staged {
         base.push("--cached".into());
     }
+    // What the diff is of, now: a cursor of an earlier state continues nothing (its pages would
+    // splice two diffs).
+    let state = diff_state(&repo, &base, &spec, &cx).await?;
+    if let Some(c) = &args.cursor {
+        let carried = crate::tools::cursor::decode(c, "git_diff")?;
+        if carried["c"][3].as_str() != Some(state.as_str()) {
+            return Err(ToolError::conflict(
+                "git_diff: the diff changed since this cursor was returned; call again without cursor",
+            ));
+        }
+    }
     // The first page lists the files with their counts (which computes every file's diff);
     // later pages carry the totals in the cursor.
     let ns = if args.cursor.is_none() {
@@ -174,7 +212,7 @@ pub(super) async fn git_diff(
         .map(|ns| ns.iter().map(|f| f.2.clone()).collect());
     let carry = ns.as_ref().map_or(serde_json::Value::Null, |ns| {
         let (f, a, d) = totals(ns);
-        serde_json::json!([f, a, d])
+        serde_json::json!([f, a, d, state])
     });
     let mut pre = base;
     pre.push(format!("-U{ctx}").into());

@@ -133,13 +133,14 @@ pub(crate) struct ApplyPatchOutput {
 impl TextView for ApplyPatchOutput {
     fn summary(&self) -> String {
         format!(
-            "apply_patch: {}{}; the files and the diff follow",
+            "apply_patch: {}{}; the files follow, then {}",
             crate::mcp::text::count(self.files.len() as u64, "file", "files"),
             if self.dry_run {
                 ", dry run: nothing written"
             } else {
                 " changed"
-            }
+            },
+            crate::primitives::diff::follows(&self.diff)
         )
     }
 
@@ -282,7 +283,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 }
                 steps.push(Step {
                     action: Action::Add,
-                    diff: diff::created(&display, &body, EDIT_DIFF_MAX_BYTES),
+                    diff: diff::created(&display, &body, usize::MAX),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
@@ -299,7 +300,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 let old = String::from_utf8_lossy(&original.bytes).into_owned();
                 steps.push(Step {
                     action: Action::Delete,
-                    diff: diff::unified(&display, &old, "", EDIT_DIFF_MAX_BYTES),
+                    diff: diff::unified(&display, &old, "", usize::MAX),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
@@ -356,7 +357,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                     } else {
                         Action::Update
                     },
-                    diff: diff::unified(diff_path, old, &new_text, EDIT_DIFF_MAX_BYTES),
+                    diff: diff::unified(diff_path, old, &new_text, usize::MAX),
                     display,
                     moved_display,
                     path: p.real().to_owned(),

@@ -223,8 +223,11 @@ impl TextView for ProcessResult {
         let stream = |name: &str, shown: &str, total: u64, cut: bool| {
             if cut {
                 format!("{name} {total} bytes (head and tail shown)")
+            } else if shown.len() as u64 != total {
+                // The text is UTF-8: bytes that are not are shown as U+FFFD.
+                format!("{name} {total} bytes (not UTF-8; shown with replacement characters)")
             } else {
-                format!("{name} {} bytes", shown.len())
+                format!("{name} {total} bytes")
             }
         };
         let mut s = format!(
