@@ -175,7 +175,8 @@ fn a_cut_diff_names_its_real_size_in_the_summary() {
     // The whole diff: 100,000 lines of "+line N\n" under a two-line header and a hunk header.
     assert!(total > 1_000_000, "{total}");
     assert!(
-        r.summary().contains(&format!("cut to its first 40000 of {total} bytes")),
+        r.summary()
+            .contains(&format!("cut to its first 40000 of {total} bytes")),
         "{}",
         r.summary()
     );

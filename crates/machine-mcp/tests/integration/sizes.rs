@@ -222,6 +222,29 @@ fn a_line_longer_than_a_page_is_continued_inside_it() {
     assert!(back.concat().as_bytes() == data.as_slice());
 }
 
+/// Regression (fresh tester of issue 14): a search cursor into a file that changed resumed by
+/// match count, so lines added before it came again and the new ones never.
+#[test]
+fn a_search_cursor_into_a_changed_file_is_a_conflict() {
+    let t = Tree::new();
+    let hits =
+        |n: usize, tag: &str| -> String { (0..n).map(|i| format!("hit {tag}{i}\n")).collect() };
+    t.write("st/a.txt", hits(400, ""));
+    let mut s = Server::start(t.path(), &[]);
+    let r = s.call("search_text", json!({"pattern": "hit", "path": "st"}));
+    let c = r.ok()["next_cursor"]
+        .as_str()
+        .expect("more than a page")
+        .to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    t.write("st/a.txt", format!("{}{}", hits(100, "new"), hits(400, "")));
+    let r = s.call(
+        "search_text",
+        json!({"pattern": "hit", "path": "st", "cursor": c}),
+    );
+    assert_eq!(r.code(), "conflict", "{}", r.text);
+}
+
 #[test]
 fn a_100000_match_search_pages_every_match_once() {
     let t = Tree::new();
@@ -353,7 +376,13 @@ fn a_git_diff_cursor_of_a_changed_work_tree_is_a_conflict() {
     git(dir, &["config", "user.email", "a@example.com"]);
     let lines = |tag: &str, from: usize| -> String {
         (0..20_000)
-            .map(|i| if i < from { format!("line {i}\n") } else { format!("{tag} {i}\n") })
+            .map(|i| {
+                if i < from {
+                    format!("line {i}\n")
+                } else {
+                    format!("{tag} {i}\n")
+                }
+            })
             .collect()
     };
     t.write("f.txt", lines("line", 0));
@@ -362,7 +391,10 @@ fn a_git_diff_cursor_of_a_changed_work_tree_is_a_conflict() {
     t.write("f.txt", lines("LINE", 0));
     let mut s = Server::start(dir, &[]);
     let r = s.call("git_diff", json!({}));
-    let c = r.ok()["next_cursor"].as_str().expect("more than a page").to_owned();
+    let c = r.ok()["next_cursor"]
+        .as_str()
+        .expect("more than a page")
+        .to_owned();
     // Unchanged: the cursor continues.
     assert!(!s.call("git_diff", json!({"cursor": c})).is_error);
     t.write("f.txt", lines("LINE", 1_000));

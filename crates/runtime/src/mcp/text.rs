@@ -233,16 +233,24 @@ mod tests {
     #[test]
     fn a_long_summary_keeps_its_continuation_clause() {
         let path = "é/".repeat(2_000);
-        let s = format!("read_file {path}: lines 1-2{MORE}repeat the call with \"cursor\": \"abc\"").leak();
+        let s =
+            format!("read_file {path}: lines 1-2{MORE}repeat the call with \"cursor\": \"abc\"")
+                .leak();
         let t = render(&View(s, String::new(), 45_000));
         assert!(t.len() <= RESULT_SUMMARY_MAX_CHARS + 1, "{}", t.len());
         assert!(t.starts_with("read_file é/"), "{t}");
-        assert!(t.ends_with(": lines 1-2; more: repeat the call with \"cursor\": \"abc\"\n"), "{t}");
+        assert!(
+            t.ends_with(": lines 1-2; more: repeat the call with \"cursor\": \"abc\"\n"),
+            "{t}"
+        );
         // A clause that is itself too long is replaced by a pointer to the structure.
         let s = format!("list_dir x{MORE}call list_dir with {{\"path\": \"{path}\"}}").leak();
         let t = render(&View(s, String::new(), 45_000));
         assert!(t.len() <= RESULT_SUMMARY_MAX_CHARS + 1);
-        assert!(t.contains("take next_cursor or next_offset from structuredContent"), "{t}");
+        assert!(
+            t.contains("take next_cursor or next_offset from structuredContent"),
+            "{t}"
+        );
     }
 
     #[test]

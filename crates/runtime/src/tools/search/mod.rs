@@ -365,10 +365,19 @@ fn query_fingerprint(args: &SearchArgs) -> String {
     sha256_hex(canonical.as_bytes())[..16].to_owned()
 }
 
+/// The size and modification time of the file a cursor resumes in (`None` when it is gone): a
+/// cursor into a file that changed would skip or repeat matches.
+fn file_identity(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(format!("{} {} {}", m.len(), m.mtime(), m.mtime_nsec()))
+}
+
 /// Encodes a cursor; the path is stored relative to the search root, so no host path leaks.
 fn encode_cursor(c: &Cursor, root: &Path, fingerprint: &str) -> String {
     let rel = c.path.strip_prefix(root).unwrap_or(&c.path);
-    let v = json!({"p": rel.to_string_lossy(), "k": c.skip, "q": fingerprint});
+    let v = json!({"p": rel.to_string_lossy(), "k": c.skip, "q": fingerprint,
+        "i": file_identity(&c.path)});
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
 }
 
@@ -383,8 +392,15 @@ fn decode_cursor(s: &str, root: &Path, fingerprint: &str) -> ToolResult<Cursor> 
             "cursor belongs to a different search: repeat the same arguments with it",
         ));
     }
-    Ok(Cursor {
+    let c = Cursor {
         path: root.join(v["p"].as_str().ok_or_else(bad)?),
         skip: v["k"].as_u64().ok_or_else(bad)? as usize,
-    })
+    };
+    if c.skip > 0 && v["i"].as_str().map(str::to_owned) != file_identity(&c.path) {
+        return Err(ToolError::conflict(format!(
+            "{}: the file changed since this cursor was returned (its matches would be skipped or repeated); search again without cursor",
+            v["p"].as_str().unwrap_or_default()
+        )));
+    }
+    Ok(c)
 }
