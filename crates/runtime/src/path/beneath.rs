@@ -273,9 +273,12 @@ impl At {
                             u32::try_from(st.st_mtime_nsec).unwrap_or(0),
                         )
                 });
+                // `st_mode` is a u16 on macOS.
+                #[allow(clippy::useless_conversion)]
+                let mode = u32::from(st.st_mode) & 0o7777;
                 Ok(Some(Stat {
                     kind,
-                    mode: u32::from(st.st_mode) & 0o7777,
+                    mode,
                     size: u64::try_from(st.st_size).unwrap_or(0),
                     modified,
                 }))
