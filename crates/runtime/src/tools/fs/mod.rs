@@ -23,12 +23,13 @@ use crate::{
         error::{ToolError, ToolResult},
         text::{Budget, TextView, body_limit},
     },
+    path::{At, Kind, Workspace},
     policy::Capability,
     primitives::{
         ignores::IgnoreFilter,
         skipped::{SkipList, SkippedPath},
         text::LineEnding,
-        write::{open_regular, read_bounded},
+        write::{open_regular, read_bounded, reader_at},
     },
     tools::{blocking::blocking, cursor},
 };
@@ -250,26 +251,29 @@ async fn list_dir(
         let ws = rt.workspace();
         let dir = ws.resolve(&args.path)?;
         let display = ws.display(dir.real());
-        let rd = fs::read_dir(dir.real()).map_err(|e| ToolError::io(&args.path, &e))?;
-        let mut names: Vec<std::ffi::OsString> =
-            rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+        // Listed through a descriptor opened beneath the workspace root, each entry looked at
+        // relative to it: a directory swapped for a symlink cannot make it list outside.
+        let fd = ws
+            .open_dir(&dir)
+            .map_err(|e| Workspace::open_error(&args.path, &e))?;
+        let mut names = list_names(&fd).map_err(|e| ToolError::io(&args.path, &e))?;
         names.sort_unstable();
         let total = names.len();
         let mut budget = Budget::new(body_limit(limit));
         let mut entries = Vec::new();
         for name in names.iter().skip(args.offset).take(max) {
-            let meta = fs::symlink_metadata(dir.real().join(name)).ok();
-            let kind = match meta.as_ref().map(|m| m.file_type()) {
-                Some(t) if t.is_symlink() => "symlink",
-                Some(t) if t.is_dir() => "dir",
-                Some(t) if t.is_file() => "file",
+            let meta = At::new_in(fd.clone(), name.clone()).stat().ok().flatten();
+            let kind = match meta.map(|m| m.kind) {
+                Some(Kind::Symlink) => "symlink",
+                Some(Kind::Dir) => "dir",
+                Some(Kind::File) => "file",
                 _ => "other",
             };
             let entry = DirEntry {
                 name: name.to_string_lossy().into_owned(),
                 kind,
-                size: meta.as_ref().map_or(0, |m| m.len()),
-                modified: meta.and_then(|m| m.modified().ok()).map(rfc3339),
+                size: meta.map_or(0, |m| m.size),
+                modified: meta.and_then(|m| m.modified).map(rfc3339),
             };
             // At least one entry per page, so a page always moves on.
             if !budget.take(entry.line().len()) && !entries.is_empty() {
@@ -291,6 +295,21 @@ async fn list_dir(
         })
     })
     .await
+}
+
+/// The names in the directory open at `fd` (`.` and `..` left out), in no particular order.
+fn list_names(fd: &std::os::fd::OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut dir = nix::dir::Dir::from_fd(fd.try_clone()?)?;
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsStr::from_bytes(name).to_owned());
+        }
+    }
+    Ok(names)
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -766,7 +785,8 @@ async fn read_file(
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
         let display = ws.display(p.real());
-        let (mut file, meta) = open_regular(p.real(), &args.path)?;
+        let at = reader_at(ws, &p, &args.path)?;
+        let (mut file, meta) = open_regular(&at, &args.path)?;
         let ident = identity(&meta);
         // What a cursor carries: the span, the range's end line, the known total.
         let (span, end_line, known_total) = match (&span, &cursor) {
@@ -875,7 +895,8 @@ async fn view_image(
     blocking(move || {
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
-        let bytes = read_bounded(p.real(), &args.path, IMAGE_MAX_BYTES as u64)?;
+        let at = reader_at(ws, &p, &args.path)?;
+        let bytes = read_bounded(&at, &args.path, IMAGE_MAX_BYTES as u64)?;
         let mime = image_mime(&bytes).ok_or_else(|| {
             ToolError::invalid(format!(
                 "{}: not a PNG, JPEG, GIF or WebP image (by its first bytes)",
