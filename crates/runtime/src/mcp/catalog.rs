@@ -36,7 +36,7 @@ pub const MAX_RESULT_SIZE_META: &str = "anthropic/maxResultSizeChars";
 #[derive(Debug)]
 pub enum Reply {
     /// A JSON object matching the tool's output schema, sent as `structuredContent`, and its
-    /// readable text ([`crate::mcp::text`]), sent as the one text block.
+    /// readable text (`mcp::text`), sent as the one text block.
     Structured {
         /// The structured result.
         value: Value,
