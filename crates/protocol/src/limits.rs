@@ -228,6 +228,12 @@ pub const TOOL_DESCRIPTION_MAX_CHARS: usize = 1_500;
 pub const READ_DEFAULT_MAX_BYTES: usize = RESULT_BODY_DEFAULT_CHARS;
 /// Hard cap of `read_file`'s `max_bytes`.
 pub const READ_HARD_MAX_BYTES: usize = 5 * MIB;
+/// Hard cap of `read_file`'s `max_bytes` for a daemon's callers, whose results travel in relay
+/// frames: a result carries the text twice (the text block and `structuredContent`) and JSON
+/// writes a control character as six bytes (`\u0001`), so twelve times this, with room for the
+/// rest of the result, fits in a [`RELAY_FRAME_MAX_BYTES`] frame whatever the text.
+pub const READ_REMOTE_MAX_BYTES: usize = 512 * KIB;
+const _: () = assert!(12 * READ_REMOTE_MAX_BYTES + 64 * KIB <= RELAY_FRAME_MAX_BYTES - KIB);
 /// Largest image `view_image` returns.
 pub const IMAGE_MAX_BYTES: usize = 4 * MIB;
 /// Largest file `edit_file` and `apply_patch` load to rewrite, and `write_file` accepts.

@@ -18,7 +18,8 @@
 //! directory swapped for a symlink after the check cannot redirect a read or a write.
 //!
 //! Results render workspace-relative (`"."` for the root) unless absolute output is on or the path
-//! lies outside the workspace (possible only with unrestricted paths).
+//! lies outside the workspace (possible only with unrestricted paths). A path that is not UTF-8
+//! renders quoted and a quoted argument names those bytes again ([`quote`]).
 
 use std::{
     ffi::OsStr,
@@ -114,25 +115,24 @@ impl Workspace {
         self.restricted
     }
 
-    /// Resolves `requested` by the rules in the module docs.
+    /// Resolves `requested` by the rules in the module docs; a quoted form ([`quote`]) names
+    /// the bytes it decodes to.
     ///
     /// # Errors
     /// - `invalid_request`: empty, contains NUL, or a symlink loop.
     /// - `path_boundary`: the result lies outside the workspace while paths are restricted.
     /// - `permission_denied` / `execution_failed`: the filesystem refused to resolve it.
     pub fn resolve(&self, requested: &str) -> ToolResult<WorkspacePath> {
-        if requested.is_empty() {
-            return Err(ToolError::invalid(
-                "path is empty (use \".\" for the workspace root)",
-            ));
-        }
-        if requested.contains('\0') {
-            return Err(ToolError::invalid("path contains a NUL byte"));
-        }
-        let joined = if Path::new(requested).is_absolute() {
-            PathBuf::from(requested)
+        let path = argument(requested)?;
+        self.resolve_path(&path, requested)
+    }
+
+    /// [`Workspace::resolve`] of an already decoded path; `requested` names it in errors.
+    fn resolve_path(&self, path: &Path, requested: &str) -> ToolResult<WorkspacePath> {
+        let joined = if path.is_absolute() {
+            path.to_owned()
         } else {
-            self.root.join(requested)
+            self.root.join(path)
         };
         let resolved = resolve_physical(&joined, 0).map_err(|e| match e {
             Resolve::Io(err) => ToolError::io(requested, &err),
@@ -155,7 +155,8 @@ impl Workspace {
     /// # Errors
     /// As [`Workspace::resolve`]; `invalid_request` when the path has no file name (`.`, `..`, `/`).
     pub fn resolve_entry(&self, requested: &str) -> ToolResult<WorkspacePath> {
-        let p = Path::new(requested);
+        let decoded = argument(requested)?;
+        let p = decoded.as_path();
         let name = match p.components().next_back() {
             Some(Component::Normal(n)) => n.to_owned(),
             _ => {
@@ -165,10 +166,10 @@ impl Workspace {
             }
         };
         let parent = match p.parent() {
-            Some(pp) if !pp.as_os_str().is_empty() => pp.to_string_lossy().into_owned(),
-            _ => ".".to_owned(),
+            Some(pp) if !pp.as_os_str().is_empty() => pp,
+            _ => Path::new("."),
         };
-        let dir = self.resolve(&parent)?;
+        let dir = self.resolve_path(parent, requested)?;
         let real = dir.real.join(name);
         let exists = std::fs::symlink_metadata(&real).is_ok();
         Ok(WorkspacePath { real, exists })
@@ -247,7 +248,7 @@ impl Workspace {
     }
 
     /// Renders a canonical path for output: workspace-relative unless absolute output is on or
-    /// the path is outside the workspace.
+    /// the path is outside the workspace; quoted when it is not UTF-8 ([`quote::render`]).
     pub fn display(&self, real: &Path) -> String {
         if !self.absolute_output
             && let Ok(rel) = real.strip_prefix(&self.root)
@@ -255,9 +256,9 @@ impl Workspace {
             if rel.as_os_str().is_empty() {
                 return ".".to_owned();
             }
-            return rel.to_string_lossy().into_owned();
+            return quote::render(rel.as_os_str());
         }
-        real.to_string_lossy().into_owned()
+        quote::render(real.as_os_str())
     }
 }
 
@@ -267,6 +268,23 @@ fn split(rel: &Path) -> io::Result<(&Path, std::ffi::OsString)> {
         Some(name) => Ok((rel.parent().unwrap_or(Path::new("")), name.to_owned())),
         None => Err(nix::errno::Errno::EISDIR.into()),
     }
+}
+
+/// A caller's path string as a path: decoded when quoted ([`quote::parse`]), else as written.
+///
+/// # Errors
+/// `invalid_request` when it is empty or contains NUL (also a quoted `\x00`).
+fn argument(requested: &str) -> ToolResult<PathBuf> {
+    let path = quote::parse(requested).map_or_else(|| PathBuf::from(requested), PathBuf::from);
+    if path.as_os_str().is_empty() {
+        return Err(ToolError::invalid(
+            "path is empty (use \".\" for the workspace root)",
+        ));
+    }
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(ToolError::invalid("path contains a NUL byte"));
+    }
+    Ok(path)
 }
 
 enum Resolve {
@@ -347,6 +365,8 @@ pub(crate) fn path_order(a: &Path, b: &Path) -> std::cmp::Ordering {
         .map(|&c| key(c))
         .cmp(b.as_os_str().as_bytes().iter().map(|&c| key(c)))
 }
+
+pub mod quote;
 
 #[cfg(test)]
 mod fuzz;

@@ -87,7 +87,7 @@ pub(crate) struct Limits {
     process_output_max_bytes: usize,
     /// Default `max_bytes` of `read_file`.
     read_default_max_bytes: usize,
-    /// Largest `max_bytes` of `read_file`.
+    /// Largest `max_bytes` of `read_file` (smaller through the relay: what fits in one frame).
     read_hard_max_bytes: usize,
     /// Largest image `view_image` returns.
     image_max_bytes: usize,
@@ -103,7 +103,7 @@ pub(crate) struct Limits {
     /// Patterns of one ignore file that `search_text` and `list_files` apply; later patterns
     /// are named in the result's `notes`.
     ignore_file_max_patterns: usize,
-    /// Largest JSON-RPC message accepted.
+    /// Largest JSON-RPC message carried (a stdio line, or a relay frame through the relay).
     message_max_bytes: usize,
     /// Tool calls running at once.
     concurrent_tool_calls: usize,
@@ -173,14 +173,14 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             session_read_max_bytes: limits::SESSION_READ_MAX_BYTES,
             process_output_max_bytes: limits::PROCESS_OUTPUT_MAX_BYTES,
             read_default_max_bytes: limits::READ_DEFAULT_MAX_BYTES,
-            read_hard_max_bytes: limits::READ_HARD_MAX_BYTES,
+            read_hard_max_bytes: rt.read_max_bytes(),
             image_max_bytes: limits::IMAGE_MAX_BYTES,
             edit_file_max_bytes: limits::EDIT_FILE_MAX_BYTES,
             search_max_matches: limits::SEARCH_MAX_MATCHES,
             list_files_max: limits::LIST_FILES_MAX,
             ignore_file_max_bytes: limits::IGNORE_FILE_MAX_BYTES,
             ignore_file_max_patterns: limits::IGNORE_FILE_MAX_PATTERNS,
-            message_max_bytes: limits::STDIO_LINE_MAX_BYTES,
+            message_max_bytes: rt.message_max_bytes(),
             concurrent_tool_calls: limits::CONCURRENT_TOOL_CALLS,
             calls_per_principal: limits::CALLS_PER_PRINCIPAL,
             owner_reserved_calls: limits::OWNER_RESERVED_CALLS,

@@ -211,6 +211,7 @@ mod tests {
                 workspace: dir.path().into(),
                 policy: crate::policy::Policy::profile(crate::policy::Profile::Full),
                 default_yield_after: None,
+                remote: false,
             })
             .unwrap(),
         );

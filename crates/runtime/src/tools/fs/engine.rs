@@ -19,6 +19,9 @@ use crate::primitives::text::{BINARY_SNIFF_BYTES, EolCounts, LineEnding, UTF8_BO
 const BLOCK: usize = 64 * 1024;
 /// After the requested range, at most this many more bytes are scanned to count the total lines.
 pub(crate) const COUNT_AHEAD_MAX_BYTES: u64 = 256 * 1024 * 1024;
+/// Bytes a continuation page reads past a cut line's returned part to find that line's break
+/// (and so its ending and length); a line whose break is further away reports neither.
+const CUT_LINE_END_SCAN_MAX_BYTES: u64 = 1024 * 1024;
 
 /// What to read.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +79,9 @@ pub(crate) struct Excerpt {
     /// A line longer than the budget whose first (range) or last (tail) bytes alone are in
     /// `content`, and that line's length in bytes (with its line break) when known.
     pub(crate) cut_line: Option<(u64, Option<u64>)>,
+    /// The line break that ends a cut line of a forward read, which `content` stops before
+    /// (counted into `line_ending`); none when the line is unterminated or its end was not seen.
+    pub(crate) cut_line_break: EolCounts,
     pub(crate) bom: bool,
     pub(crate) line_ending: LineEnding,
     /// SHA-256 of the whole file when every byte was read.
@@ -155,7 +161,10 @@ pub(crate) fn read(
         ex.content.drain(..'\u{feff}'.len_utf8());
     }
     ex.bom = bom;
-    ex.line_ending = EolCounts::of(ex.content.as_bytes()).kind();
+    let mut eol = EolCounts::of(ex.content.as_bytes());
+    eol.lf += ex.cut_line_break.lf;
+    eol.crlf += ex.cut_line_break.crlf;
+    ex.line_ending = eol.kind();
     Ok(ex)
 }
 
@@ -194,11 +203,13 @@ fn read_lines(
 ) -> Result<Excerpt, ReadError> {
     let whole_file = from.offset == 0;
     let mut at_line_start = true; // the next segment begins a line
+    let mut after_cr = false; // the byte before the next one read is '\r'
     if from.offset > 0 {
         file.seek(SeekFrom::Start(from.offset - 1))?;
         let mut b = [0u8; 1];
         file.read_exact(&mut b)?;
         at_line_start = b[0] == b'\n';
+        after_cr = b[0] == b'\r';
     }
     let mut hasher = Sha256::new();
     let mut block = vec![0u8; BLOCK];
@@ -218,6 +229,7 @@ fn read_lines(
     let mut line_start_in_out = 0usize; // offset in `out` where the current line began
     let mut line_len: u64 = 0; // bytes of the current line seen so far
     let mut cut_len: Option<u64> = None; // length of the cut line, once its end is seen
+    let mut cut_break = EolCounts::default(); // the cut line's break, once seen
     loop {
         let n = file.read(&mut block)?;
         if n == 0 {
@@ -284,16 +296,28 @@ fn read_lines(
             if nl.is_some() {
                 if partial_line && last_line_in_out == Some(line) {
                     cut_len = Some(line_len);
+                    let cr = match seg.len() {
+                        1 => after_cr,
+                        l => seg[l - 2] == b'\r',
+                    };
+                    if cr {
+                        cut_break.crlf = 1;
+                    } else {
+                        cut_break.lf = 1;
+                    }
                 }
                 line += 1;
                 line_len = 0;
             }
+            after_cr = seg.last() == Some(&b'\r');
             pos = seg_end;
         }
         file_pos += n as u64;
         // Lines are counted ahead only for a read from the start: a continuation page never
-        // scans the rest of the file.
-        if collecting_done && (!whole_file || ahead > COUNT_AHEAD_MAX_BYTES) {
+        // scans the rest of the file, only (a bounded stretch) to the end of a line it cut.
+        let seeking_cut_end =
+            partial_line && cut_len.is_none() && ahead <= CUT_LINE_END_SCAN_MAX_BYTES;
+        if collecting_done && (!whole_file || ahead > COUNT_AHEAD_MAX_BYTES) && !seeking_cut_end {
             break;
         }
     }
@@ -334,6 +358,7 @@ fn read_lines(
             .then_some(last_line_in_out)
             .flatten()
             .map(|l| (l, cut_len)),
+        cut_line_break: cut_break,
         bom: false,
         line_ending: LineEnding::None,
         sha256: (whole_file && reached_eof).then(|| hex::encode(hasher.finalize())),
@@ -476,6 +501,8 @@ fn read_tail(
         next_start_line: None,
         next,
         cut_line: cut_bytes.and_then(|len| end_line.map(|l| (l, len))),
+        // A tail's cut line ends the text returned: its break, if any, is in `content`.
+        cut_line_break: EolCounts::default(),
         bom: false,
         line_ending: LineEnding::None,
         sha256: None,

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
     IMAGE_MAX_BYTES, LIST_DIR_DEFAULT_ENTRIES, LIST_DIR_MAX_ENTRIES, LIST_FILES_DEFAULT,
-    LIST_FILES_MAX, READ_DEFAULT_MAX_BYTES, READ_HARD_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS,
-    RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS,
+    LIST_FILES_MAX, READ_DEFAULT_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS, RESULT_TEXT_DEFAULT_CHARS,
+    RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
 use crate::{
@@ -141,7 +141,7 @@ pub(crate) struct ListDirArgs {
 /// One directory entry.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct DirEntry {
-    /// File name.
+    /// File name (quoted when it is not UTF-8, as paths are: `"caf\xe9.txt"`).
     name: String,
     /// `file`, `dir`, `symlink` or `other`.
     #[serde(rename = "type")]
@@ -270,7 +270,7 @@ async fn list_dir(
                 _ => "other",
             };
             let entry = DirEntry {
-                name: name.to_string_lossy().into_owned(),
+                name: crate::path::quote::render(name),
                 kind,
                 size: meta.map_or(0, |m| m.size),
                 modified: meta.and_then(|m| m.modified).map(rfc3339),
@@ -621,7 +621,8 @@ pub(crate) struct ReadFileOutput {
     cut_line_bytes: Option<u64>,
     /// The file starts with a UTF-8 byte order mark.
     bom: bool,
-    /// Line endings seen in `content`: none, lf, crlf or mixed.
+    /// Line endings of the lines in `content`: none, lf, crlf or mixed. A cut line counts with
+    /// its own break, which `content` stops before (when the read saw it).
     line_ending: LineEnding,
     /// SHA-256 (hex) of the whole file; present only when the whole file was read.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -780,7 +781,7 @@ async fn read_file(
     let max = args
         .max_bytes
         .unwrap_or(READ_DEFAULT_MAX_BYTES)
-        .min(READ_HARD_MAX_BYTES);
+        .min(rt.read_max_bytes());
     blocking(move || {
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;

@@ -376,8 +376,8 @@ fn file_identity(path: &Path) -> Option<String> {
 /// Encodes a cursor; the path is stored relative to the search root, so no host path leaks.
 fn encode_cursor(c: &Cursor, root: &Path, fingerprint: &str) -> String {
     let rel = c.path.strip_prefix(root).unwrap_or(&c.path);
-    let v = json!({"p": rel.to_string_lossy(), "k": c.skip, "q": fingerprint,
-        "i": file_identity(&c.path)});
+    let v = json!({"p": crate::path::quote::render(rel.as_os_str()), "k": c.skip,
+        "q": fingerprint, "i": file_identity(&c.path)});
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
 }
 
@@ -393,7 +393,12 @@ fn decode_cursor(s: &str, root: &Path, fingerprint: &str) -> ToolResult<Cursor> 
         ));
     }
     let c = Cursor {
-        path: root.join(v["p"].as_str().ok_or_else(bad)?),
+        path: {
+            let p = v["p"].as_str().ok_or_else(bad)?;
+            root.join(
+                crate::path::quote::parse(p).map_or_else(|| p.into(), std::path::PathBuf::from),
+            )
+        },
         skip: v["k"].as_u64().ok_or_else(bad)? as usize,
     };
     if c.skip > 0 && v["i"].as_str().map(str::to_owned) != file_identity(&c.path) {
