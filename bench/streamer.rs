@@ -15,9 +15,9 @@
 //!   `wait_ms` 5000, `stdout_offset` = the previous `next_offset`) until the process has exited
 //!   and everything is read. Fields are taken from the raw response line without decoding its
 //!   megabytes of text. The line is `{"jsonrpc":…,"id":…,"result":{"content":[{"type":"text",
-//!   "text":M}],"structuredContent":S,"isError":false}}` where M is S serialized, and S's keys
-//!   are sorted: `running` (and `exit_code`) come first, so they are read, escaped, from the
-//!   head of M; `stdout` is S's last chunk, `{"data":…,"dropped_bytes":…,"next_offset":…,
+//!   "text":M}],"structuredContent":S,"isError":false}}` where M is a summary line
+//!   (`read_process ID: running; …` or `…: exited with code N; …`) and then the output, so the
+//!   state is read from the head of M; S's keys are sorted and `stdout` is S's last chunk, `{"data":…,"dropped_bytes":…,"next_offset":…,
 //!   "offset":…,"total_bytes":…}`, so its numbers are read from the line's last 600 bytes (a
 //!   quote inside `data` is escaped, so these keys cannot match inside it). received = the bytes
 //!   between offsets.
@@ -256,11 +256,14 @@ fn ours(server: &[String], producer: &[String], credit: &mut Credit) -> Outcome 
         if head.contains("\"error\":{") || tail.contains("\"isError\":true") {
             die(format!("read_process: {head}"));
         }
-        // The head: the text block, which is structuredContent serialized, so `running` is
-        // there (escaped) before any output. The tail: structuredContent's stdout numbers.
-        let key = "\\\"running\\\":";
-        let running = head.find(key).map(|i| head[i + key.len()..].starts_with("true"));
-        let running = running.unwrap_or_else(|| die(format!("no running in {head}")));
+        // The head: the text block's summary line, `read_process ID: running; …` or
+        // `read_process ID: exited with code N; …`, before any output. The tail:
+        // structuredContent's stdout numbers.
+        let summary = head
+            .find("\"text\":\"read_process ")
+            .map(|i| &head[i..])
+            .unwrap_or_else(|| die(format!("no summary line in {head}")));
+        let running = summary.contains(": running");
         // stdout is the last chunk (after stderr), its numbers follow its data.
         let j = tail.rfind("\"dropped_bytes\":").unwrap_or_else(|| die(format!("no dropped_bytes in {tail}")));
         let start = int_after(&tail, "offset", j);
@@ -272,7 +275,7 @@ fn ours(server: &[String], producer: &[String], credit: &mut Credit) -> Outcome 
         off = next;
         credit.ack(off);
         if !running && off >= total {
-            if !head.contains("\\\"exit_code\\\":0,") {
+            if !summary.contains(": exited with code 0;") {
                 die(format!("the producer did not exit 0: {tail}"));
             }
             return Outcome { received, dropped, calls, total, unfinished: false, lines_read: 0 };

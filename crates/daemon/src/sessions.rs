@@ -976,6 +976,7 @@ mod tests {
             workspace: dir.path().into(),
             policy: runtime::policy::Policy::profile(runtime::Profile::Full),
             default_yield_after: None,
+            remote: false,
         })
         .unwrap();
         (dir, Arc::new(rt))

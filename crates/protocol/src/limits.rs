@@ -186,8 +186,6 @@ pub const OWNER_RESERVED_TASKS: usize = 16;
 pub const TASK_RETENTION_AFTER_END: Duration = Duration::from_secs(30 * 60);
 /// The polling interval suggested to clients in `pollIntervalMs`.
 pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// Default and largest `max_bytes` of one `read_process` call, per stream.
-pub const SESSION_READ_DEFAULT_BYTES: usize = 64 * KIB;
 /// Largest `max_bytes` of one `read_process` call, per stream (all that is retained).
 pub const SESSION_READ_MAX_BYTES: usize = MIB;
 /// Longest `wait_ms` of one `read_process` call.
@@ -197,21 +195,66 @@ pub const PTY_DEFAULT_SIZE: (u16, u16) = (24, 80);
 /// Grace between SIGTERM and SIGKILL when a process tree is terminated.
 pub const TERMINATION_GRACE: Duration = Duration::from_secs(2);
 
+// === Result sizes (DESIGN §4 "Results sized for hosts", §7) ===
+//
+// Characters are counted as UTF-8 bytes: an upper bound of both Unicode scalar values and the
+// UTF-16 code units JavaScript hosts count.
+
+/// Most characters of a tool result's text block by default: a one-line summary, then plain
+/// text. Claude Code moves a text result over 50,000 characters to a file; every tool's default
+/// output fits in this and says how to continue.
+pub const RESULT_TEXT_DEFAULT_CHARS: usize = 45_000;
+/// Longest summary line (the first line of a result's text block); a longer one is cut.
+pub const RESULT_SUMMARY_MAX_CHARS: usize = 2_000;
+/// Characters a tool may put under the summary line by default:
+/// [`RESULT_TEXT_DEFAULT_CHARS`] less the summary line and its newline.
+pub const RESULT_BODY_DEFAULT_CHARS: usize =
+    RESULT_TEXT_DEFAULT_CHARS - RESULT_SUMMARY_MAX_CHARS - 1;
+/// Most characters of a result's text when the caller explicitly asked for more entries
+/// (`max_entries`, `max_files`, `max_matches`, `count`); such a page still stops at this bound
+/// and continues. Also the value tools that accept explicit larger requests declare as
+/// `_meta["anthropic/maxResultSizeChars"]` in `tools/list` (Claude Code's own maximum).
+pub const RESULT_TEXT_RAISED_MAX_CHARS: usize = 500_000;
+/// Error results' text is shorter than this (the stable code and the key details first; a
+/// longer message or detail is cut). Claude Code cuts error text at about 11,000 characters.
+pub const ERROR_TEXT_MAX_CHARS: usize = 10_000;
+/// Every tool description is shorter than this (Claude Code cuts descriptions at 2,048).
+pub const TOOL_DESCRIPTION_MAX_CHARS: usize = 1_500;
+
 // === File tools ===
 
-/// Default `max_bytes` of `read_file`.
-pub const READ_DEFAULT_MAX_BYTES: usize = MIB;
+/// Default `max_bytes` of `read_file`: what fits in the default result size under its summary
+/// line. Larger reads are explicit (`max_bytes` up to [`READ_HARD_MAX_BYTES`]).
+pub const READ_DEFAULT_MAX_BYTES: usize = RESULT_BODY_DEFAULT_CHARS;
 /// Hard cap of `read_file`'s `max_bytes`.
 pub const READ_HARD_MAX_BYTES: usize = 5 * MIB;
+/// Hard cap of `read_file`'s `max_bytes` for a daemon's callers, whose results travel in relay
+/// frames: a result carries the text twice (the text block and `structuredContent`) and JSON
+/// writes a control character as six bytes (`\u0001`), so twelve times this, with room for the
+/// rest of the result, fits in a [`RELAY_FRAME_MAX_BYTES`] frame whatever the text.
+pub const READ_REMOTE_MAX_BYTES: usize = 512 * KIB;
+const _: () = assert!(12 * READ_REMOTE_MAX_BYTES + 64 * KIB <= RELAY_FRAME_MAX_BYTES - KIB);
 /// Largest image `view_image` returns.
 pub const IMAGE_MAX_BYTES: usize = 4 * MIB;
 /// Largest file `edit_file` and `apply_patch` load to rewrite, and `write_file` accepts.
 pub const EDIT_FILE_MAX_BYTES: usize = 32 * MIB;
 /// Largest unified diff returned by an edit (`write_file`, `edit_file`, `apply_patch`); longer
-/// diffs are cut with a marker.
-pub const EDIT_DIFF_MAX_BYTES: usize = 64 * KIB;
+/// diffs are cut with a marker. Below [`RESULT_BODY_DEFAULT_CHARS`], so an edit's result text
+/// stays within the default result size.
+pub const EDIT_DIFF_MAX_BYTES: usize = 40_000;
+/// Default `max_bytes` of `git_diff` and `git_show`: the diff text of one page, within the
+/// default result size.
+pub const GIT_DIFF_DEFAULT_BYTES: usize = RESULT_BODY_DEFAULT_CHARS;
 /// Largest `max_bytes` of `git_diff` and `git_show` (4 MiB): the diff text they return at most.
 pub const GIT_DIFF_MAX_BYTES: usize = 4 * MIB;
+/// Default `count` of `git_log` (a page also stops at the default result size).
+pub const GIT_LOG_DEFAULT_COMMITS: usize = 100;
+/// Largest `count` of `git_log`.
+pub const GIT_LOG_MAX_COMMITS: usize = 2_000;
+/// Default `max_entries` of `git_status` (a page also stops at the default result size).
+pub const GIT_STATUS_DEFAULT_ENTRIES: usize = 1_000;
+/// Largest `max_entries` of `git_status`.
+pub const GIT_STATUS_MAX_ENTRIES: usize = 20_000;
 /// Default and maximum entries of `list_dir`.
 pub const LIST_DIR_DEFAULT_ENTRIES: usize = 1_000;
 /// Maximum entries `list_dir` may be asked for.

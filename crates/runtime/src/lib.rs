@@ -32,6 +32,7 @@
 //!     workspace: dir.path().into(),
 //!     policy: Policy::profile(Profile::Review),
 //!     default_yield_after: None,
+//!     remote: false,
 //! })?);
 //! // `machine-mcp stdio` serves this process's stdin and stdout with it:
 //! // machine_bridge_runtime::mcp::stdio::serve_process_stdio(runtime).await?;
@@ -143,6 +144,26 @@ impl Access {
         self.runtime.default_yield_after()
     }
 
+    /// Largest `max_bytes` of `read_file` for this runtime's callers: what fits in a relay frame
+    /// for a daemon's ([`RuntimeConfig::remote`]), the local cap otherwise.
+    pub(crate) fn read_max_bytes(&self) -> usize {
+        if self.runtime.remote {
+            protocol::limits::READ_REMOTE_MAX_BYTES
+        } else {
+            protocol::limits::READ_HARD_MAX_BYTES
+        }
+    }
+
+    /// Largest JSON-RPC message that reaches this runtime's callers: a relay frame for a
+    /// daemon's, a stdio line otherwise.
+    pub(crate) fn message_max_bytes(&self) -> usize {
+        if self.runtime.remote {
+            protocol::limits::RELAY_FRAME_MAX_BYTES
+        } else {
+            protocol::limits::STDIO_LINE_MAX_BYTES
+        }
+    }
+
     pub(crate) fn ignore_cache(&self) -> &Arc<primitives::ignores::IgnoreCache> {
         &self.runtime.ignore_cache
     }
@@ -163,6 +184,10 @@ pub struct RuntimeConfig {
     /// still-running process becomes a session and the call returns. `None`: no budget (stdio);
     /// the relay sets one for remote callers whose hosts cut long calls.
     pub default_yield_after: Option<Duration>,
+    /// Results travel to the callers in relay frames (a daemon: `connect`, `up`): `read_file`
+    /// keeps to [`protocol::limits::READ_REMOTE_MAX_BYTES`] and `server_info` reports it, and
+    /// the frame size as the largest message. `false`: stdio.
+    pub remote: bool,
 }
 
 /// One runtime per process: the workspace, the policy and the shared limits. Every MCP session
@@ -178,6 +203,7 @@ pub struct Runtime {
     /// Compiled ignore files, shared by concurrent walks (see [`primitives::ignores`]).
     ignore_cache: Arc<primitives::ignores::IgnoreCache>,
     default_yield_after: Option<Duration>,
+    remote: bool,
     sessions: tools::process::engine::sessions::Sessions,
     tasks: mcp::tasks::Tasks,
     scratch: tools::process::engine::env::Scratch,
@@ -208,6 +234,7 @@ impl Runtime {
             idle_trim: Arc::default(),
             ignore_cache: Arc::default(),
             default_yield_after: config.default_yield_after,
+            remote: config.remote,
             sessions: tools::process::engine::sessions::Sessions::default(),
             tasks: mcp::tasks::Tasks::default(),
             scratch: tools::process::engine::env::Scratch::new(scratch),

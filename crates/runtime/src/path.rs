@@ -13,16 +13,27 @@
 //! 5. When paths are restricted, the result must lie inside the canonical root, compared by whole
 //!    components (so a sibling `ws-other` is not inside `ws`); otherwise `path_boundary`.
 //!
+//! Then what was resolved is opened again relative to a descriptor of the root ([`beneath`]):
+//! [`Workspace::at`] and [`Workspace::open_dir`] are how every file tool reaches it, so a
+//! directory swapped for a symlink after the check cannot redirect a read or a write.
+//!
 //! Results render workspace-relative (`"."` for the root) unless absolute output is on or the path
-//! lies outside the workspace (possible only with unrestricted paths).
+//! lies outside the workspace (possible only with unrestricted paths). A path that is not UTF-8
+//! renders quoted and a quoted argument names those bytes again ([`quote`]).
 
 use std::{
     ffi::OsStr,
     io,
+    os::fd::OwnedFd,
     path::{Component, Path, PathBuf},
+    sync::Arc,
 };
 
 use crate::mcp::error::{ToolError, ToolErrorCode, ToolResult};
+
+pub mod beneath;
+
+pub use beneath::{At, Kind, Stat};
 
 /// Symlink hops followed while resolving a path whose target does not exist yet.
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -31,6 +42,10 @@ const MAX_SYMLINK_HOPS: usize = 40;
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    /// `root`, opened at start: what restricted paths are opened beneath.
+    root_fd: Arc<OwnedFd>,
+    /// `/`: what unrestricted paths outside the root are opened beneath.
+    slash_fd: Arc<OwnedFd>,
     restricted: bool,
     absolute_output: bool,
 }
@@ -56,10 +71,11 @@ impl WorkspacePath {
 }
 
 impl Workspace {
-    /// A workspace rooted at `root` (canonicalized; must be a directory).
+    /// A workspace rooted at `root` (canonicalized; must be a directory), which is opened and
+    /// held open: paths are opened beneath that descriptor ([`beneath`]).
     ///
     /// # Errors
-    /// `root` does not exist, cannot be canonicalized, or is not a directory.
+    /// `root` does not exist, cannot be canonicalized or opened, or is not a directory.
     pub fn new(root: &Path, restricted: bool, absolute_output: bool) -> io::Result<Self> {
         let root = std::fs::canonicalize(root)?;
         if !root.is_dir() {
@@ -69,6 +85,8 @@ impl Workspace {
             ));
         }
         Ok(Self {
+            root_fd: Arc::new(beneath::open_dir_path(&root)?),
+            slash_fd: Arc::new(beneath::open_dir_path(Path::new("/"))?),
             root,
             restricted,
             absolute_output,
@@ -80,6 +98,8 @@ impl Workspace {
     pub fn with_rules(&self, restricted: bool, absolute_output: bool) -> Self {
         Self {
             root: self.root.clone(),
+            root_fd: self.root_fd.clone(),
+            slash_fd: self.slash_fd.clone(),
             restricted,
             absolute_output,
         }
@@ -95,25 +115,24 @@ impl Workspace {
         self.restricted
     }
 
-    /// Resolves `requested` by the rules in the module docs.
+    /// Resolves `requested` by the rules in the module docs; a quoted form ([`quote`]) names
+    /// the bytes it decodes to.
     ///
     /// # Errors
     /// - `invalid_request`: empty, contains NUL, or a symlink loop.
     /// - `path_boundary`: the result lies outside the workspace while paths are restricted.
     /// - `permission_denied` / `execution_failed`: the filesystem refused to resolve it.
     pub fn resolve(&self, requested: &str) -> ToolResult<WorkspacePath> {
-        if requested.is_empty() {
-            return Err(ToolError::invalid(
-                "path is empty (use \".\" for the workspace root)",
-            ));
-        }
-        if requested.contains('\0') {
-            return Err(ToolError::invalid("path contains a NUL byte"));
-        }
-        let joined = if Path::new(requested).is_absolute() {
-            PathBuf::from(requested)
+        let path = argument(requested)?;
+        self.resolve_path(&path, requested)
+    }
+
+    /// [`Workspace::resolve`] of an already decoded path; `requested` names it in errors.
+    fn resolve_path(&self, path: &Path, requested: &str) -> ToolResult<WorkspacePath> {
+        let joined = if path.is_absolute() {
+            path.to_owned()
         } else {
-            self.root.join(requested)
+            self.root.join(path)
         };
         let resolved = resolve_physical(&joined, 0).map_err(|e| match e {
             Resolve::Io(err) => ToolError::io(requested, &err),
@@ -136,7 +155,8 @@ impl Workspace {
     /// # Errors
     /// As [`Workspace::resolve`]; `invalid_request` when the path has no file name (`.`, `..`, `/`).
     pub fn resolve_entry(&self, requested: &str) -> ToolResult<WorkspacePath> {
-        let p = Path::new(requested);
+        let decoded = argument(requested)?;
+        let p = decoded.as_path();
         let name = match p.components().next_back() {
             Some(Component::Normal(n)) => n.to_owned(),
             _ => {
@@ -146,13 +166,80 @@ impl Workspace {
             }
         };
         let parent = match p.parent() {
-            Some(pp) if !pp.as_os_str().is_empty() => pp.to_string_lossy().into_owned(),
-            _ => ".".to_owned(),
+            Some(pp) if !pp.as_os_str().is_empty() => pp,
+            _ => Path::new("."),
         };
-        let dir = self.resolve(&parent)?;
+        let dir = self.resolve_path(parent, requested)?;
         let real = dir.real.join(name);
         let exists = std::fs::symlink_metadata(&real).is_ok();
         Ok(WorkspacePath { real, exists })
+    }
+
+    /// The descriptor `real` is opened beneath and the path below it: the root's for a path in
+    /// the workspace, `/`'s for another one when paths are unrestricted.
+    fn base_for<'a>(&self, real: &'a Path) -> io::Result<(&Arc<OwnedFd>, &'a Path)> {
+        if let Ok(rel) = real.strip_prefix(&self.root) {
+            return Ok((&self.root_fd, rel));
+        }
+        match real.strip_prefix("/") {
+            Ok(rel) if !self.restricted => Ok((&self.slash_fd, rel)),
+            _ => Err(nix::errno::Errno::EXDEV.into()),
+        }
+    }
+
+    /// The directory `p` names, opened beneath the workspace root (module docs of [`beneath`]).
+    ///
+    /// # Errors
+    /// `EXDEV`/`ELOOP` (a directory on the way was swapped for a symlink; [`Workspace::open_error`]
+    /// makes that `path_boundary`), `ENOTDIR`, `ENOENT`, `EACCES`, ... as `openat2(2)`/`openat(2)`.
+    pub fn open_dir(&self, p: &WorkspacePath) -> io::Result<Arc<OwnedFd>> {
+        let (base, rel) = self.base_for(&p.real)?;
+        beneath::open_beneath(base, rel)
+    }
+
+    /// `p`'s parent directory opened beneath the workspace root, and `p`'s last name: where a
+    /// file tool reads, writes or removes `p`.
+    ///
+    /// # Errors
+    /// As [`Workspace::open_dir`] for the parent (`ENOENT` when it is missing); `EISDIR` when
+    /// `p` has no last name (the root itself, or `/`).
+    pub fn at(&self, p: &WorkspacePath) -> io::Result<At> {
+        let (base, rel) = self.base_for(&p.real)?;
+        let (parent, name) = split(rel)?;
+        Ok(At::new(beneath::open_beneath(base, parent)?, name))
+    }
+
+    /// Like [`Workspace::at`], creating `p`'s missing parent directories first (each one pushed
+    /// to `created`, outermost first, as its parent and name).
+    ///
+    /// # Errors
+    /// As [`Workspace::at`], and `mkdirat(2)`'s.
+    pub fn at_creating(&self, p: &WorkspacePath, created: &mut Vec<At>) -> io::Result<At> {
+        let (base, rel) = self.base_for(&p.real)?;
+        let (parent, name) = split(rel)?;
+        Ok(At::new(
+            beneath::create_beneath(base, parent, created)?,
+            name,
+        ))
+    }
+
+    /// The tool error for an error of [`Workspace::open_dir`], [`Workspace::at`] or an [`At`]
+    /// operation on `display`: `path_boundary` when the kernel refused to leave the workspace
+    /// (`EXDEV`) or to follow a symlink (`ELOOP`) — a directory or link on the path changed
+    /// after it was resolved; otherwise [`ToolError::io`].
+    pub fn open_error(display: &str, err: &io::Error) -> ToolError {
+        use nix::errno::Errno;
+        match err.raw_os_error().map(Errno::from_raw) {
+            Some(Errno::EXDEV | Errno::ELOOP) => ToolError::new(
+                ToolErrorCode::PathBoundary,
+                format!(
+                    "{display}: resolves outside the workspace (a directory or link on the path \
+                     changed after it was checked); nothing was changed"
+                ),
+            )
+            .detail("path", display),
+            _ => ToolError::io(display, err),
+        }
     }
 
     /// Whether `real` (an already canonical path) is inside the workspace.
@@ -161,7 +248,7 @@ impl Workspace {
     }
 
     /// Renders a canonical path for output: workspace-relative unless absolute output is on or
-    /// the path is outside the workspace.
+    /// the path is outside the workspace; quoted when it is not UTF-8 ([`quote::render`]).
     pub fn display(&self, real: &Path) -> String {
         if !self.absolute_output
             && let Ok(rel) = real.strip_prefix(&self.root)
@@ -169,10 +256,35 @@ impl Workspace {
             if rel.as_os_str().is_empty() {
                 return ".".to_owned();
             }
-            return rel.to_string_lossy().into_owned();
+            return quote::render(rel.as_os_str());
         }
-        real.to_string_lossy().into_owned()
+        quote::render(real.as_os_str())
     }
+}
+
+/// `rel`'s parent and last name.
+fn split(rel: &Path) -> io::Result<(&Path, std::ffi::OsString)> {
+    match rel.file_name() {
+        Some(name) => Ok((rel.parent().unwrap_or(Path::new("")), name.to_owned())),
+        None => Err(nix::errno::Errno::EISDIR.into()),
+    }
+}
+
+/// A caller's path string as a path: decoded when quoted ([`quote::parse`]), else as written.
+///
+/// # Errors
+/// `invalid_request` when it is empty or contains NUL (also a quoted `\x00`).
+fn argument(requested: &str) -> ToolResult<PathBuf> {
+    let path = quote::parse(requested).map_or_else(|| PathBuf::from(requested), PathBuf::from);
+    if path.as_os_str().is_empty() {
+        return Err(ToolError::invalid(
+            "path is empty (use \".\" for the workspace root)",
+        ));
+    }
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(ToolError::invalid("path contains a NUL byte"));
+    }
+    Ok(path)
 }
 
 enum Resolve {
@@ -253,6 +365,8 @@ pub(crate) fn path_order(a: &Path, b: &Path) -> std::cmp::Ordering {
         .map(|&c| key(c))
         .cmp(b.as_os_str().as_bytes().iter().map(|&c| key(c)))
 }
+
+pub mod quote;
 
 #[cfg(test)]
 mod fuzz;
@@ -370,6 +484,59 @@ mod tests {
             std::fs::canonicalize(f.outside.join("secret.txt")).unwrap()
         );
         assert!(Path::new(&w.display(p.real())).is_absolute());
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_symlink_after_resolving_is_refused() {
+        let f = fixture();
+        let w = Workspace::new(&f.ws, true, false).unwrap();
+        let p = w.resolve("sub/a.txt").unwrap();
+        std::fs::rename(f.ws.join("sub"), f.ws.join("sub-moved")).unwrap();
+        symlink(&f.outside, f.ws.join("sub")).unwrap();
+        let e = w.at(&p).unwrap_err();
+        assert_eq!(
+            Workspace::open_error("sub/a.txt", &e).code(),
+            ToolErrorCode::PathBoundary,
+            "{e}"
+        );
+        // The per-component fallback (no openat2) refuses it too.
+        let e = beneath::walk_beneath(&w.root_fd, Path::new("sub")).unwrap_err();
+        assert_eq!(
+            Workspace::open_error("sub", &e).code(),
+            ToolErrorCode::PathBoundary,
+            "{e}"
+        );
+        assert!(beneath::walk_beneath(&w.root_fd, Path::new("sub-moved")).is_ok());
+    }
+
+    #[test]
+    fn resolved_paths_open_beneath_the_root() {
+        use std::io::Read;
+        let f = fixture();
+        let w = Workspace::new(&f.ws, true, false).unwrap();
+        // A symlink inside that stays inside keeps working: what is opened is its target.
+        let p = w.resolve("inner-link/a.txt").unwrap();
+        let mut text = String::new();
+        w.at(&p)
+            .unwrap()
+            .open_read()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "a");
+        assert!(w.open_dir(&w.resolve(".").unwrap()).is_ok());
+        assert_eq!(
+            w.at(&w.resolve(".").unwrap()).unwrap_err().kind(),
+            io::ErrorKind::IsADirectory
+        );
+        // Missing parents are created one by one, and reported outermost first.
+        let p = w.resolve("new/deeper/x.txt").unwrap();
+        let mut created = Vec::new();
+        let at = w.at_creating(&p, &mut created).unwrap();
+        assert_eq!(at.name(), "x.txt");
+        let names: Vec<_> = created.iter().map(|a| a.name().to_owned()).collect();
+        assert_eq!(names, ["new", "deeper"]);
+        assert!(f.ws.join("new/deeper").is_dir());
     }
 
     #[test]

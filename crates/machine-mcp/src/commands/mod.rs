@@ -85,11 +85,13 @@ pub(crate) fn state_dir(s: &StateArgs) -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/machine-mcp"))
 }
 
-/// A runtime for `workspace` (default: the current directory) under the policy flags.
+/// A runtime for `workspace` (default: the current directory) under the policy flags; `remote`
+/// when its results travel in relay frames ([`RuntimeConfig::remote`]).
 pub(crate) fn build_runtime(
     workspace: Option<PathBuf>,
     p: &PolicyArgs,
     yield_after: Option<Duration>,
+    remote: bool,
 ) -> Result<Arc<Runtime>> {
     let workspace = match workspace {
         Some(w) => w,
@@ -99,6 +101,7 @@ pub(crate) fn build_runtime(
         workspace: workspace.clone(),
         policy: policy(p),
         default_yield_after: yield_after,
+        remote,
     })
     .with_context(|| {
         format!(
@@ -110,7 +113,7 @@ pub(crate) fn build_runtime(
 }
 
 /// The runtime a daemon serves (`connect`, `up`): [`build_runtime`] with the remote foreground
-/// budget, and the upstream servers of `--servers FILE` (none without it).
+/// budget and the read cap of relay frames, and the upstream servers of `--servers FILE` (none without it).
 ///
 /// # Errors
 /// What [`build_runtime`] returns, and an unreadable or invalid servers file.
@@ -120,7 +123,7 @@ pub(crate) fn remote_runtime(
     t: &TimingArgs,
     servers: Option<&Path>,
 ) -> Result<(Arc<Runtime>, Vec<daemon::servers::UpstreamSpec>)> {
-    let runtime = build_runtime(workspace, p, Some(remote_budget(t)))?;
+    let runtime = build_runtime(workspace, p, Some(remote_budget(t)), true)?;
     let upstreams = match servers {
         Some(f) => {
             daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?

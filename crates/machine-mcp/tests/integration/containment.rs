@@ -190,3 +190,112 @@ fn full_allows_the_same_reads_and_returns_absolute_paths() {
     let out = s.call("server_info", json!({})).ok().clone();
     assert_eq!(out["policy"]["profile"], "custom");
 }
+
+/// Issue 11 item 2: a process of the user swaps `ws/sub` (a real directory) and `ws/swap` (a
+/// symlink to a directory outside) with `renameat2(RENAME_EXCHANGE)` in a tight loop while the
+/// assistant writes, edits and patches under `sub/` with `--profile edit`. Calls may fail (the
+/// path changed under them), but nothing outside is ever created or changed, and no temporary
+/// file is left behind anywhere.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn a_directory_swapped_for_a_symlink_never_lets_a_write_escape() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    };
+
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+
+    const ROUNDS: usize = 150;
+    let tmp = Tree::new();
+    tmp.write("ws/sub/f.txt", "line\n");
+    tmp.write("outside/f.txt", "line\n");
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let ws = root.join("ws");
+    let outside = root.join("outside");
+    symlink(&outside, ws.join("swap")).unwrap();
+    let snapshot = |dir: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = walk(dir)
+            .into_iter()
+            .map(|p| {
+                let bytes = std::fs::read(&p).unwrap_or_default();
+                (p, bytes)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot(&outside);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        let (a, b) = (ws.join("sub"), ws.join("swap"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE)
+                    .expect("renameat2(RENAME_EXCHANGE)");
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let mut s = Server::start(&ws, &["--profile", "edit"]);
+    let mut succeeded = 0;
+    let mut escaped_rounds = 0;
+    for i in 0..ROUNDS {
+        let replies = [
+            s.call(
+                "write_file",
+                json!({"path": format!("sub/new-{i}.txt"), "content": "new\n"}),
+            ),
+            s.call(
+                "write_file",
+                json!({"path": "sub/f.txt", "content": format!("line {i}\n")}),
+            ),
+            s.call(
+                "edit_file",
+                json!({"path": "sub/f.txt", "old_text": "line", "new_text": "edited line"}),
+            ),
+            s.call(
+                "apply_patch",
+                json!({"patch": format!(
+                    "*** Begin Patch\n*** Add File: sub/patch-{i}.txt\n+added\n\
+                     *** Update File: sub/f.txt\n@@\n-line\n+patched line\n*** End Patch"
+                )}),
+            ),
+        ];
+        succeeded += replies.iter().filter(|r| !r.is_error).count();
+        if snapshot(&outside) != before {
+            escaped_rounds += 1;
+            // Put the outside back so that every round is counted on its own.
+            for (p, _) in snapshot(&outside) {
+                if !before.iter().any(|(b, _)| *b == p) {
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+            for (p, bytes) in &before {
+                std::fs::write(p, bytes).unwrap();
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let swaps = swaps.load(Ordering::Relaxed);
+    drop(s);
+
+    let temps: Vec<String> = walk(&ws)
+        .into_iter()
+        .chain(walk(&outside))
+        .filter(|p| p.ends_with(".machine-mcp.tmp"))
+        .collect();
+    eprintln!(
+        "{ROUNDS} rounds of 4 writing calls, {swaps} swaps: {succeeded} calls succeeded, \
+         {escaped_rounds} rounds changed the outside, {} temporary files left",
+        temps.len()
+    );
+    assert!(swaps > 0, "the swapper ran");
+    assert_eq!(escaped_rounds, 0, "rounds in which a write escaped");
+    assert_eq!(temps, Vec::<String>::new(), "temporary files left behind");
+}

@@ -279,3 +279,63 @@ fn racing_writers_with_one_expected_sha256_exactly_one_wins() {
         assert_eq!(replies[k].ok()["sha256"], sha(&t.read("f.txt")));
     }
 }
+
+/// Every line of a unified diff ends in `\n` and starts with a hunk header, a file header, a
+/// context/removed/added prefix or the `\ No newline` marker.
+fn assert_well_formed_diff(diff: &str) {
+    assert!(diff.ends_with('\n'), "{diff:?}");
+    for line in diff.split_inclusive('\n') {
+        assert!(
+            line.starts_with("--- ")
+                || line.starts_with("+++ ")
+                || line.starts_with("@@ ")
+                || line.starts_with("\\ ")
+                || line.starts_with([' ', '-', '+']),
+            "{line:?} in {diff:?}"
+        );
+        assert!(
+            !line.trim_end_matches(['\r', '\n']).contains('\r'),
+            "a CR inside a diff line: {line:?} in {diff:?}"
+        );
+    }
+}
+
+/// Regression (issue 11 item 11): the diff of a file with old Mac line endings (`\r` alone) ran
+/// its lines together (`-b\r+B\r c\r`): `similar` treats a lone CR as a line end and wrote no
+/// `\n` after it, so for any reader that splits lines at `\n` the hunk was one malformed line.
+/// Each such line now ends its diff line with `\r\n`.
+#[test]
+fn diffs_of_lone_cr_lines_are_well_formed() {
+    let t = Tree::new();
+    t.write("mac.txt", "a\rb\rc\r");
+    let mut s = Server::start(t.path(), &["--profile", "edit"]);
+    let out = s
+        .call(
+            "edit_file",
+            json!({"path": "mac.txt", "old_text": "b", "new_text": "B"}),
+        )
+        .ok()
+        .clone();
+    let diff = out["diff"].as_str().unwrap();
+    assert_well_formed_diff(diff);
+    assert!(diff.contains("\n a\r\n-b\r\n+B\r\n c\r\n"), "{diff:?}");
+    assert_eq!(t.read("mac.txt"), b"a\rB\rc\r");
+    // A last line without any break still gets the marker.
+    t.write("open.txt", "a\rb");
+    let out = s
+        .call(
+            "edit_file",
+            json!({"path": "open.txt", "old_text": "b", "new_text": "B"}),
+        )
+        .ok()
+        .clone();
+    let diff = out["diff"].as_str().unwrap();
+    assert_well_formed_diff(diff);
+    assert!(
+        diff.ends_with("+B\n\\ No newline at end of file\n"),
+        "{diff:?}"
+    );
+    let patch = "*** Begin Patch\n*** Delete File: mac.txt\n*** End Patch\n";
+    let out = s.call("apply_patch", json!({"patch": patch})).ok().clone();
+    assert_well_formed_diff(out["diff"].as_str().unwrap());
+}

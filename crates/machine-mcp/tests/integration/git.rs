@@ -353,7 +353,7 @@ fn repository_configured_helpers_never_run() {
 /// Regression (adversarial report F12): `git_show` of a revision that is not a commit was an
 /// `internal_error`, and a cut diff claimed a "total" that was only the bytes kept.
 #[test]
-fn show_refuses_non_commits_and_cut_diffs_say_where_they_were_cut() {
+fn show_refuses_non_commits_and_small_pages_continue_exactly() {
     let t = Tree::new();
     repo(t.path());
     let mut s = Server::start(t.path(), &["--profile", "agent"]);
@@ -374,20 +374,35 @@ fn show_refuses_non_commits_and_cut_diffs_say_where_they_were_cut() {
         .unwrap()
         .to_owned();
     assert!(full.len() > 40, "{full}");
-    let cut = s.call("git_diff", json!({"max_bytes": 20}));
-    let text = cut.structured["diff"].as_str().unwrap();
-    assert_eq!(cut.structured["truncated"], true);
-    assert!(text.starts_with(&full[..20]), "{text}");
-    assert!(
-        text.ends_with("... diff truncated at 20 bytes (max_bytes)\n"),
-        "{text}"
-    );
-    let cut = s.call("git_show", json!({"revision": "HEAD", "max_bytes": 10}));
-    let text = cut.structured["diff"].as_str().unwrap();
-    assert!(
-        text.ends_with("... diff truncated at 10 bytes (max_bytes)\n"),
-        "{text}"
-    );
+    // Pages of max_bytes are git's diff exactly, each continued by its cursor.
+    for (tool, args, max) in [
+        ("git_diff", json!({}), 20),
+        ("git_show", json!({"revision": "HEAD"}), 10),
+    ] {
+        let mut whole = args.clone();
+        whole["max_bytes"] = json!(1 << 20);
+        let want = s.call(tool, whole).ok()["diff"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut got = String::new();
+        let mut a = args.clone();
+        a["max_bytes"] = json!(max);
+        loop {
+            let r = s.call(tool, a.clone());
+            let sc = r.ok().clone();
+            let page = sc["diff"].as_str().unwrap();
+            assert!(page.len() <= max, "{tool}: {page:?}");
+            got.push_str(page);
+            let Some(c) = sc["next_cursor"].as_str() else {
+                break;
+            };
+            assert_eq!(sc["truncated"], true);
+            a["cursor"] = json!(c);
+        }
+        assert_eq!(got, want, "{tool}");
+    }
+    assert!(full.len() > 40, "{full}");
 }
 
 /// Regression (re-check of adversarial report F11): when git's output passed the cap, the
@@ -953,4 +968,111 @@ fn writes_to_git_configuration_outside_dot_git_need_an_exec_mode() {
         "with an exec mode the write is allowed: {:?}",
         r.error
     );
+}
+
+/// Regression (issue 11 item 11): `git_show` of an annotated tag printed the tag object's header
+/// (tagger name and e-mail, the tag message) into the commit hash field. The tag is peeled to
+/// its commit: the result is that commit, and the tag is named beside it, its tagger's e-mail
+/// only with `include_email`, like the author's.
+#[test]
+fn show_peels_an_annotated_tag_to_its_commit_without_the_taggers_email() {
+    let t = Tree::new();
+    repo(t.path());
+    let first = git(t.path(), &["rev-parse", "HEAD~1"]).trim().to_owned();
+    Command::new("git")
+        .args(["tag", "-a", "v1", "-m", "release one", "HEAD~1"])
+        .current_dir(t.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", t.path())
+        .env("GIT_COMMITTER_NAME", "Tess Tagger")
+        .env("GIT_COMMITTER_EMAIL", "tess@example.org")
+        .status()
+        .unwrap();
+    git(
+        t.path(),
+        &["tag", "-a", "v1-again", "-m", "tag of a tag", "v1"],
+    );
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    for rev in ["v1", "v1-again", "refs/tags/v1"] {
+        let r = s.call("git_show", json!({"revision": rev}));
+        let out = r.ok().clone();
+        assert_eq!(out["commit"], first, "{rev}");
+        assert_eq!(out["author"], "Ada Lovelace");
+        assert_eq!(out["message"], "first commit");
+        assert!(out["diff"].as_str().unwrap().contains("+one\n"), "{out}");
+        assert!(
+            !r.body().contains("tess@example.org") && !out.to_string().contains("tess@example.org"),
+            "{rev}: {out}"
+        );
+        assert!(r.summary().contains(&first), "{}", r.summary());
+    }
+    let out = s.call("git_show", json!({"revision": "v1"})).ok().clone();
+    assert_eq!(out["tag"]["name"], "v1");
+    assert_eq!(out["tag"]["tagger"], "Tess Tagger");
+    assert_eq!(out["tag"]["message"], "release one");
+    assert_eq!(out["tag"].get("email"), None);
+    let out = s
+        .call("git_show", json!({"revision": "v1", "include_email": true}))
+        .ok()
+        .clone();
+    assert_eq!(out["tag"]["email"], "tess@example.org");
+    assert_eq!(out["email"], "ada@example.com");
+    // A lightweight tag and a plain revision name no tag.
+    git(t.path(), &["tag", "light", "HEAD~1"]);
+    let out = s
+        .call("git_show", json!({"revision": "light"}))
+        .ok()
+        .clone();
+    assert_eq!(out["commit"], first);
+    assert_eq!(out.get("tag"), None);
+}
+
+/// Regression (issue 11 item 11): the `.git` guard compared names exactly (ignoring ASCII case),
+/// so `.git.`, `.git ` and the 8.3 short name `GIT~1` passed — names that Windows, SMB shares and
+/// NTFS fold to `.git` (trailing dots and spaces dropped), and HFS+ folds `.g\u{200c}it` (an
+/// ignorable code point) to it. The guard refuses the names git itself refuses to check out
+/// (`core.protectNTFS`, `core.protectHFS`) on every file system, since it cannot know whether the
+/// one below folds them: on ext4 `.git.` is another name, and refusing it costs nothing. The same
+/// folding applies to `.gitconfig` and `.config/git`.
+#[test]
+fn the_dot_git_guard_refuses_names_that_folding_file_systems_make_dot_git() {
+    let t = Tree::new();
+    repo(t.path());
+    let mut s = Server::start(t.path(), &["--profile", "edit"]);
+    for path in [
+        ".git./config",
+        ".git /config",
+        ".GIT. . /hooks/pre-commit",
+        "GIT~1/config",
+        "sub/git~2/config",
+        ".g\u{200c}it/config",
+        "\u{feff}.git/config",
+        ".gitconfig.",
+        ".gitconfig ",
+        "GITCON~1",
+        ".config./git/config",
+        ".config/git./config",
+    ] {
+        let r = s.call("write_file", json!({"path": path, "content": "[core]\n"}));
+        assert_eq!(r.code(), "policy_denied", "{path:?}: {:?}", r.error);
+        let first = path.split('/').next().unwrap();
+        assert!(!t.path().join(first).exists(), "{path:?} was created");
+    }
+    let patch =
+        "*** Begin Patch\n*** Add File: .git./hooks/post-checkout\n+#!/bin/sh\n*** End Patch\n";
+    assert_eq!(
+        s.call("apply_patch", json!({"patch": patch})).code(),
+        "policy_denied"
+    );
+    // Names that only begin like them stay writable.
+    for path in [
+        ".git.bak/x",
+        ".gitx/config",
+        "git~/x",
+        "GIT~1x/y",
+        ".github/workflows/ci.yml",
+    ] {
+        let r = s.call("write_file", json!({"path": path, "content": "x\n"}));
+        assert!(!r.is_error, "{path:?}: {:?}", r.error);
+    }
 }

@@ -428,10 +428,13 @@ impl FakeDaemon {
             "timestamp": ts, "signature": key.sign(&t), "version": "test", "revision": 3}),
         );
         assert_eq!(read_frame(&mut ws).unwrap()["type"], "hello_ack");
-        send(&mut ws, json!({"type": "catalog", "servers": [{"name": "runtime",
+        send(
+            &mut ws,
+            json!({"type": "catalog", "servers": [{"name": "runtime",
             "initialize": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                 "serverInfo": {"name": "fake", "version": "0"}},
-            "tools": {"owner": {"tools": []}}}]}));
+            "tools": {"owner": {"tools": []}}}]}),
+        );
         loop {
             let f = read_frame(&mut ws).unwrap();
             match f["type"].as_str().unwrap() {
@@ -532,7 +535,8 @@ fn a_daemon_reaches_only_its_own_bridge_and_a_bad_seq_or_a_replaced_socket_is_cl
     );
     own.initialize();
     // The session opens on the fake daemon with its first request (`open`, then the `rpc`).
-    let _ping = std::thread::spawn(move || own.post(&json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})));
+    let _ping =
+        std::thread::spawn(move || own.post(&json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})));
     let own_sid = loop {
         let (frames, ended) = evil.drain(Duration::from_millis(300));
         assert!(!ended, "the fake daemon's socket ended");
@@ -665,14 +669,19 @@ fn session_ids_are_not_logged_at_info() {
     let r = c.call("read_file", json!({"path": "hello.txt"}));
     assert!(r["result"].is_object(), "{r}");
     s.relay.restart();
-    s.daemon
-        .wait_log("ending a session the relay no longer awaits", Duration::from_secs(30));
+    s.daemon.wait_log(
+        "ending a session the relay no longer awaits",
+        Duration::from_secs(30),
+    );
     for (who, log) in [("daemon", s.daemon.log()), ("relay", s.relay.proc.log())] {
         let leaked: Vec<&str> = log
             .lines()
             .filter(|l| !l.contains(" DEBUG ") && !l.contains(" TRACE ") && l.contains(&sid))
             .collect();
-        assert!(leaked.is_empty(), "the {who} logged the session id: {leaked:?}");
+        assert!(
+            leaked.is_empty(),
+            "the {who} logged the session id: {leaked:?}"
+        );
     }
 }
 
@@ -708,11 +717,19 @@ fn a_daemon_flooding_an_unread_session_is_bounded_and_the_client_told() {
     // 40 notifications of 1 MiB for a session whose client reads nothing.
     let mib = "x".repeat(1 << 20);
     for seq in 2..42 {
-        fake.rpc(&sid, seq, json!({"jsonrpc": "2.0", "method": "notifications/message",
-            "params": {"level": "info", "data": format!("{seq} {mib}")}}));
+        fake.rpc(
+            &sid,
+            seq,
+            json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": format!("{seq} {mib}")}}),
+        );
     }
-    fake.rpc(&sid, 42, json!({"jsonrpc": "2.0", "method": "notifications/message",
-        "params": {"level": "info", "data": "last"}}));
+    fake.rpc(
+        &sid,
+        42,
+        json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "last"}}),
+    );
     // The relay acknowledges a seq once it routed it: then nothing is still on its way.
     let end = Instant::now() + Duration::from_secs(20);
     'acked: loop {
@@ -742,5 +759,9 @@ fn a_daemon_flooding_an_unread_session_is_bounded_and_the_client_told() {
     assert_eq!(got[0]["params"]["data"]["dropped"], dropped, "{}", got[0]);
     let held: usize = got[1..].iter().map(|m| m.to_string().len()).sum();
     assert!(held <= 16 << 20, "{held} bytes held for one session");
-    assert_eq!(got.len() as i64 - 1, 41 - dropped, "each message is delivered or counted");
+    assert_eq!(
+        got.len() as i64 - 1,
+        41 - dropped,
+        "each message is delivered or counted"
+    );
 }

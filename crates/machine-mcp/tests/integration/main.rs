@@ -18,6 +18,7 @@ mod protocol;
 mod read;
 mod relay;
 mod search;
+mod sizes;
 mod stateless;
 mod tasks_remote;
 mod util;

@@ -153,3 +153,31 @@ fn concurrent_patches_over_two_files_in_opposite_orders_all_apply() {
         "patches {refused:?} of distinct lines were refused as conflicts"
     );
 }
+
+/// Regression (fresh tester of issue 14): a patch's diff over the cap was cut twice, so its note
+/// gave the size of the first cut (40,041 bytes for a 3.3 MB diff), and the summary line did not
+/// say the diff was cut.
+#[test]
+fn a_cut_diff_names_its_real_size_in_the_summary() {
+    let ws = Tree::new();
+    let mut s = Server::start(ws.path(), &["--profile", "edit"]);
+    let added: String = (0..100_000).map(|i| format!("+line {i}\n")).collect();
+    let r = s.call(
+        "apply_patch",
+        json!({"dry_run": true, "patch": format!("*** Begin Patch\n*** Add File: big.txt\n{added}*** End Patch")}),
+    );
+    let diff = r.ok()["diff"].as_str().unwrap().to_owned();
+    let total: usize = diff
+        .rsplit_once("... diff truncated (")
+        .and_then(|(_, t)| t.strip_suffix(" bytes total)\n"))
+        .and_then(|n| n.parse().ok())
+        .expect("a cut diff says so");
+    // The whole diff: 100,000 lines of "+line N\n" under a two-line header and a hunk header.
+    assert!(total > 1_000_000, "{total}");
+    assert!(
+        r.summary()
+            .contains(&format!("cut to its first 40000 of {total} bytes")),
+        "{}",
+        r.summary()
+    );
+}

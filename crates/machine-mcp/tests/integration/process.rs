@@ -343,15 +343,19 @@ fn exited_sessions_are_bounded_in_count_and_bytes_and_the_oldest_goes_first() {
     assert!(!kept_ids.contains(&big_ids[0].as_str()));
     let r = s.call("read_process", json!({"session_id": big_ids[0]}));
     assert_eq!(r.code(), "not_found");
-    // The newest keeps its whole window.
+    // The newest keeps its output: the head (first 256 KiB, read from offset 0) and the newest
+    // window, which here overlap, so nothing of it was dropped.
     let r = s.call(
         "read_process",
         json!({"session_id": big_ids.last().unwrap(), "stdout_offset": 0, "max_bytes": 1}),
     );
-    assert_eq!(
-        r.ok()["stdout"]["dropped_bytes"],
-        json!(big - SESSION_OUTPUT_RETAINED_BYTES)
+    assert_eq!(r.ok()["stdout"]["dropped_bytes"], json!(0));
+    assert_eq!(r.ok()["stdout"]["offset"], json!(0));
+    let r = s.call(
+        "read_process",
+        json!({"session_id": big_ids.last().unwrap(), "stdout_offset": big - SESSION_OUTPUT_RETAINED_BYTES, "max_bytes": 1}),
     );
+    assert_eq!(r.ok()["stdout"]["dropped_bytes"], json!(0));
     // A running session is never discarded to make room.
     let r = s.call("start_process", json!({"argv": ["sleep", "1000"]}));
     let sleeper = r.ok()["session_id"].as_str().unwrap().to_owned();
@@ -617,4 +621,22 @@ fn nothing_the_server_started_outlives_a_sigkilled_server() {
             "process {pid} outlived the SIGKILLed server (all: {pids:?})"
         );
     }
+}
+
+/// Regression (fresh tester of issue 14): output that is not UTF-8 was counted in the summary as
+/// the length of its lossy text (15 bytes for 10) and the substitution went unsaid.
+#[test]
+fn the_summary_counts_the_bytes_a_process_wrote_even_when_they_are_not_utf8() {
+    let ws = Tree::new();
+    let mut s = Server::start(ws.path(), &[]);
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["printf", "a\\r\\nb\\000c\\377\\376\\342\\234"]}),
+    );
+    assert_eq!(r.ok()["stdout_bytes"], 10);
+    assert!(
+        r.summary().contains("stdout 10 bytes (not UTF-8"),
+        "{}",
+        r.summary()
+    );
 }

@@ -367,3 +367,127 @@ fn list_files_lists_directories_it_cannot_read_as_skipped() {
         "exactly max_files files is not truncated"
     );
 }
+
+/// Regression (issue 11 item 11): a file name that is not UTF-8 came back with U+FFFD in place of
+/// its bytes, so two names could render alike and neither could be passed back. Such a path is
+/// rendered quoted (`"caf\xe9.txt"`: `\xHH` for each byte that is not UTF-8, `\\` and `\"`) by
+/// list_dir, list_files and search_text, and that string names the file again as a path argument.
+#[test]
+fn non_utf8_file_names_are_listed_losslessly_and_round_trip_as_paths() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let t = Tree::new();
+    let latin1 = t.path().join(OsStr::from_bytes(b"caf\xe9.txt"));
+    std::fs::write(&latin1, "latin1 needle\n").unwrap();
+    t.write("caf\u{fffd}.txt", "replacement needle\n");
+    let dir = t.path().join(OsStr::from_bytes(b"d\xff"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("inner.txt"), "inner needle\n").unwrap();
+    // Relative paths (agent); absolute ones are quoted alike.
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+
+    let out = s.call("list_dir", json!({})).ok().clone();
+    let names: Vec<&str> = out["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["\"caf\\xe9.txt\"", "caf\u{fffd}.txt", "\"d\\xff\""]);
+    let out = s.call("read_file", json!({"path": names[0]})).ok().clone();
+    assert_eq!(out["content"], "latin1 needle\n");
+    let out = s.call("read_file", json!({"path": names[1]})).ok().clone();
+    assert_eq!(out["content"], "replacement needle\n");
+    let out = s.call("list_dir", json!({"path": names[2]})).ok().clone();
+    assert_eq!(out["path"], "\"d\\xff\"");
+    assert_eq!(out["entries"][0]["name"], "inner.txt");
+
+    let out = s.call("list_files", json!({})).ok().clone();
+    let files: Vec<&str> = out["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "\"caf\\xe9.txt\"",
+            "caf\u{fffd}.txt",
+            "\"d\\xff/inner.txt\""
+        ]
+    );
+    let out = s.call("read_file", json!({"path": files[2]})).ok().clone();
+    assert_eq!(out["content"], "inner needle\n");
+
+    let r = s.call("search_text", json!({"pattern": "needle"}));
+    assert!(r.body().contains("\"d\\xff/inner.txt\":1:"), "{}", r.body());
+    let matched: Vec<&str> = r.ok()["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(matched, files);
+
+    // Writing through the quoted form writes the file with those bytes, nothing else.
+    s.call(
+        "write_file",
+        json!({"path": "\"d\\xff/new\\xfe.txt\"", "content": "made\n"}),
+    )
+    .ok();
+    assert_eq!(
+        std::fs::read(dir.join(OsStr::from_bytes(b"new\xfe.txt"))).unwrap(),
+        b"made\n"
+    );
+    // A UTF-8 name that looks quoted is quoted itself, so it round-trips too.
+    t.write("\"q\"", "quoted\n");
+    let out = s.call("list_dir", json!({})).ok().clone();
+    assert_eq!(out["entries"][0]["name"], "\"\\\"q\\\"\"");
+    let out = s
+        .call("read_file", json!({"path": "\"\\\"q\\\"\""}))
+        .ok()
+        .clone();
+    assert_eq!(out["content"], "quoted\n");
+}
+
+/// Regression (issue 11 item 11): a line cut because it alone was over `max_bytes` reported
+/// `line_ending: "none"`, as if the file had no line breaks: the ending was taken from the text
+/// returned, which stops before the line's break. The cut line's own break counts, on the first
+/// page and on a continuation page that is cut again, also when the cut falls between `\r` and
+/// `\n`; an unterminated last line still has none.
+#[test]
+fn a_cut_line_reports_its_real_line_ending() {
+    let t = Tree::new();
+    t.write("crlf.txt", format!("{}\r\nend\r\n", "x".repeat(3000)));
+    t.write("lf.txt", format!("{}\nend\n", "x".repeat(3000)));
+    t.write("split.txt", format!("{}\r\nend\r\n", "x".repeat(999)));
+    t.write("open.txt", "x".repeat(3000));
+    let mut s = Server::start(t.path(), &[]);
+    for (path, ending) in [
+        ("crlf.txt", "crlf"),
+        ("lf.txt", "lf"),
+        ("split.txt", "crlf"),
+        ("open.txt", "none"),
+    ] {
+        let out = s
+            .call("read_file", json!({"path": path, "max_bytes": 1000}))
+            .ok()
+            .clone();
+        assert_eq!(out["cut_line"], 1, "{path}: {out}");
+        assert_eq!(out["line_ending"], ending, "{path}");
+        let Some(cursor) = out["next_cursor"].as_str() else {
+            continue;
+        };
+        let next = s
+            .call(
+                "read_file",
+                json!({"path": path, "max_bytes": 1000, "cursor": cursor}),
+            )
+            .ok()
+            .clone();
+        if next["cut_line"] == 1 {
+            assert_eq!(next["line_ending"], ending, "{path} page 2: {next}");
+        }
+    }
+}

@@ -149,10 +149,26 @@ fn http_rules_of_streamable_http() {
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     std::io::Write::write_all(&mut sock, head.as_bytes()).unwrap();
-    let mut buf = [0u8; 64];
-    let n = std::io::Read::read(&mut sock, &mut buf).unwrap_or(0);
-    let status = String::from_utf8_lossy(&buf[..n]).into_owned();
+    // The 413 carries a JSON-RPC error (id null) a client can parse (issue 11 item 11).
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let body_of = |got: &[u8]| {
+        String::from_utf8_lossy(got)
+            .split_once("\r\n\r\n")
+            .and_then(|(_, b)| serde_json::from_str::<Value>(b).ok())
+    };
+    while body_of(&got).is_none() {
+        match std::io::Read::read(&mut sock, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let status = String::from_utf8_lossy(&got).into_owned();
     assert!(status.starts_with("HTTP/1.1 413"), "{status:?}");
+    let body = body_of(&got).unwrap_or(Value::Null);
+    assert_eq!(body["jsonrpc"], "2.0", "{status:?}");
+    assert_eq!(body["id"], Value::Null, "{status:?}");
+    assert_eq!(body["error"]["code"], -32600, "{status:?}");
     // Plain JSON when the client does not accept SSE.
     let r = ureq::post(&url)
         .set("Authorization", &format!("Bearer {}", s.token))
@@ -1011,20 +1027,24 @@ fn token_commands_reach_the_store_of_up_and_never_create_a_store_by_looking() {
     );
 }
 
-/// Regression (adversarial report F14): a result larger than a relay frame (a 5 MiB read_file is
-/// about 10.5 MB: the text is carried as content and as structuredContent) came back as a bare
-/// JSON-RPC -32603. A tool call now gets a tool error (`limit_exceeded`) the model can act on,
-/// and the session goes on.
+/// Regression (adversarial report F14): a result larger than a relay frame (then a 5 MiB
+/// read_file, about 10.5 MB: the text is carried as content and as structuredContent; read_file
+/// now keeps to a cap that fits, so here process output that escapes at its worst) came back as
+/// a bare JSON-RPC -32603. A tool call now gets a tool error (`limit_exceeded`) the model can
+/// act on, and the session goes on.
 #[test]
 fn a_result_too_large_for_the_link_is_a_tool_error_the_model_can_act_on() {
     let s = setup();
-    // 5.3 MB of 100-byte lines: read_file returns its 5 MiB cap.
-    s.ws.write("big.txt", format!("{}\n", "y".repeat(99)).repeat(53_000));
     let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
     c.initialize();
+    // 512 KiB of control characters on each stream: JSON writes each as six bytes (`\u0001`), in
+    // the text block and in structuredContent, about 9 MB in all.
     let r = c.call(
-        "read_file",
-        json!({"path": "big.txt", "max_bytes": 5_242_880}),
+        "run_process",
+        json!({
+            "argv": ["sh", "-c", "head -c 600000 /dev/zero | tr '\\0' '\\1'; head -c 600000 /dev/zero | tr '\\0' '\\1' >&2"],
+            "max_output_bytes": 524_288
+        }),
     );
     assert_eq!(
         r["result"]["isError"],
@@ -1035,12 +1055,50 @@ fn a_result_too_large_for_the_link_is_a_tool_error_the_model_can_act_on() {
     let e = tool_error(&r);
     assert_eq!(e["code"], "limit_exceeded", "{e}");
     assert!(e["message"].as_str().unwrap().contains("max_bytes"), "{e}");
-    let ok = c.call(
-        "read_file",
-        json!({"path": "big.txt", "max_bytes": 1_000_000}),
-    );
+    let ok = c.call("read_file", json!({"path": "hello.txt"}));
     assert_ne!(ok["result"]["isError"], true, "the session goes on");
     assert!(ok["result"]["structuredContent"]["content"].is_string());
+}
+
+/// Regression (issue 11 item 11): through the relay `server_info` reported the local read cap
+/// (5 MiB) and the stdio message size, and a `read_file` that asked for them failed at the link
+/// (its text comes twice, each byte up to six when escaped: more than a relay frame). A daemon's
+/// runtime knows its results travel in relay frames: `server_info` reports the read cap that
+/// fits one (`READ_REMOTE_MAX_BYTES`) and the frame size, and a larger `max_bytes` reads that
+/// much, continued by `next_cursor`, even for text that escapes at its worst.
+#[test]
+fn remote_server_info_reports_the_read_cap_that_fits_a_relay_frame_and_read_file_keeps_it() {
+    let s = setup();
+    // 1.2 MB of lines of control characters (text: no NUL).
+    s.ws.write(
+        "ctl.txt",
+        format!("{}\n", "\u{1}".repeat(99)).repeat(12_000),
+    );
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let info = c.call("server_info", json!({}));
+    let limits = &info["result"]["structuredContent"]["limits"];
+    assert_eq!(limits["read_hard_max_bytes"], 524_288, "{limits}");
+    assert_eq!(limits["message_max_bytes"], 8 * 1024 * 1024, "{limits}");
+    let r = c.call(
+        "read_file",
+        json!({"path": "ctl.txt", "max_bytes": 5_242_880}),
+    );
+    assert_ne!(
+        r["result"]["isError"],
+        true,
+        "{}",
+        &r.to_string()[..300.min(r.to_string().len())]
+    );
+    let out = &r["result"]["structuredContent"];
+    let content = out["content"].as_str().unwrap();
+    assert!(
+        content.len() <= 524_288 && content.len() > 500_000,
+        "{}",
+        content.len()
+    );
+    assert_eq!(out["truncated"], true);
+    assert!(out["next_cursor"].is_string());
 }
 
 /// Issue 11 item 6: one principal cannot hold every call slot of a daemon. A principal other

@@ -38,6 +38,20 @@ pub(crate) struct Reply {
     pub(crate) content: Vec<Value>,
     /// For an error result: the JSON object of its text content.
     pub(crate) error: Value,
+    /// The text block (a summary line, then plain text); empty for content without text.
+    pub(crate) text: String,
+}
+
+impl Reply {
+    /// The first line of the text block: the summary.
+    pub(crate) fn summary(&self) -> &str {
+        self.text.split('\n').next().unwrap_or("")
+    }
+
+    /// The text block after its summary line.
+    pub(crate) fn body(&self) -> &str {
+        self.text.split_once('\n').map_or("", |(_, b)| b)
+    }
 }
 
 impl Reply {
@@ -255,6 +269,15 @@ pub(crate) fn parse_reply(resp: &Value, schema: Option<&Value>) -> Reply {
             "error results carry no structuredContent"
         );
         let text = content[0]["text"].as_str().expect("error text");
+        assert!(
+            text.len() < protocol::limits::ERROR_TEXT_MAX_CHARS,
+            "error text of {} characters",
+            text.len()
+        );
+        assert!(
+            text.starts_with("{\"code\":"),
+            "the code comes first: {text}"
+        );
         let error: Value = serde_json::from_str(text).expect("error text is JSON");
         for k in ["code", "message", "retryable", "side_effects_started"] {
             assert!(error.get(k).is_some(), "error lacks {k}: {error}");
@@ -262,6 +285,7 @@ pub(crate) fn parse_reply(resp: &Value, schema: Option<&Value>) -> Reply {
         return Reply {
             is_error,
             structured: Value::Null,
+            text: text.to_owned(),
             content,
             error,
         };
@@ -280,15 +304,27 @@ pub(crate) fn parse_reply(resp: &Value, schema: Option<&Value>) -> Reply {
             errors.is_empty(),
             "structuredContent violates the output schema: {errors:?}\n{structured}"
         );
-        let mirror: Value = serde_json::from_str(content[0]["text"].as_str().expect("text mirror"))
-            .expect("mirror is JSON");
-        assert_eq!(mirror, structured, "text mirror equals structuredContent");
+        let text = content[0]["text"].as_str().expect("a text block");
+        let summary = text.split('\n').next().unwrap_or("");
+        assert!(
+            !summary.is_empty()
+                && summary.len() <= protocol::limits::RESULT_SUMMARY_MAX_CHARS
+                && text.contains('\n'),
+            "the text starts with a summary line: {}",
+            &text[..text.len().min(300)]
+        );
     }
+    let text = content
+        .first()
+        .and_then(|c| c["text"].as_str())
+        .unwrap_or("")
+        .to_owned();
     Reply {
         is_error,
         structured,
         content,
         error: Value::Null,
+        text,
     }
 }
 

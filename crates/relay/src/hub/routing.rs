@@ -370,7 +370,10 @@ impl Hub {
         if lost == 0 {
             return;
         }
-        let before = self.metrics.stream_dropped.fetch_add(lost, Ordering::Relaxed);
+        let before = self
+            .metrics
+            .stream_dropped
+            .fetch_add(lost, Ordering::Relaxed);
         let total = before + lost;
         if before == 0 || before / 1000 != total / 1000 {
             tracing::warn!(

@@ -298,7 +298,8 @@ impl SseStream {
 impl Drop for SseStream {
     fn drop(&mut self) {
         if let Some(b) = &self.budget {
-            b.shared.fetch_sub(self.inner.lock().bytes, Ordering::Relaxed);
+            b.shared
+                .fetch_sub(self.inner.lock().bytes, Ordering::Relaxed);
         }
     }
 }
@@ -477,8 +478,15 @@ mod tests {
         }
         assert_eq!(shared.load(Ordering::Relaxed), 3 * size);
         let (events, _) = s.read_after(None);
-        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3, 4, 5]);
-        assert!(events[0].data.contains("\"dropped\":2"), "{}", events[0].data);
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [2, 3, 4, 5]
+        );
+        assert!(
+            events[0].data.contains("\"dropped\":2"),
+            "{}",
+            events[0].data
+        );
         // Resuming after the notice (or after any event past the gap) repeats nothing.
         let (events, _) = s.read_after(Some(2));
         assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4, 5]);
@@ -487,7 +495,11 @@ mod tests {
         assert_eq!(s.push(&note(6), false), Ok(0));
         drop(events);
         drop(s);
-        assert_eq!(shared.load(Ordering::Relaxed), 0, "a dropped stream gives its bytes back");
+        assert_eq!(
+            shared.load(Ordering::Relaxed),
+            0,
+            "a dropped stream gives its bytes back"
+        );
     }
 
     #[test]

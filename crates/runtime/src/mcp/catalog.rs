@@ -10,27 +10,39 @@ use std::{future::Future, pin::Pin, sync::Arc};
 
 use rmcp::{
     handler::server::tool::{schema_for_input, schema_for_output},
-    model::{ContentBlock, JsonObject, Tool, ToolAnnotations},
+    model::{ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations},
 };
 use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
+
+use protocol::limits::RESULT_TEXT_RAISED_MAX_CHARS;
 
 use crate::{
     Access,
     mcp::{
         context::CallContext,
         error::{ToolError, ToolResult},
+        text::{self, TextView},
     },
     policy::Capability,
 };
 
+/// The `_meta` key of a tool definition by which Claude Code lets a tool's text results grow
+/// to that many characters before it moves them to a file (its maximum is 500,000).
+pub const MAX_RESULT_SIZE_META: &str = "anthropic/maxResultSizeChars";
+
 /// What a handler returns on success.
 #[derive(Debug)]
 pub enum Reply {
-    /// A JSON object matching the tool's output schema; sent as `structuredContent` with a text
-    /// mirror.
-    Structured(Value),
+    /// A JSON object matching the tool's output schema, sent as `structuredContent`, and its
+    /// readable text (`mcp::text`), sent as the one text block.
+    Structured {
+        /// The structured result.
+        value: Value,
+        /// The text block: a summary line, then plain text.
+        text: String,
+    },
     /// Plain content blocks (for example an image); the tool has no output schema.
     Content(Vec<ContentBlock>),
 }
@@ -79,6 +91,8 @@ pub struct ToolMeta {
 /// One catalog entry.
 pub struct ToolSpec {
     meta: ToolMeta,
+    /// An explicit argument may make the text larger than the default result size.
+    larger_on_request: bool,
     input_schema: Arc<JsonObject>,
     output_schema: Option<Arc<JsonObject>>,
     handler: Handler,
@@ -93,17 +107,19 @@ impl std::fmt::Debug for ToolSpec {
 }
 
 impl ToolSpec {
-    /// A tool returning structured output of type `O`.
+    /// A tool returning structured output of type `O`, shown as text by its [`TextView`].
     pub(crate) fn structured<A, O, F, Fut>(meta: ToolMeta, f: F) -> Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
-        O: Serialize + JsonSchema + 'static,
+        O: Serialize + JsonSchema + TextView + 'static,
         F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolResult<O>> + Send + 'static,
     {
         Self::with_output(meta, f, |out: O| {
-            serde_json::to_value(out)
-                .map_err(|e| ToolError::internal(format!("serializing the result: {e}")))
+            let text = text::render(&out);
+            let value = serde_json::to_value(out)
+                .map_err(|e| ToolError::internal(format!("serializing the result: {e}")))?;
+            Ok(Reply::Structured { value, text })
         })
     }
 
@@ -114,14 +130,20 @@ impl ToolSpec {
     pub(crate) fn structured_owned<A, O, F, Fut>(meta: ToolMeta, f: F) -> Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
-        O: Serialize + JsonSchema + Into<Value> + 'static,
+        O: Serialize + JsonSchema + TextView + Into<Value> + 'static,
         F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolResult<O>> + Send + 'static,
     {
-        Self::with_output(meta, f, |out: O| Ok(out.into()))
+        Self::with_output(meta, f, |out: O| {
+            let text = text::render(&out);
+            Ok(Reply::Structured {
+                value: out.into(),
+                text,
+            })
+        })
     }
 
-    fn with_output<A, O, F, Fut>(meta: ToolMeta, f: F, convert: fn(O) -> ToolResult<Value>) -> Self
+    fn with_output<A, O, F, Fut>(meta: ToolMeta, f: F, convert: fn(O) -> ToolResult<Reply>) -> Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
         O: JsonSchema + 'static,
@@ -130,13 +152,14 @@ impl ToolSpec {
     {
         Self {
             meta,
+            larger_on_request: false,
             input_schema: input_schema::<A>(meta.name),
             output_schema: Some(output_schema::<O>()),
             handler: Box::new(move |rt, args, cx| match decode::<A>(meta.name, args) {
                 Err(e) => Box::pin(std::future::ready(Err(e))),
                 Ok(a) => {
                     let fut = f(rt, a, cx);
-                    Box::pin(async move { convert(fut.await?).map(Reply::Structured) })
+                    Box::pin(async move { convert(fut.await?) })
                 }
             }),
         }
@@ -151,6 +174,7 @@ impl ToolSpec {
     {
         Self {
             meta,
+            larger_on_request: false,
             input_schema: input_schema::<A>(meta.name),
             output_schema: None,
             handler: Box::new(move |rt, args, cx| match decode::<A>(meta.name, args) {
@@ -161,6 +185,20 @@ impl ToolSpec {
                 }
             }),
         }
+    }
+
+    /// Marks a tool whose caller may explicitly ask for a text larger than the default result
+    /// size (`max_bytes`, `max_entries`, ...): `tools/list` then declares
+    /// [`MAX_RESULT_SIZE_META`] for it.
+    #[must_use = "returns the changed entry"]
+    pub(crate) fn larger_on_request(mut self) -> Self {
+        self.larger_on_request = true;
+        self
+    }
+
+    /// Whether an explicit argument may make this tool's text larger than the default.
+    pub fn is_larger_on_request(&self) -> bool {
+        self.larger_on_request
     }
 
     /// Static facts.
@@ -190,6 +228,14 @@ impl ToolSpec {
         .with_annotations(annotations);
         if let Some(out) = &self.output_schema {
             tool = tool.with_raw_output_schema(out.clone());
+        }
+        if self.larger_on_request {
+            let mut meta = JsonObject::new();
+            meta.insert(
+                MAX_RESULT_SIZE_META.into(),
+                RESULT_TEXT_RAISED_MAX_CHARS.into(),
+            );
+            tool = tool.with_meta(MetaObject(meta));
         }
         tool
     }

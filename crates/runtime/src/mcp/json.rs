@@ -1,10 +1,9 @@
 //! JSON text for outgoing messages.
 //!
-//! Every JSON-RPC message this runtime writes, and the text mirror of a structured tool result,
-//! is serialized with `sonic-rs`, here or, for `machine-mcp stdio`, straight into stdout by the
+//! Every JSON-RPC message this runtime writes is serialized with `sonic-rs`, here or, for `machine-mcp stdio`, straight into stdout by the
 //! writer thread in `stdio.rs` (it needs sonic-rs's I/O error kind to tell a closed stdout from a
-//! serialization error). sonic-rs's string escaping is SIMD: a `read_process` answer is
-//! mostly one or two strings of up to 1 MiB each, and escaping them with `serde_json`'s byte loop
+//! serialization error). sonic-rs's string escaping is SIMD: a large `read_process` answer
+//! is mostly two strings of up to 1 MiB each (the text block and `structuredContent`), and escaping them with `serde_json`'s byte loop
 //! took more time than everything else the call does (about 2.1 ms against 0.3 ms for a message
 //! carrying 1 MiB of output twice, on the benchmark machine). The output is plain RFC 8259 JSON
 //! with the same meaning as `serde_json`'s: the tests below parse it back with `serde_json`.

@@ -9,6 +9,7 @@
 //! - [`error`]: [`ToolError`](error::ToolError), a failed call with a stable code.
 //! - [`json`]: JSON text of everything written.
 //! - [`tasks`]: the runtime's task store (SEP-2663).
+//! - `text`: the readable, bounded text block of a result (`TextView`).
 //! - [`stdio`]: the stdio transport.
 //!
 //! Nothing here knows what a tool does; nothing in a tool family's engine imports from here
@@ -21,3 +22,4 @@ pub mod json;
 pub mod server;
 pub mod stdio;
 pub mod tasks;
+pub(crate) mod text;

@@ -22,6 +22,13 @@ pub(crate) struct SkippedPath {
     reason: String,
 }
 
+impl SkippedPath {
+    /// One line for a result's text: `skipped PATH: REASON`.
+    pub(crate) fn line(&self) -> String {
+        format!("skipped {}: {}", self.path, self.reason)
+    }
+}
+
 /// A path that could not be read, with why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Skipped {

@@ -14,6 +14,7 @@ use crate::{
         context::CallContext,
         error::ToolResult,
         server::SUPPORTED_PROTOCOL_VERSIONS,
+        text::TextView,
     },
     policy::{Capability, PolicyView},
 };
@@ -60,12 +61,33 @@ pub(crate) struct ServerInfo {
     limits: Limits,
 }
 
-/// Bounds enforced by the tools (bytes, counts and seconds).
+/// Bounds enforced by the tools (bytes, counts, characters and seconds; characters are counted
+/// as UTF-8 bytes).
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct Limits {
+    /// Most characters of a result's text block by default (a summary line, then plain text);
+    /// every tool's default result fits and its summary line says how to continue.
+    result_text_default_chars: usize,
+    /// Longest summary line (the first line of a result's text).
+    result_summary_max_chars: usize,
+    /// Most characters of a page whose caller explicitly asked for more entries; also the
+    /// `anthropic/maxResultSizeChars` tools that accept larger requests declare in tools/list.
+    result_text_raised_max_chars: usize,
+    /// Error texts are shorter than this.
+    error_text_max_chars: usize,
+    /// Tool descriptions are shorter than this.
+    tool_description_max_chars: usize,
+    /// Default `max_bytes` of `git_diff` and `git_show` (one page of the patch).
+    git_diff_default_bytes: usize,
+    /// Largest `max_bytes` of `git_diff` and `git_show`.
+    git_diff_max_bytes: usize,
+    /// Largest `max_bytes` of `read_process` (per stream).
+    session_read_max_bytes: usize,
+    /// Largest `max_output_bytes` of `run_process` and `exec_command` (per stream).
+    process_output_max_bytes: usize,
     /// Default `max_bytes` of `read_file`.
     read_default_max_bytes: usize,
-    /// Largest `max_bytes` of `read_file`.
+    /// Largest `max_bytes` of `read_file` (smaller through the relay: what fits in one frame).
     read_hard_max_bytes: usize,
     /// Largest image `view_image` returns.
     image_max_bytes: usize,
@@ -81,7 +103,7 @@ pub(crate) struct Limits {
     /// Patterns of one ignore file that `search_text` and `list_files` apply; later patterns
     /// are named in the result's `notes`.
     ignore_file_max_patterns: usize,
-    /// Largest JSON-RPC message accepted.
+    /// Largest JSON-RPC message carried (a stdio line, or a relay frame through the relay).
     message_max_bytes: usize,
     /// Tool calls running at once.
     concurrent_tool_calls: usize,
@@ -106,6 +128,26 @@ pub(crate) struct Limits {
     exited_sessions_output_max_bytes: usize,
 }
 
+impl TextView for ServerInfo {
+    fn summary(&self) -> String {
+        format!(
+            "server_info: {} {}, workspace {}, {} tools allowed; the policy, tools and limits follow (JSON)",
+            self.name,
+            self.version,
+            self.workspace,
+            self.tools.len()
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        // Small and read by people and models alike: the structure as indented JSON.
+        if let Ok(v) = serde_json::to_string_pretty(self) {
+            out.push_str(&v);
+            out.push('\n');
+        }
+    }
+}
+
 async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolResult<ServerInfo> {
     Ok(ServerInfo {
         name: SERVER_NAME.to_owned(),
@@ -121,15 +163,24 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             .map(|t| t.meta().name.to_owned())
             .collect(),
         limits: Limits {
+            result_text_default_chars: limits::RESULT_TEXT_DEFAULT_CHARS,
+            result_summary_max_chars: limits::RESULT_SUMMARY_MAX_CHARS,
+            result_text_raised_max_chars: limits::RESULT_TEXT_RAISED_MAX_CHARS,
+            error_text_max_chars: limits::ERROR_TEXT_MAX_CHARS,
+            tool_description_max_chars: limits::TOOL_DESCRIPTION_MAX_CHARS,
+            git_diff_default_bytes: limits::GIT_DIFF_DEFAULT_BYTES,
+            git_diff_max_bytes: limits::GIT_DIFF_MAX_BYTES,
+            session_read_max_bytes: limits::SESSION_READ_MAX_BYTES,
+            process_output_max_bytes: limits::PROCESS_OUTPUT_MAX_BYTES,
             read_default_max_bytes: limits::READ_DEFAULT_MAX_BYTES,
-            read_hard_max_bytes: limits::READ_HARD_MAX_BYTES,
+            read_hard_max_bytes: rt.read_max_bytes(),
             image_max_bytes: limits::IMAGE_MAX_BYTES,
             edit_file_max_bytes: limits::EDIT_FILE_MAX_BYTES,
             search_max_matches: limits::SEARCH_MAX_MATCHES,
             list_files_max: limits::LIST_FILES_MAX,
             ignore_file_max_bytes: limits::IGNORE_FILE_MAX_BYTES,
             ignore_file_max_patterns: limits::IGNORE_FILE_MAX_PATTERNS,
-            message_max_bytes: limits::STDIO_LINE_MAX_BYTES,
+            message_max_bytes: rt.message_max_bytes(),
             concurrent_tool_calls: limits::CONCURRENT_TOOL_CALLS,
             calls_per_principal: limits::CALLS_PER_PRINCIPAL,
             owner_reserved_calls: limits::OWNER_RESERVED_CALLS,

@@ -3,13 +3,15 @@
 //!
 //! One module per tool family (a folder holding its handlers, its pure `engine` and their tests;
 //! `info` is one file); each family's `specs()` lists its entries, built with [`ToolSpec`].
-//! `blocking` is how handlers run blocking work.
+//! `blocking` is how handlers run blocking work; `cursor` is the continuation token of the
+//! paged tools.
 
 use std::sync::LazyLock;
 
 use crate::{mcp::catalog::ToolSpec, policy::Policy};
 
 pub(crate) mod blocking;
+mod cursor;
 mod edit;
 mod fs;
 pub(crate) mod git;
@@ -49,4 +51,40 @@ pub fn allowed(policy: &Policy) -> impl Iterator<Item = &'static ToolSpec> + '_ 
     CATALOG
         .iter()
         .filter(move |t| policy.allows(t.meta().capability))
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::limits::{RESULT_TEXT_RAISED_MAX_CHARS, TOOL_DESCRIPTION_MAX_CHARS};
+
+    use crate::mcp::catalog::MAX_RESULT_SIZE_META;
+
+    #[test]
+    fn every_description_is_shorter_than_hosts_cut_them() {
+        for t in super::all() {
+            let d = t.meta().description;
+            assert!(
+                d.len() < TOOL_DESCRIPTION_MAX_CHARS,
+                "{}: {} characters",
+                t.meta().name,
+                d.len()
+            );
+        }
+    }
+
+    #[test]
+    fn tools_that_take_larger_requests_declare_it_and_no_other_does() {
+        for t in super::all() {
+            let tool = t.to_tool();
+            let declared = tool
+                .meta
+                .as_ref()
+                .and_then(|m| m.0.get(MAX_RESULT_SIZE_META))
+                .and_then(|v| v.as_u64());
+            let want = t
+                .is_larger_on_request()
+                .then_some(RESULT_TEXT_RAISED_MAX_CHARS as u64);
+            assert_eq!(declared, want, "{}", t.meta().name);
+        }
+    }
 }

@@ -117,6 +117,7 @@ fn fuzz_stdio_session_answers_each_line_at_most_once() {
             workspace: dir.path().into(),
             policy: crate::policy::Policy::profile(crate::policy::Profile::Review),
             default_yield_after: None,
+            remote: false,
         })
         .unwrap(),
     );

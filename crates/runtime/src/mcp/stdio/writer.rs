@@ -211,6 +211,7 @@ mod tests {
                 workspace: dir.path().into(),
                 policy: crate::policy::Policy::profile(crate::policy::Profile::Full),
                 default_yield_after: None,
+                remote: false,
             })
             .unwrap(),
         );
@@ -254,8 +255,14 @@ mod tests {
         assert_eq!(read["id"], 1);
         let structured = &read["result"]["structuredContent"];
         assert_eq!(structured["content"], text);
-        let mirror = read["result"]["content"][0]["text"].as_str().unwrap();
-        assert_eq!(&serde_json::from_str::<Value>(mirror).unwrap(), structured);
+        // The text block is a summary line, then the file's text exactly.
+        let block = read["result"]["content"][0]["text"].as_str().unwrap();
+        let (summary, body) = block.split_once('\n').unwrap();
+        assert!(
+            summary.starts_with("read_file ") && summary.contains("big.txt: "),
+            "{summary}"
+        );
+        assert_eq!(body, text);
         assert_eq!(by_id[2], json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
         drop(client);
         session.await.unwrap().unwrap();

@@ -1,7 +1,7 @@
 //! Writing tools: `write_file` and `edit_file`; `edit_file`'s exact replacement is the
 //! [`engine`].
 
-use std::{fs, sync::Arc};
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,8 +14,9 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
+        text::TextView,
     },
-    path::WorkspacePath,
+    path::{Kind, Workspace, WorkspacePath},
     policy::Capability,
     primitives::{
         diff,
@@ -116,6 +117,22 @@ pub(crate) struct WriteFileOutput {
     created: bool,
 }
 
+impl TextView for WriteFileOutput {
+    fn summary(&self) -> String {
+        format!(
+            "write_file {}: {} {} bytes (sha256 {})",
+            self.path,
+            if self.created {
+                "created with"
+            } else {
+                "replaced with"
+            },
+            self.size_bytes,
+            self.sha256
+        )
+    }
+}
+
 async fn write_file(
     rt: Arc<Access>,
     args: WriteFileArgs,
@@ -133,9 +150,32 @@ async fn write_file(
         ));
     }
     let (p, display) = resolve_for_write(&rt, &args.path).await?;
-    blocking_locked(&rt, vec![p.real().to_owned()], move |_| {
-        let existed = fs::symlink_metadata(p.real()).is_ok();
-        if p.real().is_dir() {
+    let access = rt.clone();
+    blocking_locked(&access, vec![p.real().to_owned()], move |_| {
+        let ws = rt.workspace();
+        // The parent is opened beneath the workspace root; what follows happens in it.
+        let at = match ws.at(&p) {
+            Ok(at) => at,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if !args.create_dirs {
+                    return Err(ToolError::new(
+                        crate::mcp::error::ToolErrorCode::NotFound,
+                        format!(
+                            "{display}: the parent directory does not exist (create_dirs is false)"
+                        ),
+                    ));
+                }
+                ws.at_creating(&p, &mut Vec::new())
+                    .map_err(|e| Workspace::open_error(&display, &e))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => {
+                return Err(ToolError::invalid(format!("{display}: is a directory")));
+            }
+            Err(e) => return Err(Workspace::open_error(&display, &e)),
+        };
+        let now = at.stat().map_err(|e| Workspace::open_error(&display, &e))?;
+        let existed = now.is_some();
+        if now.is_some_and(|s| s.kind == Kind::Dir) {
             return Err(ToolError::invalid(format!("{display}: is a directory")));
         }
         if args.create_only && existed {
@@ -144,25 +184,7 @@ async fn write_file(
                     .detail("path", display.clone()),
             );
         }
-        if let Some(parent) = p.real().parent()
-            && !parent.exists()
-        {
-            if !args.create_dirs {
-                return Err(ToolError::new(
-                    crate::mcp::error::ToolErrorCode::NotFound,
-                    format!(
-                        "{display}: the parent directory does not exist (create_dirs is false)"
-                    ),
-                ));
-            }
-            fs::create_dir_all(parent).map_err(|e| ToolError::io(&display, &e))?;
-        }
-        let staged = Staged::write(
-            p.real(),
-            &display,
-            args.content.as_bytes(),
-            existing_mode(p.real()),
-        )?;
+        let staged = Staged::write(&at, &display, args.content.as_bytes(), existing_mode(&at))?;
         let pre = match (&args.expected_sha256, args.create_only) {
             (Some(h), _) => Precondition::Sha256(h.trim().to_ascii_lowercase()),
             (None, true) => Precondition::Absent,
@@ -208,7 +230,7 @@ pub(crate) struct EditFileOutput {
     replacements: usize,
     /// 1-based line of the first replaced span.
     first_line: usize,
-    /// Unified diff of the change (cut at 64 KiB).
+    /// Unified diff of the change (cut at 40000 bytes).
     diff: String,
     /// SHA-256 (hex) before the edit.
     previous_sha256: String,
@@ -216,6 +238,29 @@ pub(crate) struct EditFileOutput {
     sha256: String,
     /// Nothing was written.
     dry_run: bool,
+}
+
+impl TextView for EditFileOutput {
+    fn summary(&self) -> String {
+        format!(
+            "edit_file {}: {} from line {}{} (sha256 {} -> {}); {}",
+            self.path,
+            crate::mcp::text::count(self.replacements as u64, "replacement", "replacements"),
+            self.first_line,
+            if self.dry_run {
+                ", dry run: nothing written"
+            } else {
+                ""
+            },
+            self.previous_sha256,
+            self.sha256,
+            crate::primitives::diff::follows(&self.diff)
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        out.push_str(&self.diff);
+    }
 }
 
 async fn edit_file(
@@ -229,8 +274,10 @@ async fn edit_file(
     let (p, display) = resolve_for_write(&rt, &args.path).await?;
     // Read, check, compute and commit under the file's write lock: another writer of this
     // server cannot commit in between, so a success is never overwritten unseen.
-    blocking_locked(&rt, vec![p.real().to_owned()], move |_| {
-        let original = read_bounded(p.real(), &display, EDIT_FILE_MAX_BYTES as u64)?;
+    let access = rt.clone();
+    blocking_locked(&access, vec![p.real().to_owned()], move |_| {
+        let at = rt.workspace().at(&p).map_err(|e| Workspace::open_error(&display, &e))?;
+        let original = read_bounded(&at, &display, EDIT_FILE_MAX_BYTES as u64)?;
         let old_str = check_text(&original).map_err(|m| ToolError::invalid(format!("{display} {m}")))?;
         let previous = sha256_hex(&original);
         if let Some(expected) = &args.expected_sha256
@@ -261,7 +308,7 @@ async fn edit_file(
         let diff = diff::unified(&display, old_str, new_str, EDIT_DIFF_MAX_BYTES);
         let sha = sha256_hex(&planned.bytes);
         if !args.dry_run {
-            let staged = Staged::write(p.real(), &display, &planned.bytes, existing_mode(p.real()))?;
+            let staged = Staged::write(&at, &display, &planned.bytes, existing_mode(&at))?;
             staged.commit(&Precondition::Sha256(previous.clone()))?;
         }
         Ok(EditFileOutput {

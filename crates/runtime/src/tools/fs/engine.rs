@@ -19,6 +19,9 @@ use crate::primitives::text::{BINARY_SNIFF_BYTES, EolCounts, LineEnding, UTF8_BO
 const BLOCK: usize = 64 * 1024;
 /// After the requested range, at most this many more bytes are scanned to count the total lines.
 pub(crate) const COUNT_AHEAD_MAX_BYTES: u64 = 256 * 1024 * 1024;
+/// Bytes a continuation page reads past a cut line's returned part to find that line's break
+/// (and so its ending and length); a line whose break is further away reports neither.
+const CUT_LINE_END_SCAN_MAX_BYTES: u64 = 1024 * 1024;
 
 /// What to read.
 #[derive(Debug, Clone, Copy)]
@@ -27,20 +30,58 @@ pub(crate) enum Span {
     Lines { start: u64, end: Option<u64> },
     /// The last `n` lines.
     Tail(u64),
+    /// Forward from `at` (where a previous page stopped, possibly inside a line) up to line
+    /// `end` (`None` = to the end of the file).
+    From { at: Position, end: Option<u64> },
+    /// Backward: the last `lines` lines (a partial line at `end` counts as one) of the bytes
+    /// before offset `end`, which a previous tail page started at.
+    Before {
+        end: u64,
+        lines: u64,
+        /// The line that holds byte `end` (1-based), when known.
+        line_at_end: Option<u64>,
+    },
+}
+
+/// A byte position in a file and the 1-based line it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub(crate) offset: u64,
+    pub(crate) line: u64,
+}
+
+/// Where the rest of a read that did not fit continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Read on from here ([`Span::From`]), up to the same end line.
+    Forward(Position),
+    /// Read the lines before this offset ([`Span::Before`]).
+    Backward {
+        end: u64,
+        lines: u64,
+        line_at_end: Option<u64>,
+    },
 }
 
 /// The text read and where it sits in the file.
 #[derive(Debug)]
 pub(crate) struct Excerpt {
     pub(crate) content: String,
+    /// Byte offset of the first byte of `content` in the file (the BOM counts).
+    pub(crate) offset: u64,
     pub(crate) start_line: Option<u64>,
     pub(crate) end_line: Option<u64>,
     pub(crate) total_lines: Option<u64>,
     pub(crate) truncated: bool,
     pub(crate) next_start_line: Option<u64>,
+    /// Where the rest of the requested text is: every byte of it, exactly once, page by page.
+    pub(crate) next: Option<Next>,
     /// A line longer than the budget whose first (range) or last (tail) bytes alone are in
     /// `content`, and that line's length in bytes (with its line break) when known.
     pub(crate) cut_line: Option<(u64, Option<u64>)>,
+    /// The line break that ends a cut line of a forward read, which `content` stops before
+    /// (counted into `line_ending`); none when the line is unterminated or its end was not seen.
+    pub(crate) cut_line_break: EolCounts,
     pub(crate) bom: bool,
     pub(crate) line_ending: LineEnding,
     /// SHA-256 of the whole file when every byte was read.
@@ -61,6 +102,8 @@ pub(crate) enum ReadError {
     PastEnd {
         total: u64,
     },
+    /// A continuation points past the end of the file.
+    BadPosition,
 }
 
 impl From<io::Error> for ReadError {
@@ -73,7 +116,7 @@ impl From<io::Error> for ReadError {
 ///
 /// # Errors
 /// [`ReadError`]: I/O failure, binary content (a NUL in the first 8 KiB or in the content),
-/// invalid UTF-8 in the content, or a start line past the end.
+/// invalid UTF-8 in the content, a start line past the end, or a continuation past the end.
 pub(crate) fn read(
     file: &mut File,
     size: u64,
@@ -87,15 +130,41 @@ pub(crate) fn read(
     }
     let bom = head.starts_with(UTF8_BOM);
     file.seek(SeekFrom::Start(0))?;
+    let max_bytes = max_bytes.max(4); // room for one character
     let mut ex = match span {
-        Span::Lines { start, end } => read_lines(file, start.max(1), end, max_bytes)?,
-        Span::Tail(n) => read_tail(file, size, n, max_bytes)?,
+        Span::Lines { start, end } => read_lines(
+            file,
+            Position { offset: 0, line: 1 },
+            start.max(1),
+            end,
+            max_bytes,
+        )?,
+        Span::From { at, end } => {
+            if at.offset > size {
+                return Err(ReadError::BadPosition);
+            }
+            read_lines(file, at, at.line, end, max_bytes)?
+        }
+        Span::Tail(n) => read_tail(file, size, n, None, true, max_bytes)?,
+        Span::Before {
+            end,
+            lines,
+            line_at_end,
+        } => {
+            if end > size {
+                return Err(ReadError::BadPosition);
+            }
+            read_tail(file, end, lines, line_at_end, false, max_bytes)?
+        }
     };
-    if bom && ex.content.starts_with('\u{feff}') {
+    if bom && ex.offset == 0 && ex.content.starts_with('\u{feff}') {
         ex.content.drain(..'\u{feff}'.len_utf8());
     }
     ex.bom = bom;
-    ex.line_ending = EolCounts::of(ex.content.as_bytes()).kind();
+    let mut eol = EolCounts::of(ex.content.as_bytes());
+    eol.lf += ex.cut_line_break.lf;
+    eol.crlf += ex.cut_line_break.crlf;
+    ex.line_ending = eol.kind();
     Ok(ex)
 }
 
@@ -112,28 +181,55 @@ fn finish_text(buf: Vec<u8>, first_line: u64) -> Result<String, ReadError> {
     })
 }
 
+/// The longest prefix of `b` that does not end inside a UTF-8 sequence.
+fn char_prefix(b: &[u8]) -> usize {
+    match std::str::from_utf8(b) {
+        Ok(_) => b.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => b.len(),
+    }
+}
+
+/// Streams forward from `from` (the file is positioned at 0): lines before `start` are only
+/// counted, lines `start..=end` are copied until `max_bytes` is spent, and, for a read from the
+/// start of the file, the lines after it are counted (up to [`COUNT_AHEAD_MAX_BYTES`]) so the
+/// total is known.
 fn read_lines(
     file: &mut File,
+    from: Position,
     start: u64,
     end: Option<u64>,
     max_bytes: usize,
 ) -> Result<Excerpt, ReadError> {
+    let whole_file = from.offset == 0;
+    let mut at_line_start = true; // the next segment begins a line
+    let mut after_cr = false; // the byte before the next one read is '\r'
+    if from.offset > 0 {
+        file.seek(SeekFrom::Start(from.offset - 1))?;
+        let mut b = [0u8; 1];
+        file.read_exact(&mut b)?;
+        at_line_start = b[0] == b'\n';
+        after_cr = b[0] == b'\r';
+    }
     let mut hasher = Sha256::new();
     let mut block = vec![0u8; BLOCK];
     let mut out: Vec<u8> = Vec::new();
-    let mut line: u64 = 1; // line the next byte belongs to
-    let mut last_byte_newline = true; // file empty or last byte read was '\n'
+    let mut out_offset: Option<u64> = None; // file offset of out[0]
+    let mut file_pos = from.offset; // file offset of the next byte read
+    let mut line: u64 = from.line; // line the next byte belongs to
+    let mut last_byte_newline = at_line_start; // the last byte read was '\n' (or none read)
     let mut collecting_done = false; // range finished or budget spent
     let mut truncated = false;
     let mut next_start: Option<u64> = None;
+    let mut next: Option<Next> = None;
     let mut last_line_in_out: Option<u64> = None;
     let mut ahead: u64 = 0;
     let mut reached_eof = false;
     let mut partial_line = false;
-    let mut at_line_start = true; // the next segment begins a line
     let mut line_start_in_out = 0usize; // offset in `out` where the current line began
     let mut line_len: u64 = 0; // bytes of the current line seen so far
     let mut cut_len: Option<u64> = None; // length of the cut line, once its end is seen
+    let mut cut_break = EolCounts::default(); // the cut line's break, once seen
     loop {
         let n = file.read(&mut block)?;
         if n == 0 {
@@ -141,17 +237,23 @@ fn read_lines(
             break;
         }
         let chunk = &block[..n];
-        hasher.update(chunk);
+        if whole_file {
+            hasher.update(chunk);
+        }
         let mut pos = 0;
         while pos < n {
             let nl = memchr::memchr(b'\n', &chunk[pos..]).map(|i| pos + i);
             let seg_end = nl.map_or(n, |i| i + 1);
             let seg = &chunk[pos..seg_end];
+            let seg_offset = file_pos + pos as u64;
             let in_range = line >= start && end.is_none_or(|e| line <= e);
             line_len += seg.len() as u64;
             if !collecting_done && in_range {
                 if at_line_start {
                     line_start_in_out = out.len();
+                }
+                if out_offset.is_none() {
+                    out_offset = Some(seg_offset);
                 }
                 if out.len() + seg.len() <= max_bytes {
                     out.extend_from_slice(seg);
@@ -159,25 +261,28 @@ fn read_lines(
                 } else if line_start_in_out > 0 {
                     // Over budget inside a later line: keep only the whole lines before it.
                     out.truncate(line_start_in_out);
-                    last_line_in_out = Some(line - 1);
                     collecting_done = true;
                     truncated = true;
                     next_start = Some(line);
+                    last_line_in_out = Some(line - 1);
+                    next = Some(Next::Forward(Position {
+                        offset: out_offset.unwrap_or(seg_offset) + out.len() as u64,
+                        line,
+                    }));
                 } else {
                     // The first line alone is over budget: keep what fits on a char boundary.
                     let room = max_bytes - out.len();
                     out.extend_from_slice(&seg[..room]);
-                    let valid = match std::str::from_utf8(&out) {
-                        Ok(_) => out.len(),
-                        Err(e) if e.error_len().is_none() => e.valid_up_to(),
-                        Err(_) => out.len(),
-                    };
-                    out.truncate(valid);
+                    out.truncate(char_prefix(&out));
                     last_line_in_out = Some(line);
                     partial_line = true;
                     collecting_done = true;
                     truncated = true;
                     next_start = Some(line + 1);
+                    next = Some(Next::Forward(Position {
+                        offset: out_offset.unwrap_or(seg_offset) + out.len() as u64,
+                        line,
+                    }));
                 }
             } else if !collecting_done && end.is_some_and(|e| line > e) {
                 collecting_done = true;
@@ -191,13 +296,28 @@ fn read_lines(
             if nl.is_some() {
                 if partial_line && last_line_in_out == Some(line) {
                     cut_len = Some(line_len);
+                    let cr = match seg.len() {
+                        1 => after_cr,
+                        l => seg[l - 2] == b'\r',
+                    };
+                    if cr {
+                        cut_break.crlf = 1;
+                    } else {
+                        cut_break.lf = 1;
+                    }
                 }
                 line += 1;
                 line_len = 0;
             }
+            after_cr = seg.last() == Some(&b'\r');
             pos = seg_end;
         }
-        if collecting_done && ahead > COUNT_AHEAD_MAX_BYTES {
+        file_pos += n as u64;
+        // Lines are counted ahead only for a read from the start: a continuation page never
+        // scans the rest of the file, only (a bounded stretch) to the end of a line it cut.
+        let seeking_cut_end =
+            partial_line && cut_len.is_none() && ahead <= CUT_LINE_END_SCAN_MAX_BYTES;
+        if collecting_done && (!whole_file || ahead > COUNT_AHEAD_MAX_BYTES) && !seeking_cut_end {
             break;
         }
     }
@@ -206,15 +326,20 @@ fn read_lines(
         cut_len = Some(line_len); // the cut line is the unterminated last one
     }
     if let Some(t) = total {
-        if start > t.max(1) || (t == 0 && start > 1) {
+        if whole_file && (start > t.max(1) || (t == 0 && start > 1)) {
             return Err(ReadError::PastEnd { total: t });
         }
         if next_start.is_some_and(|s| s > t) {
             next_start = None;
         }
+        if let Some(Next::Forward(p)) = next
+            && p.offset >= file_pos
+        {
+            next = None; // nothing follows the cut
+        }
     }
     if partial_line {
-        // Continuing a cut line would skip its rest; point at it instead.
+        // Continuing a cut line by start_line would skip its rest (next_cursor does not).
         next_start = last_line_in_out
             .map(|l| l + 1)
             .filter(|&s| total.is_none_or(|t| s <= t));
@@ -222,30 +347,44 @@ fn read_lines(
     let content = finish_text(out, start)?;
     let end_line = last_line_in_out;
     Ok(Excerpt {
+        offset: out_offset.unwrap_or(from.offset),
         start_line: end_line.map(|_| start),
         end_line,
         total_lines: total,
         truncated,
         next_start_line: next_start,
+        next,
         cut_line: partial_line
             .then_some(last_line_in_out)
             .flatten()
             .map(|l| (l, cut_len)),
+        cut_line_break: cut_break,
         bom: false,
         line_ending: LineEnding::None,
-        sha256: reached_eof.then(|| hex::encode(hasher.finalize())),
+        sha256: (whole_file && reached_eof).then(|| hex::encode(hasher.finalize())),
         content,
     })
 }
 
-fn read_tail(file: &mut File, size: u64, n: u64, max_bytes: usize) -> Result<Excerpt, ReadError> {
+/// The last `n` lines of the bytes before `end` (a partial line at `end` counts as one), at most
+/// `max_bytes` of them (the newest), and where the rest of those lines is. `line_at_end` is the
+/// line holding byte `end`, when a previous page knew it; `from_the_end` says `end` is the size
+/// of the file (the first page of a tail).
+fn read_tail(
+    file: &mut File,
+    end: u64,
+    n: u64,
+    line_at_end: Option<u64>,
+    from_the_end: bool,
+    max_bytes: usize,
+) -> Result<Excerpt, ReadError> {
     // Walk backwards collecting blocks until n+1 line breaks precede the wanted text, the budget
     // is covered, or the start of the file is reached.
-    let mut pos = size;
-    let mut tail: Vec<u8> = Vec::new(); // bytes from `pos` to the end
-    let trailing_newline = if size > 0 {
+    let mut pos = end;
+    let mut tail: Vec<u8> = Vec::new(); // bytes from `pos` to `end`
+    let trailing_newline = if end > 0 {
         let mut b = [0u8; 1];
-        file.seek(SeekFrom::Start(size - 1))?;
+        file.seek(SeekFrom::Start(end - 1))?;
         file.read_exact(&mut b)?;
         b[0] == b'\n'
     } else {
@@ -283,27 +422,32 @@ fn read_tail(file: &mut File, size: u64, n: u64, max_bytes: usize) -> Result<Exc
     };
     let from = start_offset.unwrap_or(0);
     let mut wanted = tail.split_off(from);
+    let mut start = pos + from as u64; // file offset of wanted[0]
+    // The byte before `start` (None: `start` is the start of the file).
+    let mut before: Option<u8> = tail.last().copied();
     // The total is known only when the whole file went through memory.
-    let total =
-        (pos == 0).then(|| memchr::memchr_iter(b'\n', &tail).count() as u64 + lines_in(&wanted));
-    let mut truncated = false;
-    if pos > 0 && start_offset.is_none() {
-        // Stopped by the byte cap in the middle of a line: drop that partial line.
-        truncated = true;
-        match memchr::memchr(b'\n', &wanted) {
-            Some(i) => {
-                wanted.drain(..=i);
-            }
-            None => wanted.clear(),
-        }
+    let total = (pos == 0 && from_the_end)
+        .then(|| memchr::memchr_iter(b'\n', &tail).count() as u64 + lines_in(&wanted));
+    let body_end = wanted.len().saturating_sub(1);
+    if pos > 0
+        && start_offset.is_none()
+        && let Some(i) = memchr::memchr(b'\n', &wanted[..body_end])
+    {
+        // Stopped by the byte cap in the middle of a line: drop that partial line (a line with
+        // no break before its end is kept: its end is cut to the budget below).
+        before = Some(b'\n');
+        wanted.drain(..=i);
+        start += i as u64 + 1;
     }
     let mut cut_bytes: Option<Option<u64>> = None;
     if wanted.len() > max_bytes {
         // Keep the newest lines that fit: drop from the front up to a line start.
         let mut cut = wanted.len() - max_bytes;
-        match memchr::memchr(b'\n', &wanted[cut..]).map(|i| cut + i + 1) {
+        match memchr::memchr(b'\n', &wanted[cut - 1..]).map(|i| cut + i) {
             Some(s) if s < wanted.len() => {
+                before = Some(wanted[s - 1]);
                 wanted.drain(..s);
+                start += s as u64;
             }
             _ => {
                 // The last line alone is over budget: keep its end, from a char boundary.
@@ -315,27 +459,50 @@ fn read_tail(file: &mut File, size: u64, n: u64, max_bytes: usize) -> Result<Exc
                 while cut < wanted.len() && wanted[cut] & 0xC0 == 0x80 {
                     cut += 1;
                 }
+                before = Some(wanted[cut - 1]);
                 wanted.drain(..cut);
+                start += cut as u64;
             }
         }
-        truncated = true;
     }
+    // Line starts in [start, end): `start` itself when it follows a line break (or is the
+    // start of the file), and one after every line break but a final one.
+    let starts_at_line = before.is_none_or(|b| b == b'\n');
+    let inner_breaks =
+        memchr::memchr_iter(b'\n', wanted.strip_suffix(b"\n").unwrap_or(&wanted)).count() as u64;
+    let starts = u64::from(starts_at_line && !wanted.is_empty()) + inner_breaks;
+    let lines_left = n.saturating_sub(starts);
     let returned_lines = lines_in(&wanted);
+    // The line holding the last byte returned, when known.
+    let last_line = match (total, line_at_end) {
+        (Some(t), _) => Some(t),
+        (None, Some(l)) => Some(if trailing_newline { l - 1 } else { l }),
+        _ => None,
+    };
     let content = finish_text(wanted, 1)?;
-    let (start_line, end_line) = match total {
-        Some(t) if returned_lines > 0 && t >= returned_lines => {
-            (Some(t - returned_lines + 1), Some(t))
+    let (start_line, end_line) = match last_line {
+        Some(l) if returned_lines > 0 && l >= returned_lines => {
+            (Some(l - returned_lines + 1), Some(l))
         }
         _ => (None, None),
     };
+    let next = (lines_left > 0 && start > 0).then_some(Next::Backward {
+        end: start,
+        lines: lines_left,
+        line_at_end: start_line,
+    });
     Ok(Excerpt {
         content,
+        offset: start,
         start_line,
         end_line,
         total_lines: total,
-        truncated,
+        truncated: next.is_some(),
         next_start_line: None,
+        next,
         cut_line: cut_bytes.and_then(|len| end_line.map(|l| (l, len))),
+        // A tail's cut line ends the text returned: its break, if any, is in `content`.
+        cut_line_break: EolCounts::default(),
         bom: false,
         line_ending: LineEnding::None,
         sha256: None,

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
     IMAGE_MAX_BYTES, LIST_DIR_DEFAULT_ENTRIES, LIST_DIR_MAX_ENTRIES, LIST_FILES_DEFAULT,
-    LIST_FILES_MAX, READ_DEFAULT_MAX_BYTES, READ_HARD_MAX_BYTES,
+    LIST_FILES_MAX, READ_DEFAULT_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS, RESULT_TEXT_DEFAULT_CHARS,
+    RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
 use crate::{
@@ -20,20 +21,22 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
+        text::{Budget, TextView, body_limit},
     },
+    path::{At, Kind, Workspace},
     policy::Capability,
     primitives::{
         ignores::IgnoreFilter,
         skipped::{SkipList, SkippedPath},
         text::LineEnding,
-        write::{open_regular, read_bounded},
+        write::{open_regular, read_bounded, reader_at},
     },
-    tools::blocking::blocking,
+    tools::{blocking::blocking, cursor},
 };
 
 mod engine;
 
-use engine::{ReadError, Span};
+use engine::{Next, ReadError, Span};
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -43,51 +46,62 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 title: "List a directory",
                 description: "List the direct children of a directory with their type (file, \
                               dir, symlink, other), size in bytes and modification time \
-                              (RFC 3339, UTC), sorted by name. At most max_entries (default 1000, \
-                              at most 10000) are returned; `truncated` says when more exist. \
-                              Symlinks are reported, not followed.",
+                              (RFC 3339, UTC), sorted by name; symlinks are reported, not \
+                              followed. A page holds at most max_entries (default 1000) and, \
+                              by default, what fits in 45000 characters; the first line of the \
+                              text says how many there are and, when more follow, the offset \
+                              to pass (next_offset). An explicit max_entries (at most 10000) \
+                              allows up to 500000 characters.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
             list_dir,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "list_files",
                 title: "List files recursively",
-                description: "List files under a directory, recursively, sorted by path. Honours \
-                              .gitignore, .ignore and git excludes unless include_ignored is true; \
-                              .git directories are skipped; symlinked directories are never \
-                              followed. `glob` keeps only matching paths (gitignore syntax, e.g. \
-                              \"*.rs\" or \"src/**/*.ts\"). At most max_files (default 2000, at most \
-                              20000); `truncated` says when more exist. Directories that could not \
-                              be read (permission denied, longer than PATH_MAX, I/O errors) are \
-                              listed in `skipped` (the first 100 in path order, with reasons; \
-                              skipped_count counts all); `complete` is true only when nothing was \
-                              truncated or skipped.",
+                description: "List files under a directory, recursively, sorted by path (one path a \
+                              line in the text). Honours .gitignore, .ignore and git excludes \
+                              unless include_ignored; .git is skipped; symlinked directories are \
+                              never followed. glob keeps matching paths (gitignore syntax, e.g. \
+                              \"*.rs\" or \"src/**/*.ts\"). A page holds at most max_files (default \
+                              2000) and, by default, what fits in 45000 characters; then \
+                              next_cursor continues with the same arguments plus cursor. An \
+                              explicit max_files (at most 20000) allows up to 500000 characters. \
+                              Directories that could not be read are listed in `skipped` (the \
+                              first 100, with reasons; skipped_count counts all); `complete` is \
+                              true only when nothing was truncated or skipped.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
             list_files,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "read_file",
                 title: "Read a text file",
                 description: "Read a UTF-8 text file: whole, a 1-based inclusive line range \
-                              (start_line, end_line), or the last tail_lines lines. Returns at most \
-                              max_bytes (default 1 MiB, capped at 5 MiB) of whole lines; when cut, \
-                              `truncated` is true and `next_start_line` says where to continue. \
-                              Reports total_lines (null when the file was not read to its end), \
-                              size_bytes, line_ending, whether a BOM was present (it is not part of \
-                              `content`), and sha256 of the whole file when it was read whole \
-                              (use it as expected_sha256 for edits). Huge files are streamed, never \
-                              loaded whole. Binary or non-UTF-8 files are an error.",
+                              (start_line, end_line), or the last tail_lines lines. The text \
+                              block is a summary line (lines, total_lines, size, sha256 when read \
+                              whole) then the file's text exactly. Returns at most max_bytes \
+                              (default 42999, what fits in a host's default result size; at most \
+                              5 MiB) of whole lines; when cut, truncated is true and next_cursor \
+                              (named in the summary) continues exactly: pass it with path for \
+                              the rest, forward for a range, backward for a tail, also inside a \
+                              line longer than max_bytes. next_start_line gives the next whole \
+                              line. Reports size_bytes, line_ending, bom (not part of the text) \
+                              and sha256 of the whole file when it was read whole (use it as \
+                              expected_sha256 for edits). Huge files are streamed, never loaded \
+                              whole. Binary or non-UTF-8 files are an error.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
             read_file,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::content(
             ToolMeta {
                 name: "view_image",
@@ -115,15 +129,19 @@ pub(crate) struct ListDirArgs {
     /// Directory to list, relative to the workspace (default ".").
     #[serde(default = "default_dot")]
     path: String,
-    /// Most entries to return (default 1000, at most 10000).
+    /// Most entries to return (default 1000 and what fits in 45000 characters; at most 10000,
+    /// and at most 500000 characters when given).
     #[schemars(range(min = 1, max = LIST_DIR_MAX_ENTRIES))]
     max_entries: Option<usize>,
+    /// Entries to skip, in name order (next_offset of the previous page; default 0).
+    #[serde(default)]
+    offset: usize,
 }
 
 /// One directory entry.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct DirEntry {
-    /// File name.
+    /// File name (quoted when it is not UTF-8, as paths are: `"caf\xe9.txt"`).
     name: String,
     /// `file`, `dir`, `symlink` or `other`.
     #[serde(rename = "type")]
@@ -135,17 +153,88 @@ pub(crate) struct DirEntry {
     modified: Option<String>,
 }
 
+impl DirEntry {
+    /// The entry's line in the text block: name (with `/` for a directory), type, size, time.
+    fn line(&self) -> String {
+        format!(
+            "{}{}\t{}\t{}\t{}\n",
+            self.name,
+            if self.kind == "dir" { "/" } else { "" },
+            self.kind,
+            self.size,
+            self.modified.as_deref().unwrap_or("-")
+        )
+    }
+}
+
 /// Result of `list_dir`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct ListDirOutput {
     /// The directory listed.
     path: String,
-    /// Entries sorted by name.
+    /// Entries sorted by name, from `offset`.
     entries: Vec<DirEntry>,
     /// Entries in the directory.
     total_entries: usize,
-    /// More entries exist than were returned.
+    /// Entries skipped before the first one returned.
+    offset: usize,
+    /// More entries follow: pass next_offset as offset for them.
     truncated: bool,
+    /// The offset of the next page; absent when this page reaches the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_offset: Option<usize>,
+    #[serde(skip)]
+    limit: usize,
+    #[serde(skip)]
+    max_entries: Option<usize>,
+}
+
+impl TextView for ListDirOutput {
+    fn summary(&self) -> String {
+        let range = if self.entries.is_empty() {
+            "no entries".to_owned()
+        } else {
+            format!(
+                "entries {}-{}",
+                self.offset + 1,
+                self.offset + self.entries.len()
+            )
+        };
+        let mut s = format!(
+            "list_dir {}: {range} of {} (name, type, size, modified)",
+            self.path, self.total_entries
+        );
+        match self.next_offset {
+            Some(n) => {
+                let mut args = serde_json::json!({"path": self.path, "offset": n});
+                if let Some(m) = self.max_entries {
+                    args["max_entries"] = m.into();
+                }
+                s.push_str(&format!("; more: call list_dir with {args}"));
+            }
+            None => s.push_str("; complete"),
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        for e in &self.entries {
+            out.push_str(&e.line());
+        }
+    }
+
+    fn text_limit(&self) -> usize {
+        self.limit
+    }
+}
+
+/// The text limit of a list whose caller gave `explicit` as its page size, or none.
+fn list_limit<T>(explicit: Option<T>) -> usize {
+    if explicit.is_some() {
+        RESULT_TEXT_RAISED_MAX_CHARS
+    } else {
+        RESULT_TEXT_DEFAULT_CHARS
+    }
 }
 
 async fn list_dir(
@@ -157,42 +246,70 @@ async fn list_dir(
         .max_entries
         .unwrap_or(LIST_DIR_DEFAULT_ENTRIES)
         .clamp(1, LIST_DIR_MAX_ENTRIES);
+    let limit = list_limit(args.max_entries);
     blocking(move || {
         let ws = rt.workspace();
         let dir = ws.resolve(&args.path)?;
         let display = ws.display(dir.real());
-        let rd = fs::read_dir(dir.real()).map_err(|e| ToolError::io(&args.path, &e))?;
-        let mut names: Vec<std::ffi::OsString> =
-            rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+        // Listed through a descriptor opened beneath the workspace root, each entry looked at
+        // relative to it: a directory swapped for a symlink cannot make it list outside.
+        let fd = ws
+            .open_dir(&dir)
+            .map_err(|e| Workspace::open_error(&args.path, &e))?;
+        let mut names = list_names(&fd).map_err(|e| ToolError::io(&args.path, &e))?;
         names.sort_unstable();
         let total = names.len();
-        let entries = names
-            .iter()
-            .take(max)
-            .map(|name| {
-                let meta = fs::symlink_metadata(dir.real().join(name)).ok();
-                let kind = match meta.as_ref().map(|m| m.file_type()) {
-                    Some(t) if t.is_symlink() => "symlink",
-                    Some(t) if t.is_dir() => "dir",
-                    Some(t) if t.is_file() => "file",
-                    _ => "other",
-                };
-                DirEntry {
-                    name: name.to_string_lossy().into_owned(),
-                    kind,
-                    size: meta.as_ref().map_or(0, |m| m.len()),
-                    modified: meta.and_then(|m| m.modified().ok()).map(rfc3339),
-                }
-            })
-            .collect();
+        let mut budget = Budget::new(body_limit(limit));
+        let mut entries = Vec::new();
+        for name in names.iter().skip(args.offset).take(max) {
+            let meta = At::new_in(fd.clone(), name.clone()).stat().ok().flatten();
+            let kind = match meta.map(|m| m.kind) {
+                Some(Kind::Symlink) => "symlink",
+                Some(Kind::Dir) => "dir",
+                Some(Kind::File) => "file",
+                _ => "other",
+            };
+            let entry = DirEntry {
+                name: crate::path::quote::render(name),
+                kind,
+                size: meta.map_or(0, |m| m.size),
+                modified: meta.and_then(|m| m.modified).map(rfc3339),
+            };
+            // At least one entry per page, so a page always moves on.
+            if !budget.take(entry.line().len()) && !entries.is_empty() {
+                break;
+            }
+            entries.push(entry);
+        }
+        let end = args.offset.saturating_add(entries.len());
+        let more = end < total;
         Ok(ListDirOutput {
             path: display,
             entries,
             total_entries: total,
-            truncated: total > max,
+            offset: args.offset,
+            truncated: more,
+            next_offset: more.then_some(end),
+            limit,
+            max_entries: args.max_entries,
         })
     })
     .await
+}
+
+/// The names in the directory open at `fd` (`.` and `..` left out), in no particular order.
+fn list_names(fd: &std::os::fd::OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut dir = nix::dir::Dir::from_fd(fd.try_clone()?)?;
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsStr::from_bytes(name).to_owned());
+        }
+    }
+    Ok(names)
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -202,7 +319,7 @@ fn rfc3339(t: SystemTime) -> String {
 // === list_files ===
 
 /// Arguments of `list_files`.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListFilesArgs {
     /// Directory to walk, relative to the workspace (default ".").
@@ -213,9 +330,14 @@ pub(crate) struct ListFilesArgs {
     /// Also list files that .gitignore, .ignore or git excludes would skip.
     #[serde(default)]
     include_ignored: bool,
-    /// Most files to return (default 2000, at most 20000).
+    /// Most files to return (default 2000 and what fits in 45000 characters; at most 20000, and
+    /// at most 500000 characters when given).
     #[schemars(range(min = 1, max = LIST_FILES_MAX))]
+    #[serde(skip_serializing)]
     max_files: Option<usize>,
+    /// next_cursor of the previous page, to continue the same listing.
+    #[serde(skip_serializing)]
+    cursor: Option<String>,
 }
 
 /// Result of `list_files`.
@@ -223,22 +345,63 @@ pub(crate) struct ListFilesArgs {
 pub(crate) struct ListFilesOutput {
     /// The directory walked.
     path: String,
-    /// File paths (files and symlinks, never directories), sorted.
+    /// File paths (files and symlinks, never directories), sorted, after the cursor's.
     files: Vec<String>,
-    /// More files exist than were returned.
+    /// More files follow: next_cursor continues.
     truncated: bool,
+    /// Pass as cursor (with the same other arguments) for the next page; absent at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
     /// Directories and entries that could not be read (so files under them are missing): the
     /// first 100 in path order.
     skipped: Vec<SkippedPath>,
     /// How many paths were skipped in all.
     skipped_count: usize,
-    /// Every file under `path` was listed: nothing truncated, nothing skipped.
+    /// Every file under `path` (after the cursor) was listed: nothing truncated, nothing skipped.
     complete: bool,
     /// Ignore files applied only in part because they exceed 1048576 bytes or 10000 patterns
     /// (files their later patterns ignore are listed), one note per file, at most 20. Absent
     /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
+    #[serde(skip)]
+    limit: usize,
+    #[serde(skip)]
+    continue_with: Option<serde_json::Value>,
+}
+
+impl TextView for ListFilesOutput {
+    fn summary(&self) -> String {
+        let mut s = format!(
+            "list_files {}: {}",
+            self.path,
+            crate::mcp::text::count(self.files.len() as u64, "file", "files")
+        );
+        if self.skipped_count > 0 {
+            s.push_str(&format!(
+                ", {} could not be read (listed at the end)",
+                crate::mcp::text::count(self.skipped_count as u64, "path", "paths")
+            ));
+        }
+        match &self.continue_with {
+            Some(args) => s.push_str(&format!("; more: call list_files with {args}")),
+            None if self.complete => s.push_str("; complete"),
+            None => s.push_str("; incomplete (see the skipped paths)"),
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        for f in &self.files {
+            out.push_str(f);
+            out.push('\n');
+        }
+        crate::mcp::text::skipped_trailer(out, &self.skipped, &self.notes);
+    }
+
+    fn text_limit(&self) -> usize {
+        self.limit
+    }
 }
 
 async fn list_files(
@@ -250,6 +413,30 @@ async fn list_files(
         .max_files
         .unwrap_or(LIST_FILES_DEFAULT)
         .clamp(1, LIST_FILES_MAX);
+    let limit = list_limit(args.max_files);
+    let fingerprint = crate::primitives::text::sha256_hex(
+        serde_json::to_string(&args).unwrap_or_default().as_bytes(),
+    )[..16]
+        .to_owned();
+    let after = match &args.cursor {
+        Some(c) => {
+            let v = cursor::decode(c, "list_files")?;
+            if v["q"].as_str() != Some(fingerprint.as_str()) {
+                return Err(ToolError::invalid(
+                    "cursor belongs to a different listing: repeat the same arguments with it",
+                ));
+            }
+            let hex = v["p"].as_str().unwrap_or_default();
+            let bytes = hex::decode(hex).map_err(|_| {
+                ToolError::invalid("cursor is not a next_cursor returned by list_files")
+            })?;
+            use std::os::unix::ffi::OsStringExt;
+            Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+                bytes,
+            )))
+        }
+        None => None,
+    };
     blocking(move || {
         let ws = rt.workspace();
         let root = ws.resolve(&args.path)?;
@@ -258,6 +445,13 @@ async fn list_files(
                 "{}: not a directory",
                 args.path
             )));
+        }
+        // The cursor holds the last path returned, relative to the root; the walk resumes after it.
+        let after = after.map(|rel| root.real().join(rel));
+        if after.as_ref().is_some_and(|a| !a.starts_with(root.real())) {
+            return Err(ToolError::invalid(
+                "cursor is not a next_cursor returned by list_files",
+            ));
         }
         let mut ob = OverrideBuilder::new(root.real());
         if let Some(g) = &args.glob {
@@ -276,17 +470,29 @@ async fn list_files(
             ))
         });
         let keep = filter.clone();
+        let prune = after.clone();
         let mut wb = WalkBuilder::new(root.real());
         wb.standard_filters(false)
             .follow_links(false)
             .overrides(overrides)
             .sort_by_file_name(|a, b| a.cmp(b))
             .filter_entry(move |e| {
+                // Directories wholly before the cursor are not walked again.
+                if let Some(a) = &prune
+                    && e.file_type().is_some_and(|t| t.is_dir())
+                    && !a.starts_with(e.path())
+                    && crate::path::path_order(e.path(), a).is_lt()
+                {
+                    return false;
+                }
                 e.file_name() != ".git" && keep.as_ref().is_none_or(|f| f.keep(e))
             });
-        let mut files = Vec::new();
+        let mut files: Vec<String> = Vec::new();
+        let mut last: Option<std::path::PathBuf> = None;
         let mut truncated = false;
         let mut skipped = SkipList::default();
+        let mut budget =
+            Budget::new(body_limit(limit).saturating_sub(crate::mcp::text::TRAILER_RESERVE));
         for entry in wb.build() {
             if cx.cancel.is_cancelled() {
                 return Err(ToolError::cancelled());
@@ -301,23 +507,51 @@ async fn list_files(
             if entry.depth() == 0 || entry.file_type().is_none_or(|t| t.is_dir()) {
                 continue;
             }
-            if files.len() == max {
+            if after
+                .as_ref()
+                .is_some_and(|a| !crate::path::path_order(entry.path(), a).is_gt())
+            {
+                continue;
+            }
+            let shown = ws.display(entry.path());
+            if files.len() == max || (!budget.take(shown.len() + 1) && !files.is_empty()) {
                 truncated = true;
                 break;
             }
-            files.push(ws.display(entry.path()));
+            files.push(shown);
+            last = Some(entry.path().to_owned());
         }
         let skipped_count = skipped.total();
+        let next_cursor = truncated.then(|| {
+            use std::os::unix::ffi::OsStrExt;
+            let rel = last
+                .as_deref()
+                .and_then(|l| l.strip_prefix(root.real()).ok())
+                .map(|r| hex::encode(r.as_os_str().as_bytes()))
+                .unwrap_or_default();
+            cursor::encode(&serde_json::json!({"p": rel, "q": fingerprint}))
+        });
+        let continue_with = next_cursor.as_ref().map(|c| {
+            let mut v = serde_json::to_value(&args).unwrap_or_default();
+            v["cursor"] = c.clone().into();
+            if let Some(m) = args.max_files {
+                v["max_files"] = m.into();
+            }
+            v
+        });
         Ok(ListFilesOutput {
             path: ws.display(root.real()),
             files,
             truncated,
+            next_cursor,
             skipped: skipped.render(ws),
             skipped_count,
             complete: !truncated && skipped_count == 0,
             notes: filter.map_or_else(Vec::new, |f| {
                 crate::primitives::ignores::notes(&f.capped(), ws)
             }),
+            limit,
+            continue_with,
         })
     })
     .await
@@ -340,10 +574,15 @@ pub(crate) struct ReadFileArgs {
     /// Return the last N lines instead of a range.
     #[schemars(range(min = 1))]
     tail_lines: Option<u64>,
-    /// Most bytes of content to return: 1 to 5242880 (larger values are capped), default
-    /// 1048576. Content ends at a line boundary unless one line alone is longer (see cut_line).
+    /// Most bytes of content to return: 1 to 5242880 (larger values are capped), default 42999
+    /// (what fits in a host's default result size). Content ends at a line boundary unless one
+    /// line alone is longer.
     #[schemars(range(min = 1))]
     max_bytes: Option<usize>,
+    /// next_cursor of the previous page: continues exactly where it stopped (even inside a long
+    /// line), forward for a range and backward for tail_lines. Replaces start_line, end_line and
+    /// tail_lines.
+    cursor: Option<String>,
 }
 
 /// Result of `read_file`.
@@ -353,6 +592,8 @@ pub(crate) struct ReadFileOutput {
     path: String,
     /// The text, whole lines with their line endings (a BOM is not included).
     content: String,
+    /// Byte offset of `content` in the file.
+    offset: u64,
     /// 1-based first line of `content`; null when unknown (tail of a large file) or empty.
     start_line: Option<u64>,
     /// 1-based last line of `content`; null when unknown or empty.
@@ -361,13 +602,18 @@ pub(crate) struct ReadFileOutput {
     total_lines: Option<u64>,
     /// File size in bytes.
     size_bytes: u64,
-    /// `content` stopped before the requested lines ended because of max_bytes.
+    /// `content` stopped before the requested lines ended because of max_bytes: next_cursor
+    /// continues.
     truncated: bool,
-    /// The line to pass as start_line to continue; null when nothing follows.
+    /// Pass as cursor (with the same path) for the rest of the requested lines: every byte of
+    /// them comes exactly once, page by page. Absent when nothing of the request is left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    /// The line to pass as start_line to read on by whole lines; null when nothing follows.
     next_start_line: Option<u64>,
     /// A line longer than max_bytes that `content` holds only part of: its first bytes for a
-    /// range read, its last bytes for tail_lines. Its other bytes cannot be read with this
-    /// max_bytes (raise it, up to 5242880). Absent when no line was cut.
+    /// range read, its last bytes for tail_lines; next_cursor continues inside it. Absent when no
+    /// line was cut.
     #[serde(skip_serializing_if = "Option::is_none")]
     cut_line: Option<u64>,
     /// Length in bytes of cut_line (with its line break) when the read saw all of it.
@@ -375,11 +621,114 @@ pub(crate) struct ReadFileOutput {
     cut_line_bytes: Option<u64>,
     /// The file starts with a UTF-8 byte order mark.
     bom: bool,
-    /// Line endings seen in `content`: none, lf, crlf or mixed.
+    /// Line endings of the lines in `content`: none, lf, crlf or mixed. A cut line counts with
+    /// its own break, which `content` stops before (when the read saw it).
     line_ending: LineEnding,
     /// SHA-256 (hex) of the whole file; present only when the whole file was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     sha256: Option<String>,
+    /// Whether the read was a tail (for the summary).
+    #[serde(skip)]
+    tail: bool,
+    /// max_bytes as given (for the continuation hint).
+    #[serde(skip)]
+    max_bytes: Option<usize>,
+}
+
+impl TextView for ReadFileOutput {
+    fn summary(&self) -> String {
+        let lines = match (self.start_line, self.end_line) {
+            _ if self.content.is_empty() => "no lines".to_owned(),
+            (Some(a), Some(b)) if a == b => format!("line {a}"),
+            (Some(a), Some(b)) => format!("lines {a}-{b}"),
+            _ if self.tail => "the last lines".to_owned(),
+            _ => "lines".to_owned(),
+        };
+        let total = self
+            .total_lines
+            .map_or_else(String::new, |t| format!(" of {t}"));
+        let mut s = format!(
+            "read_file {}: {lines}{total} ({} of {} bytes from offset {}",
+            self.path,
+            self.content.len(),
+            self.size_bytes,
+            self.offset
+        );
+        if let Some(sha) = &self.sha256 {
+            s.push_str(&format!(", sha256 {sha}"));
+        }
+        if self.bom {
+            s.push_str(", BOM not shown");
+        }
+        if let Some(l) = self.cut_line {
+            s.push_str(&format!(", line {l} cut"));
+        }
+        s.push(')');
+        match &self.next_cursor {
+            Some(c) => {
+                let mut args = serde_json::json!({"path": self.path, "cursor": c});
+                if let Some(m) = self.max_bytes {
+                    args["max_bytes"] = m.into();
+                }
+                s.push_str(&format!(
+                    "; more {}: call read_file with {args}",
+                    if self.tail { "before it" } else { "follows" }
+                ));
+            }
+            None => match self.next_start_line {
+                Some(n) => s.push_str(&format!("; the file goes on at start_line {n}")),
+                None => s.push_str("; complete"),
+            },
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        out.push_str(&self.content);
+    }
+
+    fn text_limit(&self) -> usize {
+        text_limit_for(self.max_bytes)
+    }
+}
+
+/// The text limit of a result whose body is at most `max_bytes` when given, else the default.
+fn text_limit_for(max_bytes: Option<usize>) -> usize {
+    max_bytes.map_or(RESULT_TEXT_DEFAULT_CHARS, |m| {
+        (m + RESULT_SUMMARY_MAX_CHARS + 1).max(RESULT_TEXT_DEFAULT_CHARS)
+    })
+}
+
+/// A read's continuation, as carried by a cursor: where, and the file it belongs to.
+fn encode_read_cursor(
+    next: &Next,
+    end: Option<u64>,
+    total: Option<u64>,
+    ident: (u64, i128),
+) -> String {
+    let mut v = match *next {
+        Next::Forward(p) => serde_json::json!({"d": "f", "o": p.offset, "l": p.line, "e": end}),
+        Next::Backward {
+            end,
+            lines,
+            line_at_end,
+        } => serde_json::json!({"d": "b", "o": end, "n": lines, "l": line_at_end}),
+    };
+    v["t"] = total.into();
+    v["s"] = ident.0.into();
+    v["m"] = ident.1.to_string().into();
+    cursor::encode(&v)
+}
+
+/// Size and modification time (ns since the epoch) of a file, to tell whether a cursor still
+/// applies.
+fn identity(meta: &fs::Metadata) -> (u64, i128) {
+    let m = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i128);
+    (meta.len(), m)
 }
 
 async fn read_file(
@@ -387,14 +736,28 @@ async fn read_file(
     args: ReadFileArgs,
     _cx: CallContext,
 ) -> ToolResult<ReadFileOutput> {
+    let cursor = match &args.cursor {
+        Some(_)
+            if args.start_line.is_some()
+                || args.end_line.is_some()
+                || args.tail_lines.is_some() =>
+        {
+            return Err(ToolError::invalid(
+                "cursor continues a previous read: pass it with path (and max_bytes) only",
+            ));
+        }
+        Some(c) => Some(cursor::decode(c, "read_file")?),
+        None => None,
+    };
     let span = match (args.tail_lines, args.start_line, args.end_line) {
+        _ if cursor.is_some() => None,
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
             return Err(ToolError::invalid(
                 "tail_lines cannot be combined with start_line or end_line",
             ));
         }
         (Some(0), ..) => return Err(ToolError::invalid("tail_lines must be at least 1")),
-        (Some(n), ..) => Span::Tail(n),
+        (Some(n), ..) => Some(Span::Tail(n)),
         (None, start, end) => {
             let start = start.unwrap_or(1);
             if start == 0 {
@@ -409,7 +772,7 @@ async fn read_file(
                     "end_line {e} is before start_line {start}"
                 )));
             }
-            Span::Lines { start, end }
+            Some(Span::Lines { start, end })
         }
     };
     if args.max_bytes == Some(0) {
@@ -418,13 +781,55 @@ async fn read_file(
     let max = args
         .max_bytes
         .unwrap_or(READ_DEFAULT_MAX_BYTES)
-        .min(READ_HARD_MAX_BYTES);
+        .min(rt.read_max_bytes());
     blocking(move || {
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
         let display = ws.display(p.real());
-        let (mut file, meta) = open_regular(p.real(), &args.path)?;
-        let ex = engine::read(&mut file, meta.len(), span, max).map_err(|e| match e {
+        let at = reader_at(ws, &p, &args.path)?;
+        let (mut file, meta) = open_regular(&at, &args.path)?;
+        let ident = identity(&meta);
+        // What a cursor carries: the span, the range's end line, the known total.
+        let (span, end_line, known_total) = match (&span, &cursor) {
+            (Some(span), _) => {
+                let end = match span {
+                    Span::Lines { end, .. } => *end,
+                    _ => None,
+                };
+                (*span, end, None)
+            }
+            (None, Some(c)) => {
+                let bad = || ToolError::invalid("cursor is not a next_cursor returned by read_file");
+                let same = c["s"].as_u64() == Some(ident.0)
+                    && c["m"].as_str().and_then(|m| m.parse::<i128>().ok()) == Some(ident.1);
+                if !same {
+                    return Err(ToolError::conflict(format!(
+                        "{}: the file changed since this cursor was returned (size or modification time differ); read it again without a cursor",
+                        args.path
+                    )));
+                }
+                let offset = cursor::u64_field(c, "o", "read_file")?;
+                let span = match c["d"].as_str() {
+                    Some("f") => Span::From {
+                        at: engine::Position {
+                            offset,
+                            line: cursor::u64_field(c, "l", "read_file")?,
+                        },
+                        end: c["e"].as_u64(),
+                    },
+                    Some("b") => Span::Before {
+                        end: offset,
+                        lines: cursor::u64_field(c, "n", "read_file")?,
+                        line_at_end: c["l"].as_u64(),
+                    },
+                    _ => return Err(bad()),
+                };
+                (span, c["e"].as_u64(), c["t"].as_u64())
+            }
+            (None, None) => return Err(ToolError::internal("read_file: no span")),
+        };
+        let tail = matches!(span, Span::Tail(_) | Span::Before { .. });
+        let mut ex = engine::read(&mut file, meta.len(), span, max).map_err(|e| match e {
             ReadError::Io(err) => ToolError::io(&args.path, &err),
             ReadError::Binary(at) => ToolError::invalid(format!(
                 "{}: looks binary (NUL byte at offset {at}); only UTF-8 text can be read (use view_image for images)",
@@ -439,21 +844,35 @@ async fn read_file(
                 args.path
             ))
             .detail("total_lines", total),
+            ReadError::BadPosition => {
+                ToolError::invalid("cursor is not a next_cursor returned by read_file")
+            }
         })?;
+        if ex.total_lines.is_none() {
+            ex.total_lines = known_total;
+        }
+        let next_cursor = ex
+            .next
+            .as_ref()
+            .map(|n| encode_read_cursor(n, end_line, ex.total_lines, ident));
         Ok(ReadFileOutput {
             path: display,
             content: ex.content,
+            offset: ex.offset,
             start_line: ex.start_line,
             end_line: ex.end_line,
             total_lines: ex.total_lines,
             size_bytes: meta.len(),
             truncated: ex.truncated,
+            next_cursor,
             next_start_line: ex.next_start_line,
             cut_line: ex.cut_line.map(|(l, _)| l),
             cut_line_bytes: ex.cut_line.and_then(|(_, b)| b),
             bom: ex.bom,
             line_ending: ex.line_ending,
             sha256: ex.sha256,
+            tail,
+            max_bytes: args.max_bytes,
         })
     })
     .await
@@ -477,7 +896,8 @@ async fn view_image(
     blocking(move || {
         let ws = rt.workspace();
         let p = ws.resolve(&args.path)?;
-        let bytes = read_bounded(p.real(), &args.path, IMAGE_MAX_BYTES as u64)?;
+        let at = reader_at(ws, &p, &args.path)?;
+        let bytes = read_bounded(&at, &args.path, IMAGE_MAX_BYTES as u64)?;
         let mime = image_mime(&bytes).ok_or_else(|| {
             ToolError::invalid(format!(
                 "{}: not a PNG, JPEG, GIF or WebP image (by its first bytes)",

@@ -10,6 +10,7 @@ use crate::{
     mcp::{
         context::CallContext,
         error::{ToolError, ToolResult},
+        text::TextView,
     },
 };
 
@@ -41,6 +42,17 @@ pub(crate) struct CommitOutput {
     subject: String,
     /// The branch it was made on (null when detached).
     branch: Option<String>,
+}
+
+impl TextView for CommitOutput {
+    fn summary(&self) -> String {
+        format!(
+            "git_commit: {} on {}: {}",
+            self.commit,
+            self.branch.as_deref().unwrap_or("a detached HEAD"),
+            self.subject
+        )
+    }
 }
 
 pub(super) async fn git_commit(

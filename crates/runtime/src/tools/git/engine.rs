@@ -145,6 +145,83 @@ pub(crate) struct Output {
     /// stdout was longer than the cap and was cut.
     pub(crate) truncated: bool,
     pub(crate) stderr: String,
+    /// For a [`run_page`]: what the skipped bytes held (else empty).
+    pub(crate) skipped: Skipped,
+}
+
+/// What [`run_page`] saw in the bytes it skipped.
+#[derive(Debug, Default)]
+pub(crate) struct Skipped {
+    /// The first line of stdout (up to [`HEADER_LINE_MAX`] bytes, without its line break).
+    pub(crate) first_line: Vec<u8>,
+    /// The last line starting with [`DIFF_HEADER`] that began in the skipped bytes.
+    pub(crate) last_header: Option<Vec<u8>>,
+}
+
+/// The line that starts each file's section of a patch.
+pub(crate) const DIFF_HEADER: &[u8] = b"diff --git ";
+/// Longest header line kept (a quoted path is at most four times PATH_MAX).
+const HEADER_LINE_MAX: usize = 20 * 1024;
+
+/// Follows line starts through a stream of bytes, keeping the first line and the last
+/// [`DIFF_HEADER`] line.
+#[derive(Debug)]
+struct LineWatch {
+    at_start: bool,
+    first: bool,
+    /// The line being read, while it may be the first line or a header.
+    cur: Option<Vec<u8>>,
+    seen: Skipped,
+}
+
+impl LineWatch {
+    fn new() -> Self {
+        Self {
+            at_start: true,
+            first: true,
+            cur: None,
+            seen: Skipped::default(),
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.at_start {
+                self.cur = Some(Vec::new());
+                self.at_start = false;
+            }
+            let nl = memchr::memchr(b'\n', &bytes[i..]).map(|p| i + p);
+            let end = nl.unwrap_or(bytes.len());
+            if let Some(cur) = &mut self.cur {
+                let room = HEADER_LINE_MAX.saturating_sub(cur.len());
+                cur.extend_from_slice(&bytes[i..end.min(i + room)]);
+                let n = cur.len().min(DIFF_HEADER.len());
+                if !self.first && cur[..n] != DIFF_HEADER[..n] {
+                    self.cur = None;
+                }
+            }
+            if nl.is_some() {
+                self.end_line();
+                i = end + 1;
+            } else {
+                i = end;
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        if let Some(cur) = self.cur.take() {
+            if cur.starts_with(DIFF_HEADER) {
+                self.seen.last_header = Some(cur.clone());
+            }
+            if self.first {
+                self.seen.first_line = cur;
+            }
+        }
+        self.first = false;
+        self.at_start = true;
+    }
 }
 
 impl Output {
@@ -206,12 +283,40 @@ pub(crate) async fn run_in(
     cap: usize,
     cancel: &CancellationToken,
 ) -> ToolResult<Output> {
+    run_window(repo, args, stdin, 0, cap, cancel).await
+}
+
+/// Like [`run_in`], but stdout's first `skip` bytes are read and dropped, then at most `cap`
+/// kept; [`Output::skipped`] says what the dropped bytes held (the first line, the last
+/// [`DIFF_HEADER`] line). For paging through a long patch.
+///
+/// # Errors
+/// As [`run_in`].
+pub(crate) async fn run_page(
+    repo: &Repo,
+    args: &[OsString],
+    skip: u64,
+    cap: usize,
+    cancel: &CancellationToken,
+) -> ToolResult<Output> {
+    run_window(repo, args, None, skip, cap, cancel).await
+}
+
+async fn run_window(
+    repo: &Repo,
+    args: &[OsString],
+    stdin: Option<&[u8]>,
+    skip: u64,
+    cap: usize,
+    cancel: &CancellationToken,
+) -> ToolResult<Output> {
     let out = exec(
         &repo.worktree,
         ConfigSources::Repository,
         &repo.overrides,
         args,
         stdin,
+        skip,
         cap,
         cancel,
     )
@@ -239,16 +344,19 @@ fn missing_from_partial_clone(stderr: &str) -> bool {
 }
 
 /// Runs `git <SAFE_CONFIG> args` in `cwd` reading `sources`, with `overrides` as command-line
-/// configuration and `stdin` if given, keeping at most `cap` bytes of stdout.
+/// configuration and `stdin` if given, dropping the first `skip` bytes of stdout and keeping at
+/// most `cap` bytes after them.
 ///
 /// # Errors
 /// `unavailable` when git is not installed, `timeout` after 60 s, `cancelled`.
+#[allow(clippy::too_many_arguments)]
 async fn exec(
     cwd: &Path,
     sources: ConfigSources,
     overrides: &[(OsString, OsString)],
     args: &[OsString],
     stdin: Option<&[u8]>,
+    skip: u64,
     cap: usize,
     cancel: &CancellationToken,
 ) -> ToolResult<Output> {
@@ -323,27 +431,43 @@ async fn exec(
     let read_out = async move {
         let mut buf = Vec::new();
         let mut truncated = false;
+        let mut to_skip = skip;
+        let mut watch = LineWatch::new();
         if let Some(mut o) = out {
             let mut chunk = vec![0u8; 64 * 1024];
             loop {
                 match o.read(&mut chunk).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
+                        let dropped = (to_skip.min(n as u64)) as usize;
+                        if dropped > 0 {
+                            watch.feed(&chunk[..dropped]);
+                            to_skip -= dropped as u64;
+                        }
+                        let data = &chunk[dropped..n];
                         let room = cap.saturating_sub(buf.len());
-                        buf.extend_from_slice(&chunk[..n.min(room)]);
-                        if n > room {
+                        buf.extend_from_slice(&data[..data.len().min(room)]);
+                        if data.len() > room {
                             truncated = true;
                             break;
                         }
                     }
                 }
             }
+            if skip > 0 && to_skip == 0 && watch.first {
+                // The first line ends in the kept bytes.
+                let end = memchr::memchr(b'\n', &buf).unwrap_or(buf.len());
+                watch.feed(&buf[..end]);
+                watch.end_line();
+            } else if skip > 0 && watch.first {
+                watch.end_line();
+            }
             // Closing our end now makes a git still writing fail (EPIPE) and exit, so its
             // stderr ends too; holding it open would leave git blocked and the call waiting
             // for the timeout.
             drop(o);
         }
-        (buf, truncated)
+        (buf, truncated, watch.seen)
     };
     let read_err = async move {
         let mut kept = Vec::new();
@@ -358,20 +482,21 @@ async fn exec(
         crate::primitives::text::lossy(&kept).into_owned()
     };
     let work = async {
-        let ((stdout, truncated), stderr) = tokio::join!(read_out, read_err);
+        let ((stdout, truncated, skipped), stderr) = tokio::join!(read_out, read_err);
         // Stop a git that still writes after the cap.
         if truncated {
             let _ = child.start_kill();
         }
         let status = child.wait().await;
-        (stdout, truncated, stderr, status)
+        (stdout, truncated, skipped, stderr, status)
     };
     tokio::select! {
-        (stdout, truncated, stderr, status) = work => Ok(Output {
+        (stdout, truncated, skipped, stderr, status) = work => Ok(Output {
             code: status.ok().and_then(|s| s.code()),
             stdout,
             truncated,
             stderr,
+            skipped,
         }),
         _ = tokio::time::sleep(GIT_TIMEOUT) => Err(ToolError::new(ToolErrorCode::Timeout, "git did not finish within 60 s")),
         _ = cancel.cancelled() => Err(ToolError::cancelled()),
@@ -400,6 +525,7 @@ pub(crate) async fn discover(
         &[],
         &args,
         None,
+        0,
         64 * 1024,
         cancel,
     )
@@ -460,6 +586,7 @@ pub(crate) async fn discover(
         &[],
         &config,
         None,
+        0,
         1024 * 1024,
         cancel,
     )

@@ -19,15 +19,11 @@ mod diff;
 pub(crate) mod engine;
 pub(crate) mod guard;
 mod log;
+mod page;
 mod show;
 mod status;
 
 use engine::Repo;
-
-/// Default byte cap of diff output (`git_diff`, `git_show`).
-const DIFF_DEFAULT_BYTES: usize = 256 * 1024;
-/// Largest byte cap of diff output ([`protocol::limits::GIT_DIFF_MAX_BYTES`]).
-const DIFF_MAX_BYTES: usize = protocol::limits::GIT_DIFF_MAX_BYTES;
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -38,49 +34,67 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 description: "Status of the git repository containing path (default the workspace): \
                               branch, upstream, ahead/behind, and each changed, renamed, unmerged \
                               or untracked path with its index (X) and work-tree (Y) status letters \
-                              from `git status --porcelain=v2`.",
+                              from `git status --porcelain=v2` (the text: XY path). A page holds \
+                              at most max_entries (default 1000) and, by default, what fits in \
+                              45000 characters; next_offset continues. An explicit max_entries \
+                              (at most 20000) allows up to 500000 characters.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
             status::git_status,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "git_diff",
                 title: "Git diff",
                 description: "Unified diff of the work tree against the index, or of the index \
-                              against HEAD with staged: true; optionally only under path. \
-                              context_lines (default 3), output cut at max_bytes (default 256 KiB, \
-                              at most 4 MiB). Also lists files with added/deleted line counts. \
-                              External diff and textconv helpers are never run.",
+                              against HEAD with staged: true; optionally only under path; \
+                              context_lines (default 3). The text is a summary line (files \
+                              changed, +/- lines) then git's diff exactly. A page holds at most \
+                              max_bytes (default 42999, what fits in a host's default result \
+                              size; at most 4 MiB), cut at a line break; next_cursor continues \
+                              with the same arguments plus cursor, every byte once. `files` lists \
+                              the files whose diff begins in the page, with added/deleted line \
+                              counts. External diff and textconv helpers are never run.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
             diff::git_diff,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "git_log",
                 title: "Git log",
-                description: "Recent commits (default 20, at most 500), newest first: hash, author \
-                              name, date, subject; author e-mail only with include_email. Optional \
-                              revision or range (e.g. \"main..HEAD\") and path filter.",
+                description: "Commits, newest first: hash, author name, date, subject (one line each \
+                              in the text); author e-mail only with include_email. Optional \
+                              revision or range (e.g. \"main..HEAD\") and path filter. A page \
+                              holds count commits (default 100) and, by default, what fits in \
+                              45000 characters; next_cursor continues with the same arguments plus \
+                              cursor, each commit once. An explicit count (at most 2000) allows up \
+                              to 500000 characters.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
             log::git_log,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "git_show",
                 title: "Git show",
-                description: "One commit: hash, author, date, full message and its patch, cut at \
-                              max_bytes (default 256 KiB, at most 4 MiB).",
+                description: "One commit: hash, author, date, full message and its patch (the \
+                              text: a summary line, the message, then git's patch exactly). A page \
+                              holds at most max_bytes of patch (default: what fits in a host's \
+                              default result size; at most 4 MiB); next_cursor continues with the \
+                              same arguments plus cursor, every byte once.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
             show::git_show,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "git_commit",

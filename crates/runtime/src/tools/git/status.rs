@@ -5,9 +5,18 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use protocol::limits::{
+    GIT_STATUS_DEFAULT_ENTRIES, GIT_STATUS_MAX_ENTRIES, RESULT_TEXT_DEFAULT_CHARS,
+    RESULT_TEXT_RAISED_MAX_CHARS,
+};
+
 use crate::{
     Access,
-    mcp::{context::CallContext, error::ToolResult},
+    mcp::{
+        context::CallContext,
+        error::ToolResult,
+        text::{Budget, TextView, body_limit},
+    },
 };
 
 use super::{dot, engine, os, repo_at};
@@ -19,6 +28,13 @@ pub(crate) struct StatusArgs {
     /// A path inside the repository (default ".").
     #[serde(default = "dot")]
     path: String,
+    /// Most entries to return (default 1000 and what fits in 45000 characters; at most 20000,
+    /// and at most 500000 characters when given).
+    #[schemars(range(min = 1, max = GIT_STATUS_MAX_ENTRIES))]
+    max_entries: Option<usize>,
+    /// Entries to skip (next_offset of the previous page; default 0).
+    #[serde(default)]
+    offset: usize,
 }
 
 /// Branch information.
@@ -59,10 +75,77 @@ pub(crate) struct StatusOutput {
     repository: String,
     /// Branch information.
     branch: Branch,
-    /// Changed paths.
+    /// Changed paths, in git's order, from `offset`.
     entries: Vec<StatusEntry>,
+    /// Changed paths in all.
+    total_entries: usize,
+    /// Entries skipped before the first one returned.
+    offset: usize,
+    /// The offset of the next page; absent when this page reaches the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_offset: Option<usize>,
     /// Nothing changed and nothing untracked.
     clean: bool,
+    #[serde(skip)]
+    limit: usize,
+    #[serde(skip)]
+    continue_with: Option<serde_json::Value>,
+}
+
+impl StatusEntry {
+    /// `XY path` (`XY orig -> path` for a rename or copy), as `git status --short` shows it.
+    fn line(&self) -> String {
+        match &self.orig_path {
+            Some(o) => format!("{}{} {o} -> {}\n", self.index, self.worktree, self.path),
+            None => format!("{}{} {}\n", self.index, self.worktree, self.path),
+        }
+    }
+}
+
+impl TextView for StatusOutput {
+    fn summary(&self) -> String {
+        let b = &self.branch;
+        let mut s = format!(
+            "git_status {}: {}",
+            self.repository,
+            match &b.head {
+                Some(h) => format!("on {h}"),
+                None => "HEAD detached".to_owned(),
+            }
+        );
+        if let Some(u) = &b.upstream {
+            s.push_str(&format!(
+                " (upstream {u}, ahead {}, behind {})",
+                b.ahead.unwrap_or(0),
+                b.behind.unwrap_or(0)
+            ));
+        }
+        if self.clean {
+            s.push_str("; clean");
+            return s;
+        }
+        s.push_str(&format!(
+            "; {} changed (XY path; entries {}-{})",
+            self.total_entries,
+            self.offset + 1,
+            self.offset + self.entries.len()
+        ));
+        match &self.continue_with {
+            Some(args) => s.push_str(&format!("; more: call git_status with {args}")),
+            None => s.push_str("; complete"),
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        for e in &self.entries {
+            out.push_str(&e.line());
+        }
+    }
+
+    fn text_limit(&self) -> usize {
+        self.limit
+    }
 }
 
 pub(super) async fn git_status(
@@ -92,21 +175,50 @@ pub(super) async fn git_status(
     let ws = rt.workspace();
     let show = |p: &str| ws.display(&repo.worktree.join(p));
     let (branch, raw) = parse_status(&out.stdout);
-    let entries: Vec<StatusEntry> = raw
-        .into_iter()
-        .map(|e| StatusEntry {
+    let limit = if args.max_entries.is_some() {
+        RESULT_TEXT_RAISED_MAX_CHARS
+    } else {
+        RESULT_TEXT_DEFAULT_CHARS
+    };
+    let max = args
+        .max_entries
+        .unwrap_or(GIT_STATUS_DEFAULT_ENTRIES)
+        .clamp(1, GIT_STATUS_MAX_ENTRIES);
+    let total = raw.len();
+    let mut budget = Budget::new(body_limit(limit));
+    let mut entries: Vec<StatusEntry> = Vec::new();
+    for e in raw.into_iter().skip(args.offset).take(max) {
+        let entry = StatusEntry {
             path: show(&e.path),
             orig_path: e.orig_path.as_deref().map(show),
             kind: e.kind,
             index: e.index,
             worktree: e.worktree,
-        })
-        .collect();
+        };
+        if !budget.take(entry.line().len()) && !entries.is_empty() {
+            break;
+        }
+        entries.push(entry);
+    }
+    let end = args.offset.saturating_add(entries.len());
+    let next_offset = (end < total).then_some(end);
+    let continue_with = next_offset.map(|n| {
+        let mut v = serde_json::json!({"path": args.path, "offset": n});
+        if let Some(m) = args.max_entries {
+            v["max_entries"] = m.into();
+        }
+        v
+    });
     Ok(StatusOutput {
         repository: ws.display(&repo.worktree),
         branch,
-        clean: entries.is_empty(),
+        clean: total == 0,
         entries,
+        total_entries: total,
+        offset: args.offset,
+        next_offset,
+        limit,
+        continue_with,
     })
 }
 

@@ -14,7 +14,7 @@
 
 use std::{
     collections::HashSet,
-    fs,
+    io,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -30,13 +30,14 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
+        text::TextView,
     },
-    path::Workspace,
+    path::{At, Kind, Workspace, WorkspacePath},
     policy::Capability,
     primitives::{
         diff,
         text::{check_text, sha256_hex},
-        write::{Precondition, Staged, check_sha256, existing_mode, read_bounded},
+        write::{Precondition, Staged, check_sha256, read_bounded},
     },
     tools::{
         blocking::{blocking, blocking_locked},
@@ -123,10 +124,56 @@ pub(crate) struct PatchedFile {
 pub(crate) struct ApplyPatchOutput {
     /// The files, in patch order.
     files: Vec<PatchedFile>,
-    /// Unified diff of the whole patch (cut at 64 KiB).
+    /// Unified diff of the whole patch (cut at 40000 bytes).
     diff: String,
     /// Nothing was written.
     dry_run: bool,
+}
+
+impl TextView for ApplyPatchOutput {
+    fn summary(&self) -> String {
+        format!(
+            "apply_patch: {}{}; the files follow, then {}",
+            crate::mcp::text::count(self.files.len() as u64, "file", "files"),
+            if self.dry_run {
+                ", dry run: nothing written"
+            } else {
+                " changed"
+            },
+            crate::primitives::diff::follows(&self.diff)
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        // The file list and the diff share the default body; the diff is already cut to
+        // EDIT_DIFF_MAX_BYTES, the list gets the rest.
+        let mut budget = crate::mcp::text::Budget::new(
+            crate::mcp::text::body_limit(self.text_limit()).saturating_sub(self.diff.len() + 100),
+        );
+        let mut shown = 0;
+        for f in &self.files {
+            let action = serde_json::to_value(f.action)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let line = match &f.moved_to {
+                Some(to) => format!("{action} {} -> {to}\n", f.path),
+                None => format!("{action} {}\n", f.path),
+            };
+            if !budget.take(line.len()) {
+                break;
+            }
+            out.push_str(&line);
+            shown += 1;
+        }
+        if shown < self.files.len() {
+            out.push_str(&format!(
+                "… and {} more files (in structuredContent)\n",
+                self.files.len() - shown
+            ));
+        }
+        out.push_str(&self.diff);
+    }
 }
 
 async fn apply_patch(
@@ -182,7 +229,7 @@ async fn apply_patch(
             })
             .collect();
         if !dry_run {
-            commit(steps, None)?;
+            commit(rt.workspace(), steps, None)?;
         }
         Ok(ApplyPatchOutput {
             files,
@@ -211,6 +258,10 @@ pub(crate) struct Step {
     path: PathBuf,
     /// Where a moved file goes.
     dest: Option<PathBuf>,
+    /// `path` as resolved (what the commit opens beneath the workspace root).
+    named: WorkspacePath,
+    /// `dest` as resolved.
+    dest_named: Option<WorkspacePath>,
     original: Option<Original>,
     new: Option<Vec<u8>>,
     diff: String,
@@ -236,11 +287,13 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                 }
                 steps.push(Step {
                     action: Action::Add,
-                    diff: diff::created(&display, &body, EDIT_DIFF_MAX_BYTES),
+                    diff: diff::created(&display, &body, usize::MAX),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
                     dest: None,
+                    named: p,
+                    dest_named: None,
                     original: None,
                     new: Some(body.into_bytes()),
                 });
@@ -248,16 +301,18 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
             FileOp::Delete { path } => {
                 let p = ws.resolve_entry(path).map_err(fail)?;
                 let display = ws.display(p.real());
-                let original = read_original(p.real(), &display).map_err(fail)?;
+                let original = read_original(ws, &p, &display).map_err(fail)?;
                 claim(&mut seen, p.real(), named)?;
                 let old = String::from_utf8_lossy(&original.bytes).into_owned();
                 steps.push(Step {
                     action: Action::Delete,
-                    diff: diff::unified(&display, &old, "", EDIT_DIFF_MAX_BYTES),
+                    diff: diff::unified(&display, &old, "", usize::MAX),
                     display,
                     moved_display: None,
                     path: p.real().to_owned(),
                     dest: None,
+                    named: p,
+                    dest_named: None,
                     original: Some(original),
                     new: None,
                 });
@@ -269,7 +324,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
             } => {
                 let p = ws.resolve_entry(path).map_err(fail)?;
                 let display = ws.display(p.real());
-                let original = read_original(p.real(), &display).map_err(fail)?;
+                let original = read_original(ws, &p, &display).map_err(fail)?;
                 let old = check_text(&original.bytes)
                     .map_err(|m| fail(ToolError::invalid(format!("the file {m}"))))?;
                 let new_text = if hunks.is_empty() {
@@ -288,7 +343,7 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                     })?
                 };
                 claim(&mut seen, p.real(), named)?;
-                let (dest, moved_display) = match move_to {
+                let (dest, moved_display, dest_named) = match move_to {
                     Some(m) => {
                         let d = ws.resolve(m).map_err(fail)?;
                         if d.real() != p.real() {
@@ -299,9 +354,13 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                             }
                             claim(&mut seen, d.real(), m)?;
                         }
-                        (Some(d.real().to_owned()), Some(ws.display(d.real())))
+                        (
+                            Some(d.real().to_owned()),
+                            Some(ws.display(d.real())),
+                            Some(d),
+                        )
                     }
-                    None => (None, None),
+                    None => (None, None, None),
                 };
                 let diff_path = moved_display.as_deref().unwrap_or(&display);
                 steps.push(Step {
@@ -310,11 +369,13 @@ fn plan(ws: &Workspace, ops: &[FileOp]) -> ToolResult<Vec<Step>> {
                     } else {
                         Action::Update
                     },
-                    diff: diff::unified(diff_path, old, &new_text, EDIT_DIFF_MAX_BYTES),
+                    diff: diff::unified(diff_path, old, &new_text, usize::MAX),
                     display,
                     moved_display,
                     path: p.real().to_owned(),
                     dest,
+                    named: p,
+                    dest_named,
                     original: Some(original),
                     new: Some(new_text.into_bytes()),
                 });
@@ -371,38 +432,51 @@ fn claim(seen: &mut HashSet<PathBuf>, p: &Path, named: &str) -> ToolResult<()> {
     Ok(())
 }
 
-fn read_original(p: &Path, display: &str) -> ToolResult<Original> {
-    let meta = fs::symlink_metadata(p).map_err(|e| ToolError::io(display, &e))?;
-    if meta.file_type().is_symlink() {
-        return Err(ToolError::invalid(
-            "is a symlink; patch the file it points to",
-        ));
+fn read_original(ws: &Workspace, p: &WorkspacePath, display: &str) -> ToolResult<Original> {
+    let at = ws.at(p).map_err(|e| Workspace::open_error(display, &e))?;
+    let now = at
+        .stat()
+        .map_err(|e| Workspace::open_error(display, &e))?
+        .ok_or_else(|| ToolError::io(display, &io::ErrorKind::NotFound.into()))?;
+    match now.kind {
+        Kind::File => {}
+        Kind::Symlink => {
+            return Err(ToolError::invalid(
+                "is a symlink; patch the file it points to",
+            ));
+        }
+        Kind::Dir | Kind::Other => return Err(ToolError::invalid("not a regular file")),
     }
-    if !meta.is_file() {
-        return Err(ToolError::invalid("not a regular file"));
-    }
-    let bytes = read_bounded(p, display, EDIT_FILE_MAX_BYTES as u64)?;
+    let bytes = read_bounded(&at, display, EDIT_FILE_MAX_BYTES as u64)?;
     Ok(Original {
         sha: sha256_hex(&bytes),
-        mode: existing_mode(p),
+        mode: Some(now.mode),
         bytes,
     })
 }
 
-/// An undo step for a change already visible.
+/// An undo step for a change already visible, on the directory descriptor the change was made
+/// through; `display` names it in a failed rollback's report.
 enum Undo {
-    Remove(PathBuf),
+    Remove {
+        at: At,
+        display: String,
+    },
     Restore {
-        path: PathBuf,
+        at: At,
+        display: String,
         bytes: Vec<u8>,
         mode: Option<u32>,
     },
-    RemoveDir(PathBuf),
+    RemoveDir {
+        at: At,
+        display: String,
+    },
 }
 
-/// Stages and commits `steps`; with `fail_at = Some(i)` the commit fails on purpose before step
-/// `i` (tests of the rollback).
-pub(crate) fn commit(steps: Vec<Step>, fail_at: Option<usize>) -> ToolResult<()> {
+/// Stages and commits `steps` (planned by [`plan`] on `ws`); with `fail_at = Some(i)` the commit
+/// fails on purpose before step `i` (tests of the rollback).
+pub(crate) fn commit(ws: &Workspace, steps: Vec<Step>, fail_at: Option<usize>) -> ToolResult<()> {
     let mut journal: Vec<Undo> = Vec::new();
     // Stage every new content first, so a full disk is found before anything is visible.
     let mut staged: Vec<Option<Staged>> = Vec::with_capacity(steps.len());
@@ -411,16 +485,26 @@ pub(crate) fn commit(steps: Vec<Step>, fail_at: Option<usize>) -> ToolResult<()>
             staged.push(None);
             continue;
         };
-        let target = s.dest.as_deref().unwrap_or(&s.path);
-        let display = s.moved_display.as_deref().unwrap_or(&s.display);
-        let r = create_parents(target, &mut journal).and_then(|()| {
-            Staged::write(
-                target,
-                display,
-                bytes,
-                s.original.as_ref().and_then(|o| o.mode),
-            )
-        });
+        let (target, display) = match (&s.dest_named, &s.moved_display) {
+            (Some(d), Some(md)) => (d, md),
+            _ => (&s.named, &s.display),
+        };
+        let mut created = Vec::new();
+        let at = ws.at_creating(target, &mut created);
+        journal.extend(created.into_iter().map(|at| Undo::RemoveDir {
+            display: at.name().to_string_lossy().into_owned(),
+            at,
+        }));
+        let r = at
+            .map_err(|e| Workspace::open_error(display, &e))
+            .and_then(|at| {
+                Staged::write(
+                    &at,
+                    display,
+                    bytes,
+                    s.original.as_ref().and_then(|o| o.mode),
+                )
+            });
         match r {
             Ok(st) => staged.push(Some(st)),
             Err(e) => {
@@ -437,13 +521,13 @@ pub(crate) fn commit(steps: Vec<Step>, fail_at: Option<usize>) -> ToolResult<()>
                 "injected failure",
             ))
         } else {
-            commit_one(s, st, &mut journal)
+            commit_one(ws, s, st, &mut journal)
         };
         if let Err(e) = r {
             let what = prefix_step(&e, s);
             let undone = journal
                 .iter()
-                .filter(|u| !matches!(u, Undo::RemoveDir(_)))
+                .filter(|u| !matches!(u, Undo::RemoveDir { .. }))
                 .count();
             return match rollback(journal) {
                 Ok(()) => Err(ToolError::new(
@@ -472,82 +556,87 @@ fn prefix_step(e: &ToolError, s: &Step) -> String {
     format!("{}: {}", s.display, e.message())
 }
 
-fn commit_one(s: &Step, st: Option<Staged>, journal: &mut Vec<Undo>) -> ToolResult<()> {
-    let restore = |o: &Original| Undo::Restore {
-        path: s.path.clone(),
+fn commit_one(
+    ws: &Workspace,
+    s: &Step,
+    st: Option<Staged>,
+    journal: &mut Vec<Undo>,
+) -> ToolResult<()> {
+    let restore = |at: At, o: &Original| Undo::Restore {
+        at,
+        display: s.display.clone(),
         bytes: o.bytes.clone(),
         mode: o.mode,
     };
+    let named = || {
+        ws.at(&s.named)
+            .map_err(|e| Workspace::open_error(&s.display, &e))
+    };
     match (s.action, st, &s.original) {
         (Action::Add, Some(st), _) => {
-            let target = st.target().to_owned();
+            let target = st.target().clone();
             st.commit(&Precondition::Absent)?;
-            journal.push(Undo::Remove(target));
+            journal.push(Undo::Remove {
+                at: target,
+                display: s.display.clone(),
+            });
         }
         (Action::Update, Some(st), Some(o)) => {
+            let target = st.target().clone();
             st.commit(&Precondition::Sha256(o.sha.clone()))?;
-            journal.push(restore(o));
+            journal.push(restore(target, o));
         }
         (Action::Move, Some(st), Some(o)) => {
-            check_sha256(&s.path, &s.display, &o.sha)?;
-            let target = st.target().to_owned();
-            if target == s.path {
+            let source = named()?;
+            check_sha256(&source, &s.display, &o.sha)?;
+            let target = st.target().clone();
+            if s.dest.as_ref() == Some(&s.path) {
                 st.commit(&Precondition::Sha256(o.sha.clone()))?;
-                journal.push(restore(o));
+                journal.push(restore(target, o));
             } else {
                 st.commit(&Precondition::Absent)?;
-                journal.push(Undo::Remove(target));
-                fs::remove_file(&s.path).map_err(|e| ToolError::io(&s.display, &e))?;
-                journal.push(restore(o));
+                journal.push(Undo::Remove {
+                    at: target,
+                    display: s.moved_display.clone().unwrap_or_default(),
+                });
+                source
+                    .remove_file()
+                    .map_err(|e| Workspace::open_error(&s.display, &e))?;
+                journal.push(restore(source, o));
             }
         }
         (Action::Delete, None, Some(o)) => {
-            check_sha256(&s.path, &s.display, &o.sha)?;
-            fs::remove_file(&s.path).map_err(|e| ToolError::io(&s.display, &e))?;
-            journal.push(restore(o));
+            let source = named()?;
+            check_sha256(&source, &s.display, &o.sha)?;
+            source
+                .remove_file()
+                .map_err(|e| Workspace::open_error(&s.display, &e))?;
+            journal.push(restore(source, o));
         }
         _ => return Err(ToolError::internal("inconsistent patch step")),
     }
     Ok(())
 }
 
-fn create_parents(target: &Path, journal: &mut Vec<Undo>) -> ToolResult<()> {
-    let Some(parent) = target.parent() else {
-        return Ok(());
-    };
-    let mut missing = Vec::new();
-    let mut cur = Some(parent);
-    while let Some(d) = cur {
-        if d.exists() {
-            break;
-        }
-        missing.push(d.to_owned());
-        cur = d.parent();
-    }
-    for d in missing.into_iter().rev() {
-        fs::create_dir(&d).map_err(|e| ToolError::io(&d.to_string_lossy(), &e))?;
-        journal.push(Undo::RemoveDir(d));
-    }
-    Ok(())
-}
-
-/// Undoes `journal` in reverse; returns the paths it could not restore.
+/// Undoes `journal` in reverse; returns the files it could not restore.
 fn rollback(journal: Vec<Undo>) -> Result<(), Vec<String>> {
     let mut failed = Vec::new();
     for u in journal.into_iter().rev() {
         let r = match &u {
-            Undo::Remove(p) => fs::remove_file(p).map_err(|_| p.clone()),
-            Undo::RemoveDir(p) => fs::remove_dir(p).map_err(|_| p.clone()),
-            Undo::Restore { path, bytes, mode } => {
-                let d = path.to_string_lossy();
-                Staged::write(path, &d, bytes, *mode)
-                    .and_then(|st| st.commit(&Precondition::None))
-                    .map_err(|_| path.clone())
-            }
+            Undo::Remove { at, display } => at.remove_file().map_err(|_| display),
+            Undo::RemoveDir { at, display } => at.remove_dir().map_err(|_| display),
+            Undo::Restore {
+                at,
+                display,
+                bytes,
+                mode,
+            } => Staged::write(at, display, bytes, *mode)
+                .and_then(|st| st.commit(&Precondition::None))
+                .map_err(|_| display),
         };
-        if let Err(p) = r {
-            tracing::error!(path = %p.display(), "patch rollback could not restore a file");
-            failed.push(p.to_string_lossy().into_owned());
+        if let Err(file) = r {
+            tracing::error!(path = %file, "patch rollback could not restore a file");
+            failed.push(file.clone());
         }
     }
     if failed.is_empty() {
@@ -559,6 +648,8 @@ fn rollback(journal: Vec<Undo>) -> Result<(), Vec<String>> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn ws() -> (tempfile::TempDir, Workspace) {
@@ -580,7 +671,7 @@ mod tests {
         )
         .unwrap();
         let steps = plan(&w, &ops).unwrap();
-        let e = commit(steps, Some(3)).unwrap_err();
+        let e = commit(&w, steps, Some(3)).unwrap_err();
         assert!(e.message().contains("rolled back 3"), "{}", e.message());
         assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "a1\n");
         assert_eq!(fs::read_to_string(root.join("gone.txt")).unwrap(), "bye\n");
@@ -608,7 +699,7 @@ mod tests {
         .unwrap();
         let steps = plan(&w, &ops).unwrap();
         fs::write(root.join("b.txt"), "b1 changed by someone\n").unwrap();
-        let e = commit(steps, None).unwrap_err();
+        let e = commit(&w, steps, None).unwrap_err();
         assert_eq!(e.code(), ToolErrorCode::Conflict);
         assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "a1\n");
     }
@@ -643,7 +734,7 @@ mod tests {
             "*** Begin Patch\n*** Update File: old.txt\n*** Move to: dir/new.txt\n@@\n-x\n+y\n*** End Patch",
         )
         .unwrap();
-        commit(plan(&w, &ops).unwrap(), None).unwrap();
+        commit(&w, plan(&w, &ops).unwrap(), None).unwrap();
         assert!(!root.join("old.txt").exists());
         assert_eq!(fs::read_to_string(root.join("dir/new.txt")).unwrap(), "y\n");
     }

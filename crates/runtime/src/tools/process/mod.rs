@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
     PROCESS_ARGV_MAX, PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES, PROCESS_STDIN_MAX_BYTES,
-    PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN,
+    PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN, RESULT_SUMMARY_MAX_CHARS,
+    RESULT_TEXT_DEFAULT_CHARS,
 };
 
 use crate::{
@@ -26,6 +27,7 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
+        text::{TextView, body_limit},
     },
     policy::Capability,
 };
@@ -51,32 +53,38 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 title: "Run a program",
                 description: "Run a program from an argv array (no shell: $, ;, | and quotes are \
                               passed literally) in the workspace or cwd, wait for it and return \
-                              exit code or signal, duration and stdout/stderr (each up to 512 KiB, \
-                              head and tail kept around a marker when longer). timeout_seconds \
-                              1-600 (default 120): on timeout the whole process tree is terminated \
-                              and the output so far is returned with timed_out: true. With \
+                              exit code or signal, duration and stdout/stderr (the text: a summary \
+                              line, stdout, then stderr after a [stderr] line). By default both \
+                              streams share what fits in 45000 characters, head and tail kept \
+                              around a marker; max_output_bytes (at most 512 KiB per stream) asks \
+                              for more. Output left out stays readable: the result names a \
+                              session_id and offsets for read_process. timeout_seconds 1-600 \
+                              (default 120): on timeout the whole process tree is terminated and \
+                              the output so far is returned with timed_out: true. With \
                               yield_after_seconds, a process still running then becomes a process \
                               session: the call returns session_id and the output so far with \
-                              still_running: true, and read_process continues from the returned \
-                              offsets. Cancelling the call kills the process tree.",
+                              still_running: true. Cancelling the call kills the process tree.",
                 capability: Capability::ExecDirect,
                 hints: EXEC_HINTS,
             },
             run_process,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "exec_command",
                 title: "Run a shell command",
                 description: "Run a shell command line with /bin/sh -c (pipes, redirections, \
                               variables work) and return as run_process does: exit code, \
-                              bounded stdout/stderr, timed_out, and a session_id when it outlives \
-                              yield_after_seconds.",
+                              bounded stdout/stderr (max_output_bytes), timed_out, and a \
+                              session_id when it outlives yield_after_seconds or its output was \
+                              cut (read_process reads the rest).",
                 capability: Capability::ExecShell,
                 hints: EXEC_HINTS,
             },
             exec_command,
-        ),
+        )
+        .larger_on_request(),
     ]
 }
 
@@ -100,6 +108,11 @@ pub(crate) struct RunProcessArgs {
     /// session (1-600); continue with read_process from stdout_bytes/stderr_bytes.
     #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
     yield_after_seconds: Option<u64>,
+    /// Most bytes of each stream in the result, head and tail around a marker (at most 524288).
+    /// Default: both streams together what fits in a host's default result size (about 42000
+    /// bytes, shared by need). Output left out stays readable with read_process (session_id).
+    #[schemars(range(min = 1, max = PROCESS_OUTPUT_MAX_BYTES))]
+    max_output_bytes: Option<usize>,
 }
 
 /// Arguments of `exec_command`.
@@ -122,6 +135,11 @@ pub(crate) struct ExecCommandArgs {
     /// session (1-600); continue with read_process from stdout_bytes/stderr_bytes.
     #[schemars(range(min = PROCESS_TIMEOUT_MIN.as_secs(), max = PROCESS_TIMEOUT_MAX.as_secs()))]
     yield_after_seconds: Option<u64>,
+    /// Most bytes of each stream in the result, head and tail around a marker (at most 524288).
+    /// Default: both streams together what fits in a host's default result size (about 42000
+    /// bytes, shared by need). Output left out stays readable with read_process (session_id).
+    #[schemars(range(min = 1, max = PROCESS_OUTPUT_MAX_BYTES))]
+    max_output_bytes: Option<usize>,
 }
 
 /// What the one-shot tools share once their argv is known.
@@ -131,16 +149,20 @@ struct CommonArgs {
     stdin: Option<String>,
     timeout_seconds: Option<u64>,
     yield_after_seconds: Option<u64>,
+    max_output_bytes: Option<usize>,
+    tool: &'static str,
 }
 
 macro_rules! common_args {
-    ($a:expr) => {
+    ($a:expr, $tool:expr) => {
         CommonArgs {
+            tool: $tool,
             cwd: $a.cwd,
             env: $a.env,
             stdin: $a.stdin,
             timeout_seconds: $a.timeout_seconds,
             yield_after_seconds: $a.yield_after_seconds,
+            max_output_bytes: $a.max_output_bytes,
         }
     };
 }
@@ -154,7 +176,8 @@ pub(crate) struct ProcessResult {
     signal: Option<String>,
     /// Milliseconds from start to exit (or to the return, while running).
     duration_ms: u64,
-    /// Standard output (lossy UTF-8), head and tail around a marker when longer than 512 KiB.
+    /// Standard output (lossy UTF-8), head and tail around a marker when longer than this
+    /// result's share (max_output_bytes).
     stdout: String,
     /// Standard error, bounded the same way.
     stderr: String,
@@ -166,13 +189,104 @@ pub(crate) struct ProcessResult {
     stdout_truncated: bool,
     /// stderr was cut to head and tail.
     stderr_truncated: bool,
+    /// Where the stdout bytes left out of `stdout` start: read them with read_process
+    /// (session_id, stdout_offset). Absent when nothing was left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stdout_next_offset: Option<u64>,
+    /// Where the stderr bytes left out of `stderr` start (see stdout_next_offset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stderr_next_offset: Option<u64>,
     /// The timeout terminated the process tree.
     timed_out: bool,
     /// The process is still running as session `session_id`.
     still_running: bool,
-    /// The process session to continue with read_process, write_process or kill_process.
+    /// The process session to continue with read_process (and, while it runs, write_process or
+    /// kill_process). Also set for a process that exited when its output was cut: its output
+    /// stays readable as an exited session (see read_process).
     #[serde(skip_serializing_if = "Option::is_none")]
     session_id: Option<String>,
+    #[serde(skip)]
+    limit: usize,
+    /// `run_process` or `exec_command`.
+    #[serde(skip)]
+    tool: &'static str,
+}
+
+impl TextView for ProcessResult {
+    fn summary(&self) -> String {
+        let state = match (self.still_running, self.exit_code, &self.signal) {
+            (true, ..) => "still running".to_owned(),
+            (false, Some(c), _) => format!("exited with code {c}"),
+            (false, None, Some(sig)) => format!("ended by {sig}"),
+            (false, None, None) => "ended".to_owned(),
+        };
+        let stream = |name: &str, shown: &str, total: u64, cut: bool| {
+            if cut {
+                format!("{name} {total} bytes (head and tail shown)")
+            } else if shown.len() as u64 != total {
+                // The text is UTF-8: bytes that are not are shown as U+FFFD.
+                format!("{name} {total} bytes (not UTF-8; shown with replacement characters)")
+            } else {
+                format!("{name} {total} bytes")
+            }
+        };
+        let mut s = format!(
+            "{}: {state}{} after {} ms; {}; {}",
+            self.tool,
+            if self.timed_out { " (timed out)" } else { "" },
+            self.duration_ms,
+            stream(
+                "stdout",
+                &self.stdout,
+                self.stdout_bytes,
+                self.stdout_truncated
+            ),
+            stream(
+                "stderr",
+                &self.stderr,
+                self.stderr_bytes,
+                self.stderr_truncated
+            ),
+        );
+        if !self.stdout.is_empty() && !self.stderr.is_empty() {
+            s.push_str(" (stderr after the [stderr] line)");
+        }
+        match &self.session_id {
+            Some(id) => {
+                let args = serde_json::json!({
+                    "session_id": id,
+                    "stdout_offset": self.stdout_next_offset.unwrap_or(self.stdout_bytes),
+                    "stderr_offset": self.stderr_next_offset.unwrap_or(self.stderr_bytes),
+                });
+                let what = if self.still_running {
+                    "output from here on"
+                } else {
+                    "the bytes left out"
+                };
+                s.push_str(&format!("; {what}: call read_process with {args}"));
+            }
+            None if self.stdout_truncated || self.stderr_truncated => {
+                s.push_str("; the bytes left out were not kept (the session table is full)");
+            }
+            None => s.push_str("; complete"),
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        out.push_str(&self.stdout);
+        if !self.stderr.is_empty() {
+            if !out.ends_with('\n') && !self.stdout.is_empty() {
+                out.push('\n');
+            }
+            out.push_str("[stderr]\n");
+            out.push_str(&self.stderr);
+        }
+    }
+
+    fn text_limit(&self) -> usize {
+        self.limit
+    }
 }
 
 async fn run_process(
@@ -183,7 +297,7 @@ async fn run_process(
     check_argv(&args.argv)?;
     let argv: Vec<OsString> = args.argv.iter().map(OsString::from).collect();
     let display = args.argv.clone();
-    run(rt, cx, argv, display, common_args!(args)).await
+    run(rt, cx, argv, display, common_args!(args, "run_process")).await
 }
 
 async fn exec_command(
@@ -201,7 +315,7 @@ async fn exec_command(
     }
     let argv = vec!["/bin/sh".into(), "-c".into(), OsString::from(&args.command)];
     let display = vec!["/bin/sh".to_owned(), "-c".to_owned(), args.command.clone()];
-    run(rt, cx, argv, display, common_args!(args)).await
+    run(rt, cx, argv, display, common_args!(args, "exec_command")).await
 }
 
 /// Checks an argv against the contract's bounds.
@@ -309,22 +423,33 @@ async fn run(
         Some(s) => Some(s.into_bytes()),
         None => None,
     };
+    if common.max_output_bytes == Some(0) {
+        return Err(ToolError::invalid("max_output_bytes must be at least 1"));
+    }
+    let max_output = common.max_output_bytes;
     let spec = spawn_spec(&rt, argv, common.cwd.as_deref(), &common.env, None)?;
     let proc = Proc::spawn(&spec, stdin, false).map_err(|e| spawn_error(&display[0], &e))?;
     let started = proc.started();
     let deadline = started + timeout;
     let yield_at = yield_after.map(|d| started + d).filter(|&y| y < deadline);
+    let one_shot = OneShot {
+        tool: common.tool,
+        rt: &rt,
+        cx: &cx,
+        max_output_bytes: max_output,
+        display: &display,
+    };
     let mut yield_refused = false;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             exit = proc.wait() => {
-                return Ok(result(&proc, Some(exit), false, None));
+                return Ok(result(&one_shot, &proc, Some(exit), false, None));
             }
             _ = tokio::time::sleep_until(deadline) => {
                 let exit = proc.terminate(false).await;
-                return Ok(result(&proc, Some(exit), true, None));
+                return Ok(result(&one_shot, &proc, Some(exit), true, None));
             }
             _ = cx.cancel.cancelled() => {
                 proc.terminate(false).await;
@@ -332,7 +457,7 @@ async fn run(
             }
             _ = tokio::time::sleep_until(yield_at.unwrap_or(deadline)), if yield_at.is_some() && !yield_refused => {
                 match rt.sessions().insert(cx.principal.clone(), proc.clone(), display.clone(), Some(deadline)) {
-                    Ok(session) => return Ok(result(&proc, None, false, Some(session.id.clone()))),
+                    Ok(session) => return Ok(result(&one_shot, &proc, None, false, Some(session.id.clone()))),
                     Err(_) => {
                         tracing::info!("process session table full; the call stays in the foreground");
                         yield_refused = true;
@@ -355,38 +480,74 @@ async fn run(
     }
 }
 
+/// What a one-shot call's result needs from the call.
+struct OneShot<'a> {
+    tool: &'static str,
+    rt: &'a Access,
+    cx: &'a CallContext,
+    max_output_bytes: Option<usize>,
+    display: &'a [String],
+}
+
+/// Room the two streams (and the head/tail markers) share in a default result.
+const SHARED_OUTPUT: usize = body_limit(RESULT_TEXT_DEFAULT_CHARS) - 400;
+
+/// The result of a one-shot call. Output cut to fit is kept readable: a process that already
+/// has a session (it yielded) keeps it; a finished one becomes an exited session of `owner`
+/// when there is room, so read_process reads what was left out.
 fn result(
-    proc: &Proc,
+    call: &OneShot<'_>,
+    proc: &Arc<Proc>,
     exit: Option<engine::Exit>,
     timed_out: bool,
     session: Option<String>,
 ) -> ProcessResult {
-    let (stdout, stdout_truncated, stdout_bytes) = proc
-        .stdout
-        .with(|b| {
-            let (s, cut) = b.head_and_tail(PROCESS_OUTPUT_MAX_BYTES);
-            (s, cut, b.total())
-        })
-        .unwrap_or_default();
-    let (stderr, stderr_truncated, stderr_bytes) = proc
-        .stderr
-        .with(|b| {
-            let (s, cut) = b.head_and_tail(PROCESS_OUTPUT_MAX_BYTES);
-            (s, cut, b.total())
-        })
-        .unwrap_or_default();
+    let (rt, cx, max_output_bytes, display) =
+        (call.rt, call.cx, call.max_output_bytes, call.display);
+    let totals = (
+        proc.stdout.with(|b| b.total()).unwrap_or(0),
+        proc.stderr.with(|b| b.total()).unwrap_or(0),
+    );
+    let (max_out, max_err) = match max_output_bytes {
+        Some(m) => {
+            let m = m.clamp(1, PROCESS_OUTPUT_MAX_BYTES);
+            (m, m)
+        }
+        None => session::share(totals.0, totals.1, SHARED_OUTPUT),
+    };
+    let view = |stream: &engine::Stream, max: usize| {
+        stream.with(|b| b.head_and_tail(max)).unwrap_or_default()
+    };
+    let (stdout, stdout_truncated, out_head) = view(&proc.stdout, max_out);
+    let (stderr, stderr_truncated, err_head) = view(&proc.stderr, max_err);
+    let cut = stdout_truncated || stderr_truncated;
+    let session = match session {
+        Some(id) => Some(id),
+        None if cut => rt
+            .sessions()
+            .insert(cx.principal.clone(), proc.clone(), display.to_vec(), None)
+            .ok()
+            .map(|s| s.id.clone()),
+        None => None,
+    };
     ProcessResult {
         exit_code: exit.and_then(|e| e.code),
         signal: exit.and_then(|e| e.signal_name()),
         duration_ms: proc.started().elapsed().as_millis() as u64,
         stdout,
         stderr,
-        stdout_bytes,
-        stderr_bytes,
+        stdout_bytes: totals.0,
+        stderr_bytes: totals.1,
         stdout_truncated,
         stderr_truncated,
+        stdout_next_offset: stdout_truncated.then_some(out_head),
+        stderr_next_offset: stderr_truncated.then_some(err_head),
         timed_out,
-        still_running: session.is_some(),
+        still_running: exit.is_none(),
         session_id: session,
+        tool: call.tool,
+        limit: max_output_bytes.map_or(RESULT_TEXT_DEFAULT_CHARS, |m| {
+            2 * m.min(PROCESS_OUTPUT_MAX_BYTES) + 2 * 200 + RESULT_SUMMARY_MAX_CHARS + 64
+        }),
     }
 }

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use protocol::limits::{
     EXITED_SESSIONS_MAX, EXITED_SESSIONS_OUTPUT_MAX_BYTES, PROCESS_SESSIONS_MAX, PTY_DEFAULT_SIZE,
-    SESSION_READ_DEFAULT_BYTES, SESSION_READ_MAX_BYTES, SESSION_READ_WAIT_MAX,
-    SESSION_RETENTION_AFTER_EXIT, SESSION_STDIN_WRITE_MAX_BYTES,
+    RESULT_SUMMARY_MAX_CHARS, RESULT_TEXT_DEFAULT_CHARS, SESSION_READ_MAX_BYTES,
+    SESSION_READ_WAIT_MAX, SESSION_RETENTION_AFTER_EXIT, SESSION_STDIN_WRITE_MAX_BYTES,
 };
 
 use crate::{
@@ -19,6 +19,7 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
+        text::{TextView, body_limit},
     },
     policy::Capability,
 };
@@ -70,17 +71,22 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 name: "read_process",
                 title: "Read process output",
                 description: "Read a process session's output from absolute byte offsets \
-                              (stdout_offset, stderr_offset; pass the previous next_offset to get \
-                              only new output). Returns up to max_bytes per stream (default 64 KiB, \
-                              at most 1 MiB), dropped_bytes when the offset is older than what is \
-                              retained, and whether the process is running or its exit code. \
-                              wait_ms (up to 30000) waits for new output or exit, returning as soon \
-                              as either arrives; with wait_for_exit it waits for the exit.",
+                              (stdout_offset, stderr_offset; pass the previous next_offset, named \
+                              in the summary line, to get only new output, every byte once). The \
+                              text is a summary line, then stdout exactly, then stderr after a \
+                              [stderr] line. By default both streams share what fits in 45000 \
+                              characters; max_bytes (per stream, at most 1 MiB) asks for more. \
+                              dropped_bytes counts bytes no longer retained (the first 256 KiB and \
+                              the newest 1 MiB are kept). Reports whether the process runs or its \
+                              exit code. wait_ms (up to 30000) waits for new output or exit, \
+                              returning as soon as either arrives; with wait_for_exit it waits for \
+                              the exit.",
                 capability: Capability::ExecDirect,
                 hints: Hints::READ,
             },
             read_process,
-        ),
+        )
+        .larger_on_request(),
         ToolSpec::structured(
             ToolMeta {
                 name: "write_process",
@@ -196,6 +202,22 @@ async fn start_process(
     })
 }
 
+impl TextView for StartProcessOutput {
+    fn summary(&self) -> String {
+        format!(
+            "start_process: session {} (pid {}{}); read its output with read_process {{\"session_id\": \"{}\", \"wait_ms\": 1000}}",
+            self.session_id,
+            self.pid,
+            if self.pty {
+                ", on a pseudo-terminal"
+            } else {
+                ""
+            },
+            self.session_id
+        )
+    }
+}
+
 fn full() -> ToolError {
     ToolError::limit(format!(
         "{PROCESS_SESSIONS_MAX} process sessions are running; kill_process one or wait for one to exit"
@@ -239,7 +261,8 @@ pub(crate) struct ReadProcessArgs {
     /// Absolute stderr byte offset to read from (default 0).
     #[serde(default)]
     stderr_offset: u64,
-    /// Most bytes per stream (default 65536, at most 1048576).
+    /// Most bytes per stream (at most 1048576). Default: both streams together what fits in a
+    /// host's default result size (about 42000 bytes, shared by need).
     #[schemars(range(min = 1, max = SESSION_READ_MAX_BYTES))]
     max_bytes: Option<usize>,
     /// Milliseconds to wait for new output or exit when there is none yet (0-30000, default 0).
@@ -285,6 +308,107 @@ pub(crate) struct ProcessState {
     stdout: Chunk,
     /// Standard error (always empty for a PTY session).
     stderr: Chunk,
+    #[serde(skip)]
+    limit: usize,
+    #[serde(skip)]
+    tool: &'static str,
+}
+
+impl ProcessState {
+    fn state(&self) -> String {
+        match (self.running, self.exit_code, &self.signal) {
+            (true, ..) => "running".to_owned(),
+            (false, Some(c), _) => format!("exited with code {c}"),
+            (false, None, Some(sig)) => format!("ended by {sig}"),
+            (false, None, None) => "ended".to_owned(),
+        }
+    }
+}
+
+/// `stdout bytes A-B of T` (with what was not retained), for summaries.
+fn chunk_summary(name: &str, c: &Chunk) -> String {
+    let mut s = if c.data.is_empty() {
+        format!("{name}: nothing new ({} bytes in all)", c.total_bytes)
+    } else {
+        format!(
+            "{name} bytes {}-{} of {}",
+            c.offset, c.next_offset, c.total_bytes
+        )
+    };
+    if c.dropped_bytes > 0 {
+        s.push_str(&format!(
+            " ({} bytes before it were not retained)",
+            c.dropped_bytes
+        ));
+    }
+    s
+}
+
+impl TextView for ProcessState {
+    fn summary(&self) -> String {
+        let mut s = format!(
+            "{} {}: {}{}; {}; {}",
+            self.tool,
+            self.session_id,
+            self.state(),
+            if self.timed_out { " (timed out)" } else { "" },
+            chunk_summary("stdout", &self.stdout),
+            chunk_summary("stderr", &self.stderr)
+        );
+        if !self.stdout.data.is_empty() && !self.stderr.data.is_empty() {
+            s.push_str(" (stderr after the [stderr] line)");
+        }
+        let more = self.stdout.next_offset < self.stdout.total_bytes
+            || self.stderr.next_offset < self.stderr.total_bytes;
+        let args = serde_json::json!({
+            "session_id": self.session_id,
+            "stdout_offset": self.stdout.next_offset,
+            "stderr_offset": self.stderr.next_offset,
+        });
+        if more {
+            s.push_str(&format!("; more: call read_process with {args}"));
+        } else if self.running {
+            s.push_str(&format!("; new output: call read_process with {args}"));
+        } else {
+            s.push_str("; all output read");
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        out.push_str(&self.stdout.data);
+        if !self.stderr.data.is_empty() {
+            if !out.ends_with('\n') && !self.stdout.data.is_empty() {
+                out.push('\n');
+            }
+            out.push_str("[stderr]\n");
+            out.push_str(&self.stderr.data);
+        }
+    }
+
+    fn text_limit(&self) -> usize {
+        self.limit
+    }
+}
+
+/// Room the two streams' text shares by default: the default body less the `[stderr]` line and a
+/// line break.
+const SHARED_BODY: usize = body_limit(RESULT_TEXT_DEFAULT_CHARS) - 16;
+
+/// How many bytes each stream may take by default when `a` and `b` bytes are waiting: all of
+/// both when they fit, else the smaller whole and the rest for the larger, else half each.
+pub(crate) fn share(a: u64, b: u64, room: usize) -> (usize, usize) {
+    let half = room / 2;
+    let (a, b) = (a.min(room as u64) as usize, b.min(room as u64) as usize);
+    if a + b <= room {
+        (a.max(1), b.max(1))
+    } else if a < half {
+        (a.max(1), room - a)
+    } else if b < half {
+        (room - b, b.max(1))
+    } else {
+        (half, room - half)
+    }
 }
 
 // By hand, not with `json!`, which serializes each field by reference (a copy of `data`).
@@ -321,10 +445,10 @@ async fn read_process(
     cx: CallContext,
 ) -> ToolResult<ProcessState> {
     let s = session(&rt, &args.session_id, &cx)?;
-    let max = args
-        .max_bytes
-        .unwrap_or(SESSION_READ_DEFAULT_BYTES)
-        .clamp(1, SESSION_READ_MAX_BYTES);
+    if args.max_bytes == Some(0) {
+        return Err(ToolError::invalid("max_bytes must be at least 1"));
+    }
+    let explicit = args.max_bytes.map(|m| m.min(SESSION_READ_MAX_BYTES));
     let wait = Duration::from_millis(args.wait_ms).min(SESSION_READ_WAIT_MAX);
     if !wait.is_zero() {
         let deadline = tokio::time::Instant::now() + wait;
@@ -349,16 +473,45 @@ async fn read_process(
             }
         }
     }
-    Ok(state(&s, args.stdout_offset, args.stderr_offset, max).await)
+    // By default the two streams share one result's room, by need.
+    let waiting = |stream: &Stream, offset: u64| {
+        stream
+            .with(|b| b.total().saturating_sub(offset))
+            .unwrap_or(0)
+    };
+    let (max_out, max_err) = match explicit {
+        Some(m) => (m, m),
+        None => share(
+            waiting(&s.proc.stdout, args.stdout_offset),
+            waiting(&s.proc.stderr, args.stderr_offset),
+            SHARED_BODY,
+        ),
+    };
+    let mut st = state(
+        &s,
+        args.stdout_offset,
+        args.stderr_offset,
+        (max_out, max_err),
+    )
+    .await;
+    st.limit = explicit.map_or(RESULT_TEXT_DEFAULT_CHARS, |m| {
+        2 * m + RESULT_SUMMARY_MAX_CHARS + 64
+    });
+    Ok(st)
 }
 
 fn total(stream: &Stream) -> u64 {
     stream.with(|b| b.total()).unwrap_or(0)
 }
 
-async fn state(s: &Session, stdout_offset: u64, stderr_offset: u64, max: usize) -> ProcessState {
+async fn state(
+    s: &Session,
+    stdout_offset: u64,
+    stderr_offset: u64,
+    (max_out, max_err): (usize, usize),
+) -> ProcessState {
     let exit = s.proc.exit();
-    let chunk = |stream: &Stream, offset: u64| {
+    let chunk = |stream: &Stream, offset: u64, max: usize| {
         stream
             .with(|b| {
                 let (start, bytes, dropped) = b.read(offset, max, exit.is_some());
@@ -387,8 +540,10 @@ async fn state(s: &Session, stdout_offset: u64, stderr_offset: u64, max: usize) 
         signal: exit.and_then(|e| e.signal_name()),
         timed_out: s.timed_out.load(std::sync::atomic::Ordering::Relaxed),
         stdin_open: exit.is_none() && s.proc.stdin_open().await,
-        stdout: chunk(&s.proc.stdout, stdout_offset),
-        stderr: chunk(&s.proc.stderr, stderr_offset),
+        stdout: chunk(&s.proc.stdout, stdout_offset, max_out),
+        stderr: chunk(&s.proc.stderr, stderr_offset, max_err),
+        limit: RESULT_TEXT_DEFAULT_CHARS,
+        tool: "read_process",
     }
 }
 
@@ -413,6 +568,16 @@ pub(crate) struct WriteProcessOutput {
     bytes_written: usize,
     /// stdin can still be written.
     stdin_open: bool,
+}
+
+impl TextView for WriteProcessOutput {
+    fn summary(&self) -> String {
+        format!(
+            "write_process: {} bytes written; stdin {}",
+            self.bytes_written,
+            if self.stdin_open { "open" } else { "closed" }
+        )
+    }
 }
 
 async fn write_process(
@@ -479,7 +644,9 @@ async fn kill_process(
     let s = session(&rt, &args.session_id, &cx)?;
     s.proc.terminate(args.force).await;
     let (o, e) = (total(&s.proc.stdout), total(&s.proc.stderr));
-    Ok(state(&s, o, e, 1).await)
+    let mut st = state(&s, o, e, (1, 1)).await;
+    st.tool = "kill_process";
+    Ok(st)
 }
 
 /// Arguments of `list_processes` (none).
@@ -517,6 +684,31 @@ pub(crate) struct SessionSummary {
 pub(crate) struct ListProcessesOutput {
     /// Sessions, oldest first.
     sessions: Vec<SessionSummary>,
+}
+
+impl TextView for ListProcessesOutput {
+    fn summary(&self) -> String {
+        format!(
+            "list_processes: {} (session, pid, state, stdout bytes, stderr bytes, command)",
+            crate::mcp::text::count(self.sessions.len() as u64, "session", "sessions")
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        for s in &self.sessions {
+            let state = match (s.running, s.exit_code, &s.signal) {
+                (true, ..) => "running".to_owned(),
+                (false, Some(c), _) => format!("exit {c}"),
+                (false, None, Some(sig)) => sig.clone(),
+                (false, None, None) => "ended".to_owned(),
+            };
+            let command = crate::mcp::text::cut(s.command.join(" "), 200, "…");
+            out.push_str(&format!(
+                "{}\t{}\t{state}\t{}\t{}\t{command}\n",
+                s.session_id, s.pid, s.stdout_bytes, s.stderr_bytes
+            ));
+        }
+    }
 }
 
 async fn list_processes(
@@ -571,6 +763,8 @@ mod tests {
             stdin_open: !exited,
             stdout: chunk("out\n\"quoted\"", 7),
             stderr: chunk("", 0),
+            limit: RESULT_TEXT_DEFAULT_CHARS,
+            tool: "read_process",
         }
     }
 

@@ -186,6 +186,11 @@ pub(crate) struct Run<'a> {
     pub(crate) matcher: &'a RegexMatcher,
     pub(crate) context: usize,
     pub(crate) max_matches: usize,
+    /// Most characters of the hits' text (by `cost`): a page also stops before the hit that
+    /// would go past it (but holds at least one hit).
+    pub(crate) max_chars: usize,
+    /// Characters a hit takes in the result's text.
+    pub(crate) cost: &'a (dyn Fn(&Path, &Hit) -> usize + Sync),
     pub(crate) line_max_bytes: usize,
     pub(crate) threads: usize,
     pub(crate) cancel: &'a CancellationToken,
@@ -335,6 +340,7 @@ pub(crate) fn run(
         let mut pending: BTreeMap<usize, FileResult> = BTreeMap::new();
         let mut frontier = 0;
         let mut last_progress: Option<tokio::time::Instant> = None;
+        let mut chars = 0usize;
         'merge: loop {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(batch) => pending.extend(batch),
@@ -361,12 +367,29 @@ pub(crate) fn run(
                 let available = r.hits.len().saturating_sub(skip);
                 let room = opts.max_matches - out.hits.len();
                 let take = available.min(room);
+                let mut taken = 0;
+                let mut over_budget = false;
                 for mut h in r.hits.into_iter().skip(skip).take(take) {
+                    let c = (opts.cost)(&files_ref[file_index], &h);
+                    if !out.hits.is_empty() && chars + c > opts.max_chars {
+                        over_budget = true;
+                        break;
+                    }
+                    chars += c;
                     h.file = out.files.len();
                     out.hits.push(h);
+                    taken += 1;
                 }
-                if take > 0 {
+                if taken > 0 {
                     out.files.push(files_ref[file_index].clone());
+                }
+                if over_budget {
+                    stop.store(true, Ordering::Relaxed);
+                    out.next = Some(Cursor {
+                        path: files_ref[file_index].clone(),
+                        skip: skip + taken,
+                    });
+                    break 'merge;
                 }
                 if out.hits.len() >= opts.max_matches {
                     stop.store(true, Ordering::Relaxed);
@@ -611,6 +634,8 @@ mod tests {
             matcher: &m,
             context: 1,
             max_matches: max,
+            max_chars: usize::MAX,
+            cost: &|_, _| 0,
             line_max_bytes: 500,
             threads: 2,
             cancel: &cancel,
@@ -638,6 +663,50 @@ mod tests {
         let mut sorted = seen.clone();
         sorted.dedup();
         assert_eq!(sorted.len(), 50);
+    }
+
+    #[test]
+    fn a_character_budget_ends_a_page_and_the_cursor_resumes_at_the_next_hit() {
+        let d = tree();
+        let scope = Scope {
+            root: d.path().to_owned(),
+            include: vec![],
+            exclude: vec![],
+            include_ignored: false,
+            threads: 2,
+            ignore_cache: Default::default(),
+        };
+        let cancel = CancellationToken::new();
+        let m = RegexMatcherBuilder::new()
+            .fixed_strings(true)
+            .build("needle")
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        for _ in 0..30 {
+            let files = candidates(&scope, &cancel).unwrap().files;
+            let opts = Run {
+                matcher: &m,
+                context: 0,
+                max_matches: 100,
+                max_chars: 25,
+                cost: &|_, h| h.text.len() + 1,
+                line_max_bytes: 500,
+                threads: 2,
+                cancel: &cancel,
+            };
+            let o = run(&opts, files, cursor.clone(), &mut |_| {});
+            assert!(o.hits.len() <= 2, "each hit costs 11, so two fit in 25");
+            seen.extend(o.hits.iter().map(|h| h.text.clone()));
+            cursor = o.next;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let mut unique = seen.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!((seen.len(), unique.len()), (50, 50));
     }
 
     #[test]

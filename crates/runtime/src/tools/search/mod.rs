@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use protocol::limits::{
-    SEARCH_DEFAULT_MATCHES, SEARCH_LINE_MAX_BYTES, SEARCH_MAX_CONTEXT_LINES, SEARCH_MAX_MATCHES,
+    RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS, SEARCH_DEFAULT_MATCHES,
+    SEARCH_LINE_MAX_BYTES, SEARCH_MAX_CONTEXT_LINES, SEARCH_MAX_MATCHES,
 };
 
 use crate::{
@@ -19,6 +20,7 @@ use crate::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
+        text::{self, TextView, body_limit},
     },
     policy::Capability,
     primitives::{skipped::SkippedPath, text::sha256_hex},
@@ -37,20 +39,21 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
             description: "Search file contents for a regex (Rust regex syntax) or, with \
                           literal: true, a fixed string, like ripgrep. Honours .gitignore unless \
                           include_ignored; skips binary files, .git and symlinks. Filter files with \
-                          include/exclude globs (gitignore syntax). Returns matching lines in path \
-                          order with 1-based line and column, optional context lines, and stops \
-                          at max_matches (default 200, at most 5000): then `complete` is false and \
-                          next_cursor continues with the same arguments plus cursor. Paths that \
-                          could not be read (permission denied, longer than PATH_MAX, I/O \
-                          errors) are listed in `skipped` (the first 100 in path order, with \
-                          reasons; skipped_count counts all) and make `complete` false. Sends \
-                          progress notifications when the request has a progress token; can be \
-                          cancelled.",
+                          include/exclude globs (gitignore syntax). The text lists matches in path \
+                          order as path:line:column:text (context lines as path-line-text). A page \
+                          stops at max_matches (default 200) and, by default, at what fits in \
+                          45000 characters: then `complete` is false and next_cursor continues \
+                          with the same arguments plus cursor, each match exactly once. An \
+                          explicit max_matches (at most 5000) allows up to 500000 characters. \
+                          Paths that could not be read are listed in `skipped` (the first 100, \
+                          with reasons) and make `complete` false. Sends progress notifications \
+                          when the request has a progress token; can be cancelled.",
             capability: Capability::Read,
             hints: Hints::READ,
         },
         search_text,
-    )]
+    )
+    .larger_on_request()]
 }
 
 /// Case sensitivity of `search_text`.
@@ -126,6 +129,27 @@ pub(crate) struct SearchMatch {
     after: Vec<String>,
 }
 
+impl SearchMatch {
+    /// The match in the result's text, as ripgrep prints it: context lines `path-line-text`,
+    /// the matching line `path:line:column:text`, and `--` after a match with context.
+    fn write(&self, out: &mut String) {
+        let first = self.line - self.before.len() as u64;
+        for (i, b) in self.before.iter().enumerate() {
+            out.push_str(&format!("{}-{}-{b}\n", self.path, first + i as u64));
+        }
+        out.push_str(&format!(
+            "{}:{}:{}:{}\n",
+            self.path, self.line, self.column, self.text
+        ));
+        for (i, a) in self.after.iter().enumerate() {
+            out.push_str(&format!("{}-{}-{a}\n", self.path, self.line + 1 + i as u64));
+        }
+        if !self.before.is_empty() || !self.after.is_empty() {
+            out.push_str("--\n");
+        }
+    }
+}
+
 /// Result of `search_text`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct SearchOutput {
@@ -150,6 +174,56 @@ pub(crate) struct SearchOutput {
     /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
+    #[serde(skip)]
+    limit: usize,
+    #[serde(skip)]
+    pattern: String,
+    #[serde(skip)]
+    root: String,
+}
+
+impl TextView for SearchOutput {
+    fn summary(&self) -> String {
+        let files = {
+            let mut f: Vec<&str> = self.matches.iter().map(|m| m.path.as_str()).collect();
+            f.dedup();
+            f.len()
+        };
+        let mut s = format!(
+            "search_text {} in {}: {} in {} (path:line:column:text; {} searched)",
+            text::arg(&self.pattern),
+            self.root,
+            text::count(self.matches.len() as u64, "match", "matches"),
+            text::count(files as u64, "file", "files"),
+            text::count(self.files_searched as u64, "file", "files"),
+        );
+        if self.skipped_count > 0 {
+            s.push_str(&format!(
+                ", {} could not be read (listed at the end)",
+                text::count(self.skipped_count as u64, "path", "paths")
+            ));
+        }
+        match &self.next_cursor {
+            Some(c) => s.push_str(&format!(
+                "; more: repeat the call with the same arguments and \"cursor\": {}",
+                text::arg(c)
+            )),
+            None if self.complete => s.push_str("; complete"),
+            None => s.push_str("; incomplete (see the skipped paths)"),
+        }
+        s
+    }
+
+    fn body(&self, out: &mut String) {
+        for m in &self.matches {
+            m.write(out);
+        }
+        text::skipped_trailer(out, &self.skipped, &self.notes);
+    }
+
+    fn text_limit(&self) -> usize {
+        self.limit
+    }
 }
 
 async fn search_text(
@@ -171,6 +245,11 @@ async fn search_text(
             "max_matches must be between 1 and {SEARCH_MAX_MATCHES}"
         )));
     }
+    let limit = if args.max_matches.is_some() {
+        RESULT_TEXT_RAISED_MAX_CHARS
+    } else {
+        RESULT_TEXT_DEFAULT_CHARS
+    };
     let fingerprint = query_fingerprint(&args);
     let cursor = args.cursor.clone();
     let matcher = RegexMatcherBuilder::new()
@@ -210,10 +289,26 @@ async fn search_text(
         if cx.cancel.is_cancelled() {
             return Err(ToolError::cancelled());
         }
+        // A hit costs what its text will: rendered as the output will render it.
+        let cost = |path: &Path, h: &engine::Hit| {
+            let mut out = String::new();
+            SearchMatch {
+                path: ws.display(path),
+                line: h.line,
+                column: h.column,
+                text: h.text.clone(),
+                before: h.before.clone(),
+                after: h.after.clone(),
+            }
+            .write(&mut out);
+            out.len()
+        };
         let run = Run {
             matcher: &matcher,
             context: args.context_lines,
             max_matches,
+            max_chars: body_limit(limit).saturating_sub(text::TRAILER_RESERVE),
+            cost: &cost,
             line_max_bytes: SEARCH_LINE_MAX_BYTES,
             threads,
             cancel: &cx.cancel,
@@ -256,6 +351,9 @@ async fn search_text(
                 .next
                 .map(|c| encode_cursor(&c, root.real(), &fingerprint)),
             notes: crate::primitives::ignores::notes(&capped_ignore_files, ws),
+            limit,
+            pattern: args.pattern.clone(),
+            root: ws.display(root.real()),
         })
     })
     .await
@@ -267,10 +365,19 @@ fn query_fingerprint(args: &SearchArgs) -> String {
     sha256_hex(canonical.as_bytes())[..16].to_owned()
 }
 
+/// The size and modification time of the file a cursor resumes in (`None` when it is gone): a
+/// cursor into a file that changed would skip or repeat matches.
+fn file_identity(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(format!("{} {} {}", m.len(), m.mtime(), m.mtime_nsec()))
+}
+
 /// Encodes a cursor; the path is stored relative to the search root, so no host path leaks.
 fn encode_cursor(c: &Cursor, root: &Path, fingerprint: &str) -> String {
     let rel = c.path.strip_prefix(root).unwrap_or(&c.path);
-    let v = json!({"p": rel.to_string_lossy(), "k": c.skip, "q": fingerprint});
+    let v = json!({"p": crate::path::quote::render(rel.as_os_str()), "k": c.skip,
+        "q": fingerprint, "i": file_identity(&c.path)});
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
 }
 
@@ -285,8 +392,20 @@ fn decode_cursor(s: &str, root: &Path, fingerprint: &str) -> ToolResult<Cursor> 
             "cursor belongs to a different search: repeat the same arguments with it",
         ));
     }
-    Ok(Cursor {
-        path: root.join(v["p"].as_str().ok_or_else(bad)?),
+    let c = Cursor {
+        path: {
+            let p = v["p"].as_str().ok_or_else(bad)?;
+            root.join(
+                crate::path::quote::parse(p).map_or_else(|| p.into(), std::path::PathBuf::from),
+            )
+        },
         skip: v["k"].as_u64().ok_or_else(bad)? as usize,
-    })
+    };
+    if c.skip > 0 && v["i"].as_str().map(str::to_owned) != file_identity(&c.path) {
+        return Err(ToolError::conflict(format!(
+            "{}: the file changed since this cursor was returned (its matches would be skipped or repeated); search again without cursor",
+            v["p"].as_str().unwrap_or_default()
+        )));
+    }
+    Ok(c)
 }

@@ -114,8 +114,18 @@ impl StreamBuf {
 
     /// Up to `max` bytes from absolute `offset`: `(start, bytes, dropped)` where `dropped` is how
     /// many requested bytes were no longer retained (the data then starts at the window start).
+    /// Offsets in the head (the first bytes ever written) are served from it, so a long output
+    /// reads as its head, one counted gap, and its newest bytes.
     /// The end is moved back so no UTF-8 sequence is split, unless `eof` (nothing more comes).
     pub(crate) fn read(&self, offset: u64, max: usize, eof: bool) -> (u64, Vec<u8>, u64) {
+        // The head serves offsets before the window (the first bytes of a long output).
+        if offset < self.window_start() && offset < self.head.len() as u64 {
+            let from = offset as usize;
+            let to = self.head.len().min(from + max);
+            let mut bytes = self.head[from..to].to_vec();
+            bytes.truncate(complete_utf8_prefix(&bytes));
+            return (offset, bytes, 0);
+        }
         let start = offset.max(self.window_start()).min(self.total);
         let dropped = start - offset.min(start);
         let skip = (start - self.window_start()) as usize;
@@ -129,10 +139,15 @@ impl StreamBuf {
     }
 
     /// The whole output if it fits in `max` bytes, else the first `max/2` and last `max/2` bytes
-    /// joined by a marker naming what was left out. Returns `(text, truncated)`.
-    pub(crate) fn head_and_tail(&self, max: usize) -> (String, bool) {
+    /// joined by a marker naming what was left out. Returns `(text, truncated, head)`, `head`
+    /// being the bytes of the head shown (where the left-out bytes start).
+    pub(crate) fn head_and_tail(&self, max: usize) -> (String, bool, u64) {
         if self.total as usize <= max && self.window.len() as u64 == self.total {
-            return (utf8_lossy(self.copy_window(0..self.window.len())), false);
+            return (
+                utf8_lossy(self.copy_window(0..self.window.len())),
+                false,
+                self.total,
+            );
         }
         let half = max / 2;
         let head = &self.head[..self.head.len().min(half)];
@@ -144,14 +159,16 @@ impl StreamBuf {
             .take(3)
             .take_while(|&&b| b & 0xC0 == 0x80)
             .count();
-        let omitted = self.total - head.len() as u64 - (tail.len() - skip) as u64;
+        let tail_from = self.total - (tail.len() - skip) as u64;
+        let omitted = tail_from - head.len() as u64;
         let mut s = crate::primitives::text::lossy(head).into_owned();
         s.push_str(&format!(
-            "\n[... {omitted} bytes omitted; {} bytes in total ...]\n",
+            "\n[... {omitted} bytes omitted (offsets {}-{tail_from}); {} bytes in total ...]\n",
+            head.len(),
             self.total
         ));
         s.push_str(&crate::primitives::text::lossy(&tail[skip..]));
-        (s, true)
+        (s, true, head.len() as u64)
     }
 }
 
@@ -214,8 +231,10 @@ mod tests {
         b.push(b"abc");
         assert_eq!(b.total(), 13);
         assert_eq!(b.window_start(), 5);
-        let (start, bytes, dropped) = b.read(0, 100, true);
-        assert_eq!((start, dropped), (5, 5));
+        // Offsets in the head come from it; past it, the window, with the gap counted.
+        assert_eq!(b.read(0, 100, true), (0, b"0123".to_vec(), 0));
+        let (start, bytes, dropped) = b.read(4, 100, true);
+        assert_eq!((start, dropped), (5, 1));
         assert_eq!(bytes, b"56789abc");
         let (start, bytes, dropped) = b.read(11, 100, true);
         assert_eq!((start, bytes.as_slice(), dropped), (11, &b"bc"[..], 0));
@@ -229,14 +248,31 @@ mod tests {
         for i in 0..100 {
             b.push(format!("{i:03}\n").as_bytes());
         }
-        let (s, cut) = b.head_and_tail(20);
+        let (s, cut, head) = b.head_and_tail(20);
         assert!(cut);
+        assert_eq!(head, 10);
         assert!(s.starts_with("000\n001\n00"), "{s}");
         assert!(s.ends_with("098\n099\n"), "{s}");
-        assert!(s.contains("bytes omitted; 400 bytes in total"), "{s}");
+        assert!(
+            s.contains("bytes omitted (offsets 10-390); 400 bytes in total"),
+            "{s}"
+        );
         let mut small = StreamBuf::new(10, 100);
         small.push(b"hello\n");
-        assert_eq!(small.head_and_tail(20), ("hello\n".to_owned(), false));
+        assert_eq!(small.head_and_tail(20), ("hello\n".to_owned(), false, 6));
+    }
+
+    #[test]
+    fn the_head_then_one_gap_then_the_window_cover_the_output() {
+        let mut b = StreamBuf::new(4, 8);
+        b.push(b"0123456789abcdefghij");
+        assert_eq!(b.read(0, 100, true), (0, b"0123".to_vec(), 0));
+        let (start, bytes, dropped) = b.read(4, 100, true);
+        assert_eq!(
+            (start, bytes.as_slice(), dropped),
+            (12, &b"cdefghij"[..], 8)
+        );
+        assert_eq!(b.read(2, 1, true), (2, b"2".to_vec(), 0));
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl Sessions {
     /// exited-session bounds are enforced (which may discard older exited sessions).
     ///
     /// # Errors
-    /// [`Full`] when [`PROCESS_SESSIONS_MAX`] sessions are running.
+    /// [`Full`] when [`PROCESS_SESSIONS_MAX`] sessions are running and `proc` still runs.
     pub(crate) fn insert(
         &self,
         owner: Principal,
@@ -124,7 +124,8 @@ impl Sessions {
                 .values()
                 .filter(|s| s.proc.exit().is_none())
                 .count();
-            if running >= PROCESS_SESSIONS_MAX {
+            // A finished process (a one-shot result's output kept readable) takes no slot.
+            if running >= PROCESS_SESSIONS_MAX && proc.exit().is_none() {
                 return Err(Full);
             }
             let id = format!("proc-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
