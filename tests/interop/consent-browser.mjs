@@ -33,7 +33,9 @@ const { StreamableHTTPClientTransport } = await load('@modelcontextprotocol/sdk/
 
 const out = { steps: [] };
 const step = (name, data) => { out.steps.push(name); Object.assign(out, data); };
-const done = (code) => { process.stdout.write(JSON.stringify(out) + '\n'); process.exit(code); };
+// `await done(code)`: exits once the pipe took the whole report (process.exit() right after a
+// write drops what is still buffered past the pipe's 64 KiB); the promise never resolves
+const done = (code) => new Promise(() => process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(code)));
 const b64url = (b) => b.toString('base64url');
 const getJson = async (u, init) => {
   const r = await fetch(u, init);
@@ -117,7 +119,7 @@ try {
     wrong_status: wrong.status(), wrong_error: (await page.textContent('.error', { timeout: 2000 }).catch(() => null))?.trim() ?? null,
     wrong_account_kept: await page.inputValue('#account', { timeout: 2000 }).catch(() => null), wrong_screenshot: wrongShot });
 
-  if (!(await page.isVisible('#password'))) done(1); // no form to sign in with again
+  if (!(await page.isVisible('#password'))) await done(1); // no form to sign in with again
 
   // the right one: fill, click Allow, and the browser lands on our redirect URI
   await page.fill('#account', account);
@@ -130,7 +132,7 @@ try {
   if (allowed.status() !== 303) {
     await page.waitForLoadState();
     out.allow_error = (await page.textContent('.error', { timeout: 2000 }).catch(() => null))?.trim() ?? null;
-    done(1);
+    await done(1);
   }
   await page.waitForURL((u) => u.href.startsWith(redirectUri), { timeout: 30_000 });
   const back = await Promise.race([callback, new Promise((r) => setTimeout(() => r(null), 10_000))]);
@@ -138,7 +140,7 @@ try {
     state_ok: back?.state === state });
   await browser.close();
   browser = undefined;
-  if (!back?.code) done(1);
+  if (!back?.code) await done(1);
 
   // the client again: code -> token (PKCE), and the token on the MCP URL
   const token = await getJson(as.token_endpoint, {
@@ -158,11 +160,11 @@ try {
     read: read.structuredContent ?? read });
   await transport.terminateSession().catch(() => {});
   await mcp.close();
-  done(0);
+  await done(0);
 } catch (e) {
   out.error = `${e?.name ?? 'Error'}: ${e?.message ?? String(e)}`;
   if (browser) await browser.close().catch(() => {});
-  done(1);
+  await done(1);
 } finally {
   server.close();
 }

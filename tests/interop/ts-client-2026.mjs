@@ -178,5 +178,7 @@ try {
 } catch {
   // the report matters, not the goodbye
 }
-process.stdout.write(JSON.stringify(out) + '\n');
+// exit only once the pipe took the whole report: process.exit() drops what is still
+// buffered past the pipe's 64 KiB
+await new Promise((resolve) => process.stdout.write(JSON.stringify(out) + '\n', resolve));
 process.exit(0);

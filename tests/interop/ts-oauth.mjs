@@ -112,7 +112,8 @@ try {
 } catch (e) {
   if (!(e instanceof UnauthorizedError) || !code) {
     console.error(`connect: ${e?.name}: ${e?.message}; consent errors: ${out.consent_errors.join('; ')}`);
-    process.stdout.write(JSON.stringify(out) + '\n');
+    // exit only once the pipe took the whole report (process.exit() drops what is buffered)
+    await new Promise((resolve) => process.stdout.write(JSON.stringify(out) + '\n', resolve));
     process.exit(1);
   }
   await transport.finishAuth(code); // exchanges the code (PKCE verifier, resource) for tokens
