@@ -5,8 +5,9 @@
 //!
 //! - POST: the path ([`Endpoint`]), `Host` (403), `Origin` (403), credentials (401 / 403), the
 //!   bridge (404), then the body (over 8 MiB → 413, not complete within 30 s → 408),
-//!   `Content-Type` (415), JSON (400, -32700), the JSON-RPC envelope (400, -32600). The era and
-//!   what follows from it are the handler's.
+//!   `Content-Type` (415), an `initialize` over 64 KiB (400, -32602), JSON (400, -32700), the
+//!   JSON-RPC envelope (400, -32600) (`body.rs`). The era and what follows from it are the
+//!   handler's.
 //! - GET: the path, `Host`, `Origin`, credentials, the bridge, a 2026-07-28 version (405), an
 //!   unsupported session-era version (400, -32022), `Accept` without SSE (406), the session (400
 //!   without `MCP-Session-Id`, 404 unknown).
@@ -27,11 +28,11 @@ use serde_json::{Value, json};
 
 use protocol::{
     frame::RUNTIME_SERVER,
-    jsonrpc::{self, code},
+    jsonrpc::code,
     mcp::{ALL_VERSIONS, is_session_era},
 };
 
-use super::{SESSION_HEADER, VERSION_HEADER, plain, rpc_error};
+use super::{SESSION_HEADER, VERSION_HEADER, plain};
 use crate::{
     auth::{BridgePrincipal, Role},
     config::AuthMode,
@@ -140,24 +141,9 @@ impl FromRequest<Arc<Hub>> for McpPost {
                 "Content-Type must be application/json",
             ));
         }
-        let message: Value = serde_json::from_slice(&body).map_err(|e| {
-            rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                code::PARSE_ERROR,
-                &format!("parse error: {e}"),
-            )
-        })?;
-        // MCP Basic § Requests: "Requests MUST include a string or integer ID", which "MUST NOT
-        // be null"; a request with another id would otherwise pass for a notification.
-        jsonrpc::check_envelope(&message).map_err(|e| {
-            rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                code::INVALID_REQUEST,
-                &e.to_string(),
-            )
-        })?;
+        // Parsed here when small; a large body on the blocking pool, a bounded number at once,
+        // and an oversized `initialize` refused from its head (`body.rs`).
+        let message = super::body::message(body).await.map_err(|r| *r)?;
         Ok(Self {
             admitted,
             headers,

@@ -44,6 +44,7 @@ use crate::{
         sse::{self, Framing},
     },
 };
+mod body;
 mod checks;
 
 use checks::{Admitted, McpDelete, McpGet, McpPost, legacy_version, session_of};
