@@ -197,6 +197,67 @@ impl Workspace {
         beneath::open_beneath(base, rel)
     }
 
+    /// Opens the regular file at `real` (a canonical path a walk found, inside the workspace or,
+    /// when paths are unrestricted, anywhere) for reading, beneath the workspace root, never
+    /// following a symlink on the way or at its end: how `search_text` reads the files its walk
+    /// found, so a directory swapped for a symlink during the walk cannot make it read outside
+    /// (issue 11 item 2).
+    ///
+    /// # Errors
+    /// As [`Workspace::open_dir`] for the way there (`EXDEV`/`ELOOP` when it left the workspace,
+    /// `ENOENT` when the name is not there any more: see [`Workspace::changed_under`]), and
+    /// `openat(2)`'s for the file (`ELOOP` for a symlink, `EACCES`, ...).
+    pub fn open_file(&self, real: &Path) -> io::Result<std::fs::File> {
+        use nix::fcntl::OFlag;
+        let (base, rel) = self.base_for(real)?;
+        let flags = OFlag::O_RDONLY
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_CLOEXEC;
+        beneath::open_entry_beneath(base, rel, flags).map(std::fs::File::from)
+    }
+
+    /// Whether the entry a walk found at `real`, whose inode number the walk read (`d_ino`), is
+    /// still that entry beneath the workspace root, reached without following a symlink: how
+    /// `list_files` checks what its walk (which descends by name) listed before it shows it
+    /// (issue 11 item 2). `false` when the entry moved, vanished or was reached through a
+    /// directory swapped for a symlink; hard links are not told apart (`SECURITY.md`).
+    pub fn still_beneath(&self, real: &Path, ino: u64) -> bool {
+        self.open_entry(real)
+            .ok()
+            .and_then(|fd| nix::sys::stat::fstat(&fd).ok())
+            .is_some_and(|st| st.st_ino == ino)
+    }
+
+    /// Whether the path of a walk error is still reachable beneath the workspace root: `false`
+    /// only when opening it says it changed ([`Workspace::changed_under`]); a path too long to
+    /// open, or one that is not permitted, is reachable (its error is the one to report).
+    pub fn reachable(&self, real: &Path) -> bool {
+        self.open_entry(real)
+            .map_or_else(|e| !Self::changed_under(&e), |_| true)
+    }
+
+    /// `real` opened beneath the base with `O_PATH | O_NOFOLLOW` (the entry itself, whatever it
+    /// is).
+    fn open_entry(&self, real: &Path) -> io::Result<OwnedFd> {
+        use nix::fcntl::OFlag;
+        let (base, rel) = self.base_for(real)?;
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        beneath::open_entry_beneath(base, rel, flags)
+    }
+
+    /// Whether `err`, from [`Workspace::open_file`] of a path a walk found, says the path changed
+    /// under the walk (`ENOENT`, `ENOTDIR`, `EXDEV`, `ELOOP`): then the path may be one the walk
+    /// read through a swapped-in symlink, and is not shown.
+    pub fn changed_under(err: &io::Error) -> bool {
+        use nix::errno::Errno;
+        matches!(
+            err.raw_os_error().map(Errno::from_raw),
+            Some(Errno::ENOENT | Errno::ENOTDIR | Errno::EXDEV | Errno::ELOOP)
+        )
+    }
+
     /// `p`'s parent directory opened beneath the workspace root, and `p`'s last name: where a
     /// file tool reads, writes or removes `p`.
     ///

@@ -299,3 +299,81 @@ fn a_directory_swapped_for_a_symlink_never_lets_a_write_escape() {
     assert_eq!(escaped_rounds, 0, "rounds in which a write escaped");
     assert_eq!(temps, Vec::<String>::new(), "temporary files left behind");
 }
+
+/// Regression (issue 11 item 2, search start points and walks): `search_text` and `list_files`
+/// walked and read by name, so a directory swapped for a symlink to an outside directory between
+/// the check and the walk (or between listing a directory and descending into it) made them list
+/// and read outside files. The same swap loop as the write test above runs while they list and
+/// search under `sub/` and the whole workspace: no outside file's name or content ever comes back.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn a_directory_swapped_for_a_symlink_never_lets_a_search_or_listing_read_outside() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    };
+
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+
+    const ROUNDS: usize = 150;
+    let tmp = Tree::new();
+    tmp.write("ws/sub/inside.txt", "inside needle\n");
+    for i in 0..20 {
+        tmp.write(
+            &format!("outside/d{i}/outside-secret-{i}.txt"),
+            "OUTSIDE needle\n",
+        );
+    }
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let ws = root.join("ws");
+    symlink(root.join("outside"), ws.join("swap")).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        let (a, b) = (ws.join("sub"), ws.join("swap"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE)
+                    .expect("renameat2(RENAME_EXCHANGE)");
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let mut s = Server::start(&ws, &["--profile", "review"]);
+    let (mut answered, mut leaked_rounds) = (0, 0);
+    let mut first_leak = None;
+    for _ in 0..ROUNDS {
+        let replies = [
+            s.call("search_text", json!({"pattern": "needle", "path": "sub"})),
+            s.call("search_text", json!({"pattern": "needle"})),
+            s.call("list_files", json!({"path": "sub"})),
+            s.call("list_files", json!({})),
+        ];
+        answered += replies.iter().filter(|r| !r.is_error).count();
+        let leaked: Vec<String> = replies
+            .iter()
+            .map(|r| format!("{} {}", r.text, r.structured))
+            .filter(|t| t.contains("OUTSIDE") || t.contains("outside-secret"))
+            .collect();
+        if !leaked.is_empty() {
+            leaked_rounds += 1;
+            first_leak.get_or_insert_with(|| leaked[0].chars().take(300).collect::<String>());
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let swaps = swaps.load(Ordering::Relaxed);
+    drop(s);
+    eprintln!(
+        "{ROUNDS} rounds of 2 searches and 2 listings, {swaps} swaps: {answered} answered, \
+         {leaked_rounds} rounds returned an outside name or content"
+    );
+    assert!(swaps > 0, "the swapper ran");
+    assert_eq!(
+        leaked_rounds, 0,
+        "rounds that leaked; first: {first_leak:?}"
+    );
+}

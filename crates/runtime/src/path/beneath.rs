@@ -80,11 +80,43 @@ pub(super) fn open_beneath(base: &Arc<OwnedFd>, rel: &Path) -> io::Result<Arc<Ow
     if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
         return Err(Errno::EXDEV.into());
     }
+    // A path longer than PATH_MAX is walked a name at a time (no single call takes it).
     #[cfg(target_os = "linux")]
-    if let Some(r) = openat2_beneath(base, rel) {
-        return r.map(Arc::new).map_err(io::Error::from);
+    match openat2_beneath(base, rel, DIR_FLAGS) {
+        Some(Err(Errno::ENAMETOOLONG)) | None => {}
+        Some(r) => return r.map(Arc::new).map_err(io::Error::from),
     }
     walk_beneath(base, rel)
+}
+
+/// Opens the entry `rel` beneath `base` with `flags`, which must hold `O_NOFOLLOW` (so that the
+/// last name is never followed either): `openat2(2)` as [`open_beneath`], or its directory
+/// opened by [`walk_beneath`] and the last name `openat(2)`-ed there. How `search_text` reads a
+/// file and `list_files` checks an entry the walk found (issue 11 item 2).
+///
+/// # Errors
+/// As [`open_beneath`]; `EISDIR` for an empty `rel`; for the last name, `openat(2)`'s (`ENOENT`,
+/// `ELOOP` for a symlink without `O_PATH`, ...).
+pub(super) fn open_entry_beneath(
+    base: &Arc<OwnedFd>,
+    rel: &Path,
+    flags: OFlag,
+) -> io::Result<OwnedFd> {
+    debug_assert!(flags.contains(OFlag::O_NOFOLLOW));
+    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(Errno::EXDEV.into());
+    }
+    let (parent, name) = match (rel.parent(), rel.file_name()) {
+        (Some(parent), Some(name)) => (parent, name),
+        _ => return Err(Errno::EISDIR.into()),
+    };
+    #[cfg(target_os = "linux")]
+    match openat2_beneath(base, rel, flags) {
+        Some(Err(Errno::ENAMETOOLONG)) | None => {}
+        Some(r) => return r.map_err(io::Error::from),
+    }
+    let dir = walk_beneath(base, parent)?;
+    Ok(openat(&*dir, name, flags, Mode::empty())?)
 }
 
 /// The per-component fallback of [`open_beneath`]: each name of `rel` opened from the previous
@@ -108,10 +140,10 @@ fn is_symlink(dir: &OwnedFd, name: &OsStr) -> bool {
         .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK)
 }
 
-/// `openat2(base, rel, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` (openat2(2)), or `None` when
-/// the kernel (or a seccomp filter) does not offer it; then it is not tried again.
+/// `openat2(base, rel, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` (openat2(2)) with `flags`, or
+/// `None` when the kernel (or a seccomp filter) does not offer it; then it is not tried again.
 #[cfg(target_os = "linux")]
-fn openat2_beneath(base: &OwnedFd, rel: &Path) -> Option<Result<OwnedFd, Errno>> {
+fn openat2_beneath(base: &OwnedFd, rel: &Path, flags: OFlag) -> Option<Result<OwnedFd, Errno>> {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use nix::fcntl::{OpenHow, ResolveFlag, openat2};
@@ -120,7 +152,7 @@ fn openat2_beneath(base: &OwnedFd, rel: &Path) -> Option<Result<OwnedFd, Errno>>
         return None;
     }
     let how = OpenHow::new()
-        .flags(DIR_FLAGS)
+        .flags(flags)
         .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
     match openat2(base, rel, how) {
         // ENOSYS: before Linux 5.6; EPERM: a seccomp filter; E2BIG/EINVAL: an older `open_how`.

@@ -44,6 +44,8 @@ pub(crate) struct Skipped {
 pub(crate) struct SkipList {
     entries: Vec<Skipped>,
     total: usize,
+    /// Entries that changed under the walk ([`SkipList::push_changed`]): where, and how many.
+    changed: Option<(PathBuf, usize)>,
 }
 
 impl SkipList {
@@ -62,12 +64,35 @@ impl SkipList {
     }
 
     /// Records every path in a walk error (`ignore` nests path, depth and partial errors);
-    /// `fallback` names the path when the error carries none.
-    pub(crate) fn push_walk_error(&mut self, err: &ignore::Error, fallback: &std::path::Path) {
+    /// `root`, the walk's start, names the path when the error carries none. A path for which
+    /// `reachable` is false (it is not there beneath the workspace any more, or is reached
+    /// through a swapped-in symlink) is counted as changed, not shown
+    /// ([`SkipList::push_changed`]).
+    pub(crate) fn push_walk_error(
+        &mut self,
+        err: &ignore::Error,
+        root: &std::path::Path,
+        reachable: &dyn Fn(&std::path::Path) -> bool,
+    ) {
         let mut found = Vec::new();
         flatten(err, None, &mut found);
         for (path, reason) in found {
-            self.push(path.unwrap_or_else(|| fallback.to_owned()), reason);
+            match path {
+                Some(p) if !reachable(&p) => self.push_changed(root),
+                p => self.push(p.unwrap_or_else(|| root.to_owned()), reason),
+            }
+        }
+    }
+
+    /// Records an entry under `root` (the walk's start) that changed while it was walked — moved,
+    /// removed, or reached through a directory swapped for a symlink — without its path, which
+    /// may name something outside the workspace (issue 11 item 2). They are reported as one
+    /// skipped path, `root`, with their number.
+    pub(crate) fn push_changed(&mut self, root: &std::path::Path) {
+        self.total += 1;
+        match &mut self.changed {
+            Some((_, n)) => *n += 1,
+            None => self.changed = Some((root.to_owned(), 1)),
         }
     }
 
@@ -76,6 +101,10 @@ impl SkipList {
         let total = self.total + other.total;
         for s in other.entries {
             self.push(s.path, s.reason);
+        }
+        if let Some((root, n)) = other.changed {
+            let (_, mine) = self.changed.get_or_insert((root, 0));
+            *mine += n;
         }
         self.total = total;
     }
@@ -87,6 +116,15 @@ impl SkipList {
 
     /// The first [`SKIPPED_PATHS_MAX`] skipped paths in path order.
     pub(crate) fn into_first(mut self) -> Vec<Skipped> {
+        if let Some((path, n)) = self.changed.take() {
+            let reason = format!(
+                "{n} {} under it changed while it was walked (moved, removed, or reached through a \
+                 directory swapped for a symlink) and {} not shown",
+                if n == 1 { "entry" } else { "entries" },
+                if n == 1 { "is" } else { "are" },
+            );
+            self.entries.push(Skipped { path, reason });
+        }
         self.trim();
         self.entries
     }
@@ -214,6 +252,42 @@ mod tests {
         assert_eq!(eio, io::Error::from_raw_os_error(libc::EIO).to_string());
     }
 
+    /// Issue 11 item 2: a walk error's path that is not reachable beneath the workspace any more
+    /// may name an outside directory the walk reached through a swapped-in symlink; it is
+    /// counted under the walk's root, never shown.
+    #[test]
+    fn unreachable_walk_errors_and_changed_entries_are_counted_without_their_paths() {
+        let denied = |path: &str| ignore::Error::WithPath {
+            path: path.into(),
+            err: Box::new(ignore::Error::Io(io::Error::from_raw_os_error(
+                libc::EACCES,
+            ))),
+        };
+        let mut list = SkipList::default();
+        let root = std::path::Path::new("/w");
+        list.push_walk_error(&denied("/w/sub/secret-dir"), root, &|p| {
+            !p.ends_with("secret-dir")
+        });
+        list.push_walk_error(&denied("/w/locked"), root, &|p| !p.ends_with("secret-dir"));
+        list.push_changed(root);
+        assert_eq!(list.total(), 3);
+        let got: Vec<_> = list
+            .into_first()
+            .into_iter()
+            .map(|s| (s.path, s.reason))
+            .collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, PathBuf::from("/w"));
+        assert!(
+            got[0].1.starts_with("2 entries under it changed"),
+            "{got:?}"
+        );
+        assert_eq!(
+            got[1],
+            (PathBuf::from("/w/locked"), "permission denied".to_owned())
+        );
+    }
+
     #[test]
     fn walk_errors_are_flattened_with_their_paths() {
         let too_long = io::Error::from_raw_os_error(libc::ENAMETOOLONG);
@@ -230,7 +304,7 @@ mod tests {
             with_path("/w/locked", ignore::Error::Io(denied)),
         ]);
         let mut list = SkipList::default();
-        list.push_walk_error(&err, std::path::Path::new("/w"));
+        list.push_walk_error(&err, std::path::Path::new("/w"), &|_| true);
         let got: Vec<_> = list
             .into_first()
             .into_iter()

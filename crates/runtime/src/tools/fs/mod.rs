@@ -500,7 +500,7 @@ async fn list_files(
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(err) => {
-                    skipped.push_walk_error(&err, root.real());
+                    skipped.push_walk_error(&err, root.real(), &|p| ws.reachable(p));
                     continue;
                 }
             };
@@ -511,6 +511,16 @@ async fn list_files(
                 .as_ref()
                 .is_some_and(|a| !crate::path::path_order(entry.path(), a).is_gt())
             {
+                continue;
+            }
+            // The walk descends by name: a directory swapped for a symlink after it was listed
+            // leads it outside. Only an entry that is still there beneath the workspace, the same
+            // inode the walk read, is shown (issue 11 item 2).
+            if !entry
+                .ino()
+                .is_some_and(|ino| ws.still_beneath(entry.path(), ino))
+            {
+                skipped.push_changed(root.real());
                 continue;
             }
             let shown = ws.display(entry.path());

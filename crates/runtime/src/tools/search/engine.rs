@@ -111,11 +111,18 @@ pub(crate) struct Candidates {
 
 /// Lists the regular files under `scope.root` that the filters keep, sorted by path. Symlinks are
 /// never followed and `.git` directories are skipped. A directory that cannot be read (permission
-/// denied, a path longer than PATH_MAX, an I/O error) goes to `skipped`, never silently away.
+/// denied, a path longer than PATH_MAX, an I/O error) goes to `skipped`, never silently away —
+/// by name when `reachable` says its path is still there, else counted as changed (the walk
+/// descends by name, so a directory swapped for a symlink can lead it outside; the files it
+/// lists there are refused when [`Run::open`] opens them).
 ///
 /// # Errors
 /// A bad include or exclude glob, with the glob in the message.
-pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Candidates, String> {
+pub(crate) fn candidates(
+    scope: &Scope,
+    cancel: &CancellationToken,
+    reachable: &(dyn Fn(&Path) -> bool + Sync),
+) -> Result<Candidates, String> {
     if scope.root.is_file() {
         return Ok(Candidates {
             files: vec![scope.root.clone()],
@@ -165,7 +172,7 @@ pub(crate) fn candidates(scope: &Scope, cancel: &CancellationToken) -> Result<Ca
                 }
                 Err(err) => {
                     if let Ok(mut s) = skipped.lock() {
-                        s.push_walk_error(&err, &scope.root);
+                        s.push_walk_error(&err, &scope.root, reachable);
                     }
                 }
             }
@@ -194,6 +201,14 @@ pub(crate) struct Run<'a> {
     pub(crate) line_max_bytes: usize,
     pub(crate) threads: usize,
     pub(crate) cancel: &'a CancellationToken,
+    /// The search's start (`Scope::root`): where files that changed under it are counted.
+    pub(crate) root: &'a Path,
+    /// Opens a file of the walk for reading. The tool's opens it beneath the workspace root
+    /// without following a symlink (`Workspace::open_file`, issue 11 item 2).
+    pub(crate) open: &'a (dyn Fn(&Path) -> std::io::Result<std::fs::File> + Sync),
+    /// Whether an error of [`Run::open`] says the path changed under the walk
+    /// (`Workspace::changed_under`): such a file is counted, not named, in `skipped`.
+    pub(crate) changed: fn(&std::io::Error) -> bool,
 }
 
 /// Most files one worker claims at once; runs start at one file and double up to this, so a
@@ -361,7 +376,11 @@ pub(crate) fn run(
                 frontier += 1;
                 if let Some(err) = &r.error {
                     out.unreadable += 1;
-                    out.skipped.push_io(files_ref[file_index].clone(), err);
+                    if r.hits.is_empty() && (opts.changed)(err) {
+                        out.skipped.push_changed(opts.root);
+                    } else {
+                        out.skipped.push_io(files_ref[file_index].clone(), err);
+                    }
                 }
                 let skip = if file_index == 0 { first_skip } else { 0 };
                 let available = r.hits.len().saturating_sub(skip);
@@ -456,7 +475,10 @@ fn search_file(
         last_match_line: 0,
         hit_limit: false,
     };
-    let error = searcher.search_path(opts.matcher, path, &mut sink).err();
+    let error = match (opts.open)(path) {
+        Ok(file) => searcher.search_file(opts.matcher, &file, &mut sink).err(),
+        Err(e) => Some(e),
+    };
     let Collect {
         matches,
         lines,
@@ -625,7 +647,7 @@ mod tests {
             ignore_cache: Default::default(),
         };
         let cancel = CancellationToken::new();
-        let files = candidates(&scope, &cancel).unwrap().files;
+        let files = candidates(&scope, &cancel, &|_| true).unwrap().files;
         let m = RegexMatcherBuilder::new()
             .fixed_strings(true)
             .build("needle")
@@ -639,6 +661,9 @@ mod tests {
             line_max_bytes: 500,
             threads: 2,
             cancel: &cancel,
+            root,
+            open: &|p| std::fs::File::open(p),
+            changed: |_| false,
         };
         run(&opts, files, cursor, &mut |_| {})
     }
@@ -684,7 +709,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut cursor = None;
         for _ in 0..30 {
-            let files = candidates(&scope, &cancel).unwrap().files;
+            let files = candidates(&scope, &cancel, &|_| true).unwrap().files;
             let opts = Run {
                 matcher: &m,
                 context: 0,
@@ -694,6 +719,9 @@ mod tests {
                 line_max_bytes: 500,
                 threads: 2,
                 cancel: &cancel,
+                root: d.path(),
+                open: &|p| std::fs::File::open(p),
+                changed: |_| false,
             };
             let o = run(&opts, files, cursor.clone(), &mut |_| {});
             assert!(o.hits.len() <= 2, "each hit costs 11, so two fit in 25");

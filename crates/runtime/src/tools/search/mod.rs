@@ -285,7 +285,8 @@ async fn search_text(
             files,
             skipped: mut skipped_paths,
             capped_ignore_files,
-        } = engine::candidates(&scope, &cx.cancel).map_err(ToolError::invalid)?;
+        } = engine::candidates(&scope, &cx.cancel, &|p| ws.reachable(p))
+            .map_err(ToolError::invalid)?;
         if cx.cancel.is_cancelled() {
             return Err(ToolError::cancelled());
         }
@@ -312,6 +313,9 @@ async fn search_text(
             line_max_bytes: SEARCH_LINE_MAX_BYTES,
             threads,
             cancel: &cx.cancel,
+            root: root.real(),
+            open: &|p| ws.open_file(p),
+            changed: crate::path::Workspace::changed_under,
         };
         let progress = &cx.progress;
         let out = engine::run(&run, files, cursor, &mut |p| {
