@@ -191,6 +191,40 @@ fn full_allows_the_same_reads_and_returns_absolute_paths() {
     assert_eq!(out["policy"]["profile"], "custom");
 }
 
+/// A thread exchanging two names (`renameat2(RENAME_EXCHANGE)`) in a tight loop until stopped:
+/// a directory and a symlink to an outside directory, for the race tests below.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+struct Swapper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+impl Swapper {
+    fn start(a: std::path::PathBuf, b: std::path::PathBuf) -> Self {
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut swaps = 0;
+            while !flag.load(Ordering::Relaxed) {
+                renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE)
+                    .expect("renameat2(RENAME_EXCHANGE)");
+                swaps += 1;
+            }
+            swaps
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops the loop; how many exchanges it made.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 /// Issue 11 item 2: a process of the user swaps `ws/sub` (a real directory) and `ws/swap` (a
 /// symlink to a directory outside) with `renameat2(RENAME_EXCHANGE)` in a tight loop while the
 /// assistant writes, edits and patches under `sub/` with `--profile edit`. Calls may fail (the
@@ -199,13 +233,6 @@ fn full_allows_the_same_reads_and_returns_absolute_paths() {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn a_directory_swapped_for_a_symlink_never_lets_a_write_escape() {
-    use std::sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    };
-
-    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
-
     const ROUNDS: usize = 150;
     let tmp = Tree::new();
     tmp.write("ws/sub/f.txt", "line\n");
@@ -227,19 +254,7 @@ fn a_directory_swapped_for_a_symlink_never_lets_a_write_escape() {
     };
     let before = snapshot(&outside);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let swaps = Arc::new(AtomicU64::new(0));
-    let swapper = {
-        let (stop, swaps) = (stop.clone(), swaps.clone());
-        let (a, b) = (ws.join("sub"), ws.join("swap"));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE)
-                    .expect("renameat2(RENAME_EXCHANGE)");
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    };
+    let swapper = Swapper::start(ws.join("sub"), ws.join("swap"));
 
     let mut s = Server::start(&ws, &["--profile", "edit"]);
     let mut succeeded = 0;
@@ -280,9 +295,7 @@ fn a_directory_swapped_for_a_symlink_never_lets_a_write_escape() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    let swaps = swaps.load(Ordering::Relaxed);
+    let swaps = swapper.stop();
     drop(s);
 
     let temps: Vec<String> = walk(&ws)
@@ -308,13 +321,6 @@ fn a_directory_swapped_for_a_symlink_never_lets_a_write_escape() {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn a_directory_swapped_for_a_symlink_never_lets_a_search_or_listing_read_outside() {
-    use std::sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    };
-
-    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
-
     const ROUNDS: usize = 150;
     let tmp = Tree::new();
     tmp.write("ws/sub/inside.txt", "inside needle\n");
@@ -328,19 +334,7 @@ fn a_directory_swapped_for_a_symlink_never_lets_a_search_or_listing_read_outside
     let ws = root.join("ws");
     symlink(root.join("outside"), ws.join("swap")).unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let swaps = Arc::new(AtomicU64::new(0));
-    let swapper = {
-        let (stop, swaps) = (stop.clone(), swaps.clone());
-        let (a, b) = (ws.join("sub"), ws.join("swap"));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE)
-                    .expect("renameat2(RENAME_EXCHANGE)");
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    };
+    let swapper = Swapper::start(ws.join("sub"), ws.join("swap"));
 
     let mut s = Server::start(&ws, &["--profile", "review"]);
     let (mut answered, mut leaked_rounds) = (0, 0);
@@ -363,9 +357,7 @@ fn a_directory_swapped_for_a_symlink_never_lets_a_search_or_listing_read_outside
             first_leak.get_or_insert_with(|| leaked[0].chars().take(300).collect::<String>());
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    let swaps = swaps.load(Ordering::Relaxed);
+    let swaps = swapper.stop();
     drop(s);
     eprintln!(
         "{ROUNDS} rounds of 2 searches and 2 listings, {swaps} swaps: {answered} answered, \
