@@ -205,10 +205,16 @@ impl Workspace {
     ///
     /// # Errors
     /// As [`Workspace::open_dir`] for the way there (`EXDEV`/`ELOOP` when it left the workspace,
-    /// `ENOENT` when the name is not there any more: see [`Workspace::changed_under`]), and
-    /// `openat(2)`'s for the file (`ELOOP` for a symlink, `EACCES`, ...).
+    /// `ENOENT` when the name is not there any more: see [`Workspace::changed_under`]),
+    /// `ENAMETOOLONG` when `real` is `PATH_MAX` bytes or longer, and `openat(2)`'s for the file
+    /// (`ELOOP` for a symlink, `EACCES`, ...).
     pub fn open_file(&self, real: &Path) -> io::Result<std::fs::File> {
         use nix::fcntl::OFlag;
+        // A path no single system call takes stays unread, as when files were opened by name:
+        // no tool could name it in a later call either (it is listed as `path too long`).
+        if real.as_os_str().len() >= libc::PATH_MAX as usize {
+            return Err(nix::errno::Errno::ENAMETOOLONG.into());
+        }
         let (base, rel) = self.base_for(real)?;
         let flags = OFlag::O_RDONLY
             | OFlag::O_NONBLOCK

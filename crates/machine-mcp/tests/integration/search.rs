@@ -259,9 +259,14 @@ fn an_oversized_gitignore_is_applied_up_to_the_cap_with_a_note_and_bounded_memor
         assert_eq!(found, ["late.txt", "src/a.txt"], "{out}");
         expect_note(out);
     }
+    // One compiled copy of the capped file takes ~150 MiB here. It lives while a walk holds it:
+    // a search whose walk starts after another's ended compiles it again, and glibc's
+    // per-thread arenas can keep the first copy's pages, so the high-water mark is one or two
+    // copies (175 or 320 MiB seen, depending on how the four calls overlap), never one per
+    // call or per pattern past the cap.
     let peak = peak_rss(s.pid());
     assert!(
-        peak < 300 * 1024 * 1024,
+        peak < 400 * 1024 * 1024,
         "peak RSS {} MiB (before the fix: ~1.6 GiB per call)",
         peak >> 20
     );
