@@ -9,7 +9,8 @@
 //!   process; a request waits for its turn without holding a worker. The blocking pool's threads
 //!   are the ones the CPUs share with the workers, so bounding them leaves CPU to the workers.
 //! - An `initialize` larger than [`INITIALIZE_BODY_MAX_BYTES`] is refused from a scan that
-//!   builds nothing (its `method` and `id`, the rest skipped), before the message is parsed:
+//!   builds nothing (its `method` and `id`, the rest skipped), before the message is parsed (or
+//!   after it, when a duplicated member keeps the scan from reading it):
 //!   a session keeps at most [`SESSION_INITIALIZE_MAX_BYTES`] of it
 //!   ([`crate::hub::kept_initialize`]), so such a body is refused whatever it holds.
 
@@ -78,10 +79,23 @@ fn large(body: &[u8]) -> Result<Value, Refused> {
         #[serde(borrow)]
         id: Option<&'a RawValue>,
     }
+    let too_large = |id: Value| {
+        Box::new(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            code::INVALID_PARAMS,
+            &format!(
+                "initialize: the request takes {} bytes; an initialize may take at most {INITIALIZE_BODY_MAX_BYTES} (a session keeps at most {SESSION_INITIALIZE_MAX_BYTES} of it)",
+                body.len()
+            ),
+        ))
+    };
+    if body.len() <= INITIALIZE_BODY_MAX_BYTES {
+        return parse(body);
+    }
     // A body the scan cannot read (not an object, a duplicate member, not JSON) is left to the
-    // parse, whose error is the one to report.
-    if body.len() > INITIALIZE_BODY_MAX_BYTES
-        && let Ok(head) = serde_json::from_slice::<Head<'_>>(body)
+    // parse: its error is the one to report, and what it parsed is checked again below.
+    if let Ok(head) = serde_json::from_slice::<Head<'_>>(body)
         && head.jsonrpc.as_deref() == Some(jsonrpc::VERSION)
         && head.method.as_deref() == Some("initialize")
     {
@@ -91,17 +105,15 @@ fn large(body: &[u8]) -> Result<Value, Refused> {
             .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
             .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
             .unwrap_or(Value::Null);
-        return Err(Box::new(rpc_error(
-            StatusCode::BAD_REQUEST,
-            id,
-            code::INVALID_PARAMS,
-            &format!(
-                "initialize: the request takes {} bytes; an initialize may take at most {INITIALIZE_BODY_MAX_BYTES} (a session keeps at most {SESSION_INITIALIZE_MAX_BYTES} of it)",
-                body.len()
-            ),
-        )));
+        return Err(too_large(id));
     }
-    parse(body)
+    let message = parse(body)?;
+    // A duplicated member makes the scan fail, and the parse keeps the last of each: the
+    // message it built is an `initialize` as large as the body (found by a fresh tester).
+    if message.get("method").and_then(Value::as_str) == Some("initialize") {
+        return Err(too_large(message.get("id").cloned().unwrap_or(Value::Null)));
+    }
+    Ok(message)
 }
 
 fn parse(body: &[u8]) -> Result<Value, Refused> {
@@ -224,6 +236,28 @@ mod tests {
         );
         let at_most = message(at(INITIALIZE_BODY_MAX_BYTES)).await.unwrap();
         assert_eq!(at_most["method"], "initialize");
+    }
+
+    /// Regression (fresh tester): a duplicated `id`, `method` or `jsonrpc` member made the head
+    /// scan fail, so an 8 MB `initialize` was parsed and opened a session; it is refused after
+    /// the parse too, with the id the message ends up with (the last one).
+    #[tokio::test]
+    async fn an_oversized_initialize_with_duplicated_members_is_refused_after_the_parse() {
+        let pad = "a".repeat(200_000);
+        for head in [
+            r#"{"jsonrpc":"2.0","id":5,"id":5,"method":"initialize""#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"initialize","method":"initialize""#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"ping","method":"initialize""#,
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":5,"method":"initialize""#,
+        ] {
+            let body =
+                format!(r#"{head},"params":{{"protocolVersion":"2025-06-18","_pad":"{pad}"}}}}"#);
+            let (status, reply) =
+                status_and_body(message(Bytes::from(body)).await.unwrap_err()).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{head}");
+            assert_eq!(reply["error"]["code"], code::INVALID_PARAMS, "{head}");
+            assert_eq!(reply["id"], 5, "{head}");
+        }
     }
 
     /// A large body that is not JSON, or not JSON-RPC, gets the same errors as a small one.
