@@ -27,9 +27,11 @@ Measures:
   8. abuse (bench/abuse.py, only with `--only abuse`): the relay under idle connections, slow
      bodies and headers, unverified daemon sockets and 8 MB initializes, while a legitimate
      client pings through it.
+  9. faults (bench/faults.py, only with `--only faults`): the daemon link cut and restored, the
+     daemon frozen (SIGSTOP), and a 10-minute flapping soak (`--faults-minutes`).
 
 `--only SECTION[,SECTION...]` runs a subset (startup, read_file, search, memory, processes, relay,
-relay-eras, soak, abuse); without it, every section but soak and abuse runs.
+relay-eras, soak, abuse, faults); without it, every section but soak, abuse and faults runs.
 """
 
 import argparse
@@ -46,6 +48,7 @@ import tempfile
 import time
 
 import abuse
+import faults
 import processes
 import relay
 import soak
@@ -65,8 +68,8 @@ from common import (
     status,
 )
 
-SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "soak", "abuse")
-# soak (30 minutes) and abuse (about 5 minutes) run only when named.
+SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "soak", "abuse", "faults")
+# soak (30 minutes), abuse (about 5 minutes) and faults (about 12 minutes) run only when named.
 DEFAULT_SECTIONS = SECTIONS[:7]
 PEER_VERSIONS = {"desktop-commander": "0.2.52", "supergateway": "4.0.0", "mcp-proxy": "6.7.19"}
 PEERS = "@wonderwhy-er/desktop-commander 0.2.52, supergateway 4.0.0, mcp-proxy 6.7.19"
@@ -404,7 +407,7 @@ def main():
     ap.add_argument("--rg")
     ap.add_argument("--tree")
     ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
-                    help="comma-separated sections: " + ",".join(SECTIONS) + " (default: all but soak and abuse)")
+                    help="comma-separated sections: " + ",".join(SECTIONS) + " (default: all but soak, abuse and faults)")
     ap.add_argument("--fixture", help="target/release/conformance-fixture (relay section)")
     ap.add_argument("--loadgen", help="bench/.cache/bin/loadgen (relay section)")
     ap.add_argument("--streamer", help="bench/.cache/bin/streamer (processes section)")
@@ -422,6 +425,7 @@ def main():
     ap.add_argument("--soak-minutes", type=float, default=30.0, help="soak duration per mode (default 30; --quick: 2)")
     ap.add_argument("--soak-interval", type=float, default=60.0, help="seconds between soak samples (default 60; --quick: 10)")
     ap.add_argument("--soak-clients", type=int, default=4)
+    ap.add_argument("--faults-minutes", type=float, default=10.0, help="flapping soak of the faults section (default 10; --quick: 1)")
     ap.add_argument("--soak-modes", default="stdio", help="stdio, up or stdio,up (default stdio)")
     ap.add_argument("--tree-desc", default="")
     ap.add_argument("--out", required=True)
@@ -437,6 +441,7 @@ def main():
         a.process_calls, a.stream_bytes, a.stream_rounds = 100, 10_000_000, 1
         a.relay_rounds, a.relay_c1, a.relay_c10, a.relay_settle = 1, 50, 300, 2.0
         a.soak_minutes, a.soak_interval = min(a.soak_minutes, 2.0), min(a.soak_interval, 10.0)
+        a.faults_minutes = min(a.faults_minutes, 1.0)
     only = [x.strip() for x in a.only.split(",") if x.strip()]
     bad = [x for x in only if x not in SECTIONS]
     if bad:
@@ -514,6 +519,11 @@ def main():
             log(f"{next(step)}/{n} abuse ...")
             with tempfile.TemporaryDirectory(prefix="mcp-bench-abuse-") as aws:
                 res["abuse"] = abuse.bench_abuse(a.bin, aws, quick=a.quick)
+        if "faults" in only:
+            log(f"{next(step)}/{n} faults ({a.faults_minutes:g}-min flapping soak) ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-faults-") as fws:
+                res["faults"] = faults.bench_faults(a.bin, fws, minutes=a.faults_minutes,
+                                                    rounds=3 if a.quick else faults.ROUNDS)
 
     load_end = os.getloadavg()
     elapsed = time.time() - t_start
@@ -546,8 +556,8 @@ def main():
     L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references (sections 1–5; "
              "the session stream of section 5 is read by bench/streamer.rs, compiled, for ours and its references alike, "
              "and once more by the Python client as a diagnostic)")
-    if "soak" in res or "abuse" in res:
-        L.append("- clients of sections 7–8: Python (stdlib; threads for the soak, asyncio over raw sockets for the "
+    if "soak" in res or "abuse" in res or "faults" in res:
+        L.append("- clients of sections 7–9: Python (stdlib; threads for the soak, asyncio over raw sockets for the "
                  "attackers, a separate process for the legitimate client of section 8), on the same CPUs as the "
                  "servers they measure")
     if "search" in res or "memory" in res:
@@ -622,6 +632,10 @@ def main():
         details += det
     if "abuse" in res:
         rows, det = abuse.report(res["abuse"])
+        L.extend(rows)
+        details += det
+    if "faults" in res:
+        rows, det = faults.report(res["faults"])
         L.extend(rows)
         details += det
     L.append("")

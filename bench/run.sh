@@ -4,17 +4,20 @@
 # call direct / through our relay / supergateway / mcp-proxy; relay memory with 100 daemons), and
 # relay-eras (a tool call through the relay in the legacy MCP era and in 2026-07-28); and, only
 # when named with --only, soak (4 clients of mixed calls for 30 minutes, RSS sampled each minute)
-# and abuse (the relay under idle connections, slow bodies, unverified daemon sockets and 8 MB
-# initializes while a legitimate client pings through it).
+# abuse (the relay under idle connections, slow bodies, unverified daemon sockets and 8 MB
+# initializes while a legitimate client pings through it) and faults (the daemon link cut and
+# restored, the daemon frozen, a 10-minute flapping soak).
 #
 # Reproduce (from anywhere; Debian/Ubuntu as root, or with sudo for apt-get):
 #   bash bench/run.sh                          # full run, writes bench/results/latest.md
 #   bash bench/run.sh --quick                  # few iterations, to check the script
 #   bash bench/run.sh --only processes,relay   # a subset: startup, read_file, search, memory,
-#                                              # processes, relay, relay-eras, soak, abuse
+#                                              # processes, relay, relay-eras, soak, abuse,
+#                                              # faults
 #                                              # (comma-separated)
 #   bash bench/run.sh --only soak              # 30 min (--soak-minutes N; --soak-modes stdio,up
 #                                              # for a second run through `up`; --quick: 2 min)
+#   bash bench/run.sh --only faults            # about 12 min (--faults-minutes N; --quick: 1)
 #   bash bench/run.sh --only abuse             # about 5 min (--quick: fewer, shorter attacks);
 #                                              # needs a hard open-file limit of >= 10,100
 #
@@ -52,8 +55,8 @@ NODE_VERSION=${NODE_VERSION:-22.23.5}
 mkdir -p "$CACHE" "$HERE/results"
 
 # Which sections run (driver.py gets the same --only); the tree and rg are needed only for
-# search and memory, Node and the peers only for processes and relay. soak and abuse are not in
-# the default list (30 and ~8 minutes): name them.
+# search and memory, Node and the peers only for processes and relay. soak, abuse and faults are not in
+# the default list (30, ~8 and ~12 minutes): name them.
 ONLY=startup,read_file,search,memory,processes,relay,relay-eras
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do

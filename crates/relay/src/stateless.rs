@@ -789,6 +789,15 @@ async fn call(
     tracing::debug!(method, instance = %link.instance_id, "relaying an MCP 2026-07-28 request as a call");
     if let Err(e) = hub.send(&s, &link, message) {
         hub.unregister(&s, &id);
+        if matches!(e, SendError::TooLarge(_)) {
+            hub.end_session(&s.sid, UNAVAILABLE, &e.to_string(), false);
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                id,
+                jsonrpc::code::INVALID_REQUEST,
+                &e.to_string(),
+            );
+        }
         return refused(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{e}; retry shortly"),

@@ -404,8 +404,14 @@ impl Client {
 
     /// POSTs `body` and reads the whole answer (JSON or SSE until it ends).
     pub(crate) fn post(&self, body: &Value) -> Answer {
+        self.post_timeout(body, Duration::from_secs(120))
+    }
+
+    /// [`Client::post`] that panics when no answer came within `within`.
+    pub(crate) fn post_timeout(&self, body: &Value, within: Duration) -> Answer {
         let r = self
             .request("POST")
+            .timeout(within)
             .set("Content-Type", "application/json")
             .set("Accept", "application/json, text/event-stream")
             .send_string(&body.to_string());

@@ -1180,3 +1180,43 @@ fn one_principal_cannot_take_every_call_slot_and_the_owner_always_gets_one() {
             .status();
     }
 }
+
+/// Regression (follow-up of issue 12): a request body under the 8 MiB body limit whose `rpc`
+/// frame (the message plus its envelope) is over the 8 MiB relay frame limit was sent anyway:
+/// the daemon closed its socket (1006, "space limit exceeded") and the client's POST was never
+/// answered. The relay now measures the frame before it queues it and answers 413 with a JSON-RPC
+/// error naming the limit; the link stays up and the session goes on.
+#[test]
+fn a_request_under_the_body_limit_but_over_the_frame_limit_is_refused_and_the_link_stays_up() {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let limit = 8 * 1024 * 1024;
+    let shell = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "write_file", "arguments": {"path": "big.txt", "content": ""}}})
+    .to_string()
+    .len();
+    let content = "a".repeat(limit - 64 - shell);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "write_file", "arguments": {"path": "big.txt", "content": content}}});
+    assert!(body.to_string().len() <= limit, "under the body limit");
+    let a = c.post_timeout(&body, Duration::from_secs(20));
+    assert_eq!(a.status, 413, "{:?}", (a.status, a.session));
+    let m = &a.messages[0];
+    assert_eq!(m["id"], 7, "{m}");
+    assert_eq!(m["error"]["code"], -32600, "{m}");
+    let text = m["error"]["message"].as_str().unwrap();
+    assert!(text.contains("8388608"), "{text}");
+    let ok = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        ok["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+    assert!(!s.ws.path().join("big.txt").exists(), "nothing was written");
+    let log = s.daemon.log();
+    assert!(
+        !log.contains("reconnected")
+            && log.matches("connected to the relay and ready").count() == 1,
+        "the link stayed up: {log}"
+    );
+}

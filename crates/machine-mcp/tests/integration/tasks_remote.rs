@@ -160,3 +160,92 @@ fn a_task_survives_a_link_drop_and_a_relay_restart_and_belongs_to_its_principal(
         "survived\n"
     );
 }
+
+/// Opens a 2026-07-28 POST of `method` and drops it before reading any of its answer: the
+/// client's response stream is gone (transport loss, not cancellation).
+fn post_and_drop(url: &str, token: &str, id: i64, method: &str, name: &str, mut params: Value) {
+    use std::io::Write;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-remote", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (authority, path) = rest.split_at(rest.find('/').expect("a path"));
+    let mut s = std::net::TcpStream::connect(authority).expect("connect");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: text/event-stream, application/json\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nMcp-Name: {name}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    s.flush().expect("flush");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(s);
+}
+
+/// Issue 15: a 2026-07-28 client whose response stream drops re-issues its request (the era has
+/// no resumable streams). A read-only call is simply served again; a call that had become a
+/// task is found by its task id and never runs twice; nothing stays pending on the relay.
+#[test]
+fn a_2026_client_whose_stream_drops_reissues_and_a_task_never_runs_twice() {
+    let s = setup();
+    let url = mcp_url(&s.relay, "b1");
+    post_and_drop(
+        &url,
+        &s.token,
+        1,
+        "tools/call",
+        "read_file",
+        json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+    );
+    let again = post(
+        &url,
+        &s.token,
+        1,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+    );
+    assert_eq!(
+        again["result"]["structuredContent"]["content"], "hello from the workspace\n",
+        "{again}"
+    );
+
+    let r = post(
+        &url,
+        &s.token,
+        2,
+        "tools/call",
+        json!({"name": "run_process",
+               "arguments": {"argv": ["sh", "-c", "echo ran >> runs.txt; sleep 4; echo done"]}}),
+    );
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    let task = r["result"]["taskId"].as_str().expect("taskId").to_owned();
+    // The stream of a `tasks/get` drops; the client asks again by the task id.
+    post_and_drop(
+        &url,
+        &s.token,
+        3,
+        "tasks/get",
+        &task,
+        json!({"taskId": task.clone()}),
+    );
+    let done = wait_task(&url, &s.token, &task);
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["structuredContent"]["stdout"],
+        "done\n"
+    );
+    let runs = std::fs::read_to_string(s.ws.path().join("runs.txt")).expect("runs.txt");
+    assert_eq!(runs, "ran\n", "the task ran exactly once");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.relay.metric("machine_mcp_relay_inflight_requests") != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(s.relay.metric("machine_mcp_relay_inflight_requests"), 0);
+}

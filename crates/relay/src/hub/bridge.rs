@@ -14,6 +14,7 @@ use protocol::{
     frame::{CloseCode, RelayFrame, ResumeRequest, ServerInfo},
     ids::{InstanceId, SessionId},
     jsonrpc::{RequestId, code},
+    limits::RELAY_FRAME_MAX_BYTES,
 };
 
 use super::{Catalog, Hub, Session, link_state::LinkState};
@@ -37,6 +38,31 @@ pub(crate) enum LinkSendError {
     /// The socket's writer is gone.
     #[error("the daemon link is closed")]
     Closed,
+    /// The frame would be this many bytes of JSON, over [`RELAY_FRAME_MAX_BYTES`]: the daemon
+    /// would close its socket on it, so it is not sent.
+    #[error(
+        "the message is {0} bytes as a relay frame; the relay link carries at most \
+         {RELAY_FRAME_MAX_BYTES} bytes: send less at once (a smaller write or edit, or split it)"
+    )]
+    TooLarge(usize),
+}
+
+/// Bytes `frame` takes as JSON text, counted without building the text.
+fn encoded_len(frame: &RelayFrame) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    // Serializing a `RelayFrame` (strings, numbers, `Value`s) cannot fail.
+    let _ = serde_json::to_writer(&mut c, frame);
+    c.0
 }
 
 /// Queue of one socket's writer, and the signal that the socket is closing.
@@ -65,9 +91,16 @@ impl LinkTx {
     /// Queues `frame` without waiting.
     ///
     /// # Errors
+    /// [`LinkSendError::TooLarge`] when its JSON text is over [`RELAY_FRAME_MAX_BYTES`] (a
+    /// request body under the 8 MiB body limit can be, with its envelope: such a frame made the
+    /// daemon close its socket, and the request was never answered);
     /// [`LinkSendError::Full`] when the queue is full, [`LinkSendError::Closed`] when the socket
     /// is gone.
     pub(crate) fn try_send(&self, frame: RelayFrame) -> Result<(), LinkSendError> {
+        let len = encoded_len(&frame);
+        if len > RELAY_FRAME_MAX_BYTES {
+            return Err(LinkSendError::TooLarge(len));
+        }
         self.tx
             .try_send(Outbound::Frame(frame))
             .map_err(|e| match e {

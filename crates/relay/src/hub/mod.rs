@@ -57,7 +57,7 @@ use std::{
 
 use protocol::{frame::ServerInfo, ids::SessionId};
 
-pub(crate) use bridge::{Bridge, Link, LinkTx, Outbound};
+pub(crate) use bridge::{Bridge, Link, LinkSendError, LinkTx, Outbound};
 pub(crate) use catalog::{CachedServer, Catalog};
 pub(crate) use routing::{Delivery, LinkOrigin};
 pub(crate) use session::{SendError, Session, Sink, kept_initialize};

@@ -18,7 +18,7 @@ use protocol::{
     mcp::SUBSCRIPTIONS_LISTEN,
 };
 
-use super::{Hub, Link, Pending, SendError, Session, Sink};
+use super::{Hub, Link, LinkSendError, Pending, SendError, Session, Sink};
 use crate::{metrics::Metrics, stream::SseStream};
 
 /// Client messages queued for a daemon that is away.
@@ -165,10 +165,14 @@ impl Hub {
     /// needed. Open and message are queued in order under the session's lock.
     ///
     /// # Errors
-    /// [`SendError::Busy`] when the link's queue is full or closed; [`SendError::Ended`] for an
+    /// [`SendError::TooLarge`] when a frame would be over the relay frame limit (nothing of it
+    /// is sent); [`SendError::Busy`] when the link's queue is full or closed; [`SendError::Ended`] for an
     /// ended session, or a call already opened on another instance.
     pub(crate) fn send(&self, s: &Session, link: &Link, message: Value) -> Result<(), SendError> {
-        let busy = |_| SendError::Busy(s.bridge.name.clone());
+        let busy = |e| match e {
+            LinkSendError::TooLarge(_) => SendError::TooLarge(e),
+            _ => SendError::Busy(s.bridge.name.clone()),
+        };
         let mut g = s.state.lock();
         if g.ended {
             return Err(SendError::Ended);

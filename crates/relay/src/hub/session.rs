@@ -122,6 +122,9 @@ pub(crate) enum SendError {
     /// The session was ended meanwhile.
     #[error("the session has ended")]
     Ended,
+    /// The message does not fit one relay frame (the text says how large it is and the limit).
+    #[error("{0}")]
+    TooLarge(super::bridge::LinkSendError),
 }
 
 /// What a session keeps of a client's `initialize` (to open it on the daemon, again after a

@@ -284,6 +284,14 @@ async fn request(
                 "MCP session not found: initialize again",
             );
         }
+        if matches!(e, SendError::TooLarge(_)) {
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                id,
+                code::INVALID_REQUEST,
+                &e.to_string(),
+            );
+        }
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
