@@ -9,7 +9,8 @@
 # (Node 22 and pinned npm packages from the npm registry, the pinned Python `mcp` SDK from PyPI)
 # into tests/interop/.cache/ once. Needs cargo, npm (any version), Python >= 3.11 with venv and
 # Chromium (Debian's, for the OAuth consent page checks); as root with apt-get, a missing npm,
-# Python venv module or Chromium is installed from Debian's packages.
+# Python venv module, Chromium or nginx (for the reverse-proxy integration test) is installed
+# from Debian's packages.
 #
 # Stages, in order, stopping at the first failure:
 #   fmt       cargo fmt --all --check
@@ -104,6 +105,13 @@ chromium="${MACHINE_MCP_INTEROP_CHROMIUM:-/usr/bin/chromium}"
 if [ ! -x "$chromium" ]; then
   if [ -z "${MACHINE_MCP_INTEROP_CHROMIUM:-}" ] && apt_install chromium && [ -x "$chromium" ]; then :; else
     finish_failed setup "no Chromium at $chromium for the consent page checks (Debian: apt-get install chromium; or set MACHINE_MCP_INTEROP_CHROMIUM)"
+  fi
+fi
+# nginx (Debian's) for the integration test behind a reverse proxy (tests/integration/
+# reverse_proxy.rs), which fails without it
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  if apt_install nginx && [ -x /usr/sbin/nginx ]; then :; else
+    finish_failed setup "nginx not found for the reverse-proxy test (Debian: apt-get install nginx)"
   fi
 fi
 echo "$(cargo --version); $(cargo fmt --version); $(cargo clippy --version)"

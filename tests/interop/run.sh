@@ -342,6 +342,10 @@ relay_part() {
     node_env=(env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES")
     local ups=("$WORK" "$WORK/logs/up-tree.json" "$WORK/logs/up-edits.json")
     tally relay-ts 180 "${node_env[@]}" "$PY" "$HERE/interop.py" relay ts "${ups[@]}"
+    # the TypeScript SDK resuming by itself (GET + Last-Event-ID) after a proxy in the script
+    # drops its SSE stream mid-call (ts-resume.mjs)
+    tally relay-ts-resume 120 env INTEROP_TOKEN="$(up_field edits 'j["token"]')" "$NODE" "$HERE/ts-resume.mjs" \
+      "$MODULES" "$(up_field edits 'j["mcp_url"]')" "$WORK/relay-edits"
     tally relay-python 180 "$PY" "$HERE/interop.py" relay python "${ups[@]}"
     tally relay-inspector 300 "${node_env[@]}" "$PY" "$HERE/interop.py" relay inspector "${ups[@]}"
     # the 2026-07-28 clients (modern.py): built-in runtime, and the fixture carried (both eras,

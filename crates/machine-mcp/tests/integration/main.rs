@@ -6,6 +6,7 @@
 mod containment;
 mod edit;
 mod era;
+mod faults;
 mod git;
 mod hardening;
 mod net;
@@ -17,6 +18,7 @@ mod process;
 mod protocol;
 mod read;
 mod relay;
+mod reverse_proxy;
 mod search;
 mod sizes;
 mod stateless;

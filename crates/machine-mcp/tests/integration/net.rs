@@ -96,16 +96,106 @@ pub(crate) fn run_cli(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-/// A TCP proxy whose connections can be cut or silenced.
-pub(crate) struct Proxy {
-    pub(crate) port: u16,
-    conns: Arc<Mutex<Vec<Conn>>>,
+/// What a [`Proxy`] does to a connection's traffic. Set for every connection with
+/// [`Proxy::fault`] (new connections too) or for one with [`Proxy::fault_conn`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Forward both directions (resumes a stalled or delayed connection).
+    Normal,
+    /// Close both sides (each peer sees a FIN); a new connection is closed at once.
+    Drop,
+    /// Reset both sides (SO_LINGER 0, then close: each peer sees an RST); a new connection is
+    /// reset at once.
+    Reset,
+    /// Stop forwarding both directions, including a close, without closing anything: a
+    /// half-open link. Data read meanwhile is held and delivered on [`Fault::Normal`]; the TCP
+    /// buffers fill and push back on the peers.
+    Stall,
+    /// Forward with this latency added to every chunk read.
+    Delay(Duration),
 }
 
+/// A TCP proxy on loopback whose connections can be dropped, reset, stalled, delayed and resumed,
+/// all at once or one by one. Put it between a client and the relay, or between a daemon and the
+/// relay ([`Relay`] has one there).
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
+    state: Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    /// The mode of new connections.
+    global: Mutex<Option<Fault>>,
+    conns: Mutex<Vec<Arc<Conn>>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// One proxied connection: `a` the accepted side, `b` the side toward the upstream.
 struct Conn {
+    id: u64,
     a: TcpStream,
     b: TcpStream,
-    silent: Arc<AtomicBool>,
+    mode: Mutex<Fault>,
+    changed: std::sync::Condvar,
+    /// Whether it has been closed or reset (by a fault or by both pumps ending).
+    closed: AtomicBool,
+    /// Bytes forwarded from upstream to the accepted side.
+    down: std::sync::atomic::AtomicU64,
+    /// Pumps that have ended (at 2 the connection is closed and forgotten).
+    pumps_done: std::sync::atomic::AtomicU8,
+}
+
+impl Conn {
+    fn set(&self, f: Fault) {
+        *self.mode.lock().unwrap() = f;
+        self.changed.notify_all();
+        match f {
+            Fault::Drop => self.close(false),
+            Fault::Reset => self.close(true),
+            _ => {}
+        }
+    }
+
+    /// Ends both sides: with `reset`, SO_LINGER 0 so that the last close sends an RST. Shutting
+    /// down the read side wakes the pumps without sending anything; they then drop their copies.
+    fn close(&self, reset: bool) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for s in [&self.a, &self.b] {
+            if reset {
+                set_linger_zero(s);
+                let _ = s.shutdown(Shutdown::Read);
+            } else {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    /// Waits while stalled; then the mode to apply to a chunk.
+    fn wait_unstalled(&self) -> Fault {
+        let mut m = self.mode.lock().unwrap();
+        while *m == Fault::Stall {
+            m = self.changed.wait(m).unwrap();
+        }
+        *m
+    }
+}
+
+/// SO_LINGER with a zero timeout: `close` then resets the connection.
+fn set_linger_zero(s: &TcpStream) {
+    socket2::SockRef::from(s)
+        .set_linger(Some(Duration::ZERO))
+        .expect("setsockopt SO_LINGER");
+}
+
+/// A snapshot of one proxied connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnInfo {
+    pub(crate) id: u64,
+    /// Bytes forwarded from the upstream so far.
+    pub(crate) down: u64,
 }
 
 impl Proxy {
@@ -113,73 +203,143 @@ impl Proxy {
     pub(crate) fn start(upstream: Arc<Mutex<u16>>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let conns: Arc<Mutex<Vec<Conn>>> = Arc::default();
-        let c = conns.clone();
+        let state: Arc<ProxyState> = Arc::default();
+        let st = state.clone();
         std::thread::spawn(move || {
             for inbound in listener.incoming() {
                 let Ok(inbound) = inbound else { continue };
+                let global = st.global.lock().unwrap().unwrap_or(Fault::Normal);
+                match global {
+                    Fault::Drop => continue, // dropping `inbound` closes it
+                    Fault::Reset => {
+                        set_linger_zero(&inbound);
+                        continue;
+                    }
+                    _ => {}
+                }
                 let target = *upstream.lock().unwrap();
                 let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
-                let silent = Arc::new(AtomicBool::new(false));
-                pump(
-                    inbound.try_clone().unwrap(),
-                    outbound.try_clone().unwrap(),
-                    silent.clone(),
-                );
-                pump(
-                    outbound.try_clone().unwrap(),
-                    inbound.try_clone().unwrap(),
-                    silent.clone(),
-                );
-                c.lock().unwrap().push(Conn {
+                let conn = Arc::new(Conn {
+                    id: st.next_id.fetch_add(1, Ordering::SeqCst),
                     a: inbound,
                     b: outbound,
-                    silent,
+                    mode: Mutex::new(global),
+                    changed: std::sync::Condvar::new(),
+                    closed: AtomicBool::new(false),
+                    down: Default::default(),
+                    pumps_done: Default::default(),
                 });
+                pump(conn.clone(), true);
+                pump(conn.clone(), false);
+                let mut conns = st.conns.lock().unwrap();
+                conns.retain(|c| !c.closed.load(Ordering::SeqCst));
+                conns.push(conn);
             }
         });
-        Self { port, conns }
+        Self { port, state }
     }
 
-    /// Closes every current connection (both sides see the TCP connection end).
+    /// A proxy to a fixed upstream port.
+    pub(crate) fn to(upstream: u16) -> Self {
+        Self::start(Arc::new(Mutex::new(upstream)))
+    }
+
+    /// Sets the mode of every current connection and of new ones ([`Fault::Normal`] resumes).
+    pub(crate) fn fault(&self, f: Fault) {
+        *self.state.global.lock().unwrap() = Some(f);
+        for c in self.live() {
+            c.set(f);
+        }
+    }
+
+    /// Back to forwarding: every current connection and new ones.
+    pub(crate) fn resume(&self) {
+        self.fault(Fault::Normal);
+    }
+
+    /// Sets the mode of one connection (by [`ConnInfo::id`]); false if it is gone.
+    pub(crate) fn fault_conn(&self, id: u64, f: Fault) -> bool {
+        let Some(c) = self.live().into_iter().find(|c| c.id == id) else {
+            return false;
+        };
+        c.set(f);
+        true
+    }
+
+    /// The connections not closed yet, oldest first.
+    pub(crate) fn connections(&self) -> Vec<ConnInfo> {
+        self.live()
+            .iter()
+            .map(|c| ConnInfo {
+                id: c.id,
+                down: c.down.load(Ordering::SeqCst),
+            })
+            .collect()
+    }
+
+    fn live(&self) -> Vec<Arc<Conn>> {
+        let mut conns = self.state.conns.lock().unwrap();
+        conns.retain(|c| !c.closed.load(Ordering::SeqCst));
+        conns.clone()
+    }
+
+    /// Closes every current connection (both sides see the TCP connection end); new
+    /// connections forward normally.
     pub(crate) fn cut(&self) {
-        for c in self.conns.lock().unwrap().drain(..) {
-            let _ = c.a.shutdown(Shutdown::Both);
-            let _ = c.b.shutdown(Shutdown::Both);
+        for c in self.live() {
+            c.set(Fault::Drop);
         }
     }
 
     /// Stops forwarding on every current connection while keeping it open (half-open link);
     /// new connections forward normally.
     pub(crate) fn silence(&self) {
-        for c in self.conns.lock().unwrap().drain(..) {
-            c.silent.store(true, Ordering::SeqCst);
-            std::mem::forget(c.a);
-            std::mem::forget(c.b);
+        for c in self.live() {
+            c.set(Fault::Stall);
         }
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, silent: Arc<AtomicBool>) {
+/// Forwards one direction of `c` (`down`: upstream → accepted side) until either side ends, the
+/// connection is closed, or a fault says otherwise. A stalled connection forwards nothing, not
+/// even the end of the stream, until resumed.
+fn pump(c: Arc<Conn>, down: bool) {
     std::thread::spawn(move || {
+        let (mut from, mut to) = if down {
+            (c.b.try_clone().unwrap(), c.a.try_clone().unwrap())
+        } else {
+            (c.a.try_clone().unwrap(), c.b.try_clone().unwrap())
+        };
         let mut buf = [0u8; 64 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if silent.load(Ordering::SeqCst) {
-                        continue;
-                    }
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
+        let ended = loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break true,
+                Ok(n) => n,
+            };
+            match c.wait_unstalled() {
+                Fault::Drop | Fault::Reset => break false,
+                Fault::Delay(d) => std::thread::sleep(d),
+                Fault::Normal | Fault::Stall => {}
             }
-        }
-        if !silent.load(Ordering::SeqCst) {
+            if c.closed.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err() {
+                break false;
+            }
+            if down {
+                c.down.fetch_add(n as u64, Ordering::SeqCst);
+            }
+        };
+        // The end of the stream goes through once the connection is not stalled; a connection
+        // closed by a fault is not half-closed politely.
+        if ended
+            && matches!(c.wait_unstalled(), Fault::Normal | Fault::Delay(_))
+            && !c.closed.load(Ordering::SeqCst)
+        {
             let _ = to.shutdown(Shutdown::Write);
+        }
+        if c.pumps_done.fetch_add(1, Ordering::SeqCst) == 1 {
+            c.closed.store(true, Ordering::SeqCst);
         }
     });
 }
@@ -224,6 +384,12 @@ impl Relay {
         *self.upstream.lock().unwrap() = port;
         self.proc = proc;
         self.port = port;
+    }
+
+    /// Points the public URL's proxy at another port (e.g. a reverse proxy that forwards to
+    /// [`Relay::port`]); `restart` points it back at the relay.
+    pub(crate) fn route_public_to(&self, port: u16) {
+        *self.upstream.lock().unwrap() = port;
     }
 
     pub(crate) fn store_args(&self) -> Vec<String> {
@@ -365,6 +531,8 @@ pub(crate) struct Client {
     pub(crate) url: String,
     pub(crate) token: Option<String>,
     pub(crate) session: Option<String>,
+    /// Bound of one whole HTTP exchange, body included (default 120 s).
+    pub(crate) timeout: Duration,
     next_id: i64,
 }
 
@@ -382,6 +550,7 @@ impl Client {
             url: url.to_owned(),
             token: token.map(str::to_owned),
             session: None,
+            timeout: Duration::from_secs(120),
             next_id: 1,
         }
     }
@@ -392,7 +561,7 @@ impl Client {
     }
 
     fn request(&self, method: &str) -> ureq::Request {
-        let mut r = ureq::request(method, &self.url).timeout(Duration::from_secs(120));
+        let mut r = ureq::request(method, &self.url).timeout(self.timeout);
         if let Some(t) = &self.token {
             r = r.set("Authorization", &format!("Bearer {t}"));
         }
