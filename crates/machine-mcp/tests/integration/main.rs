@@ -17,6 +17,7 @@ mod process;
 mod protocol;
 mod read;
 mod relay;
+mod relay_restart;
 mod search;
 mod sizes;
 mod stateless;

@@ -149,6 +149,7 @@ impl Hub {
         } else {
             Metrics::add(&self.metrics.inflight, 1);
         }
+        self.persist_touch(s);
         Ok(())
     }
 
@@ -175,7 +176,10 @@ impl Hub {
         }
         g.last_active = Instant::now();
         if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
-            g.initialized = true;
+            if !g.initialized {
+                g.initialized = true;
+                self.persist_bound(s, &g);
+            }
             if g.opened_on.is_none() {
                 // Sent with the open, whenever that happens.
                 return Ok(());
@@ -217,6 +221,7 @@ impl Hub {
                     .map_err(busy)?;
             }
             g.opened_on = Some(link.instance_id.clone());
+            self.persist_bound(s, &g);
         }
         link.tx
             .try_send(RelayFrame::Rpc {
@@ -236,7 +241,10 @@ impl Hub {
             return Err(OutboxFull);
         }
         if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
-            g.initialized = true;
+            if !g.initialized {
+                g.initialized = true;
+                self.persist_bound(s, &g);
+            }
             return Ok(());
         }
         g.outbox.push_back(message);
