@@ -37,6 +37,10 @@ pub mod code {
     /// Relay: the outcome of a request is unknown (its daemon restarted or never came back), so
     /// it may have had side effects (invariant 7).
     pub const OUTCOME_UNKNOWN: i64 = -32003;
+    /// Relay: the relay restarted while the request was in flight, so its outcome is unknown
+    /// (it may have had side effects) and it was not retried (invariant 7); delivered as the
+    /// last event of the request's SSE stream to a client that resumes it after the restart.
+    pub const RELAY_RESTARTED: i64 = -32004;
 
     /// MCP 2026-07-28 `HeaderMismatch` (Streamable HTTP § Server Validation).
     pub const HEADER_MISMATCH: i64 = -32020;

@@ -71,10 +71,16 @@ impl Default for SessionKeys {
 }
 
 impl SessionKeys {
-    /// A fresh random key (sessions live in memory; a restarted relay has new ones anyway).
+    /// A fresh random key (a hub without a store: tests).
     pub fn new() -> Self {
         let mut key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut key);
+        Self { key }
+    }
+
+    /// The keys over `key` (32 bytes kept in the relay store, so that session ids outlive a
+    /// restart: [`crate::storage::SqliteStorage::session_key`]).
+    pub fn from_key(key: [u8; 32]) -> Self {
         Self { key }
     }
 

@@ -123,6 +123,8 @@ async fn refuse_declared_oversize(
 
 /// How often expired OAuth codes, tokens, grants and unused registrations are deleted.
 const OAUTH_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+/// How often expired stream rows are deleted from the store (their retention is 120 s).
+const STORE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
 async fn sweep_oauth(hub: &hub::Hub) {
     use protocol::limits::{REGISTRATION_IDLE_EXPIRY, REGISTRATION_UNUSED_EXPIRY};
@@ -157,6 +159,9 @@ pub enum ServeError {
     /// Serving failed.
     #[error("relay server failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The store's session state could not be read or restored.
+    #[error("{0}")]
+    Storage(#[from] storage::StorageError),
 }
 
 /// Binds the listener and serves until `shutdown` fires. Returns the bound address once bound
@@ -200,13 +205,14 @@ pub async fn serve_on(
     if let Ok(addr) = listener.local_addr() {
         config.listen = addr;
     }
-    let hub = hub::Hub::new(storage, config);
+    let hub = hub::Hub::open(storage, config).await?;
     let sweeper = {
         let hub = hub.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             let mut oauth = tokio::time::interval(OAUTH_SWEEP_INTERVAL);
+            let mut store = tokio::time::interval(STORE_SWEEP_INTERVAL);
             let mut revocations = None;
             loop {
                 tokio::select! {
@@ -215,6 +221,11 @@ pub async fn serve_on(
                         link::close_revoked(&hub, &mut revocations).await;
                     }
                     _ = oauth.tick() => sweep_oauth(&hub).await,
+                    _ = store.tick() => {
+                        if let Some(w) = &hub.durable {
+                            w.send(storage::StoreWrite::Sweep { now: storage::now() });
+                        }
+                    }
                     _ = stop.cancelled() => break,
                 }
             }

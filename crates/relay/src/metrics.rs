@@ -33,6 +33,11 @@ pub(crate) struct Metrics {
     pub(crate) streams: AtomicI64,
     /// Server messages dropped from a stream's buffer before any client read them.
     pub(crate) stream_dropped: AtomicU64,
+    /// Session and stream writes queued for the store or being written (set when rendered).
+    pub(crate) store_queued: AtomicI64,
+    /// Session and stream writes lost: the store's queue was full or a batch failed (set when
+    /// rendered).
+    pub(crate) store_dropped: AtomicU64,
 }
 
 impl Metrics {
@@ -120,6 +125,18 @@ impl Metrics {
             "gauge",
             "SSE streams registered (open, or finished and kept for replay).",
             &[(String::new(), g(&self.streams).into())],
+        );
+        metric(
+            "machine_mcp_relay_store_queued_writes",
+            "gauge",
+            "Session and stream writes queued for the relay store or being written.",
+            &[(String::new(), g(&self.store_queued).into())],
+        );
+        metric(
+            "machine_mcp_relay_store_dropped_writes_total",
+            "counter",
+            "Session and stream writes lost (the store's queue was full, or a write failed): not kept for a restart.",
+            &[(String::new(), c(&self.store_dropped).into())],
         );
         metric(
             "machine_mcp_relay_connections",

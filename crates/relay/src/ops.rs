@@ -27,6 +27,15 @@ pub(crate) async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
         hub.streams.len() as i64,
         std::sync::atomic::Ordering::Relaxed,
     );
+    if let Some(w) = &hub.durable {
+        use std::sync::atomic::Ordering::Relaxed;
+        hub.metrics
+            .store_queued
+            .store(w.queued.load(Relaxed), Relaxed);
+        hub.metrics
+            .store_dropped
+            .store(w.dropped.load(Relaxed), Relaxed);
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         hub.metrics.render(),

@@ -18,6 +18,7 @@ mod process;
 mod protocol;
 mod read;
 mod relay;
+mod relay_restart;
 mod reverse_proxy;
 mod search;
 mod sizes;

@@ -74,6 +74,13 @@ impl LinkState {
         matches!(self.0, State::Detached { .. })
     }
 
+    /// The state of a bridge whose sessions a restarted relay restored, bound to `instance`:
+    /// detached since `since` (the restart), so that only a verified socket of that instance
+    /// rebinds them, within the grace.
+    pub(crate) fn restored(instance: InstanceId, since: Instant) -> Self {
+        Self(State::Detached { instance, since })
+    }
+
     /// `link` (verified: probed, resumed, ready) becomes the active socket, whatever the state.
     pub(crate) fn promote(&mut self, link: Link) -> Promoted {
         let previous = std::mem::replace(&mut self.0, State::Active(link));

@@ -41,6 +41,7 @@
 mod bridge;
 mod catalog;
 mod link_state;
+mod restore;
 mod routing;
 mod session;
 mod sweep;
@@ -63,7 +64,11 @@ pub(crate) use routing::{Delivery, LinkOrigin};
 pub(crate) use session::{SendError, Session, Sink, kept_initialize};
 
 use crate::{
-    auth::SessionKeys, config::RelayConfig, lock::Lock, metrics::Metrics, storage::SqliteStorage,
+    auth::SessionKeys,
+    config::RelayConfig,
+    lock::Lock,
+    metrics::Metrics,
+    storage::{SqliteStorage, StorageError, StoreWriter},
     stream::SseStreams,
 };
 use catalog::TextCache;
@@ -86,6 +91,8 @@ pub struct Hub {
     pub(crate) oauth: crate::oauth::OAuth,
     /// Daemon sockets that have not authenticated yet.
     pub(crate) unverified: crate::link::Unverified,
+    /// The write-behind queue of durable sessions and streams (`None`: kept in memory only).
+    pub(crate) durable: Option<StoreWriter>,
     bridges: Lock<HashMap<String, Arc<Bridge>>>,
     sessions: Lock<HashMap<SessionId, Arc<Session>>>,
     next_link: AtomicU64,
@@ -93,21 +100,51 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// A hub over `storage`.
+    /// A hub over `storage` whose sessions and streams live in memory only, with a random
+    /// session id key (tests).
     pub fn new(storage: SqliteStorage, config: RelayConfig) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::build(storage, config, SessionKeys::new(), None))
+    }
+
+    /// The hub of a serving relay: the session id key comes from the store (generated once),
+    /// session-era sessions and their POST streams are persisted write-behind, and what a
+    /// previous process left is restored ([`Hub::restore`]). Spawns the write-behind task (on
+    /// the current tokio runtime), which ends once the hub is dropped.
+    ///
+    /// # Errors
+    /// The store cannot be read, or holds unreadable session state (`Corrupt`, invariant 9:
+    /// the relay does not start rather than silently drop or replace it).
+    pub async fn open(
+        storage: SqliteStorage,
+        config: RelayConfig,
+    ) -> Result<Arc<Self>, StorageError> {
+        let keys = SessionKeys::from_key(storage.session_key().await?);
+        let writer = StoreWriter::spawn(storage.clone());
+        let hub = Arc::new(Self::build(storage, config, keys, Some(writer)));
+        hub.restore().await?;
+        Ok(hub)
+    }
+
+    fn build(
+        storage: SqliteStorage,
+        config: RelayConfig,
+        keys: SessionKeys,
+        durable: Option<StoreWriter>,
+    ) -> Self {
+        Self {
             storage,
             oauth: crate::oauth::OAuth::new(config.oauth),
             unverified: Default::default(),
             config: Arc::new(config),
-            keys: SessionKeys::new(),
-            streams: SseStreams::default(),
+            keys,
+            streams: durable.clone().map(SseStreams::durable).unwrap_or_default(),
+            durable,
             metrics: Metrics::default(),
             bridges: Lock::new(HashMap::new()),
             texts: TextCache::default(),
             sessions: Lock::new(HashMap::new()),
             next_link: AtomicU64::new(1),
-        })
+        }
     }
 
     /// Every bridge that has an active daemon link, with the link.

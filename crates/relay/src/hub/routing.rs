@@ -149,6 +149,7 @@ impl Hub {
         } else {
             Metrics::add(&self.metrics.inflight, 1);
         }
+        self.persist_touch(s);
         Ok(())
     }
 
@@ -179,7 +180,10 @@ impl Hub {
         }
         g.last_active = Instant::now();
         if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
-            g.initialized = true;
+            if !g.initialized {
+                g.initialized = true;
+                self.persist_bound(s, &g);
+            }
             if g.opened_on.is_none() {
                 // Sent with the open, whenever that happens.
                 return Ok(());
@@ -221,6 +225,7 @@ impl Hub {
                     .map_err(busy)?;
             }
             g.opened_on = Some(link.instance_id.clone());
+            self.persist_bound(s, &g);
         }
         link.tx
             .try_send(RelayFrame::Rpc {
@@ -240,7 +245,10 @@ impl Hub {
             return Err(OutboxFull);
         }
         if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
-            g.initialized = true;
+            if !g.initialized {
+                g.initialized = true;
+                self.persist_bound(s, &g);
+            }
             return Ok(());
         }
         g.outbox.push_back(message);

@@ -4,7 +4,10 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
 };
 
 use serde_json::Value;
@@ -21,8 +24,12 @@ use crate::{
     auth::BridgePrincipal,
     lock::Lock,
     metrics::Metrics,
+    storage::{SessionRecord, StoreWrite, now as unix_now},
     stream::{Budget, SseStream},
 };
+
+/// How often at most a session's last activity is written to the store, in seconds.
+const TOUCH_INTERVAL_SECS: i64 = 60;
 
 /// Sessions per bridge.
 pub(super) use protocol::limits::SESSIONS_PER_BRIDGE;
@@ -71,7 +78,7 @@ pub(super) struct SessionState {
 }
 
 impl SessionState {
-    fn new(initialized: bool) -> Self {
+    pub(super) fn new(initialized: bool) -> Self {
         Self {
             opened_on: None,
             initialized,
@@ -105,6 +112,26 @@ pub(crate) struct Session {
     /// them.
     pub(crate) standalone: Arc<SseStream>,
     pub(super) state: Lock<SessionState>,
+    /// When its activity was last written to the store (Unix seconds).
+    pub(super) touched: AtomicI64,
+}
+
+impl Session {
+    /// The record the store keeps of this session.
+    pub(super) fn record(&self, g: &SessionState) -> SessionRecord {
+        SessionRecord {
+            sid: self.sid.as_str().to_owned(),
+            bridge: self.bridge.name.clone(),
+            server: self.server.clone(),
+            principal: self.principal.id.clone(),
+            credential: self.principal.credential.clone(),
+            role: self.principal.role.as_str().to_owned(),
+            initialize: self.initialize.to_string(),
+            initialized: g.initialized,
+            opened_on: g.opened_on.as_ref().map(|i| i.as_str().to_owned()),
+            last_active: unix_now(),
+        }
+    }
 }
 
 /// Why a message could not go to the daemon.
@@ -186,6 +213,7 @@ impl Hub {
             standalone,
             state: Lock::new(SessionState::new(false)),
             bridge,
+            touched: AtomicI64::new(unix_now()),
         });
         let mut m = self.sessions.lock();
         let (mut on_bridge, mut guests, mut mine) = (0, 0, 0);
@@ -211,9 +239,44 @@ impl Hub {
         }
         m.insert(sid, s.clone());
         drop(m);
+        if let Some(w) = &self.durable {
+            w.send_reliable(StoreWrite::SessionOpened(s.record(&s.state.lock())));
+        }
         self.streams.insert(s.standalone.clone());
         Metrics::add(&self.metrics.sessions, 1);
         Some(s)
+    }
+
+    /// Persists where session `s` is open and whether it saw `notifications/initialized` (after
+    /// either changed; `g` is its state, locked by the caller).
+    pub(super) fn persist_bound(&self, s: &Session, g: &SessionState) {
+        if let Some(w) = self.durable.as_ref().filter(|_| !s.call) {
+            w.send_reliable(StoreWrite::SessionBound {
+                sid: s.sid.as_str().to_owned(),
+                opened_on: g.opened_on.as_ref().map(|i| i.as_str().to_owned()),
+                initialized: g.initialized,
+            });
+        }
+    }
+
+    /// Persists that session `s` is in use, at most every [`TOUCH_INTERVAL_SECS`] (a restarted
+    /// relay ends sessions idle longer than the idle timeout by this time).
+    pub(super) fn persist_touch(&self, s: &Session) {
+        let Some(w) = self.durable.as_ref().filter(|_| !s.call) else {
+            return;
+        };
+        let now = unix_now();
+        let last = s.touched.load(Ordering::Relaxed);
+        if now - last >= TOUCH_INTERVAL_SECS
+            && s.touched
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            w.send(StoreWrite::SessionTouched {
+                sid: s.sid.as_str().to_owned(),
+                at: now,
+            });
+        }
     }
 
     /// Every session and call, for checks that walk them all (revocation).
@@ -243,6 +306,7 @@ impl Hub {
             standalone,
             state: Lock::new(SessionState::new(true)),
             bridge,
+            touched: AtomicI64::new(0),
         });
         self.sessions.lock().insert(sid, s.clone());
         s
@@ -347,6 +411,11 @@ impl Hub {
         tracing::debug!(bridge = %s.bridge.name, code, call = s.call, "ending a session");
         if !s.call {
             Metrics::add(&self.metrics.sessions, -1);
+            if let Some(w) = &self.durable {
+                w.send_reliable(StoreWrite::SessionEnded {
+                    sid: s.sid.as_str().to_owned(),
+                });
+            }
         }
         let (pending, opened) = {
             let mut g = s.state.lock();

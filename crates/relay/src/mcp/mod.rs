@@ -200,7 +200,7 @@ async fn initialize(
     let mut resp = if wants_sse(headers) {
         let st = SseStream::new(&session.sid, &session.principal.id, &session.bridge.name);
         let _ = st.push(&reply, true); // a new stream is not finished
-        hub.streams.insert(st.clone());
+        hub.streams.insert_durable(st.clone(), &id);
         sse_response(hub, st, None)
     } else {
         (
@@ -243,7 +243,7 @@ async fn request(
     match hub.register(s, &id, &message, sink) {
         Ok(()) => {
             if let Some(st) = &stream {
-                hub.streams.insert(st.clone());
+                hub.streams.insert_durable(st.clone(), &id);
             }
         }
         Err(SendError::TooMany(n)) => {
@@ -363,7 +363,11 @@ pub(crate) async fn get(
 ) -> Response {
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         return match hub.streams.lookup(last, &session.sid, &principal.id) {
-            Some((st, seq)) => sse_response(&hub, st, Some(seq)),
+            Some((st, seq)) => {
+                // The client has every event up to its cursor: the store forgets them.
+                hub.streams.acknowledge(&st, seq);
+                sse_response(&hub, st, Some(seq))
+            }
             None => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
         };
     }

@@ -17,10 +17,14 @@ use sqlx::{
 use crate::auth::Role;
 
 pub mod accounts;
+pub mod durable;
 pub mod oauth;
 pub mod revocation;
+pub mod writer;
 
 pub use accounts::Account;
+pub use durable::{Payload, SessionRecord, StoreWrite, StoredEvent, StreamRecord};
+pub use writer::StoreWriter;
 
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +109,12 @@ impl SqliteStorage {
         sqlx::migrate!("./migrations").run(&pool).await?;
         restrict_permissions(path);
         Ok(Self { pool })
+    }
+
+    /// The connection pool (tests that corrupt rows on purpose).
+    #[cfg(test)]
+    pub(crate) fn pool(&self) -> &SqlitePool {
+        &self.pool
     }
 
     /// An in-memory database (tests).

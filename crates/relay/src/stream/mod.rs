@@ -36,7 +36,10 @@ use protocol::{
     },
 };
 
-use crate::lock::Lock;
+use crate::{
+    lock::Lock,
+    storage::{StoreWrite, StoreWriter, durable::STORED_EVENT_MAX_BYTES, now as unix_now},
+};
 
 /// Most events an open stream holds; older ones are dropped (and counted) beyond it.
 const STREAM_EVENTS_MAX: usize = 10_000;
@@ -101,6 +104,64 @@ pub(crate) struct SseStream {
     changed: watch::Sender<u64>,
     /// Highest event number written to any HTTP response so far (0 = none yet).
     sent_upto: std::sync::atomic::AtomicU64,
+    /// Where its events are persisted, for a durable stream (a session's POST stream).
+    durable: std::sync::OnceLock<Durable>,
+}
+
+/// What a durable stream needs to persist its events: the write-behind queue and the id of the
+/// request it answers (for the error that stands in for a terminal message too large to keep).
+#[derive(Debug)]
+struct Durable {
+    writer: StoreWriter,
+    request_id: Value,
+}
+
+impl Durable {
+    /// Queues event `seq` (`data`) for the store. A terminal message is queued reliably, and
+    /// one over [`RESUMABLE_TERMINAL_MAX_BYTES`] as the "too large to replay" error; other
+    /// events over [`STORED_EVENT_MAX_BYTES`] are not stored.
+    fn event(&self, stream: &str, seq: u64, data: &str, terminal: bool) {
+        let w = |data: String| StoreWrite::Event {
+            stream: stream.to_owned(),
+            seq,
+            data,
+            terminal,
+            at: unix_now(),
+        };
+        if terminal {
+            let data = if data.len() > RESUMABLE_TERMINAL_MAX_BYTES {
+                too_large(&self.request_id).to_string()
+            } else {
+                data.to_owned()
+            };
+            self.writer.send_reliable(w(data));
+        } else if data.len() <= STORED_EVENT_MAX_BYTES {
+            self.writer.send(w(data.to_owned()));
+        }
+    }
+}
+
+/// The error a replay gets in place of a terminal message too large to keep.
+fn too_large(id: &Value) -> Value {
+    jsonrpc::error(
+        id,
+        code::NOT_REPLAYABLE,
+        "the result was delivered once and is too large to replay",
+        None,
+    )
+}
+
+/// What a restarted relay restores of a stream ([`SseStream::restored`]).
+#[derive(Debug)]
+pub(crate) struct Restored {
+    /// The stream id.
+    pub(crate) id: String,
+    /// Its events after the priming event, oldest first (maybe with gaps at the front).
+    pub(crate) events: Vec<Event>,
+    /// The next event's number.
+    pub(crate) next_seq: u64,
+    /// When it finished, if it did.
+    pub(crate) done_at: Option<Instant>,
 }
 
 /// The stream was finished already: the message was not added.
@@ -142,7 +203,54 @@ impl SseStream {
             budget,
             changed: watch::channel(0).0,
             sent_upto: std::sync::atomic::AtomicU64::new(0),
+            durable: std::sync::OnceLock::new(),
         })
+    }
+
+    /// A stream as a restarted relay restores it from the store: its id, its stored events
+    /// (the first event kept is where a reader from before it is told of a gap), finished at
+    /// `done_at` if it did. Not durable until [`SseStreams::insert_restored`].
+    pub(crate) fn restored(
+        sid: &SessionId,
+        principal: &str,
+        bridge: &str,
+        r: Restored,
+    ) -> Arc<Self> {
+        let mut events = VecDeque::from([Event {
+            seq: 0,
+            data: String::new(),
+        }]);
+        let first_seq = r.events.first().map_or(r.next_seq, |e| e.seq);
+        let bytes = r.events.iter().map(|e| e.data.len()).sum();
+        if first_seq > 1 {
+            // The priming event is not kept before a gap: `first_seq` marks the gap.
+            events.clear();
+        }
+        events.extend(r.events);
+        Arc::new(Self {
+            id: r.id,
+            sid: sid.clone(),
+            principal: principal.to_owned(),
+            bridge: bridge.to_owned(),
+            inner: Lock::new(Inner {
+                events,
+                first_seq: if first_seq > 1 { first_seq } else { 0 },
+                next_seq: r.next_seq,
+                done: r.done_at.is_some(),
+                done_at: r.done_at,
+                bytes,
+            }),
+            budget: None,
+            changed: watch::channel(0).0,
+            sent_upto: std::sync::atomic::AtomicU64::new(0),
+            durable: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The stream id (the part of its event ids before the last `-`).
+    #[cfg(test)]
+    pub(crate) fn id(&self) -> &str {
+        &self.id
     }
 
     /// Records that event `seq` was written to a response.
@@ -207,6 +315,10 @@ impl SseStream {
         while !g.events.is_empty() && (g.events.len() >= STREAM_EVENTS_MAX || !fits(&g)) {
             drop_front(&mut g);
         }
+        if let Some(d) = self.durable.get() {
+            // Under the stream's lock, so the store sees its events in order.
+            d.event(&self.id, seq, &data, terminal);
+        }
         if fits(&g) {
             g.bytes += size;
             if let Some(b) = &self.budget {
@@ -234,6 +346,13 @@ impl SseStream {
             if !g.done {
                 g.done = true;
                 g.done_at = Some(Instant::now());
+                if let Some(d) = self.durable.get() {
+                    d.writer.send_reliable(StoreWrite::StreamFinished {
+                        stream: self.id.clone(),
+                        last_seq: g.next_seq - 1,
+                        at: unix_now(),
+                    });
+                }
             }
         }
         self.changed.send_modify(|v| *v += 0);
@@ -274,13 +393,7 @@ impl SseStream {
                 .ok()
                 .and_then(|v| v.get("id").cloned())
                 .unwrap_or(Value::Null);
-            last.data = jsonrpc::error(
-                &id,
-                code::NOT_REPLAYABLE,
-                "the result was delivered once and is too large to replay",
-                None,
-            )
-            .to_string();
+            last.data = too_large(&id).to_string();
         }
         (out, done)
     }
@@ -320,16 +433,83 @@ fn gap_notice(missed: u64) -> Value {
     })
 }
 
-/// All resumable streams of this relay node, for `Last-Event-ID` lookups and retention.
+/// All resumable streams of this relay node, for `Last-Event-ID` lookups and retention; with a
+/// [`StoreWriter`], durable ones are also persisted (issue 15 item 1).
 #[derive(Debug, Default)]
 pub(crate) struct SseStreams {
     map: Lock<HashMap<String, Arc<SseStream>>>,
+    writer: Option<StoreWriter>,
 }
 
 impl SseStreams {
+    /// Streams persisted through `writer`.
+    pub(crate) fn durable(writer: StoreWriter) -> Self {
+        Self {
+            map: Lock::default(),
+            writer: Some(writer),
+        }
+    }
+
     /// Registers a stream.
     pub(crate) fn insert(&self, s: Arc<SseStream>) {
         self.map.lock().insert(s.id.clone(), s);
+    }
+
+    /// Registers a session's POST stream answering request `request_id`, and persists it from
+    /// now on (with the events it holds already) when this node keeps streams durable: a
+    /// restarted relay replays its events, or, when it never finished, ends it with the error
+    /// saying the relay restarted while its request was in flight.
+    pub(crate) fn insert_durable(&self, s: Arc<SseStream>, request_id: &Value) {
+        if let Some(writer) = &self.writer {
+            let g = s.inner.lock();
+            writer.send_reliable(StoreWrite::StreamOpened {
+                id: s.id.clone(),
+                sid: s.sid.as_str().to_owned(),
+                principal: s.principal.clone(),
+                bridge: s.bridge.clone(),
+                request_id: request_id.to_string(),
+                at: unix_now(),
+            });
+            let d = Durable {
+                writer: writer.clone(),
+                request_id: request_id.clone(),
+            };
+            let last = g.events.back().map(|e| e.seq);
+            for e in g.events.iter().filter(|e| e.seq > 0) {
+                d.event(&s.id, e.seq, &e.data, g.done && Some(e.seq) == last);
+            }
+            if g.done && last.is_none_or(|l| l == 0) {
+                writer.send_reliable(StoreWrite::StreamFinished {
+                    stream: s.id.clone(),
+                    last_seq: g.next_seq - 1,
+                    at: unix_now(),
+                });
+            }
+            let _ = s.durable.set(d);
+        }
+        self.insert(s);
+    }
+
+    /// Registers a stream restored from the store, persisted from now on like the one it was.
+    pub(crate) fn insert_restored(&self, s: Arc<SseStream>, request_id: &Value) {
+        if let Some(writer) = &self.writer {
+            let _ = s.durable.set(Durable {
+                writer: writer.clone(),
+                request_id: request_id.clone(),
+            });
+        }
+        self.insert(s);
+    }
+
+    /// A client resumed stream `s` after event `seq`: it has the events up to it, and the store
+    /// forgets them (all of the stream when `seq` is its last event).
+    pub(crate) fn acknowledge(&self, s: &SseStream, seq: u64) {
+        if let Some(d) = s.durable.get() {
+            d.writer.send_reliable(StoreWrite::Acknowledged {
+                stream: s.id.clone(),
+                seq,
+            });
+        }
     }
 
     /// How many streams are registered (the `machine_mcp_relay_streams` gauge).
@@ -358,9 +538,15 @@ impl SseStreams {
         let mut m = self.map.lock();
         let now = Instant::now();
         let before = m.len();
+        let mut gone = Vec::new();
         m.retain(|_, s| {
-            s.finished_at()
-                .is_none_or(|t| now.duration_since(t) < RESUMABLE_RETENTION)
+            let keep = s
+                .finished_at()
+                .is_none_or(|t| now.duration_since(t) < RESUMABLE_RETENTION);
+            if !keep {
+                gone.push(s.clone());
+            }
+            keep
         });
         let mut finished: HashMap<String, Vec<(Instant, String)>> = HashMap::new();
         for (id, s) in m.iter() {
@@ -375,11 +561,25 @@ impl SseStreams {
             if v.len() > RESUMABLE_STREAMS_PER_BRIDGE {
                 v.sort();
                 for (_, id) in v.iter().take(v.len() - RESUMABLE_STREAMS_PER_BRIDGE) {
-                    m.remove(id);
+                    if let Some(s) = m.remove(id) {
+                        gone.push(s);
+                    }
                 }
             }
         }
-        before - m.len()
+        let n = before - m.len();
+        drop(m);
+        if let Some(w) = &self.writer {
+            let ids: Vec<String> = gone
+                .into_iter()
+                .filter(|s| s.durable.get().is_some())
+                .map(|s| s.id.clone())
+                .collect();
+            if !ids.is_empty() {
+                w.send_reliable(StoreWrite::StreamsDropped { ids });
+            }
+        }
+        n
     }
 }
 

@@ -1,0 +1,109 @@
+//! A relay killed (SIGKILL) and restarted on the same store: MCP sessions, the results of
+//! finished requests and the fate of requests in flight survive it (issue 15 items 1 and 2).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::{
+    net::Client,
+    relay::{mcp_url, setup},
+};
+
+/// Waits until the relay has written every queued store write (its write-behind queue is empty).
+fn wait_store_flushed(relay: &crate::net::Relay) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while relay.metric("machine_mcp_relay_store_queued_writes") != 0 {
+        assert!(
+            Instant::now() < end,
+            "the store writes were not flushed; relay log:\n{}",
+            relay.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_relay_killed_mid_call_keeps_its_sessions_and_replays_results_and_the_fate_of_calls() {
+    let mut s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    // A call that completes before the kill.
+    let mut done = c.post_stream(&json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
+    let (done_prime, _) = done
+        .next_message(Duration::from_secs(10))
+        .expect("priming event");
+    let (_, r) = done.next_message(Duration::from_secs(10)).expect("result");
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+    drop(done);
+    // A call still running when the relay dies.
+    let mut slow = c.post_stream(&json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "echo run >> runs.log; sleep 8; echo finished"]}}}));
+    let (slow_prime, _) = slow
+        .next_message(Duration::from_secs(10))
+        .expect("priming event");
+    let log = s.ws.path().join("runs.log");
+    let end = Instant::now() + Duration::from_secs(10);
+    while !log.exists() {
+        assert!(Instant::now() < end, "the slow call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_store_flushed(&s.relay);
+    drop(slow);
+    s.relay.restart(); // SIGKILL, then a new process on the same store
+    c.url = mcp_url(&s.relay, "b1");
+    s.relay.wait_ready(1);
+
+    // The call in flight at the kill ends with the relay-restart error, on replay only.
+    let mut replay = c
+        .get_stream(Some(&slow_prime.expect("the priming event has an id")))
+        .expect("replay of the in-flight call after the restart");
+    let (_, m) = replay
+        .next_message(Duration::from_secs(10))
+        .expect("its terminal event");
+    assert_eq!(m["id"], 11, "{m}");
+    assert_eq!(m["error"]["code"], -32004, "{m}");
+    let text = m["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("relay restarted") && text.contains("not retried"),
+        "{text}"
+    );
+    // The finished call replays its result.
+    let mut replay = c
+        .get_stream(Some(&done_prime.expect("the priming event has an id")))
+        .expect("replay of the finished call after the restart");
+    let (_, m) = replay
+        .next_message(Duration::from_secs(10))
+        .expect("its result");
+    assert_eq!(m["id"], 10);
+    assert_eq!(
+        m["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+
+    // The session and the token still work.
+    assert!(c.tool_names().contains(&"read_file".to_owned()));
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello from the workspace\n"
+    );
+    // The interrupted call was never run again, and its process was cancelled by the daemon.
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "run\n",
+        "ran exactly once"
+    );
+    // The session is gone for good once deleted, also from the store across a restart.
+    assert_eq!(c.delete(), 200);
+    wait_store_flushed(&s.relay);
+    s.relay.restart();
+    c.url = mcp_url(&s.relay, "b1");
+    s.relay.wait_ready(1);
+    let a = c.post(&json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list"}));
+    assert_eq!(a.status, 404, "{a:?}");
+}

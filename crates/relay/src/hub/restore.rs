@@ -1,0 +1,391 @@
+//! What a restarted relay takes back from its store (issue 15 items 1 and 2): the session-era
+//! MCP sessions of the previous process and their POST streams.
+//!
+//! A session is restored when its credential is still live and its id still verifies for its
+//! principal; one opened on a daemon instance other than its bridge's latest is ended (a new
+//! instance inherits nothing). A bridge with restored sessions bound to an instance starts
+//! detached from it, as if its socket had just been lost: the same instance reconnecting within
+//! the grace gets them in `resume` and keeps them, another instance or the grace running out
+//! ends them (404 → re-initialize). Requests in flight are not restored: their stream ends with
+//! [`code::RELAY_RESTARTED`], delivered on replay, and `resume` does not name them, so the
+//! daemon cancels them; nothing is ever re-executed (invariants 6 and 7).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, atomic::AtomicI64},
+};
+
+use serde_json::{Value, json};
+use tokio::time::{Duration, Instant};
+
+use protocol::{
+    Role,
+    ids::{InstanceId, SessionId},
+    jsonrpc::{self, code},
+};
+
+use super::{Hub, Session, link_state::LinkState, session::SessionState, sweep::SESSION_IDLE};
+use crate::{
+    auth::BridgePrincipal,
+    lock::Lock,
+    metrics::Metrics,
+    storage::{Payload, StorageError, StoreWrite, now as unix_now},
+    stream::{Budget, Event, Restored, SseStream},
+};
+
+/// The error a request in flight when the relay died ends with.
+pub(crate) const RELAY_RESTARTED_MESSAGE: &str = "the relay restarted while this request was in flight: its outcome is unknown (it may have had effects) and it was not retried; check before retrying";
+
+/// The instant `secs_ago` seconds before now (now when the monotonic clock does not reach back).
+fn instant_ago(secs_ago: i64) -> Instant {
+    let now = Instant::now();
+    now.checked_sub(Duration::from_secs(secs_ago.max(0) as u64))
+        .unwrap_or(now)
+}
+
+/// What a replay gets in place of a stored event whose text does not match its hash.
+fn corrupt_event(request_id: &Value, terminal: bool) -> Value {
+    if terminal {
+        jsonrpc::error(
+            request_id,
+            code::INTERNAL_ERROR,
+            "the relay's stored copy of this request's result is corrupt (its SHA-256 does not match) and is not served: the outcome of the request is unknown",
+            None,
+        )
+    } else {
+        json!({
+            "jsonrpc": jsonrpc::VERSION,
+            "method": "notifications/message",
+            "params": {
+                "level": "error",
+                "logger": "machine-mcp-relay",
+                "data": {"message": "a stored server message of this request is corrupt (its SHA-256 does not match) and is not served"},
+            },
+        })
+    }
+}
+
+impl Hub {
+    /// Restores what the previous relay process stored (see the module docs). Does nothing for a
+    /// hub without a store writer.
+    ///
+    /// # Errors
+    /// The store cannot be read; a stored session or stream row is unreadable (`Corrupt`: the
+    /// relay does not start, invariant 9). Stream events that fail their hash check are not an
+    /// error: they are replaced by an error event and logged.
+    pub(super) async fn restore(&self) -> Result<(), StorageError> {
+        let Some(w) = self.durable.clone() else {
+            return Ok(());
+        };
+        let now = unix_now();
+        let (records, streams) = self
+            .storage
+            .load_durable(now, SESSION_IDLE.as_secs() as i64)
+            .await?;
+        // Records come least recently active first: a bridge is bound to the instance of its
+        // most recently active session.
+        let mut bound: HashMap<String, String> = HashMap::new();
+        for r in &records {
+            if let Some(i) = &r.opened_on {
+                bound.insert(r.bridge.clone(), i.clone());
+            }
+        }
+        let mut live: HashMap<String, bool> = HashMap::new();
+        let mut restored: HashMap<String, Arc<Session>> = HashMap::new();
+        for r in records {
+            let role = Role::parse(&r.role).map_err(StorageError::Corrupt)?;
+            let initialize: Value = serde_json::from_str(&r.initialize).map_err(|e| {
+                StorageError::Corrupt(format!("a stored MCP session's initialize: {e}"))
+            })?;
+            let alive = match live.get(&r.credential) {
+                Some(ok) => *ok,
+                None => {
+                    let ok = self.storage.credential_live(&r.credential).await?;
+                    live.insert(r.credential.clone(), ok);
+                    ok
+                }
+            };
+            let stale = r.opened_on.is_some() && r.opened_on.as_ref() != bound.get(&r.bridge);
+            if !alive || stale || !self.keys.verify(&r.sid, &r.principal) {
+                w.send_reliable(StoreWrite::SessionEnded { sid: r.sid });
+                continue;
+            }
+            let bridge = self.bridge(&r.bridge).await;
+            let sid = SessionId::new(r.sid.clone());
+            let principal = BridgePrincipal {
+                id: r.principal,
+                bridge: r.bridge,
+                role,
+                credential: r.credential,
+            };
+            let standalone = SseStream::with_budget(
+                &sid,
+                &principal.id,
+                &bridge.name,
+                Some(Budget::standalone(bridge.standalone_bytes.clone())),
+            );
+            let mut state = SessionState::new(r.initialized);
+            state.opened_on = r.opened_on.map(InstanceId::new);
+            state.last_active = instant_ago(now - r.last_active);
+            let s = Arc::new(Session {
+                sid: sid.clone(),
+                bridge,
+                server: r.server,
+                principal,
+                call: false,
+                initialize,
+                standalone,
+                state: Lock::new(state),
+                touched: AtomicI64::new(r.last_active),
+            });
+            self.streams.insert(s.standalone.clone());
+            self.sessions.lock().insert(sid, s.clone());
+            Metrics::add(&self.metrics.sessions, 1);
+            restored.insert(r.sid, s);
+        }
+        for (name, instance) in bound {
+            let instance = InstanceId::new(instance);
+            let kept = restored.values().any(|s| {
+                s.bridge.name == name && s.state.lock().opened_on.as_ref() == Some(&instance)
+            });
+            if kept {
+                let b = self.bridge(&name).await;
+                b.state.lock().link = LinkState::restored(instance, Instant::now());
+            }
+        }
+        let (mut replayable, mut interrupted, mut corrupt) = (0usize, 0usize, 0usize);
+        for r in streams {
+            let Some(s) = restored.get(&r.sid) else {
+                continue; // deleted with its session
+            };
+            let request_id: Value = serde_json::from_str(&r.request_id)
+                .map_err(|e| StorageError::Corrupt(format!("a stored stream's request id: {e}")))?;
+            let last = r.events.last().map(|e| e.seq);
+            let mut events = Vec::with_capacity(r.events.len());
+            for e in r.events {
+                let data = match e.payload {
+                    Payload::Intact(d) => d,
+                    Payload::Corrupt => {
+                        corrupt += 1;
+                        tracing::error!(bridge = %s.bridge.name, stream = %r.id, seq = e.seq, "a stored stream event does not match its SHA-256: it is reported to the client, not served");
+                        corrupt_event(&request_id, r.last_seq == Some(e.seq)).to_string()
+                    }
+                };
+                events.push(Event { seq: e.seq, data });
+            }
+            let next_seq = last.max(r.last_seq).map_or(1, |l| l + 1);
+            let done_at = r.finished_at.map(|t| instant_ago(now - t));
+            let st = SseStream::restored(
+                &s.sid,
+                &r.principal,
+                &r.bridge,
+                Restored {
+                    id: r.id,
+                    events,
+                    next_seq,
+                    done_at,
+                },
+            );
+            self.streams.insert_restored(st.clone(), &request_id);
+            if done_at.is_none() {
+                interrupted += 1;
+                let err = jsonrpc::error(
+                    &request_id,
+                    code::RELAY_RESTARTED,
+                    RELAY_RESTARTED_MESSAGE,
+                    None,
+                );
+                let _ = st.push(&err, true);
+            } else {
+                replayable += 1;
+            }
+        }
+        tracing::info!(
+            sessions = restored.len(),
+            streams = replayable,
+            interrupted,
+            corrupt,
+            "restored MCP sessions and streams from the relay store"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{RelayConfig, SqliteStorage};
+
+    async fn flushed(hub: &Hub) {
+        let q = &hub.durable.as_ref().unwrap().queued;
+        while q.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn read(hub: &Hub, st: &SseStream, after: u64, s: &Session) -> (Vec<Event>, bool) {
+        let (found, seq) = hub
+            .streams
+            .lookup(&st.event_id(after), &s.sid, &s.principal.id)
+            .expect("the stream is known after the restart");
+        found.read_after(Some(seq))
+    }
+
+    #[tokio::test]
+    async fn a_restarted_hub_keeps_sessions_and_results_and_ends_requests_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = SqliteStorage::open(&dir.path().join("relay.db"))
+            .await
+            .unwrap();
+        storage.add_bridge("b1", 60).await.unwrap();
+        let (tok, _) = storage.create_token("b1", Role::Owner, None).await.unwrap();
+        let principal = BridgePrincipal {
+            id: tok.id.clone(),
+            bridge: "b1".into(),
+            role: Role::Owner,
+            credential: tok.id.clone(),
+        };
+        let hub = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        let b = hub.bridge("b1").await;
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
+        let s = hub
+            .create_session(b, "runtime", principal.clone(), init.clone())
+            .unwrap();
+        {
+            let mut g = s.state.lock();
+            g.opened_on = Some(InstanceId::new("i1"));
+            g.initialized = true;
+            hub.persist_bound(&s, &g);
+        }
+        let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}});
+        let stream = |id: i64| {
+            let st = SseStream::new(&s.sid, &principal.id, "b1");
+            hub.streams.insert_durable(st.clone(), &json!(id));
+            st
+        };
+        let done = stream(1);
+        done.push(&progress, false).unwrap();
+        done.push(
+            &json!({"jsonrpc": "2.0", "id": 1, "result": {"ok": 1}}),
+            true,
+        )
+        .unwrap();
+        let cut = stream(2);
+        cut.push(&progress, false).unwrap();
+        let damaged = stream(3);
+        damaged
+            .push(
+                &json!({"jsonrpc": "2.0", "id": 3, "result": {"secret": "original"}}),
+                true,
+            )
+            .unwrap();
+        let big = stream(4);
+        let huge = "x".repeat(protocol::limits::RESUMABLE_TERMINAL_MAX_BYTES);
+        big.push(
+            &json!({"jsonrpc": "2.0", "id": 4, "result": {"huge": huge}}),
+            true,
+        )
+        .unwrap();
+        flushed(&hub).await;
+        sqlx::query(
+            "UPDATE sse_events SET data = replace(data, 'original', 'tampered') WHERE stream = ?",
+        )
+        .bind(damaged.id())
+        .execute(storage.pool())
+        .await
+        .unwrap();
+
+        // The next process on the same store.
+        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        let s2 = hub2
+            .session(s.sid.as_str(), &principal)
+            .expect("the session survives the restart");
+        assert_eq!(s2.initialize, init);
+        let mut other = principal.clone();
+        other.id = "tok_other".into();
+        assert!(hub2.session(s.sid.as_str(), &other).is_none());
+        let b2 = hub2.bridge("b1").await;
+        let (sessions, requests) = hub2.resume_set(&b2, &InstanceId::new("i1"));
+        assert_eq!(sessions, [s.sid.clone()], "the same instance keeps it");
+        assert!(requests.is_empty(), "nothing in flight is resumed");
+        assert!(hub2.resume_set(&b2, &InstanceId::new("i2")).0.is_empty());
+
+        let (events, finished) = read(&hub2, &done, 0, &s);
+        assert!(finished);
+        assert_eq!(
+            events.iter().map(|e| e.data.clone()).collect::<Vec<_>>(),
+            done.read_after(Some(0))
+                .0
+                .into_iter()
+                .map(|e| e.data)
+                .collect::<Vec<_>>(),
+            "exactly the missed events"
+        );
+        let (events, finished) = read(&hub2, &cut, 1, &s);
+        assert!(finished);
+        assert_eq!(events.len(), 1);
+        let m: Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(m["id"], 2);
+        assert_eq!(m["error"]["code"], code::RELAY_RESTARTED);
+        let (events, _) = read(&hub2, &damaged, 0, &s);
+        assert_eq!(events.len(), 1);
+        assert!(!events[0].data.contains("tampered") && !events[0].data.contains("original"));
+        let m: Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(
+            (m["id"].clone(), m["error"]["code"].clone()),
+            (json!(3), json!(code::INTERNAL_ERROR))
+        );
+        let (events, _) = read(&hub2, &big, 0, &s);
+        let m: Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(
+            (m["id"].clone(), m["error"]["code"].clone()),
+            (json!(4), json!(code::NOT_REPLAYABLE))
+        );
+
+        // The interrupted request's end is stored too: a second restart replays the same error.
+        flushed(&hub2).await;
+        let hub3 = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        let (events, _) = read(&hub3, &cut, 1, &s);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].data.contains(&code::RELAY_RESTARTED.to_string()));
+        // Acknowledging the last event forgets the stream; ending the session forgets it all.
+        hub3.streams.acknowledge(
+            &hub3
+                .streams
+                .lookup(&done.event_id(2), &s.sid, &principal.id)
+                .unwrap()
+                .0,
+            2,
+        );
+        hub3.end_session(&s.sid, code::UNAVAILABLE, "deleted", false);
+        flushed(&hub3).await;
+        let hub4 = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        assert!(hub4.session(s.sid.as_str(), &principal).is_none());
+        assert!(
+            hub4.streams
+                .lookup(&done.event_id(0), &s.sid, &principal.id)
+                .is_none()
+        );
+        for table in ["mcp_sessions", "sse_streams", "sse_events"] {
+            let n: i64 = sqlx::Row::get(
+                &sqlx::query(&format!("SELECT count(*) FROM {table}"))
+                    .fetch_one(storage.pool())
+                    .await
+                    .unwrap(),
+                0,
+            );
+            assert_eq!(n, 0, "{table}");
+        }
+    }
+}
