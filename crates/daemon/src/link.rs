@@ -26,9 +26,11 @@ use protocol::{
         CONNECT_PATH, CloseCode, DaemonFrame, PROTOCOL_VERSION, RelayFrame, ServerInfo,
         hello_transcript, now_unix_ms,
     },
-    ids::{BridgeId, InstanceId},
+    ids::{BridgeId, InstanceId, SessionId},
+    jsonrpc::RequestId,
     limits,
 };
+use serde_json::Value;
 
 use crate::{
     backoff::{self, Warnings},
@@ -329,6 +331,8 @@ async fn handshake_and_serve(
         ));
     }
     let catalog_frame = relay_revision >= protocol::frame::REVISION_CATALOG_FRAME;
+    // Revision 4: the relay awaits an `accepted` for every request this daemon takes.
+    let confirm = relay_revision >= protocol::frame::REVISION_DELIVERY;
     let origin = config.relay.origin().ascii_serialization();
     let timestamp = now_unix_ms();
     let transcript = hello_transcript(
@@ -398,7 +402,93 @@ async fn handshake_and_serve(
         }
     }
     on_ready();
-    serve(t, sessions, shutdown, stream, out).await
+    serve(t, sessions, shutdown, stream, out, confirm).await
+}
+
+/// Whether to run client message `message` of `sid`, which the relay sent with `deliver_by`
+/// (link revision 4), read at `now_ms` (Unix ms, this machine's clock). Anything but a request
+/// runs. A request read after its `deliver_by` is dropped unanswered: the relay has retracted
+/// it, or will, and told its client that it was not delivered. Otherwise, when `confirm` (the
+/// relay is of revision 4), `accepted` is queued before the request is dispatched, so it
+/// precedes everything the request causes; a request whose `accepted` cannot be queued (the
+/// link's queue is full) is dropped too, since the relay would retract it.
+fn admit(
+    sid: &SessionId,
+    message: &Value,
+    deliver_by: Option<u64>,
+    confirm: bool,
+    out: &mpsc::Sender<DaemonFrame>,
+    now_ms: u64,
+) -> bool {
+    let Some(id) = message
+        .get("id")
+        .filter(|i| !i.is_null() && message.get("method").is_some())
+    else {
+        return true;
+    };
+    if let Some(by) = deliver_by
+        && now_ms > by
+    {
+        tracing::warn!(sid = %sid.log_tag(), late_ms = now_ms - by, "dropped a request read after its delivery deadline (this machine was asleep, frozen or busy); the relay told its client it was not delivered");
+        return false;
+    }
+    if confirm
+        && out
+            .try_send(DaemonFrame::Accepted {
+                sid: sid.clone(),
+                id: RequestId::new(id.clone()),
+            })
+            .is_err()
+    {
+        tracing::warn!(sid = %sid.log_tag(), "dropped a request: the link's send queue is full");
+        return false;
+    }
+    true
+}
+
+/// Hands a steady-state frame for the hosted sessions to them, admitting requests first
+/// ([`admit`], at `now_ms`). Returns the frames that are not for the sessions.
+fn dispatch(
+    sessions: &Arc<HostedSessions>,
+    out: &mpsc::Sender<DaemonFrame>,
+    confirm: bool,
+    frame: RelayFrame,
+    now_ms: u64,
+) -> Option<RelayFrame> {
+    match frame {
+        RelayFrame::Open {
+            sid,
+            server,
+            principal,
+            role,
+            initialize,
+        } => sessions.open(&sid, &server, &principal, &role, initialize),
+        RelayFrame::Rpc {
+            sid,
+            message,
+            deliver_by,
+        } => {
+            if admit(&sid, &message, deliver_by, confirm, out, now_ms) {
+                sessions.rpc(&sid, message);
+            }
+        }
+        RelayFrame::Ack { sid, seq } => sessions.ack(&sid, seq),
+        RelayFrame::Close { sid } => sessions.close(&sid),
+        RelayFrame::Call {
+            sid,
+            server,
+            principal,
+            role,
+            message,
+            deliver_by,
+        } => {
+            if admit(&sid, &message, deliver_by, confirm, out, now_ms) {
+                sessions.call(&sid, &server, &principal, &role, message);
+            }
+        }
+        other => return Some(other),
+    }
+    None
 }
 
 async fn serve(
@@ -407,6 +497,7 @@ async fn serve(
     shutdown: &CancellationToken,
     stream: &mut futures_util::stream::SplitStream<Ws>,
     out: &mpsc::Sender<DaemonFrame>,
+    confirm: bool,
 ) -> Attempt {
     let mut beat = tokio::time::interval(t.heartbeat);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -420,12 +511,10 @@ async fn serve(
                     Ok(f) => f,
                     Err(a) => return a,
                 };
+                let Some(frame) = dispatch(sessions, out, confirm, frame, now_unix_ms()) else {
+                    continue;
+                };
                 match frame {
-                    RelayFrame::Open { sid, server, principal, role, initialize } => sessions.open(&sid, &server, &principal, &role, initialize),
-                    RelayFrame::Rpc { sid, message } => sessions.rpc(&sid, message),
-                    RelayFrame::Ack { sid, seq } => sessions.ack(&sid, seq),
-                    RelayFrame::Close { sid } => sessions.close(&sid),
-                    RelayFrame::Call { sid, server, principal, role, message } => sessions.call(&sid, &server, &principal, &role, message),
                     RelayFrame::Heartbeat { seq } => { let _ = out.try_send(DaemonFrame::HeartbeatAck { seq }); }
                     RelayFrame::HeartbeatAck { seq: s } => if unanswered == Some(s) { unanswered = None },
                     RelayFrame::Probe { id } => { let _ = out.try_send(DaemonFrame::ProbeResult { id }); }
@@ -494,4 +583,103 @@ pub async fn enroll(
     tokio::time::timeout(timeout, work)
         .await
         .map_err(|_| "enrollment timed out".to_owned())?
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn hosted() -> (tempfile::TempDir, Arc<HostedSessions>) {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime::Runtime::new(runtime::RuntimeConfig {
+            workspace: dir.path().into(),
+            policy: runtime::policy::Policy::profile(runtime::Profile::Full),
+            default_yield_after: None,
+            remote: false,
+        })
+        .unwrap();
+        (dir, HostedSessions::new(Arc::new(rt), Vec::new()))
+    }
+
+    fn call(sid: &str, id: u64, deliver_by: Option<u64>) -> RelayFrame {
+        RelayFrame::Call {
+            sid: sid.into(),
+            server: protocol::frame::RUNTIME_SERVER.into(),
+            principal: "tok_1".into(),
+            role: "owner".into(),
+            message: json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }}}),
+            deliver_by,
+        }
+    }
+
+    /// The next frame, within a generous bound.
+    async fn next_frame(rx: &mut mpsc::Receiver<DaemonFrame>) -> DaemonFrame {
+        tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("a frame in time")
+            .expect("link open")
+    }
+
+    #[tokio::test]
+    async fn a_request_read_after_its_deliver_by_is_not_run_and_not_accepted() {
+        let (_dir, sessions) = hosted();
+        let (out, mut rx) = mpsc::channel(64);
+        sessions.resume(&[], &[], out.clone());
+        let now = 1_800_000_000_000;
+        // Read 1 ms past its deadline: dropped before anything runs.
+        assert!(dispatch(&sessions, &out, true, call("c_late", 1, Some(now - 1)), now).is_none());
+        assert!(rx.try_recv().is_err(), "no accepted, no answer");
+        assert!(sessions.is_empty(), "the call was never hosted");
+        // A session's request is refused the same way: the unknown session would otherwise be
+        // answered with `closed`.
+        let rpc = RelayFrame::Rpc {
+            sid: "s_late".into(),
+            message: json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {}}),
+            deliver_by: Some(now - 1),
+        };
+        assert!(dispatch(&sessions, &out, true, rpc, now).is_none());
+        assert!(rx.try_recv().is_err(), "no accepted, no closed");
+        // Read at its deadline: accepted first, then run and answered.
+        assert!(dispatch(&sessions, &out, true, call("c_now", 3, Some(now)), now).is_none());
+        assert_eq!(
+            next_frame(&mut rx).await,
+            DaemonFrame::Accepted {
+                sid: "c_now".into(),
+                id: RequestId::new(json!(3)),
+            }
+        );
+        match next_frame(&mut rx).await {
+            DaemonFrame::Rpc { sid, message, .. } => {
+                assert_eq!(sid.as_str(), "c_now");
+                assert_eq!(message["id"], 3);
+                assert!(message["result"]["tools"].is_array(), "{message}");
+            }
+            other => panic!("expected the answer, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relay_before_revision_4_gets_no_accepted() {
+        let (_dir, sessions) = hosted();
+        let (out, mut rx) = mpsc::channel(64);
+        sessions.resume(&[], &[], out.clone());
+        assert!(dispatch(&sessions, &out, false, call("c1", 1, None), now_unix_ms()).is_none());
+        match next_frame(&mut rx).await {
+            DaemonFrame::Rpc { sid, message, .. } => {
+                assert_eq!(sid.as_str(), "c1");
+                assert_eq!(message["id"], 1);
+            }
+            other => panic!("expected the answer first, got {other:?}"),
+        }
+        // A notification is never refused nor confirmed, whatever its deliver_by.
+        let n = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}});
+        assert!(admit(&"c1".into(), &n, Some(0), true, &out, now_unix_ms()));
+        assert!(rx.try_recv().is_err());
+    }
 }

@@ -28,14 +28,23 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// revision 2 or later; older daemons keep serving the handshake era unchanged. Revision 3
 /// moves the catalog out of `hello` into [`DaemonFrame::Catalog`], sent once the hello is
 /// acknowledged, so that what a socket sends before it is authenticated stays small; a daemon
-/// does so only when the relay's `welcome` announced revision 3 or later.
-pub const LINK_REVISION: u32 = 3;
+/// does so only when the relay's `welcome` announced revision 3 or later. Revision 4 adds
+/// delivery confirmation: relay request frames carry `deliver_by` and the daemon answers each
+/// request it takes with [`DaemonFrame::Accepted`] before running it; a relay retracts a request
+/// not accepted in time ([`crate::limits::DELIVERY_WINDOW`], [`crate::limits::DELIVERY_MARGIN`]).
+/// A relay does so only with a daemon whose `hello` announced 4, and a daemon sends `accepted`
+/// only to a relay whose `welcome` announced 4.
+pub const LINK_REVISION: u32 = 4;
 
 /// The first revision with [`RelayFrame::Call`].
 pub const REVISION_STATELESS: u32 = 2;
 
 /// The first revision with [`DaemonFrame::Catalog`].
 pub const REVISION_CATALOG_FRAME: u32 = 3;
+
+/// The first revision with delivery confirmation: `deliver_by` on relay request frames and
+/// [`DaemonFrame::Accepted`].
+pub const REVISION_DELIVERY: u32 = 4;
 
 fn revision_1() -> u32 {
     1
@@ -133,6 +142,9 @@ pub enum RelayFrame {
         role: String,
         /// The client's JSON-RPC request, `_meta` included.
         message: Value,
+        /// Revision 4: see [`RelayFrame::Rpc`]'s `deliver_by`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deliver_by: Option<u64>,
     },
     /// A client → server JSON-RPC message for session `sid`.
     Rpc {
@@ -140,6 +152,13 @@ pub enum RelayFrame {
         sid: SessionId,
         /// The JSON-RPC message.
         message: Value,
+        /// Revision 4, on requests only: Unix ms **in the daemon's clock** (the relay's clock
+        /// corrected by the skew its `hello` showed) after which the daemon must not start the
+        /// request. A daemon that reads the frame later drops it without `accepted` (the relay
+        /// has answered or will answer it as not delivered). Absent: no limit (older relays, and
+        /// every frame that is not a request).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deliver_by: Option<u64>,
     },
     /// The daemon's messages of `sid` up to `seq` are committed on the relay.
     Ack {
@@ -207,6 +226,17 @@ pub enum DaemonFrame {
     Catalog {
         /// As `hello.servers` in earlier revisions.
         servers: Vec<ServerInfo>,
+    },
+    /// Revision 4: the daemon took client request `id` of session or call `sid` (from an `rpc`
+    /// carrying a request, or a `call`) within its `deliver_by` and will run it. Sent as soon as
+    /// the frame is read, before the request is dispatched, on the same queue as everything
+    /// else (so it precedes every message the request causes). The relay awaits the request's
+    /// response from then on; a request without `accepted` in time is retracted.
+    Accepted {
+        /// Session or call id.
+        sid: SessionId,
+        /// The JSON-RPC id of the request.
+        id: RequestId,
     },
     /// Answer to `probe`.
     ProbeResult {
@@ -389,6 +419,42 @@ mod tests {
     }
 
     #[test]
+    fn deliver_by_is_optional_and_accepted_names_sid_and_id() {
+        let old: RelayFrame =
+            serde_json::from_str(r#"{"type":"rpc","sid":"s","message":{"id":1}}"#).unwrap();
+        assert!(matches!(
+            old,
+            RelayFrame::Rpc {
+                deliver_by: None,
+                ..
+            }
+        ));
+        let f = RelayFrame::Rpc {
+            sid: "s".into(),
+            message: serde_json::json!({"jsonrpc": "2.0", "method": "notifications/x"}),
+            deliver_by: None,
+        };
+        let text = serde_json::to_string(&f).unwrap();
+        assert!(!text.contains("deliver_by"), "{text}");
+        let f = RelayFrame::Rpc {
+            sid: "s".into(),
+            message: serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+            deliver_by: Some(1_700_000_000_000),
+        };
+        let text = serde_json::to_string(&f).unwrap();
+        assert!(text.contains(r#""deliver_by":1700000000000"#), "{text}");
+        let a: DaemonFrame =
+            serde_json::from_str(r#"{"type":"accepted","sid":"s","id":"r-1"}"#).unwrap();
+        assert_eq!(
+            a,
+            DaemonFrame::Accepted {
+                sid: "s".into(),
+                id: RequestId::new(serde_json::json!("r-1")),
+            }
+        );
+    }
+
+    #[test]
     fn frames_without_a_revision_are_revision_1() {
         let w: RelayFrame = serde_json::from_str(
             r#"{"type":"welcome","protocol":1,"server":"r","version":"0","challenge":"c","expires_at":1}"#,
@@ -406,6 +472,7 @@ mod tests {
             principal: "tok_1".into(),
             role: "owner".into(),
             message: serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            deliver_by: None,
         };
         let text = serde_json::to_string(&c).unwrap();
         assert!(text.starts_with(r#"{"type":"call""#), "{text}");

@@ -107,6 +107,19 @@ pub const HEARTBEAT_SILENCE_TIMEOUT: Duration = Duration::from_secs(75);
 pub const RELAY_LIVENESS_TIMEOUT: Duration = Duration::from_secs(90);
 /// Time allowed for one connect attempt (TCP, TLS, WebSocket upgrade).
 pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Link revision 4: how long after the relay sends a client request to a daemon the daemon may
+/// still start it. The relay puts `deliver_by` = its wall clock + this + the daemon's clock skew
+/// (as the hello estimated it) on every request frame; a daemon that reads the frame later does
+/// not run it. Short, so that a frozen or sleeping daemon (TCP up, nothing read) costs a caller a
+/// few seconds, not the liveness timeout and the reconnect grace (issue 15 item 3); long enough
+/// for a busy link to carry the frame.
+pub const DELIVERY_WINDOW: Duration = Duration::from_millis(2500);
+/// Link revision 4: how long past [`DELIVERY_WINDOW`] the relay waits for the daemon's
+/// `accepted` before it retracts the request and answers it with a retryable "not delivered"
+/// error: the time an `accepted` sent just before `deliver_by` needs to come back. The request
+/// is thus answered at most `DELIVERY_WINDOW + DELIVERY_MARGIN` (4 s) after it was sent, well
+/// within the ~60 s hosted assistants wait.
+pub const DELIVERY_MARGIN: Duration = Duration::from_millis(1500);
 
 // === Processes ===
 

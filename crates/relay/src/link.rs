@@ -377,6 +377,8 @@ async fn session(
             (c, r)
         }
     })?;
+    // The daemon's clock minus ours, low by the hello's one-way latency (see `hub::delivery`).
+    let hello_at = now_unix_ms() as i64;
     let (protocol, bridge, instance_id, key_id, timestamp, signature, version, servers, revision) =
         match hello {
             DaemonFrame::Hello {
@@ -470,6 +472,7 @@ async fn session(
         instance_id: instance_id.clone(),
         revision,
         key_id: key_id.clone(),
+        clock_skew_ms: timestamp as i64 - hello_at,
         tx: tx.clone(),
     };
     let link_id = link.id;
@@ -592,6 +595,7 @@ async fn serve(
                 }
             }
             DaemonFrame::Closed { sid, reason } => hub.daemon_closed(from, &sid, &reason),
+            DaemonFrame::Accepted { sid, id } => hub.accepted(from, &sid, &id),
             DaemonFrame::Heartbeat { seq } => {
                 let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
             }
@@ -658,6 +662,7 @@ fn frame_name(f: &DaemonFrame) -> &'static str {
         DaemonFrame::ProbeResult { .. } => "probe_result",
         DaemonFrame::Rpc { .. } => "rpc",
         DaemonFrame::Closed { .. } => "closed",
+        DaemonFrame::Accepted { .. } => "accepted",
         DaemonFrame::Heartbeat { .. } => "heartbeat",
         DaemonFrame::HeartbeatAck { .. } => "heartbeat_ack",
     }

@@ -38,6 +38,12 @@ pub(crate) struct Metrics {
     /// Session and stream writes lost: the store's queue was full or a batch failed (set when
     /// rendered).
     pub(crate) store_dropped: AtomicU64,
+    /// Requests sent to a daemon of link revision 4 that it has not confirmed (`accepted`) yet.
+    pub(crate) awaiting_acceptance: AtomicI64,
+    /// Requests retracted as not delivered: the daemon did not take them in time.
+    pub(crate) retracted: AtomicU64,
+    /// `accepted` frames for requests already retracted (the delivery estimate failed).
+    pub(crate) late_accepted: AtomicU64,
 }
 
 impl Metrics {
@@ -74,6 +80,24 @@ impl Metrics {
             "gauge",
             "Open subscriptions/listen streams (MCP 2026-07-28), not counted as in-flight requests.",
             &[(String::new(), g(&self.subscriptions).into())],
+        );
+        metric(
+            "machine_mcp_relay_requests_awaiting_acceptance",
+            "gauge",
+            "Relayed requests a daemon (link revision 4) has not confirmed taking yet.",
+            &[(String::new(), g(&self.awaiting_acceptance).into())],
+        );
+        metric(
+            "machine_mcp_relay_requests_not_delivered_total",
+            "counter",
+            "Requests retracted and answered as not delivered: the daemon did not take them in time.",
+            &[(String::new(), c(&self.retracted).into())],
+        );
+        metric(
+            "machine_mcp_relay_late_accepted_total",
+            "counter",
+            "Daemon confirmations (accepted) of requests already retracted as not delivered.",
+            &[(String::new(), c(&self.late_accepted).into())],
         );
         metric(
             "machine_mcp_relay_detached_requests",

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_types)]
 
 mod containment;
+mod delivery;
 mod edit;
 mod era;
 mod faults;

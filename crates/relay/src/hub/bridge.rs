@@ -129,6 +129,10 @@ pub(crate) struct Link {
     pub(crate) revision: u32,
     /// The device key its hello was verified with (a revoked key closes the link).
     pub(crate) key_id: String,
+    /// The daemon's clock minus the relay's, in ms, as its hello showed: `hello.timestamp` − the
+    /// relay's clock when the hello arrived. Lower than the true skew by the hello's one-way
+    /// latency, which makes `deliver_by` earlier, never later (see `hub::delivery`).
+    pub(crate) clock_skew_ms: i64,
     /// Frames to the daemon.
     pub(crate) tx: LinkTx,
 }
@@ -216,7 +220,8 @@ impl Hub {
     }
 
     /// What the `resume` frame names for `instance`: the sessions opened on it and their
-    /// in-flight requests, if this bridge's sessions are bound to that instance.
+    /// in-flight requests that the daemon took (all of them for a daemon older than revision 4,
+    /// the accepted ones for revision 4), if this bridge's sessions are bound to that instance.
     pub(crate) fn resume_set(
         &self,
         bridge: &Bridge,
@@ -232,7 +237,9 @@ impl Hub {
             let g = s.state.lock();
             if g.opened_on.as_ref() == Some(instance) {
                 sessions.push(s.sid.clone());
-                for p in g.pending.values() {
+                // A request still awaiting `accepted` is not listed: the daemon cancels it if it
+                // has it, and the relay retracts it as not delivered.
+                for p in g.pending.values().filter(|p| !p.acceptance.is_awaiting()) {
                     requests.push(ResumeRequest {
                         sid: s.sid.clone(),
                         id: RequestId::new(p.id.clone()),

@@ -147,6 +147,7 @@ mod tests {
             instance_id: InstanceId::new(instance),
             revision: 2,
             key_id: "key_test".into(),
+            clock_skew_ms: 0,
             tx: LinkTx::new(mpsc::channel(1).0),
         }
     }

@@ -4,7 +4,8 @@
 //! One file per concern: `bridge` (bridges, daemon links, promotion and loss of a link, what
 //! `resume` names), `link_state` (the link state machine), `session` (sessions, calls,
 //! requests in flight, how a session ends), `routing` (client → daemon and daemon → client),
-//! `sweep` (grace expiry, deadlines, idle sessions), `catalog` (daemon catalogs).
+//! `sweep` (grace expiry, deadlines, idle sessions), `catalog` (daemon catalogs), `delivery`
+//! (link revision 4: `deliver_by`, `accepted`, retraction of requests the daemon did not take).
 //!
 //! Rules this module keeps (DESIGN §4, §5, §8):
 //! - A session is opened on a daemon lazily, with the client's original `initialize` (and
@@ -40,6 +41,7 @@
 
 mod bridge;
 mod catalog;
+mod delivery;
 mod link_state;
 mod restore;
 mod routing;
@@ -51,7 +53,7 @@ mod tests;
 use std::{
     collections::HashMap,
     sync::{
-        Arc,
+        Arc, Weak,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -97,13 +99,18 @@ pub struct Hub {
     sessions: Lock<HashMap<SessionId, Arc<Session>>>,
     next_link: AtomicU64,
     texts: TextCache,
+    /// The hub itself, for the tasks it spawns (retraction timers), which must not keep it
+    /// alive.
+    me: Weak<Hub>,
+    /// Requests retracted as not delivered, to recognize a late `accepted`.
+    retracted: Lock<delivery::RetractedLog>,
 }
 
 impl Hub {
     /// A hub over `storage` whose sessions and streams live in memory only, with a random
     /// session id key (tests).
     pub fn new(storage: SqliteStorage, config: RelayConfig) -> Arc<Self> {
-        Arc::new(Self::build(storage, config, SessionKeys::new(), None))
+        Arc::new_cyclic(|me| Self::build(me.clone(), storage, config, SessionKeys::new(), None))
     }
 
     /// The hub of a serving relay: the session id key comes from the store (generated once),
@@ -120,18 +127,22 @@ impl Hub {
     ) -> Result<Arc<Self>, StorageError> {
         let keys = SessionKeys::from_key(storage.session_key().await?);
         let writer = StoreWriter::spawn(storage.clone());
-        let hub = Arc::new(Self::build(storage, config, keys, Some(writer)));
+        let hub =
+            Arc::new_cyclic(|me| Self::build(me.clone(), storage, config, keys, Some(writer)));
         hub.restore().await?;
         Ok(hub)
     }
 
     fn build(
+        me: std::sync::Weak<Self>,
         storage: SqliteStorage,
         config: RelayConfig,
         keys: SessionKeys,
         durable: Option<StoreWriter>,
     ) -> Self {
         Self {
+            me,
+            retracted: Lock::new(Default::default()),
             storage,
             oauth: crate::oauth::OAuth::new(config.oauth),
             unverified: Default::default(),

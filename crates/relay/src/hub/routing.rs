@@ -18,7 +18,7 @@ use protocol::{
     mcp::SUBSCRIPTIONS_LISTEN,
 };
 
-use super::{Hub, Link, LinkSendError, Pending, SendError, Session, Sink};
+use super::{Hub, Link, LinkSendError, Pending, SendError, Session, Sink, delivery::Acceptance};
 use crate::{metrics::Metrics, stream::SseStream};
 
 /// Client messages queued for a daemon that is away.
@@ -130,6 +130,7 @@ impl Hub {
                     deadline: Instant::now() + budget,
                     progress_token: token,
                     listen,
+                    acceptance: Acceptance::NotAsked,
                 },
             );
             g.last_active = Instant::now();
@@ -158,7 +159,7 @@ impl Hub {
     pub(crate) fn unregister(&self, s: &Session, id: &Value) {
         let p = s.state.lock().pending.remove(&IdKey::of(id));
         if let Some(p) = p {
-            self.release(s, p.listen);
+            self.release(s, &p);
         }
     }
 
@@ -194,6 +195,7 @@ impl Hub {
             if g.opened_on.is_some() {
                 return Err(SendError::Ended);
             }
+            let deliver_by = self.await_acceptance(s, &mut g, link, &message);
             link.tx
                 .try_send(RelayFrame::Call {
                     sid: s.sid.clone(),
@@ -201,6 +203,7 @@ impl Hub {
                     principal: s.principal.id.clone(),
                     role: s.principal.role.as_str().to_owned(),
                     message,
+                    deliver_by,
                 })
                 .map_err(busy)?;
             g.opened_on = Some(link.instance_id.clone());
@@ -221,16 +224,19 @@ impl Hub {
                     .try_send(RelayFrame::Rpc {
                         sid: s.sid.clone(),
                         message: json!({"jsonrpc": jsonrpc::VERSION, "method": "notifications/initialized"}),
+                        deliver_by: None,
                     })
                     .map_err(busy)?;
             }
             g.opened_on = Some(link.instance_id.clone());
             self.persist_bound(s, &g);
         }
+        let deliver_by = self.await_acceptance(s, &mut g, link, &message);
         link.tx
             .try_send(RelayFrame::Rpc {
                 sid: s.sid.clone(),
                 message,
+                deliver_by,
             })
             .map_err(busy)
     }

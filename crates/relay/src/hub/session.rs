@@ -19,7 +19,7 @@ use protocol::{
     jsonrpc::{self, IdKey, code},
 };
 
-use super::{Bridge, Hub, routing::LinkOrigin};
+use super::{Bridge, Hub, delivery::Acceptance, routing::LinkOrigin};
 use crate::{
     auth::BridgePrincipal,
     lock::Lock,
@@ -56,6 +56,8 @@ pub(super) struct Pending {
     pub(super) progress_token: Option<IdKey>,
     /// A `subscriptions/listen` of a call: ended gracefully at its deadline.
     pub(super) listen: bool,
+    /// Whether the daemon confirmed it (link revision 4).
+    pub(super) acceptance: Acceptance,
 }
 
 /// What a session's lock guards.
@@ -452,7 +454,7 @@ impl Hub {
     /// Gives `p`'s slot back and ends its sink: with `terminal` as its last message, or without
     /// one (a cancelled request gets no response).
     pub(super) fn finish_pending(&self, s: &Session, p: Pending, terminal: Option<Value>) {
-        self.release(s, p.listen);
+        self.release(s, &p);
         match (p.sink, terminal) {
             (Sink::Stream(st), Some(msg)) => {
                 let _ = st.push(&msg, true);
@@ -466,9 +468,13 @@ impl Hub {
         }
     }
 
-    /// Gives back the bridge slot of a request that is no longer pending.
-    pub(super) fn release(&self, s: &Session, listen: bool) {
-        if listen {
+    /// Gives back the bridge slot of request `p`, no longer pending, and takes it off the
+    /// gauges it was on.
+    pub(super) fn release(&self, s: &Session, p: &Pending) {
+        if p.acceptance.is_awaiting() {
+            Metrics::add(&self.metrics.awaiting_acceptance, -1);
+        }
+        if p.listen {
             {
                 let mut b = s.bridge.state.lock();
                 b.listens = b.listens.saturating_sub(1);

@@ -44,6 +44,7 @@ impl Hub {
         }
         let sessions: Vec<Arc<Session>> = self.sessions.lock().values().cloned().collect();
         for s in sessions {
+            self.retract_due(&s, now);
             let (late, idle) = {
                 let mut g = s.state.lock();
                 let keys: Vec<IdKey> = g
