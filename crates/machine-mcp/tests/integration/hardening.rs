@@ -669,9 +669,16 @@ fn session_ids_are_not_logged_at_info() {
     let r = c.call("read_file", json!({"path": "hello.txt"}));
     assert!(r["result"].is_object(), "{r}");
     s.relay.restart();
-    s.daemon.wait_log(
-        "ending a session the relay no longer awaits",
-        Duration::from_secs(30),
+    // Sessions survive a relay restart (issue 15): the same instance reconnects, is told to
+    // keep the session, and the session is used again.
+    s.daemon
+        .wait_log("reconnected to the relay", Duration::from_secs(30));
+    s.relay.wait_ready(1);
+    c.url = format!("{}/b/b1/mcp", s.relay.direct());
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert!(
+        r["result"].is_object(),
+        "the session survived the restart: {r}"
     );
     for (who, log) in [("daemon", s.daemon.log()), ("relay", s.relay.proc.log())] {
         let leaked: Vec<&str> = log

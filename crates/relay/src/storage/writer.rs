@@ -68,7 +68,7 @@ impl StoreWriter {
         if self.tx.try_send(w).is_err() {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             let before = self.dropped.fetch_add(1, Ordering::Relaxed);
-            if before % 1000 == 0 {
+            if before.is_multiple_of(1000) {
                 tracing::warn!(
                     dropped = before + 1,
                     "the relay store's write queue is full: stream events are not kept for a restart"
