@@ -38,7 +38,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from common import cell, fmt_ms, kib_field, log, pct, proc_status, status, stop_process  # noqa: E402,F401
+from abuse import _free_port, _run  # noqa: E402
+from common import cell, fmt_ms, kib_field, log, pct, proc_status, status, stop_process  # noqa: E402
 
 ROUNDS = 10
 MINUTES = 10.0
@@ -118,16 +119,6 @@ class FaultProxy:
         self.refusing = on
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(binary, *args):
-    return subprocess.run([binary, *args], capture_output=True, text=True, check=True)
-
-
 def metrics(mport):
     text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
     out = {}
@@ -198,8 +189,8 @@ def _outcome(st, msg):
     if "error" in msg:
         return "error: " + re.sub(r"\d+", "N", msg["error"].get("message", ""))[:120]
     if msg.get("result", {}).get("isError"):
-        sc = msg["result"].get("structuredContent") or {}
-        return "tool error: " + str(sc.get("code") or sc.get("error", {}).get("code", "?"))
+        text = " ".join(c.get("text", "") for c in msg["result"].get("content", []) if isinstance(c, dict))
+        return "tool error: " + re.sub(r"\d+", "N", text)[:120]
     return "ok"
 
 
@@ -371,7 +362,7 @@ def report(res):
     und = res.get("undelivered", [])
     if und:
         worst = max(u["ms"] for u in und)
-        fast = all(u["outcome"].startswith("error") and "not delivered" in u["outcome"] for u in und)
+        fast = all(u["outcome"].startswith("error") and "not delivered" in u["outcome"].lower() for u in und)
         rows.append(f"| 9a | frozen daemon (SIGSTOP): a new call's wait for its \"not delivered\" error, max of {len(und)} "
                     f"| {fmt_ms(worst)} ms | — | — | ≤ 5,000 ms, every answer the error | {status(fast and worst <= 5000)} |")
     rest = res.get("restore", [])
@@ -446,6 +437,9 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="mcp-bench-faults-") as d:
         res = bench_faults(a.bin, d, a.minutes, a.rounds)
+    if a.out:
+        with open(a.out + ".json", "w") as f:
+            json.dump(res, f)
     rows, det = report(res)
     text = "\n".join(rows + [""] + det) + "\n"
     if a.out:
