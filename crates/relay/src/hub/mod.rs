@@ -115,7 +115,7 @@ impl Hub {
 
     /// The hub of a serving relay: the session id key comes from the store (generated once),
     /// session-era sessions and their POST streams are persisted write-behind, and what a
-    /// previous process left is restored ([`Hub::restore`]). Spawns the write-behind task (on
+    /// previous process left is restored (`Hub::restore`). Spawns the write-behind task (on
     /// the current tokio runtime), which ends once the hub is dropped.
     ///
     /// # Errors
