@@ -313,7 +313,11 @@ mod tests {
         assert!(hub2.session(s.sid.as_str(), &other).is_none());
         let b2 = hub2.bridge("b1").await;
         let (sessions, requests) = hub2.resume_set(&b2, &InstanceId::new("i1"));
-        assert_eq!(sessions, std::slice::from_ref(&s.sid), "the same instance keeps it");
+        assert_eq!(
+            sessions,
+            std::slice::from_ref(&s.sid),
+            "the same instance keeps it"
+        );
         assert!(requests.is_empty(), "nothing in flight is resumed");
         assert!(hub2.resume_set(&b2, &InstanceId::new("i2")).0.is_empty());
 
