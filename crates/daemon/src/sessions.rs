@@ -664,6 +664,54 @@ impl HostedSessions {
             }
             self.attach_host(&h);
         }
+        self.answer_unheld(keep_requests);
+    }
+
+    /// Answers each request of `listed` this daemon does not hold — not in flight, and no
+    /// retained response for it — so that the relay never waits out its deadline for an answer
+    /// that cannot come. A listed request of a kept session gets JSON-RPC
+    /// [`code::OUTCOME_UNKNOWN`] (the daemon cannot tell "never arrived" from "its record is
+    /// gone", so it claims neither); a listed session or call this daemon does not host is
+    /// reported with a `closed` frame, which the relay turns into an error for its requests.
+    fn answer_unheld(&self, listed: &[ResumeRequest]) {
+        let mut closed: HashSet<&SessionId> = HashSet::new();
+        for r in listed {
+            let Some(h) = self.host(&r.sid) else {
+                if closed.insert(&r.sid) {
+                    tracing::info!(sid = %r.sid.log_tag(), "the relay awaits a session or call this daemon does not host");
+                    self.send_closed(
+                        &r.sid,
+                        "this daemon holds no session or call with this id (it ended, or never arrived)",
+                    );
+                }
+                continue;
+            };
+            if h.call.is_some() {
+                // A call host holds its one request until its response is acknowledged.
+                continue;
+            }
+            let key = r.id.key();
+            let held = h.inflight.lock().is_ok_and(|f| f.contains_key(&key))
+                || h.out.lock().is_ok_and(|o| {
+                    o.unacked.iter().any(|(_, _, m, _)| {
+                        m.get("method").is_none()
+                            && m.get("id").is_some_and(|id| IdKey::of(id) == key)
+                    })
+                });
+            if held {
+                continue;
+            }
+            tracing::info!(sid = %h.sid.log_tag(), "the relay awaits a request this daemon does not hold; answering it with an error");
+            let id = r.id.as_value().clone();
+            let message = jsonrpc::error(
+                &id,
+                code::OUTCOME_UNKNOWN,
+                "the daemon holds no record of this request: it never arrived, or its record was \
+                 lost; its outcome is unknown, so check its effects before retrying",
+                Some(json!({"retryable": false, "delivered": "unknown"})),
+            );
+            self.emit(&h, message, Some(id));
+        }
     }
 
     /// Replays `h`'s unacknowledged output on the current link and attaches it to its epoch.
@@ -1226,6 +1274,50 @@ mod tests {
         );
         let none = tokio::time::timeout(Duration::from_secs(3), next_rpc(&mut second, "c3")).await;
         assert!(none.is_err(), "a cancelled call was answered");
+    }
+
+    /// A request the relay lists in `resume` that this daemon does not hold (it never arrived,
+    /// or its record is gone) is answered at once with an explicit error, never left to the
+    /// relay's deadline; a listed call or session the daemon does not host is reported closed.
+    #[tokio::test]
+    async fn a_listed_request_the_daemon_does_not_hold_is_answered_with_an_error() {
+        let (_dir, rt) = runtime();
+        let s = HostedSessions::new(rt, Vec::new());
+        let mut first = link(&s, &[], &[]);
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}});
+        s.open(&sid("s1"), RUNTIME_SERVER, "tok", "owner", init);
+        s.rpc(
+            &sid("s1"),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        // A request the session really has: answered normally after the reconnect.
+        s.rpc(
+            &sid("s1"),
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
+        );
+        let (seq, _, listed) = next_rpc(&mut first, "s1").await;
+        assert_eq!(listed["id"], 5, "{listed}");
+        s.ack(&sid("s1"), seq);
+        s.detach();
+        let mut second = link(&s, &["s1"], &[("s1", json!(7)), ("gone", json!(1))]);
+        let (_, related, m) = next_rpc(&mut second, "s1").await;
+        assert_eq!(m["id"], 7, "{m}");
+        assert_eq!(m["error"]["code"], code::OUTCOME_UNKNOWN, "{m}");
+        assert_eq!(related, Some(json!(7)));
+        let closed = loop {
+            let f = tokio::time::timeout(Duration::from_secs(20), second.recv())
+                .await
+                .expect("a closed frame in time")
+                .expect("link open");
+            if let DaemonFrame::Closed { sid, reason } = f {
+                break (sid, reason);
+            }
+        };
+        assert_eq!(closed.0, sid("gone"));
+        assert!(closed.1.contains("no session or call"), "{}", closed.1);
+        assert!(s.host(&sid("s1")).is_some(), "the kept session was ended");
     }
 
     /// A call that becomes a task (SEP-2663) ends with its `CreateTaskResult`; the task lives on
