@@ -1292,7 +1292,7 @@ mod tests {
             &sid("s1"),
             json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         );
-        // A request the session really has: answered normally after the reconnect.
+        // A request the session really has, answered and acknowledged on the first link.
         s.rpc(
             &sid("s1"),
             json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
