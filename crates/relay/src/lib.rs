@@ -223,7 +223,7 @@ pub async fn serve_on(
                     _ = oauth.tick() => sweep_oauth(&hub).await,
                     _ = store.tick() => {
                         if let Some(w) = &hub.durable {
-                            w.send(storage::StoreWrite::Sweep { now: storage::now() });
+                            let _ = w.send(storage::StoreWrite::Sweep { now: storage::now() });
                         }
                     }
                     _ = stop.cancelled() => break,

@@ -29,8 +29,8 @@ use crate::{
     auth::BridgePrincipal,
     lock::Lock,
     metrics::Metrics,
-    storage::{Payload, StorageError, StoreWrite, now as unix_now},
-    stream::{Budget, Event, Restored, SseStream},
+    storage::{Payload, StorageError, StoreWrite, durable::NOT_KEPT, now as unix_now},
+    stream::{Budget, Event, Restored, SseStream, not_kept_notice},
 };
 
 /// The error a request in flight when the relay died ends with.
@@ -164,6 +164,7 @@ impl Hub {
             let mut events = Vec::with_capacity(r.events.len());
             for e in r.events {
                 let data = match e.payload {
+                    Payload::Intact(d) if d == NOT_KEPT => not_kept_notice().to_string(),
                     Payload::Intact(d) => d,
                     Payload::Corrupt => {
                         corrupt += 1;
@@ -173,6 +174,8 @@ impl Hub {
                 };
                 events.push(Event { seq: e.seq, data });
             }
+            // Every event sent has a row (its text or a "not kept" marker), so the last row is
+            // the last event any client can have had: what follows is numbered after it.
             let next_seq = last.max(r.last_seq).map_or(1, |l| l + 1);
             let done_at = r.finished_at.map(|t| instant_ago(now - t));
             let st = SseStream::restored(
@@ -234,12 +237,18 @@ mod tests {
         found.read_after(Some(seq))
     }
 
-    #[tokio::test]
-    async fn a_restarted_hub_keeps_sessions_and_results_and_ends_requests_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = SqliteStorage::open(&dir.path().join("relay.db"))
-            .await
-            .unwrap();
+    /// A hub on a store in `dir` with one bridge `b1`, an owner token and an initialized session
+    /// opened on instance `i1`.
+    async fn hub_with_session(
+        dir: &std::path::Path,
+    ) -> (
+        SqliteStorage,
+        Arc<Hub>,
+        Arc<Session>,
+        BridgePrincipal,
+        Value,
+    ) {
+        let storage = SqliteStorage::open(&dir.join("relay.db")).await.unwrap();
         storage.add_bridge("b1", 60).await.unwrap();
         let (tok, _) = storage.create_token("b1", Role::Owner, None).await.unwrap();
         let principal = BridgePrincipal {
@@ -262,6 +271,13 @@ mod tests {
             g.initialized = true;
             hub.persist_bound(&s, &g);
         }
+        (storage, hub, s, principal, init)
+    }
+
+    #[tokio::test]
+    async fn a_restarted_hub_keeps_sessions_and_results_and_ends_requests_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, hub, s, principal, init) = hub_with_session(dir.path()).await;
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}});
         let stream = |id: i64| {
             let st = SseStream::new(&s.sid, &principal.id, "b1");
@@ -391,5 +407,43 @@ mod tests {
             );
             assert_eq!(n, 0, "{table}");
         }
+    }
+
+    /// Regression (stop 26's note): events that are not stored (a progress message over
+    /// `STORED_EVENT_MAX_BYTES`) still count. A client that received them live and resumes
+    /// after the last one must get the restart error, numbered after it, not an empty end.
+    #[tokio::test]
+    async fn an_interrupted_stream_ends_after_every_event_sent_even_those_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, hub, s, principal, _) = hub_with_session(dir.path()).await;
+        let st = SseStream::new(&s.sid, &principal.id, "b1");
+        hub.streams.insert_durable(st.clone(), &json!(9));
+        let progress = |n: usize, pad: usize| {
+            json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                   "params": {"progress": n, "message": "x".repeat(pad)}})
+        };
+        st.push(&progress(1, 0), false).unwrap();
+        let big = crate::storage::durable::STORED_EVENT_MAX_BYTES + 4096;
+        st.push(&progress(2, big), false).unwrap();
+        flushed(&hub).await;
+
+        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        // The client had events 1 and 2 live.
+        let (events, finished) = read(&hub2, &st, 2, &s);
+        assert!(finished);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].seq, 3, "numbered after the last event sent");
+        let m: Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(m["error"]["code"], code::RELAY_RESTARTED);
+        // A client that had only event 1 is told that event 2 is not kept, then gets the error.
+        let (events, _) = read(&hub2, &st, 1, &s);
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+        let m: Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(
+            (m["method"].clone(), m["params"]["level"].clone()),
+            (json!("notifications/message"), json!("warning"))
+        );
     }
 }

@@ -274,7 +274,7 @@ impl Hub {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            w.send(StoreWrite::SessionTouched {
+            let _ = w.send(StoreWrite::SessionTouched {
                 sid: s.sid.as_str().to_owned(),
                 at: now,
             });

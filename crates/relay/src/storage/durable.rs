@@ -36,6 +36,9 @@ pub const STORED_EVENT_MAX_BYTES: usize = 16 * 1024;
 pub const IN_FLIGHT_MAX: i64 =
     (CALL_BUDGET_MAX.as_secs() + RELAY_OVERHEAD.as_secs() + RESUMABLE_RETENTION.as_secs()) as i64;
 
+/// The stored text of a "not kept" marker ([`StoreWrite::Event`]).
+pub const NOT_KEPT: &str = "";
+
 const SESSION_KEY: &str = "session_key";
 
 /// A stored MCP session: what a restarted relay needs to serve it again and to re-check it
@@ -149,7 +152,10 @@ pub enum StoreWrite {
         at: i64,
     },
     /// An event of a stream; with `terminal` the stream finished with it. Ignored when the
-    /// stream has no row (its session ended, or it was dropped).
+    /// stream has no row (its session ended, or it was dropped). Empty `data` is a "not kept"
+    /// marker: the event was sent live but is not stored (too large, or the queue was full), so
+    /// that a restarted relay still knows the stream's last event number and says what is
+    /// missing ([`NOT_KEPT`]).
     Event {
         /// The stream id.
         stream: String,
@@ -191,6 +197,19 @@ pub enum StoreWrite {
         /// Now.
         now: i64,
     },
+}
+
+impl StoreWrite {
+    /// What the write holds while queued for the write-behind task, in bytes: the text it
+    /// carries plus 64 for the rest (the queue's byte bounds, [`crate::storage::writer`]).
+    pub fn weight(&self) -> usize {
+        64 + match self {
+            Self::SessionOpened(r) => r.initialize.len(),
+            Self::Event { data, .. } => data.len(),
+            Self::StreamsDropped { ids } => ids.iter().map(String::len).sum(),
+            _ => 0,
+        }
+    }
 }
 
 fn seq_of(v: i64) -> Result<u64, StorageError> {
@@ -526,10 +545,10 @@ async fn sweep(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, now: i64) -> Result
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn session(sid: &str) -> SessionRecord {
+    pub(crate) fn session(sid: &str) -> SessionRecord {
         SessionRecord {
             sid: sid.into(),
             bridge: "b".into(),

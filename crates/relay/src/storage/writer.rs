@@ -1,12 +1,19 @@
 //! The write-behind task: every durable write of sessions and streams ([`StoreWrite`]) goes
-//! through one bounded queue to one task that applies them in batches, one transaction each, so
-//! that no request ever waits on SQLite.
+//! through one queue, in the order it was sent, to one task that applies them in batches, one
+//! transaction each, so that no request ever waits on SQLite.
 //!
-//! [`StoreWriter::send`] never waits: a write that does not fit the queue ([`STORE_QUEUE`]) is
-//! dropped and counted (a non-terminal stream event then misses from a replay after a restart).
-//! [`StoreWriter::send_reliable`] is for the writes a restarted relay needs to be right (session
-//! records, in-flight markers, terminal events): when the queue is full it is handed to a task
-//! that waits for room, in order with nothing but itself.
+//! The queue is one FIFO with explicit bounds, counted in writes and in bytes of the payloads
+//! they carry ([`StoreWrite::weight`]):
+//! - [`StoreWriter::send`] is for writes a restart can do without (stream events, activity
+//!   times, sweeps): it is refused past [`STORE_QUEUE`] writes or [`STORE_QUEUE_BYTES`] and
+//!   reports it (a stream event is then stored as a "not kept" marker instead, so a
+//!   restarted relay still numbers the stream right);
+//! - [`StoreWriter::send_reliable`] is for the writes a restarted relay needs to be right
+//!   (session records, in-flight markers, terminal events, deletions, "not kept" markers): it is
+//!   refused only past the hard bounds [`STORE_QUEUE_HARD`] and [`STORE_QUEUE_HARD_BYTES`]
+//!   (SQLite has stalled for minutes), counted and logged as an error.
+//!
+//! Neither ever waits, and a queued write is never overtaken by a later one.
 
 use std::sync::{
     Arc,
@@ -17,8 +24,20 @@ use tokio::sync::mpsc;
 
 use super::{SqliteStorage, durable::StoreWrite};
 
-/// Writes queued at most for the write-behind task.
+/// The write-behind task's end of the queue.
+pub(crate) type Queue = mpsc::UnboundedReceiver<StoreWrite>;
+
+/// Writes queued at most before [`StoreWriter::send`] refuses one.
 pub const STORE_QUEUE: usize = 4096;
+
+/// Bytes queued at most ([`StoreWrite::weight`]) before [`StoreWriter::send`] refuses a write.
+pub const STORE_QUEUE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Writes queued at most before even [`StoreWriter::send_reliable`] refuses one.
+pub const STORE_QUEUE_HARD: usize = 65_536;
+
+/// Bytes queued at most before even [`StoreWriter::send_reliable`] refuses a write.
+pub const STORE_QUEUE_HARD_BYTES: usize = 128 * 1024 * 1024;
 
 /// Most writes applied in one transaction.
 pub const STORE_BATCH_MAX: usize = 256;
@@ -27,28 +46,26 @@ pub const STORE_BATCH_MAX: usize = 256;
 /// dropped and the queue is drained.
 #[derive(Debug, Clone)]
 pub struct StoreWriter {
-    tx: mpsc::Sender<StoreWrite>,
+    tx: mpsc::UnboundedSender<StoreWrite>,
     /// Writes queued or being applied (the `machine_mcp_relay_store_queued_writes` gauge).
     pub(crate) queued: Arc<AtomicI64>,
-    /// Writes dropped because the queue was full, or lost with a failed batch.
+    /// Bytes ([`StoreWrite::weight`]) of the writes queued or being applied.
+    queued_bytes: Arc<AtomicI64>,
+    /// Writes refused because the queue was full, or lost with a failed batch.
     pub(crate) dropped: Arc<AtomicU64>,
 }
 
 impl StoreWriter {
     /// Starts the write-behind task over `storage`.
     pub fn spawn(storage: SqliteStorage) -> Self {
-        let (tx, mut rx) = mpsc::channel::<StoreWrite>(STORE_QUEUE);
-        let queued = Arc::new(AtomicI64::new(0));
-        let dropped = Arc::new(AtomicU64::new(0));
-        let w = Self {
-            tx,
-            queued: queued.clone(),
-            dropped: dropped.clone(),
-        };
+        let (w, mut rx) = Self::channel();
+        let (queued, bytes, dropped) =
+            (w.queued.clone(), w.queued_bytes.clone(), w.dropped.clone());
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(STORE_BATCH_MAX);
             while rx.recv_many(&mut batch, STORE_BATCH_MAX).await > 0 {
                 let n = batch.len();
+                let weight: usize = batch.iter().map(StoreWrite::weight).sum();
                 if let Err(e) = storage.apply(&batch).await {
                     // Never retried blindly: the batch may hold deletions and insertions whose
                     // order matters. What it held is lost for a restart, and counted.
@@ -56,44 +73,146 @@ impl StoreWriter {
                     dropped.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 batch.clear();
+                bytes.fetch_sub(weight as i64, Ordering::Relaxed);
                 queued.fetch_sub(n as i64, Ordering::Relaxed);
             }
         });
         w
     }
 
-    /// Queues `w` without waiting; when the queue is full it is dropped and counted.
-    pub fn send(&self, w: StoreWrite) {
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        if self.tx.try_send(w).is_err() {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            let before = self.dropped.fetch_add(1, Ordering::Relaxed);
-            if before.is_multiple_of(1000) {
-                tracing::warn!(
-                    dropped = before + 1,
-                    "the relay store's write queue is full: stream events are not kept for a restart"
-                );
-            }
+    /// A writer and the queue it feeds, without the task that applies it.
+    pub(crate) fn channel() -> (Self, Queue) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let w = Self {
+            tx,
+            queued: Arc::new(AtomicI64::new(0)),
+            queued_bytes: Arc::new(AtomicI64::new(0)),
+            dropped: Arc::new(AtomicU64::new(0)),
+        };
+        (w, rx)
+    }
+
+    /// Queues `w` unless the queue holds [`STORE_QUEUE`] writes or [`STORE_QUEUE_BYTES`]
+    /// already. Returns whether it was queued: a refused write (the queue is that full, or its
+    /// task has ended) is dropped and counted in `dropped`.
+    pub fn send(&self, w: StoreWrite) -> bool {
+        if self.enqueue(w, STORE_QUEUE, STORE_QUEUE_BYTES) {
+            return true;
+        }
+        let before = self.dropped.fetch_add(1, Ordering::Relaxed);
+        if before.is_multiple_of(1000) {
+            tracing::warn!(
+                dropped = before + 1,
+                "the relay store's write queue is full: stream events are not kept for a restart"
+            );
+        }
+        false
+    }
+
+    /// Queues `w` unless the queue holds [`STORE_QUEUE_HARD`] writes or
+    /// [`STORE_QUEUE_HARD_BYTES`] already; a refused write is counted in `dropped` and logged as
+    /// an error (what a restart restores may then be wrong: the store has not kept up for
+    /// minutes).
+    pub fn send_reliable(&self, w: StoreWrite) {
+        if !self.enqueue(w, STORE_QUEUE_HARD, STORE_QUEUE_HARD_BYTES) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                queued = self.queued.load(Ordering::Relaxed),
+                "the relay store's write queue is over its hard bound: a session or stream write was refused, so a restart may restore this relay's state wrongly"
+            );
         }
     }
 
-    /// Queues `w` without waiting; when the queue is full a task waits for room for it.
-    pub fn send_reliable(&self, w: StoreWrite) {
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        match self.tx.try_send(w) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(w)) => {
-                let tx = self.tx.clone();
-                let queued = self.queued.clone();
-                tokio::spawn(async move {
-                    if tx.send(w).await.is_err() {
-                        queued.fetch_sub(1, Ordering::Relaxed);
-                    }
-                });
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-            }
+    /// Queues `w` when fewer than `max` writes and `max_bytes` are queued; returns whether it
+    /// did.
+    fn enqueue(&self, w: StoreWrite, max: usize, max_bytes: usize) -> bool {
+        let weight = w.weight() as i64;
+        if self.queued.load(Ordering::Relaxed) >= max as i64
+            || self.queued_bytes.load(Ordering::Relaxed) + weight > max_bytes as i64
+        {
+            return false;
         }
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        self.queued_bytes.fetch_add(weight, Ordering::Relaxed);
+        if self.tx.send(w).is_err() {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            self.queued_bytes.fetch_sub(weight, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touched(n: usize) -> StoreWrite {
+        StoreWrite::SessionTouched {
+            sid: "filler".into(),
+            at: n as i64,
+        }
+    }
+
+    /// Drains what `rx` receives until nothing more comes.
+    async fn drain(rx: &mut Queue) -> Vec<StoreWrite> {
+        let mut out = Vec::new();
+        while let Ok(Some(w)) =
+            tokio::time::timeout(std::time::Duration::from_millis(200), rx.recv()).await
+        {
+            out.push(w);
+        }
+        out
+    }
+
+    /// Regression (stop 26's note): a reliable write sent when the queue was full must not be
+    /// overtaken by a later one (a session's end applied before its start would bring it back
+    /// after a restart).
+    #[tokio::test(flavor = "current_thread")]
+    async fn reliable_writes_keep_their_order_past_a_full_queue() {
+        let (w, mut rx) = StoreWriter::channel();
+        for n in 0..STORE_QUEUE {
+            assert!(w.send(touched(n)));
+        }
+        let record = crate::storage::durable::tests::session("s1");
+        w.send_reliable(StoreWrite::SessionOpened(record));
+        // The task takes a write, making room, before the next one is sent.
+        assert!(rx.try_recv().is_ok());
+        w.send_reliable(StoreWrite::SessionEnded { sid: "s1".into() });
+        let got = drain(&mut rx).await;
+        let at = |want: fn(&StoreWrite) -> bool| got.iter().position(want);
+        let opened = at(|w| matches!(w, StoreWrite::SessionOpened(_))).expect("kept");
+        let ended = at(|w| matches!(w, StoreWrite::SessionEnded { .. })).expect("kept");
+        assert!(opened < ended, "opened at {opened}, ended at {ended}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn droppable_writes_are_refused_past_the_bound_and_reliable_ones_are_not() {
+        let (w, mut rx) = StoreWriter::channel();
+        for n in 0..STORE_QUEUE {
+            assert!(w.send(touched(n)));
+        }
+        assert!(!w.send(touched(STORE_QUEUE)), "past the bound");
+        w.send_reliable(StoreWrite::SessionEnded { sid: "s1".into() });
+        assert_eq!(w.dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(w.queued.load(Ordering::Relaxed), STORE_QUEUE as i64 + 1);
+        // A write too large for the byte bound is refused even in an empty queue.
+        let (w2, _rx2) = StoreWriter::channel();
+        let huge = StoreWrite::Event {
+            stream: "st".into(),
+            seq: 1,
+            data: "x".repeat(STORE_QUEUE_BYTES),
+            terminal: false,
+            at: 0,
+        };
+        assert!(!w2.send(huge.clone()));
+        w2.send_reliable(huge);
+        assert_eq!(
+            w2.queued_bytes.load(Ordering::Relaxed) as usize,
+            STORE_QUEUE_BYTES + 64
+        );
+        let got = drain(&mut rx).await;
+        assert_eq!(got.len(), STORE_QUEUE + 1);
+        assert!(matches!(got.last(), Some(StoreWrite::SessionEnded { .. })));
     }
 }

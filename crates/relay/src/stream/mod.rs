@@ -38,7 +38,11 @@ use protocol::{
 
 use crate::{
     lock::Lock,
-    storage::{StoreWrite, StoreWriter, durable::STORED_EVENT_MAX_BYTES, now as unix_now},
+    storage::{
+        StoreWrite, StoreWriter,
+        durable::{NOT_KEPT, STORED_EVENT_MAX_BYTES},
+        now as unix_now,
+    },
 };
 
 /// Most events an open stream holds; older ones are dropped (and counted) beyond it.
@@ -118,8 +122,9 @@ struct Durable {
 
 impl Durable {
     /// Queues event `seq` (`data`) for the store. A terminal message is queued reliably, and
-    /// one over [`RESUMABLE_TERMINAL_MAX_BYTES`] as the "too large to replay" error; other
-    /// events over [`STORED_EVENT_MAX_BYTES`] are not stored.
+    /// one over [`RESUMABLE_TERMINAL_MAX_BYTES`] as the "too large to replay" error. Another
+    /// event over [`STORED_EVENT_MAX_BYTES`], or one the queue refuses, is queued reliably as a
+    /// "not kept" marker ([`NOT_KEPT`]) instead: every event number reaches the store.
     fn event(&self, stream: &str, seq: u64, data: &str, terminal: bool) {
         let w = |data: String| StoreWrite::Event {
             stream: stream.to_owned(),
@@ -135,8 +140,8 @@ impl Durable {
                 data.to_owned()
             };
             self.writer.send_reliable(w(data));
-        } else if data.len() <= STORED_EVENT_MAX_BYTES {
-            self.writer.send(w(data.to_owned()));
+        } else if data.len() > STORED_EVENT_MAX_BYTES || !self.writer.send(w(data.to_owned())) {
+            self.writer.send_reliable(w(NOT_KEPT.to_owned()));
         }
     }
 }
@@ -419,16 +424,36 @@ impl Drop for SseStream {
 
 /// The warning a reader gets in place of `missed` messages that were dropped before it read them.
 fn gap_notice(missed: u64) -> Value {
+    warning(
+        format!(
+            "{missed} server message(s) for this session were dropped: they were not read in time and exceeded the relay's buffer"
+        ),
+        missed,
+    )
+}
+
+/// The warning a replay after a relay restart gets in place of an event the store did not keep
+/// (larger than [`STORED_EVENT_MAX_BYTES`], or the store fell behind): numbered as that event,
+/// so a reader that had it live never sees the warning.
+pub(crate) fn not_kept_notice() -> Value {
+    warning(
+        format!(
+            "a server message of this request was delivered live but not kept across the relay's restart (larger than {STORED_EVENT_MAX_BYTES} bytes, or the relay's store fell behind), so it cannot be replayed"
+        ),
+        1,
+    )
+}
+
+/// A `notifications/message` warning (MCP 2025-11-25 Server Utilities / Logging) that `dropped`
+/// messages are missing.
+fn warning(message: String, dropped: u64) -> Value {
     serde_json::json!({
         "jsonrpc": "2.0",
         "method": "notifications/message",
         "params": {
             "level": "warning",
             "logger": "machine-mcp-relay",
-            "data": {
-                "message": format!("{missed} server message(s) for this session were dropped: they were not read in time and exceeded the relay's buffer"),
-                "dropped": missed,
-            },
+            "data": {"message": message, "dropped": dropped},
         },
     })
 }
@@ -738,5 +763,43 @@ mod tests {
         assert_eq!(streams.sweep(), 0);
         tokio::time::advance(RESUMABLE_RETENTION + std::time::Duration::from_secs(1)).await;
         assert_eq!(streams.sweep(), 1);
+    }
+
+    /// Every event number reaches the store: an event the write queue refuses, or one too large
+    /// to keep, is queued as a "not kept" marker, in order with the others.
+    #[tokio::test]
+    async fn events_the_store_cannot_keep_are_queued_as_markers_in_order() {
+        let (w, mut rx) = StoreWriter::channel();
+        let streams = SseStreams::durable(w.clone());
+        let s = SseStream::new(&SessionId::new("sid"), "p", "b");
+        streams.insert_durable(s.clone(), &json!(1));
+        let note = |pad: usize| json!({"method": "notifications/progress", "params": {"m": "x".repeat(pad)}});
+        s.push(&note(0), false).unwrap();
+        s.push(&note(STORED_EVENT_MAX_BYTES), false).unwrap();
+        let filler = || StoreWrite::Sweep { now: 0 };
+        while w.send(filler()) {}
+        s.push(&note(0), false).unwrap();
+        s.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        let mut events = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            if let StoreWrite::Event {
+                seq,
+                data,
+                terminal,
+                ..
+            } = m
+            {
+                events.push((seq, data == NOT_KEPT, terminal));
+            }
+        }
+        assert_eq!(
+            events,
+            [
+                (1, false, false),
+                (2, true, false),
+                (3, true, false),
+                (4, false, true)
+            ]
+        );
     }
 }
