@@ -184,9 +184,9 @@ impl Hub {
         self.close_if_answered(&s);
     }
 
-    /// Retracts every request of `s` whose retraction time passed at `now` (the sweep's
-    /// backstop for the timers).
-    pub(super) fn retract_due(&self, s: &Session, now: Instant) {
+    /// Retracts every request of `s` whose retraction time passed at `now` (the backstop for
+    /// the timers); returns whether there was one.
+    pub(super) fn retract_due(&self, s: &Session, now: Instant) -> bool {
         let due: Vec<IdKey> = s
             .state
             .lock()
@@ -197,9 +197,11 @@ impl Hub {
             })
             .map(|(k, _)| k.clone())
             .collect();
+        let any = !due.is_empty();
         for k in due {
             self.retract(&s.sid, &k, now);
         }
+        any
     }
 
     /// The daemon of `from` took request `id` of `sid` (`accepted`): it now waits for its

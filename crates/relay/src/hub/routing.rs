@@ -89,6 +89,7 @@ impl Hub {
         message: &Value,
         sink: Sink,
     ) -> Result<(), SendError> {
+        self.settle_overdue(s, Instant::now());
         let key = IdKey::of(id);
         let listen =
             s.call && message.get("method").and_then(Value::as_str) == Some(SUBSCRIPTIONS_LISTEN);
@@ -291,6 +292,9 @@ impl Hub {
             self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
             return Delivery::UnknownSession;
         };
+        if self.settle_overdue(&s, Instant::now()) && s.call {
+            self.close_if_answered(&s);
+        }
         let is_response = jsonrpc::is_response(&message);
         let target = {
             let mut g = s.state.lock();

@@ -44,53 +44,11 @@ impl Hub {
         }
         let sessions: Vec<Arc<Session>> = self.sessions.lock().values().cloned().collect();
         for s in sessions {
-            self.retract_due(&s, now);
-            let (late, idle) = {
-                let mut g = s.state.lock();
-                let keys: Vec<IdKey> = g
-                    .pending
-                    .iter()
-                    .filter(|(_, p)| p.deadline <= now)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                let late: Vec<Pending> = keys.iter().filter_map(|k| g.pending.remove(k)).collect();
-                (
-                    late,
-                    g.pending.is_empty() && now.duration_since(g.last_active) > SESSION_IDLE,
-                )
+            self.settle_overdue(&s, now);
+            let idle = {
+                let g = s.state.lock();
+                g.pending.is_empty() && now.duration_since(g.last_active) > SESSION_IDLE
             };
-            let (ended_listens, late): (Vec<Pending>, Vec<Pending>) =
-                late.into_iter().partition(|p| p.listen);
-            for p in ended_listens {
-                // Graceful closure (MCP 2026-07-28 Basic › Patterns › Subscriptions).
-                let done = jsonrpc::result(
-                    &p.id,
-                    json!({"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: p.id}}),
-                );
-                if let Some(link) = s.bridge.active() {
-                    let _ = self.send(
-                        &s,
-                        &link,
-                        jsonrpc::cancelled(&p.id, "the subscription reached its longest lifetime"),
-                    );
-                }
-                self.finish_pending(&s, p, Some(done));
-            }
-            for p in &late {
-                if let Some(link) = s.bridge.active() {
-                    let _ = self.send(
-                        &s,
-                        &link,
-                        jsonrpc::cancelled(&p.id, "the relay's deadline passed"),
-                    );
-                }
-            }
-            self.settle_all(
-                &s,
-                late,
-                code::UNAVAILABLE,
-                "the request ran past the longest allowed execution time (600 s)",
-            );
             if idle {
                 self.end_session(&s.sid, code::UNAVAILABLE, "idle session", true);
             } else if s.call {
@@ -98,5 +56,61 @@ impl Hub {
             }
         }
         self.streams.sweep();
+    }
+
+    /// Settles the requests of `s` whose time is up at `now`: those awaiting acceptance past
+    /// their retraction time ([`Hub::retract_due`]), subscriptions past their longest lifetime
+    /// (closed gracefully) and requests past their deadline (cancelled on the daemon, answered
+    /// with -32001). Called by the sweep every second and on every event of the session (a
+    /// daemon message, a new request: issue 15 item 4), so nothing stays pending past its
+    /// bound. Returns whether anything was settled.
+    pub(super) fn settle_overdue(&self, s: &Session, now: Instant) -> bool {
+        let retracting = self.retract_due(s, now);
+        let late: Vec<Pending> = {
+            let mut g = s.state.lock();
+            let keys: Vec<IdKey> = g
+                .pending
+                .iter()
+                .filter(|(_, p)| p.deadline <= now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter().filter_map(|k| g.pending.remove(k)).collect()
+        };
+        if late.is_empty() {
+            return retracting;
+        }
+        let (ended_listens, late): (Vec<Pending>, Vec<Pending>) =
+            late.into_iter().partition(|p| p.listen);
+        for p in ended_listens {
+            // Graceful closure (MCP 2026-07-28 Basic › Patterns › Subscriptions).
+            let done = jsonrpc::result(
+                &p.id,
+                json!({"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: p.id}}),
+            );
+            if let Some(link) = s.bridge.active() {
+                let _ = self.send(
+                    s,
+                    &link,
+                    jsonrpc::cancelled(&p.id, "the subscription reached its longest lifetime"),
+                );
+            }
+            self.finish_pending(s, p, Some(done));
+        }
+        for p in &late {
+            if let Some(link) = s.bridge.active() {
+                let _ = self.send(
+                    s,
+                    &link,
+                    jsonrpc::cancelled(&p.id, "the relay's deadline passed"),
+                );
+            }
+        }
+        self.settle_all(
+            s,
+            late,
+            code::UNAVAILABLE,
+            "the request ran past the longest allowed execution time (600 s)",
+        );
+        true
     }
 }

@@ -449,6 +449,39 @@ async fn a_request_past_its_deadline_is_cancelled_on_the_daemon_and_answered() {
     );
 }
 
+/// Issue 15 item 4: a deadline is re-checked on every event of its session, not only by the
+/// 1 s sweep: a daemon message or a new request of the session settles what is overdue first.
+#[tokio::test]
+async fn an_overdue_request_is_settled_by_the_next_event_of_its_session_before_any_sweep() {
+    let Connected {
+        hub, l, mut rx, s, ..
+    } = connected().await;
+    let mut answer = json_request(&hub, &s, &l, 3);
+    frames(&mut rx);
+    advance(CALL_BUDGET_MAX + RELAY_OVERHEAD).await;
+    assert!(answer.try_recv().is_err(), "nothing has looked yet");
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                     "params": {"level": "info", "data": "still here"}});
+    assert!(matches!(
+        deliver(&hub, &s.sid, 1, None, log),
+        Delivery::Routed
+    ));
+    let e = answer.try_recv().expect("settled by the daemon's message");
+    assert_eq!(e["error"]["code"], code::UNAVAILABLE);
+    let sent = frames(&mut rx);
+    assert!(
+        sent.iter().any(|f| matches!(f, RelayFrame::Rpc { message, .. }
+            if message["method"] == "notifications/cancelled" && message["params"]["requestId"] == 3)),
+        "{sent:?}"
+    );
+    // A new request of the session settles an overdue one the same way.
+    let mut second = json_request(&hub, &s, &l, 4);
+    advance(CALL_BUDGET_MAX + RELAY_OVERHEAD).await;
+    let _third = json_request(&hub, &s, &l, 5);
+    let e = second.try_recv().expect("settled by the next request");
+    assert_eq!(e["error"]["code"], code::UNAVAILABLE);
+}
+
 #[tokio::test]
 async fn idle_sessions_are_swept_and_closed_on_the_daemon() {
     let Connected {
