@@ -446,4 +446,39 @@ mod tests {
             (json!("notifications/message"), json!("warning"))
         );
     }
+
+    /// Regression (review of stop 27): the standalone stream is not stored, so a client that
+    /// resumed its `GET` after a restart named a stream the relay did not know and got 404 —
+    /// which tells a client its session is gone. It gets the session's standalone stream,
+    /// told that messages may have been lost.
+    #[tokio::test]
+    async fn a_standalone_stream_resumed_after_a_restart_continues_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, hub, s, principal, _) = hub_with_session(dir.path()).await;
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        s.standalone.push(&note, false).unwrap();
+        let cursor = s.standalone.event_id(1);
+        flushed(&hub).await;
+        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        let s2 = hub2.session(s.sid.as_str(), &principal).unwrap();
+        match hub2
+            .streams
+            .resume(&cursor, &s2.sid, &principal.id, &s2.standalone)
+        {
+            crate::stream::Resume::Standalone => {}
+            other => panic!("{other:?}"),
+        }
+        let (events, _) = s2.standalone.read_after(s2.standalone.unsent_cursor());
+        let m: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
+        assert_eq!(m["params"]["level"], "warning", "{events:?}");
+        // A POST stream's cursor the relay does not know is still unknown.
+        let post = SseStream::new(&s.sid, &principal.id, "b1");
+        assert!(matches!(
+            hub2.streams
+                .resume(&post.event_id(1), &s2.sid, &principal.id, &s2.standalone),
+            crate::stream::Resume::Unknown
+        ));
+    }
 }

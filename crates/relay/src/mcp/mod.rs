@@ -40,7 +40,7 @@ use crate::{
     hub::{Bridge, Hub, SendError, Session, Sink},
     stateless::{self, Era},
     stream::{
-        SseStream,
+        Resume, SseStream,
         sse::{self, Framing},
     },
 };
@@ -362,13 +362,20 @@ pub(crate) async fn get(
     }: McpGet,
 ) -> Response {
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
-        return match hub.streams.lookup(last, &session.sid, &principal.id) {
-            Some((st, seq)) => {
+        return match hub
+            .streams
+            .resume(last, &session.sid, &principal.id, &session.standalone)
+        {
+            Resume::Replay(st, seq) => {
                 // The client has every event up to its cursor: the store forgets them.
                 hub.streams.acknowledge(&st, seq);
                 sse_response(&hub, st, Some(seq))
             }
-            None => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
+            Resume::Standalone => {
+                let after = session.standalone.unsent_cursor();
+                sse_response(&hub, session.standalone.clone(), after)
+            }
+            Resume::Unknown => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
         };
     }
     let after = session.standalone.unsent_cursor();

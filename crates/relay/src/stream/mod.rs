@@ -45,6 +45,10 @@ use crate::{
     },
 };
 
+/// How the id of a session's standalone stream starts (other streams' ids start with `st`): a
+/// cursor of a standalone stream from before a relay restart is recognised by it.
+const STANDALONE_PREFIX: &str = "sa";
+
 /// Most events an open stream holds; older ones are dropped (and counted) beyond it.
 const STREAM_EVENTS_MAX: usize = 10_000;
 
@@ -193,7 +197,11 @@ impl SseStream {
             data: String::new(),
         });
         Arc::new(Self {
-            id: crate::auth::random_id("st"),
+            id: crate::auth::random_id(if budget.is_some() {
+                STANDALONE_PREFIX
+            } else {
+                "st"
+            }),
             sid: sid.clone(),
             principal: principal.to_owned(),
             bridge: bridge.to_owned(),
@@ -377,7 +385,7 @@ impl SseStream {
     /// last dropped event so that resuming after it does not repeat it.
     pub(crate) fn read_after(&self, after: Option<u64>) -> (Vec<Event>, bool) {
         let mut g = self.inner.lock();
-        let from = after.map_or(0, |a| a + 1);
+        let from = after.map_or(0, |a| a.saturating_add(1));
         let mut out = Vec::new();
         // Event 0 is the priming event, not a message: it is not counted as missed.
         let missed = g.first_seq.saturating_sub(from.max(1));
@@ -444,6 +452,14 @@ pub(crate) fn not_kept_notice() -> Value {
     )
 }
 
+/// The warning a client resuming a standalone stream the relay no longer holds gets first.
+fn stream_lost_notice() -> Value {
+    warning(
+        "the relay no longer holds the stream this GET resumed (it restarted since): this is the session's stream from now on, and server messages sent on the old one after the last one you received may have been lost".to_owned(),
+        0,
+    )
+}
+
 /// A `notifications/message` warning (MCP 2025-11-25 Server Utilities / Logging) that `dropped`
 /// messages are missing.
 fn warning(message: String, dropped: u64) -> Value {
@@ -456,6 +472,19 @@ fn warning(message: String, dropped: u64) -> Value {
             "data": {"message": message, "dropped": dropped},
         },
     })
+}
+
+/// What a `GET` with `Last-Event-ID` reads ([`SseStreams::resume`]).
+#[derive(Debug)]
+pub(crate) enum Resume {
+    /// The stream, after the event numbered by the cursor.
+    Replay(Arc<SseStream>, u64),
+    /// The session's standalone stream, after what was sent of it: the cursor named a standalone
+    /// stream this relay does not hold (it restarted since), so a warning that messages may
+    /// have been lost was added to it first.
+    Standalone,
+    /// No stream of the session and principal holds that event (unknown, expired or foreign).
+    Unknown,
 }
 
 /// All resumable streams of this relay node, for `Last-Event-ID` lookups and retention; with a
@@ -540,6 +569,28 @@ impl SseStreams {
     /// How many streams are registered (the `machine_mcp_relay_streams` gauge).
     pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
+    }
+
+    /// Where a `GET` of session `sid` by `principal` with `Last-Event-ID: last_event_id` reads
+    /// (MCP 2025-11-25 Streamable HTTP § Resumability and Redelivery); `standalone` is the
+    /// session's standalone stream.
+    pub(crate) fn resume(
+        &self,
+        last_event_id: &str,
+        sid: &SessionId,
+        principal: &str,
+        standalone: &Arc<SseStream>,
+    ) -> Resume {
+        match self.lookup(last_event_id, sid, principal) {
+            Some((st, seq)) if seq < st.inner.lock().next_seq => Resume::Replay(st, seq),
+            // An event the stream never sent is no cursor.
+            Some(_) => Resume::Unknown,
+            None if last_event_id.starts_with(STANDALONE_PREFIX) => {
+                let _ = standalone.push(&stream_lost_notice(), false);
+                Resume::Standalone
+            }
+            None => Resume::Unknown,
+        }
     }
 
     /// The stream named by a `Last-Event-ID`, with the event number, if it exists and belongs to
@@ -800,6 +851,31 @@ mod tests {
                 (3, true, false),
                 (4, false, true)
             ]
+        );
+    }
+
+    /// Regression (review of stop 27): a cursor at the largest event number overflowed.
+    #[test]
+    fn a_cursor_at_the_largest_event_number_reads_nothing() {
+        let s = SseStream::new(&SessionId::new("sid"), "p", "b");
+        s.push(&json!({"method": "notifications/progress"}), false)
+            .unwrap();
+        let (events, done) = s.read_after(Some(u64::MAX));
+        assert!(events.is_empty() && !done);
+        let streams = SseStreams::default();
+        streams.insert(s.clone());
+        let standalone = SseStream::new(&SessionId::new("sid"), "p", "b");
+        assert!(
+            matches!(
+                streams.resume(
+                    &s.event_id(u64::MAX),
+                    &SessionId::new("sid"),
+                    "p",
+                    &standalone
+                ),
+                Resume::Unknown
+            ),
+            "an event the stream never sent is not a cursor"
         );
     }
 }
