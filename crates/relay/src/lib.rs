@@ -126,6 +126,10 @@ const OAUTH_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 /// How often expired stream rows are deleted from the store (their retention is 120 s).
 const STORE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
+/// How long a stopping relay waits for its store to take the session and stream writes still
+/// queued.
+const STORE_FLUSH_ON_STOP: Duration = Duration::from_secs(5);
+
 async fn sweep_oauth(hub: &hub::Hub) {
     use protocol::limits::{REGISTRATION_IDLE_EXPIRY, REGISTRATION_UNUSED_EXPIRY};
     match hub
@@ -251,10 +255,19 @@ pub async fn serve_on(
         None => None,
     };
     let limits = hub.config.connections;
+    let durable = hub.durable.clone();
     let result = server::serve(listener, app, limits, hub, shutdown.clone()).await;
     if let Some(m) = metrics_server {
         let _ = m.await;
     }
     sweeper.abort();
+    if let Some(w) = durable
+        && !w.flush(STORE_FLUSH_ON_STOP).await
+    {
+        tracing::warn!(
+            "the relay store did not take every queued session and stream write within {} s; a restart may miss the last of them",
+            STORE_FLUSH_ON_STOP.as_secs()
+        );
+    }
     result.map_err(ServeError::Io)
 }

@@ -29,9 +29,19 @@ use crate::{
     auth::BridgePrincipal,
     lock::Lock,
     metrics::Metrics,
-    storage::{Payload, StorageError, StoreWrite, durable::NOT_KEPT, now as unix_now},
+    storage::{
+        Payload, StorageError, StoreWrite,
+        durable::NOT_KEPT,
+        now as unix_now,
+        writer::{STORE_BATCH_MAX, STORE_QUEUE_HARD},
+    },
     stream::{Budget, Event, Restored, SseStream, not_kept_notice},
 };
+
+/// Most events of one stream that can have been sent but not stored when the relay died: all
+/// that the write-behind queue holds at most, and the batch being applied. The error that ends
+/// an interrupted stream is numbered this far past its last stored event.
+const UNSTORED_EVENTS_MAX: u64 = (STORE_QUEUE_HARD + STORE_BATCH_MAX) as u64;
 
 /// The error a request in flight when the relay died ends with.
 pub(crate) const RELAY_RESTARTED_MESSAGE: &str = "the relay restarted while this request was in flight: its outcome is unknown (it may have had effects) and it was not retried; check before retrying";
@@ -174,9 +184,14 @@ impl Hub {
                 };
                 events.push(Event { seq: e.seq, data });
             }
-            // Every event sent has a row (its text or a "not kept" marker), so the last row is
-            // the last event any client can have had: what follows is numbered after it.
-            let next_seq = last.max(r.last_seq).map_or(1, |l| l + 1);
+            // Every event sent has a row (its text or a "not kept" marker) once the write-behind
+            // queue has applied it; those still queued when the process died are not there. So
+            // the error that ends an interrupted stream is numbered past every event that
+            // queue can have held, and a client that had such events live still gets it.
+            let next_seq = match (r.last_seq, last) {
+                (Some(l), _) => l + 1,
+                (None, l) => l.unwrap_or(0) + 1 + UNSTORED_EVENTS_MAX,
+            };
             let done_at = r.finished_at.map(|t| instant_ago(now - t));
             let st = SseStream::restored(
                 &s.sid,
@@ -434,12 +449,13 @@ mod tests {
         let (events, finished) = read(&hub2, &st, 2, &s);
         assert!(finished);
         assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0].seq, 3, "numbered after the last event sent");
+        assert!(events[0].seq > 2, "numbered after the last event sent");
         let m: Value = serde_json::from_str(&events[0].data).unwrap();
         assert_eq!(m["error"]["code"], code::RELAY_RESTARTED);
         // A client that had only event 1 is told that event 2 is not kept, then gets the error.
         let (events, _) = read(&hub2, &st, 1, &s);
-        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].seq, 2);
         let m: Value = serde_json::from_str(&events[0].data).unwrap();
         assert_eq!(
             (m["method"].clone(), m["params"]["level"].clone()),
@@ -480,5 +496,44 @@ mod tests {
                 .resume(&post.event_id(1), &s2.sid, &principal.id, &s2.standalone),
             crate::stream::Resume::Unknown
         ));
+    }
+
+    /// Regression (review of stop 27): events still in the write-behind queue when the relay
+    /// died are not stored, yet a client may have had them live.
+    #[tokio::test]
+    async fn an_interrupted_stream_ends_after_events_the_store_never_got() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, hub, s, principal, _) = hub_with_session(dir.path()).await;
+        let st = SseStream::new(&s.sid, &principal.id, "b1");
+        hub.streams.insert_durable(st.clone(), &json!(9));
+        for n in 1..=3 {
+            st.push(
+                &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                            "params": {"progress": n}}),
+                false,
+            )
+            .unwrap();
+        }
+        flushed(&hub).await;
+        // Event 3's write was still queued when the process was killed.
+        sqlx::query("DELETE FROM sse_events WHERE seq = 3")
+            .execute(storage.pool())
+            .await
+            .unwrap();
+        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        let (events, finished) = read(&hub2, &st, 3, &s);
+        assert!(finished);
+        assert_eq!(events.len(), 1, "{events:?}");
+        let m: Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(m["error"]["code"], code::RELAY_RESTARTED);
+        // It is stored under its number: a second restart replays it the same way.
+        flushed(&hub2).await;
+        let hub3 = Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap();
+        let (again, _) = read(&hub3, &st, 3, &s);
+        assert_eq!(again, events);
     }
 }

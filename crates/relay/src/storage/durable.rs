@@ -350,11 +350,16 @@ impl SqliteStorage {
                     .bind(stream)
                     .execute(&mut *tx)
                     .await?;
-                    sqlx::query("DELETE FROM sse_events WHERE stream = ? AND seq <= ?")
-                        .bind(stream)
-                        .bind(seq - STORED_EVENTS_PER_STREAM as i64)
-                        .execute(&mut *tx)
-                        .await?;
+                    // The last rows by count, not by number: event numbers can jump (the error
+                    // that ends a stream interrupted by a restart).
+                    sqlx::query(
+                        "DELETE FROM sse_events WHERE stream = ?1 AND seq < (SELECT min(seq) FROM \
+                         (SELECT seq FROM sse_events WHERE stream = ?1 ORDER BY seq DESC LIMIT ?2))",
+                    )
+                    .bind(stream)
+                    .bind(STORED_EVENTS_PER_STREAM as i64)
+                    .execute(&mut *tx)
+                    .await?;
                     if *terminal {
                         finish(&mut tx, stream, seq, *at).await?;
                     }

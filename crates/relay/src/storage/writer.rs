@@ -42,6 +42,12 @@ pub const STORE_QUEUE_HARD_BYTES: usize = 128 * 1024 * 1024;
 /// Most writes applied in one transaction.
 pub const STORE_BATCH_MAX: usize = 256;
 
+/// How many times a batch is tried before it is given up (SQLite busy or failing).
+const STORE_BATCH_TRIES: u32 = 3;
+
+/// The pause before the first retry of a failed batch; the second waits twice as long.
+const STORE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The sending side of the write-behind task; cheap to clone. The task ends once every clone is
 /// dropped and the queue is drained.
 #[derive(Debug, Clone)]
@@ -66,11 +72,18 @@ impl StoreWriter {
             while rx.recv_many(&mut batch, STORE_BATCH_MAX).await > 0 {
                 let n = batch.len();
                 let weight: usize = batch.iter().map(StoreWrite::weight).sum();
-                if let Err(e) = storage.apply(&batch).await {
-                    // Never retried blindly: the batch may hold deletions and insertions whose
-                    // order matters. What it held is lost for a restart, and counted.
-                    tracing::error!(error = %e, writes = n, "could not write session and stream state to the relay store");
-                    dropped.fetch_add(n as u64, Ordering::Relaxed);
+                // A failed transaction applied nothing, so applying the same batch again keeps
+                // the order; a store that keeps failing loses the batch, counted.
+                let mut tries = 0;
+                while let Err(e) = storage.apply(&batch).await {
+                    tries += 1;
+                    if tries == STORE_BATCH_TRIES {
+                        tracing::error!(error = %e, writes = n, "could not write session and stream state to the relay store: a restart will not restore them");
+                        dropped.fetch_add(n as u64, Ordering::Relaxed);
+                        break;
+                    }
+                    tracing::warn!(error = %e, writes = n, "could not write session and stream state to the relay store; trying again");
+                    tokio::time::sleep(STORE_RETRY_PAUSE * tries).await;
                 }
                 batch.clear();
                 bytes.fetch_sub(weight as i64, Ordering::Relaxed);
@@ -90,6 +103,20 @@ impl StoreWriter {
             dropped: Arc::new(AtomicU64::new(0)),
         };
         (w, rx)
+    }
+
+    /// Waits until every write queued so far is applied, or `limit` has passed (a relay that
+    /// stops flushes what it queued, so a restart restores it). Returns whether the queue
+    /// emptied.
+    pub async fn flush(&self, limit: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + limit;
+        while self.queued.load(Ordering::Relaxed) > 0 {
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        true
     }
 
     /// Queues `w` unless the queue holds [`STORE_QUEUE`] writes or [`STORE_QUEUE_BYTES`]
