@@ -59,25 +59,30 @@ impl Acceptance {
     }
 }
 
-/// One retracted request: its bridge, session (or call) and id.
-type Retracted = (String, SessionId, IdKey);
-
-/// The hub's memory of retracted requests.
+/// The hub's memory of retracted requests: a hash of each one's bridge, session (or call) and
+/// id, so that it stays small whatever the ids (a collision only makes a stray `accepted` be
+/// counted as late).
 #[derive(Debug, Default)]
-pub(crate) struct RetractedLog(VecDeque<Retracted>);
+pub(crate) struct RetractedLog(VecDeque<u64>);
 
 impl RetractedLog {
-    fn push(&mut self, r: Retracted) {
+    fn hash(bridge: &str, sid: &SessionId, key: &IdKey) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (bridge, sid, key).hash(&mut h);
+        h.finish()
+    }
+
+    fn push(&mut self, bridge: &str, sid: &SessionId, key: &IdKey) {
         if self.0.len() >= RETRACTED_REMEMBERED {
             self.0.pop_front();
         }
-        self.0.push_back(r);
+        self.0.push_back(Self::hash(bridge, sid, key));
     }
 
     fn contains(&self, bridge: &str, sid: &SessionId, key: &IdKey) -> bool {
-        self.0
-            .iter()
-            .any(|(b, s, k)| b == bridge && s == sid && k == key)
+        let h = Self::hash(bridge, sid, key);
+        self.0.contains(&h)
     }
 }
 
@@ -160,9 +165,7 @@ impl Hub {
             }
             p
         };
-        self.retracted
-            .lock()
-            .push((s.bridge.name.clone(), s.sid.clone(), key.clone()));
+        self.retracted.lock().push(&s.bridge.name, &s.sid, key);
         self.metrics.retracted.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(bridge = %s.bridge.name, sid = %s.sid.log_tag(), "the daemon did not take a request in time; answered it as not delivered");
         if !s.call
