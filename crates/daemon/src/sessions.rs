@@ -664,7 +664,7 @@ impl HostedSessions {
             }
             self.attach_host(&h);
         }
-        self.answer_unheld(keep_requests);
+        self.answer_unheld(&keep, keep_requests);
     }
 
     /// Answers each request of `listed` this daemon does not hold — not in flight, and no
@@ -672,9 +672,20 @@ impl HostedSessions {
     /// that cannot come. A listed request of a kept session gets JSON-RPC
     /// [`code::OUTCOME_UNKNOWN`] (the daemon cannot tell "never arrived" from "its record is
     /// gone", so it claims neither); a listed session or call this daemon does not host is
-    /// reported with a `closed` frame, which the relay turns into an error for its requests.
-    fn answer_unheld(&self, listed: &[ResumeRequest]) {
+    /// reported with a `closed` frame, which the relay turns into an error for its requests (and
+    /// a 404 for the session's next request), as is a listed session (`sessions`) it does not
+    /// host.
+    fn answer_unheld(&self, sessions: &HashSet<&SessionId>, listed: &[ResumeRequest]) {
         let mut closed: HashSet<&SessionId> = HashSet::new();
+        for sid in sessions {
+            if self.host(sid).is_none() && closed.insert(sid) {
+                tracing::info!(sid = %sid.log_tag(), "the relay keeps a session this daemon does not host");
+                self.send_closed(
+                    sid,
+                    "this daemon holds no session with this id (it ended while the relay was away)",
+                );
+            }
+        }
         for r in listed {
             let Some(h) = self.host(&r.sid) else {
                 if closed.insert(&r.sid) {
@@ -691,13 +702,14 @@ impl HostedSessions {
                 continue;
             }
             let key = r.id.key();
-            let held = h.inflight.lock().is_ok_and(|f| f.contains_key(&key))
-                || h.out.lock().is_ok_and(|o| {
-                    o.unacked.iter().any(|(_, _, m, _)| {
+            // Under `out`, as `emit` moves a request from `inflight` to `unacked`.
+            let held = h.out.lock().is_ok_and(|o| {
+                h.inflight.lock().is_ok_and(|f| f.contains_key(&key))
+                    || o.unacked.iter().any(|(_, _, m, _)| {
                         m.get("method").is_none()
                             && m.get("id").is_some_and(|id| IdKey::of(id) == key)
                     })
-                });
+            });
             if held {
                 continue;
             }
@@ -747,6 +759,10 @@ impl HostedSessions {
             // Everything a call's server sends belongs to its one request.
             related = Some(c.id.clone());
         }
+        // The request leaves `inflight` and its response enters `unacked` under the one `out`
+        // lock (order: `out`, then `inflight`), so a `resume` (`answer_unheld`) always finds it
+        // in one of them.
+        let Ok(mut r) = h.out.lock() else { return };
         let mut method = None;
         if is_response && let Some(id) = message.get("id") {
             let key = IdKey::of(id);
@@ -768,7 +784,6 @@ impl HostedSessions {
             tracing::warn!(sid = %h.sid.log_tag(), size, "a server message is too large for the relay link; replaced by an error");
             message = too_large(&message, method.as_deref(), size);
         }
-        let Ok(mut r) = h.out.lock() else { return };
         if r.ended {
             return;
         }
@@ -1318,6 +1333,25 @@ mod tests {
         assert_eq!(closed.0, sid("gone"));
         assert!(closed.1.contains("no session or call"), "{}", closed.1);
         assert!(s.host(&sid("s1")).is_some(), "the kept session was ended");
+    }
+
+    /// Regression (review of stop 27): a session the relay keeps in `resume` with no request
+    /// listed, which this daemon does not host (it ended while the relay was away for longer
+    /// than the grace), is reported closed, so its client gets 404 and initializes again
+    /// instead of an error on each request.
+    #[tokio::test]
+    async fn a_listed_session_without_requests_the_daemon_does_not_host_is_reported_closed() {
+        let (_dir, rt) = runtime();
+        let s = HostedSessions::new(rt, Vec::new());
+        let mut rx = link(&s, &["ghost"], &[]);
+        let f = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("a closed frame in time")
+            .expect("link open");
+        assert!(
+            matches!(&f, DaemonFrame::Closed { sid: got, .. } if *got == sid("ghost")),
+            "{f:?}"
+        );
     }
 
     /// A call that becomes a task (SEP-2663) ends with its `CreateTaskResult`; the task lives on
