@@ -229,19 +229,14 @@ async fn attempt_once(
         },
         _ = shutdown.cancelled() => return Attempt::Stop,
     };
-    let (mut sink, mut stream) = ws.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<DaemonFrame>(4096);
-    let writer = tokio::spawn(async move {
-        while let Some(f) = out_rx.recv().await {
-            let Ok(text) = serde_json::to_string(&f) else {
-                continue;
-            };
-            if sink.send(Message::Text(text.into())).await.is_err() {
-                break;
-            }
-        }
-        let _ = sink.close().await;
-    });
+    let (sink, mut stream) = ws.split();
+    // Two lanes to one writer: the sessions' messages, and the link's own frames (handshake,
+    // `accepted`, heartbeats), written first whenever both wait, so that an `accepted` or a
+    // heartbeat waits behind at most the one frame being written, never behind a backlog of
+    // results (the relay retracts a request not accepted within 4 s).
+    let (out_tx, out_rx) = mpsc::channel::<DaemonFrame>(4096);
+    let (urgent_tx, urgent_rx) = mpsc::channel::<DaemonFrame>(URGENT_QUEUE);
+    let writer = tokio::spawn(write_frames(sink, urgent_rx, out_rx));
     let r = handshake_and_serve(
         config,
         instance_id,
@@ -249,10 +244,12 @@ async fn attempt_once(
         shutdown,
         on_ready,
         &mut stream,
-        &out_tx,
+        &Lanes {
+            urgent: urgent_tx,
+            frames: out_tx,
+        },
     )
     .await;
-    drop(out_tx);
     writer.abort();
     r
 }
@@ -301,6 +298,43 @@ fn classify_close(close: Option<(u16, String)>) -> Attempt {
     }
 }
 
+/// Writes the frames of both lanes to `sink` as JSON text, `urgent` first whenever both have
+/// one, until both lanes are closed or the sink fails; then closes the sink.
+async fn write_frames<S>(
+    mut sink: S,
+    mut urgent: mpsc::Receiver<DaemonFrame>,
+    mut frames: mpsc::Receiver<DaemonFrame>,
+) where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    loop {
+        let f = tokio::select! {
+            biased;
+            Some(f) = urgent.recv() => f,
+            Some(f) = frames.recv() => f,
+            else => break,
+        };
+        let Ok(text) = serde_json::to_string(&f) else {
+            continue;
+        };
+        if sink.send(Message::Text(text.into())).await.is_err() {
+            break;
+        }
+    }
+    let _ = sink.close().await;
+}
+
+/// The two lanes of a link's writer ([`write_frames`]).
+struct Lanes {
+    /// The link's own frames: handshake, `accepted`, heartbeats.
+    urgent: mpsc::Sender<DaemonFrame>,
+    /// The hosted sessions' messages.
+    frames: mpsc::Sender<DaemonFrame>,
+}
+
+/// Frames the link's own lane (handshake, `accepted`, heartbeats) holds at most.
+const URGENT_QUEUE: usize = 1024;
+
 async fn handshake_and_serve(
     config: &LinkConfig,
     instance_id: &InstanceId,
@@ -308,9 +342,10 @@ async fn handshake_and_serve(
     shutdown: &CancellationToken,
     on_ready: &mut impl FnMut(),
     stream: &mut futures_util::stream::SplitStream<Ws>,
-    out: &mpsc::Sender<DaemonFrame>,
+    lanes: &Lanes,
 ) -> Attempt {
     let t = config.timing;
+    let out = &lanes.urgent;
     // welcome → hello → hello_ack
     let welcome = match next(stream, t.hello).await {
         Ok(f) => f,
@@ -391,7 +426,7 @@ async fn handshake_and_serve(
                 sessions: keep,
                 requests,
             }) => {
-                sessions.resume(&keep, &requests, out.clone());
+                sessions.resume(&keep, &requests, lanes.frames.clone());
             }
             Ok(RelayFrame::Ready {}) => break,
             Ok(RelayFrame::HeartbeatAck { .. }) => {}
@@ -504,8 +539,12 @@ async fn serve(
     beat.tick().await;
     let mut seq: u64 = 0;
     let mut unanswered: Option<u64> = None;
+    let broken = sessions.link_broken();
     loop {
         tokio::select! {
+            () = broken.cancelled() => {
+                return Attempt::Retry("the link's send queue was full: reconnecting so that what did not fit is sent again".into());
+            }
             frame = next(stream, t.silence) => {
                 let frame = match frame {
                     Ok(f) => f,
@@ -681,5 +720,41 @@ mod tests {
         let n = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}});
         assert!(admit(&"c1".into(), &n, Some(0), true, &out, now_unix_ms()));
         assert!(rx.try_recv().is_err());
+    }
+
+    /// Regression (review of stop 27): an `accepted` queued behind a backlog of results reached
+    /// the relay after its 4 s retraction, so a request that ran was reported "not delivered".
+    /// The link's own frames are written first.
+    #[tokio::test]
+    async fn accepted_and_heartbeats_are_written_before_queued_results() {
+        let (frames_tx, frames) = mpsc::channel(16);
+        let (urgent_tx, urgent) = mpsc::channel(16);
+        for seq in 1..=3 {
+            frames_tx
+                .try_send(DaemonFrame::Rpc {
+                    sid: "s1".into(),
+                    seq,
+                    related: None,
+                    message: serde_json::json!({"jsonrpc": "2.0", "id": seq, "result": {}}),
+                })
+                .unwrap();
+        }
+        urgent_tx
+            .try_send(DaemonFrame::Accepted {
+                sid: "s1".into(),
+                id: RequestId::new(serde_json::json!(9)),
+            })
+            .unwrap();
+        drop((frames_tx, urgent_tx));
+        let mut written: Vec<Message> = Vec::new();
+        write_frames(&mut written, urgent, frames).await;
+        let kinds: Vec<String> = written
+            .iter()
+            .map(|m| {
+                let v: Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
+                v["type"].as_str().unwrap_or_default().to_owned()
+            })
+            .collect();
+        assert_eq!(kinds, ["accepted", "rpc", "rpc", "rpc"]);
     }
 }

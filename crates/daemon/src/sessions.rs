@@ -118,6 +118,9 @@ impl Host {
 struct LinkSlot {
     epoch: u64,
     tx: Option<mpsc::Sender<DaemonFrame>>,
+    /// Cancelled when a session message could not be queued on the link ([`HostedSessions::
+    /// link_broken`]).
+    broken: CancellationToken,
 }
 
 /// All sessions (and calls) this daemon instance hosts for the relay.
@@ -600,6 +603,30 @@ impl HostedSessions {
         self.len() == 0
     }
 
+    /// Cancelled once a session message could not be queued on the current link (its queue was
+    /// full): acknowledgement is cumulative, so the relay acknowledging a later message would
+    /// make the daemon forget the one that did not fit. The link owner then drops the link; the
+    /// next `resume` sends every unacknowledged message again.
+    pub fn link_broken(&self) -> CancellationToken {
+        self.link
+            .lock()
+            .map(|l| l.broken.clone())
+            .unwrap_or_default()
+    }
+
+    /// Queues `frame` on the current link (`tx`); when it does not fit, the link is marked
+    /// broken ([`Self::link_broken`]) and the frame stays unacknowledged for the next link.
+    fn send_on(&self, tx: &mpsc::Sender<DaemonFrame>, frame: DaemonFrame) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(frame) {
+            tracing::warn!(
+                "the relay link's send queue is full; reconnecting to send the rest again"
+            );
+            if let Ok(l) = self.link.lock() {
+                l.broken.cancel();
+            }
+        }
+    }
+
     /// The link is gone: keep everything, send nothing until a link is resumed.
     pub fn detach(&self) {
         if let Ok(mut l) = self.link.lock() {
@@ -625,6 +652,7 @@ impl HostedSessions {
         if let Ok(mut l) = self.link.lock() {
             l.epoch += 1;
             l.tx = Some(tx);
+            l.broken = CancellationToken::new();
         }
         let all: Vec<Arc<Host>> = self
             .hosts
@@ -735,12 +763,15 @@ impl HostedSessions {
         let Some(tx) = tx else { return };
         let Ok(mut r) = h.out.lock() else { return };
         for (seq, related, message, _) in &r.unacked {
-            let _ = tx.try_send(DaemonFrame::Rpc {
-                sid: h.sid.clone(),
-                seq: *seq,
-                related: related.clone(),
-                message: message.clone(),
-            });
+            self.send_on(
+                &tx,
+                DaemonFrame::Rpc {
+                    sid: h.sid.clone(),
+                    seq: *seq,
+                    related: related.clone(),
+                    message: message.clone(),
+                },
+            );
         }
         r.epoch = epoch;
     }
@@ -816,12 +847,15 @@ impl HostedSessions {
             .ok()
             .and_then(|l| (l.epoch == r.epoch).then(|| l.tx.clone()).flatten());
         if let Some(tx) = tx {
-            let _ = tx.try_send(DaemonFrame::Rpc {
-                sid: h.sid.clone(),
-                seq,
-                related,
-                message,
-            });
+            self.send_on(
+                &tx,
+                DaemonFrame::Rpc {
+                    sid: h.sid.clone(),
+                    seq,
+                    related,
+                    message,
+                },
+            );
         }
         drop(r);
         if answered {
@@ -1333,6 +1367,43 @@ mod tests {
         assert_eq!(closed.0, sid("gone"));
         assert!(closed.1.contains("no session or call"), "{}", closed.1);
         assert!(s.host(&sid("s1")).is_some(), "the kept session was ended");
+    }
+
+    /// Regression (review of stop 27): a message the link's queue could not take was dropped,
+    /// and once the relay acknowledged a later one (acknowledgement is cumulative) it was gone
+    /// for good, its request left to the relay's deadline. Now the link is marked broken, and
+    /// the next link gets every unacknowledged message again.
+    #[tokio::test]
+    async fn a_message_the_link_cannot_take_breaks_the_link_and_is_sent_again() {
+        let (_dir, rt) = runtime();
+        let s = HostedSessions::new(rt, Vec::new());
+        let (tx, _full) = mpsc::channel(1);
+        s.resume(&[], &[], tx);
+        let broken = s.link_broken();
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}});
+        s.open(&sid("s1"), RUNTIME_SERVER, "tok", "owner", init);
+        s.rpc(
+            &sid("s1"),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        for id in [5, 6] {
+            s.rpc(
+                &sid("s1"),
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
+            );
+        }
+        tokio::time::timeout(Duration::from_secs(20), broken.cancelled())
+            .await
+            .expect("the link is marked broken");
+        let mut second = link(&s, &["s1"], &[]);
+        let mut ids = Vec::new();
+        while ids.len() < 2 {
+            let (_, _, m) = next_rpc(&mut second, "s1").await;
+            ids.push(m["id"].clone());
+        }
+        assert_eq!(ids, [json!(5), json!(6)]);
     }
 
     /// Regression (review of stop 27): a session the relay keeps in `resume` with no request
