@@ -181,7 +181,9 @@ impl Hub {
             &p.id,
             code::UNAVAILABLE,
             NOT_DELIVERED,
-            Some(json!({"retryable": true, "delivered": false, "side_effects_started": false})),
+            Some(
+                json!({"code": "unavailable", "retryable": true, "delivered": false, "side_effects_started": false}),
+            ),
         );
         self.finish_pending(&s, p, Some(err));
         self.close_if_answered(&s);

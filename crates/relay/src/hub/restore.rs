@@ -199,6 +199,12 @@ impl Hub {
                 &r.bridge,
                 Restored {
                     id: r.id,
+                    // With no row kept, a finished stream's events up to its last are missing;
+                    // an interrupted one had none stored (its end is numbered past any
+                    // unstored ones, which a reader from before them may have missed).
+                    first_seq: events
+                        .first()
+                        .map_or(r.last_seq.map_or(1, |l| l + 1), |e: &Event| e.seq),
                     events,
                     next_seq,
                     done_at,
@@ -506,6 +512,8 @@ mod tests {
         let (storage, hub, s, principal, _) = hub_with_session(dir.path()).await;
         let st = SseStream::new(&s.sid, &principal.id, "b1");
         hub.streams.insert_durable(st.clone(), &json!(9));
+        let silent = SseStream::new(&s.sid, &principal.id, "b1");
+        hub.streams.insert_durable(silent.clone(), &json!(10));
         for n in 1..=3 {
             st.push(
                 &json!({"jsonrpc": "2.0", "method": "notifications/progress",
@@ -535,5 +543,24 @@ mod tests {
             .unwrap();
         let (again, _) = read(&hub3, &st, 3, &s);
         assert_eq!(again, events);
+        // A stream that had sent nothing ends with just the error after one restart; after a
+        // second, the store cannot tell whether events came before it, and says so.
+        let (events, _) = read(&hub2, &silent, 0, &s);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(events[0].data.contains(&code::RELAY_RESTARTED.to_string()));
+        let (events, _) = read(&hub3, &silent, 0, &s);
+        assert!(
+            events
+                .last()
+                .unwrap()
+                .data
+                .contains(&code::RELAY_RESTARTED.to_string())
+        );
+        assert!(
+            events[..events.len() - 1]
+                .iter()
+                .all(|e| e.data.contains("not held by the relay since it restarted")),
+            "{events:?}"
+        );
     }
 }

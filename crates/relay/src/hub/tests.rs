@@ -682,6 +682,7 @@ fn assert_not_delivered(e: &Value) {
     );
     assert_eq!(e["error"]["data"]["retryable"], true, "{e}");
     assert_eq!(e["error"]["data"]["delivered"], false, "{e}");
+    assert_eq!(e["error"]["data"]["code"], "unavailable", "{e}");
 }
 
 #[tokio::test]

@@ -361,7 +361,9 @@ pub(crate) async fn get(
         session,
     }: McpGet,
 ) -> Response {
-    if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
+    if let Some(last) = headers.get("last-event-id") {
+        // Event ids the relay issues are ASCII: any other value names no stream.
+        let last = last.to_str().unwrap_or("");
         return match hub
             .streams
             .resume(last, &session.sid, &principal.id, &session.standalone)

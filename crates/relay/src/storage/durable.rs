@@ -401,6 +401,17 @@ impl SqliteStorage {
             }
         }
         tx.commit().await?;
+        if batch.iter().any(|w| matches!(w, StoreWrite::Sweep { .. })) {
+            // What was deleted leaves the disk: with `secure_delete` the pages are overwritten,
+            // and the WAL, which still holds their older copies, is emptied (best effort: a
+            // reader in the way leaves it for the next sweep).
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await
+            {
+                tracing::debug!(error = %e, "could not truncate the relay store's WAL");
+            }
+        }
         Ok(())
     }
 
@@ -753,5 +764,44 @@ pub(crate) mod tests {
         let (sessions, streams) = s.load_durable(1000 + IN_FLIGHT_MAX, 60).await.unwrap();
         assert!(sessions.is_empty() && streams.is_empty());
         assert_eq!(count(&s, "sse_events").await, 0);
+    }
+
+    /// Regression (fresh tester, stop 27): deleted payloads stayed readable in the database
+    /// file's free pages and in the WAL.
+    #[tokio::test]
+    async fn deleted_payloads_leave_the_disk_after_a_sweep() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        let s = SqliteStorage::open(&path).await.unwrap();
+        let secret = "PAYLOAD-7d1f0c-never-kept";
+        s.apply(&[
+            StoreWrite::SessionOpened(session("s1")),
+            opened("st1", "s1", 1000),
+            StoreWrite::Event {
+                stream: "st1".into(),
+                seq: 1,
+                data: format!("{{\"result\":\"{secret}\"}}"),
+                terminal: true,
+                at: 1000,
+            },
+        ])
+        .await
+        .unwrap();
+        s.apply(&[
+            StoreWrite::Acknowledged {
+                stream: "st1".into(),
+                seq: 1,
+            },
+            StoreWrite::Sweep { now: 1001 },
+        ])
+        .await
+        .unwrap();
+        for file in ["relay.db", "relay.db-wal"] {
+            let bytes = std::fs::read(dir.path().join(file)).unwrap_or_default();
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{file} still holds the payload"
+            );
+        }
     }
 }

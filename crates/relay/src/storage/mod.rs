@@ -10,7 +10,7 @@
 use std::{path::Path, str::FromStr};
 
 use sqlx::{
-    Row, SqlitePool,
+    ConnectOptions, Row, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
 };
 
@@ -95,13 +95,23 @@ impl SqliteStorage {
     /// The file cannot be opened or created, or the schema cannot be applied.
     pub async fn open(path: &Path) -> Result<Self, StorageError> {
         if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
+            // Owner-only, for the directories created here (an existing one is left as it is).
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir);
         }
+        // `secure_delete`: deleted rows (stored tool results among them) are overwritten, not
+        // left in free pages; the WAL is truncated after each store sweep
+        // ([`SqliteStorage::apply`]). Statements are not logged, even at debug.
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .foreign_keys(true)
-            .busy_timeout(std::time::Duration::from_secs(5));
+            .pragma("secure_delete", "ON")
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .disable_statement_logging();
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(opts)

@@ -88,6 +88,10 @@ struct Inner {
     /// ones are exactly those below `first_seq`.
     events: VecDeque<Event>,
     first_seq: u64,
+    /// For a stream restored after a restart, the first event the store held (0: none missing):
+    /// how many were missing before it is not known (the store keeps the last rows by count,
+    /// and numbers can jump), so a reader from before it is told only that some may be.
+    restored_from: u64,
     next_seq: u64,
     done: bool,
     done_at: Option<Instant>,
@@ -155,7 +159,7 @@ fn too_large(id: &Value) -> Value {
     jsonrpc::error(
         id,
         code::NOT_REPLAYABLE,
-        "the result was delivered once and is too large to replay",
+        "the result is larger than the relay keeps for replay (1.5 MB): it was only sent live, on the original response; if you did not receive it, its outcome is unknown to you (check before calling again)",
         None,
     )
 }
@@ -167,6 +171,9 @@ pub(crate) struct Restored {
     pub(crate) id: String,
     /// Its events after the priming event, oldest first (maybe with gaps at the front).
     pub(crate) events: Vec<Event>,
+    /// The number of the first event held: those before it (after the priming event) are
+    /// missing, and a reader from before them is told so.
+    pub(crate) first_seq: u64,
     /// The next event's number.
     pub(crate) next_seq: u64,
     /// When it finished, if it did.
@@ -208,6 +215,7 @@ impl SseStream {
             inner: Lock::new(Inner {
                 events,
                 first_seq: 0,
+                restored_from: 0,
                 next_seq: 1,
                 done: false,
                 done_at: None,
@@ -233,7 +241,7 @@ impl SseStream {
             seq: 0,
             data: String::new(),
         }]);
-        let first_seq = r.events.first().map_or(r.next_seq, |e| e.seq);
+        let first_seq = r.first_seq;
         let bytes = r.events.iter().map(|e| e.data.len()).sum();
         if first_seq > 1 {
             // The priming event is not kept before a gap: `first_seq` marks the gap.
@@ -248,6 +256,7 @@ impl SseStream {
             inner: Lock::new(Inner {
                 events,
                 first_seq: if first_seq > 1 { first_seq } else { 0 },
+                restored_from: if first_seq > 1 { first_seq } else { 0 },
                 next_seq: r.next_seq,
                 done: r.done_at.is_some(),
                 done_at: r.done_at,
@@ -390,9 +399,14 @@ impl SseStream {
         // Event 0 is the priming event, not a message: it is not counted as missed.
         let missed = g.first_seq.saturating_sub(from.max(1));
         if missed > 0 {
+            let notice = if from < g.restored_from {
+                restart_gap_notice()
+            } else {
+                gap_notice(missed)
+            };
             out.push(Event {
                 seq: g.first_seq - 1,
-                data: gap_notice(missed).to_string(),
+                data: notice.to_string(),
             });
         }
         out.extend(g.events.iter().filter(|e| e.seq >= from).cloned());
@@ -436,7 +450,16 @@ fn gap_notice(missed: u64) -> Value {
         format!(
             "{missed} server message(s) for this session were dropped: they were not read in time and exceeded the relay's buffer"
         ),
-        missed,
+        Some(missed),
+    )
+}
+
+/// The warning a reader of a stream restored after a restart gets in place of the events
+/// before the first one the store held.
+fn restart_gap_notice() -> Value {
+    warning(
+        "earlier server messages of this request are not held by the relay since it restarted (its store keeps the last 16 of a stream): any you did not receive are lost".to_owned(),
+        None,
     )
 }
 
@@ -446,9 +469,9 @@ fn gap_notice(missed: u64) -> Value {
 pub(crate) fn not_kept_notice() -> Value {
     warning(
         format!(
-            "a server message of this request was delivered live but not kept across the relay's restart (larger than {STORED_EVENT_MAX_BYTES} bytes, or the relay's store fell behind), so it cannot be replayed"
+            "a server message of this request was not kept across the relay's restart (larger than {STORED_EVENT_MAX_BYTES} bytes, or the relay's store fell behind): if you did not receive it before, it is lost"
         ),
-        1,
+        Some(1),
     )
 }
 
@@ -456,13 +479,13 @@ pub(crate) fn not_kept_notice() -> Value {
 fn stream_lost_notice() -> Value {
     warning(
         "the relay no longer holds the stream this GET resumed (it restarted since): this is the session's stream from now on, and server messages sent on the old one after the last one you received may have been lost".to_owned(),
-        0,
+        None,
     )
 }
 
 /// A `notifications/message` warning (MCP 2025-11-25 Server Utilities / Logging) that `dropped`
-/// messages are missing.
-fn warning(message: String, dropped: u64) -> Value {
+/// messages are missing (`null`: an unknown number).
+fn warning(message: String, dropped: Option<u64>) -> Value {
     serde_json::json!({
         "jsonrpc": "2.0",
         "method": "notifications/message",
@@ -556,8 +579,17 @@ impl SseStreams {
     }
 
     /// A client resumed stream `s` after event `seq`: it has the events up to it, and the store
-    /// forgets them (all of the stream when `seq` is its last event).
+    /// forgets them; when `seq` is the last event of a finished stream, the whole stream is
+    /// forgotten, in memory too (a later `GET` naming it gets 404), so a result is never held
+    /// past its acknowledgement.
     pub(crate) fn acknowledge(&self, s: &SseStream, seq: u64) {
+        let complete = {
+            let g = s.inner.lock();
+            g.done && seq + 1 >= g.next_seq
+        };
+        if complete {
+            self.map.lock().remove(&s.id);
+        }
         if let Some(d) = s.durable.get() {
             d.writer.send_reliable(StoreWrite::Acknowledged {
                 stream: s.id.clone(),
@@ -877,5 +909,30 @@ mod tests {
             ),
             "an event the stream never sent is not a cursor"
         );
+    }
+
+    /// Regression (fresh tester, stop 27): a result acknowledged by a `GET` naming its event was
+    /// still served from memory until the retention ran out.
+    #[test]
+    fn acknowledging_the_last_event_of_a_finished_stream_forgets_it() {
+        let streams = SseStreams::default();
+        let sid = SessionId::new("sid");
+        let s = SseStream::new(&sid, "p", "b");
+        streams.insert(s.clone());
+        s.push(&json!({"method": "notifications/progress"}), false)
+            .unwrap();
+        streams.acknowledge(&s, 1);
+        assert!(
+            streams.lookup(&s.event_id(1), &sid, "p").is_some(),
+            "running"
+        );
+        s.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        streams.acknowledge(&s, 1);
+        assert!(
+            streams.lookup(&s.event_id(1), &sid, "p").is_some(),
+            "not past the result"
+        );
+        streams.acknowledge(&s, 2);
+        assert!(streams.lookup(&s.event_id(0), &sid, "p").is_none());
     }
 }
