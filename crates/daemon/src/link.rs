@@ -332,6 +332,10 @@ struct Lanes {
     frames: mpsc::Sender<DaemonFrame>,
 }
 
+/// How long a link whose send queue overflowed waits at most for the queue to drain before it
+/// reconnects anyway.
+const DRAIN_MAX: Duration = Duration::from_secs(10);
+
 /// Frames the link's own lane (handshake, `accepted`, heartbeats) holds at most.
 const URGENT_QUEUE: usize = 1024;
 
@@ -437,7 +441,7 @@ async fn handshake_and_serve(
         }
     }
     on_ready();
-    serve(t, sessions, shutdown, stream, out, confirm).await
+    serve(t, sessions, shutdown, stream, lanes, confirm).await
 }
 
 /// Whether to run client message `message` of `sid`, which the relay sent with `deliver_by`
@@ -531,19 +535,30 @@ async fn serve(
     sessions: &Arc<HostedSessions>,
     shutdown: &CancellationToken,
     stream: &mut futures_util::stream::SplitStream<Ws>,
-    out: &mpsc::Sender<DaemonFrame>,
+    lanes: &Lanes,
     confirm: bool,
 ) -> Attempt {
+    let (out, frames) = (&lanes.urgent, &lanes.frames);
     let mut beat = tokio::time::interval(t.heartbeat);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     beat.tick().await;
     let mut seq: u64 = 0;
     let mut unanswered: Option<u64> = None;
     let broken = sessions.link_broken();
+    let mut drain = tokio::time::interval(Duration::from_millis(20));
+    let mut draining_since: Option<Instant> = None;
     loop {
         tokio::select! {
-            () = broken.cancelled() => {
-                return Attempt::Retry("the link's send queue was full: reconnecting so that what did not fit is sent again".into());
+            () = broken.cancelled(), if draining_since.is_none() => {
+                draining_since = Some(Instant::now());
+            }
+            _ = drain.tick(), if draining_since.is_some() => {
+                // Reconnect once what was queued is written (its acknowledgements then come
+                // before the replay), or after a bound.
+                let drained = frames.capacity() == frames.max_capacity();
+                if drained || draining_since.is_some_and(|t| t.elapsed() > DRAIN_MAX) {
+                    return Attempt::Retry("the link's send queue was full: reconnecting so that what did not fit is sent again".into());
+                }
             }
             frame = next(stream, t.silence) => {
                 let frame = match frame {

@@ -605,8 +605,10 @@ impl HostedSessions {
 
     /// Cancelled once a session message could not be queued on the current link (its queue was
     /// full): acknowledgement is cumulative, so the relay acknowledging a later message would
-    /// make the daemon forget the one that did not fit. The link owner then drops the link; the
-    /// next `resume` sends every unacknowledged message again.
+    /// make the daemon forget the one that did not fit. That session sends nothing more on the
+    /// link; the link owner lets the queue drain (so what was queued is written and
+    /// acknowledged: each reconnect makes progress) and then reconnects, and the next `resume`
+    /// sends every unacknowledged message again.
     pub fn link_broken(&self) -> CancellationToken {
         self.link
             .lock()
@@ -614,16 +616,21 @@ impl HostedSessions {
             .unwrap_or_default()
     }
 
-    /// Queues `frame` on the current link (`tx`); when it does not fit, the link is marked
-    /// broken ([`Self::link_broken`]) and the frame stays unacknowledged for the next link.
-    fn send_on(&self, tx: &mpsc::Sender<DaemonFrame>, frame: DaemonFrame) {
-        if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(frame) {
-            tracing::warn!(
-                "the relay link's send queue is full; reconnecting to send the rest again"
-            );
-            if let Ok(l) = self.link.lock() {
-                l.broken.cancel();
+    /// Queues `frame` on the current link (`tx`). Returns false when it does not fit: the
+    /// link is then marked broken ([`Self::link_broken`]), and the caller stops sending that
+    /// session's messages on it (they stay unacknowledged, for the next link).
+    fn send_on(&self, tx: &mpsc::Sender<DaemonFrame>, frame: DaemonFrame) -> bool {
+        match tx.try_send(frame) {
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    "the relay link's send queue is full; reconnecting once it drains, to send the rest again"
+                );
+                if let Ok(l) = self.link.lock() {
+                    l.broken.cancel();
+                }
+                false
             }
+            _ => true,
         }
     }
 
@@ -763,7 +770,7 @@ impl HostedSessions {
         let Some(tx) = tx else { return };
         let Ok(mut r) = h.out.lock() else { return };
         for (seq, related, message, _) in &r.unacked {
-            self.send_on(
+            let sent = self.send_on(
                 &tx,
                 DaemonFrame::Rpc {
                     sid: h.sid.clone(),
@@ -772,6 +779,11 @@ impl HostedSessions {
                     message: message.clone(),
                 },
             );
+            if !sent {
+                // Not attached: nothing more of it goes on this link, so nothing later can be
+                // acknowledged past what did not fit; the next link replays the rest.
+                return;
+            }
         }
         r.epoch = epoch;
     }
@@ -847,7 +859,7 @@ impl HostedSessions {
             .ok()
             .and_then(|l| (l.epoch == r.epoch).then(|| l.tx.clone()).flatten());
         if let Some(tx) = tx {
-            self.send_on(
+            let sent = self.send_on(
                 &tx,
                 DaemonFrame::Rpc {
                     sid: h.sid.clone(),
@@ -856,6 +868,10 @@ impl HostedSessions {
                     message,
                 },
             );
+            if !sent {
+                // Detached from this link, as in `attach_host`.
+                r.epoch = 0;
+            }
         }
         drop(r);
         if answered {

@@ -61,7 +61,7 @@ impl Hub {
     /// Settles the requests of `s` whose time is up at `now`: those awaiting acceptance past
     /// their retraction time ([`Hub::retract_due`]), subscriptions past their longest lifetime
     /// (closed gracefully) and requests past their deadline (cancelled on the daemon, answered
-    /// with -32001). Called by the sweep every second and on every event of the session (a
+    /// with -32000). Called by the sweep every second and on every event of the session (a
     /// daemon message, a new request: issue 15 item 4), so nothing stays pending past its
     /// bound. Returns whether anything was settled.
     pub(super) fn settle_overdue(&self, s: &Session, now: Instant) -> bool {
