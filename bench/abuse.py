@@ -721,6 +721,29 @@ def _run(binary, *args):
     return subprocess.run([binary, *args], capture_output=True, text=True, check=True)
 
 
+def _relay_with_bridge(binary, relay, mport, state, workdir, bridge):
+    """Waits up to 30 s for the relay process `relay` to answer /healthz on its metrics port
+    `mport`, then adds `bridge` to its store `state` and creates a token for it. Returns the
+    enrollment code and the token; raises RuntimeError when the relay exits or does not answer in
+    time, or the CLI prints no token."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{mport}/healthz", timeout=2).read()
+            break
+        except OSError:
+            if relay.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"relay did not start (exit {relay.poll()}); see {workdir}/relay.log")
+            time.sleep(0.1)
+    r = _run(binary, "relay", "bridge", "add", bridge, "--state-dir", state, "--log-level", "warn")
+    code = re.search(r"mbe_[A-Za-z0-9_\-]+", r.stdout + r.stderr).group(0)
+    r = _run(binary, "relay", "token", "create", "--bridge", bridge, "--state-dir", state, "--log-level", "warn")
+    m = re.search(r"mbt_[A-Za-z0-9_\-]+", r.stdout)
+    if not m:
+        raise RuntimeError(f"token create: no token in {r.stdout!r}")
+    return code, m.group(0)
+
+
 def bench_abuse(binary, workdir, quick=False, only=None):
     """Returns everything the report needs."""
     global IDLE_N, IDLE_HOLD_S, SLOW_N, SLOW_BODY_S, SLOW_HEAD_S, WS_N, WS_DURATION_S, INIT_N, QUIET_S
@@ -744,22 +767,7 @@ def bench_abuse(binary, workdir, quick=False, only=None):
     sampler = None
     legit = None
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{mport}/healthz", timeout=2).read()
-                break
-            except OSError:
-                if relay.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"relay did not start (exit {relay.poll()}); see {workdir}/relay.log")
-                time.sleep(0.1)
-        r = _run(binary, "relay", "bridge", "add", "abuse", "--state-dir", state, "--log-level", "warn")
-        code = re.search(r"mbe_[A-Za-z0-9_\-]+", r.stdout + r.stderr).group(0)
-        r = _run(binary, "relay", "token", "create", "--bridge", "abuse", "--state-dir", state, "--log-level", "warn")
-        m = re.search(r"mbt_[A-Za-z0-9_\-]+", r.stdout)
-        token = m.group(0) if m else None
-        if not token:
-            raise RuntimeError(f"token create: no token in {r.stdout!r}")
+        code, token = _relay_with_bridge(binary, relay, mport, state, workdir, "abuse")
         ws = os.path.join(workdir, "ws")
         os.makedirs(ws, exist_ok=True)
         daemon = subprocess.Popen(

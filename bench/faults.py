@@ -38,7 +38,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from abuse import _free_port, _run  # noqa: E402
+from abuse import _free_port, _relay_with_bridge  # noqa: E402
 from common import cell, fmt_ms, kib_field, log, pct, proc_status, status, stop_process  # noqa: E402
 
 ROUNDS = 10
@@ -206,19 +206,7 @@ def bench_faults(binary, workdir, minutes=MINUTES, rounds=ROUNDS):
     procs = [relay]
     out = {"rounds": rounds, "minutes": minutes}
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{mport}/healthz", timeout=2).read()
-                break
-            except OSError:
-                if relay.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"relay did not start; see {workdir}/relay.log")
-                time.sleep(0.1)
-        r = _run(binary, "relay", "bridge", "add", "faults", "--state-dir", state, "--log-level", "warn")
-        code = re.search(r"mbe_[A-Za-z0-9_\-]+", r.stdout + r.stderr).group(0)
-        r = _run(binary, "relay", "token", "create", "--bridge", "faults", "--state-dir", state, "--log-level", "warn")
-        token = re.search(r"mbt_[A-Za-z0-9_\-]+", r.stdout).group(0)
+        code, token = _relay_with_bridge(binary, relay, mport, state, workdir, "faults")
         ws = os.path.join(workdir, "ws")
         os.makedirs(ws, exist_ok=True)
         with open(os.path.join(ws, "hello.txt"), "w") as f:
