@@ -351,8 +351,11 @@ impl SqliteStorage {
                     .execute(&mut *tx)
                     .await?;
                     // The last rows by count, not by number: event numbers can jump (the error
-                    // that ends a stream interrupted by a restart).
-                    sqlx::query(
+                    // that ends a stream interrupted by a restart). Numbers start at 1, so up
+                    // to the window's size there is nothing to delete (one statement less for
+                    // the common short stream).
+                    if seq > STORED_EVENTS_PER_STREAM as i64 {
+                        sqlx::query(
                         "DELETE FROM sse_events WHERE stream = ?1 AND seq < (SELECT min(seq) FROM \
                          (SELECT seq FROM sse_events WHERE stream = ?1 ORDER BY seq DESC LIMIT ?2))",
                     )
@@ -360,6 +363,7 @@ impl SqliteStorage {
                     .bind(STORED_EVENTS_PER_STREAM as i64)
                     .execute(&mut *tx)
                     .await?;
+                    }
                     if *terminal {
                         finish(&mut tx, stream, seq, *at).await?;
                     }

@@ -142,11 +142,14 @@ impl StoreWriter {
     /// minutes).
     pub fn send_reliable(&self, w: StoreWrite) {
         if !self.enqueue(w, STORE_QUEUE_HARD, STORE_QUEUE_HARD_BYTES) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(
-                queued = self.queued.load(Ordering::Relaxed),
-                "the relay store's write queue is over its hard bound: a session or stream write was refused, so a restart may restore this relay's state wrongly"
-            );
+            let before = self.dropped.fetch_add(1, Ordering::Relaxed);
+            if before.is_multiple_of(1000) {
+                tracing::error!(
+                    queued = self.queued.load(Ordering::Relaxed),
+                    dropped = before + 1,
+                    "the relay store's write queue is over its hard bound: a session or stream write was refused, so a restart may restore this relay's state wrongly"
+                );
+            }
         }
     }
 
