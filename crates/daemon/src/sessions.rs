@@ -1341,6 +1341,18 @@ mod tests {
         assert!(none.is_err(), "a cancelled call was answered");
     }
 
+    /// Opens session `id` on the runtime and sends `notifications/initialized`.
+    fn open_initialized(s: &Arc<HostedSessions>, id: &str) {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}});
+        s.open(&sid(id), RUNTIME_SERVER, "tok", "owner", init);
+        s.rpc(
+            &sid(id),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+    }
+
     /// A request the relay lists in `resume` that this daemon does not hold (it never arrived,
     /// or its record is gone) is answered at once with an explicit error, never left to the
     /// relay's deadline; a listed call or session the daemon does not host is reported closed.
@@ -1349,14 +1361,7 @@ mod tests {
         let (_dir, rt) = runtime();
         let s = HostedSessions::new(rt, Vec::new());
         let mut first = link(&s, &[], &[]);
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}});
-        s.open(&sid("s1"), RUNTIME_SERVER, "tok", "owner", init);
-        s.rpc(
-            &sid("s1"),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        );
+        open_initialized(&s, "s1");
         // A request the session really has, answered and acknowledged on the first link.
         s.rpc(
             &sid("s1"),
@@ -1396,14 +1401,7 @@ mod tests {
         let (tx, _full) = mpsc::channel(1);
         s.resume(&[], &[], tx);
         let broken = s.link_broken();
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}});
-        s.open(&sid("s1"), RUNTIME_SERVER, "tok", "owner", init);
-        s.rpc(
-            &sid("s1"),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        );
+        open_initialized(&s, "s1");
         for id in [5, 6] {
             s.rpc(
                 &sid("s1"),

@@ -258,6 +258,13 @@ mod tests {
         found.read_after(Some(seq))
     }
 
+    /// The next relay process on the same store.
+    async fn reopen(storage: &SqliteStorage) -> Arc<Hub> {
+        Hub::open(storage.clone(), RelayConfig::for_tests())
+            .await
+            .unwrap()
+    }
+
     /// A hub on a store in `dir` with one bridge `b1`, an owner token and an initialized session
     /// opened on instance `i1`.
     async fn hub_with_session(
@@ -278,9 +285,7 @@ mod tests {
             role: Role::Owner,
             credential: tok.id.clone(),
         };
-        let hub = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub = reopen(&storage).await;
         let b = hub.bridge("b1").await;
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
         let s = hub
@@ -338,9 +343,7 @@ mod tests {
         .unwrap();
 
         // The next process on the same store.
-        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub2 = reopen(&storage).await;
         let s2 = hub2
             .session(s.sid.as_str(), &principal)
             .expect("the session survives the restart");
@@ -392,9 +395,7 @@ mod tests {
 
         // The interrupted request's end is stored too: a second restart replays the same error.
         flushed(&hub2).await;
-        let hub3 = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub3 = reopen(&storage).await;
         let (events, _) = read(&hub3, &cut, 1, &s);
         assert_eq!(events.len(), 1);
         assert!(events[0].data.contains(&code::RELAY_RESTARTED.to_string()));
@@ -409,9 +410,7 @@ mod tests {
         );
         hub3.end_session(&s.sid, code::UNAVAILABLE, "deleted", false);
         flushed(&hub3).await;
-        let hub4 = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub4 = reopen(&storage).await;
         assert!(hub4.session(s.sid.as_str(), &principal).is_none());
         assert!(
             hub4.streams
@@ -448,9 +447,7 @@ mod tests {
         st.push(&progress(2, big), false).unwrap();
         flushed(&hub).await;
 
-        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub2 = reopen(&storage).await;
         // The client had events 1 and 2 live.
         let (events, finished) = read(&hub2, &st, 2, &s);
         assert!(finished);
@@ -481,9 +478,7 @@ mod tests {
         s.standalone.push(&note, false).unwrap();
         let cursor = s.standalone.event_id(1);
         flushed(&hub).await;
-        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub2 = reopen(&storage).await;
         let s2 = hub2.session(s.sid.as_str(), &principal).unwrap();
         match hub2
             .streams
@@ -528,9 +523,7 @@ mod tests {
             .execute(storage.pool())
             .await
             .unwrap();
-        let hub2 = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub2 = reopen(&storage).await;
         let (events, finished) = read(&hub2, &st, 3, &s);
         assert!(finished);
         assert_eq!(events.len(), 1, "{events:?}");
@@ -538,9 +531,7 @@ mod tests {
         assert_eq!(m["error"]["code"], code::RELAY_RESTARTED);
         // It is stored under its number: a second restart replays it the same way.
         flushed(&hub2).await;
-        let hub3 = Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap();
+        let hub3 = reopen(&storage).await;
         let (again, _) = read(&hub3, &st, 3, &s);
         assert_eq!(again, events);
         // A stream that had sent nothing ends with just the error after one restart; after a
