@@ -652,6 +652,7 @@ mod tests {
             policy: runtime::policy::Policy::profile(runtime::Profile::Full),
             default_yield_after: None,
             remote: false,
+            state_dir: None,
         })
         .unwrap();
         (dir, HostedSessions::new(Arc::new(rt), Vec::new()))

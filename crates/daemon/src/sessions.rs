@@ -1090,6 +1090,7 @@ mod tests {
             policy: runtime::policy::Policy::profile(runtime::Profile::Full),
             default_yield_after: None,
             remote: false,
+            state_dir: None,
         })
         .unwrap();
         (dir, Arc::new(rt))

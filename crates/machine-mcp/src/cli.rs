@@ -60,6 +60,20 @@ pub(crate) enum Command {
     /// Run or administer a relay (bridges, accounts, OAuth clients, tokens).
     #[command(subcommand)]
     Relay(RelayCommand),
+    /// Managed jobs: submit a plan, list, inspect, read, start a staged one, cancel, prune.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Local resources: secrets jobs use by alias, never shown to assistants.
+    #[command(subcommand)]
+    Resource(ResourceCommand),
+    /// Run one managed job (internal; started detached by whoever accepts the job).
+    #[command(name = "job-runner", hide = true)]
+    JobRunner {
+        #[command(flatten)]
+        state: StateArgs,
+        /// The job id.
+        job_id: String,
+    },
     /// The watchdog a server starts before its first child (internal; see
     /// `runtime::watchdog`).
     #[command(name = WATCHDOG_SUBCOMMAND, hide = true)]
@@ -71,6 +85,116 @@ pub(crate) enum Command {
 
 /// The hidden subcommand that runs the watchdog.
 pub(crate) const WATCHDOG_SUBCOMMAND: &str = "internal-watchdog";
+
+/// `machine-mcp job ...` (see docs/jobs.md).
+#[derive(Debug, Subcommand)]
+pub(crate) enum JobCommand {
+    /// Validate PLAN.json and start it as a job of the local user (the same checks as
+    /// `start_job`); prints the job id.
+    Submit {
+        /// The plan file (JSON, as `start_job` takes it).
+        plan: PathBuf,
+        /// Validate and store it without running it (start it with `job start ID`).
+        #[arg(long)]
+        stage: bool,
+        /// The workspace the plan's cwd values are relative to (default: the current
+        /// directory).
+        #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
+        workspace: Option<PathBuf>,
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// List every job, newest first.
+    List {
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Show a job's plan (secrets of finished jobs are scrubbed) and status.
+    Inspect {
+        /// The job id.
+        job_id: String,
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Show a job's status and each step's redacted output.
+    Read {
+        /// The job id.
+        job_id: String,
+        /// Wait until the job has ended (progress on stderr).
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Start a staged job.
+    Start {
+        /// The job id.
+        job_id: String,
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Cancel a job (its finally steps still run).
+    Cancel {
+        /// The job id.
+        job_id: String,
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Remove terminal jobs older than 7 days (every terminal job with --all).
+    Prune {
+        /// Remove every terminal job now.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        out: JobOut,
+    },
+}
+
+/// Output and state options of the `job` commands.
+#[derive(Debug, Args)]
+pub(crate) struct JobOut {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+}
+
+/// `machine-mcp resource ...` (see docs/jobs.md).
+#[derive(Debug, Subcommand)]
+pub(crate) enum ResourceCommand {
+    /// Register the file PATH under ALIAS (its SHA-256 is recorded, never its bytes).
+    Add {
+        /// The alias jobs name it by: ^[a-z][a-z0-9._-]{0,63}$.
+        alias: String,
+        /// The file (at most 64 KiB, mode 0600).
+        path: PathBuf,
+        /// Accept a file that group or others can read.
+        #[arg(long)]
+        allow_insecure_permissions: bool,
+        #[command(flatten)]
+        state: StateArgs,
+    },
+    /// List the registered resources and their state.
+    List {
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Check every registered resource (exit status 1 when one is not usable).
+    Check {
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Forget ALIAS (the file itself is left alone).
+    Remove {
+        /// The alias.
+        alias: String,
+        #[command(flatten)]
+        state: StateArgs,
+    },
+}
 
 /// Options of the state directory.
 #[derive(Debug, Args)]
@@ -454,6 +578,8 @@ pub(crate) struct StdioArgs {
     pub(crate) workspace: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) policy: PolicyArgs,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
 }
 
 /// Policy flags (see README "Policy").

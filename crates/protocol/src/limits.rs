@@ -386,3 +386,40 @@ pub const PROOF_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 /// Proof and assertion ids (`jti`) remembered against replay; past it the oldest are forgotten
 /// (their proofs are also past [`PROOF_MAX_AGE`] by then, or proofs are refused until they are).
 pub const PROOF_IDS_REMEMBERED: usize = 10_000;
+
+// Managed jobs and local resources (issue 16; docs/jobs.md).
+
+/// Main steps of a job plan: at least one.
+pub const JOB_STEPS_MAX: usize = 16;
+/// Finally steps of a job plan.
+pub const JOB_FINALLY_STEPS_MAX: usize = 16;
+/// Temporary files of a job plan.
+pub const JOB_TEMP_FILES_MAX: usize = 16;
+/// Bytes of all temporary files of a job plan together.
+pub const JOB_TEMP_FILES_MAX_BYTES: usize = 512 * KIB;
+/// Bytes of one step's `stdin` text.
+pub const JOB_STDIN_MAX_BYTES: usize = 256 * KIB;
+/// Jobs a step may name in `depends_on`.
+pub const JOB_DEPENDS_MAX: usize = 16;
+/// Default timeout of one job step.
+pub const JOB_STEP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(600);
+/// Longest timeout of one job step (6 h).
+pub const JOB_STEP_TIMEOUT_MAX: Duration = Duration::from_secs(21_600);
+/// Output kept of one stream of one step: head and tail together.
+pub const JOB_STREAM_OUTPUT_MAX_BYTES: usize = 64 * KIB;
+/// Output kept of one job, every step and stream together.
+pub const JOB_OUTPUT_MAX_BYTES: usize = 256 * KIB;
+/// Jobs retained in the store; acceptance past it is a retryable `limit_exceeded`.
+pub const JOBS_RETAINED_MAX: usize = 512;
+/// How long a terminal job is kept.
+pub const JOB_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a staged job waits to be started before it is `expired`.
+pub const JOB_STAGED_EXPIRY: Duration = Duration::from_secs(24 * 3600);
+/// Jobs running at once; more wait in `queued`.
+pub const JOBS_RUNNING_MAX: usize = 8;
+/// Recovery attempts of an interrupted job's finally steps.
+pub const JOB_RECOVERY_ATTEMPTS_MAX: u32 = 3;
+/// Longest `wait_ms` of `read_job`.
+pub const JOB_READ_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Largest local resource file (its encoded forms are redacted from output, so it stays small).
+pub const RESOURCE_MAX_BYTES: usize = 64 * KIB;

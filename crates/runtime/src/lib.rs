@@ -33,6 +33,7 @@
 //!     policy: Policy::profile(Profile::Review),
 //!     default_yield_after: None,
 //!     remote: false,
+//!     state_dir: None,
 //! })?);
 //! // `machine-mcp stdio` serves this process's stdin and stdout with it:
 //! // machine_bridge_runtime::mcp::stdio::serve_process_stdio(runtime).await?;
@@ -164,6 +165,16 @@ impl Access {
         }
     }
 
+    /// The job store, when the runtime has a state directory.
+    pub(crate) fn jobs(&self) -> Option<&tools::jobs::engine::store::JobStore> {
+        self.runtime.jobs.as_ref()
+    }
+
+    /// The local resource registry, when the runtime has a state directory.
+    pub(crate) fn resources(&self) -> Option<&tools::resources::engine::Registry> {
+        self.runtime.resources.as_ref()
+    }
+
     pub(crate) fn ignore_cache(&self) -> &Arc<primitives::ignores::IgnoreCache> {
         &self.runtime.ignore_cache
     }
@@ -188,6 +199,9 @@ pub struct RuntimeConfig {
     /// keeps to [`protocol::limits::READ_REMOTE_MAX_BYTES`] and `server_info` reports it, and
     /// the frame size as the largest message. `false`: stdio.
     pub remote: bool,
+    /// The state directory of managed jobs and local resources (`STATE_DIR/jobs`,
+    /// `STATE_DIR/resources.json`). `None`: the job and resource tools answer `unavailable`.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// One runtime per process: the workspace, the policy and the shared limits. Every MCP session
@@ -209,6 +223,10 @@ pub struct Runtime {
     scratch: tools::process::engine::env::Scratch,
     /// Per-file write locks shared by every session (see [`primitives::write_lock`]).
     write_locks: Arc<primitives::write_lock::WriteLocks>,
+    /// Managed jobs ([`RuntimeConfig::state_dir`]).
+    jobs: Option<tools::jobs::engine::store::JobStore>,
+    /// Local resources ([`RuntimeConfig::state_dir`]).
+    resources: Option<tools::resources::engine::Registry>,
 }
 
 impl Runtime {
@@ -239,6 +257,14 @@ impl Runtime {
             tasks: mcp::tasks::Tasks::default(),
             scratch: tools::process::engine::env::Scratch::new(scratch),
             write_locks: Arc::default(),
+            jobs: config.state_dir.as_deref().map(|d| {
+                let exe = std::env::current_exe().unwrap_or_else(|_| "machine-mcp".into());
+                tools::jobs::engine::store::JobStore::new(d, exe)
+            }),
+            resources: config
+                .state_dir
+                .as_deref()
+                .map(tools::resources::engine::Registry::new),
         })
     }
 
@@ -248,6 +274,11 @@ impl Runtime {
         self.tasks.cancel_all();
         self.sessions.shutdown().await;
         let _ = std::fs::remove_dir_all(self.scratch.root());
+    }
+
+    /// The job store, when the runtime has a state directory ([`RuntimeConfig::state_dir`]).
+    pub fn jobs(&self) -> Option<&tools::jobs::engine::store::JobStore> {
+        self.jobs.as_ref()
     }
 
     /// Process sessions still running.

@@ -107,7 +107,9 @@ impl Profile {
 }
 
 /// How processes may be started. Ordered: `Off < Direct < Shell`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecMode {
     /// No processes.

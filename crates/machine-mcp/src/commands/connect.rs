@@ -52,6 +52,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     let (runtime, upstreams) = super::remote_runtime(
         args.workspace,
         &args.policy,
+        &args.state,
         &args.timing,
         args.servers.as_deref(),
     )?;

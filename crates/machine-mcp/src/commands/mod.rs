@@ -2,6 +2,7 @@
 //! directory, and the runtime for a workspace.
 
 mod connect;
+mod job;
 mod relay;
 mod stdio;
 mod up;
@@ -39,6 +40,14 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Relay(RelayCommand::Account(cmd)) => relay::account(cmd).await,
         Command::Relay(RelayCommand::Client(cmd)) => relay::client(cmd).await,
         Command::Relay(RelayCommand::Device(cmd)) => relay::device(cmd).await,
+        Command::Job(cmd) => job::run(cmd).await,
+        Command::Resource(cmd) => job::resource(cmd),
+        Command::JobRunner { state, job_id } => {
+            let dir = state_dir(&state)?;
+            runtime::tools::jobs::engine::runner::run(&dir, &job_id)
+                .await
+                .map_err(anyhow::Error::msg)
+        }
         // `main` runs it before building the async runtime; kept here for a complete match.
         Command::Watchdog { instance } => {
             runtime::watchdog::run(&instance);
@@ -90,6 +99,7 @@ pub(crate) fn state_dir(s: &StateArgs) -> Result<PathBuf> {
 pub(crate) fn build_runtime(
     workspace: Option<PathBuf>,
     p: &PolicyArgs,
+    state: &StateArgs,
     yield_after: Option<Duration>,
     remote: bool,
 ) -> Result<Arc<Runtime>> {
@@ -102,6 +112,7 @@ pub(crate) fn build_runtime(
         policy: policy(p),
         default_yield_after: yield_after,
         remote,
+        state_dir: Some(state_dir(state)?),
     })
     .with_context(|| {
         format!(
@@ -109,6 +120,13 @@ pub(crate) fn build_runtime(
             workspace.display()
         )
     })?;
+    // Jobs whose runner died while no server was up are taken care of now (issue 16 item 4).
+    if let Some(jobs) = runtime.jobs() {
+        let started = jobs.recover();
+        if started > 0 {
+            tracing::info!(started, "started runners for jobs whose runner had died");
+        }
+    }
     Ok(Arc::new(runtime))
 }
 
@@ -120,10 +138,11 @@ pub(crate) fn build_runtime(
 pub(crate) fn remote_runtime(
     workspace: Option<PathBuf>,
     p: &PolicyArgs,
+    state: &StateArgs,
     t: &TimingArgs,
     servers: Option<&Path>,
 ) -> Result<(Arc<Runtime>, Vec<daemon::servers::UpstreamSpec>)> {
-    let runtime = build_runtime(workspace, p, Some(remote_budget(t)), true)?;
+    let runtime = build_runtime(workspace, p, state, Some(remote_budget(t)), true)?;
     let upstreams = match servers {
         Some(f) => {
             daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?

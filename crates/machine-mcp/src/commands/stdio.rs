@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use crate::cli::StdioArgs;
 
 pub(crate) async fn run(args: StdioArgs) -> Result<()> {
-    let runtime = super::build_runtime(args.workspace, &args.policy, None, false)?;
+    let runtime = super::build_runtime(args.workspace, &args.policy, &args.state, None, false)?;
     tracing::info!(
         workspace = %runtime.workspace().root().display(),
         policy = runtime.policy().name(),

@@ -120,6 +120,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let (runtime, upstreams) = super::remote_runtime(
         args.workspace,
         &args.policy,
+        &args.state,
         &args.timing,
         args.servers.as_deref(),
     )?;

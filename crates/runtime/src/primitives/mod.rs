@@ -5,12 +5,14 @@
 //! - [`write`]: complete-before-visible writes (staged temp file, fsync, rename or exclusive
 //!   link, SHA-256 precondition at commit) and bounded reads of regular files.
 //! - [`write_lock`]: the runtime's per-file write locks.
+//! - [`private`]: owner-only files and directories of the state directory (jobs, resources).
 //! - [`diff`]: unified diffs (via `similar`) and byte caps with a marker.
 //! - [`ignores`]: the ignore files of `search_text`/`list_files` walks, capped and shared.
 //! - [`skipped`]: paths a walk or search could not read, bounded and in path order.
 
 pub(crate) mod diff;
 pub(crate) mod ignores;
+pub(crate) mod private;
 pub(crate) mod skipped;
 pub(crate) mod text;
 pub(crate) mod write;

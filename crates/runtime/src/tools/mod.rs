@@ -16,8 +16,10 @@ mod edit;
 mod fs;
 pub(crate) mod git;
 mod info;
+pub mod jobs;
 mod patch;
 pub(crate) mod process;
+pub mod resources;
 mod search;
 
 /// Every tool, in listing order.
@@ -31,6 +33,8 @@ fn specs() -> Vec<ToolSpec> {
     v.extend(process::specs());
     v.extend(process::session::specs());
     v.extend(git::specs());
+    v.extend(jobs::specs());
+    v.extend(resources::specs());
     v
 }
 

@@ -118,6 +118,7 @@ fn fuzz_stdio_session_answers_each_line_at_most_once() {
             policy: crate::policy::Policy::profile(crate::policy::Profile::Review),
             default_yield_after: None,
             remote: false,
+            state_dir: None,
         })
         .unwrap(),
     );

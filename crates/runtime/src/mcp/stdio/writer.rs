@@ -212,6 +212,7 @@ mod tests {
                 policy: crate::policy::Policy::profile(crate::policy::Profile::Full),
                 default_yield_after: None,
                 remote: false,
+                state_dir: None,
             })
             .unwrap(),
         );

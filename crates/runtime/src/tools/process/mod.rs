@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
-    PROCESS_ARGV_MAX, PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES, PROCESS_STDIN_MAX_BYTES,
+    PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES, PROCESS_STDIN_MAX_BYTES,
     PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN, RESULT_SUMMARY_MAX_CHARS,
     RESULT_TEXT_DEFAULT_CHARS,
 };
@@ -35,6 +35,7 @@ use crate::{
 pub(crate) mod engine;
 pub(super) mod session;
 
+pub(crate) use engine::check_argv;
 use engine::{Proc, Spawn, env};
 
 /// Hints of tools that run arbitrary programs.
@@ -316,29 +317,6 @@ async fn exec_command(
     let argv = vec!["/bin/sh".into(), "-c".into(), OsString::from(&args.command)];
     let display = vec!["/bin/sh".to_owned(), "-c".to_owned(), args.command.clone()];
     run(rt, cx, argv, display, common_args!(args, "exec_command")).await
-}
-
-/// Checks an argv against the contract's bounds.
-pub(crate) fn check_argv(argv: &[String]) -> ToolResult<()> {
-    if argv.is_empty() || argv[0].is_empty() {
-        return Err(ToolError::invalid("argv must name a program"));
-    }
-    if argv.len() > PROCESS_ARGV_MAX {
-        return Err(ToolError::invalid(format!(
-            "argv has {} entries; at most {PROCESS_ARGV_MAX}",
-            argv.len()
-        )));
-    }
-    let size: usize = argv.iter().map(|a| a.len() + 1).sum();
-    if size > PROCESS_COMMAND_MAX_BYTES {
-        return Err(ToolError::invalid(format!(
-            "argv is {size} bytes; at most {PROCESS_COMMAND_MAX_BYTES}"
-        )));
-    }
-    if argv.iter().any(|a| a.contains('\0')) {
-        return Err(ToolError::invalid("argv entries cannot contain NUL bytes"));
-    }
-    Ok(())
 }
 
 /// Builds the spawn spec: confined cwd and the policy's environment.

@@ -30,10 +30,13 @@ use tokio::{
 };
 
 use protocol::limits::{
-    PROCESS_OUTPUT_MAX_BYTES, SESSION_OUTPUT_RETAINED_BYTES, TERMINATION_GRACE,
+    PROCESS_ARGV_MAX, PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES,
+    SESSION_OUTPUT_RETAINED_BYTES, TERMINATION_GRACE,
 };
 
 use output::StreamBuf;
+
+use crate::mcp::error::{ToolError, ToolResult};
 
 /// How long the pipes may stay open after the leader exited before the tree is cleaned up.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
@@ -564,4 +567,27 @@ fn signal_number(name: &str) -> Option<i32> {
         _ => name.parse::<Signal>().ok(),
     };
     Some(known.map_or(0, |s| s as i32))
+}
+
+/// Checks an argv against the contract's bounds.
+pub(crate) fn check_argv(argv: &[String]) -> ToolResult<()> {
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(ToolError::invalid("argv must name a program"));
+    }
+    if argv.len() > PROCESS_ARGV_MAX {
+        return Err(ToolError::invalid(format!(
+            "argv has {} entries; at most {PROCESS_ARGV_MAX}",
+            argv.len()
+        )));
+    }
+    let size: usize = argv.iter().map(|a| a.len() + 1).sum();
+    if size > PROCESS_COMMAND_MAX_BYTES {
+        return Err(ToolError::invalid(format!(
+            "argv is {size} bytes; at most {PROCESS_COMMAND_MAX_BYTES}"
+        )));
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(ToolError::invalid("argv entries cannot contain NUL bytes"));
+    }
+    Ok(())
 }

@@ -138,6 +138,22 @@ impl StreamBuf {
         (start, bytes, dropped)
     }
 
+    /// The whole output, when every byte is still retained (it never outgrew the window).
+    pub(crate) fn whole(&self) -> Option<Vec<u8>> {
+        (self.window.len() as u64 == self.total).then(|| self.copy_window(0..self.window.len()))
+    }
+
+    /// The first `n` bytes ever written (fewer when the head kept fewer).
+    pub(crate) fn first_bytes(&self, n: usize) -> &[u8] {
+        &self.head[..self.head.len().min(n)]
+    }
+
+    /// The newest `n` bytes (fewer when the window holds fewer).
+    pub(crate) fn last_bytes(&self, n: usize) -> Vec<u8> {
+        let len = self.window.len().min(n);
+        self.copy_window(self.window.len() - len..self.window.len())
+    }
+
     /// The whole output if it fits in `max` bytes, else the first `max/2` and last `max/2` bytes
     /// joined by a marker naming what was left out. Returns `(text, truncated, head)`, `head`
     /// being the bytes of the head shown (where the left-out bytes start).

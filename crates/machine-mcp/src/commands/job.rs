@@ -1,0 +1,288 @@
+//! `machine-mcp job ...` and `machine-mcp resource ...`: managed jobs and local resources from
+//! the machine's own shell (docs/jobs.md). `job submit` goes through the `start_job` tool, so a
+//! plan is checked exactly as an assistant's is; the other commands read the store directly,
+//! as the machine's owner, who sees every job.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use runtime::{
+    CallContext, McpServer, Principal,
+    tools::{
+        jobs::engine::{
+            JobView,
+            store::{JobStore, Loaded},
+        },
+        resources::engine::{self as resources, Registry, Validity},
+    },
+};
+use serde_json::{Value, json};
+
+use crate::cli::{JobCommand, JobOut, PolicyArgs, ResourceCommand, StateArgs};
+
+/// Runs one `job` command.
+pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
+    match cmd {
+        JobCommand::Submit {
+            plan,
+            stage,
+            workspace,
+            policy,
+            out,
+        } => submit(&plan, stage, workspace, &policy, &out).await,
+        JobCommand::List { out } => {
+            let store = store(&out.state)?;
+            store.recover();
+            let views: Vec<JobView> = store
+                .list()
+                .iter()
+                .map(|(id, l)| JobView::of(id, l))
+                .collect();
+            if out.json {
+                return print_json(&json!({ "jobs": views }));
+            }
+            if views.is_empty() {
+                println!("no jobs");
+            }
+            for v in &views {
+                println!(
+                    "{:<28}  {:<17}  {:<24}  {}",
+                    v.job_id,
+                    v.state.as_str(),
+                    v.created_at.as_deref().unwrap_or("-"),
+                    v.name
+                );
+            }
+            Ok(())
+        }
+        JobCommand::Inspect { job_id, out } => {
+            let store = store(&out.state)?;
+            match load(&store, &job_id)? {
+                Loaded::Ok(plan, status) => {
+                    let v = json!({ "plan": plan, "status": status });
+                    if out.json {
+                        return print_json(&v);
+                    }
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                    Ok(())
+                }
+                Loaded::Unreadable { why, .. } => bail!("job {job_id} is unreadable: {why}"),
+            }
+        }
+        JobCommand::Read { job_id, wait, out } => {
+            let store = store(&out.state)?;
+            store.recover_one(&job_id);
+            let mut view = JobView::of(&job_id, &load(&store, &job_id)?);
+            while wait && !view.is_terminal() {
+                eprintln!(
+                    "job {job_id}: {} ({} steps started)",
+                    view.state.as_str(),
+                    view.steps.len()
+                );
+                let version = view.version;
+                while view.version == version {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    view = JobView::of(&job_id, &load(&store, &job_id)?);
+                }
+            }
+            if out.json {
+                return print_json(&serde_json::to_value(&view)?);
+            }
+            print_view(&view);
+            Ok(())
+        }
+        JobCommand::Start { job_id, out } => {
+            let store = store(&out.state)?;
+            let status = store.start_staged(&job_id).map_err(tool_error)?;
+            if out.json {
+                return print_json(&json!({"job_id": job_id, "state": status.state()}));
+            }
+            println!("job {job_id} is {}", status.state().as_str());
+            Ok(())
+        }
+        JobCommand::Cancel { job_id, out } => {
+            let store = store(&out.state)?;
+            let status = store.cancel(&job_id).map_err(tool_error)?;
+            let requested = !status.is_terminal();
+            if out.json {
+                return print_json(
+                    &json!({"job_id": job_id, "state": status.state(), "cancel_requested": requested}),
+                );
+            }
+            if requested {
+                println!("cancellation of job {job_id} requested; its finally steps still run");
+            } else {
+                println!("job {job_id} is {}", status.state().as_str());
+            }
+            Ok(())
+        }
+        JobCommand::Prune { all, out } => {
+            let removed = store(&out.state)?.prune(all);
+            if out.json {
+                return print_json(&json!({ "removed": removed }));
+            }
+            println!("removed {removed} jobs");
+            Ok(())
+        }
+    }
+}
+
+fn store(state: &StateArgs) -> Result<JobStore> {
+    let dir = super::state_dir(state)?;
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    Ok(JobStore::new(&dir, exe))
+}
+
+fn load(store: &JobStore, id: &str) -> Result<Loaded> {
+    store.dir(id).map_err(tool_error)?;
+    store.load(id).with_context(|| {
+        format!(
+            "no job {id} in {} (machine-mcp job list shows them)",
+            store.root().display()
+        )
+    })
+}
+
+fn tool_error(e: runtime::ToolError) -> anyhow::Error {
+    anyhow::anyhow!("{} ({})", e.message(), e.code())
+}
+
+fn print_json(v: &Value) -> Result<()> {
+    println!("{}", serde_json::to_string(v)?);
+    Ok(())
+}
+
+fn print_view(v: &JobView) {
+    println!("job {}  {}  ({})", v.job_id, v.state.as_str(), v.name);
+    if let Some(e) = &v.error {
+        println!("error: {}: {}", e.code, e.message);
+    }
+    for s in &v.steps {
+        let phase = serde_json::to_value(s.phase).unwrap_or_default();
+        let state = serde_json::to_value(s.state).unwrap_or_default();
+        println!(
+            "--- {} {}: {:?}  {}{}  {} ms",
+            phase.as_str().unwrap_or(""),
+            s.index,
+            s.argv,
+            state.as_str().unwrap_or(""),
+            s.exit_code
+                .map(|c| format!(" (code {c})"))
+                .unwrap_or_default(),
+            s.duration_ms
+        );
+        if let Some(e) = &s.error {
+            println!("{e}");
+        }
+        print!("{}", s.stdout);
+        if !s.stderr.is_empty() {
+            println!("[stderr]");
+            print!("{}", s.stderr);
+        }
+    }
+}
+
+async fn submit(
+    plan: &std::path::Path,
+    stage: bool,
+    workspace: Option<std::path::PathBuf>,
+    policy: &PolicyArgs,
+    out: &JobOut,
+) -> Result<()> {
+    let text = std::fs::read_to_string(plan)
+        .with_context(|| format!("cannot read the plan {}", plan.display()))?;
+    let args: Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", plan.display()))?;
+    let Value::Object(args) = args else {
+        bail!("{} must hold one JSON object (the plan)", plan.display());
+    };
+    let runtime = super::build_runtime(workspace, policy, &out.state, None, false)?;
+    let server = McpServer::new(runtime.access(None), Principal::local());
+    let tool = if stage { "stage_job" } else { "start_job" };
+    let result = server
+        .call(tool, args, CallContext::local())
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let structured = result.structured_content.clone().unwrap_or(Value::Null);
+    if result.is_error == Some(true) {
+        let msg = structured
+            .get("error")
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{structured}"));
+        bail!("the plan was refused: {msg}");
+    }
+    if out.json {
+        return print_json(&structured);
+    }
+    let id = structured["job_id"].as_str().unwrap_or_default();
+    let state = structured["state"].as_str().unwrap_or_default();
+    if structured["idempotency_replay"] == true {
+        println!("{id} {state} (already submitted with this idempotency_key and plan)");
+    } else {
+        println!("{id} {state}");
+    }
+    Ok(())
+}
+
+/// Runs one `resource` command.
+pub(crate) fn resource(cmd: ResourceCommand) -> Result<()> {
+    match cmd {
+        ResourceCommand::Add {
+            alias,
+            path,
+            allow_insecure_permissions,
+            state,
+        } => {
+            let reg = Registry::new(&super::state_dir(&state)?);
+            let e = reg.add(&alias, &path, allow_insecure_permissions)?;
+            println!(
+                "registered {alias}: {} ({} bytes, sha256 {})",
+                e.path.display(),
+                e.bytes,
+                &e.sha256[..16]
+            );
+            Ok(())
+        }
+        ResourceCommand::Remove { alias, state } => {
+            let reg = Registry::new(&super::state_dir(&state)?);
+            if reg.remove(&alias)? {
+                println!("removed {alias} (the file itself is untouched)");
+                Ok(())
+            } else {
+                bail!("no resource {alias} (machine-mcp resource list shows them)")
+            }
+        }
+        ResourceCommand::List { out } => show_resources(&out, false),
+        ResourceCommand::Check { out } => show_resources(&out, true),
+    }
+}
+
+/// Prints every resource and its state; with `check`, fails when one is not usable.
+fn show_resources(out: &JobOut, check: bool) -> Result<()> {
+    let reg = Registry::new(&super::state_dir(&out.state)?);
+    let all = reg.load()?;
+    let rows: Vec<(String, String, Validity)> = all
+        .iter()
+        .map(|(a, e)| (a.clone(), e.path.display().to_string(), resources::check(e)))
+        .collect();
+    if out.json {
+        let v: Vec<Value> = rows
+            .iter()
+            .map(|(a, p, s)| json!({"alias": a, "path": p, "state": s}))
+            .collect();
+        print_json(&json!({ "resources": v }))?;
+    } else {
+        if rows.is_empty() {
+            println!("no resources (machine-mcp resource add ALIAS PATH)");
+        }
+        for (a, p, s) in &rows {
+            println!("{a:<24} {:<21} {p}", s.as_str());
+        }
+    }
+    if check && rows.iter().any(|(_, _, s)| *s != Validity::Ok) {
+        bail!("a resource is not usable; re-register it with machine-mcp resource add");
+    }
+    Ok(())
+}

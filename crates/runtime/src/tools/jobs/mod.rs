@@ -1,0 +1,636 @@
+//! Managed jobs (issue 16; `docs/jobs.md`): `start_job`, `stage_job`, `read_job`, `list_jobs`,
+//! `cancel_job`. A job is a plan of argv steps run to the end by a detached runner, whatever
+//! happens to the session, the server or the relay link; its plan, status and result live
+//! owner-only in the state directory. The [`engine`] holds the plan, the state machine, the
+//! store and the runner; this module validates a call against the caller's authority and
+//! shapes the results.
+
+use std::{sync::Arc, time::Duration};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use protocol::limits::{JOB_READ_WAIT_MAX, RESULT_TEXT_DEFAULT_CHARS};
+
+use crate::{
+    Access,
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolErrorCode, ToolResult},
+        text::{TextView, body_limit},
+    },
+    policy::Capability,
+    tools::blocking::blocking,
+};
+
+pub mod engine;
+
+use engine::{
+    JobView,
+    plan::{Checks, Plan, canonical_sha256, validate},
+    state::JobState,
+    store::{self, Authority, JobStore, Loaded, StoredPlan},
+};
+
+/// Hints of the tools that start jobs: they run programs, and a repeated call with the same
+/// idempotency key has no further effect.
+const START_HINTS: Hints = Hints {
+    read_only: false,
+    destructive: true,
+    idempotent: true,
+    open_world: true,
+};
+
+pub(crate) fn specs() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::structured(
+            ToolMeta {
+                name: "start_job",
+                title: "Start a managed job",
+                description: "Start a managed job: a plan of argv steps (1-16) that a detached \
+                              runner executes to the end even if this session, the server or \
+                              the connection ends, then finally_steps (cleanup, 0-16) however \
+                              the steps ended. Returns job_id at once; follow it with read_job \
+                              (wait_ms long-polls). Each step: argv, cwd, env, env_resources \
+                              (variable -> local resource alias), stdin or stdin_resource, \
+                              timeout_seconds (1-21600, default 600), allow_failure, \
+                              capture_output. Placeholders {{temp:NAME}} (temporary_files), \
+                              {{resource:ALIAS}} (path of a private copy), {{job:workspace}}. \
+                              depends_on waits for other jobs' success. The same \
+                              idempotency_key with the same plan returns the existing job \
+                              (idempotency_replay: true); another plan is a conflict. Secrets \
+                              of local resources never appear in results: they read as \
+                              [resource:ALIAS]. See list_local_resources.",
+                capability: Capability::ExecDirect,
+                hints: START_HINTS,
+            },
+            start_job,
+        ),
+        ToolSpec::structured(
+            ToolMeta {
+                name: "stage_job",
+                title: "Stage a managed job",
+                description: "Validate and store a job plan (as start_job takes it) without \
+                              running it: the user reviews it with `machine-mcp job inspect \
+                              ID` and starts it with `machine-mcp job start ID`. A staged job \
+                              expires after 24 h.",
+                capability: Capability::ExecDirect,
+                hints: START_HINTS,
+            },
+            stage_job,
+        ),
+        ToolSpec::structured(
+            ToolMeta {
+                name: "read_job",
+                title: "Read a managed job",
+                description: "Read a job: state (staged, queued, running, cleaning, succeeded, \
+                              failed, cancelled, interrupted, recovered, recovery_failed, \
+                              dependency_failed, expired, unreadable), phase, error, and per \
+                              step exit code, timing and redacted output (head and tail). \
+                              wait_ms (at most 30000) waits until the job changes (its version \
+                              differs from after_version, or from the version when called).",
+                capability: Capability::ExecDirect,
+                hints: Hints::READ,
+            },
+            read_job,
+        ),
+        ToolSpec::structured(
+            ToolMeta {
+                name: "list_jobs",
+                title: "List managed jobs",
+                description: "List your jobs, newest first: id, name, state, phase, times and \
+                              error. A job whose state cannot be read is listed as unreadable.",
+                capability: Capability::ExecDirect,
+                hints: Hints::READ,
+            },
+            list_jobs,
+        ),
+        ToolSpec::structured(
+            ToolMeta {
+                name: "cancel_job",
+                title: "Cancel a managed job",
+                description: "Cancel a job: a staged one at once; a queued or running one \
+                              stops before its next step, its running step's process tree is \
+                              terminated, and its finally steps still run. A finished job is \
+                              left as it is.",
+                capability: Capability::ExecDirect,
+                hints: Hints {
+                    read_only: false,
+                    destructive: true,
+                    idempotent: true,
+                    open_world: false,
+                },
+            },
+            cancel_job,
+        ),
+    ]
+}
+
+/// The store, or why jobs are not available.
+fn job_store(rt: &Access) -> ToolResult<JobStore> {
+    rt.jobs().cloned().ok_or_else(|| {
+        ToolError::new(
+            ToolErrorCode::Unavailable,
+            "managed jobs need a state directory, and this server has none",
+        )
+    })
+}
+
+/// Whether the caller may see a job of `owner` (`None`: unknown, unreadable).
+fn visible(rt: &Access, cx: &CallContext, owner: Option<&str>) -> bool {
+    rt.is_owner() || owner == Some(cx.principal.id())
+}
+
+fn no_job(id: &str) -> ToolError {
+    ToolError::new(ToolErrorCode::NotFound, format!("no job {id}"))
+}
+
+/// Result of `start_job` and `stage_job`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct JobStarted {
+    /// The job id (for read_job, cancel_job, depends_on).
+    job_id: String,
+    /// The plan's name.
+    name: String,
+    /// Its state now.
+    state: JobState,
+    /// The same idempotency_key and plan were submitted before: this is that job.
+    idempotency_replay: bool,
+    /// Its version now (see read_job after_version).
+    version: u64,
+    /// The job at its end, when the call followed it as a task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<JobView>,
+}
+
+impl TextView for JobStarted {
+    fn summary(&self) -> String {
+        let replay = if self.idempotency_replay {
+            " (the same plan was submitted before under this idempotency_key: this is that job)"
+        } else {
+            ""
+        };
+        let state = self.job.as_ref().map_or(self.state, |j| j.state);
+        format!(
+            "job {} ({}) is {}{replay}; follow it with read_job {{\"job_id\": \"{}\", \"wait_ms\": 30000}}",
+            self.job_id,
+            self.name,
+            state.as_str(),
+            self.job_id
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        if let Some(j) = &self.job {
+            job_body(j, out);
+        }
+    }
+}
+
+async fn start_job(rt: Arc<Access>, plan: Plan, cx: CallContext) -> ToolResult<JobStarted> {
+    let in_task = cx.in_task;
+    let mut started = accept(rt.clone(), plan, &cx, false).await?;
+    if in_task {
+        // A task-aware client follows the job in the background: the task ends with the job.
+        let store = job_store(&rt)?;
+        let mut version = 0;
+        loop {
+            let id = started.job_id.clone();
+            let view = wait_for_change(store.clone(), id, version, JOB_READ_WAIT_MAX).await?;
+            version = view.version;
+            let done = view.steps.len();
+            let total = view.planned_steps + view.planned_finally_steps;
+            let msg = format!("{}: {} of {total} steps started", view.state.as_str(), done);
+            cx.progress
+                .report(done as f64, Some(total as f64), || msg.clone());
+            if view.is_terminal() || cx.cancel.is_cancelled() {
+                let mut view = view;
+                view.fit(body_limit(RESULT_TEXT_DEFAULT_CHARS) - 4_000);
+                started.job = Some(view);
+                break;
+            }
+        }
+    }
+    Ok(started)
+}
+
+async fn stage_job(rt: Arc<Access>, plan: Plan, cx: CallContext) -> ToolResult<JobStarted> {
+    accept(rt, plan, &cx, true).await
+}
+
+/// Validates `plan` against the caller's authority and accepts it (or finds it accepted).
+async fn accept(
+    rt: Arc<Access>,
+    plan: Plan,
+    cx: &CallContext,
+    staged: bool,
+) -> ToolResult<JobStarted> {
+    let store = job_store(&rt)?;
+    let registry = rt.resources().cloned().ok_or_else(|| {
+        ToolError::new(
+            ToolErrorCode::Unavailable,
+            "this server has no state directory",
+        )
+    })?;
+    let owner = cx.principal.id().to_owned();
+    blocking(move || {
+        let id = store::job_id(&owner, &plan.idempotency_key);
+        let sha = canonical_sha256(&plan);
+        // A retry of an accepted submission is answered before anything is checked again.
+        if let Some(Loaded::Ok(old, status)) = store.load(&id)
+            && old.plan_sha256 == sha
+            && old.owner == owner
+        {
+            return Ok(started(&id, &old.plan.name, &status, true));
+        }
+        let resources = registry
+            .load()
+            .map_err(|e| ToolError::new(ToolErrorCode::ExecutionFailed, e.to_string()))?;
+        let checks = Checks {
+            exec_mode: rt.policy().exec_mode(),
+            workspace: rt.workspace(),
+            resources: &resources,
+        };
+        let v = validate(&plan, &checks)?;
+        for dep in &plan.depends_on {
+            match store.load(dep) {
+                Some(Loaded::Ok(p, _)) if rt.is_owner() || p.owner == owner => {}
+                _ => {
+                    return Err(ToolError::new(
+                        ToolErrorCode::NotFound,
+                        format!("depends_on: no job {dep}"),
+                    ));
+                }
+            }
+        }
+        let (created_at, created_unix) = store::accepted_now();
+        let name = plan.name.clone();
+        let stored = StoredPlan {
+            job_id: id,
+            owner,
+            plan,
+            plan_sha256: sha,
+            authority: Authority {
+                profile: rt.policy().name().to_owned(),
+                exec_mode: rt.policy().exec_mode(),
+                full_env: rt.policy().full_env(),
+                workspace: rt.workspace().root().to_owned(),
+                restricted: rt.workspace().restricted(),
+            },
+            cwds: v.cwds,
+            resources: v.resources,
+            created_at,
+            created_unix,
+            scrubbed: false,
+        };
+        let a = store.accept(stored, staged)?;
+        Ok(started(&a.job_id, &name, &a.status, a.replay))
+    })
+    .await
+}
+
+fn started(id: &str, name: &str, status: &engine::state::Status, replay: bool) -> JobStarted {
+    JobStarted {
+        job_id: id.to_owned(),
+        name: name.to_owned(),
+        state: status.state(),
+        idempotency_replay: replay,
+        version: status.version,
+        job: None,
+    }
+}
+
+/// Arguments of `read_job`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadJobArgs {
+    /// The job id.
+    job_id: String,
+    /// Wait up to this many milliseconds (at most 30000) for the job to change.
+    #[serde(default)]
+    #[schemars(range(max = 30000))]
+    wait_ms: Option<u64>,
+    /// With wait_ms: return as soon as the job's version differs from this one (default: the
+    /// version when called).
+    #[serde(default)]
+    after_version: Option<u64>,
+}
+
+/// Result of `read_job`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ReadJob {
+    #[serde(flatten)]
+    job: JobView,
+}
+
+impl TextView for ReadJob {
+    fn summary(&self) -> String {
+        job_summary(&self.job)
+    }
+
+    fn body(&self, out: &mut String) {
+        job_body(&self.job, out);
+    }
+}
+
+fn job_summary(j: &JobView) -> String {
+    let phase = j
+        .phase
+        .map(|p| {
+            format!(
+                " (phase {})",
+                serde_json::to_value(p)
+                    .unwrap_or_default()
+                    .as_str()
+                    .unwrap_or("")
+            )
+        })
+        .unwrap_or_default();
+    let err = j
+        .error
+        .as_ref()
+        .map(|e| format!(": {} — {}", e.code, e.message))
+        .unwrap_or_default();
+    let more = if j.is_terminal() {
+        String::new()
+    } else {
+        format!(
+            "; wait for the next change with read_job {{\"job_id\": \"{}\", \"wait_ms\": 30000, \"after_version\": {}}}",
+            j.job_id, j.version
+        )
+    };
+    format!(
+        "job {} ({}) is {}{phase}{err}; {} of {} steps started, version {}{more}",
+        j.job_id,
+        j.name,
+        j.state.as_str(),
+        j.steps.len(),
+        j.planned_steps + j.planned_finally_steps,
+        j.version
+    )
+}
+
+fn job_body(j: &JobView, out: &mut String) {
+    for s in &j.steps {
+        let phase = serde_json::to_value(s.phase).unwrap_or_default();
+        let state = serde_json::to_value(s.state).unwrap_or_default();
+        out.push_str(&format!(
+            "[{} {}] {:?}: {}{}{} in {} ms\n",
+            phase.as_str().unwrap_or(""),
+            s.index,
+            s.argv,
+            state.as_str().unwrap_or(""),
+            s.exit_code
+                .map(|c| format!(" code {c}"))
+                .unwrap_or_default(),
+            s.signal
+                .as_ref()
+                .map(|g| format!(" by {g}"))
+                .unwrap_or_default(),
+            s.duration_ms
+        ));
+        if let Some(e) = &s.error {
+            out.push_str(e);
+            out.push('\n');
+        }
+        out.push_str(&s.stdout);
+        if !s.stdout.is_empty() && !s.stdout.ends_with('\n') {
+            out.push('\n');
+        }
+        if !s.stderr.is_empty() {
+            out.push_str("[stderr]\n");
+            out.push_str(&s.stderr);
+            if !s.stderr.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
+}
+
+/// The job `id` once its version differs from `version` (or at the wait's end).
+async fn wait_for_change(
+    store: JobStore,
+    id: String,
+    version: u64,
+    wait: Duration,
+) -> ToolResult<JobView> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let (s, i) = (store.clone(), id.clone());
+        let view = blocking(move || {
+            s.load(&i)
+                .map(|l| JobView::of(&i, &l))
+                .ok_or_else(|| no_job(&i))
+        })
+        .await?;
+        if view.version != version || tokio::time::Instant::now() >= deadline {
+            return Ok(view);
+        }
+        tokio::time::sleep(store::POLL).await;
+    }
+}
+
+async fn read_job(rt: Arc<Access>, args: ReadJobArgs, cx: CallContext) -> ToolResult<ReadJob> {
+    let store = job_store(&rt)?;
+    let wait = Duration::from_millis(args.wait_ms.unwrap_or(0));
+    if wait > JOB_READ_WAIT_MAX {
+        return Err(ToolError::invalid("wait_ms must be at most 30000"));
+    }
+    let (s, id) = (store.clone(), args.job_id.clone());
+    let first = blocking(move || {
+        s.dir(&id)?;
+        // A job whose runner died is taken care of before it is read.
+        s.recover_one(&id);
+        s.load(&id)
+            .map(|l| JobView::of(&id, &l))
+            .ok_or_else(|| no_job(&id))
+    })
+    .await?;
+    if !visible(&rt, &cx, first.owner.as_deref()) {
+        return Err(no_job(&args.job_id));
+    }
+    let after = args.after_version.unwrap_or(first.version);
+    let mut job = if wait.is_zero() || first.version != after || first.is_terminal() {
+        first
+    } else {
+        tokio::select! {
+            v = wait_for_change(store, args.job_id.clone(), after, wait) => v?,
+            _ = cx.cancel.cancelled() => return Err(ToolError::cancelled()),
+        }
+    };
+    job.fit(body_limit(RESULT_TEXT_DEFAULT_CHARS) - 4_000);
+    Ok(ReadJob { job })
+}
+
+/// Arguments of `list_jobs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListJobsArgs {
+    /// Only jobs in this state.
+    #[serde(default)]
+    state: Option<JobState>,
+    /// Most jobs listed (1-512, default 100).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 512))]
+    limit: Option<usize>,
+}
+
+/// One job in `list_jobs`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct JobSummary {
+    /// The job id.
+    job_id: String,
+    /// The plan's name.
+    name: String,
+    /// Its state.
+    state: JobState,
+    /// Its phase.
+    phase: Option<engine::state::Phase>,
+    /// RFC 3339 acceptance time.
+    created_at: Option<String>,
+    /// RFC 3339 end time.
+    finished_at: Option<String>,
+    /// Why it did not succeed.
+    error: Option<engine::state::JobError>,
+}
+
+/// Result of `list_jobs`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ListJobs {
+    /// The jobs, newest first.
+    jobs: Vec<JobSummary>,
+    /// More jobs matched than `limit`.
+    truncated: bool,
+}
+
+impl TextView for ListJobs {
+    fn summary(&self) -> String {
+        format!(
+            "{} jobs{}",
+            self.jobs.len(),
+            if self.truncated {
+                " (more not listed: raise limit)"
+            } else {
+                ""
+            }
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        for j in &self.jobs {
+            out.push_str(&format!(
+                "{} {} {}{}\n",
+                j.job_id,
+                j.state.as_str(),
+                j.name,
+                j.error
+                    .as_ref()
+                    .map(|e| format!(" ({}: {})", e.code, e.message))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+}
+
+/// Every job the caller may see, as views (also used by `machine-mcp job list`).
+fn visible_jobs(store: &JobStore, rt: &Access, cx: &CallContext) -> Vec<JobView> {
+    store.recover();
+    store
+        .list()
+        .iter()
+        .map(|(id, l)| JobView::of(id, l))
+        .filter(|v| visible(rt, cx, v.owner.as_deref()))
+        .collect()
+}
+
+async fn list_jobs(rt: Arc<Access>, args: ListJobsArgs, cx: CallContext) -> ToolResult<ListJobs> {
+    let store = job_store(&rt)?;
+    let limit = args.limit.unwrap_or(100).clamp(1, 512);
+    let rt2 = rt.clone();
+    let views = blocking(move || Ok(visible_jobs(&store, &rt2, &cx))).await?;
+    let mut jobs: Vec<JobSummary> = views
+        .into_iter()
+        .filter(|v| args.state.is_none_or(|s| s == v.state))
+        .map(|v| JobSummary {
+            job_id: v.job_id,
+            name: v.name,
+            state: v.state,
+            phase: v.phase,
+            created_at: v.created_at,
+            finished_at: v.finished_at,
+            error: v.error,
+        })
+        .collect();
+    let truncated = jobs.len() > limit;
+    jobs.truncate(limit);
+    Ok(ListJobs { jobs, truncated })
+}
+
+/// Arguments of `cancel_job`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CancelJobArgs {
+    /// The job id.
+    job_id: String,
+}
+
+/// Result of `cancel_job`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct CancelJob {
+    /// The job id.
+    job_id: String,
+    /// Its state after the request (a running job moves on as its runner stops it).
+    state: JobState,
+    /// Cancellation was requested (false: it had already ended).
+    cancel_requested: bool,
+}
+
+impl TextView for CancelJob {
+    fn summary(&self) -> String {
+        if self.cancel_requested {
+            format!(
+                "cancellation of job {} requested (state {}); its finally steps still run; \
+                 read_job shows the end",
+                self.job_id,
+                self.state.as_str()
+            )
+        } else {
+            format!(
+                "job {} had already ended ({})",
+                self.job_id,
+                self.state.as_str()
+            )
+        }
+    }
+}
+
+async fn cancel_job(
+    rt: Arc<Access>,
+    args: CancelJobArgs,
+    cx: CallContext,
+) -> ToolResult<CancelJob> {
+    let store = job_store(&rt)?;
+    let id = args.job_id;
+    blocking(move || {
+        let owner = match store.load(&id) {
+            None => return Err(no_job(&id)),
+            Some(Loaded::Ok(p, _)) => Some(p.owner),
+            Some(Loaded::Unreadable { owner, .. }) => owner,
+        };
+        if !visible(&rt, &cx, owner.as_deref()) {
+            return Err(no_job(&id));
+        }
+        let before = match store.load(&id) {
+            Some(Loaded::Ok(_, s)) => s.is_terminal(),
+            _ => false,
+        };
+        let status = store.cancel(&id)?;
+        Ok(CancelJob {
+            job_id: id,
+            state: status.state(),
+            cancel_requested: !before,
+        })
+    })
+    .await
+}

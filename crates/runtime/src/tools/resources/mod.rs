@@ -1,0 +1,105 @@
+//! Local resources (issue 16; `docs/jobs.md`): secrets the user registers by alias on the
+//! machine (`machine-mcp resource add`), which jobs use without their bytes or paths ever
+//! passing through MCP. The one tool, `list_local_resources`, shows aliases and their state
+//! only. The [`engine`] is the registry.
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::{
+    Access,
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolErrorCode, ToolResult},
+        text::TextView,
+    },
+    policy::Capability,
+    tools::{blocking::blocking, info::NoArgs},
+};
+
+pub mod engine;
+
+use engine::Validity;
+
+pub(crate) fn specs() -> Vec<ToolSpec> {
+    vec![ToolSpec::structured(
+        ToolMeta {
+            name: "list_local_resources",
+            title: "List local resources",
+            description: "List the local resources (secrets the user registered on this \
+                          machine with `machine-mcp resource add`) that jobs can use by alias \
+                          in env_resources, stdin_resource and {{resource:ALIAS}}: each alias \
+                          and its state (ok, missing, changed, insecure_permissions, \
+                          unreadable). Never shows paths or contents.",
+            capability: Capability::ExecDirect,
+            hints: Hints::READ,
+        },
+        list_local_resources,
+    )]
+}
+
+/// One resource as callers see it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ResourceView {
+    /// The alias.
+    alias: String,
+    /// Whether jobs can use it now.
+    state: Validity,
+}
+
+/// Result of `list_local_resources`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ListResources {
+    /// Every registered resource, by alias.
+    resources: Vec<ResourceView>,
+}
+
+impl TextView for ListResources {
+    fn summary(&self) -> String {
+        let ok = self
+            .resources
+            .iter()
+            .filter(|r| r.state == Validity::Ok)
+            .count();
+        format!(
+            "{} local resources, {ok} usable; register more with `machine-mcp resource add ALIAS PATH` on the machine",
+            self.resources.len()
+        )
+    }
+
+    fn body(&self, out: &mut String) {
+        for r in &self.resources {
+            out.push_str(&format!("{} {}\n", r.alias, r.state.as_str()));
+        }
+    }
+}
+
+async fn list_local_resources(
+    rt: Arc<Access>,
+    _args: NoArgs,
+    _cx: CallContext,
+) -> ToolResult<ListResources> {
+    let registry = rt.resources().cloned().ok_or_else(|| {
+        ToolError::new(
+            ToolErrorCode::Unavailable,
+            "local resources need a state directory, and this server has none",
+        )
+    })?;
+    blocking(move || {
+        let all = registry
+            .load()
+            .map_err(|e| ToolError::new(ToolErrorCode::ExecutionFailed, e.to_string()))?;
+        let resources = all
+            .iter()
+            .map(|(alias, entry)| ResourceView {
+                alias: alias.clone(),
+                state: engine::check(entry),
+            })
+            .collect();
+        Ok(ListResources { resources })
+    })
+    .await
+}
