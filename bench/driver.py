@@ -22,7 +22,9 @@ Measures:
      relay-eras (bench/relay.py): a trivial tool call through one relay in both MCP eras, the
      legacy session era and 2026-07-28 (sessionless), the same load client, the same run.
 
-  7. soak (bench/soak.py, only with `--only soak`): 4 clients making mixed calls for 30 minutes
+  7. jobs (bench/jobs.py): `start_job` acceptance latency against `run_process` on the same
+     session, and the time from a step's exit to a `read_job` long-poll showing it.
+  7b. soak (bench/soak.py, only with `--only soak`): 4 clients making mixed calls for 30 minutes
      (`--soak-minutes`), the server's RSS sampled every minute under load and quiesced.
   8. abuse (bench/abuse.py, only with `--only abuse`): the relay under idle connections, slow
      bodies and headers, unverified daemon sockets and 8 MB initializes, while a legitimate
@@ -31,7 +33,7 @@ Measures:
      daemon frozen (SIGSTOP), and a 10-minute flapping soak (`--faults-minutes`).
 
 `--only SECTION[,SECTION...]` runs a subset (startup, read_file, search, memory, processes, relay,
-relay-eras, soak, abuse, faults); without it, every section but soak, abuse and faults runs.
+relay-eras, jobs, soak, abuse, faults); without it, every section but soak, abuse and faults runs.
 """
 
 import argparse
@@ -49,6 +51,7 @@ import time
 
 import abuse
 import faults
+import jobs
 import processes
 import relay
 import soak
@@ -68,9 +71,10 @@ from common import (
     status,
 )
 
-SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "soak", "abuse", "faults")
+SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "jobs", "soak", "abuse",
+            "faults")
 # soak (30 minutes), abuse (about 5 minutes) and faults (about 12 minutes) run only when named.
-DEFAULT_SECTIONS = SECTIONS[:7]
+DEFAULT_SECTIONS = SECTIONS[:8]
 PEER_VERSIONS = {"desktop-commander": "0.2.52", "supergateway": "4.0.0", "mcp-proxy": "6.7.19"}
 PEERS = "@wonderwhy-er/desktop-commander 0.2.52, supergateway 4.0.0, mcp-proxy 6.7.19"
 
@@ -509,6 +513,10 @@ def main():
             with tempfile.TemporaryDirectory(prefix="mcp-bench-eras-") as rws:
                 res["relay-eras"] = relay.bench_relay_eras(a.bin, a.fixture, a.loadgen, a.relay_rounds,
                                                            a.relay_c1, a.relay_c10, rws)
+        if "jobs" in only:
+            log(f"{next(step)}/{n} managed jobs ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-jobs-") as jws:
+                res["jobs"] = jobs.bench_jobs(a.bin, jws, 30 if a.quick else 300, 10 if a.quick else 50)
         if "soak" in only:
             modes = [m.strip() for m in a.soak_modes.split(",") if m.strip()]
             log(f"{next(step)}/{n} soak ({', '.join(modes)}; {a.soak_minutes:g} min each) ...")
@@ -624,6 +632,10 @@ def main():
         details += det
     if "relay-eras" in res:
         rows, det = relay.report_eras(res["relay-eras"], a.relay_c1, a.relay_c10)
+        L.extend(rows)
+        details += det
+    if "jobs" in res:
+        rows, det = jobs.report(res["jobs"])
         L.extend(rows)
         details += det
     if "soak" in res:

@@ -12,7 +12,7 @@
 #   bash bench/run.sh                          # full run, writes bench/results/latest.md
 #   bash bench/run.sh --quick                  # few iterations, to check the script
 #   bash bench/run.sh --only processes,relay   # a subset: startup, read_file, search, memory,
-#                                              # processes, relay, relay-eras, soak, abuse,
+#                                              # processes, relay, relay-eras, jobs, soak, abuse,
 #                                              # faults
 #                                              # (comma-separated)
 #   bash bench/run.sh --only soak              # 30 min (--soak-minutes N; --soak-modes stdio,up
@@ -57,7 +57,7 @@ mkdir -p "$CACHE" "$HERE/results"
 # Which sections run (driver.py gets the same --only); the tree and rg are needed only for
 # search and memory, Node and the peers only for processes and relay. soak, abuse and faults are not in
 # the default list (30, ~8 and ~12 minutes): name them.
-ONLY=startup,read_file,search,memory,processes,relay,relay-eras
+ONLY=startup,read_file,search,memory,processes,relay,relay-eras,jobs
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[$i]}" in

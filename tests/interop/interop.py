@@ -44,6 +44,7 @@ TOOLS = {
     "run_process", "exec_command", "start_process", "read_process", "write_process",
     "kill_process", "list_processes",
     "git_status", "git_diff", "git_log", "git_show", "git_commit",
+    "start_job", "stage_job", "read_job", "list_jobs", "cancel_job", "list_local_resources",
 }
 # Crates to copy from the registry, in order of preference; any others fill up to MAX_CRATES.
 PREFERRED_CRATES = ["serde_json", "memchr", "tokio", "similar", "globset"]

@@ -634,3 +634,165 @@ async fn cancel_job(
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use crate::{
+        CallContext, McpServer, Principal, Runtime, RuntimeConfig,
+        policy::{Policy, Profile},
+    };
+
+    struct Machine {
+        _dirs: (tempfile::TempDir, tempfile::TempDir),
+        runtime: Arc<Runtime>,
+        state: std::path::PathBuf,
+    }
+
+    use std::sync::Arc;
+
+    fn machine() -> Machine {
+        let ws = tempfile::tempdir().unwrap();
+        let st = tempfile::tempdir().unwrap();
+        let runtime = Arc::new(
+            Runtime::new(RuntimeConfig {
+                workspace: ws.path().into(),
+                policy: Policy::profile(Profile::Full),
+                default_yield_after: None,
+                remote: true,
+                state_dir: Some(st.path().into()),
+            })
+            .unwrap(),
+        );
+        let state = st.path().to_owned();
+        Machine {
+            _dirs: (ws, st),
+            runtime,
+            state,
+        }
+    }
+
+    /// Calls `tool` as `who` with `role` (`None`: the local owner); the structured result, or
+    /// the error code.
+    async fn call(
+        m: &Machine,
+        role: Option<Profile>,
+        who: &str,
+        tool: &str,
+        args: Value,
+    ) -> Result<Value, String> {
+        let principal = if who == "local" {
+            Principal::local()
+        } else {
+            Principal::named(who)
+        };
+        let server = McpServer::new(m.runtime.access(role), principal.clone());
+        let mut cx = CallContext::local();
+        cx.principal = principal;
+        let r = server
+            .call(tool, args.as_object().cloned().unwrap_or_default(), cx)
+            .await
+            .map_err(|e| e.message.to_string())?;
+        if r.is_error == Some(true) {
+            let text = r
+                .content
+                .first()
+                .and_then(|c| c.as_text())
+                .map(|t| t.text.clone())
+                .unwrap_or_default();
+            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            return Err(v["code"].as_str().unwrap_or(&text).to_owned());
+        }
+        Ok(r.structured_content.unwrap_or(Value::Null))
+    }
+
+    fn plan(key: &str) -> Value {
+        json!({"name": "n", "idempotency_key": key, "steps": [{"argv": ["true"]}]})
+    }
+
+    #[tokio::test]
+    async fn a_remote_caller_sees_and_cancels_only_its_own_jobs_and_the_owner_sees_all() {
+        let m = machine();
+        let agent = Some(Profile::Agent);
+        let a = call(&m, agent, "alice", "stage_job", plan("k"))
+            .await
+            .unwrap();
+        assert_eq!(a["state"], "staged");
+        let id = a["job_id"].as_str().unwrap().to_owned();
+        let b = call(&m, agent, "bob", "stage_job", plan("k"))
+            .await
+            .unwrap();
+        assert_ne!(
+            b["job_id"], a["job_id"],
+            "the same key of another principal is another job"
+        );
+
+        let listed = call(&m, agent, "bob", "list_jobs", json!({}))
+            .await
+            .unwrap();
+        assert_eq!(listed["jobs"].as_array().unwrap().len(), 1, "{listed}");
+        let read = call(&m, agent, "bob", "read_job", json!({"job_id": id})).await;
+        assert_eq!(read.unwrap_err(), "not_found");
+        let cancel = call(&m, agent, "bob", "cancel_job", json!({"job_id": id})).await;
+        assert_eq!(cancel.unwrap_err(), "not_found");
+
+        let all = call(&m, None, "local", "list_jobs", json!({}))
+            .await
+            .unwrap();
+        assert_eq!(all["jobs"].as_array().unwrap().len(), 2, "{all}");
+        let c = call(&m, agent, "alice", "cancel_job", json!({"job_id": id}))
+            .await
+            .unwrap();
+        assert_eq!(c["state"], "cancelled");
+    }
+
+    #[tokio::test]
+    async fn a_refused_plan_writes_nothing() {
+        let m = machine();
+        let agent = Some(Profile::Agent);
+        let cases = [
+            json!({"name": "n", "idempotency_key": "k", "steps": [{"argv": ["true"], "cwd": ".."}]}),
+            json!({"name": "n", "idempotency_key": "k", "steps": [{"argv": ["sh -c x"], "shell": true}]}),
+            json!({"name": "n", "idempotency_key": "k", "steps": [{"argv": ["cat", "{{resource:nope}}"]}]}),
+            json!({"name": "n", "idempotency_key": "bad key", "steps": [{"argv": ["true"]}]}),
+            json!({"name": "n", "idempotency_key": "k", "steps": [{"argv": ["true"]}], "depends_on": ["job_000000000000000000000000"]}),
+        ];
+        let want = [
+            "path_boundary",
+            "policy_denied",
+            "not_found",
+            "invalid_request",
+            "not_found",
+        ];
+        for (plan, code) in cases.into_iter().zip(want) {
+            let r = call(&m, agent, "alice", "stage_job", plan.clone()).await;
+            assert_eq!(r.unwrap_err(), code, "{plan}");
+        }
+        let jobs = std::fs::read_dir(m.state.join("jobs"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("job_"))
+                    .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(jobs, 0);
+    }
+
+    #[tokio::test]
+    async fn the_same_key_with_another_plan_is_a_conflict_and_with_the_same_plan_a_replay() {
+        let m = machine();
+        let first = call(&m, None, "local", "stage_job", plan("same"))
+            .await
+            .unwrap();
+        let again = call(&m, None, "local", "stage_job", plan("same"))
+            .await
+            .unwrap();
+        assert_eq!(again["job_id"], first["job_id"]);
+        assert_eq!(again["idempotency_replay"], true);
+        let mut other = plan("same");
+        other["steps"][0]["argv"] = json!(["false"]);
+        let r = call(&m, None, "local", "stage_job", other).await;
+        assert_eq!(r.unwrap_err(), "conflict");
+    }
+}
