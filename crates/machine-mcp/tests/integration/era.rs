@@ -328,3 +328,33 @@ fn tasks_do_not_hold_call_slots() {
         s.request("tasks/cancel", json!({"taskId": id, "_meta": meta(true)}));
     }
 }
+
+#[test]
+fn start_job_as_a_task_follows_the_job_to_its_end() {
+    let t = Tree::new();
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_str().unwrap().to_owned();
+    let mut s = Server::spawn(t.path(), &["--state-dir", &dir]);
+    let plan = json!({"name": "t", "idempotency_key": "task-1",
+                      "steps": [{"argv": ["sh", "-c", "sleep 3; echo fin"]}]});
+    let r = s.request("tools/call", call_params("start_job", plan, true));
+    let task = &r["result"];
+    assert_eq!(task["resultType"], "task", "{r}");
+    let id = task["taskId"].as_str().expect("taskId").to_owned();
+    let done = wait_task(&mut s, &id);
+    let d = &done["result"];
+    assert_eq!(d["status"], "completed", "{done}");
+    let sc = &d["result"]["structuredContent"];
+    assert_eq!(sc["state"], "succeeded", "{done}");
+    assert_eq!(sc["job"]["steps"][0]["stdout"], "fin\n", "{done}");
+    // The job itself is in the store, readable by id like any other.
+    let job = sc["job_id"].as_str().unwrap();
+    let read = s.request(
+        "tools/call",
+        call_params("read_job", json!({"job_id": job}), false),
+    );
+    assert_eq!(
+        read["result"]["structuredContent"]["state"], "succeeded",
+        "{read}"
+    );
+}

@@ -22,7 +22,7 @@ const READ_TOOLS: [&str; 6] = [
     "search_text",
 ];
 const WRITE_TOOLS: [&str; 3] = ["write_file", "edit_file", "apply_patch"];
-const ARGV_TOOLS: [&str; 7] = [
+const ARGV_TOOLS: [&str; 13] = [
     "run_process",
     "start_process",
     "read_process",
@@ -30,6 +30,12 @@ const ARGV_TOOLS: [&str; 7] = [
     "kill_process",
     "list_processes",
     "git_commit",
+    "start_job",
+    "stage_job",
+    "read_job",
+    "list_jobs",
+    "cancel_job",
+    "list_local_resources",
 ];
 const GIT_READ_TOOLS: [&str; 4] = ["git_status", "git_diff", "git_log", "git_show"];
 

@@ -39,7 +39,8 @@ use protocol::limits::{
 use crate::policy::Principal;
 
 /// Tools whose calls may become tasks: the ones whose work can outlive any host's patience.
-pub const TASK_TOOLS: &[&str] = &["run_process", "exec_command"];
+/// `start_job` follows its job to the end when it runs as a task (`tools::jobs`).
+pub const TASK_TOOLS: &[&str] = &["run_process", "exec_command", "start_job"];
 
 /// The error for an unknown task id, or one that belongs to another principal (SEP-2663
 /// §Error Handling: -32602).

@@ -171,13 +171,19 @@ impl TextView for JobStarted {
         } else {
             ""
         };
-        let state = self.job.as_ref().map_or(self.state, |j| j.state);
+        let follow = if self.job.is_some() {
+            String::new()
+        } else {
+            format!(
+                "; follow it with read_job {{\"job_id\": \"{}\", \"wait_ms\": 30000}}",
+                self.job_id
+            )
+        };
         format!(
-            "job {} ({}) is {}{replay}; follow it with read_job {{\"job_id\": \"{}\", \"wait_ms\": 30000}}",
+            "job {} ({}): {}{replay}{follow}",
             self.job_id,
             self.name,
-            state.as_str(),
-            self.job_id
+            self.state.as_str(),
         )
     }
 
@@ -193,19 +199,26 @@ async fn start_job(rt: Arc<Access>, plan: Plan, cx: CallContext) -> ToolResult<J
     let mut started = accept(rt.clone(), plan, &cx, false).await?;
     if in_task {
         // A task-aware client follows the job in the background: the task ends with the job.
+        // Cancelling the task stops the following only (a server that shuts down cancels its
+        // tasks, and the job must outlive it); cancel_job cancels the job.
         let store = job_store(&rt)?;
         let mut version = 0;
         loop {
             let id = started.job_id.clone();
-            let view = wait_for_change(store.clone(), id, version, JOB_READ_WAIT_MAX).await?;
+            let view = tokio::select! {
+                v = wait_for_change(store.clone(), id, version, JOB_READ_WAIT_MAX) => v?,
+                () = cx.cancel.cancelled() => return Err(ToolError::cancelled()),
+            };
             version = view.version;
             let done = view.steps.len();
             let total = view.planned_steps + view.planned_finally_steps;
-            let msg = format!("{}: {} of {total} steps started", view.state.as_str(), done);
+            let msg = format!("{}: {done} of {total} steps started", view.state.as_str());
             cx.progress
                 .report(done as f64, Some(total as f64), || msg.clone());
-            if view.is_terminal() || cx.cancel.is_cancelled() {
+            if view.is_terminal() {
                 let mut view = view;
+                started.state = view.state;
+                started.version = view.version;
                 view.fit(body_limit(RESULT_TEXT_DEFAULT_CHARS) - 4_000);
                 started.job = Some(view);
                 break;

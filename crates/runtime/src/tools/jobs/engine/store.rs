@@ -255,7 +255,7 @@ impl JobStore {
     /// `execution_failed`: the store cannot be written or the runner cannot start.
     pub fn accept(&self, plan: StoredPlan, staged: bool) -> ToolResult<Accepted> {
         let _store = self.lock_store()?;
-        self.prune_locked(false);
+        self.prune_if_due();
         let id = plan.job_id.clone();
         let dir = self.dir(&id)?;
         match self.load(&id) {
@@ -482,6 +482,19 @@ impl JobStore {
         }
     }
 
+    /// [`JobStore::prune_locked`] at most once a minute (the mtime of `jobs/.pruned`), so an
+    /// acceptance does not read every job's files.
+    fn prune_if_due(&self) {
+        let mark = self.root.join(".pruned");
+        let due = fs::metadata(&mark)
+            .and_then(|m| m.modified())
+            .map_or(true, |t| t.elapsed().map_or(true, |e| e >= PRUNE_EVERY));
+        if due {
+            let _ = private::write_atomic(&mark, b"");
+            self.prune_locked(false);
+        }
+    }
+
     fn prune_locked(&self, all: bool) -> usize {
         let now = now_unix();
         let mut removed = 0;
@@ -575,7 +588,10 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("{name}: not valid ({e})"))
 }
 
-/// How long [`wait_for_change`] sleeps between reads.
+/// How often acceptance prunes the store.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// How long `read_job` sleeps between reads of a job it waits for.
 pub(crate) const POLL: Duration = Duration::from_millis(25);
 
 /// A new acceptance's timestamps.
