@@ -10,6 +10,7 @@ mod era;
 mod faults;
 mod git;
 mod hardening;
+mod jobs;
 mod net;
 mod oauth;
 mod oauth_abuse;

@@ -480,9 +480,11 @@ async fn read_job(rt: Arc<Access>, args: ReadJobArgs, cx: CallContext) -> ToolRe
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListJobsArgs {
-    /// Only jobs in this state.
+    /// Only jobs in this state: staged, queued, running, cleaning, succeeded, failed,
+    /// cancelled, interrupted, recovered, recovery_failed, dependency_failed, expired or
+    /// unreadable.
     #[serde(default)]
-    state: Option<JobState>,
+    state: Option<String>,
     /// Most jobs listed (1-512, default 100).
     #[serde(default)]
     #[schemars(range(min = 1, max = 512))]
@@ -560,11 +562,18 @@ fn visible_jobs(store: &JobStore, rt: &Access, cx: &CallContext) -> Vec<JobView>
 async fn list_jobs(rt: Arc<Access>, args: ListJobsArgs, cx: CallContext) -> ToolResult<ListJobs> {
     let store = job_store(&rt)?;
     let limit = args.limit.unwrap_or(100).clamp(1, 512);
+    let state: Option<JobState> = match &args.state {
+        None => None,
+        Some(s) => Some(
+            serde_json::from_value(serde_json::Value::String(s.clone()))
+                .map_err(|_| ToolError::invalid(format!("state {s:?} is not a job state")))?,
+        ),
+    };
     let rt2 = rt.clone();
     let views = blocking(move || Ok(visible_jobs(&store, &rt2, &cx))).await?;
     let mut jobs: Vec<JobSummary> = views
         .into_iter()
-        .filter(|v| args.state.is_none_or(|s| s == v.state))
+        .filter(|v| state.is_none_or(|s| s == v.state))
         .map(|v| JobSummary {
             job_id: v.job_id,
             name: v.name,

@@ -220,6 +220,7 @@ impl Job<'_> {
             "interrupted",
             "its runner died (killed, or the machine restarted); main steps are never run again",
         );
+        // `recover_one` may have marked it interrupted already; the recovery is this runner's.
         let attempts = self.status.recovery_attempts + 1;
         let needed = self.status.main_started && !self.plan.plan.finally_steps.is_empty();
         if !needed {

@@ -22,7 +22,7 @@ use protocol::limits::{JOB_RETENTION, JOB_STAGED_EXPIRY, JOBS_RETAINED_MAX};
 
 use super::{
     plan::Plan,
-    state::{JobError, JobState, RunnerId, Status},
+    state::{JobError, JobState, Phase, RunnerId, Status},
 };
 use crate::{
     mcp::error::{ToolError, ToolErrorCode, ToolResult},
@@ -294,6 +294,7 @@ impl JobStore {
             .prefix(".new-")
             .tempdir_in(&self.root)
             .map_err(|e| store_error("creating a job", &e))?;
+        private::create_dir(tmp.path()).map_err(|e| store_error("creating a job", &e))?;
         let mut status = Status::new(staged, plan.created_at.clone());
         let write = || -> io::Result<()> {
             let p = serde_json::to_vec(&plan).map_err(io::Error::other)?;
@@ -558,6 +559,17 @@ impl JobStore {
         let Some(Loaded::Ok(_, mut status)) = loaded else {
             return false;
         };
+        if status.main_started && status.state() != JobState::Interrupted {
+            // Readers see at once what the new runner will do: the job was interrupted, and
+            // its recovery (or its end as interrupted, without finally steps) follows.
+            let err = JobError {
+                code: "interrupted".into(),
+                message: "its runner died (killed, or the machine restarted); main steps are \
+                          never run again"
+                    .into(),
+            };
+            let _ = status.advance(JobState::Interrupted, Some(Phase::Recovery), Some(err));
+        }
         match self.start_runner(id, &mut status, lock) {
             Ok(()) => {
                 tracing::info!(job = %id, "started a runner for a job whose runner had died");
