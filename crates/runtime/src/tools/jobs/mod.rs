@@ -257,9 +257,17 @@ async fn accept(
         {
             return Ok(started(&id, &old.plan.name, &status, true));
         }
-        let resources = registry
-            .load()
-            .map_err(|e| ToolError::new(ToolErrorCode::ExecutionFailed, e.to_string()))?;
+        // A registry that cannot be read refuses only the plans that use a resource.
+        let resources = match registry.load() {
+            Ok(r) => r,
+            Err(e) if uses_resources(&plan) => {
+                return Err(ToolError::new(
+                    ToolErrorCode::ExecutionFailed,
+                    e.to_string(),
+                ));
+            }
+            Err(_) => Default::default(),
+        };
         let checks = Checks {
             exec_mode: rt.policy().exec_mode(),
             workspace: rt.workspace(),
@@ -301,6 +309,18 @@ async fn accept(
         Ok(started(&a.job_id, &name, &a.status, a.replay))
     })
     .await
+}
+
+/// Whether any step of `plan` names a local resource.
+fn uses_resources(plan: &Plan) -> bool {
+    plan.steps.iter().chain(&plan.finally_steps).any(|s| {
+        !s.env_resources.is_empty()
+            || s.stdin_resource.is_some()
+            || s.argv
+                .iter()
+                .chain(s.env.values())
+                .any(|a| a.contains("{{resource:"))
+    })
 }
 
 fn started(id: &str, name: &str, status: &engine::state::Status, replay: bool) -> JobStarted {
@@ -429,16 +449,25 @@ async fn wait_for_change(
     wait: Duration,
 ) -> ToolResult<JobView> {
     let deadline = tokio::time::Instant::now() + wait;
+    // The status file is replaced (renamed over) on every change: its identity says when it
+    // is worth reading again.
+    let mut seen = None;
     loop {
         let (s, i) = (store.clone(), id.clone());
-        let view = blocking(move || {
-            s.load(&i)
-                .map(|l| JobView::of(&i, &l))
-                .ok_or_else(|| no_job(&i))
-        })
-        .await?;
-        if view.version != version || tokio::time::Instant::now() >= deadline {
-            return Ok(view);
+        let now = blocking(move || Ok(s.status_identity(&i))).await?;
+        let last = tokio::time::Instant::now() >= deadline;
+        if seen.is_none() || now != seen || last {
+            seen = now;
+            let (s, i) = (store.clone(), id.clone());
+            let view = blocking(move || {
+                s.load(&i)
+                    .map(|l| JobView::of(&i, &l))
+                    .ok_or_else(|| no_job(&i))
+            })
+            .await?;
+            if view.version != version || last {
+                return Ok(view);
+            }
         }
         tokio::time::sleep(store::POLL).await;
     }
@@ -816,5 +845,29 @@ mod tests {
         other["steps"][0]["argv"] = json!(["false"]);
         let r = call(&m, None, "local", "stage_job", other).await;
         assert_eq!(r.unwrap_err(), "conflict");
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_resource_registry_refuses_only_plans_that_use_a_resource() {
+        let m = machine();
+        std::fs::write(m.state.join("resources.json"), b"{not json").unwrap();
+        call(&m, None, "local", "stage_job", plan("plain"))
+            .await
+            .unwrap();
+        let mut with = plan("secret");
+        with["steps"][0]["env_resources"] = json!({"T": "tok"});
+        let r = call(&m, None, "local", "stage_job", with).await;
+        assert_eq!(r.unwrap_err(), "execution_failed");
+        let listed = call(&m, None, "local", "list_local_resources", json!({})).await;
+        assert_eq!(
+            listed.unwrap_err(),
+            "execution_failed",
+            "reported, not shown as empty"
+        );
+        assert_eq!(
+            std::fs::read(m.state.join("resources.json")).unwrap(),
+            b"{not json",
+            "left as it was"
+        );
     }
 }

@@ -218,6 +218,14 @@ impl JobStore {
         })
     }
 
+    /// The identity of job `id`'s status file now (inode, size, modification time), or `None`
+    /// when it cannot be read; it changes with every write, which renames a new file over it.
+    pub fn status_identity(&self, id: &str) -> Option<(u64, u64, i64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(self.root.join(id).join("status.json")).ok()?;
+        Some((m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    }
+
     /// Writes `status` of job `id`, bumping its version.
     ///
     /// # Errors
