@@ -157,29 +157,9 @@ fn print_view(v: &JobView) {
     if let Some(e) = &v.error {
         println!("error: {}: {}", e.code, e.message);
     }
-    for s in &v.steps {
-        let phase = serde_json::to_value(s.phase).unwrap_or_default();
-        let state = serde_json::to_value(s.state).unwrap_or_default();
-        println!(
-            "--- {} {}: {:?}  {}{}  {} ms",
-            phase.as_str().unwrap_or(""),
-            s.index,
-            s.argv,
-            state.as_str().unwrap_or(""),
-            s.exit_code
-                .map(|c| format!(" (code {c})"))
-                .unwrap_or_default(),
-            s.duration_ms
-        );
-        if let Some(e) = &s.error {
-            println!("{e}");
-        }
-        print!("{}", s.stdout);
-        if !s.stderr.is_empty() {
-            println!("[stderr]");
-            print!("{}", s.stderr);
-        }
-    }
+    let mut text = String::new();
+    v.write_steps(&mut text);
+    print!("{text}");
 }
 
 async fn submit(

@@ -370,15 +370,7 @@ impl TextView for ReadJob {
 fn job_summary(j: &JobView) -> String {
     let phase = j
         .phase
-        .map(|p| {
-            format!(
-                " (phase {})",
-                serde_json::to_value(p)
-                    .unwrap_or_default()
-                    .as_str()
-                    .unwrap_or("")
-            )
-        })
+        .map(|p| format!(" (phase {})", p.as_str()))
         .unwrap_or_default();
     let err = j
         .error
@@ -405,40 +397,7 @@ fn job_summary(j: &JobView) -> String {
 }
 
 fn job_body(j: &JobView, out: &mut String) {
-    for s in &j.steps {
-        let phase = serde_json::to_value(s.phase).unwrap_or_default();
-        let state = serde_json::to_value(s.state).unwrap_or_default();
-        out.push_str(&format!(
-            "[{} {}] {:?}: {}{}{} in {} ms\n",
-            phase.as_str().unwrap_or(""),
-            s.index,
-            s.argv,
-            state.as_str().unwrap_or(""),
-            s.exit_code
-                .map(|c| format!(" code {c}"))
-                .unwrap_or_default(),
-            s.signal
-                .as_ref()
-                .map(|g| format!(" by {g}"))
-                .unwrap_or_default(),
-            s.duration_ms
-        ));
-        if let Some(e) = &s.error {
-            out.push_str(e);
-            out.push('\n');
-        }
-        out.push_str(&s.stdout);
-        if !s.stdout.is_empty() && !s.stdout.ends_with('\n') {
-            out.push('\n');
-        }
-        if !s.stderr.is_empty() {
-            out.push_str("[stderr]\n");
-            out.push_str(&s.stderr);
-            if !s.stderr.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-    }
+    j.write_steps(out);
 }
 
 /// The job `id` once its version differs from `version` (or at the wait's end).

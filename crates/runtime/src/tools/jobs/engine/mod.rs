@@ -110,6 +110,42 @@ impl JobView {
         }
     }
 
+    /// Appends each step as text: a line `[phase index] argv: state code/signal in N ms`, its
+    /// error, its stdout, and its stderr after a `[stderr]` line.
+    pub fn write_steps(&self, out: &mut String) {
+        for s in &self.steps {
+            out.push_str(&format!(
+                "[{} {}] {:?}: {}{}{} in {} ms\n",
+                s.phase.as_str(),
+                s.index,
+                s.argv,
+                s.state.as_str(),
+                s.exit_code
+                    .map(|c| format!(" code {c}"))
+                    .unwrap_or_default(),
+                s.signal
+                    .as_ref()
+                    .map(|g| format!(" by {g}"))
+                    .unwrap_or_default(),
+                s.duration_ms
+            ));
+            for (label, text) in [
+                ("", s.error.as_deref().unwrap_or("")),
+                ("", &s.stdout),
+                ("[stderr]\n", &s.stderr),
+            ] {
+                if text.is_empty() {
+                    continue;
+                }
+                out.push_str(label);
+                out.push_str(text);
+                if !text.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+        }
+    }
+
     /// Cuts every step's output so all of it fits in `max` bytes, each stream to an equal
     /// share, head and tail around a marker; a cut stream is flagged truncated.
     pub fn fit(&mut self, max: usize) {

@@ -92,6 +92,17 @@ pub enum Phase {
     Recovery,
 }
 
+impl Phase {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Steps => "steps",
+            Phase::FinallySteps => "finally_steps",
+            Phase::Recovery => "recovery",
+        }
+    }
+}
+
 /// How one step went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -106,6 +117,19 @@ pub enum StepState {
     Cancelled,
     /// It could not be started (see error).
     FailedToStart,
+}
+
+impl StepState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Running => "running",
+            StepState::Exited => "exited",
+            StepState::TimedOut => "timed_out",
+            StepState::Cancelled => "cancelled",
+            StepState::FailedToStart => "failed_to_start",
+        }
+    }
 }
 
 /// The identity of a runner process: PID, start time (clock ticks since boot) and boot id, so
