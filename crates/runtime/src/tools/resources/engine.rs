@@ -20,6 +20,10 @@ use protocol::limits::RESOURCE_MAX_BYTES;
 
 use crate::primitives::{private, text::sha256_hex};
 
+/// Smallest resource, without its trailing newline: shorter secrets cannot be told from
+/// ordinary text, so they could not be redacted.
+pub const RESOURCE_MIN_BYTES: usize = 4;
+
 /// File name of the registry in the state directory.
 pub const REGISTRY_FILE: &str = "resources.json";
 
@@ -190,6 +194,15 @@ impl Registry {
         }
         let bytes =
             private::read_capped(&abs, RESOURCE_MAX_BYTES).map_err(|e| bad(e.to_string()))?;
+        let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        let trimmed = trimmed.strip_suffix(b"\r").unwrap_or(trimmed);
+        if trimmed.len() < RESOURCE_MIN_BYTES {
+            return Err(bad(format!(
+                "{} bytes; a resource has at least {RESOURCE_MIN_BYTES} (a shorter secret cannot \
+                 be told from ordinary output, so it could not be redacted)",
+                trimmed.len()
+            )));
+        }
         let entry = Entry {
             path: abs,
             sha256: sha256_hex(&bytes),
@@ -294,6 +307,11 @@ mod tests {
     fn a_file_others_can_read_is_refused_unless_allowed() {
         let t = tempfile::tempdir().unwrap();
         let reg = Registry::new(t.path());
+        let short = t.path().join("short");
+        fs::write(&short, b"ab\n").unwrap();
+        fs::set_permissions(&short, fs::Permissions::from_mode(0o600)).unwrap();
+        let e = reg.add("s", &short, false).unwrap_err().to_string();
+        assert!(e.contains("at least 4"), "{e}");
         let p = secret(t.path(), 0o644);
         let e = reg.add("k", &p, false).unwrap_err().to_string();
         assert!(e.contains("chmod 600"), "{e}");

@@ -1,19 +1,40 @@
 //! Redaction of job output: every resource a job uses is replaced by `[resource:ALIAS]`
-//! wherever its exact bytes, their base64 (standard and URL-safe, padded or not) or hex
-//! (lower- and upper-case) forms, or its paths appear. Each form is also matched with one
-//! trailing newline removed, since a secret file usually ends in one that a program's output
-//! does not repeat.
+//! wherever its exact bytes, their base64 (standard and URL-safe, padded or not, and wrapped
+//! at 64 or 76 columns as `openssl base64` and `base64` print it) or hex (lower- and
+//! upper-case, and wrapped at 60 columns as `xxd -p` prints it) forms, or its paths appear.
+//! Each form is also matched with one trailing newline removed, since a secret file usually
+//! ends in one that a program's output does not repeat.
+//!
+//! One pass over the text: every occurrence of every form is found, and the leftmost, then
+//! longest, non-overlapping ones are replaced. [`Redactor::head`] and [`Redactor::tail`] cut
+//! in the *original* text's coordinates, so a form that starts inside the part kept is
+//! replaced whole even where it runs past the cut, and no part of one is ever shown.
 
 use base64::Engine as _;
 
-/// Forms shorter than this are not searched for: a one- or two-byte "secret" would redact
-/// ordinary text without protecting anything.
-const MIN_NEEDLE: usize = 3;
+/// Forms shorter than this are not searched for (a resource must be at least this long:
+/// [`crate::tools::resources::engine::RESOURCE_MIN_BYTES`]).
+const MIN_NEEDLE: usize = 4;
 
-/// The needles of a job's resources, longest first.
+/// The needles of a job's resources.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Redactor {
     needles: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// `s` with a line break after every `width` characters (none at the end).
+fn wrapped(s: &str, width: usize) -> Option<Vec<u8>> {
+    if s.len() <= width {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() + s.len() / width);
+    for (i, chunk) in s.as_bytes().chunks(width).enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(chunk);
+    }
+    Some(out)
 }
 
 impl Redactor {
@@ -34,11 +55,17 @@ impl Redactor {
                 &base64::engine::general_purpose::URL_SAFE,
                 &base64::engine::general_purpose::URL_SAFE_NO_PAD,
             ] {
-                forms.push((engine.encode(value).into_bytes(), token.clone()));
+                let b64 = engine.encode(value);
+                for width in [64, 76] {
+                    forms.extend(wrapped(&b64, width).map(|w| (w, token.clone())));
+                }
+                forms.push((b64.into_bytes(), token.clone()));
             }
             let hex = hex::encode(value);
-            forms.push((hex.to_ascii_uppercase().into_bytes(), token.clone()));
-            forms.push((hex.into_bytes(), token.clone()));
+            for h in [hex.to_ascii_uppercase(), hex] {
+                forms.extend(wrapped(&h, 60).map(|w| (w, token.clone())));
+                forms.push((h.into_bytes(), token.clone()));
+            }
         }
         forms.extend(paths.iter().map(|p| (p.to_vec(), token.clone())));
         for (f, t) in forms {
@@ -46,8 +73,6 @@ impl Redactor {
                 self.needles.push((f, t));
             }
         }
-        self.needles
-            .sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
     }
 
     /// Whether no needle was added.
@@ -58,30 +83,73 @@ impl Redactor {
     /// The longest needle's length: an occurrence starting in the first `n` bytes of a text lies
     /// within its first `n + longest` bytes.
     pub(crate) fn longest(&self) -> usize {
-        self.needles.first().map_or(0, |(n, _)| n.len())
+        self.needles.iter().map(|(n, _)| n.len()).max().unwrap_or(0)
     }
 
-    /// `data` with every needle replaced, longest first.
-    pub(crate) fn redact(&self, data: &[u8]) -> Vec<u8> {
-        let mut out = data.to_vec();
+    /// The occurrences to replace in `data`: `(start, end, token)`, leftmost then longest,
+    /// not overlapping, in order.
+    fn matches(&self, data: &[u8]) -> Vec<(usize, usize, &[u8])> {
+        let mut all: Vec<(usize, usize, &[u8])> = Vec::new();
         for (needle, token) in &self.needles {
-            if memchr::memmem::find(&out, needle).is_none() {
-                continue;
+            for k in memchr::memmem::find_iter(data, needle) {
+                all.push((k, k + needle.len(), token));
             }
-            let mut next = Vec::with_capacity(out.len());
-            let mut at = 0;
-            for k in memchr::memmem::find_iter(&out, needle) {
-                if k < at {
-                    continue;
-                }
-                next.extend_from_slice(&out[at..k]);
-                next.extend_from_slice(token);
-                at = k + needle.len();
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut out: Vec<(usize, usize, &[u8])> = Vec::new();
+        for m in all {
+            if out.last().is_none_or(|l| m.0 >= l.1) {
+                out.push(m);
             }
-            next.extend_from_slice(&out[at..]);
-            out = next;
         }
         out
+    }
+
+    /// The original bytes of `data` from `from` to `to`, every occurrence that starts in that
+    /// range replaced whole (it may run past `to`), and none that starts before `from` shown
+    /// in part.
+    fn range(&self, data: &[u8], from: usize, to: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(to.saturating_sub(from));
+        let mut at = from;
+        for (start, end, token) in self.matches(data) {
+            if end <= from {
+                continue;
+            }
+            if start >= to {
+                break;
+            }
+            if start < from {
+                // It began before the part kept: none of it is shown.
+                at = at.max(end);
+                continue;
+            }
+            if start > at {
+                out.extend_from_slice(&data[at..start]);
+            }
+            out.extend_from_slice(token);
+            at = end;
+        }
+        if at < to {
+            out.extend_from_slice(&data[at..to]);
+        }
+        out
+    }
+
+    /// `data` with every occurrence replaced.
+    pub(crate) fn redact(&self, data: &[u8]) -> Vec<u8> {
+        self.range(data, 0, data.len())
+    }
+
+    /// The first `keep` bytes of `data` (which holds [`Redactor::longest`] bytes more when
+    /// there are), redacted.
+    pub(crate) fn head(&self, data: &[u8], keep: usize) -> Vec<u8> {
+        self.range(data, 0, keep.min(data.len()))
+    }
+
+    /// The last `keep` bytes of `data` (which holds [`Redactor::longest`] bytes more before
+    /// them when there are), redacted.
+    pub(crate) fn tail(&self, data: &[u8], keep: usize) -> Vec<u8> {
+        self.range(data, data.len().saturating_sub(keep), data.len())
     }
 
     /// [`Redactor::redact`] of a string (lossy for the rare needle that splits a character).
@@ -117,13 +185,66 @@ mod tests {
     }
 
     #[test]
-    fn a_tiny_secret_redacts_nothing_and_text_without_one_is_unchanged() {
+    fn wrapped_base64_and_hex_are_replaced() {
+        let secret = "L0ngS3cr3t".repeat(10) + "\n";
         let mut r = Redactor::default();
-        r.add("x", b"a\n", &[]);
-        assert_eq!(r.redact(b"banana"), b"banana");
+        r.add("long", secret.as_bytes(), &[]);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(secret.as_bytes());
+        let hex = hex::encode(secret.as_bytes());
+        for text in [
+            wrapped(&b64, 76).unwrap(),
+            wrapped(&b64, 64).unwrap(),
+            wrapped(&hex, 60).unwrap(),
+        ] {
+            let out = r.redact(&text);
+            assert_eq!(
+                out,
+                b"[resource:long]",
+                "{}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+    }
+
+    #[test]
+    fn a_short_secret_redacts_nothing_shorter_and_text_without_one_is_unchanged() {
+        let mut r = Redactor::default();
+        r.add("x", b"abc\n", &[]);
+        assert_eq!(
+            r.redact(b"banana abc"),
+            b"banana abc",
+            "3 bytes are below the minimum"
+        );
         let mut r = Redactor::default();
         r.add("x", b"secret", &[]);
         assert_eq!(r.redact(b"nothing here"), b"nothing here");
         assert_eq!(r.redact(b"secretsecret"), b"[resource:x][resource:x]");
+        let mut r = Redactor::default();
+        r.add("selfref", b"resource", &[]);
+        assert_eq!(r.redact(b"a resource"), b"a [resource:selfref]", "one pass");
+    }
+
+    /// The fresh tester's leak: a secret repeated back to back, cut into head and tail.
+    #[test]
+    fn no_part_of_a_repeated_secret_survives_a_head_and_tail_cut() {
+        let secret = b"NoTrailingNewlineSecret42";
+        let mut r = Redactor::default();
+        r.add("nonl", secret, &[]);
+        let data: Vec<u8> = secret.repeat(4500);
+        for keep in [1000, 1001, 1013, 1024, 32 * 1024] {
+            let margin = r.longest();
+            let head = r.head(&data[..keep + margin], keep);
+            let tail = r.tail(&data[data.len() - keep - margin..], keep);
+            for part in [&head, &tail] {
+                let text = String::from_utf8_lossy(part);
+                let stripped = text.replace("[resource:nonl]", "");
+                for w in secret.windows(6) {
+                    assert!(
+                        !stripped.as_bytes().windows(6).any(|x| x == w),
+                        "keep {keep}: a piece of the secret survived: {stripped:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -599,8 +599,9 @@ fn now() -> String {
 }
 
 /// A stream's redacted output within `max` bytes: the whole when it fits, else head and tail
-/// around a marker. Each side is redacted with the longest needle's length to spare before it
-/// is cut, so no secret is cut in half at the cut. Returns `(text, truncated)`.
+/// around a marker. Each side is read with the longest needle's length to spare and cut in the
+/// original's coordinates ([`Redactor::head`], [`Redactor::tail`]), so no part of a secret is
+/// shown at the cut. Returns `(text, truncated)`.
 fn capture(stream: &Stream, max: usize, r: &Redactor) -> (String, bool) {
     stream
         .with(|b| {
@@ -612,11 +613,8 @@ fn capture(stream: &Stream, max: usize, r: &Redactor) -> (String, bool) {
                 }
             }
             let half = max / 2;
-            let mut head = r.redact(b.first_bytes(half + margin));
-            head.truncate(half);
-            let mut tail = r.redact(&b.last_bytes(half + margin));
-            let cut = tail.len().saturating_sub(half);
-            tail.drain(..cut);
+            let head = r.head(b.first_bytes(half + margin), half);
+            let tail = r.tail(&b.last_bytes(half + margin), half);
             let text = format!(
                 "{}\n[... {} bytes in total; head and tail shown ...]\n{}",
                 String::from_utf8_lossy(&head),
