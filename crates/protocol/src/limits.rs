@@ -411,6 +411,17 @@ pub const JOB_STREAM_OUTPUT_MAX_BYTES: usize = 64 * KIB;
 pub const JOB_OUTPUT_MAX_BYTES: usize = 256 * KIB;
 /// Jobs retained in the store; acceptance past it is a retryable `limit_exceeded`.
 pub const JOBS_RETAINED_MAX: usize = 512;
+/// Unfinished jobs (staged, queued, running, cleaning, recovering) one principal other than the
+/// owner may have; past it acceptance is a retryable `limit_exceeded` for that principal only.
+pub const JOBS_UNFINISHED_PER_PRINCIPAL: usize = 64;
+/// Jobs of principals other than the owner the store keeps: the rest of
+/// [`JOBS_RETAINED_MAX`] is the owner's.
+pub const JOBS_RETAINED_OTHERS_MAX: usize = JOBS_RETAINED_MAX - 64;
+/// Largest plan, as canonical JSON.
+pub const JOB_PLAN_MAX_BYTES: usize = 2 * MIB;
+/// Largest `env` of one step (names and values together; Linux's limit of one argument or
+/// variable is 128 KiB).
+pub const JOB_STEP_ENV_MAX_BYTES: usize = 128 * KIB;
 /// How long a terminal job is kept.
 pub const JOB_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a staged job waits to be started before it is `expired`.

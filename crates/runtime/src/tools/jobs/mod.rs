@@ -28,7 +28,7 @@ pub mod engine;
 
 use engine::{
     JobView,
-    plan::{Checks, Plan, canonical_sha256, validate},
+    plan::{Checks, Plan, validate},
     state::JobState,
     store::{self, Authority, JobStore, Loaded, StoredPlan},
 };
@@ -249,7 +249,14 @@ async fn accept(
     let owner = cx.principal.id().to_owned();
     blocking(move || {
         let id = store::job_id(&owner, &plan.idempotency_key);
-        let sha = canonical_sha256(&plan);
+        let authority = Authority {
+            profile: rt.policy().name().to_owned(),
+            exec_mode: rt.policy().exec_mode(),
+            full_env: rt.policy().full_env(),
+            workspace: rt.workspace().root().to_owned(),
+            restricted: rt.workspace().restricted(),
+        };
+        let sha = store::plan_hash(&plan, &authority);
         // A retry of an accepted submission is answered before anything is checked again.
         if let Some(Loaded::Ok(old, status)) = store.load(&id)
             && old.plan_sha256 == sha
@@ -292,20 +299,14 @@ async fn accept(
             owner,
             plan,
             plan_sha256: sha,
-            authority: Authority {
-                profile: rt.policy().name().to_owned(),
-                exec_mode: rt.policy().exec_mode(),
-                full_env: rt.policy().full_env(),
-                workspace: rt.workspace().root().to_owned(),
-                restricted: rt.workspace().restricted(),
-            },
+            authority,
             cwds: v.cwds,
             resources: v.resources,
             created_at,
             created_unix,
             scrubbed: false,
         };
-        let a = store.accept(stored, staged)?;
+        let a = store.accept(stored, staged, rt.is_owner())?;
         Ok(started(&a.job_id, &name, &a.status, a.replay))
     })
     .await
@@ -828,5 +829,75 @@ mod tests {
             b"{not json",
             "left as it was"
         );
+    }
+
+    /// Fresh tester finding 6: a replay ignored the workspace and authority.
+    #[tokio::test]
+    async fn the_same_key_under_another_authority_is_a_conflict_not_a_replay() {
+        let m = machine();
+        call(&m, None, "alice", "stage_job", plan("auth"))
+            .await
+            .unwrap();
+        let r = call(&m, Some(Profile::Agent), "alice", "stage_job", plan("auth")).await;
+        assert_eq!(r.unwrap_err(), "conflict");
+    }
+
+    /// Fresh tester finding 10: a cancelled draft kept its secrets in plan.json.
+    #[tokio::test]
+    async fn a_cancelled_draft_has_its_secrets_scrubbed() {
+        let m = machine();
+        let mut p = plan("scrub");
+        p["steps"][0]["stdin"] = json!("plan-secret-STDIN-12345");
+        p["temporary_files"] = json!({"a": "plan-temp-secret-678"});
+        let a = call(&m, None, "local", "stage_job", p).await.unwrap();
+        let id = a["job_id"].as_str().unwrap().to_owned();
+        call(&m, None, "local", "cancel_job", json!({"job_id": id}))
+            .await
+            .unwrap();
+        let text =
+            std::fs::read_to_string(m.state.join("jobs").join(&id).join("plan.json")).unwrap();
+        assert!(!text.contains("plan-secret-STDIN"), "{text}");
+        assert!(!text.contains("plan-temp-secret"), "{text}");
+    }
+
+    /// Fresh tester finding 13: a draft older than 24 h still showed as staged.
+    #[tokio::test]
+    async fn a_draft_older_than_a_day_is_listed_expired_and_scrubbed() {
+        let m = machine();
+        let mut p = plan("old");
+        p["steps"][0]["stdin"] = json!("old-secret-stdin");
+        let a = call(&m, None, "local", "stage_job", p).await.unwrap();
+        let id = a["job_id"].as_str().unwrap().to_owned();
+        let status = m.state.join("jobs").join(&id).join("status.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&status).unwrap()).unwrap();
+        v["created_at"] = json!("2026-01-01T00:00:00.000Z");
+        std::fs::write(&status, serde_json::to_vec(&v).unwrap()).unwrap();
+        let listed = call(&m, None, "local", "list_jobs", json!({}))
+            .await
+            .unwrap();
+        assert_eq!(listed["jobs"][0]["state"], "expired", "{listed}");
+        let text =
+            std::fs::read_to_string(m.state.join("jobs").join(&id).join("plan.json")).unwrap();
+        assert!(!text.contains("old-secret-stdin"), "{text}");
+    }
+
+    /// Fresh tester finding 5: one remote principal could fill the store with drafts.
+    #[tokio::test]
+    async fn a_remote_principal_keeps_at_most_its_share_of_unfinished_jobs() {
+        let m = machine();
+        let agent = Some(Profile::Agent);
+        for i in 0..protocol::limits::JOBS_UNFINISHED_PER_PRINCIPAL {
+            call(&m, agent, "mallory", "stage_job", plan(&format!("d{i}")))
+                .await
+                .unwrap();
+        }
+        let r = call(&m, agent, "mallory", "stage_job", plan("one-more")).await;
+        assert_eq!(r.unwrap_err(), "limit_exceeded");
+        call(&m, agent, "alice", "stage_job", plan("alice"))
+            .await
+            .unwrap();
+        call(&m, None, "local", "stage_job", plan("owner"))
+            .await
+            .unwrap();
     }
 }

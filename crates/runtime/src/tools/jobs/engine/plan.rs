@@ -10,8 +10,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
-    JOB_DEPENDS_MAX, JOB_FINALLY_STEPS_MAX, JOB_STDIN_MAX_BYTES, JOB_STEP_TIMEOUT_MAX,
-    JOB_STEPS_MAX, JOB_TEMP_FILES_MAX, JOB_TEMP_FILES_MAX_BYTES,
+    JOB_DEPENDS_MAX, JOB_FINALLY_STEPS_MAX, JOB_PLAN_MAX_BYTES, JOB_STDIN_MAX_BYTES,
+    JOB_STEP_ENV_MAX_BYTES, JOB_STEP_TIMEOUT_MAX, JOB_STEPS_MAX, JOB_TEMP_FILES_MAX,
+    JOB_TEMP_FILES_MAX_BYTES,
 };
 
 use crate::{
@@ -251,6 +252,12 @@ pub(crate) fn validate(plan: &Plan, checks: &Checks<'_>) -> ToolResult<Validated
             plan.depends_on.len()
         )));
     }
+    let size = serde_json::to_vec(plan).map_or(usize::MAX, |v| v.len());
+    if size > JOB_PLAN_MAX_BYTES {
+        return Err(ToolError::limit(format!(
+            "the plan is {size} bytes as JSON; at most {JOB_PLAN_MAX_BYTES}"
+        )));
+    }
     let mut used = BTreeSet::new();
     let mut cwds = Vec::new();
     let all = plan
@@ -336,6 +343,21 @@ fn validate_step(
         )));
     }
     env::validate(&step.env).map_err(|e| invalid(format!("{at}.env: {e}")))?;
+    let env_bytes: usize = step.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if env_bytes > JOB_STEP_ENV_MAX_BYTES {
+        return Err(ToolError::limit(format!(
+            "{at}.env holds {env_bytes} bytes; at most {JOB_STEP_ENV_MAX_BYTES}"
+        )));
+    }
+    if let Some(var) = step
+        .env_resources
+        .keys()
+        .find(|k| step.env.contains_key(*k))
+    {
+        return Err(invalid(format!(
+            "{at}: {var} is in both env and env_resources"
+        )));
+    }
     let names: BTreeMap<String, String> = step
         .env_resources
         .keys()

@@ -540,52 +540,13 @@ impl Job<'_> {
         Ok(rec)
     }
 
-    /// Ends the job: the result first, then the terminal status, then the scrub.
+    /// Ends the job ([`JobStore::end`]) and removes its private directory.
     fn finish(&mut self, state: JobState, error: Option<JobError>) -> Result<(), String> {
-        let id = self.id();
-        let mut end = self.status.clone();
-        end.advance(state, None, error.clone())?;
-        let result = serde_json::json!({
-            "job_id": id,
-            "state": state.as_str(),
-            "error": error,
-            "finished_at": end.finished_at,
-            "steps": end.steps,
-        });
-        private::write_atomic(
-            &self.store.root().join(&id).join("result.json"),
-            &serde_json::to_vec(&result).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| format!("writing the result of {id}: {e}"))?;
-        self.status = end;
-        self.save()?;
-        self.scrub();
-        Ok(())
-    }
-
-    /// Replaces the plan's secrets (stdin texts, environment values, temporary file contents)
-    /// by their SHA-256 and removes the private directory.
-    fn scrub(&mut self) {
-        let hide = |s: &mut String| *s = format!("[scrubbed sha256:{}]", sha256_hex(s.as_bytes()));
-        let p = &mut self.plan;
-        for step in p
-            .plan
-            .steps
-            .iter_mut()
-            .chain(p.plan.finally_steps.iter_mut())
-        {
-            if let Some(s) = step.stdin.as_mut() {
-                hide(s);
-            }
-            step.env.values_mut().for_each(hide);
-        }
-        p.plan.temporary_files.values_mut().for_each(hide);
-        p.scrubbed = true;
-        if let Err(e) = self.store.write_plan(&self.plan) {
-            tracing::warn!(error = %e, "cannot scrub a finished job's plan");
-        }
+        let ended = self
+            .store
+            .end(&mut self.plan, &mut self.status, state, error);
         let _ = std::fs::remove_dir_all(&self.private);
-        let _ = std::fs::remove_file(self.store.cancel_marker(&self.plan.job_id));
+        ended
     }
 }
 

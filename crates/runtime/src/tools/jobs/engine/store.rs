@@ -18,7 +18,10 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{JOB_RETENTION, JOB_STAGED_EXPIRY, JOBS_RETAINED_MAX};
+use protocol::limits::{
+    JOB_RETENTION, JOB_STAGED_EXPIRY, JOBS_RETAINED_MAX, JOBS_RETAINED_OTHERS_MAX,
+    JOBS_UNFINISHED_PER_PRINCIPAL,
+};
 
 use super::{
     plan::Plan,
@@ -90,6 +93,13 @@ pub enum Loaded {
         /// The owner, when the plan was readable.
         owner: Option<String>,
     },
+}
+
+/// Who submitted a job (`submitter.json`, small so that counting by principal reads little).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Submitter {
+    principal: String,
+    owner_role: bool,
 }
 
 /// What an acceptance returns.
@@ -242,6 +252,45 @@ impl JobStore {
         private::write_atomic(&self.root.join(&plan.job_id).join("plan.json"), &bytes)
     }
 
+    /// Ends job `plan` in `state`, in this order: `result.json`, then the terminal status,
+    /// then the plan's secrets (`stdin`, `env` values, temporary file contents) replaced by
+    /// their SHA-256, and the cancellation marker removed. The caller holds the job's lock.
+    ///
+    /// # Errors
+    /// The transition is not allowed, or the result or status cannot be written.
+    pub(crate) fn end(
+        &self,
+        plan: &mut StoredPlan,
+        status: &mut Status,
+        state: JobState,
+        error: Option<JobError>,
+    ) -> Result<(), String> {
+        let id = plan.job_id.clone();
+        let mut end = status.clone();
+        end.advance(state, None, error.clone())?;
+        let result = serde_json::json!({
+            "job_id": id,
+            "state": state.as_str(),
+            "error": error,
+            "finished_at": end.finished_at,
+            "steps": end.steps,
+        });
+        private::write_atomic(
+            &self.root.join(&id).join("result.json"),
+            &serde_json::to_vec(&result).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("writing the result of {id}: {e}"))?;
+        *status = end;
+        self.write_status(&id, status)
+            .map_err(|e| format!("writing the status of {id}: {e}"))?;
+        scrub(plan);
+        if let Err(e) = self.write_plan(plan) {
+            tracing::warn!(error = %e, "cannot scrub a finished job's plan");
+        }
+        let _ = fs::remove_file(self.cancel_marker(&id));
+        Ok(())
+    }
+
     fn lock_store(&self) -> ToolResult<private::Lock> {
         private::create_dir(&self.root).map_err(|e| store_error("creating it", &e))?;
         private::lock(&self.root.join(".lock"), true)
@@ -259,9 +308,12 @@ impl JobStore {
     ///
     /// # Errors
     /// `conflict`: the key names a job with a different plan, or an unreadable one;
-    /// `limit_exceeded` (retryable): the store holds [`JOBS_RETAINED_MAX`] jobs;
+    /// `limit_exceeded` (retryable): the store holds [`JOBS_RETAINED_MAX`] jobs, or, for a
+    /// caller that is not the owner (`owner_role` false), its principal has
+    /// [`JOBS_UNFINISHED_PER_PRINCIPAL`] unfinished jobs or such callers hold
+    /// [`JOBS_RETAINED_OTHERS_MAX`];
     /// `execution_failed`: the store cannot be written or the runner cannot start.
-    pub fn accept(&self, plan: StoredPlan, staged: bool) -> ToolResult<Accepted> {
+    pub fn accept(&self, plan: StoredPlan, staged: bool, owner_role: bool) -> ToolResult<Accepted> {
         let _store = self.lock_store()?;
         self.prune_if_due();
         let id = plan.job_id.clone();
@@ -289,7 +341,35 @@ impl JobStore {
             }
             None => {}
         }
-        let count = self.job_ids().len();
+        let ids = self.job_ids();
+        if !owner_role {
+            let submitters: Vec<(String, Submitter)> = ids
+                .iter()
+                .filter_map(|i| self.submitter(i).map(|s| (i.clone(), s)))
+                .collect();
+            let others = submitters.iter().filter(|(_, s)| !s.owner_role).count();
+            if others >= JOBS_RETAINED_OTHERS_MAX {
+                return Err(ToolError::limit(format!(
+                    "principals other than the owner hold {others} jobs, the most the store keeps \
+                     for them; finished jobs are pruned after 7 days"
+                ))
+                .retryable());
+            }
+            let unfinished = submitters
+                .iter()
+                .filter(|(i, s)| {
+                    s.principal == plan.owner && !self.root.join(i).join("result.json").exists()
+                })
+                .count();
+            if unfinished >= JOBS_UNFINISHED_PER_PRINCIPAL {
+                return Err(ToolError::limit(format!(
+                    "you have {unfinished} unfinished jobs (staged, queued or running), the most \
+                     one caller may have; wait for some to end or cancel_job drafts"
+                ))
+                .retryable());
+            }
+        }
+        let count = ids.len();
         if count >= JOBS_RETAINED_MAX {
             return Err(ToolError::limit(format!(
                 "the job store holds {count} jobs, the most it keeps; terminal jobs are pruned \
@@ -309,6 +389,12 @@ impl JobStore {
             private::write_atomic(&tmp.path().join("plan.json"), &p)?;
             let s = serde_json::to_vec(&status).map_err(io::Error::other)?;
             private::write_atomic(&tmp.path().join("status.json"), &s)?;
+            let who = serde_json::to_vec(&Submitter {
+                principal: plan.owner.clone(),
+                owner_role,
+            })
+            .map_err(io::Error::other)?;
+            private::write_atomic(&tmp.path().join("submitter.json"), &who)?;
             fs::rename(tmp.path(), &dir)
         };
         write().map_err(|e| store_error("writing the job", &e))?;
@@ -366,6 +452,10 @@ impl JobStore {
         Ok(pid)
     }
 
+    fn submitter(&self, id: &str) -> Option<Submitter> {
+        read_json(&self.root.join(id).join("submitter.json")).ok()
+    }
+
     /// Every job directory's id, in no order.
     fn job_ids(&self) -> Vec<String> {
         let Ok(rd) = fs::read_dir(&self.root) else {
@@ -400,9 +490,9 @@ impl JobStore {
     /// No such job, not staged (`conflict`), expired, or the runner cannot start.
     pub fn start_staged(&self, id: &str) -> ToolResult<Status> {
         let lock = self.lock_existing(id)?;
-        let (_, mut status) = self.load_ok(id)?;
+        let (mut plan, mut status) = self.load_ok(id)?;
         if expired(&status, now_unix()) {
-            let _ = self.expire(id, &mut status);
+            let _ = self.expire(&mut plan, &mut status);
             return Err(ToolError::conflict(format!(
                 "job {id} was staged more than 24 h ago and has expired; submit it again"
             )));
@@ -441,15 +531,28 @@ impl JobStore {
         }
     }
 
-    fn expire(&self, id: &str, status: &mut Status) -> io::Result<()> {
+    /// Ends a staged job as `expired` (the caller holds its lock).
+    fn expire(&self, plan: &mut StoredPlan, status: &mut Status) -> Result<(), String> {
         let err = JobError {
             code: "expired".into(),
             message: "staged more than 24 h ago and never started".into(),
         };
-        if status.advance(JobState::Expired, None, Some(err)).is_ok() {
-            self.write_status(id, status)?;
+        self.end(plan, status, JobState::Expired, Some(err))
+    }
+
+    /// Ends job `id` as `expired` when it is a draft older than 24 h.
+    fn expire_if_due(&self, id: &str) {
+        let due =
+            |l: &Option<Loaded>| matches!(l, Some(Loaded::Ok(_, s)) if expired(s, now_unix()));
+        if !due(&self.load(id)) {
+            return;
         }
-        Ok(())
+        if let Ok(Some(_lock)) = self.lock_job(id, false)
+            && let Some(Loaded::Ok(mut plan, mut status)) = self.load(id)
+            && expired(&status, now_unix())
+        {
+            let _ = self.expire(&mut plan, &mut status);
+        }
     }
 
     /// Cancels job `id`: a staged job becomes `cancelled` at once; a queued or running one gets
@@ -465,14 +568,14 @@ impl JobStore {
         }
         if status.state() == JobState::Staged {
             let _lock = self.lock_existing(id)?;
-            let (_, mut status) = self.load_ok(id)?;
+            let (mut plan, mut status) = self.load_ok(id)?;
             let err = JobError {
                 code: "cancelled".into(),
                 message: "cancelled before it was started".into(),
             };
-            if status.advance(JobState::Cancelled, None, Some(err)).is_ok() {
-                self.write_status(id, &mut status)
-                    .map_err(|e| store_error("writing the job's status", &e))?;
+            if status.state() == JobState::Staged {
+                self.end(&mut plan, &mut status, JobState::Cancelled, Some(err))
+                    .map_err(ToolError::internal)?;
             }
             return Ok(status);
         }
@@ -508,13 +611,11 @@ impl JobStore {
         let now = now_unix();
         let mut removed = 0;
         for id in self.job_ids() {
-            let Some(Loaded::Ok(_, mut status)) = self.load(&id) else {
+            let Some(Loaded::Ok(_, status)) = self.load(&id) else {
                 continue;
             };
             if expired(&status, now) {
-                if let Ok(Some(_lock)) = self.lock_job(&id, false) {
-                    let _ = self.expire(&id, &mut status);
-                }
+                self.expire_if_due(&id);
                 continue;
             }
             let old = status
@@ -545,6 +646,7 @@ impl JobStore {
     /// runner is not alive: the new runner starts a job no step of which ever ran, and
     /// recovers the others. Returns whether one was started.
     pub fn recover_one(&self, id: &str) -> bool {
+        self.expire_if_due(id);
         let needs = |l: &Option<Loaded>| match l {
             Some(Loaded::Ok(_, s)) => {
                 !s.is_terminal()
@@ -589,6 +691,34 @@ impl JobStore {
             }
         }
     }
+}
+
+/// Replaces the plan's secrets (`stdin` texts, `env` values, temporary file contents) by their
+/// SHA-256.
+fn scrub(p: &mut StoredPlan) {
+    let hide = |s: &mut String| *s = format!("[scrubbed sha256:{}]", sha256_hex(s.as_bytes()));
+    for step in p
+        .plan
+        .steps
+        .iter_mut()
+        .chain(p.plan.finally_steps.iter_mut())
+    {
+        if let Some(s) = step.stdin.as_mut() {
+            hide(s);
+        }
+        step.env.values_mut().for_each(hide);
+    }
+    p.plan.temporary_files.values_mut().for_each(hide);
+    p.scrubbed = true;
+}
+
+/// The hash that decides replay against `conflict`: the canonical plan and the authority it
+/// runs with (the same key from another workspace or profile is another plan).
+pub(crate) fn plan_hash(plan: &Plan, authority: &Authority) -> String {
+    let mut bytes = super::plan::canonical_sha256(plan).into_bytes();
+    bytes.push(0);
+    bytes.extend(serde_json::to_vec(authority).unwrap_or_default());
+    sha256_hex(&bytes)
 }
 
 fn expired(status: &Status, now: u64) -> bool {
