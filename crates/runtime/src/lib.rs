@@ -170,6 +170,13 @@ impl Access {
         self.runtime.jobs.as_ref()
     }
 
+    /// Whether the runtime is shutting down ([`Runtime::shutdown`] has begun).
+    pub(crate) fn shutting_down(&self) -> bool {
+        self.runtime
+            .shutting_down
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The local resource registry, when the runtime has a state directory.
     pub(crate) fn resources(&self) -> Option<&tools::resources::engine::Registry> {
         self.runtime.resources.as_ref()
@@ -225,6 +232,9 @@ pub struct Runtime {
     write_locks: Arc<primitives::write_lock::WriteLocks>,
     /// Managed jobs ([`RuntimeConfig::state_dir`]).
     jobs: Option<tools::jobs::engine::store::JobStore>,
+    /// Set by [`Runtime::shutdown`] before it cancels the tasks: a task cancelled then is not
+    /// cancelled by its client (a `start_job` task then leaves its job running).
+    shutting_down: std::sync::atomic::AtomicBool,
     /// Local resources ([`RuntimeConfig::state_dir`]).
     resources: Option<tools::resources::engine::Registry>,
 }
@@ -257,6 +267,7 @@ impl Runtime {
             tasks: mcp::tasks::Tasks::default(),
             scratch: tools::process::engine::env::Scratch::new(scratch),
             write_locks: Arc::default(),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
             jobs: config.state_dir.as_deref().map(|d| {
                 let exe = std::env::current_exe().unwrap_or_else(|_| "machine-mcp".into());
                 tools::jobs::engine::store::JobStore::new(d, exe)
@@ -271,6 +282,8 @@ impl Runtime {
     /// Terminates every process session (SIGTERM, 2 s grace, SIGKILL) and removes the scratch
     /// directory of isolated children. Call once when the process is about to exit.
     pub async fn shutdown(&self) {
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::Release);
         self.tasks.cancel_all();
         self.sessions.shutdown().await;
         let _ = std::fs::remove_dir_all(self.scratch.root());

@@ -20,6 +20,38 @@ use serde_json::{Value, json};
 
 use crate::cli::{JobCommand, JobOut, PolicyArgs, ResourceCommand, StateArgs};
 
+/// `println!` that ends the process quietly when stdout is closed (`job list | head`), instead
+/// of panicking on the broken pipe.
+macro_rules! out {
+    ($($arg:tt)*) => { emit(&format!($($arg)*)) };
+}
+
+fn emit(line: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let written = o
+        .write_all(line.as_bytes())
+        .and_then(|()| o.write_all(b"\n"))
+        .and_then(|()| o.flush());
+    if written.is_err() {
+        std::process::exit(0);
+    }
+}
+
+/// `text` with control characters other than line breaks and tabs shown as `\xHH`, so a job's
+/// output cannot drive the terminal (clear it, move the cursor, set its title).
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}' {
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Runs one `job` command.
 pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
     match cmd {
@@ -42,10 +74,10 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
                 return print_json(&json!({ "jobs": views }));
             }
             if views.is_empty() {
-                println!("no jobs");
+                out!("no jobs");
             }
             for v in &views {
-                println!(
+                out!(
                     "{:<28}  {:<17}  {:<24}  {}",
                     v.job_id,
                     v.state.as_str(),
@@ -63,7 +95,7 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
                     if out.json {
                         return print_json(&v);
                     }
-                    println!("{}", serde_json::to_string_pretty(&v)?);
+                    out!("{}", serde_json::to_string_pretty(&v)?);
                     Ok(())
                 }
                 Loaded::Unreadable { why, .. } => bail!("job {job_id} is unreadable: {why}"),
@@ -86,9 +118,13 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
                 }
             }
             if out.json {
-                return print_json(&serde_json::to_value(&view)?);
+                print_json(&serde_json::to_value(&view)?)?;
+            } else {
+                print_view(&view);
             }
-            print_view(&view);
+            if wait && view.state != runtime::tools::jobs::engine::state::JobState::Succeeded {
+                bail!("job {job_id} ended {}", view.state.as_str());
+            }
             Ok(())
         }
         JobCommand::Start { job_id, out } => {
@@ -97,7 +133,7 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
             if out.json {
                 return print_json(&json!({"job_id": job_id, "state": status.state()}));
             }
-            println!("job {job_id} is {}", status.state().as_str());
+            out!("job {job_id} is {}", status.state().as_str());
             Ok(())
         }
         JobCommand::Cancel { job_id, out } => {
@@ -110,9 +146,9 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
                 );
             }
             if requested {
-                println!("cancellation of job {job_id} requested; its finally steps still run");
+                out!("cancellation of job {job_id} requested; its finally steps still run");
             } else {
-                println!("job {job_id} is {}", status.state().as_str());
+                out!("job {job_id} is {}", status.state().as_str());
             }
             Ok(())
         }
@@ -121,7 +157,7 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
             if out.json {
                 return print_json(&json!({ "removed": removed }));
             }
-            println!("removed {removed} jobs");
+            out!("removed {removed} jobs");
             Ok(())
         }
     }
@@ -148,18 +184,18 @@ fn tool_error(e: runtime::ToolError) -> anyhow::Error {
 }
 
 fn print_json(v: &Value) -> Result<()> {
-    println!("{}", serde_json::to_string(v)?);
+    out!("{}", serde_json::to_string(v)?);
     Ok(())
 }
 
 fn print_view(v: &JobView) {
-    println!("job {}  {}  ({})", v.job_id, v.state.as_str(), v.name);
+    out!("job {}  {}  ({})", v.job_id, v.state.as_str(), v.name);
     if let Some(e) = &v.error {
-        println!("error: {}: {}", e.code, e.message);
+        out!("error: {}: {}", e.code, e.message);
     }
     let mut text = String::new();
     v.write_steps(&mut text);
-    print!("{text}");
+    out!("{}", printable(text.trim_end_matches('\n')));
 }
 
 async fn submit(
@@ -185,13 +221,18 @@ async fn submit(
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let structured = result.structured_content.clone().unwrap_or(Value::Null);
     if result.is_error == Some(true) {
-        let msg = structured
-            .get("error")
-            .and_then(|e| e.get("message"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| format!("{structured}"));
-        bail!("the plan was refused: {msg}");
+        // A tool error's text is its JSON object: {"code": ..., "message": ..., ...}.
+        let text = result
+            .content
+            .first()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        let e: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        match (e["message"].as_str(), e["code"].as_str()) {
+            (Some(m), Some(c)) => bail!("the plan was refused: {m} ({c})"),
+            _ => bail!("the plan was refused: {text}"),
+        }
     }
     if out.json {
         return print_json(&structured);
@@ -199,9 +240,9 @@ async fn submit(
     let id = structured["job_id"].as_str().unwrap_or_default();
     let state = structured["state"].as_str().unwrap_or_default();
     if structured["idempotency_replay"] == true {
-        println!("{id} {state} (already submitted with this idempotency_key and plan)");
+        out!("{id} {state} (already submitted with this idempotency_key and plan)");
     } else {
-        println!("{id} {state}");
+        out!("{id} {state}");
     }
     Ok(())
 }
@@ -217,7 +258,7 @@ pub(crate) fn resource(cmd: ResourceCommand) -> Result<()> {
         } => {
             let reg = Registry::new(&super::state_dir(&state)?);
             let e = reg.add(&alias, &path, allow_insecure_permissions)?;
-            println!(
+            out!(
                 "registered {alias}: {} ({} bytes, sha256 {})",
                 e.path.display(),
                 e.bytes,
@@ -228,7 +269,7 @@ pub(crate) fn resource(cmd: ResourceCommand) -> Result<()> {
         ResourceCommand::Remove { alias, state } => {
             let reg = Registry::new(&super::state_dir(&state)?);
             if reg.remove(&alias)? {
-                println!("removed {alias} (the file itself is untouched)");
+                out!("removed {alias} (the file itself is untouched)");
                 Ok(())
             } else {
                 bail!("no resource {alias} (machine-mcp resource list shows them)")
@@ -255,10 +296,10 @@ fn show_resources(out: &JobOut, check: bool) -> Result<()> {
         print_json(&json!({ "resources": v }))?;
     } else {
         if rows.is_empty() {
-            println!("no resources (machine-mcp resource add ALIAS PATH)");
+            out!("no resources (machine-mcp resource add ALIAS PATH)");
         }
         for (a, p, s) in &rows {
-            println!("{a:<24} {:<21} {p}", s.as_str());
+            out!("{a:<24} {:<21} {p}", s.as_str());
         }
     }
     if check && rows.iter().any(|(_, _, s)| *s != Validity::Ok) {

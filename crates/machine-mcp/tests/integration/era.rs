@@ -358,3 +358,38 @@ fn start_job_as_a_task_follows_the_job_to_its_end() {
         "{read}"
     );
 }
+
+/// Fresh tester finding 4: `tasks/cancel` of a `start_job` task said cancelled while the job
+/// ran on.
+#[test]
+fn tasks_cancel_of_a_start_job_task_cancels_the_job_and_its_finally_steps_run() {
+    let t = Tree::new();
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_str().unwrap().to_owned();
+    let mut s = Server::spawn(t.path(), &["--state-dir", &dir]);
+    let plan = json!({"name": "long", "idempotency_key": "task-cancel",
+                      "steps": [{"argv": ["sleep", "60"]}],
+                      "finally_steps": [{"argv": ["sh", "-c", "echo cleaned > cleaned.txt"]}]});
+    let r = s.request("tools/call", call_params("start_job", plan, true));
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    let id = r["result"]["taskId"].as_str().unwrap().to_owned();
+    let ack = s.request("tasks/cancel", json!({"taskId": id, "_meta": meta(true)}));
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let cleaned = t.path().join("cleaned.txt");
+    // The job's finally step runs after tasks/cancel.
+    assert_eq!(
+        wait_file(&cleaned, Duration::from_secs(20)),
+        "cleaned
+"
+    );
+    let jobs = s.request("tools/call", call_params("list_jobs", json!({}), false));
+    let listed = &jobs["result"]["structuredContent"]["jobs"][0];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut state_now = listed["state"].clone();
+    while state_now != "cancelled" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let jobs = s.request("tools/call", call_params("list_jobs", json!({}), false));
+        state_now = jobs["result"]["structuredContent"]["jobs"][0]["state"].clone();
+    }
+    assert_eq!(state_now, "cancelled", "{jobs}");
+}

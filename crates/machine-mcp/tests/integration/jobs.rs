@@ -1279,3 +1279,53 @@ fn a_job_started_through_the_relay_outlives_a_daemon_restart() {
     assert_eq!(s.ws.read("done.txt"), b"done\n");
     assert!(list(&mut c).iter().any(|j| j["job_id"] == id.as_str()));
 }
+
+/// Fresh tester findings 9, 15 and 16: `job submit` lost the reason of a refusal, the CLI
+/// panicked on a closed pipe, `job read` passed a job's terminal escapes through, and
+/// `job read --wait` exited 0 for a failed job.
+#[test]
+fn the_job_cli_names_refusals_survives_a_closed_pipe_and_never_drives_the_terminal() {
+    let e = Env::new();
+    let ws = e.ws.path().to_str().unwrap().to_owned();
+    let bad = e.ws.write(
+        "bad.json",
+        json!({"name": "x", "idempotency_key": "bad", "steps": []}).to_string(),
+    );
+    let out = e.cli_output(&["job", "submit", bad.to_str().unwrap(), "-w", &ws]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("steps has 0 entries") && stderr.contains("invalid_request"),
+        "{stderr}"
+    );
+
+    let file = e.ws.write(
+        "esc.json",
+        plan("esc", json!([sh("printf 'a\\033[2Jb\\n'; exit 3")])).to_string(),
+    );
+    let sub = e.cli_json(&["job", "submit", file.to_str().unwrap(), "-w", &ws, "--json"]);
+    let id = sub["job_id"].as_str().unwrap().to_owned();
+    let out = e.cli_output(&["job", "read", &id, "--wait"]);
+    assert!(
+        !out.status.success(),
+        "a failed job waited for exits non-zero"
+    );
+    assert!(
+        !out.stdout.contains(&0x1b),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("a\\x1b[2Jb"));
+
+    // stdout closed before the command writes: it ends quietly.
+    let mut child = Command::new(bin())
+        .args(["job", "list", "--state-dir", e.state_arg()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

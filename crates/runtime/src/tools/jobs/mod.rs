@@ -33,6 +33,9 @@ use engine::{
     store::{self, Authority, JobStore, Loaded, StoredPlan},
 };
 
+/// How often a `start_job` task reports the job's progress while it follows it.
+const TASK_PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
 /// Hints of the tools that start jobs: they run programs, and a repeated call with the same
 /// idempotency key has no further effect.
 const START_HINTS: Hints = Hints {
@@ -198,21 +201,32 @@ async fn start_job(rt: Arc<Access>, plan: Plan, cx: CallContext) -> ToolResult<J
     let in_task = cx.in_task;
     let mut started = accept(rt.clone(), plan, &cx, false).await?;
     if in_task {
-        // A task-aware client follows the job in the background: the task ends with the job.
-        // Cancelling the task stops the following only (a server that shuts down cancels its
-        // tasks, and the job must outlive it); cancel_job cancels the job.
+        // A task-aware client follows the job in the background: the task ends with the job,
+        // and `tasks/cancel` cancels the job. A server that shuts down cancels its tasks too;
+        // the job outlives it, so then only the following stops.
         let store = job_store(&rt)?;
         let mut version = 0;
+        let started_at = tokio::time::Instant::now();
         loop {
             let id = started.job_id.clone();
             let view = tokio::select! {
-                v = wait_for_change(store.clone(), id, version, JOB_READ_WAIT_MAX) => v?,
-                () = cx.cancel.cancelled() => return Err(ToolError::cancelled()),
+                v = wait_for_change(store.clone(), id.clone(), version, TASK_PROGRESS_EVERY) => v?,
+                () = cx.cancel.cancelled() => {
+                    if !rt.shutting_down() {
+                        let s = store.clone();
+                        let _ = blocking(move || s.cancel(&id)).await;
+                    }
+                    return Err(ToolError::cancelled());
+                }
             };
             version = view.version;
             let done = view.steps.len();
             let total = view.planned_steps + view.planned_finally_steps;
-            let msg = format!("{}: {done} of {total} steps started", view.state.as_str());
+            let msg = format!(
+                "{}: {done} of {total} steps started, {} s",
+                view.state.as_str(),
+                started_at.elapsed().as_secs()
+            );
             cx.progress
                 .report(done as f64, Some(total as f64), || msg.clone());
             if view.is_terminal() {

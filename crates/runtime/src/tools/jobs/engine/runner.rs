@@ -364,6 +364,9 @@ impl Job<'_> {
                     out.push_str(&self.private.join("temp").join(n).to_string_lossy());
                 }
                 Err(Placeholder::Resource(a)) => {
+                    // Checked again before every use: a resource changed or removed since the
+                    // job started fails the step that names it.
+                    self.resource_bytes(&a)?;
                     out.push_str(&self.private.join("resources").join(a).to_string_lossy());
                 }
                 Err(Placeholder::Workspace) => {
