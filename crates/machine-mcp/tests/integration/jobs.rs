@@ -1329,3 +1329,26 @@ fn the_job_cli_names_refusals_survives_a_closed_pipe_and_never_drives_the_termin
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Fresh tester finding 14: a resource removed mid-job was still used from the job's copy.
+#[test]
+fn a_resource_removed_while_its_job_runs_fails_the_next_step_that_names_it() {
+    let e = Env::new();
+    let secrets = tempfile::tempdir().unwrap();
+    let key = std::fs::canonicalize(secrets.path()).unwrap().join("k");
+    write_secret(&key, "gone-soon-secret\n", 0o600);
+    e.cli(&["resource", "add", "gone", key.to_str().unwrap()]);
+    let mut s = e.server(&[]);
+    let rm = json!({"argv": ["rm", key.to_str().unwrap()]});
+    let use_it = json!({"argv": ["cat", "{{resource:gone}}"]});
+    let id = start(&mut s, &plan("gone", json!([rm, use_it])));
+    let st = wait_terminal(&mut s, &id);
+    assert_eq!(st["state"], "failed", "{st}");
+    let second = steps(&st, "steps")[1];
+    assert_eq!(second["state"], "failed_to_start", "{st}");
+    assert!(
+        second["error"].as_str().unwrap().contains("gone"),
+        "{second}"
+    );
+    assert!(!st.to_string().contains("gone-soon-secret"), "{st}");
+}
