@@ -1352,3 +1352,41 @@ fn a_resource_removed_while_its_job_runs_fails_the_next_step_that_names_it() {
     );
     assert!(!st.to_string().contains("gone-soon-secret"), "{st}");
 }
+
+/// Fresh tester finding 7: recovery ran the finally steps in the environment of whoever
+/// noticed the dead runner, not the one the job was accepted with.
+#[test]
+fn recovery_runs_the_finally_steps_in_the_environment_the_job_was_accepted_with() {
+    let e = Env::new();
+    let mut args = vec!["--state-dir", e.state_arg()];
+    args.push("--log-level");
+    args.push("warn");
+    let mut s = Server::start_with_env(e.ws.path(), &args, &[("JOB_ENV_PROBE", "accepted")]);
+    let p = plan_with_finally(
+        "env",
+        "echo started > started.txt; exec sleep 30",
+        "echo \"$JOB_ENV_PROBE\" > finally.txt",
+    );
+    let id = start(&mut s, &p);
+    wait_file(&e.ws.path().join("started.txt"), DEADLINE);
+    for pid in runners(&id).0 {
+        sigkill(pid);
+    }
+    wait_runner_gone(&id);
+    let out = Command::new(bin())
+        .args(["job", "list", "--state-dir", e.state_arg()])
+        .env("JOB_ENV_PROBE", "noticer")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        wait_file(&e.ws.path().join("finally.txt"), DEADLINE),
+        "accepted\n"
+    );
+    assert_eq!(wait_terminal(&mut s, &id)["state"], "recovered");
+    let left: Vec<_> = files_under(e.state.path())
+        .into_iter()
+        .filter(|(p, _)| p.ends_with("environment.json"))
+        .collect();
+    assert!(left.is_empty(), "the environment snapshot outlived the job");
+}

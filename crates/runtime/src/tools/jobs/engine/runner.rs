@@ -40,7 +40,7 @@ use crate::{
     tools::{
         process::engine::{
             Proc, Spawn, Stream,
-            env::{Scratch, child_env},
+            env::{Scratch, child_env_from},
         },
         resources::engine::read_verified,
     },
@@ -81,6 +81,7 @@ pub async fn run(state_dir: &Path, id: &str) -> Result<(), String> {
         redactor: Redactor::default(),
         private: store.root().join(id).join("private"),
         output_used: 0,
+        inherited: std::env::vars_os().collect(),
     };
     job.save()?;
     if job.status.state() == JobState::Queued && !job.status.main_started {
@@ -98,7 +99,14 @@ struct Job<'a> {
     redactor: Redactor,
     private: PathBuf,
     output_used: usize,
+    /// The environment steps inherit from: this runner's own on a normal run (its starter's);
+    /// on a recovery, the snapshot the first runner kept ([`ENV_SNAPSHOT`]).
+    inherited: Vec<(OsString, OsString)>,
 }
+
+/// Where a runner keeps the environment it was started with, for a recovery to run the
+/// finally steps in it (removed when the job ends).
+const ENV_SNAPSHOT: &str = "environment.json";
 
 /// How the main steps ended.
 enum Outcome {
@@ -156,6 +164,7 @@ impl Job<'_> {
         if let Err(e) = self.prepare() {
             return self.finish(JobState::Failed, Some(e));
         }
+        self.keep_environment();
         let mut outcome = Outcome::Succeeded;
         for (i, step) in self.plan.plan.steps.clone().iter().enumerate() {
             if self.cancel_requested() {
@@ -244,6 +253,7 @@ impl Job<'_> {
         }
         self.status.recovery_attempts = attempts;
         self.save()?;
+        self.load_environment();
         let _slot = self.take_slot(false).await;
         if let Err(e) = self.prepare() {
             return self.finish(JobState::RecoveryFailed, Some(e));
@@ -442,8 +452,14 @@ impl Job<'_> {
             return Err(format!("cwd {} left the workspace", cwd.display()));
         }
         let scratch = Scratch::new(self.private.join("scratch"));
-        let env = child_env(self.plan.authority.full_env, &scratch, false, &env)
-            .map_err(|e| format!("the private directories: {e}"))?;
+        let env = child_env_from(
+            self.inherited.clone(),
+            self.plan.authority.full_env,
+            &scratch,
+            false,
+            &env,
+        )
+        .map_err(|e| format!("the private directories: {e}"))?;
         Ok((
             Spawn {
                 argv,
@@ -543,13 +559,43 @@ impl Job<'_> {
         Ok(rec)
     }
 
-    /// Ends the job ([`JobStore::end`]) and removes its private directory.
+    /// Ends the job ([`JobStore::end`]) and removes its private directory and environment
+    /// snapshot.
     fn finish(&mut self, state: JobState, error: Option<JobError>) -> Result<(), String> {
         let ended = self
             .store
             .end(&mut self.plan, &mut self.status, state, error);
         let _ = std::fs::remove_dir_all(&self.private);
+        let _ = std::fs::remove_file(self.store.root().join(self.id()).join(ENV_SNAPSHOT));
         ended
+    }
+
+    /// Keeps this runner's environment for a recovery (0600; only for a job that inherits the
+    /// whole environment: an isolated one is rebuilt from the allowlist either way).
+    fn keep_environment(&self) {
+        if !self.plan.authority.full_env {
+            return;
+        }
+        let vars: BTreeMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k != crate::tools::process::engine::tree::TREE_ENV)
+            .collect();
+        if let Ok(bytes) = serde_json::to_vec(&vars) {
+            let path = self.store.root().join(self.id()).join(ENV_SNAPSHOT);
+            let _ = private::write_atomic(&path, &bytes);
+        }
+    }
+
+    /// Takes the environment the first runner kept, when there is one.
+    fn load_environment(&mut self) {
+        let path = self.store.root().join(self.id()).join(ENV_SNAPSHOT);
+        if let Ok(bytes) = private::read_capped(&path, 16 << 20)
+            && let Ok(vars) = serde_json::from_slice::<BTreeMap<String, String>>(&bytes)
+        {
+            self.inherited = vars
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect();
+        }
     }
 }
 

@@ -77,16 +77,35 @@ pub(crate) fn child_env(
     pty: bool,
     additions: &BTreeMap<String, String>,
 ) -> std::io::Result<Vec<(OsString, OsString)>> {
+    child_env_from(std::env::vars_os().collect(), full, scratch, pty, additions)
+}
+
+/// [`child_env`] from the environment `inherited` instead of this process's (a job's runner
+/// recovering a job uses the environment the job was accepted with).
+///
+/// # Errors
+/// The private directories could not be created.
+pub(crate) fn child_env_from(
+    inherited: Vec<(OsString, OsString)>,
+    full: bool,
+    scratch: &Scratch,
+    pty: bool,
+    additions: &BTreeMap<String, String>,
+) -> std::io::Result<Vec<(OsString, OsString)>> {
     let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
+    let home_of = inherited
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| v.clone());
     if full {
-        env.extend(std::env::vars_os());
+        env.extend(inherited);
     } else {
-        for (k, v) in std::env::vars_os() {
+        for (k, v) in inherited {
             if k.to_str().is_some_and(|k| ALLOWLIST.contains(&k)) {
                 env.insert(k, v);
             }
         }
-        if let Some(real_home) = std::env::var_os("HOME") {
+        if let Some(real_home) = home_of {
             for (var, sub) in HOME_DEFAULTS {
                 let default = Path::new(&real_home).join(sub);
                 if !env.contains_key(&OsString::from(var)) && default.is_dir() {
