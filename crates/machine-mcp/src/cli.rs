@@ -199,8 +199,9 @@ pub(crate) enum ResourceCommand {
 /// Options of the state directory.
 #[derive(Debug, Args)]
 pub(crate) struct StateArgs {
-    /// Where keys, enrollment and the relay store live (default: $MACHINE_MCP_STATE_DIR, else
-    /// $XDG_STATE_HOME/machine-mcp, else ~/.local/state/machine-mcp).
+    /// The state directory: keys, enrollment, the relay store, managed jobs and local resources
+    /// (default: $MACHINE_MCP_STATE_DIR, else $XDG_STATE_HOME/machine-mcp, else
+    /// ~/.local/state/machine-mcp).
     #[arg(long, value_name = "DIR", env = "MACHINE_MCP_STATE_DIR")]
     pub(crate) state_dir: Option<PathBuf>,
 }

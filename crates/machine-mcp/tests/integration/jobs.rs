@@ -1384,6 +1384,8 @@ fn recovery_runs_the_finally_steps_in_the_environment_the_job_was_accepted_with(
         "accepted\n"
     );
     assert_eq!(wait_terminal(&mut s, &id)["state"], "recovered");
+    // The scrub follows the terminal status (result, status, then scrub): wait for its end.
+    wait_runner_gone(&id);
     let left: Vec<_> = files_under(e.state.path())
         .into_iter()
         .filter(|(p, _)| p.ends_with("environment.json"))

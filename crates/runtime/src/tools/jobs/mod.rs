@@ -564,7 +564,10 @@ fn visible_jobs(store: &JobStore, rt: &Access, cx: &CallContext) -> Vec<JobView>
 
 async fn list_jobs(rt: Arc<Access>, args: ListJobsArgs, cx: CallContext) -> ToolResult<ListJobs> {
     let store = job_store(&rt)?;
-    let limit = args.limit.unwrap_or(100).clamp(1, 512);
+    let limit = args.limit.unwrap_or(100);
+    if !(1..=512).contains(&limit) {
+        return Err(ToolError::invalid("limit must be 1-512"));
+    }
     let state: Option<JobState> = match &args.state {
         None => None,
         Some(s) => Some(

@@ -289,7 +289,7 @@ pub(crate) fn validate(plan: &Plan, checks: &Checks<'_>) -> ToolResult<Validated
             return Err(ToolError::new(
                 ToolErrorCode::Unavailable,
                 format!(
-                    "resource {alias:?} is {} (machine-mcp resource check)",
+                    "resource {alias:?} is not usable now: its state is {} (machine-mcp resource check)",
                     state.as_str()
                 ),
             ));

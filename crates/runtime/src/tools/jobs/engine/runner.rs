@@ -230,6 +230,12 @@ impl Job<'_> {
             "its runner died (killed, or the machine restarted); main steps are never run again",
         );
         // `recover_one` may have marked it interrupted already; the recovery is this runner's.
+        // The step that was running when the runner died ended with it.
+        for rec in &mut self.status.steps {
+            if rec.state == StepState::Running {
+                rec.state = StepState::Interrupted;
+            }
+        }
         let attempts = self.status.recovery_attempts + 1;
         let needed = self.status.main_started && !self.plan.plan.finally_steps.is_empty();
         if !needed {
@@ -271,10 +277,11 @@ impl Job<'_> {
             let rec = self.run_step(phase, i, step, false).await?;
             let ok = rec.state == StepState::Exited && rec.exit_code == Some(0);
             if !ok && !step.allow_failure && failed.is_none() {
-                failed = Some(err(
-                    "finally_failed",
-                    format!("finally step {i} failed ({:?})", rec.state),
-                ));
+                let how = match (rec.state, rec.exit_code) {
+                    (StepState::Exited, Some(c)) => format!("exited with code {c}"),
+                    (state, _) => state.as_str().replace('_', " "),
+                };
+                failed = Some(err("finally_failed", format!("finally step {i} {how}")));
             }
         }
         Ok(failed)

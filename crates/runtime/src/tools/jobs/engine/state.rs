@@ -117,6 +117,8 @@ pub enum StepState {
     Cancelled,
     /// It could not be started (see error).
     FailedToStart,
+    /// Its runner died while it ran (its tree was ended with the runner).
+    Interrupted,
 }
 
 impl StepState {
@@ -128,6 +130,7 @@ impl StepState {
             StepState::TimedOut => "timed_out",
             StepState::Cancelled => "cancelled",
             StepState::FailedToStart => "failed_to_start",
+            StepState::Interrupted => "interrupted",
         }
     }
 }
