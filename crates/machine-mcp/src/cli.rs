@@ -167,7 +167,7 @@ pub(crate) struct JobOut {
 pub(crate) enum ResourceCommand {
     /// Register the file PATH under ALIAS (its SHA-256 is recorded, never its bytes).
     Add {
-        /// The alias jobs name it by: ^[a-z][a-z0-9._-]{0,63}$.
+        /// The alias jobs name it by (pattern `^[a-z][a-z0-9._-]{0,63}$`).
         alias: String,
         /// The file (at most 64 KiB, mode 0600).
         path: PathBuf,

@@ -35,7 +35,7 @@ pub struct Plan {
     pub name: String,
     /// Names this submission: the same key with the same plan returns the existing job
     /// (idempotency_replay), with a different plan is a conflict. Pattern
-    /// ^[A-Za-z0-9][A-Za-z0-9._~:-]{0,127}$.
+    /// `^[A-Za-z0-9][A-Za-z0-9._~:-]{0,127}$`.
     #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._~:-]{0,127}$"))]
     pub idempotency_key: String,
     /// The steps, run in order; the first failing one (unless allow_failure) ends them (1-16).
@@ -63,7 +63,7 @@ pub struct Step {
     /// Program and arguments (no shell). With shell: true, exactly one entry: a command line
     /// for /bin/sh -c. May hold {{temp:NAME}}, {{resource:ALIAS}}, {{job:workspace}}.
     pub argv: Vec<String>,
-    /// Run argv[0] as a /bin/sh -c command line (only when the exec mode is shell).
+    /// Run the one argv entry as a /bin/sh -c command line (only when the exec mode is shell).
     #[serde(default)]
     pub shell: bool,
     /// Working directory relative to the workspace (default: its root).

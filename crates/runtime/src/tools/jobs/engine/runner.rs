@@ -12,7 +12,7 @@
 //!   never replayed), at most [`JOB_RECOVERY_ATTEMPTS_MAX`] attempts;
 //! - anything else (staged, terminal): nothing to do.
 //!
-//! Steps run through the process engine ([`Proc`]): own process group, bounded capture, the
+//! Steps run through the process engine (`Proc`): own process group, bounded capture, the
 //! step's timeout, whole-tree termination; the cancellation marker is checked before every
 //! main step and every 100 ms while one runs. The end is written in order: `result.json`, then
 //! the terminal status, then the plan's secrets are scrubbed and the private directory removed.

@@ -328,8 +328,8 @@ impl JobStore {
                     });
                 }
                 return Err(ToolError::conflict(format!(
-                    "idempotency_key {:?} was used for a different plan (job {id}); use \
-                     another key",
+                    "idempotency_key {:?} was used for a different plan, or from another \
+                     workspace or policy (job {id}); use another key",
                     plan.plan.idempotency_key
                 )));
             }
