@@ -36,7 +36,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("machine-mcp: {e:#}");
+            eprintln!("machine-mcp: {}", commands::printable(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -414,6 +414,9 @@ pub const JOBS_RETAINED_MAX: usize = 512;
 /// Unfinished jobs (staged, queued, running, cleaning, recovering) one principal other than the
 /// owner may have; past it acceptance is a retryable `limit_exceeded` for that principal only.
 pub const JOBS_UNFINISHED_PER_PRINCIPAL: usize = 64;
+/// Jobs one principal other than the owner keeps in the store; past it its oldest finished job
+/// makes room (a running, staged or unreadable one never does).
+pub const JOBS_RETAINED_PER_PRINCIPAL: usize = 128;
 /// Jobs of principals other than the owner the store keeps: the rest of
 /// [`JOBS_RETAINED_MAX`] is the owner's.
 pub const JOBS_RETAINED_OTHERS_MAX: usize = JOBS_RETAINED_MAX - 64;

@@ -20,12 +20,16 @@ use serde_json::{Value, json};
 
 use crate::cli::{JobCommand, JobOut, PolicyArgs, ResourceCommand, StateArgs};
 
-/// `println!` that ends the process quietly when stdout is closed (`job list | head`), instead
-/// of panicking on the broken pipe.
+/// `println!` of text for people: control, bidirectional and zero-width characters shown
+/// escaped ([`super::printable`]), and a closed stdout ends the process quietly
+/// (`job list | head`) instead of panicking.
 macro_rules! out {
-    ($($arg:tt)*) => { emit(&format!($($arg)*)) };
+    ($($arg:tt)*) => { emit(&super::printable(&format!($($arg)*))) };
 }
 
+/// Writes `line` and a line break to stdout: a reader that went away (broken pipe) ends the
+/// process with status 0; any other write error (a full disk, a closed descriptor) with an
+/// error and status 1.
 fn emit(line: &str) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();
@@ -33,23 +37,14 @@ fn emit(line: &str) {
         .write_all(line.as_bytes())
         .and_then(|()| o.write_all(b"\n"))
         .and_then(|()| o.flush());
-    if written.is_err() {
-        std::process::exit(0);
-    }
-}
-
-/// `text` with control characters other than line breaks and tabs shown as `\xHH`, so a job's
-/// output cannot drive the terminal (clear it, move the cursor, set its title).
-fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}' {
-            out.push_str(&format!("\\x{:02x}", u32::from(c)));
-        } else {
-            out.push(c);
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("machine-mcp: cannot write to stdout: {e}");
+            std::process::exit(1);
         }
     }
-    out
 }
 
 /// Runs one `job` command.
@@ -183,8 +178,22 @@ fn tool_error(e: runtime::ToolError) -> anyhow::Error {
     anyhow::anyhow!("{} ({})", e.message(), e.code())
 }
 
+/// Prints `v` as one line of JSON, the characters [`super::printable`] escapes written as
+/// `\uXXXX` (JSON escapes, so the document means the same).
 fn print_json(v: &Value) -> Result<()> {
-    out!("{}", serde_json::to_string(v)?);
+    let text = serde_json::to_string(v)?;
+    let mut safe = String::with_capacity(text.len());
+    for c in text.chars() {
+        if super::unsafe_for_terminals(c) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                safe.push_str(&format!("\\u{:04x}", u));
+            }
+        } else {
+            safe.push(c);
+        }
+    }
+    emit(&safe);
     Ok(())
 }
 
@@ -195,7 +204,7 @@ fn print_view(v: &JobView) {
     }
     let mut text = String::new();
     v.write_steps(&mut text);
-    out!("{}", printable(text.trim_end_matches('\n')));
+    out!("{}", text.trim_end_matches('\n'));
 }
 
 async fn submit(

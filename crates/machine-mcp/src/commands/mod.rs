@@ -56,6 +56,33 @@ pub(crate) async fn run(command: Command) -> Result<()> {
     }
 }
 
+/// Whether `c` could drive or mislead a terminal: a control character other than a line break
+/// or tab (C0, DEL, C1), or a bidirectional or zero-width format character.
+pub(crate) fn unsafe_for_terminals(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}'
+        )
+}
+
+/// `text` with the characters of [`unsafe_for_terminals`] shown as `\xHH` (ASCII) or
+/// `\u{HHHH}`, so what a job or an assistant wrote cannot clear the screen, set the clipboard
+/// or the title, or reorder a line.
+pub(crate) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if !unsafe_for_terminals(c) {
+            out.push(c);
+        } else if c.is_ascii() {
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
+        } else {
+            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+        }
+    }
+    out
+}
+
 /// The effective policy from the policy flags.
 pub(crate) fn policy(p: &PolicyArgs) -> Policy {
     let profile = match p.profile {

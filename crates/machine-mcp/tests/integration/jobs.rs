@@ -1392,3 +1392,114 @@ fn recovery_runs_the_finally_steps_in_the_environment_the_job_was_accepted_with(
         .collect();
     assert!(left.is_empty(), "the environment snapshot outlived the job");
 }
+
+/// Second fresh tester, findings 1 and 7: a job's error line and a refusal passed terminal
+/// escapes through; a failed write to stdout exited 0.
+#[test]
+fn job_errors_and_refusals_are_escaped_and_a_failed_write_is_an_error() {
+    let e = Env::new();
+    let ws = e.ws.path().to_str().unwrap().to_owned();
+    let evil = "no-such-prog\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{9b}\u{202e}";
+    let mut p = plan("evil", json!([{"argv": [evil]}]));
+    p["name"] = json!("evil\u{202e}name");
+    let file = e.ws.write("evil.json", p.to_string());
+    let sub = e.cli_json(&["job", "submit", file.to_str().unwrap(), "-w", &ws, "--json"]);
+    let id = sub["job_id"].as_str().unwrap().to_owned();
+    let out = e.cli_output(&["job", "read", &id, "--wait"]);
+    let listed = e.cli_output(&["job", "list"]);
+    let json = e.cli_output(&["job", "read", &id, "--json"]);
+    for (what, bytes) in [
+        ("read", &out.stdout),
+        ("list", &listed.stdout),
+        ("read --json", &json.stdout),
+    ] {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(
+            !text.contains('\u{1b}')
+                && !text.contains('\u{7}')
+                && !text.contains('\u{9b}')
+                && !text.contains('\u{202e}'),
+            "{what}: {text:?}"
+        );
+    }
+    let parsed: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        parsed["name"], "evil\u{202e}name",
+        "escaped JSON means the same"
+    );
+
+    let bad = e.ws.write(
+        "bad.json",
+        json!({"name": "x", "idempotency_key": "b", "steps": [{"argv": ["true"], "cwd": evil}]})
+            .to_string(),
+    );
+    let refused = e.cli_output(&["job", "submit", bad.to_str().unwrap(), "-w", &ws]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+
+    let full = Command::new(bin())
+        .args(["job", "list", "--state-dir", e.state_arg()])
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert!(!full.status.success(), "a write to /dev/full exited 0");
+}
+
+/// Second fresh tester, findings 3, 5 and 6: a registered resource the plan does not name,
+/// the real path of the copy under a symlinked state directory, and the temporary files of a
+/// killed runner's writes.
+#[test]
+fn every_registered_resource_and_every_path_of_its_copy_is_redacted_and_nothing_stale_stays() {
+    let e = Env::new();
+    let real = e.state.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = e.state.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let state = link.to_str().unwrap().to_owned();
+    let secrets = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(secrets.path()).unwrap();
+    let (named, unnamed) = (dir.join("named"), dir.join("unnamed"));
+    write_secret(&named, "Named-secret-0123456789\n", 0o600);
+    write_secret(&unnamed, "UnnamedButRegistered-0123456789\n", 0o600);
+    for (alias, path) in [("a", &named), ("b", &unnamed)] {
+        let out = Command::new(bin())
+            .args([
+                "resource",
+                "add",
+                alias,
+                path.to_str().unwrap(),
+                "--state-dir",
+                &state,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut s = Server::start(e.ws.path(), &["--state-dir", &state]);
+    let steps = json!([
+        {"argv": ["sh", "-c", "echo {{resource:a}}; realpath {{resource:a}}; sleep 1"]},
+        {"argv": ["cat", unnamed.to_str().unwrap()]},
+    ]);
+    let id = start(&mut s, &plan("paths", steps));
+    // A write the runner never finished, as a SIGKILL leaves it.
+    let job_dir = real.join("jobs").join(&id);
+    std::fs::write(job_dir.join(".tmp-stale"), b"left by a killed runner").unwrap();
+    let st = wait_terminal(&mut s, &id);
+    assert_eq!(st["state"], "succeeded", "{st}");
+    let text = st.to_string();
+    assert!(!text.contains("UnnamedButRegistered"), "{text}");
+    assert!(!text.contains("/private/resources/"), "{text}");
+    assert!(text.contains("[resource:b]"), "{text}");
+    wait_runner_gone(&id);
+    let stale: Vec<_> = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().starts_with(".tmp-"))
+        .collect();
+    assert!(stale.is_empty(), "{stale:?}");
+}

@@ -917,4 +917,34 @@ mod tests {
             .await
             .unwrap();
     }
+
+    /// The second fresh tester's lockout: one principal cycling stage + cancel filled the
+    /// share of every caller other than the owner.
+    #[tokio::test]
+    async fn a_principal_cycling_drafts_makes_room_from_its_own_finished_jobs() {
+        let m = machine();
+        let agent = Some(Profile::Agent);
+        for i in 0..protocol::limits::JOBS_RETAINED_PER_PRINCIPAL + 10 {
+            let a = call(&m, agent, "mallory", "stage_job", plan(&format!("c{i}")))
+                .await
+                .unwrap_or_else(|e| panic!("draft {i}: {e}"));
+            call(
+                &m,
+                agent,
+                "mallory",
+                "cancel_job",
+                json!({"job_id": a["job_id"]}),
+            )
+            .await
+            .unwrap();
+        }
+        let all = call(&m, None, "local", "list_jobs", json!({"limit": 512}))
+            .await
+            .unwrap();
+        let n = all["jobs"].as_array().unwrap().len();
+        assert_eq!(n, protocol::limits::JOBS_RETAINED_PER_PRINCIPAL, "{n} kept");
+        call(&m, agent, "alice", "stage_job", plan("alice"))
+            .await
+            .unwrap();
+    }
 }

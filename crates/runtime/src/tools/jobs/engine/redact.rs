@@ -98,8 +98,12 @@ impl Redactor {
         all.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         let mut out: Vec<(usize, usize, &[u8])> = Vec::new();
         for m in all {
-            if out.last().is_none_or(|l| m.0 >= l.1) {
-                out.push(m);
+            match out.last_mut() {
+                Some(l) if m.0 < l.1 => {
+                    // Overlapping forms (two resources sharing bytes) are replaced as one.
+                    l.1 = l.1.max(m.1);
+                }
+                _ => out.push(m),
             }
         }
         out
@@ -222,6 +226,20 @@ mod tests {
         let mut r = Redactor::default();
         r.add("selfref", b"resource", &[]);
         assert_eq!(r.redact(b"a resource"), b"a [resource:selfref]", "one pass");
+    }
+
+    /// The second fresh tester's leak: two resources that overlap left part of the second.
+    #[test]
+    fn overlapping_resources_are_replaced_whole() {
+        let a = b"XXXXfirstpart-ABCDEFGHshared-0123456789";
+        let b = b"shared-0123456789lastpart-QRSTUVWXYZYY";
+        let mut r = Redactor::default();
+        r.add("a", a, &[]);
+        r.add("b", b, &[]);
+        let mut text = a.to_vec();
+        text.extend_from_slice(&b[17..]);
+        let out = String::from_utf8(r.redact(&text)).unwrap();
+        assert!(!out.contains("lastpart"), "{out}");
     }
 
     /// The fresh tester's leak: a secret repeated back to back, cut into head and tail.

@@ -42,7 +42,7 @@ use crate::{
             Proc, Spawn, Stream,
             env::{Scratch, child_env_from},
         },
-        resources::engine::read_verified,
+        resources::engine::{Registry, read_verified},
     },
 };
 
@@ -213,7 +213,10 @@ impl Job<'_> {
         let (state, error) = match outcome {
             Outcome::Cancelled => (
                 JobState::Cancelled,
-                Some(err("cancelled", "cancelled by cancel_job")),
+                Some(err(
+                    "cancelled",
+                    "cancelled (cancel_job, tasks/cancel or machine-mcp job cancel)",
+                )),
             ),
             Outcome::Failed(e) => (JobState::Failed, Some(e)),
             Outcome::Succeeded => match finally_failed {
@@ -364,10 +367,26 @@ impl Job<'_> {
             }
             let copy = self.private.join("resources").join(alias);
             private::write_atomic(&copy, &bytes).map_err(setup)?;
-            let copy_path = copy.to_string_lossy().into_owned();
-            let reg_path = entry.path.to_string_lossy().into_owned();
-            self.redactor
-                .add(alias, &bytes, &[copy_path.as_bytes(), reg_path.as_bytes()]);
+            // The copy by the path the step is given and by its real one (a state directory
+            // reached through a symlink), and the registered file.
+            let real = std::fs::canonicalize(&copy).unwrap_or_else(|_| copy.clone());
+            let paths = [copy, real, entry.path.clone()].map(|p| p.to_string_lossy().into_owned());
+            let paths: Vec<&[u8]> = paths.iter().map(|p| p.as_bytes()).collect();
+            self.redactor.add(alias, &bytes, &paths);
+        }
+        // Every other registered resource is redacted too: a program may print one it finds
+        // by itself (a tool reading ~/.kube/config by default).
+        let state_dir = self.store.root().parent().unwrap_or(self.store.root());
+        if let Ok(all) = Registry::new(state_dir).load() {
+            for (alias, entry) in all
+                .iter()
+                .filter(|(a, _)| !self.plan.resources.contains_key(*a))
+            {
+                if let Ok(bytes) = read_verified(entry) {
+                    let path = entry.path.to_string_lossy().into_owned();
+                    self.redactor.add(alias, &bytes, &[path.as_bytes()]);
+                }
+            }
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
     JOB_RETENTION, JOB_STAGED_EXPIRY, JOBS_RETAINED_MAX, JOBS_RETAINED_OTHERS_MAX,
-    JOBS_UNFINISHED_PER_PRINCIPAL,
+    JOBS_RETAINED_PER_PRINCIPAL, JOBS_UNFINISHED_PER_PRINCIPAL,
 };
 
 use super::{
@@ -288,6 +288,14 @@ impl JobStore {
             tracing::warn!(error = %e, "cannot scrub a finished job's plan");
         }
         let _ = fs::remove_file(self.cancel_marker(&id));
+        // Temporary files of writes a killed runner never finished (old statuses).
+        if let Ok(rd) = fs::read_dir(self.root.join(&id)) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(".tmp-") {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
         Ok(())
     }
 
@@ -341,34 +349,10 @@ impl JobStore {
             }
             None => {}
         }
-        let ids = self.job_ids();
         if !owner_role {
-            let submitters: Vec<(String, Submitter)> = ids
-                .iter()
-                .filter_map(|i| self.submitter(i).map(|s| (i.clone(), s)))
-                .collect();
-            let others = submitters.iter().filter(|(_, s)| !s.owner_role).count();
-            if others >= JOBS_RETAINED_OTHERS_MAX {
-                return Err(ToolError::limit(format!(
-                    "principals other than the owner hold {others} jobs, the most the store keeps \
-                     for them; finished jobs are pruned after 7 days"
-                ))
-                .retryable());
-            }
-            let unfinished = submitters
-                .iter()
-                .filter(|(i, s)| {
-                    s.principal == plan.owner && !self.root.join(i).join("result.json").exists()
-                })
-                .count();
-            if unfinished >= JOBS_UNFINISHED_PER_PRINCIPAL {
-                return Err(ToolError::limit(format!(
-                    "you have {unfinished} unfinished jobs (staged, queued or running), the most \
-                     one caller may have; wait for some to end or cancel_job drafts"
-                ))
-                .retryable());
-            }
+            self.make_room_for(&plan.owner)?;
         }
+        let ids = self.job_ids();
         let count = ids.len();
         if count >= JOBS_RETAINED_MAX {
             return Err(ToolError::limit(format!(
@@ -450,6 +434,76 @@ impl JobStore {
                 let _ = child.wait();
             })?;
         Ok(pid)
+    }
+
+    /// Checks and makes room for one more job of `principal`, a caller other than the owner:
+    /// at most [`JOBS_UNFINISHED_PER_PRINCIPAL`] unfinished jobs; past
+    /// [`JOBS_RETAINED_PER_PRINCIPAL`] of its own, or [`JOBS_RETAINED_OTHERS_MAX`] of all such
+    /// callers, the oldest finished job of the caller holding the most goes (this caller's own
+    /// first). A running, staged or unreadable job is never removed.
+    ///
+    /// # Errors
+    /// `limit_exceeded` (retryable) when no finished job can make room.
+    fn make_room_for(&self, principal: &str) -> ToolResult<()> {
+        let mut jobs: Vec<(String, Submitter, bool, std::time::SystemTime)> = self
+            .job_ids()
+            .into_iter()
+            .filter_map(|i| {
+                let s = self.submitter(&i)?;
+                let dir = self.root.join(&i);
+                let done = dir.join("result.json").exists();
+                let born = fs::metadata(dir.join("submitter.json"))
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                Some((i, s, done, born))
+            })
+            .filter(|(_, s, _, _)| !s.owner_role)
+            .collect();
+        jobs.sort_by_key(|j| j.3);
+        let unfinished = jobs
+            .iter()
+            .filter(|(_, s, done, _)| s.principal == principal && !done)
+            .count();
+        if unfinished >= JOBS_UNFINISHED_PER_PRINCIPAL {
+            return Err(ToolError::limit(format!(
+                "you have {unfinished} unfinished jobs (staged, queued or running), the most one \
+                 caller may have; wait for some to end or cancel_job drafts"
+            ))
+            .retryable());
+        }
+        let mine = jobs.iter().filter(|j| j.1.principal == principal).count();
+        let victim_owner = if mine >= JOBS_RETAINED_PER_PRINCIPAL {
+            Some(principal.to_owned())
+        } else if jobs.len() >= JOBS_RETAINED_OTHERS_MAX {
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for j in &jobs {
+                *counts.entry(j.1.principal.as_str()).or_default() += 1;
+            }
+            counts
+                .into_iter()
+                .max_by_key(|(_, n)| *n)
+                .map(|(p, _)| p.to_owned())
+        } else {
+            None
+        };
+        let Some(victim_owner) = victim_owner else {
+            return Ok(());
+        };
+        for (id, s, done, _) in &jobs {
+            if s.principal == victim_owner
+                && *done
+                && let Ok(Some(_lock)) = self.lock_job(id, false)
+                && fs::remove_dir_all(self.root.join(id)).is_ok()
+            {
+                return Ok(());
+            }
+        }
+        Err(ToolError::limit(format!(
+            "the store keeps no more jobs for callers other than the owner ({} held, none of \
+             the largest holder's finished); retry when jobs have ended",
+            jobs.len()
+        ))
+        .retryable())
     }
 
     fn submitter(&self, id: &str) -> Option<Submitter> {
