@@ -11,9 +11,11 @@
 pub mod backoff;
 pub mod bridge;
 pub mod identity;
+pub mod instance;
 pub mod link;
 pub mod servers;
 pub mod sessions;
+pub mod status;
 
 use std::{collections::BTreeMap, collections::HashSet, sync::Arc};
 

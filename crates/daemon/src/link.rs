@@ -36,6 +36,7 @@ use crate::{
     backoff::{self, Warnings},
     identity::DeviceKey,
     sessions::HostedSessions,
+    status::LinkStatus,
 };
 
 /// Timing of the link; production uses the contract (DESIGN §7), tests may shorten it.
@@ -88,6 +89,8 @@ pub struct LinkConfig {
     pub timing: LinkTiming,
     /// Set to true while the link is ready, false while it is not.
     pub ready: Option<tokio::sync::watch::Sender<bool>>,
+    /// The link's state for the status endpoint, kept up to date.
+    pub status: Arc<LinkStatus>,
 }
 
 /// Why the link stopped for good.
@@ -143,6 +146,7 @@ pub async fn run(
             if let Some(r) = &ready_flag {
                 r.send_replace(true);
             }
+            config.status.ready();
             attempt = 0;
             lost_at = None;
             if let Some((start, _, warned)) = outage.take() {
@@ -186,6 +190,9 @@ pub async fn run(
             tracing::debug!(reason = %why, "relay link attempt failed");
         }
         let delay = backoff::delay(attempt, rand::random::<f64>());
+        config
+            .status
+            .backing_off(&why, u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
         attempt = attempt.saturating_add(1);
         let grace_end = lost + config.timing.grace;
         tokio::select! {
@@ -211,6 +218,7 @@ async fn attempt_once(
     shutdown: &CancellationToken,
     on_ready: &mut impl FnMut(),
 ) -> Attempt {
+    config.status.connecting();
     let url = match connect_url(config.connect.as_ref().unwrap_or(&config.relay)) {
         Ok(u) => u,
         Err(e) => return Attempt::Fatal(e),
@@ -236,7 +244,8 @@ async fn attempt_once(
     // results (the relay retracts a request not accepted within 4 s).
     let (out_tx, out_rx) = mpsc::channel::<DaemonFrame>(4096);
     let (urgent_tx, urgent_rx) = mpsc::channel::<DaemonFrame>(URGENT_QUEUE);
-    let writer = tokio::spawn(write_frames(sink, urgent_rx, out_rx));
+    let close = CancellationToken::new();
+    let mut writer = tokio::spawn(write_frames(sink, urgent_rx, out_rx, close.clone()));
     let r = handshake_and_serve(
         config,
         instance_id,
@@ -250,9 +259,24 @@ async fn attempt_once(
         },
     )
     .await;
-    writer.abort();
+    if matches!(r, Attempt::Stop) {
+        // A clean stop: what is queued is written, then a Close frame (1000), so the relay
+        // sees a daemon that left, not a connection lost (1006).
+        close.cancel();
+        if tokio::time::timeout(CLOSE_FLUSH, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
+    } else {
+        writer.abort();
+    }
     r
 }
+
+/// How long a stopping link may take to write what is queued and its Close frame.
+const CLOSE_FLUSH: Duration = Duration::from_secs(2);
 
 /// Reads the next relay frame within `within`.
 async fn next(
@@ -299,11 +323,13 @@ fn classify_close(close: Option<(u16, String)>) -> Attempt {
 }
 
 /// Writes the frames of both lanes to `sink` as JSON text, `urgent` first whenever both have
-/// one, until both lanes are closed or the sink fails; then closes the sink.
+/// one, until both lanes are closed, the sink fails, or `close` is cancelled and both lanes
+/// are empty; then closes the sink (after `close`, with a Close frame 1000 "daemon stopping").
 async fn write_frames<S>(
     mut sink: S,
     mut urgent: mpsc::Receiver<DaemonFrame>,
     mut frames: mpsc::Receiver<DaemonFrame>,
+    close: CancellationToken,
 ) where
     S: futures_util::Sink<Message> + Unpin,
 {
@@ -312,6 +338,14 @@ async fn write_frames<S>(
             biased;
             Some(f) = urgent.recv() => f,
             Some(f) = frames.recv() => f,
+            () = close.cancelled() => {
+                let frame = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                    code: WsCloseCode::Normal,
+                    reason: "daemon stopping".into(),
+                };
+                let _ = sink.send(Message::Close(Some(frame))).await;
+                break;
+            }
             else => break,
         };
         let Ok(text) = serde_json::to_string(&f) else {
@@ -402,7 +436,7 @@ async fn handshake_and_serve(
         return Attempt::Retry("the connection closed".into());
     }
     match next(stream, t.hello).await {
-        Ok(RelayFrame::HelloAck { .. }) => {}
+        Ok(RelayFrame::HelloAck { .. }) => config.status.probing(),
         Ok(_) => return Attempt::Retry("expected hello_ack".into()),
         Err(a) => return a,
     }
@@ -441,7 +475,16 @@ async fn handshake_and_serve(
         }
     }
     on_ready();
-    serve(t, sessions, shutdown, stream, lanes, confirm).await
+    serve(
+        t,
+        sessions,
+        shutdown,
+        stream,
+        lanes,
+        confirm,
+        &config.status,
+    )
+    .await
 }
 
 /// Whether to run client message `message` of `sid`, which the relay sent with `deliver_by`
@@ -537,8 +580,13 @@ async fn serve(
     stream: &mut futures_util::stream::SplitStream<Ws>,
     lanes: &Lanes,
     confirm: bool,
+    status: &LinkStatus,
 ) -> Attempt {
     let (out, frames) = (&lanes.urgent, &lanes.frames);
+    // Set once a stop is asked for: no request is admitted any more (the relay retracts it and
+    // tells its client it was not delivered), calls in flight get up to DAEMON_STOP_DRAIN to
+    // answer, then the link closes cleanly.
+    let mut stopping_since: Option<Instant> = None;
     let mut beat = tokio::time::interval(t.heartbeat);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     beat.tick().await;
@@ -552,11 +600,21 @@ async fn serve(
             () = broken.cancelled(), if draining_since.is_none() => {
                 draining_since = Some(Instant::now());
             }
-            _ = drain.tick(), if draining_since.is_some() => {
-                // Reconnect once what was queued is written (its acknowledgements then come
-                // before the replay), or after a bound.
-                let drained = frames.capacity() == frames.max_capacity();
-                if drained || draining_since.is_some_and(|t| t.elapsed() > DRAIN_MAX) {
+            _ = drain.tick(), if draining_since.is_some() || stopping_since.is_some() => {
+                let written = frames.capacity() == frames.max_capacity();
+                if let Some(since) = stopping_since {
+                    let n = sessions.requests_in_flight();
+                    status.draining(n);
+                    if n == 0 && written {
+                        return Attempt::Stop;
+                    }
+                    if since.elapsed() >= limits::DAEMON_STOP_DRAIN {
+                        tracing::warn!(in_flight = n, "stopping: calls still in flight after the drain bound; their clients get an error");
+                        return Attempt::Stop;
+                    }
+                } else if written || draining_since.is_some_and(|t| t.elapsed() > DRAIN_MAX) {
+                    // Reconnect once what was queued is written (its acknowledgements then
+                    // come before the replay), or after a bound.
                     return Attempt::Retry("the link's send queue was full: reconnecting so that what did not fit is sent again".into());
                 }
             }
@@ -565,12 +623,19 @@ async fn serve(
                     Ok(f) => f,
                     Err(a) => return a,
                 };
+                if stopping_since.is_some() && is_request(&frame) {
+                    tracing::debug!("not admitting a request: the daemon is stopping");
+                    continue;
+                }
                 let Some(frame) = dispatch(sessions, out, confirm, frame, now_unix_ms()) else {
                     continue;
                 };
                 match frame {
                     RelayFrame::Heartbeat { seq } => { let _ = out.try_send(DaemonFrame::HeartbeatAck { seq }); }
-                    RelayFrame::HeartbeatAck { seq: s } => if unanswered == Some(s) { unanswered = None },
+                    RelayFrame::HeartbeatAck { seq: s } => if unanswered == Some(s) {
+                        unanswered = None;
+                        status.heartbeat();
+                    },
                     RelayFrame::Probe { id } => { let _ = out.try_send(DaemonFrame::ProbeResult { id }); }
                     other => tracing::debug!(?other, "ignoring an unexpected frame"),
                 }
@@ -585,9 +650,26 @@ async fn serve(
                     return Attempt::Retry("the link's send queue is full".into());
                 }
             }
-            _ = shutdown.cancelled() => return Attempt::Stop,
+            () = shutdown.cancelled(), if stopping_since.is_none() => {
+                stopping_since = Some(Instant::now());
+                status.stopping();
+                let n = sessions.requests_in_flight();
+                status.draining(n);
+                if n > 0 {
+                    tracing::info!(in_flight = n, "stopping: letting calls in flight finish (up to {} s)", limits::DAEMON_STOP_DRAIN.as_secs());
+                }
+            }
         }
     }
+}
+
+/// Whether `frame` carries a client request (a message with an `id` and a `method`).
+fn is_request(frame: &RelayFrame) -> bool {
+    let message = match frame {
+        RelayFrame::Rpc { message, .. } | RelayFrame::Call { message, .. } => message,
+        _ => return false,
+    };
+    message.get("method").is_some() && message.get("id").is_some_and(|i| !i.is_null())
 }
 
 /// Redeems an enrollment `code` at `relay` for `key`; returns `(bridge, key_id)`.
@@ -763,7 +845,7 @@ mod tests {
             .unwrap();
         drop((frames_tx, urgent_tx));
         let mut written: Vec<Message> = Vec::new();
-        write_frames(&mut written, urgent, frames).await;
+        write_frames(&mut written, urgent, frames, CancellationToken::new()).await;
         let kinds: Vec<String> = written
             .iter()
             .map(|m| {

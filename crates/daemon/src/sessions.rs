@@ -593,6 +593,30 @@ impl HostedSessions {
         self.pool.close_all();
     }
 
+    /// Client requests forwarded to hosted sessions and calls and not yet answered.
+    pub fn requests_in_flight(&self) -> usize {
+        let hosts: Vec<Arc<Host>> = self
+            .hosts
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        hosts
+            .iter()
+            .map(|h| h.inflight.lock().map(|f| f.len()).unwrap_or(0))
+            .sum()
+    }
+
+    /// Hosted sessions and single calls: `(sessions, calls)`.
+    pub fn counts(&self) -> (usize, usize) {
+        self.hosts
+            .lock()
+            .map(|m| {
+                let calls = m.values().filter(|h| h.call.is_some()).count();
+                (m.len() - calls, calls)
+            })
+            .unwrap_or((0, 0))
+    }
+
     /// Sessions hosted.
     pub fn len(&self) -> usize {
         self.hosts.lock().map(|m| m.len()).unwrap_or(0)

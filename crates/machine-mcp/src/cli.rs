@@ -251,6 +251,14 @@ pub(crate) struct UpArgs {
     /// instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Replace a daemon already running on this state directory: it is verified (PID, start
+    /// time, command line), asked to stop (SIGTERM), killed with its process tree after 2 s
+    /// without progress (15 s at most), and only then replaced.
+    #[arg(long)]
+    pub(crate) takeover: bool,
+    /// TESTS ONLY: ignore SIGTERM (stop on Ctrl-C/SIGINT only), to test the takeover's SIGKILL.
+    #[arg(long, hide = true)]
+    pub(crate) ignore_sigterm_for_tests: bool,
     #[command(flatten)]
     pub(crate) policy: PolicyArgs,
     #[command(flatten)]
@@ -302,6 +310,14 @@ pub(crate) struct ConnectArgs {
     /// A Claude Desktop-style `{"mcpServers": {...}}` file of stdio servers to carry too.
     #[arg(long, value_name = "FILE")]
     pub(crate) servers: Option<PathBuf>,
+    /// Replace a daemon already running on this state directory: it is verified (PID, start
+    /// time, command line), asked to stop (SIGTERM), killed with its process tree after 2 s
+    /// without progress (15 s at most), and only then replaced.
+    #[arg(long)]
+    pub(crate) takeover: bool,
+    /// TESTS ONLY: ignore SIGTERM (stop on Ctrl-C/SIGINT only), to test the takeover's SIGKILL.
+    #[arg(long, hide = true)]
+    pub(crate) ignore_sigterm_for_tests: bool,
     #[command(flatten)]
     pub(crate) policy: PolicyArgs,
     #[command(flatten)]

@@ -67,6 +67,11 @@ pub const UPSTREAM_POOLED_SESSION_IDLE: Duration = Duration::from_secs(300);
 
 /// How long detached calls and sessions wait for the same daemon instance to come back.
 pub const RECONNECT_GRACE: Duration = Duration::from_secs(120);
+
+/// How long a stopping daemon (SIGTERM, Ctrl-C, `service stop`) keeps its link to let calls
+/// in flight finish before it closes it: below a takeover's 15 s wait and systemd's
+/// `TimeoutStopSec` (30 s in the unit `service install` writes).
+pub const DAEMON_STOP_DRAIN: Duration = Duration::from_secs(10);
 /// Interval of SSE keepalive comments.
 pub const SSE_KEEPALIVE: Duration = Duration::from_secs(10);
 /// How long finished SSE streams stay replayable with `Last-Event-ID`.

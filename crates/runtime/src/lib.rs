@@ -54,6 +54,7 @@ pub mod memory;
 pub mod path;
 pub mod policy;
 mod primitives;
+pub mod procs;
 pub mod tools;
 
 pub use mcp::{

@@ -7,6 +7,7 @@ use daemon::{
     identity::{DeviceKey, Enrollment},
     link::{self, LinkConfig},
     sessions::HostedSessions,
+    status::LinkStatus,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -16,14 +17,18 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     daemon::init_tls();
     // Ctrl-C or SIGTERM stops the daemon at any point, starting up included.
     let stop = CancellationToken::new();
+    let ignore_sigterm = args.ignore_sigterm_for_tests;
     {
         let t = stop.clone();
         tokio::spawn(async move {
-            super::shutdown_signal().await;
+            super::instance::stop_signal(ignore_sigterm).await;
             t.cancel();
         });
     }
-    let dir = super::state_dir(&args.state)?.join("daemon");
+    let root = super::state_dir(&args.state)?;
+    // One daemon per state directory: taken before anything in it is touched.
+    let lock = Arc::new(super::instance::lock(&root, "connect", args.takeover).await?);
+    let dir = root.join("daemon");
     let key = Arc::new(DeviceKey::load_or_create(&dir)?);
     let enrollment = match &args.enroll {
         Some(code) => {
@@ -67,6 +72,23 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         bridge = %enrollment.bridge,
         "daemon starting"
     );
+    let link_status = Arc::new(LinkStatus::default());
+    let status_stop = CancellationToken::new();
+    let _status_guard = status_stop.clone().drop_guard();
+    super::instance::serve_status(
+        lock.clone(),
+        link_status.clone(),
+        runtime.clone(),
+        sessions.clone(),
+        super::instance::Facts {
+            command: "connect",
+            relay: args.relay.to_string(),
+            bridge: enrollment.bridge.clone(),
+            mcp_url: None,
+        },
+        status_stop,
+    )
+    .await?;
     let config = LinkConfig {
         connect: None,
         relay: args.relay,
@@ -76,8 +98,15 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         servers,
         timing: super::daemon_timing(&args.timing),
         ready: None,
+        status: link_status,
     };
-    let r = link::run(config, sessions, stop).await;
+    let r = link::run(config, sessions, stop.clone()).await;
+    match &r {
+        Ok(()) if stop.is_cancelled() => tracing::info!("daemon stopped: asked to stop (signal)"),
+        Ok(()) => tracing::info!("daemon stopped"),
+        Err(e) => tracing::error!(error = %e, "daemon stopping: the relay link failed"),
+    }
     runtime.shutdown().await;
+    drop(lock);
     r.context("the relay link stopped")
 }

@@ -2,6 +2,7 @@
 //! directory, and the runtime for a workspace.
 
 mod connect;
+mod instance;
 mod job;
 mod relay;
 mod stdio;

@@ -7,6 +7,7 @@ use daemon::{
     identity::{DeviceKey, Enrollment},
     link::{self, LinkConfig},
     sessions::HostedSessions,
+    status::LinkStatus,
 };
 use relay::{RelayConfig, SqliteStorage, auth::Role, config::AuthMode};
 use serde_json::json;
@@ -33,12 +34,16 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     let interrupted = CancellationToken::new();
     {
         let t = interrupted.clone();
+        let ignore_sigterm = args.ignore_sigterm_for_tests;
         tokio::spawn(async move {
-            super::shutdown_signal().await;
+            super::instance::stop_signal(ignore_sigterm).await;
             t.cancel();
         });
     }
-    let dir = super::state_dir(&args.state)?.join("up");
+    let root = super::state_dir(&args.state)?;
+    // One daemon per state directory, whatever the port: taken before anything in it is touched.
+    let lock = Arc::new(super::instance::lock(&root, "up", args.takeover).await?);
+    let dir = root.join("up");
     let storage = SqliteStorage::open(&dir.join("relay.db"))
         .await
         .with_context(|| format!("cannot open the relay store in {}", dir.display()))?;
@@ -138,6 +143,25 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         .filter(|n| n != protocol::frame::RUNTIME_SERVER)
         .collect();
     let sessions = HostedSessions::new(runtime.clone(), upstreams);
+    let base = public_url.as_str().trim_end_matches('/').to_owned();
+    let mcp_url = format!("{base}/b/{BRIDGE}/mcp");
+    let link_status = Arc::new(LinkStatus::default());
+    let status_stop = CancellationToken::new();
+    let _status_guard = status_stop.clone().drop_guard();
+    super::instance::serve_status(
+        lock.clone(),
+        link_status.clone(),
+        runtime.clone(),
+        sessions.clone(),
+        super::instance::Facts {
+            command: "up",
+            relay: public_url.to_string(),
+            bridge: BRIDGE.to_owned(),
+            mcp_url: Some(mcp_url.clone()),
+        },
+        status_stop,
+    )
+    .await?;
     let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
     let link_config = LinkConfig {
         connect: (local_url != public_url).then(|| local_url.clone()),
@@ -148,6 +172,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         servers,
         timing: super::daemon_timing(&args.timing),
         ready: Some(ready_tx),
+        status: link_status,
     };
     let link_stop = stop.clone();
     let link_task = tokio::spawn(link::run(link_config, sessions, link_stop));
@@ -168,8 +193,6 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
             READY_TIMEOUT.as_secs()
         );
     }
-    let base = public_url.as_str().trim_end_matches('/');
-    let mcp_url = format!("{base}/b/{BRIDGE}/mcp");
     let server_urls: serde_json::Map<String, serde_json::Value> = names
         .iter()
         .map(|n| (n.clone(), json!(format!("{base}/b/{BRIDGE}/s/{n}/mcp"))))

@@ -113,6 +113,23 @@ pub(crate) fn all_stats() -> Vec<Stat> {
         .collect()
 }
 
+/// Live descendants of `pid` by parent links, children first seen before their own children;
+/// a process for which `prune(pid)` is true is left out together with everything below it.
+pub(crate) fn descendants(pid: i32, prune: impl Fn(i32) -> bool) -> Vec<i32> {
+    let stats = all_stats();
+    let mut found: Vec<i32> = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for s in &stats {
+            if s.ppid == parent && !s.zombie && !found.contains(&s.pid) && !prune(s.pid) {
+                found.push(s.pid);
+                frontier.push(s.pid);
+            }
+        }
+    }
+    found
+}
+
 /// Live (non-zombie) members of `tree`.
 pub(crate) fn members(tree: &Tree) -> Vec<i32> {
     let leader = tree.leader as i32;

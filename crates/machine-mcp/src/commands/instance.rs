@@ -1,0 +1,137 @@
+//! What `connect` and `up` share as daemons: the state directory's instance lock (one daemon
+//! per state directory, `--takeover`), the loopback status endpoint, and the stop signals.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use anyhow::Result;
+use daemon::{
+    instance::{Acquired, InstanceLock},
+    sessions::HostedSessions,
+    status::{self, LinkStatus},
+};
+use runtime::Runtime;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Takes the lock of `state_dir` for the daemon subcommand `command` (`connect` or `up`),
+/// stopping a verified holder first when `takeover`.
+///
+/// # Errors
+/// The lock is held (the message names the holder and the ways out), the holder could not be
+/// verified or did not let go, or the state directory cannot be used.
+pub(crate) async fn lock(state_dir: &Path, command: &str, takeover: bool) -> Result<InstanceLock> {
+    let (lock, how) = InstanceLock::acquire(state_dir, command, takeover).await?;
+    match how {
+        Acquired::Free => {}
+        Acquired::Stale(pid) => {
+            tracing::info!(
+                pid,
+                "took over the lock of a daemon that is no longer running"
+            );
+        }
+        Acquired::TookOver { pid, killed: false } => {
+            tracing::info!(
+                pid,
+                "took over from the daemon that was running (it stopped)"
+            );
+        }
+        Acquired::TookOver { pid, killed: true } => tracing::warn!(
+            pid,
+            "took over from the daemon that was running: it did not stop on SIGTERM and was killed with its process tree"
+        ),
+    }
+    Ok(lock)
+}
+
+/// What the status report says besides the link: set once the daemon knows it.
+pub(crate) struct Facts {
+    /// The daemon subcommand.
+    pub(crate) command: &'static str,
+    /// The relay's URL.
+    pub(crate) relay: String,
+    /// The bridge.
+    pub(crate) bridge: String,
+    /// The MCP URL clients use (`up`).
+    pub(crate) mcp_url: Option<String>,
+}
+
+/// Serves the status endpoint on a loopback port, records it in the lock's record, and mirrors
+/// the calls still draining into the record while the daemon stops (a takeover reads that as
+/// progress). Runs until `stop`.
+///
+/// # Errors
+/// The listener cannot be bound or the record cannot be written.
+pub(crate) async fn serve_status(
+    lock: Arc<InstanceLock>,
+    link: Arc<LinkStatus>,
+    runtime: Arc<Runtime>,
+    sessions: Arc<HostedSessions>,
+    facts: Facts,
+    stop: CancellationToken,
+) -> Result<()> {
+    let listener = status::bind().await?;
+    let addr = status::local_addr(&listener);
+    lock.set_endpoints(addr, facts.mcp_url.clone())?;
+    let started = lock.record().started_at_unix_ms;
+    let pid = std::process::id();
+    let report_link = link.clone();
+    let report: Arc<dyn Fn() -> Value + Send + Sync> = Arc::new(move || {
+        let (sessions_open, calls) = sessions.counts();
+        let jobs_running = runtime.jobs().map_or(0, |s| {
+            s.list()
+                .iter()
+                .filter(|(_, l)| {
+                    matches!(l, runtime::tools::jobs::engine::store::Loaded::Ok(_, st) if !st.is_terminal())
+                })
+                .count()
+        });
+        let now = protocol::frame::now_unix_ms();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": pid,
+            "command": facts.command,
+            "uptime_s": now.saturating_sub(started) / 1000,
+            "relay": facts.relay,
+            "bridge": facts.bridge,
+            "mcp_url": facts.mcp_url,
+            "link": report_link.snapshot(),
+            "sessions": sessions_open,
+            "calls_in_flight": calls,
+            "requests_in_flight": sessions.requests_in_flight(),
+            "process_sessions": runtime.running_sessions(),
+            "jobs_running": jobs_running,
+            "workspace": runtime.workspace().root().display().to_string(),
+            "policy": runtime.policy().name(),
+        })
+    });
+    tokio::spawn(status::serve(listener, link.clone(), report, stop.clone()));
+    tokio::spawn(async move {
+        let mut last = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let n = link.snapshot().draining_in_flight;
+            if n.is_some() && n != last {
+                last = n;
+                let _ = lock.set_stopping(n.unwrap_or(0));
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Resolves when the daemon is asked to stop: Ctrl-C, or SIGTERM unless `ignore_sigterm` (a
+/// hidden test flag that simulates a daemon that does not stop, for the takeover's SIGKILL
+/// escalation).
+pub(crate) async fn stop_signal(ignore_sigterm: bool) {
+    if !ignore_sigterm {
+        return super::shutdown_signal().await;
+    }
+    // Handling SIGTERM without acting on it replaces its default action (exit).
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    let _ = tokio::signal::ctrl_c().await;
+    drop(term);
+}
