@@ -333,11 +333,18 @@ async fn write_frames<S>(
 ) where
     S: futures_util::Sink<Message> + Unpin,
 {
-    loop {
+    let (mut urgent_open, mut frames_open) = (true, true);
+    while urgent_open || frames_open {
         let f = tokio::select! {
             biased;
-            Some(f) = urgent.recv() => f,
-            Some(f) = frames.recv() => f,
+            f = urgent.recv(), if urgent_open => match f {
+                Some(f) => f,
+                None => { urgent_open = false; continue; }
+            },
+            f = frames.recv(), if frames_open => match f {
+                Some(f) => f,
+                None => { frames_open = false; continue; }
+            },
             () = close.cancelled() => {
                 let frame = tokio_tungstenite::tungstenite::protocol::CloseFrame {
                     code: WsCloseCode::Normal,
@@ -346,7 +353,6 @@ async fn write_frames<S>(
                 let _ = sink.send(Message::Close(Some(frame))).await;
                 break;
             }
-            else => break,
         };
         let Ok(text) = serde_json::to_string(&f) else {
             continue;
