@@ -60,6 +60,10 @@ pub(crate) enum Command {
     /// Run or administer a relay (bridges, accounts, OAuth clients, tokens).
     #[command(subcommand)]
     Relay(RelayCommand),
+    /// Show the daemon running on this state directory: PID, uptime, relay, bridge, link state,
+    /// heartbeat, sessions, calls, process sessions and jobs. Exit status 0 only when its link
+    /// to the relay is ready.
+    Status(StatusArgs),
     /// Managed jobs: submit a plan, list, inspect, read, start a staged one, cancel, prune.
     #[command(subcommand)]
     Job(JobCommand),
@@ -194,6 +198,16 @@ pub(crate) enum ResourceCommand {
         #[command(flatten)]
         state: StateArgs,
     },
+}
+
+/// Arguments of `machine-mcp status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Print the daemon's status report as one JSON object (`{"running": false}` when none runs).
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
 }
 
 /// Options of the state directory.

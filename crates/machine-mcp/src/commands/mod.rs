@@ -5,6 +5,7 @@ mod connect;
 mod instance;
 mod job;
 mod relay;
+mod status;
 mod stdio;
 mod up;
 
@@ -41,6 +42,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Relay(RelayCommand::Account(cmd)) => relay::account(cmd).await,
         Command::Relay(RelayCommand::Client(cmd)) => relay::client(cmd).await,
         Command::Relay(RelayCommand::Device(cmd)) => relay::device(cmd).await,
+        Command::Status(args) => status::run(&args),
         Command::Job(cmd) => job::run(cmd).await,
         Command::Resource(cmd) => job::resource(cmd),
         Command::JobRunner { state, job_id } => {

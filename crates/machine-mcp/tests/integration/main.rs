@@ -14,6 +14,7 @@ mod jobs;
 mod net;
 mod oauth;
 mod oauth_abuse;
+mod ops;
 mod patch;
 mod policy;
 mod process;

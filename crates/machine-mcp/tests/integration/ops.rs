@@ -1,0 +1,259 @@
+//! Operations (issue 17): one daemon per state directory, `--takeover`, and `status`.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::{
+    net::{Proc, Relay},
+    util::{Tree, alive, bin, wait_gone},
+};
+
+const READY: &str = "connected to the relay and ready";
+
+/// A relay, an enrolled daemon on `state`, and its workspace.
+fn enrolled(extra: &[&str]) -> (Relay, tempfile::TempDir, Tree, Proc) {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let daemon = relay.daemon(state.path(), ws.path(), Some(&code), extra);
+    daemon.wait_log(READY, Duration::from_secs(30));
+    relay.wait_ready(1);
+    (relay, state, ws, daemon)
+}
+
+/// `machine-mcp status [--json] --state-dir STATE` → (exit code, stdout, stderr).
+fn status(state: &std::path::Path, json: bool) -> (i32, String, String) {
+    let mut c = Command::new(bin());
+    c.arg("status").arg("--state-dir").arg(state);
+    if json {
+        c.arg("--json");
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs a second daemon on `state` until it exits (at most 30 s) → (exit code, stderr).
+fn second_daemon(relay: &Relay, state: &std::path::Path, ws: &std::path::Path) -> (i32, String) {
+    let mut p = relay.daemon(state, ws, None, &[]);
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(s) = p.child.try_wait().unwrap() {
+            // Let the stderr reader catch up.
+            std::thread::sleep(Duration::from_millis(200));
+            return (s.code().unwrap_or(-1), p.log());
+        }
+        assert!(
+            Instant::now() < end,
+            "the second daemon kept running:\n{}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_daemon_on_one_state_directory_refuses_and_names_the_first() {
+    let (relay, state, ws, first) = enrolled(&[]);
+    let (code, log) = second_daemon(&relay, state.path(), ws.path());
+    assert_eq!(code, 1, "{log}");
+    let pid = first.child.id();
+    assert!(
+        log.contains("another machine-mcp daemon is running"),
+        "{log}"
+    );
+    assert!(log.contains(&format!("PID {pid} ")), "{log}");
+    assert!(log.contains("--takeover"), "{log}");
+    assert!(alive(u64::from(pid)));
+    relay.wait_ready(1);
+}
+
+#[test]
+fn takeover_replaces_the_daemon_and_status_shows_the_new_one_ready() {
+    let (relay, state, ws, first) = enrolled(&[]);
+    let old = first.child.id();
+    let (code, out, _) = status(state.path(), true);
+    assert_eq!(code, 0, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["pid"], json!(old));
+    assert_eq!(v["link"]["state"], "ready");
+    assert_eq!(v["bridge"], "b1");
+
+    let new = relay.daemon(state.path(), ws.path(), None, &["--takeover"]);
+    new.wait_log(READY, Duration::from_secs(30));
+    assert!(
+        wait_gone(u64::from(old), Duration::from_secs(5)),
+        "the old daemon still runs"
+    );
+    assert!(
+        new.log()
+            .contains("took over from the daemon that was running (it stopped)"),
+        "{}",
+        new.log()
+    );
+    relay.wait_ready(1);
+    // The old one stopped cleanly: it drained and closed its link, no error.
+    assert!(
+        first.log().contains("daemon stopped: asked to stop"),
+        "{}",
+        first.log()
+    );
+    let (code, out, _) = status(state.path(), false);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("pid                  {}", new.child.id())),
+        "{out}"
+    );
+    assert!(out.contains("link                 ready"), "{out}");
+}
+
+#[test]
+fn a_holder_that_ignores_sigterm_is_killed_after_the_escalation_delay() {
+    let (relay, state, ws, first) = enrolled(&["--ignore-sigterm-for-tests"]);
+    let old = first.child.id();
+    let t0 = Instant::now();
+    let new = relay.daemon(state.path(), ws.path(), None, &["--takeover"]);
+    new.wait_log("took over", Duration::from_secs(30));
+    let took = t0.elapsed();
+    assert!(!alive(u64::from(old)), "the old daemon still runs");
+    assert!(
+        new.log().contains("did not stop on SIGTERM and was killed"),
+        "{}",
+        new.log()
+    );
+    // It waited for progress before killing: at least the 2 s escalation delay.
+    assert!(took >= Duration::from_secs(2), "killed after {took:?}");
+    new.wait_log(READY, Duration::from_secs(30));
+    relay.wait_ready(1);
+}
+
+/// A live process that is not a daemon (`sleep`), killed on drop.
+struct Sleeper(std::process::Child);
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A record in `state` naming `pid` as a `connect` daemon, with its real start time.
+fn forged_record(state: &std::path::Path, pid: u32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start: u64 = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let record = json!({
+        "pid": pid, "start_ticks": start, "boot_id": boot.trim(), "exe": bin(),
+        "argv": [bin(), "connect"], "command": "connect", "version": "0.1.0",
+        "started_at_unix_ms": 0, "status_addr": null, "stopping_in_flight": null,
+    });
+    std::fs::write(state.join("daemon.json"), record.to_string()).unwrap();
+}
+
+#[test]
+fn a_lock_naming_a_live_process_that_is_not_a_daemon_is_never_signalled() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    // Enroll once, then stop, so the state directory is a real one.
+    let first = relay.daemon(state.path(), ws.path(), Some(&code), &[]);
+    first.wait_log(READY, Duration::from_secs(30));
+    drop(first);
+    // A reused PID: the lock is held (flock) by `sleep`, and the record names it.
+    let lock = state.path().join("daemon.lock");
+    let holder = Sleeper(
+        Command::new("flock")
+            .arg(&lock)
+            .args(["sleep", "60"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    forged_record(state.path(), holder.0.id());
+    let mut p = relay.daemon(state.path(), ws.path(), None, &["--takeover"]);
+    let code = p.child.wait().unwrap().code();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(code, Some(1), "{}", p.log());
+    assert!(
+        p.log()
+            .contains("could not be verified as a machine-mcp daemon"),
+        "{}",
+        p.log()
+    );
+    assert!(p.log().contains("it was not signalled"), "{}", p.log());
+    assert!(
+        alive(u64::from(holder.0.id())),
+        "the unrelated process was signalled"
+    );
+}
+
+#[test]
+fn a_stale_lock_is_taken_at_once_and_its_live_pid_is_not_signalled() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let first = relay.daemon(state.path(), ws.path(), Some(&code), &[]);
+    first.wait_log(READY, Duration::from_secs(30));
+    drop(first);
+    // The record names a live unrelated process, but nobody holds the lock: stale.
+    let other = Sleeper(Command::new("sleep").arg("60").spawn().unwrap());
+    forged_record(state.path(), other.0.id());
+    let t0 = Instant::now();
+    let p = relay.daemon(state.path(), ws.path(), None, &[]);
+    p.wait_log(READY, Duration::from_secs(30));
+    assert!(p.log().contains("no longer running"), "{}", p.log());
+    // At once: no takeover wait (the escalation delay alone is 2 s).
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(!p.log().contains("took over from"), "{}", p.log());
+    assert!(alive(u64::from(other.0.id())));
+}
+
+#[test]
+fn status_is_red_with_exit_1_when_the_relay_is_gone_or_no_daemon_runs() {
+    let state = tempfile::tempdir().unwrap();
+    let (code, out, err) = status(state.path(), false);
+    assert_eq!(code, 1);
+    assert!(out.contains("running              no"), "{out}");
+    assert!(err.contains("no daemon is running"), "{err}");
+
+    let (mut relay, state, _ws, daemon) = enrolled(&[]);
+    relay.proc.kill();
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, out, _) = status(state.path(), true);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        if code == 1 && v["link"]["state"] == "backing_off" {
+            assert!(v["link"]["outage_since_unix_ms"].is_u64(), "{v}");
+            assert!(v["link"]["next_attempt_unix_ms"].is_u64(), "{v}");
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "status stayed {code} {v}\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, out, err) = status(state.path(), false);
+    assert!(out.contains("backing off (next attempt"), "{out}");
+    assert!(err.contains("not ready"), "{err}");
+}
