@@ -362,10 +362,10 @@ fn utf8(path: &Path, what: &str) -> Result<String> {
 /// The `stdio` flags that give the same policy as `p`; none for the default policy.
 fn policy_flags(p: &PolicyArgs) -> Vec<String> {
     let mut flags = Vec::new();
-    if !matches!(p.profile, ProfileArg::Full) {
-        if let Some(v) = p.profile.to_possible_value() {
-            flags.extend(["--profile".to_owned(), v.get_name().to_owned()]);
-        }
+    if !matches!(p.profile, ProfileArg::Full)
+        && let Some(v) = p.profile.to_possible_value()
+    {
+        flags.extend(["--profile".to_owned(), v.get_name().to_owned()]);
     }
     if let Some(v) = p.exec_mode.and_then(|m| m.to_possible_value()) {
         flags.extend(["--exec-mode".to_owned(), v.get_name().to_owned()]);
