@@ -70,6 +70,15 @@ pub(crate) enum Command {
     /// Local resources: secrets jobs use by alias, never shown to assistants.
     #[command(subcommand)]
     Resource(ResourceCommand),
+    /// Print the configuration entry of an MCP client (Claude Desktop, Claude Code, Cursor,
+    /// Codex, VS Code) for this machine, or merge it into the client's config file with --write.
+    ///
+    /// With --write the file is parsed (JSON, or TOML for Codex), only our entry is added or
+    /// replaced, a backup FILE.bak-UNIXSECONDS of the old bytes is written first, and the new
+    /// file replaces the old one atomically with the same permissions. A file that does not
+    /// parse is left untouched: VS Code's mcp.json may hold comments (JSONC), which this command
+    /// refuses to edit rather than drop.
+    ClientConfig(ClientConfigArgs),
     /// Run one managed job (internal; started detached by whoever accepts the job).
     #[command(name = "job-runner", hide = true)]
     JobRunner {
@@ -611,6 +620,77 @@ pub(crate) struct StdioArgs {
     pub(crate) policy: PolicyArgs,
     #[command(flatten)]
     pub(crate) state: StateArgs,
+}
+
+/// An MCP client whose configuration `client-config` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ClientArg {
+    /// Claude Desktop (`claude_desktop_config.json`; stdio servers only).
+    ClaudeDesktop,
+    /// Claude Code (user scope, `~/.claude.json`).
+    ClaudeCode,
+    /// Cursor (`~/.cursor/mcp.json`).
+    Cursor,
+    /// Codex CLI (`$CODEX_HOME/config.toml`, default `~/.codex/config.toml`).
+    Codex,
+    /// VS Code (the user `mcp.json`).
+    Vscode,
+    /// Every client above.
+    All,
+}
+
+/// A bearer token from the command line: `Debug` shows only that one was given.
+#[derive(Clone)]
+pub(crate) struct TokenArg(pub(crate) String);
+
+impl std::fmt::Debug for TokenArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenArg(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for TokenArg {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}
+
+/// Arguments of `machine-mcp client-config`.
+#[derive(Debug, Args)]
+pub(crate) struct ClientConfigArgs {
+    /// The client: claude-desktop, claude-code, cursor, codex, vscode or all.
+    #[arg(long, value_name = "CLIENT")]
+    pub(crate) client: ClientArg,
+    /// Merge the entry into the client's config file instead of printing it.
+    #[arg(long)]
+    pub(crate) write: bool,
+    /// The entry's name in the client's server list.
+    #[arg(long, value_name = "NAME", default_value = "machine")]
+    pub(crate) name: String,
+    /// The config file to print for or edit, instead of the client's standard location (only
+    /// with a single --client).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config_file: Option<PathBuf>,
+    /// An entry for a running relay or `up` (Streamable HTTP at --url) instead of a stdio
+    /// server on this machine; stdio-only clients (Claude Desktop, Codex) reach it through
+    /// `npx -y mcp-remote`.
+    #[arg(long, requires = "url")]
+    pub(crate) remote: bool,
+    /// The MCP URL of the relay or `up`, e.g. http://127.0.0.1:8750/mcp (with --remote).
+    #[arg(long, value_name = "URL", requires = "remote")]
+    pub(crate) url: Option<url::Url>,
+    /// A bearer token the client sends as `Authorization: Bearer TOKEN` (with --remote; without
+    /// it, clients that support OAuth sign in on the relay's consent page). It is written into
+    /// the config file in clear, as these clients expect.
+    #[arg(long, value_name = "TOKEN", requires = "remote")]
+    pub(crate) token: Option<TokenArg>,
+    /// The directory the stdio server exposes (default: the current directory).
+    #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
+    pub(crate) workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
 }
 
 /// Policy flags (see README "Policy").

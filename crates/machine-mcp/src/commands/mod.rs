@@ -1,6 +1,7 @@
 //! One module per subcommand; [`run`] dispatches. Shared here: the policy from flags, the state
 //! directory, and the runtime for a workspace.
 
+mod client_config;
 mod connect;
 mod instance;
 mod job;
@@ -45,6 +46,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Status(args) => status::run(&args),
         Command::Job(cmd) => job::run(cmd).await,
         Command::Resource(cmd) => job::resource(cmd),
+        Command::ClientConfig(args) => client_config::run(args),
         Command::JobRunner { state, job_id } => {
             let dir = state_dir(&state)?;
             runtime::tools::jobs::engine::runner::run(&dir, &job_id)

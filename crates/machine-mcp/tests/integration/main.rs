@@ -3,6 +3,7 @@
 // Test helpers panic on purpose, and they time a real child process (no tokio clock to pause).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_types)]
 
+mod client_config;
 mod containment;
 mod delivery;
 mod edit;
