@@ -4,6 +4,7 @@
 mod connect;
 mod job;
 mod relay;
+mod service;
 mod stdio;
 mod up;
 
@@ -42,6 +43,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Relay(RelayCommand::Device(cmd)) => relay::device(cmd).await,
         Command::Job(cmd) => job::run(cmd).await,
         Command::Resource(cmd) => job::resource(cmd),
+        Command::Service(cmd) => service::run(cmd),
         Command::JobRunner { state, job_id } => {
             let dir = state_dir(&state)?;
             runtime::tools::jobs::engine::runner::run(&dir, &job_id)
