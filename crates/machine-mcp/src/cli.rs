@@ -20,7 +20,7 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
-    /// Log level on stderr: error, warn, info, debug or trace.
+    /// Log level (on stderr, or in the --log-file): error, warn, info, debug or trace.
     #[arg(
         long,
         global = true,
@@ -205,6 +205,8 @@ pub(crate) enum ResourceCommand {
 }
 
 /// `machine-mcp service ...` (see README "Run it as a service").
+// Parsed once per process; boxing the install arguments would only obscure the clap definitions.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum ServiceCommand {
     /// Install the daemon as a user service that runs `machine-mcp connect` with these
