@@ -282,6 +282,8 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
         .context("cannot find this program's own path")?;
     let mut argv = vec![utf8(&exe)?];
     argv.extend(daemon_args(a, &state)?);
+    // A manifest that cannot be updated fails the install before anything is written.
+    manifest(&state)?;
     for dir in [state.clone(), state.join("logs")] {
         std::fs::DirBuilder::new()
             .recursive(true)

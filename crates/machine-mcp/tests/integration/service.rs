@@ -374,6 +374,52 @@ fn uninstall_removes_exactly_what_install_wrote() {
 }
 
 #[test]
+fn a_manifest_naming_other_files_removes_nothing_and_a_corrupt_one_stops_install() {
+    let f = Fixture::new();
+    f.install(&[]);
+    let victim = f.path("home/precious.txt");
+    std::fs::write(&victim, "keep").unwrap();
+    let manifest = f.state().join("service.json");
+    std::fs::write(
+        &manifest,
+        serde_json::json!({"files": [
+            {"platform": "systemd", "path": f.unit().to_str().unwrap()},
+            {"platform": "systemd", "path": victim.to_str().unwrap()},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let state = f.state();
+    let out = f.run(&[
+        "service",
+        "uninstall",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing was removed"), "{stderr}");
+    assert!(victim.exists() && f.unit().exists() && manifest.exists());
+
+    std::fs::write(&manifest, "not json").unwrap();
+    std::fs::remove_file(f.unit()).unwrap();
+    let out = f.run(&[
+        "service",
+        "install",
+        "--relay",
+        "https://relay.example.com",
+        "--workspace",
+        f.workspace().to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a service manifest"), "{stderr}");
+    assert!(!f.unit().exists());
+}
+
+#[test]
 fn start_stop_restart_status_drive_systemctl_user() {
     let f = Fixture::new();
     f.install(&[]);
