@@ -20,7 +20,7 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
-    /// Log level on stderr: error, warn, info, debug or trace.
+    /// Log level (on stderr, or in the --log-file): error, warn, info, debug or trace.
     #[arg(
         long,
         global = true,
@@ -32,6 +32,10 @@ pub(crate) struct GlobalArgs {
     /// Log per-call events (same as --log-level debug). Tool arguments and results are never logged.
     #[arg(short, long, global = true)]
     pub(crate) verbose: bool,
+    /// Write logs to FILE instead of stderr: created owner-only (0600, new directories 0700),
+    /// rotated at 10 MiB, the newest 4 older files kept beside it (FILE.1 … FILE.4).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) log_file: Option<PathBuf>,
 }
 
 /// A log level.
@@ -79,6 +83,10 @@ pub(crate) enum Command {
     /// parse is left untouched: VS Code's mcp.json may hold comments (JSONC), which this command
     /// refuses to edit rather than drop.
     ClientConfig(ClientConfigArgs),
+    /// Run the daemon (`connect`) as a user service: a systemd --user unit on Linux, a launchd
+    /// agent on macOS.
+    #[command(subcommand)]
+    Service(ServiceCommand),
     /// Run one managed job (internal; started detached by whoever accepts the job).
     #[command(name = "job-runner", hide = true)]
     JobRunner {
@@ -217,6 +225,77 @@ pub(crate) struct StatusArgs {
     pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) state: StateArgs,
+}
+
+/// `machine-mcp service ...` (see README "Run it as a service").
+// Parsed once per process; boxing the install arguments would only obscure the clap definitions.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub(crate) enum ServiceCommand {
+    /// Install the daemon as a user service that runs `machine-mcp connect` with these
+    /// settings (the workspace, servers file and state directory as absolute paths), logging to
+    /// STATE_DIR/logs/daemon.log. Enables it at login; start it with `service start`. Running it
+    /// again with the same settings changes nothing.
+    ///
+    /// Linux: ~/.config/systemd/user/machine-mcp.service (or under $XDG_CONFIG_HOME), then
+    /// `systemctl --user daemon-reload` and `enable`. macOS:
+    /// ~/Library/LaunchAgents/dev.machine-bridge.machine-mcp.plist. What it wrote is recorded in
+    /// STATE_DIR/service.json for `service uninstall`.
+    Install(ServiceInstallArgs),
+    /// Stop the service and remove the files `service install` wrote (listed in
+    /// STATE_DIR/service.json), and nothing else. Jobs it started keep running.
+    Uninstall(ServiceArgs),
+    /// Start the installed service (`systemctl --user start machine-mcp.service`; launchd:
+    /// `launchctl bootstrap`). It takes over a daemon started by hand on the same state
+    /// directory.
+    Start(ServiceArgs),
+    /// Stop the service. Managed jobs it started keep running (they are detached runners).
+    Stop(ServiceArgs),
+    /// Restart the service, e.g. after `service install` changed it.
+    Restart(ServiceArgs),
+    /// Show the service manager's view of the service (exit status non-zero when it is not
+    /// running).
+    Status(ServiceArgs),
+}
+
+/// Options of every `service` command.
+#[derive(Debug, Args)]
+pub(crate) struct ServiceArgs {
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+    /// The service manager to write for or drive (default: launchd on macOS, else systemd).
+    #[arg(long, hide = true, value_name = "MANAGER")]
+    pub(crate) platform: Option<ServicePlatform>,
+}
+
+/// A service manager.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum ServicePlatform {
+    /// systemd's user manager (`systemctl --user`).
+    Systemd,
+    /// launchd's per-user agents (`launchctl ... gui/UID`).
+    Launchd,
+}
+
+/// Arguments of `machine-mcp service install`: those of `connect`, less `--enroll` (enroll once
+/// by hand first).
+#[derive(Debug, Args)]
+pub(crate) struct ServiceInstallArgs {
+    /// The relay's public URL, e.g. https://relay.example.com.
+    #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY")]
+    pub(crate) relay: url::Url,
+    /// The directory to expose (default: the current directory); stored as an absolute path.
+    #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// A Claude Desktop-style `{"mcpServers": {...}}` file of stdio servers to carry too.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) servers: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
+    #[command(flatten)]
+    pub(crate) timing: TimingArgs,
+    #[command(flatten)]
+    pub(crate) service: ServiceArgs,
 }
 
 /// Options of the state directory.

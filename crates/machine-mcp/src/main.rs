@@ -17,7 +17,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     runtime::watchdog::enable(cli::WATCHDOG_SUBCOMMAND);
-    logging::init(&cli.global);
+    if let Err(e) = logging::init(&cli.global) {
+        eprintln!("machine-mcp: {}", commands::printable(&format!("{e:#}")));
+        return ExitCode::FAILURE;
+    }
     raise_open_file_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

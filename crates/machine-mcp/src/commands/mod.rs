@@ -7,6 +7,7 @@ mod instance;
 mod job;
 mod relay;
 mod status;
+mod service;
 mod stdio;
 mod up;
 
@@ -47,6 +48,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Job(cmd) => job::run(cmd).await,
         Command::Resource(cmd) => job::resource(cmd),
         Command::ClientConfig(args) => client_config::run(args),
+        Command::Service(cmd) => service::run(cmd),
         Command::JobRunner { state, job_id } => {
             let dir = state_dir(&state)?;
             runtime::tools::jobs::engine::runner::run(&dir, &job_id)

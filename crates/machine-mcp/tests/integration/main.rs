@@ -25,6 +25,7 @@ mod relay;
 mod relay_restart;
 mod reverse_proxy;
 mod search;
+mod service;
 mod sizes;
 mod stateless;
 mod tasks_remote;
