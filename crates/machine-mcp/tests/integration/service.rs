@@ -326,6 +326,58 @@ fn launchd_plist_parses_and_runs_the_daemon_command() {
 }
 
 #[test]
+fn the_installed_command_line_is_one_connect_accepts() {
+    let f = Fixture::new();
+    let servers = f.path("ws dir/servers.json");
+    std::fs::write(&servers, r#"{"mcpServers": {}}"#).unwrap();
+    f.install(&[
+        "--platform",
+        "launchd",
+        "--servers",
+        servers.to_str().unwrap(),
+        "--exec-mode",
+        "shell",
+        "--no-write",
+        "--unrestricted-paths=false",
+        "--heartbeat-ms",
+        "1000",
+    ]);
+    let v = plist::Value::from_file(f.path("home").join(PLIST)).unwrap();
+    let argv: Vec<String> = v.as_dictionary().unwrap()["ProgramArguments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_string().unwrap().to_owned())
+        .collect();
+    for flag in [
+        "--servers",
+        "--exec-mode",
+        "shell",
+        "--no-write",
+        "--unrestricted-paths=false",
+        "--heartbeat-ms",
+        "1000",
+    ] {
+        assert!(argv.iter().any(|a| a == flag), "{flag} missing: {argv:?}");
+    }
+    // `--takeover` belongs to the single-daemon lock (issue 17 item 2), not to what is checked
+    // here: that every other flag parses and reaches the daemon, which then stops at the missing
+    // enrollment with its log file in place.
+    let out = Command::new(&argv[0])
+        .args(argv[1..].iter().filter(|a| *a != "--takeover"))
+        .env_remove("MACHINE_MCP_STATE_DIR")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("this machine is not enrolled with a relay yet"),
+        "{stderr}"
+    );
+    assert_eq!(mode(&f.state().join("logs/daemon.log")), 0o600);
+}
+
+#[test]
 fn uninstall_removes_exactly_what_install_wrote() {
     let f = Fixture::new();
     f.install(&[]);
