@@ -223,8 +223,8 @@ fn try_lock(path: &Path) -> Result<Option<nix::fcntl::Flock<fs::File>>, LockErro
 }
 
 /// Whether some process holds the lock of `state_dir` now, probed with a shared lock that is
-/// released at once (so it never makes a starting daemon refuse for long: [`InstanceLock::
-/// acquire`] retries for [`STARTING_GRACE`]).
+/// released at once (so it never makes a starting daemon refuse for long:
+/// [`InstanceLock::acquire`] retries for 2 s).
 pub fn is_held(state_dir: &Path) -> bool {
     let path = state_dir.join(LOCK_FILE);
     let Ok(file) = fs::File::open(&path) else {

@@ -6,8 +6,8 @@ mod connect;
 mod instance;
 mod job;
 mod relay;
-mod status;
 mod service;
+mod status;
 mod stdio;
 mod up;
 
