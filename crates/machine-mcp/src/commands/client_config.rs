@@ -9,11 +9,10 @@ mod edit;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::ValueEnum;
 use indexmap::IndexMap;
 use serde_json::{Value, json};
 
-use crate::cli::{ClientArg, ClientConfigArgs, PolicyArgs, ProfileArg};
+use crate::cli::{ClientArg, ClientConfigArgs};
 
 use super::printable;
 
@@ -316,7 +315,7 @@ fn check_name(name: &str) -> Result<()> {
 /// The server the entries start or reach, from the flags.
 fn target(args: &ClientConfigArgs) -> Result<Target> {
     if args.remote {
-        if !policy_flags(&args.policy).is_empty() {
+        if !super::policy_flags(&args.policy, false).is_empty() {
             bail!(
                 "policy flags apply to stdio entries; a --remote entry gets the policy of the relay's account or token"
             );
@@ -345,7 +344,7 @@ fn target(args: &ClientConfigArgs) -> Result<Target> {
         "--workspace".to_owned(),
         utf8(&workspace, "the workspace path")?,
     ];
-    stdio_args.extend(policy_flags(&args.policy));
+    stdio_args.extend(super::policy_flags(&args.policy, false));
     Ok(Target::Stdio {
         command,
         args: stdio_args,
@@ -357,32 +356,6 @@ fn utf8(path: &Path, what: &str) -> Result<String> {
     path.to_str()
         .map(str::to_owned)
         .with_context(|| format!("{what} {} is not valid UTF-8", path.display()))
-}
-
-/// The `stdio` flags that give the same policy as `p`; none for the default policy.
-fn policy_flags(p: &PolicyArgs) -> Vec<String> {
-    let mut flags = Vec::new();
-    if !matches!(p.profile, ProfileArg::Full)
-        && let Some(v) = p.profile.to_possible_value()
-    {
-        flags.extend(["--profile".to_owned(), v.get_name().to_owned()]);
-    }
-    if let Some(v) = p.exec_mode.and_then(|m| m.to_possible_value()) {
-        flags.extend(["--exec-mode".to_owned(), v.get_name().to_owned()]);
-    }
-    if p.no_write {
-        flags.push("--no-write".to_owned());
-    }
-    for (name, value) in [
-        ("unrestricted-paths", p.unrestricted_paths),
-        ("absolute-paths", p.absolute_paths),
-        ("full-env", p.full_env),
-    ] {
-        if let Some(b) = value {
-            flags.push(format!("--{name}={b}"));
-        }
-    }
-    flags
 }
 
 /// Prints `entry` as it goes into `client`'s file at `path`.

@@ -114,6 +114,35 @@ pub(crate) fn policy(p: &PolicyArgs) -> Policy {
     )
 }
 
+/// The flags that give the policy `p` to `stdio`, `connect` or `up` (for the command lines
+/// `client-config` and `service install` write); `--profile full` only with `with_default_profile`.
+pub(crate) fn policy_flags(p: &PolicyArgs, with_default_profile: bool) -> Vec<String> {
+    use clap::ValueEnum;
+    let name = |v: Option<clap::builder::PossibleValue>| v.map(|v| v.get_name().to_owned());
+    let mut flags = Vec::new();
+    if (with_default_profile || !matches!(p.profile, ProfileArg::Full))
+        && let Some(v) = name(p.profile.to_possible_value())
+    {
+        flags.extend(["--profile".to_owned(), v]);
+    }
+    if let Some(v) = name(p.exec_mode.and_then(|m| m.to_possible_value())) {
+        flags.extend(["--exec-mode".to_owned(), v]);
+    }
+    if p.no_write {
+        flags.push("--no-write".to_owned());
+    }
+    for (flag, value) in [
+        ("--unrestricted-paths", p.unrestricted_paths),
+        ("--absolute-paths", p.absolute_paths),
+        ("--full-env", p.full_env),
+    ] {
+        if let Some(b) = value {
+            flags.push(format!("{flag}={b}"));
+        }
+    }
+    flags
+}
+
 /// The state directory: the flag, else `$XDG_STATE_HOME/machine-mcp`, else
 /// `~/.local/state/machine-mcp`.
 pub(crate) fn state_dir(s: &StateArgs) -> Result<PathBuf> {

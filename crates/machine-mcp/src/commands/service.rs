@@ -11,11 +11,10 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use clap::ValueEnum;
 use serde_json::{Value, json};
 
 use super::job::emit;
-use crate::cli::{PolicyArgs, ServiceArgs, ServiceCommand, ServiceInstallArgs, ServicePlatform};
+use crate::cli::{ServiceArgs, ServiceCommand, ServiceInstallArgs, ServicePlatform};
 
 /// The systemd unit's name.
 pub(crate) const SYSTEMD_UNIT: &str = "machine-mcp.service";
@@ -111,12 +110,6 @@ fn utf8(p: &Path) -> Result<String> {
     })
 }
 
-fn value_name<T: ValueEnum>(v: &T) -> String {
-    v.to_possible_value()
-        .map(|p| p.get_name().to_owned())
-        .unwrap_or_default()
-}
-
 /// The arguments after the executable: `connect --takeover --log-file LOG` and every setting of
 /// `a`, paths absolute.
 fn daemon_args(a: &ServiceInstallArgs, state: &Path) -> Result<Vec<String>> {
@@ -144,7 +137,7 @@ fn daemon_args(a: &ServiceInstallArgs, state: &Path) -> Result<Vec<String>> {
         args.extend(["--servers".to_owned(), utf8(&s)?]);
     }
     args.extend(["--state-dir".to_owned(), utf8(state)?]);
-    args.extend(policy_args(&a.policy));
+    args.extend(super::policy_flags(&a.policy, true));
     let t = &a.timing;
     for (flag, v) in [
         ("--reconnect-grace-ms", t.reconnect_grace_ms),
@@ -158,27 +151,6 @@ fn daemon_args(a: &ServiceInstallArgs, state: &Path) -> Result<Vec<String>> {
         }
     }
     Ok(args)
-}
-
-/// The policy flags that reproduce `p`.
-fn policy_args(p: &PolicyArgs) -> Vec<String> {
-    let mut args = vec!["--profile".to_owned(), value_name(&p.profile)];
-    if let Some(m) = &p.exec_mode {
-        args.extend(["--exec-mode".to_owned(), value_name(m)]);
-    }
-    if p.no_write {
-        args.push("--no-write".to_owned());
-    }
-    for (flag, v) in [
-        ("--unrestricted-paths", p.unrestricted_paths),
-        ("--absolute-paths", p.absolute_paths),
-        ("--full-env", p.full_env),
-    ] {
-        if let Some(v) = v {
-            args.push(format!("{flag}={v}"));
-        }
-    }
-    args
 }
 
 /// One word of a systemd command line (systemd.service(5) "Command lines"): bare when it holds
