@@ -511,6 +511,23 @@ async fn stop_holder(state_dir: &Path, r: &Record) -> Result<bool, LockError> {
         if !is_held(state_dir) {
             return Ok(killed);
         }
+        if start.elapsed() >= TAKEOVER_WAIT + NO_PROGRESS_KILL * 2 {
+            return Err(LockError::TakeoverFailed(format!(
+                "the daemon PID {} did not release {} even after SIGKILL",
+                r.pid,
+                path.display()
+            )));
+        }
+        // Another takeover won the race: the lock is held by a new, verified daemon.
+        if let Some(winner) = read_record(state_dir)
+            && winner.pid != r.pid
+            && verify(state_dir, &winner).is_ok()
+        {
+            return Err(LockError::Held {
+                dir: state_dir.to_owned(),
+                holder: winner.describe(),
+            });
+        }
         let now = progress_of(state_dir, r.pid);
         if now < last {
             last_progress = tokio::time::Instant::now();
@@ -535,13 +552,6 @@ async fn stop_holder(state_dir: &Path, r: &Record) -> Result<bool, LockError> {
                 }
             }
             killed = true;
-        }
-        if start.elapsed() >= TAKEOVER_WAIT + NO_PROGRESS_KILL * 2 {
-            return Err(LockError::TakeoverFailed(format!(
-                "the daemon PID {} did not release {} even after SIGKILL",
-                r.pid,
-                path.display()
-            )));
         }
     }
 }

@@ -27,8 +27,18 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     }
     let root = super::state_dir(&args.state)?;
     // One daemon per state directory: taken before anything in it is touched.
-    let lock = Arc::new(super::instance::lock(&root, "connect", args.takeover).await?);
     let dir = root.join("daemon");
+    // What would make this daemon fail at once is checked before a --takeover stops the one
+    // that runs.
+    super::instance::check_workspace(args.workspace.as_deref())?;
+    if args.enroll.is_none() && Enrollment::load(&dir)?.is_none() {
+        bail!(
+            "this machine is not enrolled with a relay yet: on the relay run `machine-mcp relay bridge add NAME`, \
+             then here `machine-mcp connect --relay {} --enroll CODE`",
+            args.relay
+        );
+    }
+    let lock = Arc::new(super::instance::lock(&root, "connect", args.takeover, &stop).await?);
     let key = Arc::new(DeviceKey::load_or_create(&dir)?);
     let enrollment = match &args.enroll {
         Some(code) => {

@@ -3,7 +3,7 @@
 
 use std::{path::Path, sync::Arc, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use daemon::{
     instance::{Acquired, InstanceLock},
     sessions::HostedSessions,
@@ -18,9 +18,17 @@ use tokio_util::sync::CancellationToken;
 ///
 /// # Errors
 /// The lock is held (the message names the holder and the ways out), the holder could not be
-/// verified or did not let go, or the state directory cannot be used.
-pub(crate) async fn lock(state_dir: &Path, command: &str, takeover: bool) -> Result<InstanceLock> {
-    let (lock, how) = InstanceLock::acquire(state_dir, command, takeover).await?;
+/// verified or did not let go, the state directory cannot be used, or `stop` fired first.
+pub(crate) async fn lock(
+    state_dir: &Path,
+    command: &str,
+    takeover: bool,
+    stop: &CancellationToken,
+) -> Result<InstanceLock> {
+    let (lock, how) = tokio::select! {
+        r = InstanceLock::acquire(state_dir, command, takeover) => r?,
+        () = stop.cancelled() => anyhow::bail!("stopped before the daemon lock of {} was taken", state_dir.display()),
+    };
     match how {
         Acquired::Free => {}
         Acquired::Stale(pid) => {
@@ -41,6 +49,21 @@ pub(crate) async fn lock(state_dir: &Path, command: &str, takeover: bool) -> Res
         ),
     }
     Ok(lock)
+}
+
+/// Fails as the runtime would on a workspace that is not a readable directory, so that a
+/// `--takeover` with a bad workspace does not stop the daemon that runs.
+///
+/// # Errors
+/// The workspace (default: the current directory) cannot be read as a directory.
+pub(crate) fn check_workspace(workspace: Option<&Path>) -> Result<()> {
+    let w = match workspace {
+        Some(w) => w.to_owned(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    std::fs::read_dir(&w)
+        .map(drop)
+        .with_context(|| format!("workspace {} is not a usable directory", w.display()))
 }
 
 /// What the status report says besides the link: set once the daemon knows it.

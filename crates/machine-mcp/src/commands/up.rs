@@ -42,7 +42,9 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     }
     let root = super::state_dir(&args.state)?;
     // One daemon per state directory, whatever the port: taken before anything in it is touched.
-    let lock = Arc::new(super::instance::lock(&root, "up", args.takeover).await?);
+    // A bad workspace is reported before a --takeover stops the daemon that runs.
+    super::instance::check_workspace(args.workspace.as_deref())?;
+    let lock = Arc::new(super::instance::lock(&root, "up", args.takeover, &interrupted).await?);
     let dir = root.join("up");
     let storage = SqliteStorage::open(&dir.join("relay.db"))
         .await

@@ -257,3 +257,110 @@ fn status_is_red_with_exit_1_when_the_relay_is_gone_or_no_daemon_runs() {
     assert!(out.contains("backing off (next attempt"), "{out}");
     assert!(err.contains("not ready"), "{err}");
 }
+
+/// `up` on `state` and `ws`, any free port, plus `extra`.
+fn up(state: &std::path::Path, ws: &std::path::Path, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "up",
+        "--listen",
+        "127.0.0.1:0",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    Proc::spawn(&args, None)
+}
+
+/// Waits up to `within` for `p` to exit → its exit code.
+fn exit_code(p: &mut Proc, within: Duration) -> Option<i32> {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if let Some(s) = p.child.try_wait().unwrap() {
+            std::thread::sleep(Duration::from_millis(200));
+            return s.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+// Regression (fresh tester, stop 29 #1): the loser of two simultaneous takeovers waited for a
+// lock the winner held, forever, and ignored SIGTERM while it did.
+#[test]
+fn of_two_simultaneous_takeovers_one_wins_and_the_other_ends() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let first = up(state.path(), ws.path(), &[]);
+    first.wait_log(READY, Duration::from_secs(30));
+    let mut a = up(state.path(), ws.path(), &["--takeover"]);
+    let mut b = up(state.path(), ws.path(), &["--takeover"]);
+    let end = Instant::now() + Duration::from_secs(40);
+    let (mut ended, mut running) = (0, 0);
+    while Instant::now() < end && ended + running < 2 {
+        (ended, running) = (0, 0);
+        for p in [&mut a, &mut b] {
+            if p.child.try_wait().unwrap().is_some() {
+                ended += 1;
+            } else if p.log().contains(READY) {
+                running += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Either the second replaced the first winner or it refused naming it; never stuck.
+    assert_eq!((ended, running), (1, 1), "a:\n{}\nb:\n{}", a.log(), b.log());
+    let (code, _, _) = status(state.path(), false);
+    assert_eq!(code, 0);
+}
+
+// Regression (fresh tester, stop 29 #2): `--takeover` with a workspace that cannot work, or
+// without an enrollment, stopped the running daemon and then failed, leaving none.
+#[test]
+fn a_takeover_that_cannot_start_leaves_the_running_daemon_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let first = up(state.path(), ws.path(), &[]);
+    first.wait_log(READY, Duration::from_secs(30));
+    let missing = ws.path().join("no-such-dir");
+    let mut bad = up(state.path(), &missing, &["--takeover"]);
+    assert_eq!(
+        exit_code(&mut bad, Duration::from_secs(30)),
+        Some(1),
+        "{}",
+        bad.log()
+    );
+    assert!(
+        bad.log().contains("is not a usable directory"),
+        "{}",
+        bad.log()
+    );
+    // `connect` on a state directory that is not enrolled (up's daemon lives elsewhere in it).
+    let mut unenrolled = Proc::spawn(
+        &[
+            "connect",
+            "--relay",
+            "http://127.0.0.1:9",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--takeover",
+        ],
+        None,
+    );
+    assert_eq!(exit_code(&mut unenrolled, Duration::from_secs(30)), Some(1));
+    assert!(
+        unenrolled.log().contains("not enrolled"),
+        "{}",
+        unenrolled.log()
+    );
+    assert!(
+        alive(u64::from(first.child.id())),
+        "the running daemon was stopped"
+    );
+    let (code, _, _) = status(state.path(), false);
+    assert_eq!(code, 0);
+}
