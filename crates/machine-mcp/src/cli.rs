@@ -282,7 +282,7 @@ pub(crate) enum ServicePlatform {
 #[derive(Debug, Args)]
 pub(crate) struct ServiceInstallArgs {
     /// The relay's public URL, e.g. https://relay.example.com.
-    #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY")]
+    #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY", value_parser = relay_url)]
     pub(crate) relay: url::Url,
     /// The directory to expose (default: the current directory); stored as an absolute path.
     #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
@@ -401,7 +401,7 @@ pub(crate) enum AuthArg {
 #[derive(Debug, Args)]
 pub(crate) struct ConnectArgs {
     /// The relay's public URL, e.g. https://relay.example.com.
-    #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY")]
+    #[arg(long, value_name = "URL", env = "MACHINE_MCP_RELAY", value_parser = relay_url)]
     pub(crate) relay: url::Url,
     /// The directory to expose (default: the current directory).
     #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
@@ -811,4 +811,22 @@ pub(crate) enum ExecModeArg {
     Off,
     Direct,
     Shell,
+}
+
+/// Parses `--relay`: an `https://` or `http://` URL with a host. A value without a scheme
+/// (`relay.example.com`, or `localhost:8750`, which would parse as the scheme `localhost`) is
+/// refused with the `https://` form to use instead.
+fn relay_url(s: &str) -> Result<url::Url, String> {
+    let suggest = || {
+        format!(
+            "the relay URL needs a scheme: did you mean https://{}? (http:// for a relay on loopback)",
+            s.trim_start_matches('/')
+        )
+    };
+    match url::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "https" | "http") && u.has_host() => Ok(u),
+        Ok(u) if matches!(u.scheme(), "https" | "http") => Err("the relay URL has no host".into()),
+        Ok(_) | Err(url::ParseError::RelativeUrlWithoutBase) => Err(suggest()),
+        Err(e) => Err(format!("not a URL ({e})")),
+    }
 }

@@ -152,8 +152,9 @@ pub enum ServeError {
     /// The configuration is not acceptable.
     #[error("{0}")]
     Config(String),
-    /// The listener could not be bound.
-    #[error("cannot listen on {addr}")]
+    /// The listener could not be bound. When the port is taken, the message says to choose
+    /// another with `--listen`.
+    #[error("cannot listen on {addr}{}", bind_hint(source))]
     Bind {
         /// The address.
         addr: std::net::SocketAddr,
@@ -194,6 +195,16 @@ pub async fn bind(config: &RelayConfig) -> Result<tokio::net::TcpListener, Serve
             addr: config.listen,
             source,
         })
+}
+
+/// What to do about a bind error the user can fix.
+fn bind_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            ": the port is in use (another relay or `machine-mcp up` may run there); choose another with --listen, e.g. --listen 127.0.0.1:0 for any free port"
+        }
+        _ => "",
+    }
 }
 
 /// Serves on an already bound listener until `shutdown` fires.

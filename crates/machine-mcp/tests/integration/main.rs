@@ -18,6 +18,7 @@ mod oauth_abuse;
 mod ops;
 mod patch;
 mod policy;
+mod polish;
 mod process;
 mod protocol;
 mod read;
