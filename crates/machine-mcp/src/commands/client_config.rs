@@ -331,14 +331,7 @@ fn target(args: &ClientConfigArgs) -> Result<Target> {
     }
     let exe = std::env::current_exe().context("cannot find the path of this executable")?;
     let command = utf8(&exe, "this executable's path")?;
-    let workspace = match &args.workspace {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    let workspace = std::fs::canonicalize(&workspace)
-        .ok()
-        .filter(|w| w.is_dir())
-        .with_context(|| format!("workspace {} is not a directory", workspace.display()))?;
+    let workspace = super::workspace_dir(args.workspace.as_deref())?;
     let mut stdio_args = vec![
         "stdio".to_owned(),
         "--workspace".to_owned(),

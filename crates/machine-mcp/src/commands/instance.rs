@@ -57,10 +57,7 @@ pub(crate) async fn lock(
 /// # Errors
 /// The workspace (default: the current directory) cannot be read as a directory.
 pub(crate) fn check_workspace(workspace: Option<&Path>) -> Result<()> {
-    let w = match workspace {
-        Some(w) => w.to_owned(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
+    let w = super::workspace_or_cwd(workspace)?;
     std::fs::read_dir(&w)
         .map(drop)
         .with_context(|| format!("workspace {} is not a usable directory", w.display()))

@@ -157,6 +157,29 @@ pub(crate) fn state_dir(s: &StateArgs) -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/machine-mcp"))
 }
 
+/// `workspace`, or the current directory when none was given.
+///
+/// # Errors
+/// The current directory cannot be read.
+pub(crate) fn workspace_or_cwd(workspace: Option<&Path>) -> Result<PathBuf> {
+    match workspace {
+        Some(w) => Ok(w.to_owned()),
+        None => std::env::current_dir().context("cannot read the current directory"),
+    }
+}
+
+/// [`workspace_or_cwd`] as a canonical path, for the command lines written to config files.
+///
+/// # Errors
+/// The current directory cannot be read, or the workspace is not an existing directory.
+pub(crate) fn workspace_dir(workspace: Option<&Path>) -> Result<PathBuf> {
+    let workspace = workspace_or_cwd(workspace)?;
+    std::fs::canonicalize(&workspace)
+        .ok()
+        .filter(|w| w.is_dir())
+        .with_context(|| format!("workspace {} is not a directory", workspace.display()))
+}
+
 /// A runtime for `workspace` (default: the current directory) under the policy flags; `remote`
 /// when its results travel in relay frames ([`RuntimeConfig::remote`]).
 pub(crate) fn build_runtime(
@@ -166,10 +189,7 @@ pub(crate) fn build_runtime(
     yield_after: Option<Duration>,
     remote: bool,
 ) -> Result<Arc<Runtime>> {
-    let workspace = match workspace {
-        Some(w) => w,
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
+    let workspace = workspace_or_cwd(workspace.as_deref())?;
     let runtime = Runtime::new(RuntimeConfig {
         workspace: workspace.clone(),
         policy: policy(p),

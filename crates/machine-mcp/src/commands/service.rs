@@ -113,14 +113,7 @@ fn utf8(p: &Path) -> Result<String> {
 /// The arguments after the executable: `connect --takeover --log-file LOG` and every setting of
 /// `a`, paths absolute.
 fn daemon_args(a: &ServiceInstallArgs, state: &Path) -> Result<Vec<String>> {
-    let workspace = match &a.workspace {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    let workspace = std::fs::canonicalize(&workspace)
-        .ok()
-        .filter(|w| w.is_dir())
-        .with_context(|| format!("workspace {} is not a directory", workspace.display()))?;
+    let workspace = super::workspace_dir(a.workspace.as_deref())?;
     let mut args = vec![
         "connect".to_owned(),
         "--takeover".to_owned(),
