@@ -419,11 +419,6 @@ impl InstanceLock {
         Ok((this, outcome))
     }
 
-    /// The state directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// This daemon's record.
     pub fn record(&self) -> Record {
         self.record

@@ -36,19 +36,6 @@ pub enum LinkPhase {
     Stopping,
 }
 
-impl LinkPhase {
-    /// The name shown to users (`backing_off` as "backing off").
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Connecting => "connecting",
-            Self::Probing => "probing",
-            Self::Ready => "ready",
-            Self::BackingOff => "backing off",
-            Self::Stopping => "stopping",
-        }
-    }
-}
-
 /// A snapshot of the link (times are Unix ms of this machine's clock).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LinkSnapshot {
