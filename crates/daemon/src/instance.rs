@@ -427,7 +427,8 @@ impl InstanceLock {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Records the status endpoint's address and, when known, the MCP URL.
+    /// Records the status endpoint's address and, when known, the MCP URL, and that the daemon
+    /// is serving (not stopping).
     ///
     /// # Errors
     /// The record cannot be written.
@@ -439,6 +440,8 @@ impl InstanceLock {
         self.change(|r| {
             r.status_addr = status;
             r.mcp_url = mcp_url;
+            // Serving again (after a reload's drain): no longer stopping.
+            r.stopping_in_flight = None;
         })
     }
 

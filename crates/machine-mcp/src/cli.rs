@@ -773,7 +773,7 @@ pub(crate) struct ClientConfigArgs {
 }
 
 /// Policy flags (see README "Policy").
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct PolicyArgs {
     /// Starting policy: full (everything), agent (writes + argv processes inside the workspace),
     /// edit (writes, no processes), review (read-only).

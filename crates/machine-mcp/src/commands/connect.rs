@@ -1,17 +1,26 @@
 //! `machine-mcp connect`: the daemon.
+//!
+//! SIGTERM or Ctrl-C stop it gracefully. SIGHUP re-reads what it serves (see [`reload`]): when
+//! nothing changed the link is kept; when something did, the link is closed cleanly (calls in
+//! flight drain first) and opened again with the new settings.
 
-use std::sync::Arc;
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use anyhow::{Context, Result, bail};
 use daemon::{
     identity::{DeviceKey, Enrollment},
     link::{self, LinkConfig},
+    servers::UpstreamSpec,
     sessions::HostedSessions,
     status::LinkStatus,
 };
+use runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::ConnectArgs;
+use crate::cli::{Cli, Command, ConnectArgs, PolicyArgs};
 
 pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     daemon::init_tls();
@@ -25,6 +34,9 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
             t.cancel();
         });
     }
+    // Handled from the start, so that a SIGHUP while starting does not kill the daemon.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot handle SIGHUP")?;
     let root = super::state_dir(&args.state)?;
     // One daemon per state directory: taken before anything in it is touched.
     let dir = root.join("daemon");
@@ -64,59 +76,237 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
             ),
         },
     };
-    let (runtime, upstreams) = super::remote_runtime(
-        args.workspace,
-        &args.policy,
-        &args.state,
-        &args.timing,
-        args.servers.as_deref(),
+    let mut served = Served::read(
+        args.workspace.clone(),
+        args.policy.clone(),
+        args.servers.clone(),
     )?;
-    let (servers, upstreams) = tokio::select! {
-        r = daemon::catalog(&runtime, upstreams) => r,
-        _ = stop.cancelled() => return Ok(()),
+    let mut runtime: Option<Arc<Runtime>> = None;
+    let r = loop {
+        let rt = match runtime.take() {
+            Some(rt) => rt,
+            None => super::build_runtime(
+                served.workspace.clone(),
+                &served.policy,
+                &args.state,
+                Some(super::remote_budget(&args.timing)),
+                true,
+            )?,
+        };
+        let (servers, upstreams) = tokio::select! {
+            r = daemon::catalog(&rt, served.upstreams.clone()) => r,
+            () = stop.cancelled() => {
+                rt.shutdown().await;
+                return Ok(());
+            }
+        };
+        let sessions = HostedSessions::new(rt.clone(), upstreams);
+        tracing::info!(
+            workspace = %rt.workspace().root().display(),
+            policy = rt.policy().name(),
+            bridge = %enrollment.bridge,
+            "daemon starting"
+        );
+        let link_status = Arc::new(LinkStatus::default());
+        let status_stop = CancellationToken::new();
+        let status_guard = status_stop.clone().drop_guard();
+        super::instance::serve_status(
+            lock.clone(),
+            link_status.clone(),
+            rt.clone(),
+            sessions.clone(),
+            super::instance::Facts {
+                command: "connect",
+                relay: args.relay.to_string(),
+                bridge: enrollment.bridge.to_string(),
+                mcp_url: None,
+            },
+            status_stop,
+        )
+        .await?;
+        let config = LinkConfig {
+            connect: None,
+            relay: args.relay.clone(),
+            bridge: enrollment.bridge.clone().into(),
+            key_id: enrollment.key_id.clone(),
+            key: key.clone(),
+            servers,
+            timing: super::daemon_timing(&args.timing),
+            ready: None,
+            status: link_status,
+        };
+        // A reload closes this link only; a stop signal closes it too.
+        let link_stop = stop.child_token();
+        let link = link::run(config, sessions.clone(), link_stop.clone());
+        tokio::pin!(link);
+        let mut next: Option<Served> = None;
+        let r = loop {
+            tokio::select! {
+                r = &mut link => break r,
+                _ = hangup.recv(), if next.is_none() => match reload(&root, &args, &served) {
+                    Ok(Some(new)) => {
+                        tracing::info!(
+                            changed = %served.changes(&new).join(", "),
+                            "SIGHUP: the settings changed; closing the link to reopen it with them"
+                        );
+                        next = Some(new);
+                        link_stop.cancel();
+                    }
+                    Ok(None) => tracing::info!("SIGHUP: nothing changed; the link is kept"),
+                    Err(e) => tracing::error!(
+                        error = %format!("{e:#}"),
+                        "SIGHUP: cannot reload; the daemon keeps serving what it served"
+                    ),
+                },
+            }
+        };
+        drop(status_guard);
+        sessions.close_all();
+        match next {
+            Some(new) if !stop.is_cancelled() && r.is_ok() => {
+                if new.workspace != served.workspace || new.policy_flags() != served.policy_flags()
+                {
+                    let ending = rt.running_sessions();
+                    if ending > 0 {
+                        tracing::warn!(
+                            process_sessions = ending,
+                            "SIGHUP: the workspace or policy changed: process sessions end (managed jobs keep running)"
+                        );
+                    }
+                    rt.shutdown().await;
+                } else {
+                    runtime = Some(rt);
+                }
+                served = new;
+            }
+            _ => {
+                match &r {
+                    Ok(()) if stop.is_cancelled() => {
+                        tracing::info!("daemon stopped: asked to stop (signal)");
+                    }
+                    Ok(()) => tracing::info!("daemon stopped"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "daemon stopping: the relay link failed");
+                    }
+                }
+                rt.shutdown().await;
+                break r;
+            }
+        }
     };
-    let sessions = HostedSessions::new(runtime.clone(), upstreams);
-    tracing::info!(
-        workspace = %runtime.workspace().root().display(),
-        policy = runtime.policy().name(),
-        bridge = %enrollment.bridge,
-        "daemon starting"
-    );
-    let link_status = Arc::new(LinkStatus::default());
-    let status_stop = CancellationToken::new();
-    let _status_guard = status_stop.clone().drop_guard();
-    super::instance::serve_status(
-        lock.clone(),
-        link_status.clone(),
-        runtime.clone(),
-        sessions.clone(),
-        super::instance::Facts {
-            command: "connect",
-            relay: args.relay.to_string(),
-            bridge: enrollment.bridge.clone(),
-            mcp_url: None,
-        },
-        status_stop,
-    )
-    .await?;
-    let config = LinkConfig {
-        connect: None,
-        relay: args.relay,
-        bridge: enrollment.bridge.into(),
-        key_id: enrollment.key_id,
-        key,
-        servers,
-        timing: super::daemon_timing(&args.timing),
-        ready: None,
-        status: link_status,
-    };
-    let r = link::run(config, sessions, stop.clone()).await;
-    match &r {
-        Ok(()) if stop.is_cancelled() => tracing::info!("daemon stopped: asked to stop (signal)"),
-        Ok(()) => tracing::info!("daemon stopped"),
-        Err(e) => tracing::error!(error = %e, "daemon stopping: the relay link failed"),
-    }
-    runtime.shutdown().await;
     drop(lock);
     r.context("the relay link stopped")
+}
+
+/// What a SIGHUP may change while the link stays up: the workspace, the policy flags and the
+/// upstream servers of the servers file.
+struct Served {
+    workspace: Option<PathBuf>,
+    policy: PolicyArgs,
+    servers: Option<PathBuf>,
+    /// The servers file as read (none without one).
+    upstreams: Vec<UpstreamSpec>,
+}
+
+impl Served {
+    /// Reads the servers file (relative `cwd`s resolve against the workspace, default: the
+    /// current directory).
+    ///
+    /// # Errors
+    /// The workspace is not a directory, or the servers file is unreadable or invalid.
+    fn read(
+        workspace: Option<PathBuf>,
+        policy: PolicyArgs,
+        servers: Option<PathBuf>,
+    ) -> Result<Self> {
+        // Canonical, so that the service definition's absolute path equals a relative one.
+        let root = super::workspace_dir(workspace.as_deref())?;
+        let upstreams = match &servers {
+            Some(f) => daemon::servers::load(f, &root).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        };
+        Ok(Self {
+            workspace: Some(root),
+            policy,
+            servers,
+            upstreams,
+        })
+    }
+
+    fn policy_flags(&self) -> Vec<String> {
+        super::policy_flags(&self.policy, true)
+    }
+
+    /// The names of what differs from `new`.
+    fn changes(&self, new: &Self) -> Vec<&'static str> {
+        let mut c = Vec::new();
+        if self.workspace != new.workspace {
+            c.push("workspace");
+        }
+        if self.policy_flags() != new.policy_flags() {
+            c.push("policy");
+        }
+        if self.servers != new.servers {
+            c.push("servers file");
+        } else if self.upstreams != new.upstreams {
+            c.push("servers");
+        }
+        c
+    }
+}
+
+/// The service definition `machine-mcp service install` recorded for this state directory:
+/// the daemon's arguments after the executable, when there is one.
+///
+/// # Errors
+/// The manifest exists but cannot be read or holds no valid `connect` command line.
+fn service_definition(root: &Path) -> Result<Option<ConnectArgs>> {
+    use clap::Parser;
+    let Some(argv) = super::service::recorded_daemon_args(root)? else {
+        return Ok(None);
+    };
+    let cli = Cli::try_parse_from(std::iter::once("machine-mcp".to_owned()).chain(argv))
+        .map_err(|e| anyhow::anyhow!("{}", e.render()))
+        .context("the service definition's command line does not parse")?;
+    match cli.command {
+        Command::Connect(a) => Ok(Some(a)),
+        _ => bail!("the service definition does not run `connect`"),
+    }
+}
+
+/// What SIGHUP asks for: the settings as they are now — the service definition's workspace,
+/// policy flags and servers file when `machine-mcp service install` recorded one for this state
+/// directory (else this process's own, which cannot change), and the servers file read again.
+/// `None` when they equal `current`.
+///
+/// Settings a running daemon cannot change (the relay, the state directory, the timing) are
+/// left as they are, with a warning naming `machine-mcp service restart`.
+///
+/// # Errors
+/// The service definition or the servers file cannot be read or is invalid; the daemon then
+/// keeps what it serves.
+fn reload(root: &Path, args: &ConnectArgs, current: &Served) -> Result<Option<Served>> {
+    let new = match service_definition(root)? {
+        Some(d) => {
+            if d.relay != args.relay {
+                tracing::warn!(
+                    relay = %d.relay,
+                    "SIGHUP: the service definition names another relay; that takes `machine-mcp service restart`"
+                );
+            }
+            Served::read(d.workspace, d.policy, d.servers)?
+        }
+        None => {
+            tracing::info!(
+                "SIGHUP: no service definition for this state directory; re-reading the servers file (the policy comes from the command line)"
+            );
+            Served::read(
+                current.workspace.clone(),
+                current.policy.clone(),
+                current.servers.clone(),
+            )?
+        }
+    };
+    super::instance::check_workspace(new.workspace.as_deref())?;
+    Ok((!current.changes(&new).is_empty()).then_some(new))
 }

@@ -262,7 +262,7 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
     };
     let path = definition_path(p)?;
     let changed = write_if_changed(&path, &content)?;
-    record(&state, p, &path)?;
+    record(&state, p, &path, &argv[1..])?;
     if changed {
         say(&format!("wrote {}", path.display()));
     } else {
@@ -342,8 +342,9 @@ fn manifest(state: &Path) -> Result<Option<Vec<(ServicePlatform, PathBuf)>>> {
     Ok(Some(out))
 }
 
-/// Adds `(p, file)` to the manifest (0600).
-fn record(state: &Path, p: ServicePlatform, file: &Path) -> Result<()> {
+/// Adds `(p, file)` to the manifest (0600), with the daemon's arguments after the executable
+/// (what a SIGHUP makes the daemon re-read: [`recorded_daemon_args`]).
+fn record(state: &Path, p: ServicePlatform, file: &Path, daemon_args: &[String]) -> Result<()> {
     let mut entries = manifest(state)?.unwrap_or_default();
     if !entries.iter().any(|(q, f)| *q == p && f == file) {
         entries.push((p, file.to_path_buf()));
@@ -352,7 +353,8 @@ fn record(state: &Path, p: ServicePlatform, file: &Path) -> Result<()> {
         .iter()
         .map(|(q, f)| Ok(json!({"platform": platform_name(*q), "path": utf8(f)?})))
         .collect::<Result<_>>()?;
-    let text = serde_json::to_string_pretty(&json!({"files": files}))? + "\n";
+    let text =
+        serde_json::to_string_pretty(&json!({"files": files, "daemon_args": daemon_args}))? + "\n";
     let path = state.join(MANIFEST);
     if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
         return Ok(());
@@ -360,6 +362,29 @@ fn record(state: &Path, p: ServicePlatform, file: &Path) -> Result<()> {
     std::fs::write(&path, text)
         .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)))
         .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The daemon's arguments after the executable as `install` last recorded them in
+/// `STATE_DIR/service.json`: the service definition a SIGHUP re-reads. `None` without a manifest,
+/// or with one written before the arguments were recorded.
+///
+/// # Errors
+/// The manifest cannot be read or is not valid JSON, or `daemon_args` is not a list of strings.
+pub(crate) fn recorded_daemon_args(state: &Path) -> Result<Option<Vec<String>>> {
+    let path = state.join(MANIFEST);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let corrupt = || format!("{} is not a service manifest", path.display());
+    let v: Value = serde_json::from_str(&text).with_context(corrupt)?;
+    match v.get("daemon_args") {
+        None => Ok(None),
+        Some(a) => serde_json::from_value(a.clone())
+            .map(Some)
+            .with_context(corrupt),
+    }
 }
 
 fn uninstall(a: &ServiceArgs) -> Result<()> {

@@ -1503,3 +1503,99 @@ fn every_registered_resource_and_every_path_of_its_copy_is_redacted_and_nothing_
         .collect();
     assert!(stale.is_empty(), "{stale:?}");
 }
+
+/// Issue 17 item 6: a daemon that stops ends its process sessions and leaves its jobs running;
+/// so does one that ignores SIGTERM and is SIGKILLed with its process tree by a `--takeover`
+/// (job runners are not part of the tree it kills).
+#[test]
+fn a_stopped_or_taken_over_daemon_ends_its_process_sessions_and_leaves_its_jobs_running() {
+    let marker = format!("PS-{}", hex::encode(random_token(6)));
+    let running = |m: &str| crate::util::processes_with(m);
+    let relay = crate::net::Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let mut daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--profile", "agent", "--ignore-sigterm-for-tests"],
+    );
+    daemon.wait_log("connected to the relay and ready", Duration::from_secs(30));
+    relay.wait_ready(1);
+    let mut c = Client::new(&mcp_url(&relay, "b1"), Some(&token));
+    c.initialize();
+    let session = |c: &mut Client, tag: &str| {
+        let script = format!("sleep 300; : {marker}-{tag}");
+        let out = c.tool("start_process", json!({"argv": ["sh", "-c", script]}));
+        assert!(out.ok()["session_id"].is_string(), "{:?}", out.ok());
+    };
+    session(&mut c, "killed");
+    let id = start(
+        &mut c,
+        &plan(
+            "outlives its daemon",
+            json!([sh("echo up > started.txt; sleep 4; echo done > done.txt")]),
+        ),
+    );
+    wait_file(&ws.path().join("started.txt"), DEADLINE);
+    assert_eq!(running(&format!("{marker}-killed")), 1);
+
+    // A takeover of a daemon that ignores SIGTERM: SIGKILL of its tree, the job runner spared.
+    let mut second = relay.daemon(
+        state.path(),
+        ws.path(),
+        None,
+        &["--profile", "agent", "--takeover"],
+    );
+    second.wait_log("connected to the relay and ready", Duration::from_secs(30));
+    assert!(
+        second.log().contains("was killed with its process tree"),
+        "{}",
+        second.log()
+    );
+    let end = Instant::now() + SHORT;
+    while running(&format!("{marker}-killed")) > 0 {
+        assert!(
+            Instant::now() < end,
+            "the process session outlived its daemon"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon.kill();
+    relay.wait_ready(1);
+    let mut c = Client::new(&mcp_url(&relay, "b1"), Some(&token));
+    c.initialize();
+    let st = wait_terminal(&mut c, &id);
+    assert_eq!(st["state"], "succeeded", "{st}");
+    assert_eq!(ws.read("done.txt"), b"done\n");
+
+    // A graceful stop (SIGTERM) ends the new daemon's process session too.
+    session(&mut c, "stopped");
+    assert_eq!(running(&format!("{marker}-stopped")), 1);
+    let ok = std::process::Command::new("kill")
+        .arg(second.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let end = Instant::now() + SHORT;
+    while second.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < end, "the daemon did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let end = Instant::now() + SHORT;
+    while running(&format!("{marker}-stopped")) > 0 {
+        assert!(
+            Instant::now() < end,
+            "the process session outlived its daemon's stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        second.log().contains("daemon stopped: asked to stop"),
+        "{}",
+        second.log()
+    );
+}

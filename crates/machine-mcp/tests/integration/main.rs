@@ -24,6 +24,7 @@ mod protocol;
 mod read;
 mod relay;
 mod relay_restart;
+mod reload;
 mod reverse_proxy;
 mod search;
 mod service;

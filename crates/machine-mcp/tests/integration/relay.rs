@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::{
     net::{Client, Relay, run_cli, tool_error},
-    util::Tree,
+    util::{Tree, processes_with},
 };
 
 pub(crate) struct Setup {
@@ -871,25 +871,6 @@ fn nix_interrupt(pid: u32) {
     let _ = std::process::Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status();
-}
-
-/// Processes whose command line contains `needle` (for finding upstream children).
-fn processes_with(needle: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .chars()
-                .all(|c| c.is_ascii_digit())
-        })
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(needle))
-                .unwrap_or(false)
-        })
-        .count()
 }
 
 #[test]

@@ -483,3 +483,22 @@ pub(crate) fn random_token(n: usize) -> String {
         .map(|_| A[rng.gen_range(0..A.len())] as char)
         .collect()
 }
+
+/// Processes whose command line contains `needle` (for finding upstream children).
+pub(crate) fn processes_with(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .count()
+}

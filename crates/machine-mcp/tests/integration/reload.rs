@@ -1,0 +1,229 @@
+//! SIGHUP (issue 17 item 6): the daemon re-reads the servers file and the policy flags of its
+//! service definition; nothing changed → the link and its sessions are kept; a change → the link
+//! is reopened with the new settings; a setting that does not load → the daemon keeps serving
+//! what it served.
+
+use std::{
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::json;
+
+use crate::{
+    net::{Client, Proc, Relay},
+    util::{Tree, bin},
+};
+
+const READY: &str = "connected to the relay and ready";
+
+fn hangup(p: &Proc) {
+    let ok = Command::new("kill")
+        .args(["-HUP", &p.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -HUP failed");
+}
+
+/// How many times `needle` occurs in the log of `p`.
+fn count(p: &Proc, needle: &str) -> usize {
+    p.log().matches(needle).count()
+}
+
+/// Waits until `needle` occurs `n` times in the log of `p`.
+fn wait_count(p: &Proc, needle: &str, n: usize) {
+    let end = Instant::now() + Duration::from_secs(30);
+    while count(p, needle) < n {
+        assert!(
+            Instant::now() < end,
+            "{needle:?} not seen {n} times:\n{}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A servers file carrying `machine-mcp stdio` on `inner` as the upstream `name`.
+fn servers_file(ws: &Tree, inner: &Path, names: &[&str]) -> std::path::PathBuf {
+    let mut servers = serde_json::Map::new();
+    for n in names {
+        servers.insert(
+            (*n).to_owned(),
+            json!({"command": bin(), "args": ["stdio", "--workspace", inner, "--profile", "review"]}),
+        );
+    }
+    ws.write("servers.json", json!({ "mcpServers": servers }).to_string())
+}
+
+#[test]
+fn a_sighup_with_nothing_changed_keeps_the_link_and_its_sessions() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    ws.write("hello.txt", "hello\n");
+    let inner = Tree::new();
+    let servers = servers_file(&ws, inner.path(), &["inner"]);
+    let daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--servers", servers.to_str().unwrap()],
+    );
+    daemon.wait_log(READY, Duration::from_secs(30));
+    relay.wait_ready(1);
+    let mut c = Client::new(&format!("{}/b/b1/mcp", relay.direct()), Some(&token));
+    c.initialize();
+    // The servers file is rewritten with the same content, differently formatted.
+    std::fs::write(
+        &servers,
+        serde_json::to_string_pretty(
+            &serde_json::from_slice::<serde_json::Value>(&std::fs::read(&servers).unwrap())
+                .unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    hangup(&daemon);
+    daemon.wait_log(
+        "SIGHUP: nothing changed; the link is kept",
+        Duration::from_secs(10),
+    );
+    // Still alive after a second one, and the session opened before still answers.
+    hangup(&daemon);
+    wait_count(&daemon, "SIGHUP: nothing changed", 2);
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"], "hello\n",
+        "{r}"
+    );
+    assert_eq!(
+        count(&daemon, READY),
+        1,
+        "the link was reopened:\n{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn a_sighup_after_the_servers_file_changed_reopens_the_link_with_the_new_servers() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let inner = Tree::new();
+    inner.write("inner.txt", "from the upstream\n");
+    let servers = servers_file(&ws, inner.path(), &["one"]);
+    let daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--servers", servers.to_str().unwrap()],
+    );
+    daemon.wait_log(READY, Duration::from_secs(30));
+    relay.wait_ready(1);
+    let two = format!("{}/b/b1/s/two/mcp", relay.direct());
+    let c = Client::new(&two, Some(&token));
+    let a = c.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+    assert_eq!(a.status, 404, "no server `two` yet: {a:?}");
+
+    // A file that does not load is refused and the daemon keeps serving.
+    std::fs::write(&servers, "{ not json").unwrap();
+    hangup(&daemon);
+    daemon.wait_log("SIGHUP: cannot reload", Duration::from_secs(10));
+    assert!(daemon.log().contains("servers.json"), "{}", daemon.log());
+    let mut one = Client::new(&format!("{}/b/b1/s/one/mcp", relay.direct()), Some(&token));
+    one.initialize();
+    assert_eq!(count(&daemon, READY), 1, "{}", daemon.log());
+
+    servers_file(&ws, inner.path(), &["one", "two"]);
+    hangup(&daemon);
+    daemon.wait_log("changed=servers", Duration::from_secs(10));
+    wait_count(&daemon, READY, 2);
+    relay.wait_ready(1);
+    let mut c = Client::new(&two, Some(&token));
+    c.initialize();
+    let r = c.call("read_file", json!({"path": "inner.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"], "from the upstream\n",
+        "{r}"
+    );
+    // The link was closed cleanly, not lost.
+    assert!(!daemon.log().contains("1006"), "{}", daemon.log());
+    // The only error is the refused file's.
+    assert_eq!(count(&daemon, " ERROR "), 1, "{}", daemon.log());
+}
+
+/// `service install` records the daemon's command line; after a new `install` with another
+/// profile, a SIGHUP applies it: new sessions get the new policy.
+#[test]
+fn a_sighup_applies_the_policy_of_the_reinstalled_service_definition() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let install = |profile: &str| {
+        let out = Command::new(bin())
+            .args([
+                "service",
+                "install",
+                "--relay",
+                &relay.public(),
+                "--workspace",
+            ])
+            .arg(ws.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .args(["--profile", profile])
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("MACHINE_MCP_SYSTEMCTL", "true")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    install("agent");
+    let daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--profile", "agent"],
+    );
+    daemon.wait_log(READY, Duration::from_secs(30));
+    relay.wait_ready(1);
+    let url = format!("{}/b/b1/mcp", relay.direct());
+    let mut c = Client::new(&url, Some(&token));
+    c.initialize();
+    assert!(c.tool_names().contains(&"write_file".to_owned()));
+    // The same definition: nothing to do.
+    hangup(&daemon);
+    daemon.wait_log("SIGHUP: nothing changed", Duration::from_secs(10));
+
+    install("review");
+    hangup(&daemon);
+    daemon.wait_log("changed=policy", Duration::from_secs(10));
+    wait_count(&daemon, READY, 2);
+    relay.wait_ready(1);
+    let mut c = Client::new(&url, Some(&token));
+    c.initialize();
+    let names = c.tool_names();
+    assert!(
+        names.contains(&"read_file".to_owned()) && !names.contains(&"write_file".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        daemon.log().contains("policy=\"review\""),
+        "{}",
+        daemon.log()
+    );
+}
