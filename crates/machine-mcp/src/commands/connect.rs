@@ -76,6 +76,14 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
             ),
         },
     };
+    // Started by the service: its command line is the one `service install` recorded. Only then
+    // does a SIGHUP read the recorded definition (a daemon started by hand keeps its own flags).
+    let own: Option<Vec<String>> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string().ok())
+        .collect();
+    let from_service =
+        own.is_some() && super::service::recorded_daemon_args(&root).ok().flatten() == own;
     let mut served = Served::read(
         args.workspace.clone(),
         args.policy.clone(),
@@ -143,7 +151,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         let r = loop {
             tokio::select! {
                 r = &mut link => break r,
-                _ = hangup.recv(), if next.is_none() => match reload(&root, &args, &served) {
+                _ = hangup.recv(), if next.is_none() => match reload(&root, &args, &served, from_service) {
                     Ok(Some(new)) => {
                         tracing::info!(
                             changed = %served.changes(&new).join(", "),
@@ -274,10 +282,11 @@ fn service_definition(root: &Path) -> Result<Option<ConnectArgs>> {
     }
 }
 
-/// What SIGHUP asks for: the settings as they are now — the service definition's workspace,
-/// policy flags and servers file when `machine-mcp service install` recorded one for this state
-/// directory (else this process's own, which cannot change), and the servers file read again.
-/// `None` when they equal `current`.
+/// What SIGHUP asks for: the settings as they are now — when this daemon was started by the
+/// service (`from_service`), the workspace, policy flags and servers file of the service
+/// definition `machine-mcp service install` last recorded for this state directory; else this
+/// process's own, which cannot change — and the servers file read again. `None` when they equal
+/// `current`.
 ///
 /// Settings a running daemon cannot change (the relay, the state directory, the timing) are
 /// left as they are, with a warning naming `machine-mcp service restart`.
@@ -285,8 +294,18 @@ fn service_definition(root: &Path) -> Result<Option<ConnectArgs>> {
 /// # Errors
 /// The service definition or the servers file cannot be read or is invalid; the daemon then
 /// keeps what it serves.
-fn reload(root: &Path, args: &ConnectArgs, current: &Served) -> Result<Option<Served>> {
-    let new = match service_definition(root)? {
+fn reload(
+    root: &Path,
+    args: &ConnectArgs,
+    current: &Served,
+    from_service: bool,
+) -> Result<Option<Served>> {
+    let definition = if from_service {
+        service_definition(root)?
+    } else {
+        None
+    };
+    let new = match definition {
         Some(d) => {
             if d.relay != args.relay {
                 tracing::warn!(
@@ -297,9 +316,15 @@ fn reload(root: &Path, args: &ConnectArgs, current: &Served) -> Result<Option<Se
             Served::read(d.workspace, d.policy, d.servers)?
         }
         None => {
-            tracing::info!(
-                "SIGHUP: no service definition for this state directory; re-reading the servers file (the policy comes from the command line)"
-            );
+            if from_service {
+                tracing::info!(
+                    "SIGHUP: the service definition is gone (uninstalled?); re-reading the servers file, the policy stays"
+                );
+            } else {
+                tracing::info!(
+                    "SIGHUP: re-reading the servers file (this daemon was not started by `machine-mcp service`, so its policy flags are its command line's)"
+                );
+            }
             Served::read(
                 current.workspace.clone(),
                 current.policy.clone(),

@@ -152,14 +152,15 @@ fn a_sighup_after_the_servers_file_changed_reopens_the_link_with_the_new_servers
         r["result"]["structuredContent"]["content"], "from the upstream\n",
         "{r}"
     );
-    // The link was closed cleanly, not lost.
-    assert!(!daemon.log().contains("1006"), "{}", daemon.log());
+    // The link was closed cleanly, not lost (a lost link is a warning).
+    assert_eq!(count(&daemon, " WARN "), 0, "{}", daemon.log());
     // The only error is the refused file's.
     assert_eq!(count(&daemon, " ERROR "), 1, "{}", daemon.log());
 }
 
-/// `service install` records the daemon's command line; after a new `install` with another
-/// profile, a SIGHUP applies it: new sessions get the new policy.
+/// `service install` records the daemon's command line; the service runs it. After a new
+/// `install` with another profile, a SIGHUP applies it: new sessions get the new policy. A daemon
+/// started by hand on the same state directory keeps its own flags.
 #[test]
 fn a_sighup_applies_the_policy_of_the_reinstalled_service_definition() {
     let relay = Relay::start(&[]);
@@ -192,14 +193,42 @@ fn a_sighup_applies_the_policy_of_the_reinstalled_service_definition() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
+    // Enrolled by hand first, as the README says; this daemon is not the service's.
     install("agent");
-    let daemon = relay.daemon(
+    let by_hand = relay.daemon(
         state.path(),
         ws.path(),
         Some(&code),
-        &["--profile", "agent"],
+        &["--profile", "review"],
     );
-    daemon.wait_log(READY, Duration::from_secs(30));
+    by_hand.wait_log(READY, Duration::from_secs(30));
+    hangup(&by_hand);
+    by_hand.wait_log(
+        "this daemon was not started by `machine-mcp service`",
+        Duration::from_secs(10),
+    );
+    by_hand.wait_log("SIGHUP: nothing changed", Duration::from_secs(10));
+    stop(by_hand);
+
+    // The service's daemon: the recorded command line, logging to the recorded file.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("service.json")).unwrap()).unwrap();
+    let argv: Vec<String> = serde_json::from_value(manifest["daemon_args"].clone()).unwrap();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut daemon = Proc::spawn(&argv, None);
+    let log = state.path().join("logs/daemon.log");
+    let logged = |needle: &str, n: usize| {
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.matches(needle).count() >= n {
+                return text;
+            }
+            assert!(Instant::now() < end, "{needle:?} ×{n} not logged:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    logged(READY, 1);
     relay.wait_ready(1);
     let url = format!("{}/b/b1/mcp", relay.direct());
     let mut c = Client::new(&url, Some(&token));
@@ -207,12 +236,13 @@ fn a_sighup_applies_the_policy_of_the_reinstalled_service_definition() {
     assert!(c.tool_names().contains(&"write_file".to_owned()));
     // The same definition: nothing to do.
     hangup(&daemon);
-    daemon.wait_log("SIGHUP: nothing changed", Duration::from_secs(10));
+    logged("SIGHUP: nothing changed", 1);
 
     install("review");
     hangup(&daemon);
-    daemon.wait_log("changed=policy", Duration::from_secs(10));
-    wait_count(&daemon, READY, 2);
+    logged("changed=policy", 1);
+    let text = logged(READY, 2);
+    assert!(text.contains("policy=\"review\""), "{text}");
     relay.wait_ready(1);
     let mut c = Client::new(&url, Some(&token));
     c.initialize();
@@ -221,9 +251,24 @@ fn a_sighup_applies_the_policy_of_the_reinstalled_service_definition() {
         names.contains(&"read_file".to_owned()) && !names.contains(&"write_file".to_owned()),
         "{names:?}"
     );
-    assert!(
-        daemon.log().contains("policy=\"review\""),
-        "{}",
-        daemon.log()
-    );
+    daemon.kill();
+}
+
+/// SIGTERM, then the exit (at most 30 s).
+fn stop(mut p: Proc) {
+    let ok = Command::new("kill")
+        .arg(p.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let end = Instant::now() + Duration::from_secs(30);
+    while p.child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < end,
+            "the daemon did not stop:\n{}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
