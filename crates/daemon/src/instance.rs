@@ -531,7 +531,10 @@ async fn stop_holder(state_dir: &Path, r: &Record) -> Result<bool, LockError> {
             last_progress = tokio::time::Instant::now();
         }
         last = now;
-        let stalled = last_progress.elapsed() >= NO_PROGRESS_KILL;
+        // A daemon that recorded it is stopping answered the SIGTERM and drains its calls in
+        // flight for at most DAEMON_STOP_DRAIN: that is progress until the drain is over.
+        let draining = now.0 != usize::MAX && start.elapsed() < DRAIN_ALLOWANCE;
+        let stalled = !draining && last_progress.elapsed() >= NO_PROGRESS_KILL;
         if !killed && (stalled || start.elapsed() >= TAKEOVER_WAIT) {
             // Verified again just before: the PID must still be the daemon's.
             if verify(state_dir, r).is_err() {
@@ -553,6 +556,11 @@ async fn stop_holder(state_dir: &Path, r: &Record) -> Result<bool, LockError> {
         }
     }
 }
+
+/// How long after the SIGTERM a daemon that recorded it is stopping is left to drain: its drain
+/// bound and the time to close its link and end its process sessions.
+const DRAIN_ALLOWANCE: Duration =
+    Duration::from_secs(protocol::limits::DAEMON_STOP_DRAIN.as_secs() + 2);
 
 /// A measure that falls while a stopping daemon makes progress: the calls it still drains
 /// plus the processes in its tree.

@@ -135,6 +135,48 @@ fn a_holder_that_ignores_sigterm_is_killed_after_the_escalation_delay() {
     relay.wait_ready(1);
 }
 
+// Regression (fresh tester, stop 30 #1): a takeover SIGKILLed a daemon that was inside its
+// documented 10 s drain, because a call still running counted as "no progress".
+#[test]
+fn a_takeover_lets_the_running_daemon_drain_its_calls_in_flight() {
+    let (relay, state, ws, first) = enrolled(&["--profile", "agent"]);
+    let token = relay.token("b1", "owner");
+    let url = format!("{}/b/b1/mcp", relay.direct());
+    let call = std::thread::spawn(move || {
+        let mut c = crate::net::Client::new(&url, Some(&token));
+        c.initialize();
+        c.call(
+            "run_process",
+            json!({"argv": ["sh", "-c", "touch started; sleep 5; echo finished"]}),
+        )
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while !ws.path().join("started").exists() {
+        assert!(
+            !call.is_finished(),
+            "the call ended early: {:?}",
+            call.join()
+        );
+        assert!(Instant::now() < end, "the call did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let new = relay.daemon(state.path(), ws.path(), None, &["--takeover"]);
+    new.wait_log(READY, Duration::from_secs(30));
+    let r = call.join().unwrap();
+    assert_eq!(
+        r["result"]["structuredContent"]["stdout"],
+        "finished\n",
+        "the call in flight was cut: {r}\nnew daemon:\n{}",
+        new.log()
+    );
+    assert!(
+        new.log()
+            .contains("took over from the daemon that was running (it stopped)"),
+        "{}",
+        new.log()
+    );
+}
+
 /// A live process that is not a daemon (`sleep`), killed on drop.
 struct Sleeper(std::process::Child);
 
