@@ -306,6 +306,9 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
 
 type Incoming = futures_util::stream::SplitStream<Ws>;
 
+/// The end of a socket the daemon closed with 1000: it stopped, and its instance is over.
+const STOPPED_BY_DAEMON: &str = "the daemon stopped (close 1000)";
+
 /// Whether a socket ended with `code` gets a Close frame: not 1006, which reports a connection
 /// lost without one and must never be sent (RFC 6455 §7.4.1).
 fn sends_close_frame(code: CloseCode) -> bool {
@@ -339,6 +342,11 @@ async fn next_frame(
                     CloseCode::Protocol,
                     "binary frames are not part of the protocol".into(),
                 ));
+            }
+            // 1000 is what a daemon sends when it stops (or reopens its link with new
+            // settings): that instance does not come back.
+            Message::Close(Some(f)) if u16::from(f.code) == 1000 => {
+                return Err((CloseCode::Normal, STOPPED_BY_DAEMON.into()));
             }
             Message::Close(_) => return Err((CloseCode::Normal, "closed by the daemon".into())),
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
@@ -489,9 +497,16 @@ async fn session(
         instance: &instance_id,
     };
     let result = serve(hub, &b, from, tx, stream, timing.liveness_timeout).await;
-    hub.link_lost(&b, link_id);
     Metrics::add(&hub.metrics.sockets_ready, -1);
-    tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
+    if matches!(&result, Err((_, r)) if r == STOPPED_BY_DAEMON) {
+        // Nothing to wait for: the requests still open get their answer now, not after the
+        // reconnect grace.
+        hub.link_stopped(&b, link_id);
+        tracing::info!(bridge = %b.name, instance = %instance_id, "the daemon stopped; its sessions ended");
+    } else {
+        hub.link_lost(&b, link_id);
+        tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
+    }
     result
 }
 

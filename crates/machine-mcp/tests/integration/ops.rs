@@ -177,6 +177,58 @@ fn a_takeover_lets_the_running_daemon_drain_its_calls_in_flight() {
     );
 }
 
+// Regression (fresh tester, stop 30 #2): a call still running when a stopping daemon's drain
+// ended waited out the relay's 120 s reconnect grace, although the daemon had closed its link
+// with 1000 (it is gone, not lost): its client now hears at once.
+#[test]
+fn a_call_cut_by_a_daemon_stop_is_answered_at_once_not_after_the_reconnect_grace() {
+    let (relay, _state, ws, first) = enrolled(&["--profile", "agent"]);
+    let token = relay.token("b1", "owner");
+    let url = format!("{}/b/b1/mcp", relay.direct());
+    let call = std::thread::spawn(move || {
+        let mut c = crate::net::Client::new(&url, Some(&token));
+        c.initialize();
+        c.timeout = Duration::from_secs(90);
+        let r = c.call(
+            "run_process",
+            json!({"argv": ["sh", "-c", "touch started; sleep 40"]}),
+        );
+        (r, Instant::now())
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while !ws.path().join("started").exists() {
+        assert!(
+            !call.is_finished(),
+            "the call ended early: {:?}",
+            call.join()
+        );
+        assert!(Instant::now() < end, "the call did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ok = Command::new("kill")
+        .arg(first.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let t0 = Instant::now();
+    let (r, at) = call.join().unwrap();
+    let waited = at.duration_since(t0);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("daemon stopped")),
+        "{r}\ndaemon:\n{}\nrelay:\n{}",
+        first.log(),
+        relay.proc.log()
+    );
+    // The drain bound (10 s) and the close, far below the 120 s grace.
+    assert!(
+        waited < Duration::from_secs(60),
+        "answered after {waited:?}"
+    );
+}
+
 /// A live process that is not a daemon (`sleep`), killed on drop.
 struct Sleeper(std::process::Child);
 

@@ -310,6 +310,28 @@ impl Hub {
         }
     }
 
+    /// The socket `link_id` of `bridge` was closed by its daemon, which stopped: like
+    /// [`Hub::link_lost`], but the instance's sessions end at once (their requests get -32003,
+    /// outcome unknown) instead of waiting out the reconnect grace for an instance that is over.
+    pub(crate) fn link_stopped(&self, bridge: &Bridge, link_id: u64) {
+        let instance = {
+            let mut g = bridge.state.lock();
+            if !g.link.lose(link_id, Instant::now()) {
+                return;
+            }
+            bridge.ready.send_replace(None);
+            // Detached and expired in one step: nothing is left waiting for it.
+            g.link.expire(Instant::now(), std::time::Duration::ZERO)
+        };
+        if let Some(instance) = instance {
+            self.end_bound(
+                &bridge.name,
+                &instance,
+                "the machine's daemon stopped before this call finished; the outcome of this request is unknown (it may have had effects): check before retrying",
+            );
+        }
+    }
+
     /// Ends every session of `bridge` opened on `instance`; their requests get `message` with
     /// -32003 (outcome unknown).
     pub(super) fn end_bound(&self, bridge: &str, instance: &InstanceId, message: &str) {
