@@ -139,7 +139,7 @@ fn a_holder_that_ignores_sigterm_is_killed_after_the_escalation_delay() {
 // documented 10 s drain, because a call still running counted as "no progress".
 #[test]
 fn a_takeover_lets_the_running_daemon_drain_its_calls_in_flight() {
-    let (relay, state, ws, first) = enrolled(&["--profile", "agent"]);
+    let (relay, state, ws, _first) = enrolled(&["--profile", "agent"]);
     let token = relay.token("b1", "owner");
     let url = format!("{}/b/b1/mcp", relay.direct());
     let call = std::thread::spawn(move || {
