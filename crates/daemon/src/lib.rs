@@ -81,6 +81,10 @@ pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
     }
 }
 
+/// The upstream servers that answered a probe: their catalog entries, and each spec with the
+/// names of its read-only tools.
+pub type ProbedUpstreams = (Vec<ServerInfo>, Vec<(UpstreamSpec, HashSet<String>)>);
+
 /// Probes every upstream server (concurrently) and returns the full catalog plus the upstreams
 /// that answered, each with the names of its read-only tools. A server that fails to start is
 /// left out with an error logged.
@@ -88,7 +92,16 @@ pub async fn catalog(
     runtime: &Arc<Runtime>,
     upstreams: Vec<UpstreamSpec>,
 ) -> (Vec<ServerInfo>, Vec<(UpstreamSpec, HashSet<String>)>) {
+    let (infos, ok) = probe_upstreams(upstreams).await;
     let mut servers = vec![runtime_catalog(runtime)];
+    servers.extend(infos);
+    (servers, ok)
+}
+
+/// Probes every upstream server concurrently (each within the probe bound of
+/// [`servers::probe`]); a server that fails to start or answer is left out with an error logged.
+pub async fn probe_upstreams(upstreams: Vec<UpstreamSpec>) -> ProbedUpstreams {
+    let mut servers = Vec::new();
     let probes = upstreams.into_iter().map(|spec| async move {
         let r = servers::probe(&spec).await;
         (spec, r)

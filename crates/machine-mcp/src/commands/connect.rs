@@ -7,10 +7,12 @@
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
+    time::Duration,
 };
 
 use anyhow::{Context, Result, bail};
 use daemon::{
+    ProbedUpstreams,
     identity::{DeviceKey, Enrollment},
     link::{self, LinkConfig},
     servers::UpstreamSpec,
@@ -90,6 +92,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         args.servers.clone(),
     )?;
     let mut runtime: Option<Arc<Runtime>> = None;
+    let mut probed: Option<ProbedUpstreams> = None;
     let r = loop {
         let rt = match runtime.take() {
             Some(rt) => rt,
@@ -101,13 +104,20 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
                 true,
             )?,
         };
-        let (servers, upstreams) = tokio::select! {
-            r = daemon::catalog(&rt, served.upstreams.clone()) => r,
-            () = stop.cancelled() => {
-                rt.shutdown().await;
-                return Ok(());
-            }
+        // Probed before the last link closed when a reload brought them.
+        let (infos, upstreams) = match probed.take() {
+            Some(p) => p,
+            None => tokio::select! {
+                p = daemon::probe_upstreams(served.upstreams.clone()) => p,
+                () = stop.cancelled() => {
+                    tracing::info!("daemon stopped: asked to stop (signal) while starting the upstream servers");
+                    rt.shutdown().await;
+                    return Ok(());
+                }
+            },
         };
+        let mut servers = vec![daemon::runtime_catalog(&rt)];
+        servers.extend(infos);
         let sessions = HostedSessions::new(rt.clone(), upstreams);
         tracing::info!(
             workspace = %rt.workspace().root().display(),
@@ -148,30 +158,47 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         let link = link::run(config, sessions.clone(), link_stop.clone());
         tokio::pin!(link);
         let mut next: Option<Served> = None;
+        // While a reload prepares: the new upstream servers start, then calls in flight get a
+        // moment to finish; the link serves on meanwhile and closes only after.
+        let mut preparing: Option<std::pin::Pin<Box<dyn Future<Output = ProbedUpstreams> + Send>>> =
+            None;
         let r = loop {
+            let prepared = async {
+                match preparing.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = &mut link => break r,
-                _ = hangup.recv(), if next.is_none() => match reload(&root, &args, &served, from_service) {
-                    Ok(Some(new)) => {
-                        tracing::info!(
-                            changed = %served.changes(&new).join(", "),
-                            "SIGHUP: the settings changed; closing the link to reopen it with them"
-                        );
-                        next = Some(new);
-                        link_stop.cancel();
+                p = prepared => {
+                    probed = Some(p);
+                    preparing = None;
+                    link_stop.cancel();
+                }
+                _ = hangup.recv(), if next.is_none() && !stop.is_cancelled() => {
+                    match reload(&root, &args, &served, from_service) {
+                        Ok(Some(new)) => {
+                            tracing::info!(
+                                changed = %served.changes(&new).join(", "),
+                                "SIGHUP: the settings changed; the link is reopened with them once the servers have started and calls in flight are done"
+                            );
+                            preparing = Some(Box::pin(prepare(new.upstreams.clone(), sessions.clone())));
+                            next = Some(new);
+                        }
+                        Ok(None) => tracing::info!("SIGHUP: nothing changed; nothing is restarted"),
+                        Err(e) => tracing::error!(
+                            error = %format!("{e:#}"),
+                            "SIGHUP: cannot reload; the daemon keeps serving what it served"
+                        ),
                     }
-                    Ok(None) => tracing::info!("SIGHUP: nothing changed; the link is kept"),
-                    Err(e) => tracing::error!(
-                        error = %format!("{e:#}"),
-                        "SIGHUP: cannot reload; the daemon keeps serving what it served"
-                    ),
-                },
+                }
             }
         };
         drop(status_guard);
         sessions.close_all();
         match next {
-            Some(new) if !stop.is_cancelled() && r.is_ok() => {
+            Some(new) if probed.is_some() && !stop.is_cancelled() && r.is_ok() => {
                 if new.workspace != served.workspace || new.policy_flags() != served.policy_flags()
                 {
                     let ending = rt.running_sessions();
@@ -204,6 +231,30 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     };
     drop(lock);
     r.context("the relay link stopped")
+}
+
+/// How long a reload waits for a moment with no call in flight before it closes the link (the
+/// link's own drain then gives what still runs up to 10 s more).
+const RELOAD_IDLE_WAIT: Duration = Duration::from_secs(30);
+
+/// A reload's preparation while the link serves on: starts and probes the new upstream servers
+/// (each within its probe bound), then waits up to [`RELOAD_IDLE_WAIT`] for no request to be in
+/// flight.
+async fn prepare(upstreams: Vec<UpstreamSpec>, sessions: Arc<HostedSessions>) -> ProbedUpstreams {
+    let probed = daemon::probe_upstreams(upstreams).await;
+    let start = tokio::time::Instant::now();
+    while sessions.requests_in_flight() > 0 {
+        if start.elapsed() >= RELOAD_IDLE_WAIT {
+            tracing::warn!(
+                in_flight = sessions.requests_in_flight(),
+                "SIGHUP: calls still in flight after {} s; reopening the link anyway (they get the stop's drain)",
+                RELOAD_IDLE_WAIT.as_secs()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    probed
 }
 
 /// What a SIGHUP may change while the link stays up: the workspace, the policy flags and the
@@ -245,19 +296,33 @@ impl Served {
         super::policy_flags(&self.policy, true)
     }
 
-    /// The names of what differs from `new`.
-    fn changes(&self, new: &Self) -> Vec<&'static str> {
+    /// What differs from `new`, each named (with the old and new value for the workspace and
+    /// the policy).
+    fn changes(&self, new: &Self) -> Vec<String> {
         let mut c = Vec::new();
+        let shown = |w: &Option<PathBuf>| {
+            w.as_deref()
+                .map_or_else(String::new, |w| w.display().to_string())
+        };
         if self.workspace != new.workspace {
-            c.push("workspace");
+            c.push(format!(
+                "workspace ({} → {})",
+                shown(&self.workspace),
+                shown(&new.workspace)
+            ));
         }
         if self.policy_flags() != new.policy_flags() {
-            c.push("policy");
+            c.push(format!(
+                "policy ({} → {})",
+                self.policy_flags().join(" "),
+                new.policy_flags().join(" ")
+            ));
         }
         if self.servers != new.servers {
-            c.push("servers file");
-        } else if self.upstreams != new.upstreams {
-            c.push("servers");
+            c.push("servers file".to_owned());
+        } else if self.upstreams != new.upstreams && self.workspace == new.workspace {
+            // (A changed workspace alone changes where relative `cwd`s resolve.)
+            c.push("servers".to_owned());
         }
         c
     }
@@ -274,7 +339,11 @@ fn service_definition(root: &Path) -> Result<Option<ConnectArgs>> {
         return Ok(None);
     };
     let cli = Cli::try_parse_from(std::iter::once("machine-mcp".to_owned()).chain(argv))
-        .map_err(|e| anyhow::anyhow!("{}", e.render()))
+        .map_err(|e| {
+            // clap's first line is the reason; the usage and help that follow are noise in a log.
+            let text = e.to_string();
+            anyhow::anyhow!("{}", text.lines().next().unwrap_or_default().trim())
+        })
         .context("the service definition's command line does not parse")?;
     match cli.command {
         Command::Connect(a) => Ok(Some(a)),
@@ -307,6 +376,19 @@ fn reload(
     };
     let new = match definition {
         Some(d) => {
+            if d.state
+                .state_dir
+                .as_deref()
+                .map(std::fs::canonicalize)
+                .transpose()
+                .ok()
+                .flatten()
+                != std::fs::canonicalize(root).ok()
+            {
+                tracing::warn!(
+                    "SIGHUP: the service definition names another --state-dir; ignored (a daemon keeps its state directory)"
+                );
+            }
             if d.relay != args.relay {
                 tracing::warn!(
                     relay = %d.relay,
@@ -320,6 +402,11 @@ fn reload(
                 tracing::info!(
                     "SIGHUP: the service definition is gone (uninstalled?); re-reading the servers file, the policy stays"
                 );
+            } else if current.servers.is_none() {
+                tracing::info!(
+                    "SIGHUP: nothing to re-read: no --servers file, and this daemon was not started by `machine-mcp service` (its policy flags are its command line's)"
+                );
+                return Ok(None);
             } else {
                 tracing::info!(
                     "SIGHUP: re-reading the servers file (this daemon was not started by `machine-mcp service`, so its policy flags are its command line's)"

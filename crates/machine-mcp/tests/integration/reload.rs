@@ -89,7 +89,7 @@ fn a_sighup_with_nothing_changed_keeps_the_link_and_its_sessions() {
     .unwrap();
     hangup(&daemon);
     daemon.wait_log(
-        "SIGHUP: nothing changed; the link is kept",
+        "SIGHUP: nothing changed; nothing is restarted",
         Duration::from_secs(10),
     );
     // Still alive after a second one, and the session opened before still answers.
@@ -207,7 +207,7 @@ fn a_sighup_applies_the_policy_of_the_reinstalled_service_definition() {
         "this daemon was not started by `machine-mcp service`",
         Duration::from_secs(10),
     );
-    by_hand.wait_log("SIGHUP: nothing changed", Duration::from_secs(10));
+    by_hand.wait_log("SIGHUP: nothing to re-read", Duration::from_secs(10));
     stop(by_hand);
 
     // The service's daemon: the recorded command line, logging to the recorded file.
@@ -271,4 +271,89 @@ fn stop(mut p: Proc) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+// Regression (fresh tester, stop 30 #5 and #6): a reload closed the link at once, so a new
+// upstream that was slow to start left the daemon offline meanwhile, and a call in flight on the
+// built-in server was cut after the 10 s drain. Now the new servers start and calls in flight
+// finish while the old link serves on.
+#[test]
+fn a_reload_starts_the_new_servers_and_lets_calls_finish_before_it_closes_the_link() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let servers = ws.write("servers.json", r#"{"mcpServers": {}}"#);
+    let daemon = relay.daemon(
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--servers", servers.to_str().unwrap(), "--profile", "agent"],
+    );
+    daemon.wait_log(READY, Duration::from_secs(30));
+    relay.wait_ready(1);
+    let url = format!("{}/b/b1/mcp", relay.direct());
+    let t = token.clone();
+    let u = url.clone();
+    let call = std::thread::spawn(move || {
+        let mut c = Client::new(&u, Some(&t));
+        c.initialize();
+        c.call(
+            "run_process",
+            json!({"argv": ["sh", "-c", "touch started; sleep 4; echo finished"]}),
+        )
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while !ws.path().join("started").exists() {
+        assert!(Instant::now() < end, "the call did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // An upstream that takes 2 s to start, and one that cannot start at all.
+    let slow = format!(
+        "sleep 2; exec {} stdio --workspace {} --profile review",
+        bin().display(),
+        ws.path().display()
+    );
+    ws.write(
+        "servers.json",
+        json!({"mcpServers": {
+            "slow": {"command": "sh", "args": ["-c", slow]},
+            "broken": {"command": "/nonexistent/server"}
+        }})
+        .to_string(),
+    );
+    hangup(&daemon);
+    daemon.wait_log("changed=servers", Duration::from_secs(10));
+    // Meanwhile the link serves: a new session works before the servers are up.
+    let mut c = Client::new(&url, Some(&token));
+    c.initialize();
+    let r = c.call("server_info", json!({}));
+    assert!(r["result"].is_object(), "{r}");
+    assert_eq!(count(&daemon, READY), 1, "{}", daemon.log());
+    // The call in flight finishes on the old link.
+    let r = call.join().unwrap();
+    assert_eq!(
+        r["result"]["structuredContent"]["stdout"],
+        "finished\n",
+        "{r}\n{}",
+        daemon.log()
+    );
+    wait_count(&daemon, READY, 2);
+    relay.wait_ready(1);
+    let mut s = Client::new(&format!("{}/b/b1/s/slow/mcp", relay.direct()), Some(&token));
+    s.initialize();
+    assert!(s.tool_names().contains(&"read_file".to_owned()));
+    assert!(
+        daemon
+            .log()
+            .contains("upstream server left out server=broken"),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        !daemon.log().contains("after the drain bound"),
+        "{}",
+        daemon.log()
+    );
 }
