@@ -35,8 +35,14 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     {
         let t = interrupted.clone();
         let ignore_sigterm = args.ignore_sigterm_for_tests;
+        // SIGHUP too (the terminal `up` runs in was closed): a stop, not a silent death.
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot handle SIGHUP")?;
         tokio::spawn(async move {
-            super::instance::stop_signal(ignore_sigterm).await;
+            tokio::select! {
+                () = super::instance::stop_signal(ignore_sigterm) => {}
+                _ = hangup.recv() => tracing::info!("SIGHUP (its terminal closed?): stopping as on SIGTERM"),
+            }
             t.cancel();
         });
     }

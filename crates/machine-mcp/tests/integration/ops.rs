@@ -458,3 +458,30 @@ fn a_takeover_that_cannot_start_leaves_the_running_daemon_alone() {
     let (code, _, _) = status(state.path(), false);
     assert_eq!(code, 0);
 }
+
+// Regression (fresh tester, stop 30 #9): SIGHUP (a closed terminal) made `up` vanish with no
+// drain, no log, and its record left behind.
+#[test]
+fn a_sighup_stops_up_gracefully() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let mut p = up(state.path(), ws.path(), &[]);
+    p.wait_log(READY, Duration::from_secs(30));
+    let ok = Command::new("kill")
+        .args(["-HUP", &p.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert_eq!(
+        exit_code(&mut p, Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        p.log()
+    );
+    assert!(p.log().contains("SIGHUP"), "{}", p.log());
+    assert!(
+        !state.path().join("daemon.json").exists(),
+        "the record was left behind"
+    );
+}
