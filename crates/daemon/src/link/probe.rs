@@ -115,7 +115,7 @@ pub async fn probe_handshake(
                 }
             }
         }
-        Err(HandshakeError::Protocol(
+        Err::<(), _>(HandshakeError::Protocol(
             "the relay closed the connection during the handshake".into(),
         ))
     };
@@ -207,7 +207,7 @@ pub async fn tls_handshake(
             .await
             .map_err(|e| format!("TLS handshake with {host} ({addr}) failed: {e}"))?;
         let (_, conn) = tls.get_ref();
-        Ok(TlsSummary {
+        Ok::<_, String>(TlsSummary {
             version: conn
                 .protocol_version()
                 .map_or_else(|| "unknown".to_owned(), |v| format!("{v:?}")),
