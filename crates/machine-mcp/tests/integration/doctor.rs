@@ -88,6 +88,13 @@ fn with_status<'a>(report: &'a Value, status: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// A state directory as the default one is made: owner-only.
+fn state_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
 /// `up` on a free port, ready.
 fn up(state: &Path, ws: &Path) -> Proc {
     let p = Proc::spawn(
@@ -119,7 +126,7 @@ fn enrolled(state: &Path, ws: &Path) -> (Relay, Proc) {
 
 #[test]
 fn status_and_doctor_are_green_against_a_running_up() {
-    let state = tempfile::tempdir().unwrap();
+    let state = state_dir();
     let ws = Tree::new();
     let _up = up(state.path(), ws.path());
     let status = Command::new(bin())
@@ -169,7 +176,7 @@ fn status_and_doctor_are_green_against_a_running_up() {
 
 #[test]
 fn doctor_is_red_for_a_bad_workspace_and_for_a_state_file_others_can_read() {
-    let state = tempfile::tempdir().unwrap();
+    let state = state_dir();
     let ws = Tree::new();
     let _up = up(state.path(), ws.path());
 
@@ -208,7 +215,7 @@ fn doctor_is_red_for_a_bad_workspace_and_for_a_state_file_others_can_read() {
 
 #[test]
 fn with_the_relay_stopped_the_relay_line_is_red_and_what_needs_it_is_skipped() {
-    let state = tempfile::tempdir().unwrap();
+    let state = state_dir();
     let ws = Tree::new();
     let (mut relay, daemon) = enrolled(state.path(), ws.path());
     let (code, v) = doctor_json(state.path(), &[]);
@@ -247,7 +254,7 @@ fn with_the_relay_stopped_the_relay_line_is_red_and_what_needs_it_is_skipped() {
 
 #[test]
 fn a_revoked_device_key_turns_the_enrollment_line_red_with_the_re_enroll_fix() {
-    let state = tempfile::tempdir().unwrap();
+    let state = state_dir();
     let ws = Tree::new();
     let (relay, mut daemon) = enrolled(state.path(), ws.path());
     let mut list = vec!["relay", "device", "list", "--bridge", "b1"];

@@ -79,6 +79,9 @@ pub(super) fn state_dir(setup: &Setup) -> Check {
     }
     let me = nix::unistd::geteuid().as_raw();
     let (mut problems, mut fixes, mut checked) = (Vec::new(), Vec::new(), 0);
+    // The secrets live in owner-only subdirectories: an open top directory only shows what
+    // it holds, so it is a warning.
+    let mut secret_exposed = false;
     for (path, dir) in dirs
         .iter()
         .map(|d| (d, true))
@@ -90,6 +93,7 @@ pub(super) fn state_dir(setup: &Setup) -> Check {
         checked += 1;
         let mode = meta.permissions().mode() & 0o777;
         if meta.uid() != me {
+            secret_exposed = true;
             problems.push(format!(
                 "{} is owned by uid {}, not by you (uid {me})",
                 path.display(),
@@ -98,6 +102,7 @@ pub(super) fn state_dir(setup: &Setup) -> Check {
             fixes.push(format!("chown {me} {}", path.display()));
         }
         if mode & 0o077 != 0 {
+            secret_exposed |= path != state;
             let want = if dir { 0o700 } else { 0o600 };
             problems.push(format!(
                 "{} is mode {mode:04o}: {} can read it",
@@ -117,11 +122,12 @@ pub(super) fn state_dir(setup: &Setup) -> Check {
             format!("{}: {checked} entries owner-only", state.display()),
         )
     } else {
-        Check::fail(
-            NAME,
-            problems.join("; "),
-            format!("`{}`", fixes.join(" && ")),
-        )
+        let fix = format!("`{}`", fixes.join(" && "));
+        if secret_exposed {
+            Check::fail(NAME, problems.join("; "), fix)
+        } else {
+            Check::warn(NAME, problems.join("; "), fix)
+        }
     }
 }
 
