@@ -32,6 +32,10 @@ use protocol::{
 };
 use serde_json::Value;
 
+mod probe;
+
+pub use probe::{HandshakeError, TlsSummary, probe_handshake, tls_handshake};
+
 use crate::{
     backoff::{self, Warnings},
     identity::DeviceKey,

@@ -68,6 +68,11 @@ pub(crate) enum Command {
     /// heartbeat, sessions, calls, process sessions and jobs. Exit status 0 only when its link
     /// to the relay is ready.
     Status(StatusArgs),
+    /// Check what this machine's daemon needs, one line each with the fix: the workspace, the
+    /// state directory's permissions, git, the relay (DNS, TCP, TLS, /healthz, its clock), the
+    /// enrollment (by a real handshake), a tool call through the relay, the service and the
+    /// daemon lock. Exit status 1 when a check fails.
+    Doctor(DoctorArgs),
     /// Managed jobs: submit a plan, list, inspect, read, start a staged one, cancel, prune.
     #[command(subcommand)]
     Job(JobCommand),
@@ -221,6 +226,30 @@ pub(crate) enum ResourceCommand {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Print the daemon's status report as one JSON object (`{"running": false}` when none runs).
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+}
+
+/// Arguments of `machine-mcp doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// The workspace to check (default: the running daemon's, else the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// The relay to check (default: the running daemon's, else the enrollment's).
+    #[arg(long, value_name = "URL", value_parser = relay_url)]
+    pub(crate) relay: Option<url::Url>,
+    /// A bearer token for the tool round trip through the relay (default: `up`'s owner token).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "MACHINE_MCP_TOKEN",
+        hide_env_values = true
+    )]
+    pub(crate) token: Option<String>,
+    /// Print `{"checks": [{"name", "status", "detail", "fix"}], "ok": BOOL}` only.
     #[arg(long)]
     pub(crate) json: bool,
     #[command(flatten)]

@@ -3,6 +3,7 @@
 
 mod client_config;
 mod connect;
+mod doctor;
 mod instance;
 mod job;
 mod relay;
@@ -45,6 +46,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Relay(RelayCommand::Client(cmd)) => relay::client(cmd).await,
         Command::Relay(RelayCommand::Device(cmd)) => relay::device(cmd).await,
         Command::Status(args) => status::run(&args),
+        Command::Doctor(args) => doctor::run(args).await,
         Command::Job(cmd) => job::run(cmd).await,
         Command::Resource(cmd) => job::resource(cmd),
         Command::ClientConfig(args) => client_config::run(args),

@@ -319,8 +319,9 @@ fn write_if_changed(path: &Path, content: &[u8]) -> Result<bool> {
     Ok(true)
 }
 
-/// The manifest's entries: (platform, path) of each file `install` wrote.
-fn manifest(state: &Path) -> Result<Option<Vec<(ServicePlatform, PathBuf)>>> {
+/// The manifest's entries: (platform, path) of each file `install` wrote; `None` when nothing
+/// is installed.
+pub(crate) fn manifest(state: &Path) -> Result<Option<Vec<(ServicePlatform, PathBuf)>>> {
     let path = state.join(MANIFEST);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -477,6 +478,47 @@ fn control(a: &ServiceArgs, verb: Verb) -> Result<()> {
         }
         (ServicePlatform::Launchd, Verb::Status) => launchctl(&["print", &launchd_target()]),
     }
+}
+
+/// Whether the installed service of `p` runs now (`systemctl --user is-active`, `launchctl
+/// print`), asked quietly: `Ok(false)` when the manager answers no.
+///
+/// # Errors
+/// The manager's program cannot be started; the message names it and the variable that
+/// overrides it.
+pub(crate) fn is_active(p: ServicePlatform) -> Result<bool> {
+    let (env, default, args) = match p {
+        ServicePlatform::Systemd => (
+            SYSTEMCTL_ENV,
+            "systemctl",
+            vec![
+                "--user".to_owned(),
+                "is-active".to_owned(),
+                SYSTEMD_UNIT.to_owned(),
+            ],
+        ),
+        ServicePlatform::Launchd => (
+            LAUNCHCTL_ENV,
+            "launchctl",
+            vec!["print".to_owned(), launchd_target()],
+        ),
+    };
+    let program = std::env::var_os(env)
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| OsString::from(default));
+    let status = Command::new(&program)
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .with_context(|| {
+            format!(
+                "`{default}` is not available ({}; set {env} to use another)",
+                PathBuf::from(&program).display()
+            )
+        })?;
+    Ok(status.success())
 }
 
 fn launchd_domain() -> String {

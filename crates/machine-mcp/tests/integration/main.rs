@@ -6,6 +6,7 @@
 mod client_config;
 mod containment;
 mod delivery;
+mod doctor;
 mod edit;
 mod era;
 mod faults;
