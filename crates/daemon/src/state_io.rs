@@ -105,6 +105,36 @@ mod tests {
     }
 
     #[test]
+    fn permission_denied_names_the_path_its_owner_and_a_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let lock = t.path().join("daemon.lock");
+        std::fs::write(&lock, "").unwrap();
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let e = io::Error::from(io::ErrorKind::PermissionDenied);
+        let msg = describe(&lock, &e);
+        assert!(
+            msg.starts_with(&format!("cannot write the file {}", lock.display())),
+            "{msg}"
+        );
+        assert!(msg.contains("mode 400"), "{msg}");
+        assert!(
+            msg.contains(&format!("chmod u+rw {}", lock.display())),
+            "{msg}"
+        );
+        // Missing under an existing directory: the directory is at fault.
+        let missing = t.path().join("sub/daemon.lock");
+        let msg = describe(&missing, &e);
+        assert!(
+            msg.starts_with(&format!(
+                "cannot write the directory {}",
+                t.path().display()
+            )),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn other_errors_name_the_path_and_the_error_once() {
         let e = io::Error::other("disk on fire");
         let msg = describe(Path::new("/x/state"), &e);
