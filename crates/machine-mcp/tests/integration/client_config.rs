@@ -753,7 +753,7 @@ fn the_help_keeps_write_and_the_policy_apart() {
     let heading = help
         .find("Policy of the stdio server the entry starts:")
         .unwrap_or_else(|| panic!("{help}"));
-    let no_write = help.find("--no-write").unwrap();
+    let no_write = help.find("      --no-write").unwrap();
     let write = help.find("      --write").unwrap();
     assert!(write < heading && heading < no_write, "{help}");
     assert!(help.contains("/b/local/mcp"), "{help}");
