@@ -22,13 +22,14 @@ use serde::{Deserialize, Serialize};
 /// A problem with the state directory.
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    /// A file could not be read or written: the message names the path at fault and the fix
+    /// ([`crate::state_io::describe`]) and holds the OS error once (`error` is not a `source`).
+    #[error("{}", crate::state_io::describe(path, error))]
     Io {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file exists but is not what it should be.
     #[error(
@@ -80,7 +81,7 @@ impl DeviceKey {
                 write_private(&path, pem.as_bytes())?;
                 Ok(Self { key })
             }
-            Err(source) => Err(IdentityError::Io { path, source }),
+            Err(error) => Err(IdentityError::Io { path, error }),
         }
     }
 
@@ -122,7 +123,7 @@ impl Enrollment {
                     why: e.to_string(),
                 }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(IdentityError::Io { path, source }),
+            Err(error) => Err(IdentityError::Io { path, error }),
         }
     }
 
@@ -138,23 +139,21 @@ impl Enrollment {
 }
 
 fn ensure_private_dir(dir: &Path) -> Result<(), IdentityError> {
-    fs::create_dir_all(dir).map_err(|source| IdentityError::Io {
+    fs::create_dir_all(dir).map_err(|error| IdentityError::Io {
         path: dir.to_owned(),
-        source,
+        error,
     })?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|source| {
-        IdentityError::Io {
-            path: dir.to_owned(),
-            source,
-        }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|error| IdentityError::Io {
+        path: dir.to_owned(),
+        error,
     })
 }
 
 /// Writes `bytes` to `path` owner-only, replacing it atomically.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
-    let io = |source| IdentityError::Io {
+    let io = |error| IdentityError::Io {
         path: path.to_owned(),
-        source,
+        error,
     };
     let tmp = path.with_extension("tmp");
     let mut f = fs::OpenOptions::new()

@@ -71,6 +71,9 @@ pub struct Record {
     /// The MCP URL clients use, when it knows one (`up`).
     #[serde(default)]
     pub mcp_url: Option<String>,
+    /// The address its relay listens on, once bound (`up`).
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
     /// Calls still draining, once it is stopping.
     pub stopping_in_flight: Option<usize>,
 }
@@ -149,16 +152,15 @@ pub enum LockError {
     /// The takeover signalled the holder but the lock was not released.
     #[error("{0}")]
     TakeoverFailed(String),
-    /// The state directory or its files cannot be used.
-    #[error(
-        "cannot use the state directory {}: {source}. Fix its permissions or choose another with --state-dir",
-        path.display()
-    )]
+    /// The state directory or its files cannot be used. The message names the path at fault
+    /// and the fix ([`crate::state_io::describe`]), and holds the OS error once: `error` is
+    /// not a `source`, so an error chain does not repeat it.
+    #[error("{}", crate::state_io::describe(path, error))]
     Io {
-        /// The file or directory.
+        /// The file or directory the failed call named.
         path: PathBuf,
         /// The error.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -187,9 +189,9 @@ pub enum Acquired {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LockError + '_ {
-    move |source| LockError::Io {
+    move |error| LockError::Io {
         path: path.to_owned(),
-        source,
+        error,
     }
 }
 
@@ -217,7 +219,7 @@ fn try_lock(path: &Path) -> Result<Option<nix::fcntl::Flock<fs::File>>, LockErro
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
         Err((_, e)) => Err(LockError::Io {
             path: path.to_owned(),
-            source: io::Error::from(e),
+            error: io::Error::from(e),
         }),
     }
 }
@@ -239,25 +241,48 @@ pub fn is_held(state_dir: &Path) -> bool {
 /// The record of `state_dir`, if one is there and readable (it may be stale: see
 /// [`holder`]).
 pub fn read_record(state_dir: &Path) -> Option<Record> {
+    load_record(state_dir).ok().flatten()
+}
+
+/// The record of `state_dir`: `Ok(None)` when there is none, `Err(why)` when it is there but
+/// cannot be read or is not a record (the message names the file and says which).
+pub fn load_record(state_dir: &Path) -> Result<Option<Record>, String> {
     use std::io::Read;
+    let path = state_dir.join(RECORD_FILE);
     let mut bytes = Vec::new();
-    fs::File::open(state_dir.join(RECORD_FILE))
-        .ok()?
-        .take(RECORD_MAX_BYTES)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    serde_json::from_slice(&bytes).ok()
+    let read = fs::File::open(&path).and_then(|f| f.take(RECORD_MAX_BYTES).read_to_end(&mut bytes));
+    match read {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(format!("its record {} is unreadable ({e})", path.display()));
+        }
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        format!(
+            "its record {} is unreadable (not a daemon record: {e})",
+            path.display()
+        )
+    })
 }
 
 /// The live, verified holder of `state_dir`'s lock: `Ok(None)` when nobody holds it,
-/// `Err(why)` when it is held by a process that is not the recorded daemon.
+/// `Err(why)` when it is held by a process that is not the recorded daemon, or whose record is
+/// missing or unreadable (`why` says which).
 pub fn holder(state_dir: &Path) -> Result<Option<Record>, String> {
     if !is_held(state_dir) {
         return Ok(None);
     }
-    let Some(r) = read_record(state_dir) else {
-        return Err("the lock is held but its record is missing or unreadable".into());
-    };
+    let r = load_record(state_dir)
+        .and_then(|r| {
+            r.ok_or_else(|| {
+                format!(
+                    "its record {} is missing",
+                    state_dir.join(RECORD_FILE).display()
+                )
+            })
+        })
+        .map_err(|why| format!("the lock is held but {why}"))?;
     verify(state_dir, &r).map(|()| Some(r))
 }
 
@@ -368,8 +393,15 @@ impl InstanceLock {
                 break l;
             }
             // Held: by whom?
-            let checked = read_record(state_dir)
-                .ok_or_else(|| "its record is missing".to_owned())
+            let checked = load_record(state_dir)
+                .and_then(|r| {
+                    r.ok_or_else(|| {
+                        format!(
+                            "its record {} is missing",
+                            state_dir.join(RECORD_FILE).display()
+                        )
+                    })
+                })
                 .and_then(|r| verify(state_dir, &r).map(|()| r));
             match checked {
                 Err(why) => {
@@ -395,7 +427,7 @@ impl InstanceLock {
         let me = std::process::id();
         let id = runtime::procs::identity(me).ok_or_else(|| LockError::Io {
             path: PathBuf::from("/proc/self/stat"),
-            source: io::Error::other("cannot read this process's start time"),
+            error: io::Error::other("cannot read this process's start time"),
         })?;
         let record = Record {
             pid: me,
@@ -408,6 +440,7 @@ impl InstanceLock {
             started_at_unix_ms: protocol::frame::now_unix_ms(),
             status_addr: None,
             mcp_url: None,
+            listen: None,
             stopping_in_flight: None,
         };
         let this = Self {
@@ -443,6 +476,15 @@ impl InstanceLock {
             // Serving again (after a reload's drain): no longer stopping.
             r.stopping_in_flight = None;
         })
+    }
+
+    /// Records the address the daemon's relay listens on (`up`), so that a takeover on
+    /// another address can check it is free before stopping this daemon.
+    ///
+    /// # Errors
+    /// The record cannot be written.
+    pub fn set_listen(&self, listen: SocketAddr) -> Result<(), LockError> {
+        self.change(|r| r.listen = Some(listen))
     }
 
     /// Records that the daemon is stopping with `in_flight` calls still draining (a takeover

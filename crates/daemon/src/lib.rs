@@ -15,6 +15,7 @@ pub mod instance;
 pub mod link;
 pub mod servers;
 pub mod sessions;
+pub mod state_io;
 pub mod status;
 
 use std::{collections::BTreeMap, collections::HashSet, sync::Arc};

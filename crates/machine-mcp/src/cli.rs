@@ -65,8 +65,12 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Relay(RelayCommand),
     /// Show the daemon running on this state directory: PID, uptime, relay, bridge, link state,
-    /// heartbeat, sessions, calls, process sessions and jobs. Exit status 0 only when its link
-    /// to the relay is ready.
+    /// heartbeat, sessions, calls, process sessions and jobs.
+    ///
+    /// Exit status: 0 a daemon runs and its link to the relay is ready; 1 no daemon runs, or it
+    /// is starting, not ready, or does not answer (also when its lock is held but its record
+    /// cannot be read: "running unknown"); 2 a usage error; 3 the state directory cannot be
+    /// read (a file in its place, or no permission), so whether a daemon runs is unknown.
     Status(StatusArgs),
     /// Check what this machine's daemon needs, one line each with the fix: the workspace, the
     /// state directory's permissions, git, the relay (DNS, TCP, TLS, /healthz, its clock), the
@@ -270,6 +274,11 @@ pub(crate) enum ServiceCommand {
     /// `systemctl --user daemon-reload` and `enable`. macOS:
     /// ~/Library/LaunchAgents/dev.machine-bridge.machine-mcp.plist. What it wrote is recorded in
     /// STATE_DIR/service.json for `service uninstall`.
+    // Clap's own usage line in an error lists the flags given as if required (`--workspace`
+    // defaults to the current directory).
+    #[command(
+        override_usage = "machine-mcp service install --relay <URL> [--workspace <DIR>] [--servers <FILE>] [--state-dir <DIR>] [--force] [OPTIONS]"
+    )]
     Install(ServiceInstallArgs),
     /// Stop the service and remove the files `service install` wrote (listed in
     /// STATE_DIR/service.json), and nothing else. Jobs it started keep running.
@@ -325,6 +334,11 @@ pub(crate) struct ServiceInstallArgs {
     pub(crate) timing: TimingArgs,
     #[command(flatten)]
     pub(crate) service: ServiceArgs,
+    /// Replace a unit or plist of the same name that this state directory's `service install`
+    /// did not write (a hand-written one, or another state directory's); its old content is
+    /// kept in FILE.bak-UNIXSECONDS.
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// Options of the state directory.
@@ -771,9 +785,14 @@ pub(crate) struct ClientConfigArgs {
     /// The client: claude-desktop, claude-code, cursor, codex, vscode or all.
     #[arg(long, value_name = "CLIENT")]
     pub(crate) client: ClientArg,
-    /// Merge the entry into the client's config file instead of printing it.
+    /// Merge the entry into the client's config file instead of printing it (this is about
+    /// the config file; the server's own write access is the policy flag --no-write below).
     #[arg(long)]
     pub(crate) write: bool,
+    /// With --write: replace an entry of that --name that is not a machine-mcp entry (a server
+    /// of your own); without it such an entry is refused.
+    #[arg(long, requires = "write")]
+    pub(crate) force: bool,
     /// The entry's name in the client's server list.
     #[arg(long, value_name = "NAME", default_value = "machine")]
     pub(crate) name: String,
@@ -786,7 +805,8 @@ pub(crate) struct ClientConfigArgs {
     /// `npx -y mcp-remote`.
     #[arg(long, requires = "url")]
     pub(crate) remote: bool,
-    /// The MCP URL of the relay or `up`, e.g. http://127.0.0.1:8750/mcp (with --remote).
+    /// The MCP URL of the relay or `up`, e.g. https://relay.example.com/b/laptop/mcp or
+    /// http://127.0.0.1:8750/b/local/mcp (with --remote; http only for a loopback host).
     #[arg(long, value_name = "URL", requires = "remote")]
     pub(crate) url: Option<url::Url>,
     /// A bearer token the client sends as `Authorization: Bearer TOKEN` (with --remote; without
@@ -797,7 +817,11 @@ pub(crate) struct ClientConfigArgs {
     /// The directory the stdio server exposes (default: the current directory).
     #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
     pub(crate) workspace: Option<PathBuf>,
-    #[command(flatten)]
+    // Under their own heading: `--no-write` is the server's policy, `--write` this command's.
+    #[command(
+        flatten,
+        next_help_heading = "Policy of the stdio server the entry starts"
+    )]
     pub(crate) policy: PolicyArgs,
 }
 
@@ -843,19 +867,59 @@ pub(crate) enum ExecModeArg {
 }
 
 /// Parses `--relay`: an `https://` or `http://` URL with a host. A value without a scheme
-/// (`relay.example.com`, or `localhost:8750`, which would parse as the scheme `localhost`) is
-/// refused with the `https://` form to use instead.
+/// that looks like `HOST[:PORT][/PATH]` (`relay.example.com`, or `localhost:8750`, which would
+/// parse as the scheme `localhost`) is refused with the `https://` form to use instead; any
+/// other value is refused as not a URL.
 fn relay_url(s: &str) -> Result<url::Url, String> {
+    let bare = s.trim_start_matches('/');
+    let not_a_url = || "not a URL: give the relay's URL, e.g. https://relay.example.com".to_owned();
     let suggest = || {
-        format!(
-            "the relay URL needs a scheme: did you mean https://{}? (http:// for a relay on loopback)",
-            s.trim_start_matches('/')
-        )
+        if looks_like_host(bare) {
+            format!(
+                "the relay URL needs a scheme: did you mean https://{bare}? (http:// for a relay on loopback)"
+            )
+        } else {
+            not_a_url()
+        }
     };
     match url::Url::parse(s) {
         Ok(u) if matches!(u.scheme(), "https" | "http") && u.has_host() => Ok(u),
         Ok(u) if matches!(u.scheme(), "https" | "http") => Err("the relay URL has no host".into()),
+        Ok(u) if !looks_like_host(bare) => Err(format!(
+            "the relay URL must be https:// (or http:// for a relay on loopback), not {}:",
+            u.scheme()
+        )),
         Ok(_) | Err(url::ParseError::RelativeUrlWithoutBase) => Err(suggest()),
-        Err(e) => Err(format!("not a URL ({e})")),
+        Err(_) => Err(not_a_url()),
     }
+}
+
+/// Whether `s` reads as `HOST[:PORT][/PATH]`: a host of letters, digits, `-` and `.` (or a
+/// bracketed IPv6 address), an optional numeric port, and a path without spaces.
+fn looks_like_host(s: &str) -> bool {
+    let (authority, path) = s.split_once('/').unwrap_or((s, ""));
+    let (host_ok, port) = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, tail)) => (
+                !v6.is_empty() && v6.chars().all(|c| c.is_ascii_hexdigit() || c == ':'),
+                tail,
+            ),
+            None => return false,
+        },
+        None => {
+            let (host, tail) = authority
+                .find(':')
+                .map_or((authority, ""), |i| authority.split_at(i));
+            let ok = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            (ok, tail)
+        }
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+    host_ok && port_ok && !path.chars().any(char::is_whitespace)
 }

@@ -267,7 +267,11 @@ pub(crate) fn run(args: ClientConfigArgs) -> Result<()> {
         let entry = Entry::new(client, &target);
         let result = path.and_then(|path| {
             if args.write {
-                write(client, &path, &args.name, &entry)
+                let o = edit::Options {
+                    force: args.force,
+                    config_file_given: args.config_file.is_some(),
+                };
+                write(client, &path, &args.name, &entry, o)
             } else {
                 if i > 0 {
                     println!();
@@ -324,6 +328,7 @@ fn target(args: &ClientConfigArgs) -> Result<Target> {
             .url
             .as_ref()
             .context("--remote needs --url, the MCP URL of the relay or `up`")?;
+        check_url(url)?;
         return Ok(Target::Remote {
             url: url.as_str().to_owned(),
             token: args.token.as_ref().map(|t| t.0.clone()),
@@ -342,6 +347,36 @@ fn target(args: &ClientConfigArgs) -> Result<Target> {
         command,
         args: stdio_args,
     })
+}
+
+/// Refuses a `--url` that is not an MCP URL clients can use: only `https://`, or `http://` to
+/// a loopback host (127.0.0.0/8, ::1, localhost), where no network sees the traffic.
+fn check_url(url: &url::Url) -> Result<()> {
+    let shown = printable(url.as_str());
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => bail!(
+            "--url {shown} has no host: give the MCP URL, e.g. https://relay.example.com/b/laptop/mcp"
+        ),
+    };
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => {
+            let mut https = url.clone();
+            let _ = https.set_scheme("https");
+            bail!(
+                "--url {shown}: plain http is accepted only for a loopback host (127.0.0.1, ::1, localhost), since the token and the traffic would cross the network in clear; use {}",
+                printable(https.as_str())
+            )
+        }
+        other => bail!(
+            "--url {shown}: an MCP URL is http(s), not {}: e.g. https://relay.example.com/b/laptop/mcp",
+            printable(other)
+        ),
+    }
 }
 
 /// `path` as a string (config files are JSON or TOML text).
@@ -371,10 +406,10 @@ fn print_snippet(client: Client, path: &Path, name: &str, entry: &Entry) -> Resu
 }
 
 /// Merges `entry` into `path` and reports what changed on stdout.
-fn write(client: Client, path: &Path, name: &str, entry: &Entry) -> Result<()> {
+fn write(client: Client, path: &Path, name: &str, entry: &Entry, o: edit::Options) -> Result<()> {
     let edited = match client.format() {
-        Format::Json { key } => edit::json_file(path, key, name, &entry.to_json(client)),
-        Format::Toml => edit::toml_file(path, name, entry),
+        Format::Json { key } => edit::json_file(path, key, name, &entry.to_json(client), o),
+        Format::Toml => edit::toml_file(path, name, entry, o),
     }?;
     let file = printable(&edited.file.display().to_string());
     match (&edited.outcome, &edited.backup) {

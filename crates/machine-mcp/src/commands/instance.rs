@@ -63,6 +63,45 @@ pub(crate) fn check_workspace(workspace: Option<&Path>) -> Result<()> {
         .with_context(|| format!("workspace {} is not a usable directory", w.display()))
 }
 
+/// Fails early when a `--takeover` of `up` asks for a `listen` address other than the running
+/// daemon's and that address cannot be bound (another program holds it), so the running
+/// daemon is not stopped for nothing. Nothing to check without a takeover, for port 0, when
+/// no verified daemon runs, or when it listens on that very address (it frees it as it stops).
+///
+/// # Errors
+/// `listen` is held by a program other than the daemon to be taken over.
+pub(crate) fn check_listen_for_takeover(
+    state_dir: &Path,
+    listen: std::net::SocketAddr,
+    takeover: bool,
+) -> Result<()> {
+    if !takeover || listen.port() == 0 {
+        return Ok(());
+    }
+    let Ok(Some(holder)) = daemon::instance::holder(state_dir) else {
+        return Ok(());
+    };
+    // Records of daemons from before `listen` was recorded: the address in their MCP URL.
+    let theirs = holder.listen.or_else(|| {
+        let url = url::Url::parse(holder.mcp_url.as_deref()?).ok()?;
+        url.socket_addrs(|| None).ok()?.into_iter().next()
+    });
+    if theirs == Some(listen) {
+        return Ok(());
+    }
+    match std::net::TcpListener::bind(listen) {
+        Ok(l) => {
+            drop(l);
+            Ok(())
+        }
+        Err(e) => anyhow::bail!(
+            "cannot listen on {listen} ({e}): port {} is held by another program, not by the daemon to be taken over ({}), which was left running. Free the port, or choose another --listen",
+            listen.port(),
+            holder.describe()
+        ),
+    }
+}
+
 /// What the status report says besides the link: set once the daemon knows it.
 pub(crate) struct Facts {
     /// The daemon subcommand.

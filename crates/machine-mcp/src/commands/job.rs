@@ -160,6 +160,14 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
 
 fn store(state: &StateArgs) -> Result<JobStore> {
     let dir = super::state_dir(state)?;
+    // A file in its place would read as "no jobs" (fresh tester finding 6).
+    if let Some(file) = dir
+        .ancestors()
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| !m.is_dir()))
+    {
+        let e = std::io::Error::from(std::io::ErrorKind::AlreadyExists);
+        anyhow::bail!(daemon::state_io::describe(file, &e));
+    }
     let exe = std::env::current_exe().context("cannot find this executable")?;
     Ok(JobStore::new(&dir, exe))
 }

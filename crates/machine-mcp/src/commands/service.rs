@@ -1,6 +1,13 @@
 //! `machine-mcp service ...`: the daemon (`connect`) as a user service, a systemd `--user` unit
 //! on Linux or a launchd agent on macOS. `install` records the files it writes in
 //! `STATE_DIR/service.json`, and `uninstall` removes those and nothing else.
+//!
+//! Each state directory has its own service: the default one is `machine-mcp.service` /
+//! `dev.machine-bridge.machine-mcp`, any other `machine-mcp-HASH.service` /
+//! `dev.machine-bridge.machine-mcp-HASH` (HASH: 8 hex digits of the SHA-256 of its canonical
+//! path). A file records its state directory (a comment in the unit, `--state-dir` in the
+//! plist's arguments), so `install` never replaces, and `uninstall` never removes, a file of
+//! that name that is not this state directory's (unless `install --force`, after a backup).
 
 use std::{
     ffi::OsString,
@@ -14,12 +21,17 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::job::emit;
-use crate::cli::{ServiceArgs, ServiceCommand, ServiceInstallArgs, ServicePlatform};
+use crate::cli::{ServiceArgs, ServiceCommand, ServiceInstallArgs, ServicePlatform, StateArgs};
 
-/// The systemd unit's name.
+/// The systemd unit's name for the default state directory.
 pub(crate) const SYSTEMD_UNIT: &str = "machine-mcp.service";
-/// The launchd agent's label (and, with `.plist`, its file name).
+/// The launchd agent's label (and, with `.plist`, its file name) for the default state
+/// directory.
 pub(crate) const LAUNCHD_LABEL: &str = "dev.machine-bridge.machine-mcp";
+/// The comment of a unit that names the state directory it was written for.
+const UNIT_STATE_MARKER: &str = "# machine-mcp state directory: ";
+/// Hex digits of the state directory's hash in a non-default service name.
+const NAME_HASH_HEX: usize = 8;
 /// Environment variable naming the `systemctl` to run (tests point it at a fake).
 pub(crate) const SYSTEMCTL_ENV: &str = "MACHINE_MCP_SYSTEMCTL";
 /// Environment variable naming the `launchctl` to run.
@@ -80,10 +92,69 @@ fn home() -> Result<PathBuf> {
         .context("HOME is not set: the service's file goes under your home directory")
 }
 
-/// Where the service definition of `p` lives: `$XDG_CONFIG_HOME/systemd/user/` (an absolute
-/// `XDG_CONFIG_HOME` only, per the XDG Base Directory spec; else `~/.config`), or
+/// The service names of one state directory (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Names {
+    /// The systemd unit, e.g. `machine-mcp.service`.
+    unit: String,
+    /// The launchd label, e.g. `dev.machine-bridge.machine-mcp`.
+    label: String,
+}
+
+/// `p` resolved (symlinks too) when it exists, else made absolute.
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .unwrap_or_else(|_| p.to_owned())
+}
+
+/// The names of the service of the state directory `state`.
+fn names(state: &Path) -> Names {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let default = super::state_dir(&StateArgs { state_dir: None }).ok();
+    let state = canonical(state);
+    if default.is_some_and(|d| canonical(&d) == state) {
+        return Names {
+            unit: SYSTEMD_UNIT.to_owned(),
+            label: LAUNCHD_LABEL.to_owned(),
+        };
+    }
+    let digest = sha2::Sha256::digest(state.as_os_str().as_bytes());
+    let tag: String = digest
+        .iter()
+        .take(NAME_HASH_HEX / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Names {
+        unit: format!("machine-mcp-{tag}.service"),
+        label: format!("{LAUNCHD_LABEL}-{tag}"),
+    }
+}
+
+/// Whether `file_name` is one `install` writes for `p` (any state directory).
+fn is_our_file_name(p: ServicePlatform, file_name: &str) -> bool {
+    let tagged = |rest: &str| {
+        rest.len() == NAME_HASH_HEX + 1
+            && rest.starts_with('-')
+            && rest[1..].chars().all(|c| c.is_ascii_hexdigit())
+    };
+    let stem = match p {
+        ServicePlatform::Systemd => file_name.strip_suffix(".service"),
+        ServicePlatform::Launchd => file_name.strip_suffix(".plist"),
+    };
+    let base = match p {
+        ServicePlatform::Systemd => "machine-mcp",
+        ServicePlatform::Launchd => LAUNCHD_LABEL,
+    };
+    stem.and_then(|s| s.strip_prefix(base))
+        .is_some_and(|rest| rest.is_empty() || tagged(rest))
+}
+
+/// Where the service definition of `p` named `n` lives: `$XDG_CONFIG_HOME/systemd/user/` (an
+/// absolute `XDG_CONFIG_HOME` only, per the XDG Base Directory spec; else `~/.config`), or
 /// `~/Library/LaunchAgents/`.
-fn definition_path(p: ServicePlatform) -> Result<PathBuf> {
+fn definition_path(p: ServicePlatform, n: &Names) -> Result<PathBuf> {
     Ok(match p {
         ServicePlatform::Systemd => {
             let config = std::env::var_os("XDG_CONFIG_HOME")
@@ -93,12 +164,56 @@ fn definition_path(p: ServicePlatform) -> Result<PathBuf> {
                 Some(c) => c,
                 None => home()?.join(".config"),
             };
-            config.join("systemd/user").join(SYSTEMD_UNIT)
+            config.join("systemd/user").join(&n.unit)
         }
         ServicePlatform::Launchd => home()?
             .join("Library/LaunchAgents")
-            .join(format!("{LAUNCHD_LABEL}.plist")),
+            .join(format!("{}.plist", n.label)),
     })
+}
+
+/// The state directory a service file of `p` was written for, from its content: the marker
+/// comment of a unit (else the `--state-dir` of a plain `ExecStart`), the `--state-dir` of a
+/// plist's arguments. `None` for a file `install` did not write.
+fn state_dir_in(p: ServicePlatform, content: &[u8]) -> Option<PathBuf> {
+    let after_flag = |words: &[String]| {
+        words
+            .iter()
+            .position(|w| w == "--state-dir")
+            .and_then(|i| words.get(i + 1))
+            .map(PathBuf::from)
+    };
+    match p {
+        ServicePlatform::Systemd => {
+            let text = std::str::from_utf8(content).ok()?;
+            if let Some(dir) = text.lines().find_map(|l| l.strip_prefix(UNIT_STATE_MARKER)) {
+                return Some(PathBuf::from(dir));
+            }
+            // Units written before the marker existed.
+            if !text.starts_with("# Written by `machine-mcp service install`") {
+                return None;
+            }
+            let exec = text.lines().find_map(|l| l.strip_prefix("ExecStart="))?;
+            let words: Vec<String> = exec.split_whitespace().map(str::to_owned).collect();
+            after_flag(&words)
+        }
+        ServicePlatform::Launchd => {
+            let v = plist::Value::from_reader(std::io::Cursor::new(content)).ok()?;
+            let words: Vec<String> = v
+                .as_dictionary()?
+                .get("ProgramArguments")?
+                .as_array()?
+                .iter()
+                .filter_map(|a| a.as_string().map(str::to_owned))
+                .collect();
+            after_flag(&words)
+        }
+    }
+}
+
+/// Whether `content` is a service file written for the state directory `state`.
+fn belongs_to(p: ServicePlatform, content: &[u8], state: &Path) -> bool {
+    state_dir_in(p, content).is_some_and(|d| canonical(&d) == canonical(state))
 }
 
 fn utf8(p: &Path) -> Result<String> {
@@ -182,10 +297,11 @@ fn shell_word(arg: &str) -> String {
 }
 
 /// The systemd `--user` unit running `argv`.
-fn systemd_unit(argv: &[String]) -> String {
+fn systemd_unit(argv: &[String], state: &Path) -> String {
     let exec: Vec<String> = argv.iter().map(|a| systemd_word(a)).collect();
     format!(
         "# Written by `machine-mcp service install`; `machine-mcp service uninstall` removes it.
+{UNIT_STATE_MARKER}{state}
 [Unit]
 Description=machine-mcp daemon (this machine's workspace over a machine-bridge relay)
 After=network-online.target
@@ -206,17 +322,18 @@ TimeoutStopSec={TIMEOUT_STOP_SEC}
 [Install]
 WantedBy=default.target
 ",
-        exec = exec.join(" ")
+        exec = exec.join(" "),
+        state = state.display()
     )
 }
 
 /// The launchd agent running `argv`, as an XML property list (launchd.plist(5)).
-fn launchd_plist(argv: &[String], stderr: &Path) -> Result<Vec<u8>> {
+fn launchd_plist(argv: &[String], label: &str, stderr: &Path) -> Result<Vec<u8>> {
     use plist::{Dictionary, Value as P};
     let mut keep_alive = Dictionary::new();
     keep_alive.insert("SuccessfulExit".into(), P::Boolean(false));
     let mut d = Dictionary::new();
-    d.insert("Label".into(), P::String(LAUNCHD_LABEL.into()));
+    d.insert("Label".into(), P::String(label.into()));
     d.insert(
         "ProgramArguments".into(),
         P::Array(argv.iter().map(|a| P::String(a.clone())).collect()),
@@ -242,13 +359,14 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
     let p = platform(&a.service);
     let state = std::path::absolute(super::state_dir(&a.service.state)?)
         .context("cannot make the state directory absolute")?;
+    let n = names(&state);
     let exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)
         .context("cannot find this program's own path")?;
     let mut argv = vec![utf8(&exe)?];
     argv.extend(daemon_args(a, &state)?);
     // A manifest that cannot be updated fails the install before anything is written.
-    manifest(&state)?;
+    let entries = manifest(&state)?.unwrap_or_default();
     for dir in [state.clone(), state.join("logs")] {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -257,12 +375,48 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
             .with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let content = match p {
-        ServicePlatform::Systemd => systemd_unit(&argv).into_bytes(),
-        ServicePlatform::Launchd => launchd_plist(&argv, &state.join(LAUNCHD_STDERR))?,
+        ServicePlatform::Systemd => systemd_unit(&argv, &state).into_bytes(),
+        ServicePlatform::Launchd => launchd_plist(&argv, &n.label, &state.join(LAUNCHD_STDERR))?,
     };
-    let path = definition_path(p)?;
+    let path = definition_path(p, &n)?;
+    let old = match std::fs::read(&path) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let mut backup = None;
+    if let Some(old) = old.as_deref().filter(|o| *o != content.as_slice())
+        && let Some(problem) = not_ours(p, &path, old, &state, &entries)
+    {
+        if !a.force {
+            bail!("{problem}; nothing was changed");
+        }
+        backup = Some(write_backup(&path, old)?);
+    }
+    let old_manifest = std::fs::read(state.join(MANIFEST)).ok();
     let changed = write_if_changed(&path, &content)?;
-    record(&state, p, &path, &argv[1..])?;
+    let managed = record(&state, p, &path, &argv[1..]).and_then(|()| match p {
+        ServicePlatform::Systemd => {
+            systemctl(&["daemon-reload"]).and_then(|()| systemctl(&["enable", &n.unit]))
+        }
+        ServicePlatform::Launchd => Ok(()),
+    });
+    if let Err(e) = managed {
+        let undone = roll_back(
+            &path,
+            changed.then_some(old.as_deref()),
+            &state,
+            old_manifest,
+        );
+        bail!("{e:#}; {undone}");
+    }
+    if let Some(b) = &backup {
+        say(&format!(
+            "{} was not this state directory's: its old content is kept in {}",
+            path.display(),
+            b.display()
+        ));
+    }
     if changed {
         say(&format!("wrote {}", path.display()));
     } else {
@@ -275,27 +429,142 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
     let shown: Vec<String> = argv.iter().map(|a| shell_word(a)).collect();
     say(&format!("it runs: {}", shown.join(" ")));
     say(&format!("logs: {}", state.join(DAEMON_LOG).display()));
-    if let ServicePlatform::Systemd = p {
-        systemctl(&["daemon-reload"])?;
-        systemctl(&["enable", SYSTEMD_UNIT])?;
-        say(&format!(
-            "enabled {SYSTEMD_UNIT}: it starts when you log in"
-        ));
+    let state_flag = state_flag(&state, &n);
+    match p {
+        ServicePlatform::Systemd => say(&format!("enabled {}: it starts when you log in", n.unit)),
+        ServicePlatform::Launchd => say(&format!("launchd label: {}", n.label)),
     }
     if let Ok(None) = daemon::identity::Enrollment::load(&state.join("daemon")) {
         eprintln!(
-            "note: this machine is not enrolled yet, so the service would fail: run `machine-mcp connect --relay {} --enroll CODE` once first",
+            "note: this machine is not enrolled yet, so the service would fail: run `machine-mcp connect --relay {} --enroll CODE{state_flag}` once first",
             a.relay
         );
     }
     if changed {
-        say(
-            "next: `machine-mcp service start` (or `machine-mcp service restart` if it runs already)",
-        );
+        say(&format!(
+            "next: `machine-mcp service start{state_flag}` (or `machine-mcp service restart{state_flag}` if it runs already)"
+        ));
     } else {
-        say("next: `machine-mcp service start` (or `machine-mcp service status`)");
+        say(&format!(
+            "next: `machine-mcp service start{state_flag}` (or `machine-mcp service status{state_flag}`)"
+        ));
     }
     Ok(())
+}
+
+/// ` --state-dir STATE` when `state` does not have the default names, for the commands shown.
+fn state_flag(state: &Path, n: &Names) -> String {
+    if n.unit == SYSTEMD_UNIT {
+        String::new()
+    } else {
+        format!(" --state-dir {}", shell_word(&state.to_string_lossy()))
+    }
+}
+
+/// Why the existing `path` (holding `old`) must not be replaced by this state directory's
+/// install without `--force`: it belongs to another state directory, or it is not recorded in
+/// this one's manifest. `None` when it is ours.
+fn not_ours(
+    p: ServicePlatform,
+    path: &Path,
+    old: &[u8],
+    state: &Path,
+    entries: &[(ServicePlatform, PathBuf)],
+) -> Option<String> {
+    let recorded = entries.iter().any(|(q, f)| *q == p && f == path);
+    match state_dir_in(p, old) {
+        Some(other) if canonical(&other) != canonical(state) => Some(format!(
+            "{} belongs to another state directory, {} (per its content): remove that service with `machine-mcp service uninstall --state-dir {}`, or pass --force to replace it (its content is kept in a backup FILE.bak-UNIXSECONDS)",
+            path.display(),
+            other.display(),
+            shell_word(&other.to_string_lossy())
+        )),
+        _ if !recorded => Some(format!(
+            "{} exists and was not written by `machine-mcp service install` for the state directory {} (it is not in {}): move it away, or pass --force to replace it (its content is kept in a backup FILE.bak-UNIXSECONDS)",
+            path.display(),
+            state.display(),
+            state.join(MANIFEST).display()
+        )),
+        _ => None,
+    }
+}
+
+/// Writes `bytes` to a new `FILE.bak-UNIXSECONDS` next to `file` (`-N` appended when taken).
+fn write_backup(file: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    use std::io::Write;
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let base = format!("{}.bak-{secs}", file.display());
+    for n in 0..100 {
+        let candidate = PathBuf::from(if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        let mut f = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&candidate)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot write the backup {}", candidate.display()));
+            }
+        };
+        f.write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot write the backup {}", candidate.display()))?;
+        return Ok(candidate);
+    }
+    bail!("cannot find a free backup name next to {}", file.display())
+}
+
+/// Undoes an install whose service-manager step failed: `path` gets its old bytes back (or
+/// is removed when there were none; `written` is `None` when install did not change it), and
+/// the manifest its old bytes (or is removed). What was done, for the error.
+fn roll_back(
+    path: &Path,
+    written: Option<Option<&[u8]>>,
+    state: &Path,
+    old_manifest: Option<Vec<u8>>,
+) -> String {
+    let mut done = Vec::new();
+    match written {
+        None => {}
+        Some(Some(old)) => match std::fs::write(path, old) {
+            Ok(()) => done.push(format!("restored the previous {}", path.display())),
+            Err(e) => done.push(format!("could not restore {} ({e})", path.display())),
+        },
+        Some(None) => match std::fs::remove_file(path) {
+            Ok(()) => done.push(format!("removed {}", path.display())),
+            Err(e) => done.push(format!("could not remove {} ({e})", path.display())),
+        },
+    }
+    let m = state.join(MANIFEST);
+    let r = match old_manifest {
+        Some(bytes) => std::fs::write(&m, bytes),
+        None => std::fs::remove_file(&m).or_else(|e| {
+            if e.kind() == ErrorKind::NotFound {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        }),
+    };
+    if let Err(e) = r {
+        done.push(format!("could not restore {} ({e})", m.display()));
+    }
+    format!(
+        "the install was rolled back ({}); fix the service manager and run `machine-mcp service install` again",
+        if done.is_empty() {
+            "nothing had changed".to_owned()
+        } else {
+            done.join(", ")
+        }
+    )
 }
 
 /// Writes `content` to `path` (0644, through a temporary file and a rename) unless it holds
@@ -399,11 +668,11 @@ fn uninstall(a: &ServiceArgs) -> Result<()> {
     };
     for (p, file) in &entries {
         // Only a file of ours by name: a manifest edited by hand cannot make this delete others.
-        let ours = match p {
-            ServicePlatform::Systemd => SYSTEMD_UNIT.to_owned(),
-            ServicePlatform::Launchd => format!("{LAUNCHD_LABEL}.plist"),
-        };
-        if file.file_name().and_then(|n| n.to_str()) != Some(ours.as_str()) {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !is_our_file_name(*p, name) {
             bail!(
                 "{} lists {}, which is not a file `service install` writes; nothing was removed",
                 state.join(MANIFEST).display(),
@@ -412,10 +681,33 @@ fn uninstall(a: &ServiceArgs) -> Result<()> {
         }
     }
     for (p, file) in &entries {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        match std::fs::read(file) {
+            Ok(content) if !belongs_to(*p, &content, &state) => {
+                say(&format!(
+                    "left {} in place: it is no longer this state directory's service (it was replaced or edited; see its content)",
+                    file.display()
+                ));
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                say(&format!("already gone: {}", file.display()));
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+        }
         let stopped = match p {
-            ServicePlatform::Systemd => systemctl(&["stop", SYSTEMD_UNIT])
-                .and_then(|()| systemctl(&["disable", SYSTEMD_UNIT])),
-            ServicePlatform::Launchd => launchctl(&["bootout", &launchd_target()]),
+            ServicePlatform::Systemd => {
+                systemctl(&["stop", name]).and_then(|()| systemctl(&["disable", name]))
+            }
+            ServicePlatform::Launchd => {
+                let label = name.strip_suffix(".plist").unwrap_or(name);
+                launchctl(&["bootout", &launchd_target(label)])
+            }
         };
         if let Err(e) = stopped {
             eprintln!("note: could not stop the service (removing it anyway): {e:#}");
@@ -450,43 +742,71 @@ enum Verb {
 
 fn control(a: &ServiceArgs, verb: Verb) -> Result<()> {
     let p = platform(a);
-    let path = definition_path(p)?;
-    if matches!(verb, Verb::Start | Verb::Restart) && !path.exists() {
+    let state = std::path::absolute(super::state_dir(&a.state)?)
+        .context("cannot make the state directory absolute")?;
+    let n = names(&state);
+    let path = definition_path(p, &n)?;
+    let flag = state_flag(&state, &n);
+    if !path.exists() {
         bail!(
-            "the service is not installed ({} does not exist): run `machine-mcp service install --relay URL` first",
+            "the service of the state directory {} is not installed ({} does not exist): run `machine-mcp service install --relay URL{flag}` first",
+            state.display(),
             path.display()
         );
     }
-    match (p, verb) {
-        (ServicePlatform::Systemd, Verb::Start) => systemctl(&["start", SYSTEMD_UNIT]),
-        (ServicePlatform::Systemd, Verb::Stop) => systemctl(&["stop", SYSTEMD_UNIT]),
-        (ServicePlatform::Systemd, Verb::Restart) => systemctl(&["restart", SYSTEMD_UNIT]),
+    let unit = n.unit.as_str();
+    let target = launchd_target(&n.label);
+    let (done, result) = match (p, verb) {
+        (ServicePlatform::Systemd, Verb::Start) => ("started", systemctl(&["start", unit])),
+        (ServicePlatform::Systemd, Verb::Stop) => ("stopped", systemctl(&["stop", unit])),
+        (ServicePlatform::Systemd, Verb::Restart) => ("restarted", systemctl(&["restart", unit])),
         (ServicePlatform::Systemd, Verb::Status) => {
-            systemctl(&["status", "--no-pager", SYSTEMD_UNIT])
+            ("", systemctl(&["status", "--no-pager", unit]))
         }
         (ServicePlatform::Launchd, Verb::Start) => {
             let plist = utf8(&path)?;
             // bootstrap fails for an agent that is loaded already; kickstart starts that one.
-            launchctl(&["bootstrap", &launchd_domain(), &plist])
-                .or_else(|_| launchctl(&["kickstart", &launchd_target()]))
+            (
+                "started",
+                launchctl(&["bootstrap", &launchd_domain(), &plist])
+                    .or_else(|_| launchctl(&["kickstart", &target])),
+            )
         }
-        (ServicePlatform::Launchd, Verb::Stop) => launchctl(&["bootout", &launchd_target()]),
+        (ServicePlatform::Launchd, Verb::Stop) => ("stopped", launchctl(&["bootout", &target])),
         (ServicePlatform::Launchd, Verb::Restart) => {
             // bootout + bootstrap re-reads a plist that `install` changed; kickstart would not.
-            let _ = launchctl(&["bootout", &launchd_target()]);
-            launchctl(&["bootstrap", &launchd_domain(), &utf8(&path)?])
+            let _ = launchctl(&["bootout", &target]);
+            (
+                "restarted",
+                launchctl(&["bootstrap", &launchd_domain(), &utf8(&path)?]),
+            )
         }
-        (ServicePlatform::Launchd, Verb::Status) => launchctl(&["print", &launchd_target()]),
+        (ServicePlatform::Launchd, Verb::Status) => ("", launchctl(&["print", &target])),
+    };
+    result?;
+    if !done.is_empty() {
+        let name = match p {
+            ServicePlatform::Systemd => unit,
+            ServicePlatform::Launchd => n.label.as_str(),
+        };
+        let next = if matches!(verb, Verb::Stop) {
+            String::new()
+        } else {
+            format!("; see `machine-mcp status{flag}`")
+        };
+        say(&format!("{done} {name}{next}"));
     }
+    Ok(())
 }
 
-/// Whether the installed service of `p` runs now (`systemctl --user is-active`, `launchctl
+/// Whether the installed service of `p` for the state directory `state` runs now (`systemctl --user is-active`, `launchctl
 /// print`), asked quietly: `Ok(false)` when the manager answers no.
 ///
 /// # Errors
 /// The manager's program cannot be started; the message names it and the variable that
 /// overrides it.
-pub(crate) fn is_active(p: ServicePlatform) -> Result<bool> {
+pub(crate) fn is_active(p: ServicePlatform, state: &Path) -> Result<bool> {
+    let n = names(state);
     let (env, default, args) = match p {
         ServicePlatform::Systemd => (
             SYSTEMCTL_ENV,
@@ -494,13 +814,13 @@ pub(crate) fn is_active(p: ServicePlatform) -> Result<bool> {
             vec![
                 "--user".to_owned(),
                 "is-active".to_owned(),
-                SYSTEMD_UNIT.to_owned(),
+                n.unit.clone(),
             ],
         ),
         ServicePlatform::Launchd => (
             LAUNCHCTL_ENV,
             "launchctl",
-            vec!["print".to_owned(), launchd_target()],
+            vec!["print".to_owned(), launchd_target(&n.label)],
         ),
     };
     let program = std::env::var_os(env)
@@ -525,8 +845,14 @@ fn launchd_domain() -> String {
     format!("gui/{}", nix::unistd::getuid())
 }
 
-fn launchd_target() -> String {
-    format!("{}/{LAUNCHD_LABEL}", launchd_domain())
+fn launchd_target(label: &str) -> String {
+    format!("{}/{label}", launchd_domain())
+}
+
+/// What to check when `systemctl --user` fails: the user manager, and lingering without a
+/// login session (one hint for every command).
+fn user_manager_hint() -> &'static str {
+    "is your systemd user manager running? Check `systemctl --user status`; without a login session (e.g. over ssh) run `loginctl enable-linger $USER` once"
 }
 
 /// Runs `systemctl --user ARGS` (the program of `$MACHINE_MCP_SYSTEMCTL`, else `systemctl`),
@@ -571,14 +897,15 @@ fn manage(env: &str, default: &str, args: &[&str]) -> Result<()> {
     let code = status
         .code()
         .map_or_else(|| "a signal".to_owned(), |c| format!("exit status {c}"));
-    if args.contains(&"status") || args.first() == Some(&"print") {
+    if args.first() == Some(&"print") {
+        bail!("the service is not loaded (`{shown}` ended with {code})");
+    }
+    // systemctl status: 3 not running, 4 no such unit (systemctl(1) "Exit status").
+    if args.contains(&"status") && matches!(status.code(), Some(3 | 4)) {
         bail!("the service is not running or not loaded (`{shown}` ended with {code})");
     }
     if default == "systemctl" {
-        bail!(
-            "`{shown}` failed ({code}): is your systemd user manager running? Check `systemctl --user status`; \
-             without a login session (e.g. over ssh) run `loginctl enable-linger $USER` once"
-        );
+        bail!("`{shown}` failed ({code}): {}", user_manager_hint());
     }
     bail!("`{shown}` failed ({code})")
 }
@@ -607,7 +934,10 @@ mod tests {
 
     #[test]
     fn the_unit_runs_exactly_the_argv() {
-        let unit = systemd_unit(&["/bin/m m".into(), "connect".into(), "--takeover".into()]);
+        let unit = systemd_unit(
+            &["/bin/m m".into(), "connect".into(), "--takeover".into()],
+            Path::new("/s"),
+        );
         assert!(
             unit.lines()
                 .any(|l| l == "ExecStart=\"/bin/m m\" connect --takeover"),

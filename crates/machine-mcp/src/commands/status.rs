@@ -11,13 +11,28 @@ use crate::cli::StatusArgs;
 
 /// How long `status` waits for the daemon's answer.
 const TIMEOUT: Duration = Duration::from_secs(3);
+/// Exit status when no daemon runs, or it runs but its link is not ready or it does not answer.
+const EXIT_NOT_READY: i32 = 1;
+/// Exit status when the state directory cannot be read, so whether a daemon runs is unknown.
+const EXIT_UNREADABLE: i32 = 3;
 
-/// Prints the status; exits 1 (after printing) unless a daemon runs and its link is ready.
+/// Prints the status; exits [`EXIT_NOT_READY`] (after printing) unless a daemon runs and its
+/// link is ready, [`EXIT_UNREADABLE`] when the state directory cannot be read.
 ///
 /// # Errors
 /// The state directory cannot be resolved.
 pub(crate) fn run(args: &StatusArgs) -> Result<()> {
     let dir = super::state_dir(&args.state)?;
+    if let Some(why) = unreadable(&dir) {
+        let report = json!({"running": "unknown", "error": why});
+        if args.json {
+            println!("{report}");
+        } else {
+            print_human(&report);
+            eprintln!("machine-mcp status: {why}");
+        }
+        std::process::exit(EXIT_UNREADABLE);
+    }
     let (report, problem) = match instance::holder(&dir) {
         Ok(None) => (
             json!({"running": false}),
@@ -26,7 +41,7 @@ pub(crate) fn run(args: &StatusArgs) -> Result<()> {
                 dir.display()
             )),
         ),
-        Err(why) => (json!({"running": null, "error": why}), Some(why)),
+        Err(why) => (json!({"running": "unknown", "error": why}), Some(why)),
         Ok(Some(record)) => match record.status_addr {
             None => (
                 json!({"running": true, "pid": record.pid, "link": {"state": "starting"}}),
@@ -44,7 +59,17 @@ pub(crate) fn run(args: &StatusArgs) -> Result<()> {
                         (!ready).then(|| "the link to the relay is not ready".to_owned()),
                     )
                 }
-                Err(e) => (
+                Err(Unanswered::TimedOut) => {
+                    let e = format!(
+                        "timed out talking to PID {}'s status endpoint at {addr}; it may be stopped (SIGSTOP) or overloaded",
+                        record.pid
+                    );
+                    (
+                        json!({"running": true, "pid": record.pid, "error": e}),
+                        Some(format!("{}: {e}", record.describe())),
+                    )
+                }
+                Err(Unanswered::Other(e)) => (
                     json!({"running": true, "pid": record.pid, "error": e}),
                     Some(format!(
                         "{} does not answer on its status endpoint {addr}: {e}",
@@ -63,15 +88,92 @@ pub(crate) fn run(args: &StatusArgs) -> Result<()> {
         }
     }
     if problem.is_some() {
-        std::process::exit(1);
+        std::process::exit(EXIT_NOT_READY);
     }
     Ok(())
 }
 
-fn fetch(url: &str) -> Result<Value, String> {
+/// Why the state directory `dir` cannot be read (so whether a daemon runs there is unknown):
+/// it is a file, or it, its lock or its record cannot be opened. `None` when it can be, or
+/// does not exist (then no daemon runs).
+fn unreadable(dir: &std::path::Path) -> Option<String> {
+    use std::io::ErrorKind;
+    let hint = |m: String| {
+        m.replace(
+            "choose another --state-dir",
+            "pass the --state-dir the daemon uses",
+        )
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == ErrorKind::NotFound => return None,
+        Err(e) => return Some(hint(daemon::state_io::describe(dir, &e))),
+        Ok(m) if !m.is_dir() => {
+            let e = std::io::Error::from(ErrorKind::AlreadyExists);
+            return Some(hint(daemon::state_io::describe(dir, &e)));
+        }
+        Ok(_) => {}
+    }
+    if let Err(e) = std::fs::read_dir(dir) {
+        return Some(hint(daemon::state_io::describe(dir, &e)));
+    }
+    for file in [instance::LOCK_FILE, instance::RECORD_FILE] {
+        let path = dir.join(file);
+        match std::fs::File::open(&path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => {
+                return Some(hint(daemon::state_io::describe(&path, &e)));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Why the status endpoint gave no report.
+enum Unanswered {
+    /// No answer within [`TIMEOUT`].
+    TimedOut,
+    /// Any other failure, said once.
+    Other(String),
+}
+
+fn fetch(url: &str) -> Result<Value, Unanswered> {
     let agent = ureq::AgentBuilder::new().timeout(TIMEOUT).build();
-    let resp = agent.get(url).call().map_err(|e| e.to_string())?;
-    resp.into_json::<Value>().map_err(|e| e.to_string())
+    let timed_out = |e: &(dyn std::error::Error + 'static)| {
+        let mut cur = Some(e);
+        while let Some(e) = cur {
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && matches!(
+                    io.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                )
+            {
+                return true;
+            }
+            cur = e.source();
+        }
+        false
+    };
+    let resp = match agent.get(url).call() {
+        Ok(r) => r,
+        Err(ureq::Error::Transport(t)) => {
+            if timed_out(&t) {
+                return Err(Unanswered::TimedOut);
+            }
+            // The transport error's Display repeats its kind and message; say them once.
+            let why = t
+                .message()
+                .map_or_else(|| t.kind().to_string(), str::to_owned);
+            return Err(Unanswered::Other(why));
+        }
+        Err(e) => return Err(Unanswered::Other(e.to_string())),
+    };
+    resp.into_json::<Value>().map_err(|e| {
+        if timed_out(&e) {
+            Unanswered::TimedOut
+        } else {
+            Unanswered::Other(format!("its answer is not JSON ({e})"))
+        }
+    })
 }
 
 /// `unix_ms` as "N s ago" / "in N s" relative to now.
@@ -92,6 +194,11 @@ fn print_human(r: &Value) {
         Value::Null => "-".to_owned(),
         other => other.to_string(),
     };
+    if r["running"] == json!("unknown") {
+        row("running", "unknown".into());
+        row("error", s(&r["error"]));
+        return;
+    }
     if r["running"] != json!(true) {
         row("running", "no".into());
         return;

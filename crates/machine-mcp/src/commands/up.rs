@@ -50,6 +50,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     // One daemon per state directory, whatever the port: taken before anything in it is touched.
     // A bad workspace is reported before a --takeover stops the daemon that runs.
     super::instance::check_workspace(args.workspace.as_deref())?;
+    super::instance::check_listen_for_takeover(&root, args.listen, args.takeover)?;
     let lock = Arc::new(super::instance::lock(&root, "up", args.takeover, &interrupted).await?);
     let dir = root.join("up");
     let storage = SqliteStorage::open(&dir.join("relay.db"))
@@ -86,6 +87,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     }
     // The daemon always connects to the listener itself; behind a tunnel it signs the public
     // origin, which is the relay's.
+    lock.set_listen(bound)?;
     let local_url: url::Url = format!("http://{bound}")
         .parse()
         .context("bad bound address")?;

@@ -568,3 +568,193 @@ fn a_symlinked_config_file_is_edited_through_the_link() {
     assert!(v["mcpServers"]["linear"].is_object());
     assert_eq!(backups(&real).len(), 1);
 }
+
+// Regression (fresh tester, issue 17 follow-up 9): `--name X` replaced the user's own server
+// named X (with a backup, but no warning).
+#[test]
+fn an_entry_of_that_name_that_is_not_ours_is_replaced_only_with_force() {
+    let env = Env::new();
+    let file = env.config("claude-desktop");
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, CLAUDE_DESKTOP).unwrap();
+    let out = env.run(&[
+        "--client",
+        "claude-desktop",
+        "--write",
+        "--name",
+        "filesystem",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("\"filesystem\" is another server (command `npx`)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("choose another --name, or pass --force"),
+        "{err}"
+    );
+    assert!(!err.contains("--config-file"), "{err}");
+    assert_eq!(fs::read_to_string(&file).unwrap(), CLAUDE_DESKTOP);
+    assert!(backups(&file).is_empty());
+    let codex = env.config("codex");
+    fs::create_dir_all(codex.parent().unwrap()).unwrap();
+    fs::write(&codex, CODEX).unwrap();
+    let out = env.run(&["--client", "codex", "--write", "--name", "other"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&codex).unwrap(), CODEX);
+
+    let out = env.run(&[
+        "--client",
+        "claude-desktop",
+        "--write",
+        "--name",
+        "filesystem",
+        "--force",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("replaced \"filesystem\""),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(backups(&file).len(), 1);
+    // Our own entry is replaced without --force when the settings change.
+    let out = env.run(&[
+        "--client",
+        "claude-desktop",
+        "--write",
+        "--name",
+        "filesystem",
+        "--profile",
+        "review",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("replaced \"filesystem\""),
+        "{}",
+        stdout(&out)
+    );
+}
+
+// Regression (fresh tester, issue 17 follow-up 10): `--remote --url ftp://x` was accepted.
+#[test]
+fn remote_urls_are_https_or_loopback_http() {
+    let env = Env::new();
+    for (url, why) in [
+        (
+            "ftp://relay.example.com/b/x/mcp",
+            "an MCP URL is http(s), not ftp",
+        ),
+        (
+            "http://relay.example.com/b/x/mcp",
+            "use https://relay.example.com/b/x/mcp",
+        ),
+    ] {
+        let out = env.run(&["--client", "cursor", "--remote", "--url", url]);
+        assert_eq!(out.status.code(), Some(1), "{url}: {}", stdout(&out));
+        assert!(stderr(&out).contains(why), "{url}: {}", stderr(&out));
+    }
+    for url in [
+        "http://127.0.0.1:8750/b/local/mcp",
+        "http://localhost:8750/b/local/mcp",
+        "http://[::1]:8750/b/local/mcp",
+        "https://relay.example.com/b/x/mcp",
+    ] {
+        let out = env.run(&["--client", "cursor", "--remote", "--url", url]);
+        assert!(out.status.success(), "{url}: {}", stderr(&out));
+    }
+}
+
+// Regression (fresh tester, issue 17 follow-up 13): a config file starting with a UTF-8 BOM was
+// refused without naming the BOM.
+#[test]
+fn a_file_with_a_byte_order_mark_is_refused_naming_it() {
+    let env = Env::new();
+    for client in ["claude-desktop", "codex"] {
+        let file = env.config(client);
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let body = if client == "codex" {
+            CODEX
+        } else {
+            CLAUDE_DESKTOP
+        };
+        let with_bom = format!("\u{feff}{body}");
+        fs::write(&file, &with_bom).unwrap();
+        let out = env.run(&["--client", client, "--write"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{client}: {err}");
+        assert!(
+            err.contains("starts with a UTF-8 byte-order mark (BOM)")
+                && err.contains("save it without BOM"),
+            "{client}: {err}"
+        );
+        assert_eq!(fs::read_to_string(&file).unwrap(), with_bom);
+    }
+}
+
+// Regression (fresh tester, issue 17 follow-up 12): "pass --config-file" was advised when
+// --config-file had been given.
+#[test]
+fn a_refusal_does_not_suggest_the_config_file_flag_that_was_given() {
+    let env = Env::new();
+    let file = env.home.path().join("my.json");
+    fs::write(&file, "{ not json").unwrap();
+    let out = env.run(&[
+        "--client",
+        "cursor",
+        "--write",
+        "--config-file",
+        file.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("--config-file"), "{err}");
+    let out = env.run(&["--client", "cursor", "--write"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    fs::write(env.config("cursor"), "{ not json").unwrap();
+    let out = env.run(&["--client", "cursor", "--write"]);
+    assert!(stderr(&out).contains("--config-file"), "{}", stderr(&out));
+}
+
+// Regression (fresh tester, issue 17 follow-up 8): `--write` as root on another user's file
+// left the new file owned by root.
+#[test]
+fn the_edited_file_keeps_its_owner_and_group() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    let file = env.config("cursor");
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, CURSOR).unwrap();
+    let me = fs::metadata(&file).unwrap();
+    let owner = if me.uid() == 0 {
+        // As root (CI): another user's file.
+        std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+        (65534, 65534)
+    } else {
+        (me.uid(), me.gid())
+    };
+    let out = env.run(&["--client", "cursor", "--write"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let now = fs::metadata(&file).unwrap();
+    assert_eq!((now.uid(), now.gid()), owner);
+    let baks = backups(&file);
+    let bak = fs::metadata(&baks[0]).unwrap();
+    assert_eq!((bak.uid(), bak.gid()), owner);
+}
+
+// Regression (fresh tester, issue 17 follow-up 12): `--write` (this command's) sat next to the
+// policy's `--no-write` (the server's) in the help, and the example URL lacked `/b/BRIDGE`.
+#[test]
+fn the_help_keeps_write_and_the_policy_apart() {
+    let env = Env::new();
+    let out = env.run(&["--help"]);
+    let help = stdout(&out);
+    let heading = help
+        .find("Policy of the stdio server the entry starts:")
+        .unwrap_or_else(|| panic!("{help}"));
+    let no_write = help.find("      --no-write").unwrap();
+    let write = help.find("      --write").unwrap();
+    assert!(write < heading && heading < no_write, "{help}");
+    assert!(help.contains("/b/local/mcp"), "{help}");
+}

@@ -485,3 +485,234 @@ fn a_sighup_stops_up_gracefully() {
         "the record was left behind"
     );
 }
+
+/// `machine-mcp ARGS` to completion → (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .env_remove("MACHINE_MCP_STATE_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+// Regression (fresh tester, issue 17 follow-up 6): a state directory that is a file gave a
+// message that repeated the OS error and said "Fix its permissions".
+#[test]
+fn a_state_dir_that_is_a_file_is_one_message_naming_it_and_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("state");
+    std::fs::write(&file, "").unwrap();
+    let ws = Tree::new();
+    let (s, w) = (file.to_str().unwrap(), ws.path().to_str().unwrap());
+    let relay = "http://127.0.0.1:9";
+    for args in [
+        vec![
+            "connect",
+            "--relay",
+            relay,
+            "--state-dir",
+            s,
+            "--workspace",
+            w,
+        ],
+        vec![
+            "connect",
+            "--relay",
+            relay,
+            "--state-dir",
+            s,
+            "--workspace",
+            w,
+            "--enroll",
+            "X",
+        ],
+        vec![
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            s,
+            "--workspace",
+            w,
+        ],
+        vec!["job", "list", "--state-dir", s],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{} is a file, not a directory", file.display())),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains("choose another --state-dir"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("permissions"), "{args:?}: {err}");
+        assert!(err.matches("os error").count() <= 1, "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+// Regression (fresh tester, issue 17 follow-up 5): `status` said "no daemon is running" when
+// the state directory could not be read.
+#[test]
+fn status_on_a_state_dir_it_cannot_read_says_so_with_its_own_exit_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("state");
+    std::fs::write(&file, "").unwrap();
+    let (code, out, err) = status(&file, false);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("running              unknown"), "{out}");
+    assert!(!err.contains("no daemon is running"), "{err}");
+    assert!(
+        err.contains(&format!("{} is a file, not a directory", file.display())),
+        "{err}"
+    );
+    assert!(err.contains("--state-dir"), "{err}");
+    let (code, out, _) = status(&file, true);
+    assert_eq!(code, 3);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["running"], "unknown");
+    assert!(v["error"].as_str().unwrap().contains("is a file"), "{v}");
+    // A state directory inside a file.
+    let (code, _, err) = status(&file.join("sub"), false);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("is a file, not a directory"), "{err}");
+}
+
+// Regression (fresh tester, issue 17 follow-up 7): with the lock held and `daemon.json`
+// corrupt, the table said `running no` while --json said `running: null`, and a takeover
+// called the unreadable record "missing".
+#[test]
+fn a_corrupt_record_under_a_held_lock_is_running_unknown_in_both_forms() {
+    let state = tempfile::tempdir().unwrap();
+    let lock = state.path().join("daemon.lock");
+    let _holder = Sleeper(
+        Command::new("flock")
+            .arg(&lock)
+            .args(["sleep", "60"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Held once a non-blocking `flock` fails.
+    let end = Instant::now() + Duration::from_secs(10);
+    while Command::new("flock")
+        .args(["-n".as_ref(), lock.as_os_str(), "true".as_ref()])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            Instant::now() < end,
+            "flock did not take {}",
+            lock.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(state.path().join("daemon.json"), "{not json").unwrap();
+    let (code, out, err) = status(state.path(), false);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("running              unknown"), "{out}");
+    assert!(out.contains("is unreadable"), "{out}");
+    let (_, out, _) = status(state.path(), true);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["running"], "unknown", "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("is unreadable"),
+        "{v}"
+    );
+    let ws = Tree::new();
+    let mut p = up(state.path(), ws.path(), &["--takeover"]);
+    assert_eq!(
+        exit_code(&mut p, Duration::from_secs(30)),
+        Some(1),
+        "{}",
+        p.log()
+    );
+    assert!(p.log().contains("daemon.json is unreadable"), "{}", p.log());
+    assert!(!p.log().contains("missing"), "{}", p.log());
+}
+
+// Regression (fresh tester, issue 17 follow-up 7): a stopped daemon's status error repeated
+// "Network Error" instead of saying what happened.
+#[test]
+fn status_of_a_stopped_daemon_says_it_timed_out_once() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let daemon = up(state.path(), ws.path(), &[]);
+    daemon.wait_log(READY, Duration::from_secs(30));
+    let pid = daemon.child.id();
+    let signal = |s: &str| {
+        Command::new("kill")
+            .args([s, &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+    let (code, out, err) = status(state.path(), false);
+    assert!(signal("-CONT").success());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "timed out talking to PID {pid}'s status endpoint at 127.0.0.1:"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("it may be stopped (SIGSTOP) or overloaded"),
+        "{err}"
+    );
+    assert!(!err.contains("Network Error"), "{err}");
+}
+
+// Regression (fresh tester, issue 17 follow-up 14): `up --takeover --listen ADDR` with ADDR held
+// by an unrelated program stopped the running daemon first and then failed to bind.
+#[test]
+fn a_takeover_onto_a_port_another_program_holds_fails_first_and_leaves_the_daemon() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let first = up(state.path(), ws.path(), &[]);
+    first.wait_log(READY, Duration::from_secs(30));
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = squatter.local_addr().unwrap().to_string();
+    let mut p = Proc::spawn(
+        &[
+            "up",
+            "--listen",
+            &addr,
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--takeover",
+        ],
+        None,
+    );
+    assert_eq!(
+        exit_code(&mut p, Duration::from_secs(30)),
+        Some(1),
+        "{}",
+        p.log()
+    );
+    let port = squatter.local_addr().unwrap().port();
+    assert!(
+        p.log()
+            .contains(&format!("port {port} is held by another program")),
+        "{}",
+        p.log()
+    );
+    assert!(p.log().contains("was left running"), "{}", p.log());
+    assert!(
+        alive(u64::from(first.child.id())),
+        "the running daemon was stopped"
+    );
+    let (code, _, _) = status(state.path(), false);
+    assert_eq!(code, 0);
+}

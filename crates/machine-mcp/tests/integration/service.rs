@@ -45,8 +45,10 @@ impl Fixture {
         self.tmp.path().join(rel)
     }
 
+    /// The default state directory (`~/.local/state/machine-mcp` of the fixture's home), whose
+    /// service has the plain names.
     fn state(&self) -> PathBuf {
-        self.path("state")
+        self.path("home/.local/state/machine-mcp")
     }
 
     fn unit(&self) -> PathBuf {
@@ -512,7 +514,18 @@ fn a_missing_or_failing_systemctl_is_a_clear_error() {
         stderr.contains("`systemctl --user start machine-mcp.service` failed (exit status 1)"),
         "{stderr}"
     );
+    // Regression (fresh tester, issue 17 follow-up 11): without a user bus, `status` gave a
+    // weaker hint than `start`; the same one now, and "not running" only for systemctl's 3.
+    let hint = "is your systemd user manager running? Check `systemctl --user status`; \
+                without a login session (e.g. over ssh) run `loginctl enable-linger $USER` once";
+    assert!(stderr.contains(hint), "{stderr}");
     let out = f.run_with(&["service", "status"], &failing);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains(hint), "{}", text(&out.stderr));
+    let inactive = f.path("inactive-ctl");
+    std::fs::write(&inactive, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(&inactive, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = f.run_with(&["service", "status"], &inactive);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("not running"),
@@ -521,14 +534,270 @@ fn a_missing_or_failing_systemctl_is_a_clear_error() {
     );
 }
 
+// Regression (fresh tester, issue 17 follow-up 11): `stop` with nothing installed exited 0
+// silently, and `start`/`restart` printed nothing on success.
 #[test]
-fn start_before_install_says_to_install() {
+fn start_stop_restart_before_install_say_to_install_and_after_say_what_they_did() {
     let f = Fixture::new();
-    let out = f.run(&["service", "start"]);
+    for verb in ["start", "stop", "restart", "status"] {
+        let out = f.run(&["service", verb]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{verb}: {stderr}");
+        assert!(
+            stderr.contains("is not installed") && stderr.contains("machine-mcp service install"),
+            "{verb}: {stderr}"
+        );
+    }
+    assert_eq!(f.calls(), "");
+    f.install(&[]);
+    for (verb, said) in [
+        ("start", "started machine-mcp.service"),
+        ("stop", "stopped machine-mcp.service"),
+        ("restart", "restarted machine-mcp.service"),
+    ] {
+        let out = f.run(&["service", verb]);
+        assert!(out.status.success(), "{verb}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains(said),
+            "{verb}: {}",
+            text(&out.stdout)
+        );
+    }
+}
+
+// Regression (fresh tester, issue 17 follow-up 11): a failing `daemon-reload`/`enable` left the
+// unit written (and recorded) while install exited 1.
+#[test]
+fn install_rolls_back_what_it_wrote_when_the_manager_fails() {
+    let f = Fixture::new();
+    let failing = f.path("enable-fails");
+    std::fs::write(
+        &failing,
+        "#!/bin/sh\ncase \"$2\" in enable) exit 1;; esac\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = f.state();
+    let ws = f.workspace();
+    let args = [
+        "service",
+        "install",
+        "--relay",
+        "https://relay.example.com",
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let out = f.run_with(&args, &failing);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("machine-mcp service install"), "{stderr}");
+    assert!(stderr.contains("rolled back"), "{stderr}");
+    assert!(!f.unit().exists(), "the unit was left: {stderr}");
+    assert!(!state.join("service.json").exists(), "{stderr}");
+    // A changed reinstall that fails keeps the unit that was there.
+    f.install(&[]);
+    let before = std::fs::read(f.unit()).unwrap();
+    let manifest = std::fs::read(state.join("service.json")).unwrap();
+    let mut changed = args.to_vec();
+    changed.push("--no-write");
+    let out = f.run_with(&changed, &failing);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(f.unit()).unwrap(), before);
+    assert_eq!(std::fs::read(state.join("service.json")).unwrap(), manifest);
+}
+
+/// The `FILE.bak-*` next to `file`.
+fn backups(file: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}.bak-", file.file_name().unwrap().to_str().unwrap());
+    std::fs::read_dir(file.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with(&prefix)
+        })
+        .collect()
+}
+
+// Regression (fresh tester, issue 17 follow-up 3): install overwrote a hand-written
+// machine-mcp.service without a backup, and uninstall then removed it.
+#[test]
+fn a_hand_written_unit_is_replaced_only_with_force_after_a_backup_and_never_uninstalled() {
+    let f = Fixture::new();
+    let mine = "[Unit]\nDescription=my own machine-mcp\n\n[Service]\nExecStart=/opt/mine\n";
+    std::fs::create_dir_all(f.unit().parent().unwrap()).unwrap();
+    std::fs::write(f.unit(), mine).unwrap();
+    let state = f.state();
+    let ws = f.workspace();
+    let args = [
+        "service",
+        "install",
+        "--relay",
+        "https://relay.example.com",
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let out = f.run(&args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("was not written by `machine-mcp service install`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(f.unit()).unwrap(), mine);
+    assert!(!state.join("service.json").exists());
     assert_eq!(f.calls(), "");
+
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let out = f.run(&forced);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let baks = backups(&f.unit());
+    assert_eq!(baks.len(), 1, "{baks:?}");
+    assert_eq!(std::fs::read_to_string(&baks[0]).unwrap(), mine);
+    assert!(
+        text(&out.stdout).contains(&format!("its old content is kept in {}", baks[0].display())),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_ne!(std::fs::read_to_string(f.unit()).unwrap(), mine);
+
+    // Written by hand again after the install: uninstall leaves it and does not stop it.
+    std::fs::write(f.unit(), mine).unwrap();
+    std::fs::remove_file(f.path("calls")).unwrap();
+    let out = f.run(&[
+        "service",
+        "uninstall",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("left "), "{}", text(&out.stdout));
+    assert_eq!(std::fs::read_to_string(f.unit()).unwrap(), mine);
+    assert_eq!(f.calls(), "");
+}
+
+// Regression (fresh tester, issue 17 follow-up 4): two state directories shared one unit, so
+// the second install replaced the first's and the first's uninstall removed the second's.
+#[test]
+fn each_state_directory_has_its_own_unit() {
+    let f = Fixture::new();
+    f.install(&[]);
+    let default_unit = std::fs::read(f.unit()).unwrap();
+    let other = f.path("other state");
+    let ws = f.workspace();
+    let install_other = |extra: &[&str]| {
+        let mut args = vec![
+            "service",
+            "install",
+            "--relay",
+            "https://relay.example.com",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--state-dir",
+            other.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        f.run(&args)
+    };
+    let out = install_other(&[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let units: Vec<PathBuf> = std::fs::read_dir(f.unit().parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p != &f.unit())
+        .collect();
+    assert_eq!(units.len(), 1, "{units:?}");
+    let name = units[0].file_name().unwrap().to_str().unwrap().to_owned();
+    let hash = name
+        .strip_prefix("machine-mcp-")
+        .and_then(|n| n.strip_suffix(".service"))
+        .unwrap_or_else(|| panic!("{name}"));
+    assert!(
+        hash.len() == 8 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{name}"
+    );
+    assert!(stdout.contains(&format!("enabled {name}")), "{stdout}");
+    assert!(stdout.contains("--state-dir"), "{stdout}");
+    assert_eq!(
+        std::fs::read(f.unit()).unwrap(),
+        default_unit,
+        "the first unit changed"
+    );
+
+    std::fs::remove_file(f.path("calls")).unwrap();
+    let out = f.run(&["service", "start", "--state-dir", other.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        f.calls(),
+        format!(
+            "--user start {name}
+"
+        )
+    );
+
+    // Uninstalling the other leaves the default one.
+    let out = f.run(&[
+        "service",
+        "uninstall",
+        "--state-dir",
+        other.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!units[0].exists());
+    assert_eq!(std::fs::read(f.unit()).unwrap(), default_unit);
+
+    // A unit of that name holding another state directory's service is refused.
+    std::fs::write(&units[0], &default_unit).unwrap();
+    let out = install_other(&[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "belongs to another state directory, {}",
+            f.state().display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&units[0]).unwrap(), default_unit);
+}
+
+// Regression (fresh tester, issue 17 follow-up 12): `--relay 'not a url'` suggested
+// `https://not a url`.
+#[test]
+fn a_relay_value_that_is_no_host_is_not_a_url() {
+    let f = Fixture::new();
+    let out = f.run(&["service", "install", "--relay", "not a url"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a URL"), "{stderr}");
+    assert!(!stderr.contains("https://not a url"), "{stderr}");
+    let out = f.run(&["service", "install", "--relay", "relay.example.com:8443/x"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("did you mean https://relay.example.com:8443/x?"),
+        "{stderr}"
+    );
+    // --workspace is optional (it defaults to the current directory), also in the usage line
+    // of an error that names it.
+    let out = f.run(&["service", "install", "--workspace", "/tmp"]);
+    let stderr = text(&out.stderr);
+    let line = stderr.lines().find(|l| l.starts_with("Usage:")).unwrap();
+    assert!(line.contains("[--workspace <DIR>]"), "{line}");
+    assert!(
+        !line
+            .replace("[--workspace <DIR>]", "")
+            .contains("--workspace"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -6,10 +6,17 @@
 //! TOML: `toml_edit` keeps every other table, comment and format. A file that does not parse, or
 //! whose server map is not a map, is refused and left untouched.
 //!
-//! A changed file gets a backup `FILE.bak-UNIXSECONDS` of its old bytes first (same permissions,
-//! never overwriting one), then the new text goes to a temporary file in the same directory,
-//! which is synced and renamed over it, keeping its permissions. A symlink is followed: its
-//! target is edited, the link stays. Nothing is written when our entry is already equal.
+//! An entry of that name that is not ours (its command is not a machine-mcp binary, nor
+//! `mcp-remote` of one of our MCP URLs, nor its url one of ours) is replaced only with `--force`.
+//! A file that starts with a UTF-8 byte-order mark is refused naming it: Node's `JSON.parse`,
+//! which Electron clients read their files with, refuses one too.
+//!
+//! A changed file gets a backup `FILE.bak-UNIXSECONDS` of its old bytes first (same permissions
+//! and owner, never overwriting one), then the new text goes to a temporary file in the same
+//! directory, which gets the old file's owner and group (so root editing a user's file leaves it
+//! the user's) and permissions, is synced and renamed over it. When the owner cannot be kept,
+//! nothing is replaced. A symlink is followed: its target is edited, the link stays. Nothing is
+//! written when our entry is already equal.
 
 use std::{
     fs::{self, OpenOptions, Permissions},
@@ -71,22 +78,110 @@ pub(super) type JsonEntry = IndexMap<String, Value>;
 /// A merge: the new text, or `None` when our entry is already there and equal.
 type Merged = (Outcome, Option<String>);
 
+/// How an edit may proceed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Options {
+    /// Replace an entry of that name that is not ours (`--force`).
+    pub(super) force: bool,
+    /// The file was named with `--config-file` (so the errors do not suggest it).
+    pub(super) config_file_given: bool,
+}
+
 /// Puts `entry` under `key`.`name` of the JSON file `path` (created when missing).
 ///
 /// # Errors
-/// The file is not UTF-8, not JSON (the message names the line and column), not an object, or
-/// its `key` member is not an object; and I/O errors. The file is untouched in every case.
-pub(super) fn json_file(path: &Path, key: &str, name: &str, entry: &JsonEntry) -> Result<Edited> {
-    apply(path, |text| merge_json(text, key, name, entry))
+/// The file is not UTF-8, starts with a byte-order mark, is not JSON (the message names the
+/// line and column), not an object, or its `key` member is not an object; an entry `name` that
+/// is not ours without `force`; the owner cannot be kept; and I/O errors. The file is untouched
+/// in every case.
+pub(super) fn json_file(
+    path: &Path,
+    key: &str,
+    name: &str,
+    entry: &JsonEntry,
+    o: Options,
+) -> Result<Edited> {
+    apply(path, o, |text| merge_json(text, key, name, entry, o.force))
 }
 
 /// Puts `entry` as `[mcp_servers.NAME]` in the Codex TOML file `path` (created when missing).
 ///
 /// # Errors
-/// The file is not UTF-8, not TOML (the message names the line and column), or its
-/// `mcp_servers` is not a table; and I/O errors. The file is untouched in every case.
-pub(super) fn toml_file(path: &Path, name: &str, entry: &Entry) -> Result<Edited> {
-    apply(path, |text| merge_toml(text, name, entry))
+/// As [`json_file`], for TOML: not TOML (the message names the line and column), or its
+/// `mcp_servers` is not a table.
+pub(super) fn toml_file(path: &Path, name: &str, entry: &Entry, o: Options) -> Result<Edited> {
+    apply(path, o, |text| merge_toml(text, name, entry, o.force))
+}
+
+/// A refusal to replace a server entry that is not ours (no `--force`).
+#[derive(Debug)]
+struct NotOurs {
+    name: String,
+    what: String,
+}
+
+impl std::fmt::Display for NotOurs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "\"{}\" is another server ({}), not a machine-mcp entry: choose another --name, or pass --force to replace it (the old file is kept as a backup)",
+            self.name, self.what
+        )
+    }
+}
+
+impl std::error::Error for NotOurs {}
+
+/// Whether the existing entry `v` (as JSON) is one this command writes: its command is a
+/// machine-mcp binary, or `mcp-remote` of one of our MCP URLs, or its `url` is one of ours.
+fn is_ours(v: &Value) -> bool {
+    if let Some(url) = v["url"].as_str() {
+        return is_our_url(url);
+    }
+    let Some(command) = v["command"].as_str() else {
+        return false;
+    };
+    let file = Path::new(command)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if file.starts_with("machine-mcp") {
+        return true;
+    }
+    let args: Vec<&str> = v["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    file.starts_with("npx") && args.contains(&"mcp-remote") && args.iter().any(|a| is_our_url(a))
+}
+
+/// Whether `url` is an MCP URL of a relay or `up`: `http(s)://HOST/b/BRIDGE/mcp`, or
+/// `.../b/BRIDGE/s/SERVER/mcp` for a carried server.
+fn is_our_url(url: &str) -> bool {
+    let Ok(u) = url::Url::parse(url) else {
+        return false;
+    };
+    if !matches!(u.scheme(), "http" | "https") {
+        return false;
+    }
+    let segments: Vec<&str> = u
+        .path_segments()
+        .map(|s| s.filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    // A reverse proxy may mount the relay under a prefix: look at the tail.
+    let tail = |n: usize| segments.len() >= n && segments[segments.len() - n] == "b";
+    segments.last() == Some(&"mcp") && (tail(3) || (tail(5) && segments[segments.len() - 3] == "s"))
+}
+
+/// Describes the entry `v` for a refusal: its command or url.
+fn entry_summary(v: &Value) -> String {
+    if let Some(url) = v["url"].as_str() {
+        format!("url {url}")
+    } else if let Some(c) = v["command"].as_str() {
+        format!("command `{c}`")
+    } else {
+        "no command".to_owned()
+    }
 }
 
 /// `[mcp_servers.NAME]` with `entry`, as TOML text.
@@ -99,8 +194,11 @@ pub(super) fn toml_snippet(name: &str, entry: &Entry) -> String {
     doc.to_string()
 }
 
+/// The UTF-8 byte-order mark.
+const BOM: &str = "\u{feff}";
+
 /// Reads `path`, merges, and writes the result (backup first, then atomically).
-fn apply(path: &Path, merge: impl FnOnce(&str) -> Result<Merged>) -> Result<Edited> {
+fn apply(path: &Path, o: Options, merge: impl FnOnce(&str) -> Result<Merged>) -> Result<Edited> {
     let file = resolve(path)?;
     let shown = file.display();
     let old = match fs::read(&file) {
@@ -113,8 +211,21 @@ fn apply(path: &Path, merge: impl FnOnce(&str) -> Result<Merged>) -> Result<Edit
             .map_err(|e| anyhow!("{shown} is not UTF-8 text ({e}); the file was left untouched"))?,
         None => "",
     };
+    if text.starts_with(BOM) {
+        bail!(
+            "{shown} starts with a UTF-8 byte-order mark (BOM), which clients reading it with JSON.parse refuse; save it without BOM (e.g. \"UTF-8\", not \"UTF-8 with BOM\"); the file was left untouched"
+        );
+    }
     let (outcome, new) = merge(text).map_err(|e| {
-        anyhow!("cannot edit {shown}: {e:#}; the file was left untouched (fix it, or pass --config-file)")
+        if e.is::<NotOurs>() {
+            anyhow!("cannot edit {shown}: {e}; the file was left untouched")
+        } else if o.config_file_given {
+            anyhow!("cannot edit {shown}: {e:#}; the file was left untouched (fix it first)")
+        } else {
+            anyhow!(
+                "cannot edit {shown}: {e:#}; the file was left untouched (fix it, or pass --config-file to edit another file)"
+            )
+        }
     })?;
     let Some(new) = new else {
         return Ok(Edited {
@@ -123,16 +234,20 @@ fn apply(path: &Path, merge: impl FnOnce(&str) -> Result<Merged>) -> Result<Edit
             backup: None,
         });
     };
-    let (backup, permissions) = match &old {
+    let (backup, kept) = match &old {
         Some(bytes) => {
-            let permissions = fs::metadata(&file)
-                .with_context(|| format!("cannot read the permissions of {shown}"))?
-                .permissions();
-            (Some(backup(&file, bytes, &permissions)?), Some(permissions))
+            use std::os::unix::fs::MetadataExt;
+            let meta = fs::metadata(&file)
+                .with_context(|| format!("cannot read the permissions of {shown}"))?;
+            let kept = Kept {
+                permissions: meta.permissions(),
+                owner: (meta.uid(), meta.gid()),
+            };
+            (Some(backup(&file, bytes, &kept)?), Some(kept))
         }
         None => (None, None),
     };
-    write_atomically(&file, new.as_bytes(), permissions)?;
+    write_atomically(&file, new.as_bytes(), kept.as_ref())?;
     Ok(Edited {
         outcome: if old.is_none() {
             Outcome::Added
@@ -144,6 +259,23 @@ fn apply(path: &Path, merge: impl FnOnce(&str) -> Result<Merged>) -> Result<Edit
     })
 }
 
+/// What a replaced file keeps of the old one.
+struct Kept {
+    permissions: Permissions,
+    /// Its uid and gid.
+    owner: (u32, u32),
+}
+
+/// Gives `f` the owner `(uid, gid)` unless it has it already.
+fn keep_owner(f: &fs::File, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata()?;
+    if (m.uid(), m.gid()) == (uid, gid) {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(f, Some(uid), Some(gid))
+}
+
 /// The file to edit: `path`, or a symlink's target (so the link survives the rename).
 fn resolve(path: &Path) -> Result<PathBuf> {
     match fs::symlink_metadata(path) {
@@ -153,8 +285,9 @@ fn resolve(path: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Writes `bytes` to a new `FILE.bak-UNIXSECONDS` (or `...-N` when taken) with `permissions`.
-fn backup(file: &Path, bytes: &[u8], permissions: &Permissions) -> Result<PathBuf> {
+/// Writes `bytes` to a new `FILE.bak-UNIXSECONDS` (or `...-N` when taken) with the old
+/// file's permissions and owner.
+fn backup(file: &Path, bytes: &[u8], kept: &Kept) -> Result<PathBuf> {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -179,7 +312,8 @@ fn backup(file: &Path, bytes: &[u8], permissions: &Permissions) -> Result<PathBu
             }
         };
         f.write_all(bytes)
-            .and_then(|()| f.set_permissions(permissions.clone()))
+            .and_then(|()| keep_owner(&f, kept.owner))
+            .and_then(|()| f.set_permissions(kept.permissions.clone()))
             .and_then(|()| f.sync_all())
             .with_context(|| format!("cannot write the backup {}", candidate.display()))?;
         return Ok(candidate);
@@ -187,9 +321,14 @@ fn backup(file: &Path, bytes: &[u8], permissions: &Permissions) -> Result<PathBu
     bail!("cannot find a free backup name next to {}", file.display())
 }
 
-/// Replaces `file` with `bytes` atomically: a temporary file in the same directory, synced,
-/// renamed over it. A new file (and missing parent directories) is created owner-only.
-fn write_atomically(file: &Path, bytes: &[u8], permissions: Option<Permissions>) -> Result<()> {
+/// Replaces `file` with `bytes` atomically: a temporary file in the same directory, given the
+/// old file's owner and permissions (`kept`), synced, renamed over it. A new file (and missing
+/// parent directories) is created owner-only.
+///
+/// # Errors
+/// The temporary file cannot be written, given the old owner (then `file` is not replaced),
+/// or renamed.
+fn write_atomically(file: &Path, bytes: &[u8], kept: Option<&Kept>) -> Result<()> {
     let dir = match file.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -202,8 +341,18 @@ fn write_atomically(file: &Path, bytes: &[u8], permissions: Option<Permissions>)
         .tempfile_in(&dir)
         .with_context(context)?;
     tmp.write_all(bytes).with_context(context)?;
-    if let Some(p) = permissions {
-        tmp.as_file().set_permissions(p).with_context(context)?;
+    if let Some(k) = kept {
+        keep_owner(tmp.as_file(), k.owner).with_context(|| {
+            format!(
+                "cannot give the new {} the owner (uid {}, gid {}) of the old one, so it was not replaced (run as that user, or as root)",
+                file.display(),
+                k.owner.0,
+                k.owner.1
+            )
+        })?;
+        tmp.as_file()
+            .set_permissions(k.permissions.clone())
+            .with_context(context)?;
     }
     tmp.as_file().sync_all().with_context(context)?;
     tmp.persist(file)
@@ -245,7 +394,7 @@ fn json_kind(raw: &str) -> &'static str {
     }
 }
 
-fn merge_json(text: &str, key: &str, name: &str, entry: &JsonEntry) -> Result<Merged> {
+fn merge_json(text: &str, key: &str, name: &str, entry: &JsonEntry, force: bool) -> Result<Merged> {
     let mut top: IndexMap<String, &RawValue> = if text.trim().is_empty() {
         IndexMap::new()
     } else {
@@ -283,8 +432,16 @@ fn merge_json(text: &str, key: &str, name: &str, entry: &JsonEntry) -> Result<Me
     let outcome = match servers.get(name) {
         None => Outcome::Added,
         Some(Node::Raw(raw)) => {
-            if serde_json::from_str::<Value>(raw.get()).ok().as_ref() == Some(&ours) {
+            let old = serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null);
+            if old == ours {
                 return Ok((Outcome::Unchanged, None));
+            }
+            if !force && !is_ours(&old) {
+                return Err(NotOurs {
+                    name: name.to_owned(),
+                    what: entry_summary(&old),
+                }
+                .into());
             }
             Outcome::Replaced
         }
@@ -379,7 +536,7 @@ fn toml_value_json(v: &toml_edit::Value) -> Value {
     }
 }
 
-fn merge_toml(text: &str, name: &str, entry: &Entry) -> Result<Merged> {
+fn merge_toml(text: &str, name: &str, entry: &Entry, force: bool) -> Result<Merged> {
     let mut doc: Document = text.parse().map_err(|e: toml_edit::TomlError| {
         let (line, column) = line_column(text, e.span().map_or(0, |s| s.start));
         // The error's Display quotes the offending line; a config file may hold secrets.
@@ -404,6 +561,13 @@ fn merge_toml(text: &str, name: &str, entry: &Entry) -> Result<Merged> {
     let outcome = match servers.get(name) {
         None => Outcome::Added,
         Some(old) if toml_json(old) == ours_json => return Ok((Outcome::Unchanged, None)),
+        Some(old) if !force && !is_ours(&toml_json(old)) => {
+            return Err(NotOurs {
+                name: name.to_owned(),
+                what: entry_summary(&toml_json(old)),
+            }
+            .into());
+        }
         Some(_) => Outcome::Replaced,
     };
     let mut new = ours;
@@ -445,7 +609,7 @@ mod tests {
         let entry: JsonEntry = [("k".to_owned(), serde_json::json!(1))]
             .into_iter()
             .collect();
-        let (outcome, new) = merge_json(text, "mcpServers", "m", &entry).expect("merges");
+        let (outcome, new) = merge_json(text, "mcpServers", "m", &entry, false).expect("merges");
         assert_eq!(outcome, Outcome::Added);
         let new = new.expect("changed");
         assert_eq!(
@@ -461,6 +625,7 @@ mod tests {
             "mcpServers",
             "m",
             &JsonEntry::new(),
+            false,
         )
         .expect_err("refused");
         assert_eq!(
@@ -471,7 +636,7 @@ mod tests {
 
     #[test]
     fn a_toml_parse_error_names_its_position_without_quoting_the_file() {
-        let err = merge_toml("a = 1\nsecret = = 2\n", "m", &stdio()).expect_err("refused");
+        let err = merge_toml("a = 1\nsecret = = 2\n", "m", &stdio(), false).expect_err("refused");
         let msg = err.to_string();
         assert!(
             msg.starts_with("not valid TOML at line 2, column 10"),
@@ -481,9 +646,37 @@ mod tests {
     }
 
     #[test]
+    fn our_entries_are_told_from_other_servers() {
+        use serde_json::json;
+        for ours in [
+            json!({"command": "/usr/local/bin/machine-mcp", "args": ["stdio"]}),
+            json!({"type": "http", "url": "https://r.example/b/laptop/mcp"}),
+            json!({"url": "http://127.0.0.1:8750/b/local/mcp/"}),
+            json!({"url": "https://r.example/prefix/b/x/s/git/mcp"}),
+            json!({"command": "npx", "args": ["-y", "mcp-remote", "https://r.example/b/x/mcp"]}),
+        ] {
+            assert!(is_ours(&ours), "{ours}");
+        }
+        for other in [
+            json!({"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem"]}),
+            json!({"command": "npx", "args": ["-y", "mcp-remote", "https://other.example/sse"]}),
+            json!({"url": "https://other.example/mcp"}),
+            json!({"url": "ftp://r.example/b/x/mcp"}),
+            json!({}),
+        ] {
+            assert!(!is_ours(&other), "{other}");
+        }
+    }
+
+    #[test]
     fn toml_inline_server_maps_get_an_inline_entry() {
-        let (_, new) =
-            merge_toml("mcp_servers = { a = { command = \"x\" } }\n", "m", &stdio()).expect("ok");
+        let (_, new) = merge_toml(
+            "mcp_servers = { a = { command = \"x\" } }\n",
+            "m",
+            &stdio(),
+            false,
+        )
+        .expect("ok");
         let new = new.expect("changed");
         let doc: Document = new.parse().expect("valid");
         assert_eq!(doc["mcp_servers"]["m"]["command"].as_str(), Some("/bin/m"));

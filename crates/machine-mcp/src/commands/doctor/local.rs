@@ -187,7 +187,7 @@ pub(super) fn service(setup: &Setup) -> Check {
             "`machine-mcp service install` (with the same settings) writes it again",
         );
     }
-    match service::is_active(*platform) {
+    match service::is_active(*platform, &setup.state) {
         Ok(true) => Check::ok(
             NAME,
             format!("installed ({manager}, {}) and running", file.display()),
