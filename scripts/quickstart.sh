@@ -47,8 +47,9 @@ usage: scripts/quickstart.sh [--profile full|agent|edit|review] [--listen ADDR] 
 Builds machine-mcp (cargo build --release), starts `machine-mcp up` on WORKSPACE, drives it with
 the MCP Inspector CLI, stops it, and prints client configuration for it.
 
-It exposes the workspace with --profile review (read-only) unless told otherwise; `machine-mcp up`
-itself defaults to --profile full. For full access: scripts/quickstart.sh --profile full.
+It exposes the workspace with --profile review (read-only) unless told otherwise, while
+`machine-mcp up` itself defaults to --profile full. For full access:
+scripts/quickstart.sh --profile full.
 
 Options:
   --profile P      review (default: read-only), edit (writes), agent (writes and processes),
