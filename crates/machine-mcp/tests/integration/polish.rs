@@ -446,7 +446,7 @@ fn a_clean_stop_logs_no_1006_and_no_error() {
         ]);
         up.wait_for("connected to the relay and ready");
         let (status, log) = up.stop(signal);
-        assert_clean(&format!("up ({signal})"), status, &log);
+        assert_clean(&format!("up ({signal:?})"), status, &log);
     }
     let relay = Relay::start(&[]);
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
@@ -468,7 +468,7 @@ fn a_clean_stop_logs_no_1006_and_no_error() {
         daemon.wait_for("connected to the relay and ready");
         relay.wait_ready(1);
         let (status, log) = daemon.stop(signal);
-        assert_clean(&format!("connect ({signal})"), status, &log);
+        assert_clean(&format!("connect ({signal:?})"), status, &log);
         assert!(log.contains("asked to stop (signal)"), "{log}");
         // The relay saw the daemon leave, not a connection lost.
         relay.wait_ready(0);
