@@ -705,11 +705,17 @@ fn the_readme_names_the_product_and_its_interop_clients_as_they_are() {
     for (n, line) in readme.lines().enumerate() {
         for variant in ["machine_mcp", "Machine MCP", "Machine-MCP", "machine mcp"] {
             if line.contains(variant) {
-                wrong.push(format!("README.md:{}: {variant:?} (write `machine-mcp`)", n + 1));
+                wrong.push(format!(
+                    "README.md:{}: {variant:?} (write `machine-mcp`)",
+                    n + 1
+                ));
             }
         }
         if line.to_ascii_lowercase().contains("machine bridge") {
-            wrong.push(format!("README.md:{}: \"machine bridge\" (write machine-bridge)", n + 1));
+            wrong.push(format!(
+                "README.md:{}: \"machine bridge\" (write machine-bridge)",
+                n + 1
+            ));
         }
     }
     for claim in [

@@ -134,7 +134,8 @@ fn an_unknown_path_says_where_the_mcp_endpoints_are() {
         ("DELETE", "/"),
     ] {
         let body = (method == "POST").then_some(INITIALIZE);
-        let (status, ct, _, text) = exchange(method, &format!("{}{path}", relay.direct()), None, body);
+        let (status, ct, _, text) =
+            exchange(method, &format!("{}{path}", relay.direct()), None, body);
         assert_eq!(status, 404, "{method} {path}: {text}");
         assert!(ct.starts_with("application/json"), "{method} {path}: {ct}");
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -156,17 +157,21 @@ fn an_unknown_path_says_where_the_mcp_endpoints_are() {
             "{v}"
         );
         if !path.contains("secretbridge") {
-            assert!(!text.contains("secretbridge"), "a bridge name leaked: {text}");
+            assert!(
+                !text.contains("secretbridge"),
+                "a bridge name leaked: {text}"
+            );
         }
     }
-    // The MCP endpoint of a bridge that does not exist keeps its own answer.
+    // The MCP endpoint of a bridge that does not exist keeps its own answer (authorization
+    // first, so that a caller cannot probe for bridges).
     let (status, _, _, text) = exchange(
         "POST",
         &format!("{}/b/nosuch/mcp", relay.direct()),
         None,
         Some(INITIALIZE),
     );
-    assert_eq!(status, 404, "{text}");
+    assert_eq!(status, 401, "{text}");
     assert!(!text.contains("no MCP endpoint at"), "{text}");
 }
 
@@ -311,7 +316,11 @@ fn a_failed_enrollment_leaves_no_state_directory() {
             state.to_str().unwrap(),
         ]);
         assert_ne!(code, Some(0), "{err}");
-        assert!(!new.exists(), "{url}: {} was left behind: {err}", new.display());
+        assert!(
+            !new.exists(),
+            "{url}: {} was left behind: {err}",
+            new.display()
+        );
     }
     // An existing state directory is left with what it held.
     let existing = tempfile::tempdir().unwrap();
