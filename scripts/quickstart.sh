@@ -11,7 +11,8 @@
 #   2. install the MCP Inspector CLI (Node 22 and the pinned npm packages of tests/interop/, from the
 #      npm registry, into tests/interop/.cache/ once; later runs reuse them)
 #   3. start `machine-mcp up --workspace WORKSPACE --listen ADDR --profile PROFILE --json` (ADDR
-#      default 127.0.0.1:8750; PROFILE default review, read-only) and wait for its JSON line (MCP
+#      default 127.0.0.1:8750; PROFILE default review, read-only, while `up` itself defaults to
+#      full; the output says so) and wait for its JSON line (MCP
 #      URL and bearer token). The token lives in the state directory (default: machine-mcp's own,
 #      $MACHINE_MCP_STATE_DIR, else $XDG_STATE_HOME/machine-mcp, else ~/.local/state/machine-mcp),
 #      so it stays the same across runs and the printed configuration keeps working.
@@ -36,8 +37,30 @@ state_dir=""
 workspace=""
 
 usage() {
-  echo "usage: scripts/quickstart.sh [--profile full|agent|edit|review] [--listen ADDR] [--state-dir DIR] [WORKSPACE]" >&2
+  echo "usage: scripts/quickstart.sh [--profile full|agent|edit|review] [--listen ADDR] [--state-dir DIR] [WORKSPACE] (--help for more)" >&2
   exit 2
+}
+help() {
+  cat <<'EOF'
+usage: scripts/quickstart.sh [--profile full|agent|edit|review] [--listen ADDR] [--state-dir DIR] [WORKSPACE]
+
+Builds machine-mcp (cargo build --release), starts `machine-mcp up` on WORKSPACE, drives it with
+the MCP Inspector CLI, stops it, and prints client configuration for it.
+
+It exposes the workspace with --profile review (read-only) unless told otherwise, while
+`machine-mcp up` itself defaults to --profile full. For full access:
+scripts/quickstart.sh --profile full.
+
+Options:
+  --profile P      review (default: read-only), edit (writes), agent (writes and processes),
+                   full (everything)
+  --listen ADDR    where `machine-mcp up` listens (default 127.0.0.1:8750)
+  --state-dir DIR  machine-mcp's state directory (default: $MACHINE_MCP_STATE_DIR, else
+                   $XDG_STATE_HOME/machine-mcp, else ~/.local/state/machine-mcp)
+  WORKSPACE        the directory to expose (default: the current directory)
+  -h, --help       this help (nothing is built or started)
+EOF
+  exit 0
 }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,12 +72,15 @@ while [ $# -gt 0 ]; do
     --profile=*) profile="${1#--profile=}"; shift ;;
     --listen=*) listen="${1#--listen=}"; shift ;;
     --state-dir=*) state_dir="${1#--state-dir=}"; shift ;;
-    -h | --help) usage ;;
+    -h | --help) help ;;
     -*) echo "quickstart: unknown option $1" >&2; usage ;;
     *) [ -z "$workspace" ] || usage; workspace="$1"; shift ;;
   esac
 done
 case "$profile" in full | agent | edit | review) ;; *) echo "quickstart: bad profile '$profile'" >&2; usage ;; esac
+profile_note=""
+[ "$profile" != review ] ||
+  profile_note=" (read-only: the quick start's default, while \`machine-mcp up\` defaults to full; for full access: scripts/quickstart.sh --profile full)"
 port="${listen##*:}"
 host="${listen%:*}"
 host="${host#[}"
@@ -162,7 +188,7 @@ if [ -n "$password" ]; then
 else
   password_note="the password printed when the account was created (reset: $(shq "$BIN") relay account rotate-password --up${state_dir:+ --state-dir $(shq "$state_dir")})"
 fi
-step "up: $url"
+step "up: $url, --profile $profile$profile_note"
 
 # 4. a real client: the Inspector CLI v2 over Streamable HTTP, one session per call; the token
 # goes in a 0600 config file rather than on the command line
@@ -202,6 +228,7 @@ show() {
 
 echo "machine-mcp: $BIN ($version)"
 echo "workspace:   $workspace"
+echo "profile:     $profile$profile_note"
 echo "MCP URL:     $url (Streamable HTTP, while \`machine-mcp up\` runs)"
 echo
 inspect "tools/list" --method tools/list

@@ -12,6 +12,7 @@
 //! - Tool handlers (the rest of `runtime/src/tools/`) use no rmcp type but `ContentBlock`, and
 //!   never reach the daemon's ceiling through `Access::runtime()`.
 //! - `docs/relay-protocol.md` names every frame of `protocol::frame`.
+//! - The README spells the product's names one way and says which interop clients run where.
 //!
 //! Each failure names the file and line and the rule it breaks.
 
@@ -689,6 +690,44 @@ fn the_relay_protocol_document_names_every_frame() {
         })
         .collect();
     report("docs/relay-protocol.md names every frame", &missing);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The README's claims and names (issue 17 item 7)
+
+#[test]
+fn the_readme_names_the_product_and_its_interop_clients_as_they_are() {
+    let readme = fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    // Line breaks of the Markdown source do not matter.
+    let text = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut wrong = Vec::new();
+    // `machine-mcp` is the command and binary, machine-bridge the project (and its crates).
+    for (n, line) in readme.lines().enumerate() {
+        for variant in ["machine_mcp", "Machine MCP", "Machine-MCP", "machine mcp"] {
+            if line.contains(variant) {
+                wrong.push(format!(
+                    "README.md:{}: {variant:?} (write `machine-mcp`)",
+                    n + 1
+                ));
+            }
+        }
+        if line.to_ascii_lowercase().contains("machine bridge") {
+            wrong.push(format!(
+                "README.md:{}: \"machine bridge\" (write machine-bridge)",
+                n + 1
+            ));
+        }
+    }
+    for claim in [
+        "revisions that start with `-` are refused",
+        // tests/interop/run.sh drives the TypeScript SDK 1.x (ts-*.mjs) only through `up`.
+        "the TypeScript SDK 1.x (`@modelcontextprotocol/sdk`, with a bearer token, OAuth sign-in and stream resumption) through the relay (`machine-mcp up`) only",
+    ] {
+        if !text.contains(claim) {
+            wrong.push(format!("README.md does not say {claim:?}"));
+        }
+    }
+    report("the README names things as they are", &wrong);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -66,7 +66,8 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
     if hub.config.auth == config::AuthMode::OAuth {
         app = app.merge(oauth::routes(&hub));
     }
-    app.layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
+    app.fallback(not_found)
+        .layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
         .layer(cors(&hub))
         .with_state(hub)
@@ -90,6 +91,44 @@ fn cors(hub: &Arc<hub::Hub>) -> tower_http::cors::CorsLayer {
             axum::http::header::WWW_AUTHENTICATE,
         ])
         .max_age(Duration::from_secs(600))
+}
+
+/// The longest part of an unknown path that `not_found` repeats back (characters).
+const NOT_FOUND_PATH_SHOWN_CHARS: usize = 200;
+
+/// The answer to a path the relay does not serve (a client configured with `/mcp`, `/b/` or a
+/// typo): 404 with a JSON-RPC error (-32600, id null) that says where the MCP endpoints are. It
+/// gives the URL patterns only, never the bridges the relay holds (the caller is not
+/// authenticated). The 404s of the MCP endpoints themselves (an unknown bridge, or session per
+/// MCP 2025-11-25 Streamable HTTP §Session Management) are theirs and unchanged.
+async fn not_found(
+    axum::extract::State(hub): axum::extract::State<Arc<hub::Hub>>,
+    uri: axum::http::Uri,
+) -> error::HttpError {
+    let base = hub.config.public_url.as_str().trim_end_matches('/');
+    let mut path: String = uri
+        .path()
+        .chars()
+        .take(NOT_FOUND_PATH_SHOWN_CHARS)
+        .collect();
+    if path.len() < uri.path().len() {
+        path.push('…');
+    }
+    let endpoint = format!("{base}/b/<bridge>/mcp");
+    let server_endpoint = format!("{base}/b/<bridge>/s/<server>/mcp");
+    error::HttpError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        format!(
+            "no MCP endpoint at {path}: MCP clients use {endpoint}, with the name of a bridge \
+             (`machine-mcp relay bridge list` on the relay; `machine-mcp up` serves `local`), or \
+             {server_endpoint} for an upstream server the daemon carries"
+        ),
+    )
+    .with_data(serde_json::json!({
+        "error": "not_found",
+        "mcp_endpoint": endpoint,
+        "server_endpoint": server_endpoint,
+    }))
 }
 
 /// Refuses a request whose `Content-Length` declares more than [`MCP_REQUEST_BODY_MAX_BYTES`]

@@ -52,32 +52,19 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
             args.relay
         );
     }
-    let lock = Arc::new(super::instance::lock(&root, "connect", args.takeover, &stop).await?);
-    let key = Arc::new(DeviceKey::load_or_create(&dir)?);
-    let enrollment = match &args.enroll {
-        Some(code) => {
-            let (bridge, key_id) =
-                link::enroll(&args.relay, code, &key, std::time::Duration::from_secs(30))
-                    .await
-                    .map_err(anyhow::Error::msg)?;
-            let e = Enrollment {
-                relay: args.relay.to_string(),
-                bridge,
-                key_id,
-            };
-            e.save(&dir)?;
-            eprintln!("enrolled as bridge {} at {}", e.bridge, e.relay);
-            e
+    // A failed enrollment into a new state directory leaves no half-made one behind.
+    let created = super::instance::Created::before(&root);
+    let lock = super::instance::lock(&root, "connect", args.takeover, &stop).await?;
+    let (key, enrollment) = match start(&args, &dir).await {
+        Ok(started) => started,
+        Err(e) => {
+            if args.enroll.is_some() {
+                created.undo(lock);
+            }
+            return Err(e);
         }
-        None => match Enrollment::load(&dir)? {
-            Some(e) => e,
-            None => bail!(
-                "this machine is not enrolled with a relay yet: on the relay run `machine-mcp relay bridge add NAME`, \
-                 then here `machine-mcp connect --relay {} --enroll CODE`",
-                args.relay
-            ),
-        },
     };
+    let lock = Arc::new(lock);
     // Started by the service: its command line is the one `service install` recorded. Only then
     // does a SIGHUP read the recorded definition (a daemon started by hand keeps its own flags).
     let own: Option<Vec<String>> = std::env::args_os()
@@ -421,4 +408,39 @@ fn reload(
     };
     super::instance::check_workspace(new.workspace.as_deref())?;
     Ok((!current.changes(&new).is_empty()).then_some(new))
+}
+
+/// The device key in `dir` and the enrollment: redeems `--enroll CODE` at the relay (and saves
+/// it), else loads the saved one.
+///
+/// # Errors
+/// The key cannot be read or made, the relay refuses the code or cannot be reached, the
+/// enrollment cannot be saved, or there is none.
+async fn start(args: &ConnectArgs, dir: &std::path::Path) -> Result<(Arc<DeviceKey>, Enrollment)> {
+    let key = Arc::new(DeviceKey::load_or_create(dir)?);
+    let enrollment = match &args.enroll {
+        Some(code) => {
+            let (bridge, key_id) =
+                link::enroll(&args.relay, code, &key, std::time::Duration::from_secs(30))
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+            let e = Enrollment {
+                relay: args.relay.to_string(),
+                bridge,
+                key_id,
+            };
+            e.save(dir)?;
+            eprintln!("enrolled as bridge {} at {}", e.bridge, e.relay);
+            e
+        }
+        None => match Enrollment::load(dir)? {
+            Some(e) => e,
+            None => bail!(
+                "this machine is not enrolled with a relay yet: on the relay run `machine-mcp relay bridge add NAME`, \
+                 then here `machine-mcp connect --relay {} --enroll CODE`",
+                args.relay
+            ),
+        },
+    };
+    Ok((key, enrollment))
 }

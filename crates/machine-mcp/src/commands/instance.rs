@@ -51,6 +51,56 @@ pub(crate) async fn lock(
     Ok(lock)
 }
 
+/// The directories a run is about to create for its state directory: the state directory and
+/// those of its parents that do not exist yet, so that a run that fails before the directory
+/// holds anything worth keeping (a failed enrollment, a busy port) leaves the filesystem as it
+/// found it.
+pub(crate) struct Created {
+    /// The missing directories, deepest first; empty when the state directory exists.
+    missing: Vec<std::path::PathBuf>,
+}
+
+impl Created {
+    /// Notes which of `state_dir` and its parents are missing; call it before the lock is taken
+    /// (which creates them).
+    pub(crate) fn before(state_dir: &Path) -> Self {
+        let missing = state_dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
+            .map(Path::to_owned)
+            .collect();
+        Self { missing }
+    }
+
+    /// Releases `lock` and removes what this run created: nothing when the state directory
+    /// existed before. Its `daemon/` and `up/` subdirectories (key, enrollment, relay store)
+    /// are removed while the lock is still held, so no other daemon is using them; then the
+    /// lock is released (its record goes with it) and the lock file and the directories are
+    /// removed only while empty, so a daemon that took the lock in between keeps its record.
+    pub(crate) fn undo(self, lock: InstanceLock) {
+        let Some(state_dir) = self.missing.first() else {
+            drop(lock);
+            return;
+        };
+        for sub in ["daemon", "up"] {
+            let _ = std::fs::remove_dir_all(state_dir.join(sub));
+        }
+        drop(lock);
+        let entries: Vec<_> = std::fs::read_dir(state_dir)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+            .unwrap_or_default();
+        if entries != [std::ffi::OsString::from(daemon::instance::LOCK_FILE)] {
+            return;
+        }
+        let _ = std::fs::remove_file(state_dir.join(daemon::instance::LOCK_FILE));
+        for d in &self.missing {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
+}
+
 /// Fails as the runtime would on a workspace that is not a readable directory, so that a
 /// `--takeover` with a bad workspace does not stop the daemon that runs.
 ///

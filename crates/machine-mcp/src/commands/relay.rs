@@ -22,6 +22,26 @@ fn store_path(s: &StoreArgs) -> Result<PathBuf> {
     }
 }
 
+/// The flags that name the store of `s` again (`--up`, `--store PATH`, `--state-dir DIR`), each
+/// with a leading space, for the follow-up command lines a command prints: pasted, they reach
+/// the same store.
+fn store_flags(s: &StoreArgs) -> String {
+    let quote = |p: &std::path::Path| {
+        let p = p.to_string_lossy();
+        shlex::try_quote(&p).map_or_else(|_| p.to_string(), |q| q.into_owned())
+    };
+    let mut flags = String::new();
+    if s.up {
+        flags.push_str(" --up");
+    }
+    if let Some(p) = &s.store {
+        flags.push_str(&format!(" --store {}", quote(p)));
+    } else if let Some(d) = &s.state.state_dir {
+        flags.push_str(&format!(" --state-dir {}", quote(d)));
+    }
+    flags
+}
+
 /// Opens the store, creating it when missing (`relay serve`, `relay bridge add`).
 async fn open(s: &StoreArgs) -> Result<SqliteStorage> {
     let path = store_path(s)?;
@@ -151,10 +171,17 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
                 .add_bridge_code(&name, code_ttl_minutes.max(1) * 60, keep_existing)
                 .await?;
             let first_owner = ensure_owner(&s, &name, &owner).await?;
+            let again = store_flags(&store);
+            // `connect` has no store: with --up its relay is the one `machine-mcp up` serves.
+            let relay_url = if store.up {
+                "<the URL of `machine-mcp up`, e.g. http://127.0.0.1:8750>"
+            } else {
+                "<RELAY URL>"
+            };
             println!("{code}");
             eprintln!(
                 "bridge {name}: enrollment code above, valid for {code_ttl_minutes} min and for one use.\n\
-                 On the machine to connect, run:\n  machine-mcp connect --relay <RELAY URL> --enroll {code} --workspace <DIR>"
+                 On the machine to connect, run:\n  machine-mcp connect --relay {relay_url} --enroll {code} --workspace <DIR>"
             );
             if had_keys && !keep_existing {
                 eprintln!(
@@ -166,18 +193,19 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
                 Some(pw) => eprintln!(
                     "Owner account of bridge {name}: {owner}, password: {pw}\n  \
                      (shown once; sign in with it on the relay's consent page when a client adds the MCP URL;\n  \
-                     reset it with: machine-mcp relay account rotate-password --bridge {name} {owner})"
+                     reset it with: machine-mcp relay account rotate-password{again} --bridge {name} {owner})"
                 ),
                 None => eprintln!(
-                    "Bridge {name} already has accounts (machine-mcp relay account list --bridge {name})."
+                    "Bridge {name} already has accounts (machine-mcp relay account list{again} --bridge {name})."
                 ),
             }
             eprintln!(
-                "Clients that take a pasted token instead: machine-mcp relay token create --bridge {name} --role operator"
+                "Clients that take a pasted token instead: machine-mcp relay token create{again} --bridge {name} --role operator"
             );
         }
         BridgeCommand::List { store } => {
             let s = open_existing(&store).await?;
+            println!("BRIDGE");
             for b in s.bridges().await? {
                 println!("{b}");
             }
@@ -214,6 +242,7 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
         }
         TokenCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
+            println!("ID\tBRIDGE\tROLE\tSTATE\tLABEL");
             for t in s.tokens(bridge.as_deref()).await? {
                 println!(
                     "{}\t{}\t{}\t{}\t{}",
@@ -350,6 +379,7 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
                 None if at.store.up => Some("local".to_owned()),
                 None => None,
             };
+            println!("NAME\tBRIDGE\tROLE\tSTATE");
             for a in s.accounts(bridge.as_deref()).await? {
                 println!(
                     "{}\t{}\t{}\t{}",
@@ -426,6 +456,7 @@ pub(crate) async fn client(cmd: ClientCommand) -> Result<()> {
     match cmd {
         ClientCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
+            println!("CLIENT_ID\tKIND\tSTATE\tGRANTS\tBRIDGES\tNAME");
             for c in s.clients(bridge.as_deref()).await? {
                 let name = serde_json::from_str::<serde_json::Value>(&c.record.metadata)
                     .ok()
@@ -467,6 +498,7 @@ pub(crate) async fn device(cmd: DeviceCommand) -> Result<()> {
     match cmd {
         DeviceCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
+            println!("KEY_ID\tBRIDGE\tREGISTERED\tSTATE");
             for k in s.device_keys(bridge.as_deref()).await? {
                 println!(
                     "{}\t{}\t{}\t{}",

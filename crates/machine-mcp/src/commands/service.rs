@@ -811,11 +811,7 @@ pub(crate) fn is_active(p: ServicePlatform, state: &Path) -> Result<bool> {
         ServicePlatform::Systemd => (
             SYSTEMCTL_ENV,
             "systemctl",
-            vec![
-                "--user".to_owned(),
-                "is-active".to_owned(),
-                n.unit.clone(),
-            ],
+            vec!["--user".to_owned(), "is-active".to_owned(), n.unit.clone()],
         ),
         ServicePlatform::Launchd => (
             LAUNCHCTL_ENV,

@@ -51,11 +51,10 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
     // A bad workspace is reported before a --takeover stops the daemon that runs.
     super::instance::check_workspace(args.workspace.as_deref())?;
     super::instance::check_listen_for_takeover(&root, args.listen, args.takeover)?;
-    let lock = Arc::new(super::instance::lock(&root, "up", args.takeover, &interrupted).await?);
+    // A new state directory is removed again when `up` cannot even listen (a busy port).
+    let created = super::instance::Created::before(&root);
+    let lock = super::instance::lock(&root, "up", args.takeover, &interrupted).await?;
     let dir = root.join("up");
-    let storage = SqliteStorage::open(&dir.join("relay.db"))
-        .await
-        .with_context(|| format!("cannot open the relay store in {}", dir.display()))?;
     let published = args.public_url.is_some();
     let mut public_url: url::Url = match args.public_url {
         Some(u) => u,
@@ -70,7 +69,18 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         oauth: super::oauth_settings(&args.oauth),
         ..RelayConfig::new(args.listen, public_url.clone())
     };
-    let listener = relay::bind(&config).await?;
+    // Bound before the store is made, so that a busy port leaves nothing behind.
+    let listener = match relay::bind(&config).await {
+        Ok(l) => l,
+        Err(e) => {
+            created.undo(lock);
+            return Err(e.into());
+        }
+    };
+    let lock = Arc::new(lock);
+    let storage = SqliteStorage::open(&dir.join("relay.db"))
+        .await
+        .with_context(|| format!("cannot open the relay store in {}", dir.display()))?;
     let bound = listener
         .local_addr()
         .context("cannot read the port the listener got")?;

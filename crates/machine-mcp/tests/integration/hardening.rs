@@ -341,7 +341,13 @@ fn device_keys_can_be_revoked_and_re_enrollment_replaces_them_at_once() {
     let daemon = relay.daemon(state.path(), ws.path(), Some(&code), &[]);
     relay.wait_ready(1);
     let listed = cli(&["device", "list", "--bridge", "b1"]);
-    let key_id = listed.split_whitespace().next().unwrap().to_owned();
+    // The first line is the header.
+    let key_id = listed
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_owned();
     assert!(listed.contains("active"), "{listed}");
     // A second machine keeps the first one's key.
     let second = relay.add_bridge_with("b1", &["--keep-existing"]);
@@ -352,6 +358,7 @@ fn device_keys_can_be_revoked_and_re_enrollment_replaces_them_at_once() {
     assert!(
         cli(&["device", "list", "--bridge", "b1"])
             .lines()
+            .skip(1)
             .all(|l| l.contains("active")),
         "--keep-existing kept the first key"
     );
@@ -359,6 +366,7 @@ fn device_keys_can_be_revoked_and_re_enrollment_replaces_them_at_once() {
     let active = cli(&["device", "list", "--bridge", "b1"]);
     let second_key = active
         .lines()
+        .skip(1)
         .map(|l| l.split_whitespace().next().unwrap())
         .find(|k| *k != key_id)
         .unwrap()

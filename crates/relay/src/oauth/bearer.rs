@@ -19,6 +19,10 @@ use crate::{
     hub::Hub,
 };
 
+/// The refusal of an `Authorization` header without the Bearer (or DPoP) scheme (the scheme's
+/// name is case-insensitive, RFC 9110 §11.1, so `bearer x` is accepted).
+pub const WRONG_SCHEME: &str = "the Authorization header has no Bearer scheme: use `Authorization: Bearer <token>` (or `DPoP <token>` with a DPoP proof for a DPoP-bound access token)";
+
 /// How the MCP request presented its token.
 enum Credential<'a> {
     Bearer(&'a str),
@@ -39,7 +43,8 @@ fn credential(headers: &HeaderMap) -> Result<Option<Credential<'_>>, &'static st
         Some((scheme, t)) if scheme.eq_ignore_ascii_case("dpop") && !t.trim().is_empty() => {
             Ok(Some(Credential::Dpop(t.trim())))
         }
-        _ => Err("the Authorization header must be Bearer or DPoP"),
+        // A bare token, or another scheme (`Token x`, `Basic …`): say how to send it.
+        _ => Err(WRONG_SCHEME),
     }
 }
 
