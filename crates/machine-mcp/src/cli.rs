@@ -291,6 +291,11 @@ pub(crate) enum ServiceCommand {
     Stop(ServiceArgs),
     /// Restart the service, e.g. after `service install` changed it.
     Restart(ServiceArgs),
+    /// Make the running service re-read its servers file and the workspace, policy flags and
+    /// servers file `service install` last recorded (SIGHUP, through `systemctl --user reload`
+    /// or `launchctl kill SIGHUP`): its link and sessions are kept when nothing changed, and
+    /// reopened with the new settings when something did.
+    Reload(ServiceArgs),
     /// Show the service manager's view of the service (exit status non-zero when it is not
     /// running).
     Status(ServiceArgs),

@@ -62,6 +62,7 @@ pub(crate) fn run(cmd: ServiceCommand) -> Result<()> {
         ServiceCommand::Start(args) => control(&args, Verb::Start),
         ServiceCommand::Stop(args) => control(&args, Verb::Stop),
         ServiceCommand::Restart(args) => control(&args, Verb::Restart),
+        ServiceCommand::Reload(args) => control(&args, Verb::Reload),
         ServiceCommand::Status(args) => control(&args, Verb::Status),
     }
 }
@@ -312,6 +313,9 @@ StartLimitBurst={START_LIMIT_BURST}
 [Service]
 Type=simple
 ExecStart={exec}
+# `machine-mcp service reload`: the daemon re-reads its servers file and this definition's
+# settings (as `service install` recorded them), keeping its link when nothing changed.
+ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec={RESTART_SEC}
 # Only the daemon is signalled: managed jobs are detached runners that outlive it (DESIGN), and
@@ -442,7 +446,7 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
     }
     if changed {
         say(&format!(
-            "next: `machine-mcp service start{state_flag}` (or `machine-mcp service restart{state_flag}` if it runs already)"
+            "next: `machine-mcp service start{state_flag}` (or, if it runs already, `machine-mcp service reload{state_flag}` to apply these settings without a restart)"
         ));
     } else {
         say(&format!(
@@ -737,6 +741,7 @@ enum Verb {
     Start,
     Stop,
     Restart,
+    Reload,
     Status,
 }
 
@@ -760,6 +765,10 @@ fn control(a: &ServiceArgs, verb: Verb) -> Result<()> {
         (ServicePlatform::Systemd, Verb::Start) => ("started", systemctl(&["start", unit])),
         (ServicePlatform::Systemd, Verb::Stop) => ("stopped", systemctl(&["stop", unit])),
         (ServicePlatform::Systemd, Verb::Restart) => ("restarted", systemctl(&["restart", unit])),
+        // ExecReload sends the daemon SIGHUP: it re-reads what `install` recorded.
+        (ServicePlatform::Systemd, Verb::Reload) => {
+            ("asked to reload", systemctl(&["reload", unit]))
+        }
         (ServicePlatform::Systemd, Verb::Status) => {
             ("", systemctl(&["status", "--no-pager", unit]))
         }
@@ -780,6 +789,9 @@ fn control(a: &ServiceArgs, verb: Verb) -> Result<()> {
                 "restarted",
                 launchctl(&["bootstrap", &launchd_domain(), &utf8(&path)?]),
             )
+        }
+        (ServicePlatform::Launchd, Verb::Reload) => {
+            ("asked to reload", launchctl(&["kill", "SIGHUP", &target]))
         }
         (ServicePlatform::Launchd, Verb::Status) => ("", launchctl(&["print", &target])),
     };

@@ -539,7 +539,7 @@ fn a_missing_or_failing_systemctl_is_a_clear_error() {
 #[test]
 fn start_stop_restart_before_install_say_to_install_and_after_say_what_they_did() {
     let f = Fixture::new();
-    for verb in ["start", "stop", "restart", "status"] {
+    for verb in ["start", "stop", "restart", "reload", "status"] {
         let out = f.run(&["service", verb]);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{verb}: {stderr}");
@@ -554,6 +554,7 @@ fn start_stop_restart_before_install_say_to_install_and_after_say_what_they_did(
         ("start", "started machine-mcp.service"),
         ("stop", "stopped machine-mcp.service"),
         ("restart", "restarted machine-mcp.service"),
+        ("reload", "asked to reload machine-mcp.service"),
     ] {
         let out = f.run(&["service", verb]);
         assert!(out.status.success(), "{verb}: {}", text(&out.stderr));
@@ -563,6 +564,18 @@ fn start_stop_restart_before_install_say_to_install_and_after_say_what_they_did(
             text(&out.stdout)
         );
     }
+    assert!(
+        f.calls().contains("--user reload machine-mcp.service\n"),
+        "{}",
+        f.calls()
+    );
+    // systemd's reload is the SIGHUP the daemon handles.
+    let unit = std::fs::read_to_string(f.unit()).unwrap();
+    assert!(
+        unit.lines()
+            .any(|l| l == "ExecReload=/bin/kill -HUP $MAINPID"),
+        "{unit}"
+    );
 }
 
 // Regression (fresh tester, issue 17 follow-up 11): a failing `daemon-reload`/`enable` left the
