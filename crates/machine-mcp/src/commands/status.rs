@@ -240,7 +240,7 @@ fn print_human(r: &Value) {
     }
     for (label, k) in [
         ("sessions", "sessions"),
-        ("calls in flight", "calls_in_flight"),
+        ("calls in flight", "requests_in_flight"),
         ("process sessions", "process_sessions"),
         ("jobs running", "jobs_running"),
     ] {

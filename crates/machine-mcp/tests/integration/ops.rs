@@ -716,3 +716,29 @@ fn a_takeover_onto_a_port_another_program_holds_fails_first_and_leaves_the_daemo
     let (code, _, _) = status(state.path(), false);
     assert_eq!(code, 0);
 }
+
+// Regression (fresh tester, stop 30 #7): the table said `calls in flight 0` during a call (it
+// showed the count of 2026-era single calls; a session's call is a request in flight).
+#[test]
+fn status_counts_a_sessions_call_in_flight() {
+    let (relay, state, ws, _daemon) = enrolled(&["--profile", "agent"]);
+    let token = relay.token("b1", "owner");
+    let url = format!("{}/b/b1/mcp", relay.direct());
+    let call = std::thread::spawn(move || {
+        let mut c = crate::net::Client::new(&url, Some(&token));
+        c.initialize();
+        c.call(
+            "run_process",
+            json!({"argv": ["sh", "-c", "touch started; sleep 3"]}),
+        )
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while !ws.path().join("started").exists() {
+        assert!(Instant::now() < end, "the call did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, out, _) = status(state.path(), false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("calls in flight      1"), "{out}");
+    call.join().unwrap();
+}
