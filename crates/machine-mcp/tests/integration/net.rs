@@ -733,3 +733,34 @@ pub(crate) fn tool_error(response: &Value) -> Value {
     );
     serde_json::from_str(response["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
 }
+
+/// Calls `run_process` of `sh -c "touch started; SCRIPT"` (in the workspace `ws`) through the MCP
+/// endpoint `url` on a thread, and returns once the process runs (`started` exists): the call's
+/// answer and when it came. Panics when the call ends or has not started within 30 s.
+pub(crate) fn call_in_flight(
+    url: &str,
+    token: &str,
+    ws: &Path,
+    script: &str,
+) -> std::thread::JoinHandle<(Value, Instant)> {
+    let (url, token) = (url.to_owned(), token.to_owned());
+    let script = format!("touch started; {script}");
+    let call = std::thread::spawn(move || {
+        let mut c = Client::new(&url, Some(&token));
+        c.initialize();
+        c.timeout = Duration::from_secs(90);
+        let r = c.call("run_process", json!({"argv": ["sh", "-c", script]}));
+        (r, Instant::now())
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while !ws.join("started").exists() {
+        assert!(
+            !call.is_finished(),
+            "the call ended early: {:?}",
+            call.join()
+        );
+        assert!(Instant::now() < end, "the call did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    call
+}

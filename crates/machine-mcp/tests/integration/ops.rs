@@ -142,27 +142,10 @@ fn a_takeover_lets_the_running_daemon_drain_its_calls_in_flight() {
     let (relay, state, ws, _first) = enrolled(&["--profile", "agent"]);
     let token = relay.token("b1", "owner");
     let url = format!("{}/b/b1/mcp", relay.direct());
-    let call = std::thread::spawn(move || {
-        let mut c = crate::net::Client::new(&url, Some(&token));
-        c.initialize();
-        c.call(
-            "run_process",
-            json!({"argv": ["sh", "-c", "touch started; sleep 5; echo finished"]}),
-        )
-    });
-    let end = Instant::now() + Duration::from_secs(30);
-    while !ws.path().join("started").exists() {
-        assert!(
-            !call.is_finished(),
-            "the call ended early: {:?}",
-            call.join()
-        );
-        assert!(Instant::now() < end, "the call did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let call = crate::net::call_in_flight(&url, &token, ws.path(), "sleep 5; echo finished");
     let new = relay.daemon(state.path(), ws.path(), None, &["--takeover"]);
     new.wait_log(READY, Duration::from_secs(30));
-    let r = call.join().unwrap();
+    let (r, _) = call.join().unwrap();
     assert_eq!(
         r["result"]["structuredContent"]["stdout"],
         "finished\n",
@@ -185,26 +168,7 @@ fn a_call_cut_by_a_daemon_stop_is_answered_at_once_not_after_the_reconnect_grace
     let (relay, _state, ws, first) = enrolled(&["--profile", "agent"]);
     let token = relay.token("b1", "owner");
     let url = format!("{}/b/b1/mcp", relay.direct());
-    let call = std::thread::spawn(move || {
-        let mut c = crate::net::Client::new(&url, Some(&token));
-        c.initialize();
-        c.timeout = Duration::from_secs(90);
-        let r = c.call(
-            "run_process",
-            json!({"argv": ["sh", "-c", "touch started; sleep 40"]}),
-        );
-        (r, Instant::now())
-    });
-    let end = Instant::now() + Duration::from_secs(30);
-    while !ws.path().join("started").exists() {
-        assert!(
-            !call.is_finished(),
-            "the call ended early: {:?}",
-            call.join()
-        );
-        assert!(Instant::now() < end, "the call did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let call = crate::net::call_in_flight(&url, &token, ws.path(), "sleep 40");
     let ok = Command::new("kill")
         .arg(first.child.id().to_string())
         .status()
@@ -724,19 +688,7 @@ fn status_counts_a_sessions_call_in_flight() {
     let (relay, state, ws, _daemon) = enrolled(&["--profile", "agent"]);
     let token = relay.token("b1", "owner");
     let url = format!("{}/b/b1/mcp", relay.direct());
-    let call = std::thread::spawn(move || {
-        let mut c = crate::net::Client::new(&url, Some(&token));
-        c.initialize();
-        c.call(
-            "run_process",
-            json!({"argv": ["sh", "-c", "touch started; sleep 3"]}),
-        )
-    });
-    let end = Instant::now() + Duration::from_secs(30);
-    while !ws.path().join("started").exists() {
-        assert!(Instant::now() < end, "the call did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let call = crate::net::call_in_flight(&url, &token, ws.path(), "sleep 3");
     let (code, out, _) = status(state.path(), false);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("calls in flight      1"), "{out}");

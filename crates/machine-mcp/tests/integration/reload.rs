@@ -294,21 +294,7 @@ fn a_reload_starts_the_new_servers_and_lets_calls_finish_before_it_closes_the_li
     daemon.wait_log(READY, Duration::from_secs(30));
     relay.wait_ready(1);
     let url = format!("{}/b/b1/mcp", relay.direct());
-    let t = token.clone();
-    let u = url.clone();
-    let call = std::thread::spawn(move || {
-        let mut c = Client::new(&u, Some(&t));
-        c.initialize();
-        c.call(
-            "run_process",
-            json!({"argv": ["sh", "-c", "touch started; sleep 4; echo finished"]}),
-        )
-    });
-    let end = Instant::now() + Duration::from_secs(30);
-    while !ws.path().join("started").exists() {
-        assert!(Instant::now() < end, "the call did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let call = crate::net::call_in_flight(&url, &token, ws.path(), "sleep 4; echo finished");
     // An upstream that takes 2 s to start, and one that cannot start at all.
     let slow = format!(
         "sleep 2; exec {} stdio --workspace {} --profile review",
@@ -332,7 +318,7 @@ fn a_reload_starts_the_new_servers_and_lets_calls_finish_before_it_closes_the_li
     assert!(r["result"].is_object(), "{r}");
     assert_eq!(count(&daemon, READY), 1, "{}", daemon.log());
     // The call in flight finishes on the old link.
-    let r = call.join().unwrap();
+    let (r, _) = call.join().unwrap();
     assert_eq!(
         r["result"]["structuredContent"]["stdout"],
         "finished\n",
