@@ -274,7 +274,7 @@ pub(crate) fn run(args: ClientConfigArgs) -> Result<()> {
                 write(client, &path, &args.name, &entry, o)
             } else {
                 if i > 0 {
-                    println!();
+                    outln!();
                 }
                 print_snippet(client, &path, &args.name, &entry)
             }
@@ -388,7 +388,7 @@ fn utf8(path: &Path, what: &str) -> Result<String> {
 
 /// Prints `entry` as it goes into `client`'s file at `path`.
 fn print_snippet(client: Client, path: &Path, name: &str, entry: &Entry) -> Result<()> {
-    println!(
+    outln!(
         "{} — {} (or run with --write):",
         client.label(),
         printable(&path.display().to_string())
@@ -398,7 +398,7 @@ fn print_snippet(client: Client, path: &Path, name: &str, entry: &Entry) -> Resu
             // Nested maps, not `json!`, which would sort the entry's members.
             let doc = IndexMap::from([(key, IndexMap::from([(name, entry.to_json(client))]))]);
             let text = serde_json::to_string_pretty(&doc).context("cannot format the entry")?;
-            println!("{text}");
+            outln!("{text}");
         }
         Format::Toml => print!("{}", edit::toml_snippet(name, entry)),
     }
@@ -414,18 +414,18 @@ fn write(client: Client, path: &Path, name: &str, entry: &Entry, o: edit::Option
     let file = printable(&edited.file.display().to_string());
     match (&edited.outcome, &edited.backup) {
         (edit::Outcome::Unchanged, _) => {
-            println!(
+            outln!(
                 "{}: \"{name}\" unchanged in {file} (nothing written)",
                 client.id()
             );
         }
-        (outcome, Some(backup)) => println!(
+        (outcome, Some(backup)) => outln!(
             "{}: {} \"{name}\" in {file} (backup {})",
             client.id(),
             outcome.verb(),
             printable(&backup.display().to_string())
         ),
-        (outcome, None) => println!(
+        (outcome, None) => outln!(
             "{}: {} \"{name}\" in {file} (new file)",
             client.id(),
             outcome.verb()

@@ -344,11 +344,11 @@ pub(crate) async fn run(args: DoctorArgs) -> Result<()> {
     ]);
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     if args.json {
-        println!("{}", json!({"checks": checks, "ok": failed == 0}));
+        outln!("{}", json!({"checks": checks, "ok": failed == 0}));
     } else {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
         for c in &checks {
-            println!("{}", line(c, color));
+            outln!("{}", line(c, color));
         }
         if failed > 0 {
             eprintln!(

@@ -30,7 +30,7 @@ macro_rules! out {
 /// Writes `line` and a line break to stdout: a reader that went away (broken pipe) ends the
 /// process with status 0; any other write error (a full disk, a closed descriptor) with an
 /// error and status 1.
-pub(super) fn emit(line: &str) {
+pub(crate) fn emit(line: &str) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();
     let written = o

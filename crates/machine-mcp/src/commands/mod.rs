@@ -1,6 +1,13 @@
 //! One module per subcommand; [`run`] dispatches. Shared here: the policy from flags, the state
 //! directory, and the runtime for a workspace.
 
+/// `println!` for command output: a reader that went away (`| head`) ends the process with
+/// status 0 instead of a panic ([`job::emit`]).
+macro_rules! outln {
+    () => { $crate::commands::job::emit("") };
+    ($($arg:tt)*) => { $crate::commands::job::emit(&format!($($arg)*)) };
+}
+
 mod client_config;
 mod connect;
 mod doctor;

@@ -178,7 +178,7 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
             } else {
                 "<RELAY URL>"
             };
-            println!("{code}");
+            outln!("{code}");
             eprintln!(
                 "bridge {name}: enrollment code above, valid for {code_ttl_minutes} min and for one use.\n\
                  On the machine to connect, run:\n  machine-mcp connect --relay {relay_url} --enroll {code} --workspace <DIR>"
@@ -205,9 +205,9 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
         }
         BridgeCommand::List { store } => {
             let s = open_existing(&store).await?;
-            println!("BRIDGE");
+            outln!("BRIDGE");
             for b in s.bridges().await? {
-                println!("{b}");
+                outln!("{b}");
             }
         }
         BridgeCommand::Remove { name, store } => {
@@ -232,7 +232,7 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
             let role = Role::parse(&role).map_err(anyhow::Error::msg)?;
             let s = open_existing(&store).await?;
             let (rec, token) = s.create_token(&bridge, role, label.as_deref()).await?;
-            println!("{token}");
+            outln!("{token}");
             eprintln!(
                 "token {} for bridge {} with role {}: shown once above; send it as `Authorization: Bearer <token>`.",
                 rec.id,
@@ -242,9 +242,9 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
         }
         TokenCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
-            println!("ID\tBRIDGE\tROLE\tSTATE\tLABEL");
+            outln!("ID\tBRIDGE\tROLE\tSTATE\tLABEL");
             for t in s.tokens(bridge.as_deref()).await? {
-                println!(
+                outln!(
                     "{}\t{}\t{}\t{}\t{}",
                     t.id,
                     t.bridge,
@@ -358,7 +358,7 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
             let hash = hash_password(pw.clone()).await?;
             let a = s.create_account(&bridge, &name, role, &hash).await?;
             if generated {
-                println!("{pw}");
+                outln!("{pw}");
             }
             eprintln!(
                 "account {} of bridge {} with role {}{}",
@@ -379,9 +379,9 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
                 None if at.store.up => Some("local".to_owned()),
                 None => None,
             };
-            println!("NAME\tBRIDGE\tROLE\tSTATE");
+            outln!("NAME\tBRIDGE\tROLE\tSTATE");
             for a in s.accounts(bridge.as_deref()).await? {
-                println!(
+                outln!(
                     "{}\t{}\t{}\t{}",
                     a.name,
                     a.bridge,
@@ -431,7 +431,7 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
             s.update_account(&bridge, &name, AccountChange::Password(hash))
                 .await?;
             if generated {
-                println!("{pw}");
+                outln!("{pw}");
             }
             eprintln!(
                 "account {name} of bridge {bridge}: new password{}; its tokens were revoked",
@@ -456,7 +456,7 @@ pub(crate) async fn client(cmd: ClientCommand) -> Result<()> {
     match cmd {
         ClientCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
-            println!("CLIENT_ID\tKIND\tSTATE\tGRANTS\tBRIDGES\tNAME");
+            outln!("CLIENT_ID\tKIND\tSTATE\tGRANTS\tBRIDGES\tNAME");
             for c in s.clients(bridge.as_deref()).await? {
                 let name = serde_json::from_str::<serde_json::Value>(&c.record.metadata)
                     .ok()
@@ -466,7 +466,7 @@ pub(crate) async fn client(cmd: ClientCommand) -> Result<()> {
                             .map(str::to_owned)
                     })
                     .unwrap_or_default();
-                println!(
+                outln!(
                     "{}\t{}\t{}\t{} grants\t{}\t{}",
                     c.record.client_id,
                     c.record.kind.as_str(),
@@ -498,9 +498,9 @@ pub(crate) async fn device(cmd: DeviceCommand) -> Result<()> {
     match cmd {
         DeviceCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
-            println!("KEY_ID\tBRIDGE\tREGISTERED\tSTATE");
+            outln!("KEY_ID\tBRIDGE\tREGISTERED\tSTATE");
             for k in s.device_keys(bridge.as_deref()).await? {
-                println!(
+                outln!(
                     "{}\t{}\t{}\t{}",
                     k.key_id,
                     k.bridge,

@@ -26,7 +26,7 @@ pub(crate) fn run(args: &StatusArgs) -> Result<()> {
     if let Some(why) = unreadable(&dir) {
         let report = json!({"running": "unknown", "error": why});
         if args.json {
-            println!("{report}");
+            outln!("{report}");
         } else {
             print_human(&report);
             eprintln!("machine-mcp status: {why}");
@@ -80,7 +80,7 @@ pub(crate) fn run(args: &StatusArgs) -> Result<()> {
         },
     };
     if args.json {
-        println!("{report}");
+        outln!("{report}");
     } else {
         print_human(&report);
         if let Some(p) = &problem {
@@ -188,7 +188,7 @@ fn relative(unix_ms: &Value) -> Option<String> {
 }
 
 fn print_human(r: &Value) {
-    let row = |k: &str, v: String| println!("{k:<20} {}", super::printable(&v));
+    let row = |k: &str, v: String| outln!("{k:<20} {}", super::printable(&v));
     let s = |v: &Value| match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".to_owned(),

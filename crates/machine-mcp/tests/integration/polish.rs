@@ -489,3 +489,48 @@ fn a_clean_stop_logs_no_1006_and_no_error() {
         "the relay logged an ERROR:\n{log}"
     );
 }
+
+// Regression (fresh tester, stop 30 round 2 #8): `doctor | head`, `client-config | head` and
+// `relay token list | head` panicked on the closed pipe (exit 101 with a backtrace).
+#[test]
+fn commands_piped_into_a_reader_that_goes_away_end_quietly() {
+    let state = tempfile::tempdir().unwrap();
+    let store = state.path().join("relay.db");
+    let store = store.to_str().unwrap();
+    crate::net::run_cli(&["relay", "bridge", "add", "b1", "--store", store]);
+    for _ in 0..3 {
+        crate::net::run_cli(&[
+            "relay", "token", "create", "--bridge", "b1", "--store", store,
+        ]);
+    }
+    let ws = crate::util::Tree::new();
+    for args in [
+        vec!["relay", "token", "list", "--store", store],
+        vec![
+            "client-config",
+            "--client",
+            "all",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ],
+        vec![
+            "doctor",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ],
+    ] {
+        let mut child = Command::new(bin())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}
