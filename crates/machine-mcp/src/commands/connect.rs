@@ -46,6 +46,24 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     // that runs.
     super::instance::check_workspace(args.workspace.as_deref())?;
     if args.enroll.is_none() && Enrollment::load(&dir)?.is_none() {
+        // A daemon that runs here (`up`, which keeps its own enrollment) is what to name first.
+        if daemon::instance::is_held(&root)
+            && let Some(r) = daemon::instance::read_record(&root)
+        {
+            if !args.takeover {
+                return Err(daemon::instance::LockError::Held {
+                    dir: root.clone(),
+                    holder: r.describe(),
+                }
+                .into());
+            }
+            bail!(
+                "`connect` is not enrolled on the state directory {}, where {} runs (its enrollment is its own): \
+                 give `connect` its own --state-dir, or enroll it with `--enroll CODE` from `machine-mcp relay bridge add NAME`",
+                root.display(),
+                r.describe()
+            );
+        }
         bail!(
             "this machine is not enrolled with a relay yet: on the relay run `machine-mcp relay bridge add NAME`, \
              then here `machine-mcp connect --relay {} --enroll CODE`",

@@ -694,3 +694,31 @@ fn status_counts_a_sessions_call_in_flight() {
     assert!(out.contains("calls in flight      1"), "{out}");
     call.join().unwrap();
 }
+
+// Regression (fresh tester, stop 30 round 2 #1): `connect` on a state directory `up` holds said
+// "not enrolled" instead of naming the daemon that runs there (with --takeover too).
+#[test]
+fn connect_on_a_state_directory_up_holds_names_it() {
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let first = up(state.path(), ws.path(), &[]);
+    first.wait_log(READY, Duration::from_secs(30));
+    let pid = first.child.id();
+    for extra in [&[][..], &["--takeover"][..]] {
+        let mut args = vec![
+            "connect",
+            "--relay",
+            "http://127.0.0.1:9",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 1, "{extra:?}: {err}");
+        assert!(err.contains(&format!("PID {pid} ")), "{extra:?}: {err}");
+        assert!(err.contains(" up "), "{extra:?}: {err}");
+    }
+    assert!(alive(u64::from(pid)), "up was stopped");
+}
