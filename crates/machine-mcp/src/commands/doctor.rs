@@ -342,6 +342,26 @@ pub(crate) async fn run(args: DoctorArgs) -> Result<()> {
         local::service(&setup),
         local::lock(&setup),
     ]);
+    // The fixes name commands for this state directory: a non-default one is passed on.
+    let norm = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .or_else(|_| std::path::absolute(p))
+            .ok()
+    };
+    let default_state = super::state_dir(&crate::cli::StateArgs { state_dir: None })
+        .ok()
+        .and_then(|d| norm(&d));
+    if norm(&setup.state) != default_state {
+        let flag = format!(
+            " --state-dir {}",
+            shlex::try_quote(&setup.state.to_string_lossy()).unwrap_or_default()
+        );
+        for c in &mut checks {
+            if let Some(f) = &c.fix {
+                c.fix = Some(with_state_flag(f, &flag));
+            }
+        }
+    }
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     if args.json {
         outln!("{}", json!({"checks": checks, "ok": failed == 0}));
@@ -363,9 +383,45 @@ pub(crate) async fn run(args: DoctorArgs) -> Result<()> {
     Ok(())
 }
 
+/// `fix` with `flag` appended to every command of this machine it quotes (`` `machine-mcp …` ``,
+/// not `` `machine-mcp relay …` ``, which runs on the relay with its own store).
+fn with_state_flag(fix: &str, flag: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in fix.split('`').enumerate() {
+        if i > 0 {
+            out.push('`');
+        }
+        out.push_str(part);
+        let quoted = i % 2 == 1;
+        if quoted
+            && part.starts_with("machine-mcp ")
+            && !part.starts_with("machine-mcp relay ")
+            && !part.contains("--state-dir")
+        {
+            out.push_str(flag);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fixes_name_the_state_directory_in_this_machines_commands_only() {
+        assert_eq!(
+            with_state_flag(
+                "`machine-mcp service start`; on the relay `machine-mcp relay bridge add b`, then `machine-mcp connect --relay URL --enroll CODE`",
+                " --state-dir /s"
+            ),
+            "`machine-mcp service start --state-dir /s`; on the relay `machine-mcp relay bridge add b`, then `machine-mcp connect --relay URL --enroll CODE --state-dir /s`"
+        );
+        assert_eq!(
+            with_state_flag("chmod 600 `x`", " --state-dir /s"),
+            "chmod 600 `x`"
+        );
+    }
 
     #[test]
     fn lines_align_show_the_fix_and_color_only_when_asked() {

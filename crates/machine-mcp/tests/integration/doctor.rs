@@ -304,3 +304,67 @@ fn a_revoked_device_key_turns_the_enrollment_line_red_with_the_re_enroll_fix() {
         "no daemon runs any more: {v:#}"
     );
 }
+
+// Regression (fresh tester, stop 30 round 2 #3, #4, #7): a state directory that is a file was
+// "does not exist"; the fixes named commands without the non-default --state-dir, so copying
+// them acted on another state directory; a `git` that hangs hung doctor.
+#[test]
+fn doctor_names_a_file_as_state_dir_passes_the_state_dir_on_and_survives_a_hung_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = crate::util::Tree::new();
+    let file = tmp.path().join("sfile");
+    std::fs::write(&file, "x").unwrap();
+    let (code, v) = doctor_json(&file, &["--workspace", ws.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let c = check(&v, "state-dir");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("is a file, not a directory"),
+        "{c}"
+    );
+
+    // A fresh (non-default) state directory: every command a fix names carries it.
+    let state = tmp.path().join("st");
+    let (_, v) = doctor_json(&state, &["--workspace", ws.path().to_str().unwrap()]);
+    let shown = format!("--state-dir {}", state.display());
+    for c in v["checks"].as_array().unwrap() {
+        if let Some(fix) = c["fix"].as_str() {
+            for cmd in fix.split('`').skip(1).step_by(2) {
+                if cmd.starts_with("machine-mcp ") && !cmd.starts_with("machine-mcp relay ") {
+                    assert!(cmd.contains(&shown), "{}: {cmd}", c["name"]);
+                }
+            }
+        }
+    }
+
+    // A `git` on PATH that never answers.
+    let bin_dir = tmp.path().join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    let git = bin_dir.join("git");
+    std::fs::write(&git, "#!/bin/sh\nexec sleep 100\n").unwrap();
+    std::fs::set_permissions(&git, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let out = Command::new(bin())
+        .args([
+            "doctor",
+            "--json",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--state-dir",
+        ])
+        .arg(&state)
+        .env("PATH", path)
+        .env_remove("MACHINE_MCP_TOKEN")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = check(&v, "git");
+    assert_eq!(c["status"], "warn", "{c}");
+    assert!(
+        c["detail"].as_str().unwrap().contains("did not answer"),
+        "{c}"
+    );
+}

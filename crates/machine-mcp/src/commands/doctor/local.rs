@@ -61,12 +61,30 @@ pub(super) fn workspace(setup: &Setup) -> Check {
 pub(super) fn state_dir(setup: &Setup) -> Check {
     const NAME: &str = "state-dir";
     let state = &setup.state;
-    if !state.is_dir() {
-        return Check::fail(
-            NAME,
-            format!("{} does not exist", state.display()),
-            "start `machine-mcp up`, or enroll with `machine-mcp connect --relay URL --enroll CODE`; or pass the --state-dir they use",
-        );
+    match std::fs::metadata(state) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Check::fail(
+                NAME,
+                format!("{} does not exist", state.display()),
+                "start `machine-mcp up`, or enroll with `machine-mcp connect --relay URL --enroll CODE`; or pass the --state-dir they use",
+            );
+        }
+        Ok(_) => {
+            return Check::fail(
+                NAME,
+                format!("{} is a file, not a directory", state.display()),
+                "move that file away, or pass another --state-dir",
+            );
+        }
+        Err(e) => {
+            // A file in the path, or no access: the message names the path at fault.
+            return Check::fail(
+                NAME,
+                daemon::state_io::describe(state, &e),
+                "fix the path it names, or pass another --state-dir",
+            );
+        }
     }
     let mut dirs: Vec<PathBuf> = vec![state.clone(), setup.identity_dir.clone()];
     dirs.extend(setup.up_dir.clone());
@@ -134,16 +152,20 @@ pub(super) fn state_dir(setup: &Setup) -> Check {
 /// `git --version`; a missing git only disables the git tools.
 pub(super) fn git() -> Check {
     const NAME: &str = "git";
-    match Command::new("git").arg("--version").output() {
+    match version_of_git() {
         Ok(out) if out.status.success() => {
             Check::ok(NAME, String::from_utf8_lossy(&out.stdout).trim().to_owned())
         }
         Ok(out) => Check::warn(
             NAME,
-            format!(
-                "`git --version` failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+            format!("`git --version` failed: {}", {
+                let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+                if why.is_empty() {
+                    out.status.to_string()
+                } else {
+                    why
+                }
+            }),
             "reinstall git; until then the git tools are unavailable",
         ),
         Err(e) => Check::warn(
@@ -152,6 +174,36 @@ pub(super) fn git() -> Check {
             "install git (`apt install git`, `dnf install git`, `brew install git`)",
         ),
     }
+}
+
+/// How long `git --version` may take.
+const GIT_VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `git --version`'s output, killed after [`GIT_VERSION_TIMEOUT`] (a hung `git` on PATH must
+/// not hang doctor).
+fn version_of_git() -> std::io::Result<std::process::Output> {
+    use std::process::Stdio;
+    let mut child = Command::new("git")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let end = tokio::time::Instant::now() + GIT_VERSION_TIMEOUT;
+    while child.try_wait()?.is_none() {
+        if tokio::time::Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(std::process::Output {
+                status: std::os::unix::process::ExitStatusExt::from_raw(9),
+                stdout: Vec::new(),
+                stderr: format!("did not answer within {} s", GIT_VERSION_TIMEOUT.as_secs())
+                    .into_bytes(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output()
 }
 
 /// The user service: optional; installed but not running is a warning.
