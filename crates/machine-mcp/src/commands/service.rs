@@ -390,7 +390,11 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
     };
     let mut backup = None;
     if let Some(old) = old.as_deref().filter(|o| *o != content.as_slice())
-        && let Some(problem) = not_ours(p, &path, old, &state, &entries)
+        && let Some(problem) = not_ours(p, &path, old, &state, &entries).or_else(|| {
+            recorded_sha256(&state, &path)
+                .filter(|h| *h != sha256_hex(old))
+                .map(|_| format!("{} was edited since `service install` wrote it (pass --force to replace it; a backup is kept)", path.display()))
+        })
     {
         if !a.force {
             bail!("{problem}; nothing was changed");
@@ -623,9 +627,16 @@ fn record(state: &Path, p: ServicePlatform, file: &Path, daemon_args: &[String])
     if !entries.iter().any(|(q, f)| *q == p && f == file) {
         entries.push((p, file.to_path_buf()));
     }
+    // Each file with the SHA-256 of what install wrote: `uninstall` leaves a file edited since.
     let files: Vec<Value> = entries
         .iter()
-        .map(|(q, f)| Ok(json!({"platform": platform_name(*q), "path": utf8(f)?})))
+        .map(|(q, f)| {
+            let mut entry = json!({"platform": platform_name(*q), "path": utf8(f)?});
+            if let Ok(content) = std::fs::read(f) {
+                entry["sha256"] = json!(sha256_hex(&content));
+            }
+            Ok(entry)
+        })
         .collect::<Result<_>>()?;
     let text =
         serde_json::to_string_pretty(&json!({"files": files, "daemon_args": daemon_args}))? + "\n";
@@ -636,6 +647,26 @@ fn record(state: &Path, p: ServicePlatform, file: &Path, daemon_args: &[String])
     std::fs::write(&path, text)
         .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)))
         .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The SHA-256 `install` recorded for `file` in the manifest (none in a manifest written before
+/// hashes were recorded).
+fn recorded_sha256(state: &Path, file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(state.join(MANIFEST)).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["files"]
+        .as_array()?
+        .iter()
+        .find(|f| f["path"].as_str() == file.to_str())
+        .and_then(|f| f["sha256"].as_str().map(str::to_owned))
 }
 
 /// The daemon's arguments after the executable as `install` last recorded them in
@@ -693,6 +724,15 @@ fn uninstall(a: &ServiceArgs) -> Result<()> {
             Ok(content) if !belongs_to(*p, &content, &state) => {
                 say(&format!(
                     "left {} in place: it is no longer this state directory's service (it was replaced or edited; see its content)",
+                    file.display()
+                ));
+                continue;
+            }
+            Ok(content)
+                if recorded_sha256(&state, file).is_some_and(|h| h != sha256_hex(&content)) =>
+            {
+                say(&format!(
+                    "left {} in place: it was edited since `service install` wrote it (stop the service and remove the file yourself, or run `service install --force` and `uninstall` again)",
                     file.display()
                 ));
                 continue;

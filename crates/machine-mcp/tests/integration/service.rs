@@ -198,7 +198,8 @@ fn install_writes_the_unit_with_the_resolved_daemon_command() {
             .unwrap();
     assert_eq!(
         manifest["files"],
-        serde_json::json!([{"platform": "systemd", "path": f.unit().to_str().unwrap()}])
+        serde_json::json!([{"platform": "systemd", "path": f.unit().to_str().unwrap(),
+            "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(std::fs::read(f.unit()).unwrap()))}])
     );
     assert_eq!(mode(&f.state().join("service.json")), 0o600);
 }
@@ -853,4 +854,49 @@ fn an_unusable_log_file_is_one_clear_error() {
         stderr.contains(&format!("cannot open the log file {}", log.display())),
         "{stderr}"
     );
+}
+
+// Regression (fresh tester, stop 30 round 2 #5): a unit the user edited after `install` was
+// deleted by `uninstall` (and silently overwritten by the next `install`).
+#[test]
+fn a_unit_edited_since_install_is_neither_overwritten_nor_uninstalled() {
+    let f = Fixture::new();
+    f.install(&[]);
+    let edited = std::fs::read_to_string(f.unit())
+        .unwrap()
+        .replace("RestartSec=5", "RestartSec=60\nEnvironment=MY_SETTING=1");
+    std::fs::write(f.unit(), &edited).unwrap();
+    let state = f.state();
+    let out = f.run(&[
+        "service",
+        "install",
+        "--relay",
+        "https://relay.example.com",
+        "--workspace",
+        f.workspace().to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--profile",
+        "review",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("was edited since `service install`"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(f.unit()).unwrap(), edited);
+    let out = f.run(&[
+        "service",
+        "uninstall",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("it was edited since `service install` wrote it"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(std::fs::read_to_string(f.unit()).unwrap(), edited);
 }
