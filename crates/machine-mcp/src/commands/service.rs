@@ -416,6 +416,10 @@ fn install(a: &ServiceInstallArgs) -> Result<()> {
             &state,
             old_manifest,
         );
+        // systemd loaded the unit that was just undone: it reads the restored one again.
+        if p == ServicePlatform::Systemd {
+            let _ = systemctl(&["daemon-reload"]);
+        }
         bail!("{e:#}; {undone}");
     }
     if let Some(b) = &backup {

@@ -368,3 +368,44 @@ fn doctor_names_a_file_as_state_dir_passes_the_state_dir_on_and_survives_a_hung_
         "{c}"
     );
 }
+
+// Regression (fresh tester, stop 30 round 2 #9): any 200 on /healthz (a web page) passed, and
+// the failure surfaced later on the enrollment line for the wrong reason.
+#[test]
+fn a_web_page_on_healthz_is_not_a_relay() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut s = s;
+            let mut buf = [0u8; 2048];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 17\r\nConnection: close\r\n\r\n<html>SPA</html>\n",
+            );
+        }
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = crate::util::Tree::new();
+    let relay = format!("http://127.0.0.1:{port}");
+    let (code, v) = doctor_json(
+        &tmp.path().join("st"),
+        &[
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--relay",
+            &relay,
+        ],
+    );
+    assert_eq!(code, 1);
+    let c = check(&v, "relay-healthz");
+    assert_eq!(c["status"], "fail", "{v:#}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not the relay's answer"),
+        "{c}"
+    );
+}

@@ -587,7 +587,10 @@ fn install_rolls_back_what_it_wrote_when_the_manager_fails() {
     let failing = f.path("enable-fails");
     std::fs::write(
         &failing,
-        "#!/bin/sh\ncase \"$2\" in enable) exit 1;; esac\nexit 0\n",
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\ncase \"$2\" in enable) exit 1;; esac\nexit 0\n",
+            f.path("calls").display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -609,6 +612,13 @@ fn install_rolls_back_what_it_wrote_when_the_manager_fails() {
     assert!(stderr.contains("rolled back"), "{stderr}");
     assert!(!f.unit().exists(), "the unit was left: {stderr}");
     assert!(!state.join("service.json").exists(), "{stderr}");
+    // systemd reads the units again after the rollback (it had loaded the undone one).
+    assert!(
+        f.calls()
+            .ends_with("--user enable machine-mcp.service\n--user daemon-reload\n"),
+        "{}",
+        f.calls()
+    );
     // A changed reinstall that fails keeps the unit that was there.
     f.install(&[]);
     let before = std::fs::read(f.unit()).unwrap();

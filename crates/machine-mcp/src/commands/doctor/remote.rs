@@ -253,6 +253,13 @@ async fn tls_check(relay: &url::Url, addr: SocketAddr, addrs: &[SocketAddr]) -> 
                 s.version, s.cipher_suite
             ),
         ),
+        Err(e) if e.contains("InvalidContentType") || e.contains("corrupt message") => Check::fail(
+            NAME,
+            format!("{e}: the port does not speak TLS"),
+            format!(
+                "the relay at {host} answers plain HTTP on that port: use its http:// URL (loopback only), or put TLS in front and use that port"
+            ),
+        ),
         Err(e) => Check::fail(
             NAME,
             e,
@@ -270,7 +277,7 @@ async fn healthz_check(relay: &url::Url) -> (Check, Option<i64>) {
     url.set_path("/healthz");
     url.set_query(None);
     let fix_url = format!(
-        "is {relay} the relay's base URL? A reverse proxy in front must forward every path (/healthz, /connect, /b/...) to it"
+        "is {relay} the relay's base URL? A reverse proxy in front must forward every path (/healthz, /daemon/v1/connect, /b/...) to it"
     );
     let client = match reqwest::Client::builder().timeout(HTTP_TIMEOUT).build() {
         Ok(c) => c,
@@ -297,10 +304,19 @@ async fn healthz_check(relay: &url::Url) -> (Check, Option<i64>) {
         .map(|d| (local_ms - (i128::from(d.as_secs()) * 1000 + 500)) as f64 / 1000.0)
         .map(|s| s.round() as i64);
     let status = resp.status();
-    let check = if status == reqwest::StatusCode::OK {
-        Check::ok(
+    let elapsed = started.elapsed().as_millis();
+    // The relay answers `ok`: another server's 200 (a web page) is not a relay.
+    let body = resp.text().await.unwrap_or_default();
+    let check = if status == reqwest::StatusCode::OK && body.trim() == "ok" {
+        Check::ok(NAME, format!("GET {url} → 200 in {elapsed} ms"))
+    } else if status == reqwest::StatusCode::OK {
+        let shown: String = body.trim().chars().take(60).collect();
+        Check::fail(
             NAME,
-            format!("GET {url} → 200 in {} ms", started.elapsed().as_millis()),
+            format!(
+                "GET {url} → 200, but not the relay's answer `ok` (got {shown:?}): something else serves that URL"
+            ),
+            fix_url,
         )
     } else {
         Check::fail(NAME, format!("GET {url} → {status}"), fix_url)
