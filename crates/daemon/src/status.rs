@@ -171,12 +171,94 @@ pub async fn serve(
                 async move { Json(v) }
             }),
         );
+    // Loopback is not enough: a web page whose name a DNS rebinding points at 127.0.0.1 would
+    // reach this port too. Only a Host that names loopback is answered.
+    let port = listener.local_addr().map_or(0, |a| a.port());
+    let app = app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+            let host = req
+                .headers()
+                .get(axum::http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or_default();
+            if loopback_host(host, port) {
+                next.run(req).await
+            } else {
+                (
+                    StatusCode::FORBIDDEN,
+                    Json(json!({"error": "the status endpoint answers requests for 127.0.0.1 or localhost only"})),
+                )
+                    .into_response()
+            }
+        },
+    ));
     let _ = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
 }
 
+/// Whether the `Host` header value `host` names this loopback listener on `port`
+/// (`127.0.0.1:PORT`, `localhost:PORT`, `[::1]:PORT`), case-insensitively.
+fn loopback_host(host: &str, port: u16) -> bool {
+    let host = host.to_ascii_lowercase();
+    ["127.0.0.1", "localhost", "[::1]"]
+        .iter()
+        .any(|h| host == format!("{h}:{port}"))
+}
+
 /// The address a status listener got (for the instance record).
 pub fn local_addr(listener: &tokio::net::TcpListener) -> Option<SocketAddr> {
     listener.local_addr().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    async fn get(addr: SocketAddr, host: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET /status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    // Regression (fresh tester, stop 30 round 2 #19): the status endpoint answered any Host, so
+    // a page whose name a DNS rebinding pointed at 127.0.0.1 could read the workspace path.
+    #[tokio::test]
+    async fn the_status_endpoint_answers_loopback_hosts_only() {
+        let listener = bind().await.unwrap();
+        let addr = local_addr(&listener).unwrap();
+        let stop = CancellationToken::new();
+        let report: Arc<dyn Fn() -> Value + Send + Sync> =
+            Arc::new(|| json!({"workspace": "/secret/path"}));
+        tokio::spawn(serve(
+            listener,
+            Arc::new(LinkStatus::default()),
+            report,
+            stop.clone(),
+        ));
+        let port = addr.port();
+        for host in [format!("127.0.0.1:{port}"), format!("LOCALHOST:{port}")] {
+            let r = get(addr, &host).await;
+            assert!(r.starts_with("HTTP/1.1 200"), "{host}: {r}");
+            assert!(r.contains("/secret/path"), "{r}");
+        }
+        for host in [
+            "evil.example",
+            &format!("evil.example:{port}"),
+            "127.0.0.1:1",
+        ] {
+            let r = get(addr, host).await;
+            assert!(r.starts_with("HTTP/1.1 403"), "{host}: {r}");
+            assert!(!r.contains("/secret/path"), "{r}");
+        }
+        stop.cancel();
+    }
 }
