@@ -92,12 +92,19 @@ impl Record {
     }
 }
 
-/// `argv` as one line, arguments with spaces quoted, at most 200 characters.
+/// `argv` as one line, arguments with spaces quoted, at most 200 characters; the one-time
+/// enrollment code of `--enroll CODE` is shown as `…` (it is a credential until redeemed).
 fn shown_command_line(argv: &[String]) -> String {
+    let mut after_enroll = false;
     let line = argv
         .iter()
         .map(|a| {
-            if a.contains(char::is_whitespace) || a.is_empty() {
+            let secret = std::mem::replace(&mut after_enroll, a == "--enroll");
+            if secret {
+                "…".to_owned()
+            } else if a.starts_with("--enroll=") {
+                "--enroll=…".to_owned()
+            } else if a.contains(char::is_whitespace) || a.is_empty() {
                 format!("'{a}'")
             } else {
                 a.clone()
@@ -620,6 +627,25 @@ fn progress_of(state_dir: &Path, pid: u32) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Regression (fresh tester, stop 30 round 2 #20): the enrollment code was repeated in the
+    // takeover log, `status` and `doctor`.
+    #[test]
+    fn the_shown_command_line_hides_the_enrollment_code() {
+        let argv: Vec<String> = [
+            "machine-mcp",
+            "connect",
+            "--enroll",
+            "mbe_secret",
+            "--enroll=mbe_other",
+            "-w",
+            "a b",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let shown = shown_command_line(&argv);
+        assert_eq!(shown, "machine-mcp connect --enroll … --enroll=… -w 'a b'");
+    }
 
     #[tokio::test]
     async fn a_second_lock_on_one_directory_is_refused_and_a_stale_one_taken() {
