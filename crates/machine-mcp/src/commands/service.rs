@@ -361,8 +361,9 @@ fn launchd_plist(argv: &[String], label: &str, stderr: &Path) -> Result<Vec<u8>>
 
 fn install(a: &ServiceInstallArgs) -> Result<()> {
     let p = platform(&a.service);
-    let state = std::path::absolute(super::state_dir(&a.service.state)?)
-        .context("cannot make the state directory absolute")?;
+    // Canonical (no `..`, symlinks resolved), so that two spellings of one directory write
+    // one definition.
+    let state = canonical(&super::state_dir(&a.service.state)?);
     let n = names(&state);
     let exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)

@@ -910,3 +910,32 @@ fn a_unit_edited_since_install_is_neither_overwritten_nor_uninstalled() {
     );
     assert_eq!(std::fs::read_to_string(f.unit()).unwrap(), edited);
 }
+
+// Regression (fresh tester, stop 30 round 2 #15): `--state-dir ../st` was recorded with its
+// `..`, so the same directory spelled another way rewrote the unit.
+#[test]
+fn the_state_directory_is_recorded_canonical() {
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.state()).unwrap();
+    let ws = f.workspace();
+    let roundabout = ws.join("../home/.local/state/machine-mcp");
+    let install = |state: &std::path::Path| {
+        let out = f.run(&[
+            "service",
+            "install",
+            "--relay",
+            "https://relay.example.com",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    install(&roundabout);
+    let unit = std::fs::read_to_string(f.unit()).unwrap();
+    assert!(!unit.contains("/../"), "{unit}");
+    let again = install(&std::fs::canonicalize(f.state()).unwrap());
+    assert!(again.contains("unchanged"), "{again}");
+}
