@@ -4,7 +4,7 @@
 //! What each client reads, and where, is in [`Client`]; how a file is edited without losing
 //! anything else in it is in [`edit`].
 
-mod edit;
+pub(crate) mod edit;
 
 use std::path::{Path, PathBuf};
 

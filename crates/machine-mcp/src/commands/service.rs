@@ -502,37 +502,10 @@ fn not_ours(
     }
 }
 
-/// Writes `bytes` to a new `FILE.bak-UNIXSECONDS` next to `file` (`-N` appended when taken).
+/// Writes `bytes` to a new `FILE.bak-UNIXSECONDS` next to `file` (`-N` appended when taken),
+/// as `client-config` does ([`super::client_config::edit::backup_of`]).
 fn write_backup(file: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    use std::io::Write;
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let base = format!("{}.bak-{secs}", file.display());
-    for n in 0..100 {
-        let candidate = PathBuf::from(if n == 0 {
-            base.clone()
-        } else {
-            format!("{base}-{n}")
-        });
-        let mut f = match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&candidate)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("cannot write the backup {}", candidate.display()));
-            }
-        };
-        f.write_all(bytes)
-            .and_then(|()| f.sync_all())
-            .with_context(|| format!("cannot write the backup {}", candidate.display()))?;
-        return Ok(candidate);
-    }
-    bail!("cannot find a free backup name next to {}", file.display())
+    super::client_config::edit::backup_of(file, bytes)
 }
 
 /// Undoes an install whose service-manager step failed: `path` gets its old bytes back (or
@@ -601,17 +574,30 @@ fn write_if_changed(path: &Path, content: &[u8]) -> Result<bool> {
     Ok(true)
 }
 
-/// The manifest's entries: (platform, path) of each file `install` wrote; `None` when nothing
-/// is installed.
-pub(crate) fn manifest(state: &Path) -> Result<Option<Vec<(ServicePlatform, PathBuf)>>> {
+/// `STATE_DIR/service.json` parsed; `None` when it does not exist.
+///
+/// # Errors
+/// It cannot be read, or is not JSON.
+fn manifest_json(state: &Path) -> Result<Option<Value>> {
     let path = state.join(MANIFEST);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
+    serde_json::from_str(&text)
+        .map(Some)
+        .with_context(|| format!("{} is not a service manifest", path.display()))
+}
+
+/// The manifest's entries: (platform, path) of each file `install` wrote; `None` when nothing
+/// is installed.
+pub(crate) fn manifest(state: &Path) -> Result<Option<Vec<(ServicePlatform, PathBuf)>>> {
+    let path = state.join(MANIFEST);
+    let Some(v) = manifest_json(state)? else {
+        return Ok(None);
+    };
     let corrupt = || format!("{} is not a service manifest", path.display());
-    let v: Value = serde_json::from_str(&text).with_context(corrupt)?;
     let mut out = Vec::new();
     for f in v["files"].as_array().with_context(corrupt)? {
         let p = match f["platform"].as_str() {
@@ -665,8 +651,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// The SHA-256 `install` recorded for `file` in the manifest (none in a manifest written before
 /// hashes were recorded).
 fn recorded_sha256(state: &Path, file: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(state.join(MANIFEST)).ok()?;
-    let v: Value = serde_json::from_str(&text).ok()?;
+    let v = manifest_json(state).ok()??;
     v["files"]
         .as_array()?
         .iter()
@@ -682,13 +667,10 @@ fn recorded_sha256(state: &Path, file: &Path) -> Option<String> {
 /// The manifest cannot be read or is not valid JSON, or `daemon_args` is not a list of strings.
 pub(crate) fn recorded_daemon_args(state: &Path) -> Result<Option<Vec<String>>> {
     let path = state.join(MANIFEST);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    let Some(v) = manifest_json(state)? else {
+        return Ok(None);
     };
     let corrupt = || format!("{} is not a service manifest", path.display());
-    let v: Value = serde_json::from_str(&text).with_context(corrupt)?;
     match v.get("daemon_args") {
         None => Ok(None),
         Some(a) => serde_json::from_value(a.clone())

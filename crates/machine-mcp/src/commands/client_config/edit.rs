@@ -285,6 +285,22 @@ fn resolve(path: &Path) -> Result<PathBuf> {
     }
 }
 
+/// [`backup`] of the existing `file`, whose permissions and owner the backup keeps (for other
+/// commands that keep the old bytes of a file they replace: `service install --force`).
+///
+/// # Errors
+/// `file` cannot be read for its metadata, or the backup cannot be written.
+pub(crate) fn backup_of(file: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(file)
+        .with_context(|| format!("cannot read the permissions of {}", file.display()))?;
+    let kept = Kept {
+        permissions: meta.permissions(),
+        owner: (meta.uid(), meta.gid()),
+    };
+    backup(file, bytes, &kept)
+}
+
 /// Writes `bytes` to a new `FILE.bak-UNIXSECONDS` (or `...-N` when taken) with the old
 /// file's permissions and owner.
 fn backup(file: &Path, bytes: &[u8], kept: &Kept) -> Result<PathBuf> {
