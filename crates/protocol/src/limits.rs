@@ -442,3 +442,59 @@ pub const JOB_RECOVERY_ATTEMPTS_MAX: u32 = 3;
 pub const JOB_READ_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Largest local resource file (its encoded forms are redacted from output, so it stays small).
 pub const RESOURCE_MAX_BYTES: usize = 64 * KIB;
+
+// Agent context: instructions, project facts, skills, registered commands, search/fetch
+// (issue 18).
+
+/// Bytes of one instruction file (`AGENTS.md`, `AGENTS.override.md`, `CLAUDE.md`, the user's
+/// instructions file) that go into the instruction chain; the rest is left out with a note.
+pub const INSTRUCTION_FILE_MAX_BYTES: usize = 32 * KIB;
+/// Bytes of instruction text in the whole chain; sources past it are cut or left out with a
+/// note (the deepest, highest-precedence sources are kept first).
+pub const INSTRUCTIONS_TOTAL_MAX_BYTES: usize = 128 * KIB;
+/// Bytes of an instruction file hashed for its provenance (`sha256`); a larger file is
+/// identified by its size and modification time instead.
+pub const INSTRUCTION_HASH_MAX_BYTES: usize = 16 * MIB;
+/// Characters of instruction text `session_bootstrap` shows (the rest: `agent_context`).
+pub const BOOTSTRAP_INSTRUCTIONS_MAX_CHARS: usize = 24_000;
+/// Largest user configuration file (`$XDG_CONFIG_HOME/machine-mcp/config.toml`).
+pub const USER_CONFIG_MAX_BYTES: usize = 256 * KIB;
+/// Bytes of `project_overview`'s text, either detail level.
+pub const PROJECT_OVERVIEW_MAX_BYTES: usize = 16 * KIB;
+/// Largest project file read to detect facts or commands (`package.json`, `Cargo.toml`,
+/// `Makefile`, `.machine-mcp/commands.toml`, ...); a larger one is reported, not read.
+pub const PROJECT_FILE_MAX_BYTES: usize = MIB;
+/// Registered commands (manifest entries and automatic aliases) listed for one project.
+pub const COMMANDS_MAX: usize = 512;
+/// Skills listed by `list_skills` (and as MCP prompts); more are counted, not listed.
+pub const SKILLS_MAX: usize = 256;
+/// Bytes of a `SKILL.md` read: its front matter and the text `load_skill` returns.
+pub const SKILL_FILE_MAX_BYTES: usize = 32 * KIB;
+/// Characters of a skill's `description` kept (the Agent Skills format's own bound).
+pub const SKILL_DESCRIPTION_MAX_CHARS: usize = 1_024;
+/// Files of a skill bundle `load_skill` lists.
+pub const SKILL_INVENTORY_MAX: usize = 200;
+/// Directory entries a skill scan or bundle inventory visits before it stops (and says so).
+pub const SKILL_SCAN_MAX_ENTRIES: usize = 10_000;
+/// Characters of a skill's `name` (the Agent Skills format's bound); a longer one is a problem.
+pub const SKILL_NAME_MAX_CHARS: usize = 64;
+/// YAML parser events (alias replays included) of one `SKILL.md` front matter; more is
+/// reported as too complex (an alias bomb stops here instead of expanding).
+pub const SKILL_FRONT_MATTER_MAX_EVENTS: usize = 10_000;
+/// Directory levels of a skill bundle `load_skill`'s inventory descends; deeper ones are
+/// counted as not walked.
+pub const SKILL_INVENTORY_MAX_DEPTH: usize = 16;
+/// Results of ChatGPT's `search` (deep research and company knowledge).
+pub const KNOWLEDGE_SEARCH_RESULTS_MAX: usize = 20;
+/// Characters (UTF-8 bytes) of a `search` query.
+pub const KNOWLEDGE_QUERY_MAX_CHARS: usize = 1_000;
+/// Distinct terms of a `search` query (after stop words are dropped); more is refused.
+pub const KNOWLEDGE_QUERY_TERMS_MAX: usize = 16;
+/// Matching lines `search` reads from file contents before it ranks: files whose paths match
+/// a term are read first, then the rest in path order; past the cap, the files not read yet
+/// rank by their paths alone.
+pub const KNOWLEDGE_SEARCH_SCAN_LINES_MAX: usize = 10_000;
+/// Bytes of a Markdown file `search` and `fetch` read for its first heading (the title).
+pub const KNOWLEDGE_TITLE_SCAN_BYTES: usize = 4 * KIB;
+/// Characters of a Markdown heading kept in a `search`/`fetch` title; a longer one is cut.
+pub const KNOWLEDGE_TITLE_HEADING_MAX_CHARS: usize = 200;

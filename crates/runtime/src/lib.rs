@@ -49,6 +49,7 @@ use std::{io, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
 
+pub mod config;
 pub mod mcp;
 pub mod memory;
 pub mod path;

@@ -9,10 +9,12 @@
 //! - [`diff`]: unified diffs (via `similar`) and byte caps with a marker.
 //! - [`ignores`]: the ignore files of `search_text`/`list_files` walks, capped and shared.
 //! - [`skipped`]: paths a walk or search could not read, bounded and in path order.
+//! - [`project`]: the project root of a target (nearest Git work tree, else the workspace).
 
 pub(crate) mod diff;
 pub(crate) mod ignores;
 pub(crate) mod private;
+pub(crate) mod project;
 pub(crate) mod skipped;
 pub(crate) mod text;
 pub(crate) mod write;
