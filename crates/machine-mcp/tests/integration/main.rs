@@ -21,6 +21,7 @@ mod patch;
 mod policy;
 mod polish;
 mod process;
+mod project;
 mod protocol;
 mod read;
 mod relay;

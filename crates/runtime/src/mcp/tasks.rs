@@ -39,8 +39,9 @@ use protocol::limits::{
 use crate::policy::Principal;
 
 /// Tools whose calls may become tasks: the ones whose work can outlive any host's patience.
-/// `start_job` follows its job to the end when it runs as a task (`tools::jobs`).
-pub const TASK_TOOLS: &[&str] = &["run_process", "exec_command", "start_job"];
+/// `start_job` follows its job to the end when it runs as a task (`tools::jobs`); `run_command`
+/// runs a registered command as `run_process` runs an argv (`tools::project`).
+pub const TASK_TOOLS: &[&str] = &["run_process", "exec_command", "run_command", "start_job"];
 
 /// The error for an unknown task id, or one that belongs to another principal (SEP-2663
 /// §Error Handling: -32602).

@@ -19,6 +19,7 @@ mod info;
 pub mod jobs;
 mod patch;
 pub(crate) mod process;
+pub(crate) mod project;
 pub mod resources;
 mod search;
 
@@ -26,6 +27,7 @@ mod search;
 fn specs() -> Vec<ToolSpec> {
     let mut v = Vec::new();
     v.extend(info::specs());
+    v.extend(project::specs());
     v.extend(fs::specs());
     v.extend(search::specs());
     v.extend(edit::specs());

@@ -143,15 +143,24 @@ pub(crate) struct ExecCommandArgs {
     max_output_bytes: Option<usize>,
 }
 
-/// What the one-shot tools share once their argv is known.
-struct CommonArgs {
-    cwd: Option<String>,
-    env: BTreeMap<String, String>,
-    stdin: Option<String>,
-    timeout_seconds: Option<u64>,
-    yield_after_seconds: Option<u64>,
-    max_output_bytes: Option<usize>,
-    tool: &'static str,
+/// What the one-shot tools (`run_process`, `exec_command`, and `run_command` of the project
+/// family) share once their argv is known; each field as the tools' arguments document it.
+pub(crate) struct CommonArgs {
+    /// Working directory as a caller's path (resolved and confined by [`spawn_spec`]); `None`
+    /// for the workspace root.
+    pub(crate) cwd: Option<String>,
+    /// Environment variables to add or override.
+    pub(crate) env: BTreeMap<String, String>,
+    /// Text written to stdin, then closed (at most `PROCESS_STDIN_MAX_BYTES`).
+    pub(crate) stdin: Option<String>,
+    /// Seconds before the tree is terminated (1-600; default 120).
+    pub(crate) timeout_seconds: Option<u64>,
+    /// Seconds of foreground before the process becomes a process session (at least 1).
+    pub(crate) yield_after_seconds: Option<u64>,
+    /// Most bytes of each stream in the result (at least 1).
+    pub(crate) max_output_bytes: Option<usize>,
+    /// The tool's name, shown in the result's summary line.
+    pub(crate) tool: &'static str,
 }
 
 macro_rules! common_args {
@@ -208,7 +217,7 @@ pub(crate) struct ProcessResult {
     session_id: Option<String>,
     #[serde(skip)]
     limit: usize,
-    /// `run_process` or `exec_command`.
+    /// `run_process`, `exec_command` or `run_command`.
     #[serde(skip)]
     tool: &'static str,
 }
@@ -366,7 +375,17 @@ pub(crate) fn spawn_error(program: &str, e: &std::io::Error) -> ToolError {
     }
 }
 
-async fn run(
+/// Runs `argv` (already checked with [`check_argv`]; `display` is how it is shown) as a one-shot
+/// process: the timeout, cancellation, progress and yield to a process session of the module
+/// docs, with `common`'s settings.
+///
+/// # Errors
+/// `invalid_request` for a timeout outside 1-600, a zero `yield_after_seconds` or
+/// `max_output_bytes`, a bad environment variable or a cwd that is not a directory;
+/// `limit_exceeded` for stdin over `PROCESS_STDIN_MAX_BYTES`; the cwd's resolution errors
+/// (`path_boundary`, ...); `not_found`/`permission_denied`/`execution_failed` when the program
+/// cannot start; `cancelled`.
+pub(crate) async fn run(
     rt: Arc<Access>,
     cx: CallContext,
     argv: Vec<OsString>,
