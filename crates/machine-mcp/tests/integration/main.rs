@@ -31,6 +31,7 @@ mod reverse_proxy;
 mod search;
 mod service;
 mod sizes;
+mod skills;
 mod stateless;
 mod tasks_remote;
 mod util;

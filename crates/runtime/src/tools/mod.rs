@@ -22,12 +22,14 @@ pub(crate) mod process;
 pub(crate) mod project;
 pub mod resources;
 mod search;
+pub(crate) mod skills;
 
 /// Every tool, in listing order.
 fn specs() -> Vec<ToolSpec> {
     let mut v = Vec::new();
     v.extend(info::specs());
     v.extend(project::specs());
+    v.extend(skills::specs());
     v.extend(fs::specs());
     v.extend(search::specs());
     v.extend(edit::specs());

@@ -1,0 +1,392 @@
+//! A `SKILL.md`: reading it (bounded, text only) and its YAML front matter.
+
+use std::{
+    fs::File,
+    io::{self, Read},
+};
+
+use serde::Deserialize;
+
+use protocol::limits::{
+    SKILL_DESCRIPTION_MAX_CHARS, SKILL_FILE_MAX_BYTES, SKILL_FRONT_MATTER_MAX_EVENTS,
+    SKILL_NAME_MAX_CHARS,
+};
+
+use crate::primitives::text::UTF8_BOM;
+
+use super::ProblemKind;
+
+/// Characters of a YAML parser message kept in a problem's reason.
+const YAML_MESSAGE_MAX_CHARS: usize = 300;
+
+/// The fields of a `SKILL.md` front matter this server uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FrontMatter {
+    /// `name`, trimmed: 1 to [`SKILL_NAME_MAX_CHARS`] characters, no control characters.
+    pub(crate) name: String,
+    /// `description`, its whitespace runs collapsed to single spaces, cut to
+    /// [`SKILL_DESCRIPTION_MAX_CHARS`] characters (ending in `…` when cut).
+    pub(crate) description: String,
+}
+
+/// Why a `SKILL.md`'s front matter cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FrontMatterError {
+    /// The file does not start with a `---` line.
+    #[error(
+        "SKILL.md does not start with YAML front matter (a `---` line, `name` and `description`, a `---` line)"
+    )]
+    Missing,
+    /// No `---` line closes the front matter.
+    #[error("the front matter opened by `---` on line 1 is not closed by a `---` line")]
+    Unterminated,
+    /// The YAML is malformed, not a mapping, or a field has the wrong type; the parser's
+    /// message, with line numbers of the file.
+    #[error("the front matter is not valid: {0}")]
+    Yaml(String),
+    /// The YAML exceeds the parser's budget ([`SKILL_FRONT_MATTER_MAX_EVENTS`]), as an alias
+    /// bomb does.
+    #[error(
+        "the front matter is too complex to read (more than {SKILL_FRONT_MATTER_MAX_EVENTS} YAML events, as in an alias bomb): {0}"
+    )]
+    TooComplex(String),
+    /// `name` is missing, null or blank.
+    #[error("the front matter has no `name`")]
+    NoName,
+    /// `name` is longer than [`SKILL_NAME_MAX_CHARS`] characters.
+    #[error("`name` has {0} characters; at most {SKILL_NAME_MAX_CHARS} are allowed")]
+    NameTooLong(usize),
+    /// `name` holds a line break or another control character.
+    #[error("`name` contains a line break or another control character")]
+    NameControl,
+    /// `description` is missing, null or blank.
+    #[error("the front matter has no `description`")]
+    NoDescription,
+}
+
+/// The two keys read; every other key is parsed (within the budget) and ignored.
+#[derive(Deserialize)]
+struct RawFrontMatter {
+    name: Option<String>,
+    description: Option<String>,
+}
+
+/// Parses the front matter at the start of `text` (a `SKILL.md` without its BOM): a first line
+/// `---`, YAML, a line `---` (trailing spaces and `\r` allowed on both). YAML scalars of other
+/// types (`name: 123`) are taken as their text; a sequence or mapping is an error.
+///
+/// The YAML parser (serde-saphyr) is bounded: at most [`SKILL_FRONT_MATTER_MAX_EVENTS`] parser
+/// events, aliases included and replayed aliases counted, so an alias bomb fails fast.
+///
+/// # Errors
+/// Every [`FrontMatterError`], as documented on its variants.
+pub(crate) fn parse_front_matter(text: &str) -> Result<FrontMatter, FrontMatterError> {
+    let mut lines = text.split_inclusive('\n');
+    let first = lines.next().unwrap_or("");
+    if first.trim_end() != "---" {
+        return Err(FrontMatterError::Missing);
+    }
+    let mut end = None;
+    let mut at = first.len();
+    for line in lines {
+        if line.trim_end() == "---" {
+            end = Some(at);
+            break;
+        }
+        at += line.len();
+    }
+    let end = end.ok_or(FrontMatterError::Unterminated)?;
+    // The opening line becomes an empty one, so the parser's line numbers are the file's.
+    let yaml = format!("\n{}", &text[first.len()..end]);
+    // A budget breach may reach us wrapped in an alias error; the report says it plainly.
+    let breached = std::rc::Rc::new(std::cell::Cell::new(false));
+    let seen = breached.clone();
+    let options =
+        yaml_options().with_budget_report(move |r: serde_saphyr::budget::BudgetReport| {
+            seen.set(r.breached.is_some());
+        });
+    let raw: RawFrontMatter = serde_saphyr::from_str_with_options(&yaml, options).map_err(|e| {
+        let message = cut_chars(&e.to_string().replace('\n', " "), YAML_MESSAGE_MAX_CHARS);
+        if breached.get() || over_budget(&e) {
+            FrontMatterError::TooComplex(message)
+        } else {
+            FrontMatterError::Yaml(message)
+        }
+    })?;
+    let name = raw.name.as_deref().map(str::trim).unwrap_or("");
+    if name.is_empty() {
+        return Err(FrontMatterError::NoName);
+    }
+    let chars = name.chars().count();
+    if chars > SKILL_NAME_MAX_CHARS {
+        return Err(FrontMatterError::NameTooLong(chars));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(FrontMatterError::NameControl);
+    }
+    let description = raw
+        .description
+        .as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if description.is_empty() {
+        return Err(FrontMatterError::NoDescription);
+    }
+    Ok(FrontMatter {
+        name: name.to_owned(),
+        description: cut_chars(&description, SKILL_DESCRIPTION_MAX_CHARS),
+    })
+}
+
+/// The parser's options: its defaults (duplicate keys are an error) with every count bounded
+/// by [`SKILL_FRONT_MATTER_MAX_EVENTS`], and plain one-line messages.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = SKILL_FRONT_MATTER_MAX_EVENTS;
+    budget.max_nodes = SKILL_FRONT_MATTER_MAX_EVENTS;
+    budget.max_aliases = SKILL_FRONT_MATTER_MAX_EVENTS;
+    budget.max_anchors = SKILL_FRONT_MATTER_MAX_EVENTS;
+    budget.max_total_scalar_bytes = SKILL_FILE_MAX_BYTES;
+    budget.max_documents = 1;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options.with_snippet = false;
+    options.alias_limits.max_total_replayed_events = SKILL_FRONT_MATTER_MAX_EVENTS;
+    options
+}
+
+/// Whether the parser stopped at one of its alias-replay limits or its budget (when the
+/// error says so itself) rather than at a syntax error.
+fn over_budget(e: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::Error as E;
+    matches!(
+        e.without_snippet(),
+        E::Budget { .. }
+            | E::AliasReplayLimitExceeded { .. }
+            | E::AliasReplayStackDepthExceeded { .. }
+            | E::AliasReplayCounterOverflow { .. }
+            | E::AliasExpansionLimitExceeded { .. }
+    )
+}
+
+/// `s` cut to at most `max` characters, the last of them `…` when cut.
+fn cut_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some(_) => {
+            let keep: String = s.chars().take(max.saturating_sub(1)).collect();
+            format!("{keep}…")
+        }
+    }
+}
+
+// === Reading SKILL.md ===
+
+/// The text of a `SKILL.md`, as far as it was read.
+#[derive(Debug, Clone)]
+pub(crate) struct EntryText {
+    /// The text read (at most [`super::Bounds::file_bytes`] bytes, without a UTF-8 BOM, ending on a
+    /// whole character).
+    pub(crate) text: String,
+    /// The file's size in bytes.
+    pub(crate) size: u64,
+    /// The file is larger than what was read.
+    pub(crate) truncated: bool,
+}
+
+/// Reads at most `max` bytes of the open `SKILL.md`.
+///
+/// # Errors
+/// A [`ProblemKind`] and reason: `unreadable` (not a regular file, a read error), `binary` (a
+/// NUL byte in what was read), `not_utf8` (with the byte offset of the first bad sequence; a
+/// character cut by `max` itself is not one).
+pub(crate) fn read_entry(file: File, max: usize) -> Result<EntryText, (ProblemKind, String)> {
+    let unreadable = |e: io::Error| (ProblemKind::Unreadable, format!("cannot be read: {e}"));
+    let meta = file.metadata().map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err((
+            ProblemKind::Unreadable,
+            "SKILL.md is not a regular file".to_owned(),
+        ));
+    }
+    let size = meta.len();
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(max).min(max) + 1);
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    let truncated = bytes.len() > max;
+    bytes.truncate(max);
+    if let Some(at) = memchr::memchr(0, &bytes) {
+        return Err((
+            ProblemKind::Binary,
+            format!("SKILL.md is binary (a NUL byte at offset {at}), not a text file"),
+        ));
+    }
+    let bom = if bytes.starts_with(UTF8_BOM) {
+        UTF8_BOM.len()
+    } else {
+        0
+    };
+    bytes.drain(..bom);
+    let text = match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            let err = e.utf8_error();
+            // A character cut by the read bound is not an encoding error.
+            if truncated && err.error_len().is_none() {
+                let mut bytes = e.into_bytes();
+                bytes.truncate(err.valid_up_to());
+                String::from_utf8(bytes).unwrap_or_default()
+            } else {
+                return Err((
+                    ProblemKind::NotUtf8,
+                    format!(
+                        "SKILL.md is not UTF-8 (an invalid byte sequence at offset {})",
+                        err.valid_up_to() + bom
+                    ),
+                ));
+            }
+        }
+    };
+    Ok(EntryText {
+        text,
+        size,
+        truncated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fm(text: &str) -> Result<FrontMatter, FrontMatterError> {
+        parse_front_matter(text)
+    }
+
+    #[test]
+    fn valid_front_matter_gives_name_and_description_and_ignores_other_keys() {
+        let got = fm(
+            "---\nname: pdf-tools\ndescription: >\n  Fill and\n  merge PDFs.\n\
+                      license: MIT\nmetadata: {version: 2, tags: [a, b]}\n---\n# PDF tools\n",
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            FrontMatter {
+                name: "pdf-tools".into(),
+                description: "Fill and merge PDFs.".into()
+            }
+        );
+        // CRLF line breaks and trailing spaces on the fences.
+        let got = fm("--- \r\nname: a\r\ndescription: b\r\n---\r\nbody").unwrap();
+        assert_eq!((got.name.as_str(), got.description.as_str()), ("a", "b"));
+    }
+
+    #[test]
+    fn missing_and_unterminated_front_matter_are_named() {
+        assert_eq!(fm("# Title\nname: a\n"), Err(FrontMatterError::Missing));
+        assert_eq!(fm(""), Err(FrontMatterError::Missing));
+        assert_eq!(fm("----\nname: a\n----\n"), Err(FrontMatterError::Missing));
+        assert_eq!(
+            fm("---\nname: a\ndescription: b\n"),
+            Err(FrontMatterError::Unterminated)
+        );
+    }
+
+    #[test]
+    fn a_name_that_is_not_a_string_or_missing_is_an_error() {
+        let e = fm("---\nname: [a, b]\ndescription: x\n---\n").unwrap_err();
+        let FrontMatterError::Yaml(m) = &e else {
+            panic!("{e:?}")
+        };
+        // Line numbers are the file's: `name` is on line 2.
+        assert!(m.contains("line 2"), "{m}");
+        assert!(matches!(
+            fm("---\nname: {a: 1}\ndescription: x\n---\n"),
+            Err(FrontMatterError::Yaml(_))
+        ));
+        assert_eq!(
+            fm("---\nname: ~\ndescription: x\n---\n"),
+            Err(FrontMatterError::NoName)
+        );
+        assert_eq!(
+            fm("---\ndescription: x\n---\n"),
+            Err(FrontMatterError::NoName)
+        );
+        assert_eq!(
+            fm("---\nname: a\n---\n"),
+            Err(FrontMatterError::NoDescription)
+        );
+        assert_eq!(
+            fm(&format!(
+                "---\nname: {}\ndescription: x\n---\n",
+                "n".repeat(65)
+            )),
+            Err(FrontMatterError::NameTooLong(65))
+        );
+        assert_eq!(
+            fm("---\nname: \"a\\nb\"\ndescription: x\n---\n"),
+            Err(FrontMatterError::NameControl)
+        );
+        // Malformed YAML and a YAML scalar instead of a mapping.
+        assert!(matches!(
+            fm("---\nname: a\n  bad: : x\n---\n"),
+            Err(FrontMatterError::Yaml(_))
+        ));
+        assert!(matches!(
+            fm("---\njust text\n---\n"),
+            Err(FrontMatterError::Yaml(_))
+        ));
+        assert!(matches!(
+            fm("---\nname: a\nname: b\ndescription: x\n---\n"),
+            Err(FrontMatterError::Yaml(_))
+        ));
+    }
+
+    #[test]
+    fn an_alias_bomb_is_a_clear_error_not_a_hang() {
+        let mut y = String::from("---\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let p = i - 1;
+            y.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        y.push_str("name: bomb\ndescription: boom\n---\n");
+        let e = fm(&y).unwrap_err();
+        assert!(matches!(e, FrontMatterError::TooComplex(_)), "{e:?}");
+        assert!(e.to_string().contains("too complex"), "{e}");
+        assert!(e.to_string().chars().count() < 600, "{e}");
+    }
+
+    #[test]
+    fn a_long_description_is_cut_to_the_format_bound() {
+        let long = "word ".repeat(400);
+        let got = fm(&format!("---\nname: a\ndescription: {long}\n---\n")).unwrap();
+        assert_eq!(got.description.chars().count(), SKILL_DESCRIPTION_MAX_CHARS);
+        assert!(got.description.ends_with('…'));
+    }
+
+    fn file_with(bytes: &[u8]) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, bytes).unwrap();
+        std::io::Seek::rewind(&mut f).unwrap();
+        f
+    }
+
+    #[test]
+    fn reading_an_entry_names_binary_and_non_utf8_files_and_bounds_the_text() {
+        let e = read_entry(file_with(b"---\nname: a\0\n"), 100).unwrap_err();
+        assert_eq!(e.0, ProblemKind::Binary);
+        let e = read_entry(file_with(b"---\nname: caf\xe9\n---\n"), 100).unwrap_err();
+        assert_eq!(e.0, ProblemKind::NotUtf8);
+        assert!(e.1.contains("offset 13"), "{}", e.1);
+        // A character cut by the bound is not an encoding error; the BOM is not text.
+        let r = read_entry(file_with("\u{feff}ab\u{e9}".as_bytes()), 6).unwrap();
+        assert_eq!((r.text.as_str(), r.size, r.truncated), ("ab", 7, true));
+        let r = read_entry(file_with(b"abc"), 3).unwrap();
+        assert_eq!((r.text.as_str(), r.truncated), ("abc", false));
+    }
+}
