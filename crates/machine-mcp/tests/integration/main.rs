@@ -13,6 +13,7 @@ mod faults;
 mod git;
 mod hardening;
 mod jobs;
+mod knowledge;
 mod net;
 mod oauth;
 mod oauth_abuse;

@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use protocol::limits::RESULT_TEXT_RAISED_MAX_CHARS;
+use protocol::limits::{RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS};
 
 use crate::{
     Access,
@@ -140,6 +140,37 @@ impl ToolSpec {
                 value: out.into(),
                 text,
             })
+        })
+    }
+
+    /// A tool returning structured output of type `O` whose one text block is the compact JSON
+    /// of that output instead of a [`TextView`]: ChatGPT's `search` and `fetch` (deep research,
+    /// company knowledge) must return exactly one text content item holding the JSON-encoded
+    /// result object ("Building MCP servers for ChatGPT and API integrations",
+    /// <https://platform.openai.com/docs/mcp>). The handler sizes its output so that this text
+    /// stays within [`RESULT_TEXT_DEFAULT_CHARS`]; a larger one is sent whole and logged
+    /// (cutting it would make it invalid JSON).
+    pub(crate) fn structured_json<A, O, F, Fut>(meta: ToolMeta, f: F) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        O: Serialize + JsonSchema + 'static,
+        F: Fn(Arc<Access>, A, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult<O>> + Send + 'static,
+    {
+        Self::with_output(meta, f, |out: O| {
+            // From the output itself, so the text keeps its fields in declaration order.
+            let text = crate::mcp::json::to_string(&out)
+                .map_err(|e| ToolError::internal(e.to_string()))?;
+            let value = serde_json::to_value(out)
+                .map_err(|e| ToolError::internal(format!("serializing the result: {e}")))?;
+            if text.len() > RESULT_TEXT_DEFAULT_CHARS {
+                tracing::warn!(
+                    chars = text.len(),
+                    limit = RESULT_TEXT_DEFAULT_CHARS,
+                    "a JSON result's text exceeded its bound"
+                );
+            }
+            Ok(Reply::Structured { value, text })
         })
     }
 

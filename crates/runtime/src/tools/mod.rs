@@ -17,6 +17,7 @@ mod fs;
 pub(crate) mod git;
 mod info;
 pub mod jobs;
+mod knowledge;
 mod patch;
 pub(crate) mod process;
 pub(crate) mod project;
@@ -39,6 +40,7 @@ fn specs() -> Vec<ToolSpec> {
     v.extend(git::specs());
     v.extend(jobs::specs());
     v.extend(resources::specs());
+    v.extend(knowledge::specs());
     v
 }
 

@@ -27,7 +27,7 @@ use crate::{
     tools::blocking::blocking,
 };
 
-mod engine;
+pub(crate) mod engine;
 
 use engine::{Cursor, Run, Scope};
 

@@ -1,0 +1,418 @@
+//! ChatGPT's `search` and `fetch` (issue 18 item 5): the pair of tools ChatGPT's deep research
+//! and company knowledge call on an MCP server, in the shapes OpenAI documents ("Building MCP
+//! servers for ChatGPT and API integrations", <https://platform.openai.com/docs/mcp>): `search`
+//! takes one `query` string and returns `{"results": [{"id", "title", "url"}]}`; `fetch` takes
+//! one `id` string and returns `{"id", "title", "text", "url", "metadata"}`. Each result is
+//! exactly one text content item holding the JSON-encoded object, as documented, and the same
+//! object as `structuredContent` ([`ToolSpec::structured_json`]).
+//!
+//! `search` looks for the query's terms in the workspace's file paths and, with `search_text`'s
+//! engine, in their contents; the terms, the ranking and the rest of the pure rules are the
+//! [`engine`]. An id is a file's workspace-relative path (quoted when not UTF-8, as every tool
+//! shows paths), so `read_file` takes it too; a url is `machine://workspace/<path>`, which
+//! names no host path. Both are the same for every caller.
+
+use std::{
+    collections::BTreeMap,
+    io::Read,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use protocol::limits::{
+    KNOWLEDGE_QUERY_MAX_CHARS, KNOWLEDGE_SEARCH_RESULTS_MAX, KNOWLEDGE_SEARCH_SCAN_LINES_MAX,
+    KNOWLEDGE_TITLE_SCAN_BYTES, RESULT_TEXT_DEFAULT_CHARS, SEARCH_LINE_MAX_BYTES,
+};
+
+use crate::{
+    Access,
+    mcp::{
+        catalog::{Hints, ToolMeta, ToolSpec},
+        context::CallContext,
+        error::{ToolError, ToolResult},
+        text::Budget,
+    },
+    path::Workspace,
+    policy::Capability,
+    primitives::{
+        text::lossy,
+        write::{open_regular, reader_at},
+    },
+    tools::{
+        blocking::blocking,
+        search::engine::{self as search_engine, Candidates, Run, Scope},
+    },
+};
+
+mod engine;
+
+use engine::{Facts, Fit, Terms};
+
+pub(crate) fn specs() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::structured_json(
+            ToolMeta {
+                name: "search",
+                title: "Search (deep research)",
+                description: "ChatGPT deep research / company knowledge search, the pair of \
+                              fetch: finds workspace files whose path or text contains the \
+                              query's words (case-insensitive, as fixed strings; .gitignore \
+                              honoured; binary files, .git and symlinks skipped). Ranked: more \
+                              distinct words first, then words in the file name, then in the \
+                              path, then more matching lines; ties in path order. Returns at \
+                              most 20 results as JSON {\"results\": [{\"id\", \"title\", \
+                              \"url\"}]}; an id is the file's workspace path (fetch and \
+                              read_file take it). For regexes, match lines or every match use \
+                              search_text.",
+                capability: Capability::Read,
+                hints: Hints::READ,
+            },
+            search,
+        ),
+        ToolSpec::structured_json(
+            ToolMeta {
+                name: "fetch",
+                title: "Fetch (deep research)",
+                description: "ChatGPT deep research / company knowledge fetch, the pair of \
+                              search: one workspace text file by id (a search result's id or \
+                              url, or a workspace path) as JSON {\"id\", \"title\", \"text\", \
+                              \"url\", \"metadata\"}. The result stays within 45000 characters: \
+                              a longer text is cut after a line, metadata.truncated is \"true\" \
+                              and metadata.next_start_line is where read_file continues. \
+                              Binary files are refused. For line ranges, tails or paging use \
+                              read_file.",
+                capability: Capability::Read,
+                hints: Hints::READ,
+            },
+            fetch,
+        ),
+    ]
+}
+
+/// Arguments of `search` (ChatGPT sends `{"query": "..."}`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SearchArgs {
+    /// Words to look for in file paths and contents, case-insensitive (at most 1000
+    /// characters and 16 distinct words; common English words such as "the" or "how" are
+    /// ignored when others are given).
+    #[schemars(length(min = 1, max = KNOWLEDGE_QUERY_MAX_CHARS))]
+    query: String,
+}
+
+/// One `search` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct SearchResult {
+    /// The file's workspace path: pass it to fetch (read_file takes it too).
+    id: String,
+    /// The file's path; for a Markdown file its first heading, then " — " and the path.
+    title: String,
+    /// The file's stable URL: machine://workspace/ and its percent-encoded workspace path.
+    url: String,
+}
+
+/// Result of `search`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct SearchResults {
+    /// Matching files, best first; at most 20 (fewer when they would pass 45000 characters).
+    results: Vec<SearchResult>,
+}
+
+async fn search(rt: Arc<Access>, args: SearchArgs, cx: CallContext) -> ToolResult<SearchResults> {
+    let terms = engine::split_query(&args.query)?;
+    let terms = Terms::new(&terms)?;
+    blocking(move || {
+        let ws = rt.workspace();
+        let root = ws.root().to_owned();
+        let threads = search_engine::default_threads();
+        let scope = Scope {
+            root: root.clone(),
+            include: Vec::new(),
+            exclude: Vec::new(),
+            include_ignored: false,
+            threads,
+            ignore_cache: rt.ignore_cache().clone(),
+        };
+        // A walk error leaves files out of the results; the documented shape has no place to
+        // say so, and search_text lists them.
+        let Candidates { files, .. } =
+            search_engine::candidates(&scope, &cx.cancel, &|p| ws.reachable(p))
+                .map_err(ToolError::invalid)?;
+        if cx.cancel.is_cancelled() {
+            return Err(ToolError::cancelled());
+        }
+        let mut facts: Vec<Facts> = files
+            .iter()
+            .map(|p| {
+                let rel = p.strip_prefix(&root).unwrap_or(p);
+                let name = p.file_name().map_or(&[][..], |n| n.as_encoded_bytes());
+                Facts {
+                    name: terms.found_in(name),
+                    path: terms.found_in(rel.as_os_str().as_encoded_bytes()),
+                    ..Facts::default()
+                }
+            })
+            .collect();
+        // Files whose paths match are read first, so the scan cap never leaves their contents
+        // out; `run` takes files in the order given when there is no cursor.
+        let order: Vec<usize> = (0..files.len())
+            .filter(|&i| facts[i].path != 0)
+            .chain((0..files.len()).filter(|&i| facts[i].path == 0))
+            .collect();
+        let scan: Vec<PathBuf> = order.iter().map(|&i| files[i].clone()).collect();
+        let run = Run {
+            matcher: terms.any(),
+            context: 0,
+            max_matches: KNOWLEDGE_SEARCH_SCAN_LINES_MAX,
+            max_chars: usize::MAX,
+            cost: &|_, _| 0,
+            line_max_bytes: SEARCH_LINE_MAX_BYTES,
+            threads,
+            cancel: &cx.cancel,
+            root: &root,
+            open: &|p| ws.open_file(p),
+            changed: Workspace::changed_under,
+        };
+        let progress = &cx.progress;
+        let out = search_engine::run(&run, scan, None, &mut |p| {
+            progress.report(p.files_done as f64, Some(p.files_total as f64), || {
+                format!(
+                    "searched {} of {} files, {} matching lines",
+                    p.files_done, p.files_total, p.matches
+                )
+            });
+        });
+        if out.cancelled {
+            return Err(ToolError::cancelled());
+        }
+        // `out.files` (the files with hits) come in scan order: find each further along it.
+        let mut scanned = order.iter().copied();
+        let hit_file: Vec<Option<usize>> = out
+            .files
+            .iter()
+            .map(|f| scanned.find(|&i| &files[i] == f))
+            .collect();
+        for h in &out.hits {
+            if let Some(&Some(i)) = hit_file.get(h.file) {
+                facts[i].content |= terms.found_in(h.text.as_bytes());
+                facts[i].lines += 1;
+            }
+        }
+        let mut budget = Budget::new(RESULT_TEXT_DEFAULT_CHARS.saturating_sub(json_len(
+            &SearchResults {
+                results: Vec::new(),
+            },
+        )));
+        let mut results = Vec::new();
+        for i in engine::rank(&facts, KNOWLEDGE_SEARCH_RESULTS_MAX) {
+            let real = &files[i];
+            let id = id_of(ws, real);
+            let heading = real
+                .file_name()
+                .filter(|n| engine::is_markdown(n))
+                .and_then(|_| heading_of(ws, real));
+            let r = SearchResult {
+                title: engine::title(&id, heading.as_deref()),
+                url: engine::workspace_url(real.strip_prefix(&root).unwrap_or(real)),
+                id,
+            };
+            if !budget.take(json_len(&r) + usize::from(!results.is_empty())) {
+                break;
+            }
+            results.push(r);
+        }
+        Ok(SearchResults { results })
+    })
+    .await
+}
+
+/// The id of the file at `real`: its path relative to the workspace root (quoted when not
+/// UTF-8, as every tool shows paths), whatever the caller's absolute-output setting, so that
+/// ids are the same for every caller; a file outside the workspace (only an unrestricted
+/// caller reaches one) as the caller's tools show it.
+fn id_of(ws: &Workspace, real: &Path) -> String {
+    match real.strip_prefix(ws.root()) {
+        Ok(rel) if !rel.as_os_str().is_empty() => crate::path::quote::render(rel.as_os_str()),
+        _ => ws.display(real),
+    }
+}
+
+/// Bytes of `v` as compact JSON (as the result's text block writes it).
+fn json_len<T: Serialize>(v: &T) -> usize {
+    serde_json::to_string(v).map_or(usize::MAX, |s| s.len())
+}
+
+/// The first heading of the Markdown file a walk found at `real` (read beneath the root).
+fn heading_of(ws: &Workspace, real: &Path) -> Option<String> {
+    let file = ws.open_file(real).ok()?;
+    let mut head = Vec::new();
+    file.take(KNOWLEDGE_TITLE_SCAN_BYTES as u64)
+        .read_to_end(&mut head)
+        .ok()?;
+    engine::markdown_heading(&lossy(&head))
+}
+
+/// Arguments of `fetch` (ChatGPT sends `{"id": "..."}`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FetchArgs {
+    /// A search result's id (a workspace path) or url (machine://workspace/...).
+    #[schemars(length(min = 1))]
+    id: String,
+}
+
+/// Result of `fetch`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Document {
+    /// The file's workspace path (as search returns it).
+    id: String,
+    /// The file's path; for a Markdown file its first heading, then " — " and the path.
+    title: String,
+    /// The file's text from its first line (invalid UTF-8 replaced with U+FFFD); cut after a
+    /// line when the result would pass 45000 characters (metadata.truncated).
+    text: String,
+    /// The file's stable URL: machine://workspace/ and its percent-encoded workspace path.
+    url: String,
+    /// Facts about the text, every value a string: "bytes" (the file's size), "lines" (lines
+    /// in text), "truncated" ("true" or "false"); when truncated, "next_start_line" (the first
+    /// line not in text, or the cut line) and "read_rest" (how to read on with read_file);
+    /// "invalid_utf8" when bytes were replaced.
+    metadata: BTreeMap<String, String>,
+}
+
+/// The metadata of a fetched text (see [`Document::metadata`]).
+fn metadata(size: u64, fit: &Fit, invalid_utf8: bool) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    m.insert("bytes".to_owned(), size.to_string());
+    m.insert("lines".to_owned(), fit.lines.to_string());
+    m.insert("truncated".to_owned(), fit.next_line.is_some().to_string());
+    if let Some(n) = fit.next_line {
+        m.insert("next_start_line".to_owned(), n.to_string());
+        m.insert(
+            "read_rest".to_owned(),
+            format!("read_file with path = this id and start_line = {n}"),
+        );
+    }
+    if invalid_utf8 {
+        m.insert(
+            "invalid_utf8".to_owned(),
+            "bytes that are not UTF-8 were replaced with U+FFFD".to_owned(),
+        );
+    }
+    m
+}
+
+async fn fetch(rt: Arc<Access>, args: FetchArgs, _cx: CallContext) -> ToolResult<Document> {
+    if args.id.is_empty() {
+        return Err(ToolError::invalid(
+            "id is empty: pass the id of a search result (a workspace path)",
+        ));
+    }
+    blocking(move || {
+        let ws = rt.workspace();
+        let arg = engine::id_path(&args.id)?;
+        let p = ws.resolve(&arg)?;
+        let at = reader_at(ws, &p, &arg)?;
+        let (file, meta) = open_regular(&at, &arg)?;
+        // Escaping never makes text shorter, so the result never holds more than this.
+        let mut bytes = Vec::new();
+        file.take(RESULT_TEXT_DEFAULT_CHARS as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ToolError::io(&arg, &e))?;
+        let complete = bytes.len() <= RESULT_TEXT_DEFAULT_CHARS;
+        bytes.truncate(RESULT_TEXT_DEFAULT_CHARS);
+        if let Some(at) = memchr::memchr(0, &bytes) {
+            return Err(ToolError::invalid(format!(
+                "{arg}: looks binary (NUL byte at offset {at}); fetch returns the text of text files only"
+            )));
+        }
+        let mut raw = bytes
+            .strip_prefix(crate::primitives::text::UTF8_BOM)
+            .unwrap_or(&bytes);
+        if !complete
+            && let Err(e) = std::str::from_utf8(raw)
+            && e.error_len().is_none()
+        {
+            // The read ended inside a character; the rest of it is in the part not read.
+            raw = &raw[..e.valid_up_to()];
+        }
+        let text = lossy(raw);
+        let invalid_utf8 = matches!(text, std::borrow::Cow::Owned(_));
+        let real = p.real();
+        let id = id_of(ws, real);
+        let url = match real.strip_prefix(ws.root()) {
+            Ok(rel) => engine::workspace_url(rel),
+            Err(_) => engine::file_url(real),
+        };
+        let heading = real
+            .file_name()
+            .filter(|n| engine::is_markdown(n))
+            .and_then(|_| {
+                let mut end = text.len().min(KNOWLEDGE_TITLE_SCAN_BYTES);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                engine::markdown_heading(&text[..end])
+            });
+        let mut doc = Document {
+            title: engine::title(&id, heading.as_deref()),
+            id,
+            text: String::new(),
+            url,
+            // The longest metadata there can be, to size the text against.
+            metadata: metadata(
+                u64::MAX,
+                &Fit {
+                    end: 0,
+                    lines: u64::MAX,
+                    next_line: Some(u64::MAX),
+                },
+                true,
+            ),
+        };
+        let budget = RESULT_TEXT_DEFAULT_CHARS.saturating_sub(json_len(&doc));
+        let fit = engine::fit_text(&text, budget, complete);
+        doc.text = text[..fit.end].to_owned();
+        doc.metadata = metadata(meta.len(), &fit, invalid_utf8);
+        Ok(doc)
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_metadata_is_the_one_the_text_is_sized_against() {
+        let worst = metadata(
+            u64::MAX,
+            &Fit {
+                end: 0,
+                lines: u64::MAX,
+                next_line: Some(u64::MAX),
+            },
+            true,
+        );
+        for (size, lines, next, bad) in [
+            (0, 0, None, false),
+            (u64::MAX - 1, 99_999, Some(100_000), true),
+            (7, 1, Some(1), false),
+        ] {
+            let m = metadata(
+                size,
+                &Fit {
+                    end: 0,
+                    lines,
+                    next_line: next,
+                },
+                bad,
+            );
+            assert!(json_len(&m) <= json_len(&worst), "{m:?}");
+            assert!(m.keys().all(|k| worst.contains_key(k)));
+        }
+    }
+}
