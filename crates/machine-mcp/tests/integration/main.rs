@@ -5,6 +5,7 @@
 
 mod client_config;
 mod containment;
+mod context;
 mod delivery;
 mod doctor;
 mod edit;

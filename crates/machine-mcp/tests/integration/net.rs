@@ -26,8 +26,18 @@ pub(crate) struct Proc {
 
 impl Proc {
     pub(crate) fn spawn(args: &[&str], stderr_tx: Option<mpsc::Sender<String>>) -> Self {
+        Self::spawn_with_env(args, &[], stderr_tx)
+    }
+
+    /// Like [`Proc::spawn`], with extra environment variables for the process.
+    pub(crate) fn spawn_with_env(
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr_tx: Option<mpsc::Sender<String>>,
+    ) -> Self {
         let mut child = Command::new(bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -458,6 +468,18 @@ impl Relay {
         code: Option<&str>,
         extra: &[&str],
     ) -> Proc {
+        self.daemon_with_env(state, workspace, code, extra, &[])
+    }
+
+    /// Like [`Relay::daemon`], with extra environment variables for the daemon.
+    pub(crate) fn daemon_with_env(
+        &self,
+        state: &Path,
+        workspace: &Path,
+        code: Option<&str>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proc {
         let public = self.public();
         let mut args = vec![
             "connect",
@@ -476,7 +498,7 @@ impl Relay {
             args.extend(["--enroll", c]);
         }
         args.extend_from_slice(extra);
-        Proc::spawn(&args, None)
+        Proc::spawn_with_env(&args, env, None)
     }
 
     /// Waits until the relay has `n` ready daemon sockets.

@@ -66,6 +66,7 @@ fn tools_list_declares_larger_requests_and_descriptions_and_limits_are_short() {
         "run_process",
         "exec_command",
         "read_process",
+        "agent_context",
         "run_command",
     ]
     .into();

@@ -20,6 +20,11 @@
 //!   running then, it becomes a task (`CreateTaskResult`) read with `tasks/get` and stopped with
 //!   `tasks/cancel` (which kills its process tree). Tasks live in the [`crate::Runtime`] and belong
 //!   to the principal (see [`crate::mcp::tasks`]).
+//! - Resources and prompts (issue 18): `resources/list`, `resources/templates/list` and
+//!   `resources/read` serve the instruction files (`machine://context/...`,
+//!   `tools::context`); `prompts/list` and `prompts/get` the skills
+//!   (`tools::skills`). Both are read-only and follow the caller's path rules. Their
+//!   lists can change with the files but advertise no `listChanged` (no notification is sent).
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
@@ -56,10 +61,14 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-        CreateTaskResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode, GetTaskParams,
-        GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
-        ServerConfig, SubscriptionFilter, TASKS_EXTENSION_ID, UpdateTaskParams,
+        CreateTaskResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
+        GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult,
+        Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ProgressNotificationParam, Prompt, PromptMessage, ProtocolVersion,
+        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+        ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig,
+        SubscriptionFilter, TASKS_EXTENSION_ID, UpdateTaskParams,
     },
     service::RequestContext,
 };
@@ -91,6 +100,9 @@ pub const SUPPORTED_PROTOCOL_VERSIONS: [ProtocolVersion; 4] = [
     ProtocolVersion::V_2026_07_28,
 ];
 
+/// The MIME type of the context resources and skill texts.
+const MARKDOWN: &str = "text/markdown";
+
 /// Queued progress reports per call; more are dropped (progress is advisory).
 const PROGRESS_QUEUE: usize = 16;
 
@@ -106,6 +118,11 @@ const KNOWN_METHODS: &[&str] = &[
     "tasks/get",
     "tasks/update",
     "tasks/cancel",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
 ];
 
 /// One MCP session's server: the runtime as its caller may use it ([`Access`]), and the caller.
@@ -449,6 +466,8 @@ impl ServerHandler for McpServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tasks()
+                .enable_resources()
+                .enable_prompts()
                 .build(),
         )
         .with_server_info(
@@ -458,7 +477,8 @@ impl ServerHandler for McpServer {
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25)
         .with_instructions(format!(
-            "Tools act on the workspace {}. Paths are relative to it{}. Call server_info for \
+            "Tools act on the workspace {}. Paths are relative to it{}. Call session_bootstrap \
+                 first for the project's instructions and facts, server_info for \
                  the policy and limits.",
             self.access.workspace().root().display(),
             if self.access.workspace().restricted() {
@@ -572,6 +592,102 @@ impl ServerHandler for McpServer {
             .call(&name, request.arguments.unwrap_or_default(), cx)
             .await?;
         Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let access = self.access.clone();
+        let list = tools::blocking::blocking(move || Ok(tools::context::resource_list(&access)))
+            .await
+            .unwrap_or_default();
+        Ok(ListResourcesResult::with_all_items(
+            list.into_iter()
+                .map(|r| {
+                    let mut res = Resource::new(r.uri, r.name)
+                        .with_description(r.description)
+                        .with_mime_type(MARKDOWN);
+                    if let Some(size) = r.size {
+                        res = res.with_size(size);
+                    }
+                    res
+                })
+                .collect(),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let (uri_template, name, description) = tools::context::RESOURCE_TEMPLATE;
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(uri_template, name)
+                .with_description(description)
+                .with_mime_type(MARKDOWN),
+        ]))
+    }
+
+    /// `resources/read` of a context resource (`machine://context/...`). A URI that is not one
+    /// this caller may read is -32002 (MCP 2025-11-25 Resources § Error Handling), which rmcp
+    /// turns into -32602 for 2026-07-28 requests.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let access = self.access.clone();
+        let uri = request.uri.clone();
+        let read = tools::blocking::blocking(move || tools::context::resource_read(&access, &uri))
+            .await
+            .map_err(|e| ErrorData::resource_not_found(e.message().to_owned(), None))?;
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(read.text, read.uri).with_mime_type(MARKDOWN),
+        ])
+        .into())
+    }
+
+    /// `prompts/list`: each skill of the workspace root (issue 18 item 3), no arguments.
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let access = self.access.clone();
+        let list = tools::blocking::blocking(move || Ok(tools::skills::prompt_list(&access)))
+            .await
+            .unwrap_or_default();
+        Ok(ListPromptsResult::with_all_items(
+            list.into_iter()
+                .map(|p| {
+                    let mut prompt = Prompt::new(p.name, Some(p.description), None);
+                    prompt.title = p.title;
+                    prompt
+                })
+                .collect(),
+        ))
+    }
+
+    /// `prompts/get` of a skill: one user message with its text. An unknown name is -32602
+    /// (MCP 2025-11-25 Prompts § Error Handling).
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let access = self.access.clone();
+        let name = request.name.clone();
+        let got = tools::blocking::blocking(move || tools::skills::prompt_get(&access, &name))
+            .await
+            .map_err(|e| ErrorData::invalid_params(e.message().to_owned(), None))?;
+        Ok(
+            GetPromptResult::new(vec![PromptMessage::new_text(Role::User, got.text)])
+                .with_description(got.description)
+                .into(),
+        )
     }
 
     async fn on_custom_request(

@@ -11,6 +11,7 @@ use std::sync::LazyLock;
 use crate::{mcp::catalog::ToolSpec, policy::Policy};
 
 pub(crate) mod blocking;
+pub(crate) mod context;
 mod cursor;
 mod edit;
 mod fs;
@@ -29,6 +30,7 @@ pub(crate) mod skills;
 fn specs() -> Vec<ToolSpec> {
     let mut v = Vec::new();
     v.extend(info::specs());
+    v.extend(context::specs());
     v.extend(project::specs());
     v.extend(skills::specs());
     v.extend(fs::specs());
