@@ -45,6 +45,8 @@ TOOLS = {
     "kill_process", "list_processes",
     "git_status", "git_diff", "git_log", "git_show", "git_commit",
     "start_job", "stage_job", "read_job", "list_jobs", "cancel_job", "list_local_resources",
+    "session_bootstrap", "agent_context", "project_overview", "list_skills", "load_skill",
+    "list_commands", "run_command", "search", "fetch",
 }
 # Crates to copy from the registry, in order of preference; any others fill up to MAX_CRATES.
 PREFERRED_CRATES = ["serde_json", "memchr", "tokio", "similar", "globset"]
@@ -388,6 +390,40 @@ def cmd_sdk(work: Path, binary: str) -> int:
 
     checks.run("python-sdk: default mode (server/discover answered: 2026-07-28, no initialize)",
                session("auto", params(tree, wrap=wire), mode="auto")(auto), lambda: [logs / "sdk-auto.log", wire])
+
+    # -- issue 18: each skill is a prompt and each instruction file a resource, in both eras
+    ctx = work / "context-ws"
+    skill = ctx / ".agents" / "skills" / "release-notes"
+    skill.mkdir(parents=True, exist_ok=True)
+    (ctx / ".git").mkdir(exist_ok=True)
+    (ctx / "AGENTS.md").write_text("Run the tests before you commit.\n")
+    (skill / "SKILL.md").write_text("---\nname: release-notes\ndescription: Write release notes "
+                                    "from the git log\n---\n# Release notes\nRead git_log; group by type.\n")
+    (skill / "template.md").write_text("## Added\n")
+
+    async def context(c: Any) -> None:
+        if c.mode != "2026-07-28":  # a forced 2026-07-28 client assumes capabilities, never asks
+            check(c.server_capabilities.prompts is not None, "no prompts capability")
+            check(c.server_capabilities.resources is not None, "no resources capability")
+        prompts = (await c.list_prompts()).prompts
+        check([(p.name, p.description) for p in prompts] == [("release-notes", "Write release notes from the git log")],
+              f"prompts {prompts!r}")
+        got = await c.get_prompt("release-notes")
+        text = got.messages[0].content.text
+        check(got.messages[0].role == "user" and "group by type" in text and "template.md" in text,
+              f"prompts/get release-notes: {short(text)}")
+        resources = (await c.list_resources()).resources
+        uris = [str(r.uri) for r in resources]
+        check(uris == ["machine://context/chain", "machine://context/file/AGENTS.md"], f"resources {uris}")
+        read = await c.read_resource("machine://context/file/AGENTS.md")
+        check(read.contents[0].text == "Run the tests before you commit.\n", f"resources/read: {read!r}")
+        chain = await c.read_resource("machine://context/chain")
+        check("Run the tests" in chain.contents[0].text, f"the chain resource: {chain!r}")
+
+    for mode in ["legacy", "auto", "2026-07-28"]:
+        checks.run(f"python-sdk: skills as prompts, instruction files as resources ({mode})",
+                   session(f"context-{mode}", params(ctx, "--profile", "agent"), mode=mode)(context),
+                   lambda mode=mode: [logs / f"sdk-context-{mode}.log"])
     return 1 if checks.failed else 0
 
 

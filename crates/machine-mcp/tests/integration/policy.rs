@@ -13,17 +13,26 @@ fn tool_names(s: &mut Server) -> Vec<String> {
         .collect()
 }
 
-const READ_TOOLS: [&str; 6] = [
+const READ_TOOLS: [&str; 14] = [
     "server_info",
     "list_dir",
     "list_files",
     "read_file",
     "view_image",
     "search_text",
+    "session_bootstrap",
+    "agent_context",
+    "project_overview",
+    "list_skills",
+    "load_skill",
+    "list_commands",
+    "search",
+    "fetch",
 ];
 const WRITE_TOOLS: [&str; 3] = ["write_file", "edit_file", "apply_patch"];
-const ARGV_TOOLS: [&str; 13] = [
+const ARGV_TOOLS: [&str; 14] = [
     "run_process",
+    "run_command",
     "start_process",
     "read_process",
     "write_process",
