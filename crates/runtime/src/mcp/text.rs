@@ -96,19 +96,7 @@ fn fit_summary(summary: &str) -> String {
     format!("{}{marker}{}{more}", &head[..start_end], &head[end_start..])
 }
 
-/// `s` cut to at most `max` bytes (on a char boundary, `marker` appended) when it is longer.
-pub(crate) fn cut(mut s: String, max: usize, marker: &str) -> String {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max.saturating_sub(marker.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
-    s.push_str(marker);
-    s
-}
+pub(crate) use crate::primitives::text::cut;
 
 /// Characters left for a page's text: items are added while they fit.
 #[derive(Debug, Clone, Copy)]

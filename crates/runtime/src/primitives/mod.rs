@@ -10,6 +10,7 @@
 //! - [`ignores`]: the ignore files of `search_text`/`list_files` walks, capped and shared.
 //! - [`skipped`]: paths a walk or search could not read, bounded and in path order.
 //! - [`project`]: the project root of a target (nearest Git work tree, else the workspace).
+//! - [`uri`]: paths percent-encoded in the URIs tools hand out.
 
 pub(crate) mod diff;
 pub(crate) mod ignores;
@@ -17,5 +18,6 @@ pub(crate) mod private;
 pub(crate) mod project;
 pub(crate) mod skipped;
 pub(crate) mod text;
+pub(crate) mod uri;
 pub(crate) mod write;
 pub(crate) mod write_lock;

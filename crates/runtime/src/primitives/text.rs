@@ -28,6 +28,20 @@ pub(crate) fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `s` cut to at most `max` bytes (on a char boundary, `marker` appended) when it is longer.
+pub(crate) fn cut(mut s: String, max: usize, marker: &str) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max.saturating_sub(marker.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s.push_str(marker);
+    s
+}
+
 /// The line endings seen in some text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -14,7 +14,6 @@ use std::{
     sync::Arc,
 };
 
-use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -35,7 +34,7 @@ use crate::{
     },
     path::Workspace,
     policy::{Capability, ExecMode},
-    primitives::project::target_dir,
+    primitives::{project::target_dir, uri},
     tools::{blocking::blocking, cursor},
 };
 
@@ -616,25 +615,6 @@ pub(crate) const RESOURCE_TEMPLATE: (&str, &str, &str) = (
     "An instruction file (AGENTS.md, AGENTS.override.md or CLAUDE.md) by its path in the workspace",
 );
 
-/// What a path segment of a URI keeps as it is (RFC 3986 §3.3 `pchar` less a few): the rest
-/// is percent-encoded.
-const PATH_ENCODE: &AsciiSet = &CONTROLS
-    .add(b' ')
-    .add(b'"')
-    .add(b'#')
-    .add(b'%')
-    .add(b'<')
-    .add(b'>')
-    .add(b'?')
-    .add(b'[')
-    .add(b'\\')
-    .add(b']')
-    .add(b'^')
-    .add(b'`')
-    .add(b'{')
-    .add(b'|')
-    .add(b'}');
-
 /// One context resource as `resources/list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ContextResource {
@@ -679,7 +659,7 @@ pub(crate) fn resource_list(rt: &Access) -> Vec<ContextResource> {
             SourceKind::UserInstructions => USER_URI.to_owned(),
             _ => format!(
                 "{FILE_URI_PREFIX}{}",
-                utf8_percent_encode(&path, PATH_ENCODE)
+                uri::encode_path(std::ffi::OsStr::new(&path))
             ),
         };
         out.push(ContextResource {
@@ -734,8 +714,7 @@ pub(crate) fn resource_read(rt: &Access, uri: &str) -> ToolResult<ResourceText> 
             Err(e) => return Err(missing(&format!("the user configuration: {e}"))),
         }
     } else if let Some(encoded) = uri.strip_prefix(FILE_URI_PREFIX) {
-        let decoded = percent_decode_str(encoded)
-            .decode_utf8()
+        let decoded = String::from_utf8(uri::decode_path(encoded))
             .map_err(|_| missing("not UTF-8 after percent-decoding"))?;
         let p = ws.resolve(&decoded)?;
         let named = p

@@ -75,6 +75,17 @@ use crate::{
     path::Workspace,
 };
 
+/// The `git status` of `git_status` and of the project facts: porcelain v2 with the branch
+/// header, NUL-terminated, untracked files listed, submodules not entered.
+pub(crate) const STATUS_PORCELAIN_ARGS: [&str; 6] = [
+    "status",
+    "--porcelain=v2",
+    "--branch",
+    "-z",
+    "--untracked-files=normal",
+    "--ignore-submodules=all",
+];
+
 /// Longest a git command may run.
 const GIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Stderr kept for error messages.

@@ -156,14 +156,7 @@ pub(super) async fn git_status(
     let (repo, _) = repo_at(&rt, &args.path, &cx).await?;
     let out = engine::run_in(
         &repo,
-        &os(&[
-            "status",
-            "--porcelain=v2",
-            "--branch",
-            "-z",
-            "--untracked-files=normal",
-            "--ignore-submodules=all",
-        ]),
+        &os(&engine::STATUS_PORCELAIN_ARGS),
         None,
         8 * 1024 * 1024,
         &cx.cancel,

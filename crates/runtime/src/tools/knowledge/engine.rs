@@ -17,12 +17,15 @@ use std::{borrow::Cow, ffi::OsStr, os::unix::ffi::OsStrExt, path::Path};
 
 use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use protocol::limits::{
     KNOWLEDGE_QUERY_MAX_CHARS, KNOWLEDGE_QUERY_TERMS_MAX, KNOWLEDGE_TITLE_HEADING_MAX_CHARS,
 };
 
-use crate::{mcp::error::ToolError, path::quote};
+use crate::{
+    mcp::error::ToolError,
+    path::quote,
+    primitives::{text, uri},
+};
 
 // A term set is a bitmask of `u32`.
 const _: () = assert!(KNOWLEDGE_QUERY_TERMS_MAX <= 32);
@@ -214,25 +217,17 @@ pub(crate) fn markdown_heading(text: &str) -> Option<String> {
                 if (1..=6).contains(&hashes) && (rest.is_empty() || rest.starts_with([' ', '\t'])) {
                     let h = rest.trim().trim_end_matches('#').trim_end();
                     if !h.is_empty() {
-                        return Some(cut_chars(h, KNOWLEDGE_TITLE_HEADING_MAX_CHARS));
+                        return Some(text::cut(
+                            h.to_owned(),
+                            KNOWLEDGE_TITLE_HEADING_MAX_CHARS,
+                            "…",
+                        ));
                     }
                 }
             }
         }
     }
     None
-}
-
-/// `s` cut to at most `max` bytes on a character boundary, `…` appended when cut.
-fn cut_chars(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// A result's title: a Markdown file's first heading followed by its path
@@ -249,34 +244,17 @@ pub(crate) const WORKSPACE_URL: &str = "machine://workspace/";
 /// The prefix of the URL of a file outside the workspace (only unrestricted callers reach one).
 const FILE_URL: &str = "file://";
 
-/// Bytes kept as they are in a URL path: RFC 3986 `unreserved` and `/`.
-const PATH_KEEP: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~')
-    .remove(b'/');
-
 /// The stable URL of a file: `machine://workspace/<path>` for `rel`, a path relative to the
 /// workspace root, each byte outside RFC 3986 `unreserved` and `/` percent-encoded (a path that
 /// is not UTF-8 keeps its bytes). It names no host path, so it is the same for every caller.
 pub(crate) fn workspace_url(rel: &Path) -> String {
-    format!("{WORKSPACE_URL}{}", encode(rel.as_os_str()))
+    format!("{WORKSPACE_URL}{}", uri::encode_path(rel.as_os_str()))
 }
 
 /// The URL of a file outside the workspace, `file://<absolute path>` percent-encoded as
 /// [`workspace_url`] does.
 pub(crate) fn file_url(abs: &Path) -> String {
-    format!("{FILE_URL}{}", encode(abs.as_os_str()))
-}
-
-fn encode(path: &OsStr) -> String {
-    // `utf8_percent_encode` takes `&str`; bytes that are not UTF-8 are all outside PATH_KEEP
-    // (they are >= 0x80) and are encoded by `percent_encode` the same way.
-    match path.to_str() {
-        Some(s) => utf8_percent_encode(s, PATH_KEEP).to_string(),
-        None => percent_encoding::percent_encode(path.as_bytes(), PATH_KEEP).to_string(),
-    }
+    format!("{FILE_URL}{}", uri::encode_path(abs.as_os_str()))
 }
 
 /// The path argument a `fetch` id names: a `machine://workspace/` URL decoded to its
@@ -288,7 +266,7 @@ fn encode(path: &OsStr) -> String {
 /// and a `file://` URL that does not name an absolute path on this machine (`file:///...`).
 pub(crate) fn id_path(id: &str) -> Result<Cow<'_, str>, ToolError> {
     if let Some(rest) = id.strip_prefix(WORKSPACE_URL) {
-        let bytes: Vec<u8> = percent_decode_str(rest).collect();
+        let bytes = uri::decode_path(rest);
         if bytes.is_empty() || bytes.starts_with(b"/") {
             return Err(ToolError::invalid(format!(
                 "{id}: a {WORKSPACE_URL} URL names a file by its path relative to the workspace"
@@ -297,7 +275,7 @@ pub(crate) fn id_path(id: &str) -> Result<Cow<'_, str>, ToolError> {
         return Ok(Cow::Owned(quote::render(OsStr::from_bytes(&bytes))));
     }
     if let Some(rest) = id.strip_prefix(FILE_URL) {
-        let bytes: Vec<u8> = percent_decode_str(rest).collect();
+        let bytes = uri::decode_path(rest);
         if !bytes.starts_with(b"/") {
             return Err(ToolError::invalid(format!(
                 "{id}: a {FILE_URL} URL must name an absolute path on this machine ({FILE_URL}/path)"

@@ -117,23 +117,6 @@ impl Registry {
     }
 }
 
-/// A manifest command, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ManifestCommand {
-    /// Its name.
-    pub(crate) name: String,
-    /// Its description (one line, at most 1000 bytes).
-    pub(crate) description: String,
-    /// Its argv (non-empty, within the process limits).
-    pub(crate) argv: Vec<String>,
-    /// Its working directory relative to the project root, as written ("." when absent).
-    pub(crate) cwd: String,
-    /// Its timeout in seconds (1-600; 120 when absent).
-    pub(crate) timeout_seconds: u64,
-    /// Whether it takes extra arguments.
-    pub(crate) allow_extra_args: bool,
-}
-
 /// Whether `name` can name a manifest command: 1-200 bytes of ASCII letters, digits and
 /// `. _ - : + @ /`.
 fn valid_name(name: &str) -> bool {
@@ -144,14 +127,15 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-:+@/".contains(&b))
 }
 
-/// The commands of a manifest's text (module docs), in name order.
+/// The commands of a manifest's text (module docs), in name order; `provenance` is the
+/// manifest's path as shown.
 ///
 /// # Errors
 /// One line naming the first problem: TOML syntax (with line and column), an unknown,
 /// missing or mistyped field (with the command's table, `[commands.NAME]`), an invalid name,
 /// an empty argv or one over the process limits, an absolute or empty cwd (or one with a
 /// control character), a timeout outside 1-600, or more than [`COMMANDS_MAX`] commands.
-pub(crate) fn parse_manifest(text: &str) -> Result<Vec<ManifestCommand>, String> {
+pub(crate) fn parse_manifest(text: &str, provenance: &str) -> Result<Vec<Command>, String> {
     let file: ManifestFile = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     if file.commands.len() > COMMANDS_MAX {
         return Err(format!(
@@ -199,13 +183,15 @@ pub(crate) fn parse_manifest(text: &str) -> Result<Vec<ManifestCommand>, String>
                 )));
             }
         };
-        out.push(ManifestCommand {
+        out.push(Command {
             name,
             description: one_line(&spec.description, DESCRIPTION_MAX_BYTES),
             argv: spec.argv,
             cwd,
             timeout_seconds,
             allow_extra_args: spec.allow_extra_args,
+            source: "manifest",
+            provenance: provenance.to_owned(),
         });
     }
     Ok(out)
@@ -219,18 +205,9 @@ pub(crate) fn registry(dir: &ProjectDir<'_>, facts: &Facts) -> Registry {
     let shown = dir.display(MANIFEST);
     let failed = match dir.read_text(MANIFEST) {
         Ok(None) => None,
-        Ok(Some(text)) => match parse_manifest(&text) {
+        Ok(Some(text)) => match parse_manifest(&text, &shown) {
             Ok(cmds) => {
-                all.extend(cmds.into_iter().map(|c| Command {
-                    name: c.name,
-                    description: c.description,
-                    argv: c.argv,
-                    cwd: c.cwd,
-                    timeout_seconds: c.timeout_seconds,
-                    allow_extra_args: c.allow_extra_args,
-                    source: "manifest",
-                    provenance: shown.clone(),
-                }));
+                all.extend(cmds);
                 None
             }
             Err(m) => Some((ToolErrorCode::InvalidRequest, m)),
@@ -318,6 +295,7 @@ cwd = "tools"
 timeout_seconds = 600
 allow_extra_args = true
 "#,
+            ".machine-mcp/commands.toml",
         )
         .unwrap();
         assert_eq!(cmds.len(), 2);
@@ -338,7 +316,8 @@ allow_extra_args = true
             ),
             (".", 120, false)
         );
-        assert!(parse_manifest("").unwrap().is_empty());
+        assert_eq!(cmds[0].source, "manifest");
+        assert!(parse_manifest("", "m").unwrap().is_empty());
     }
 
     #[test]
@@ -374,7 +353,7 @@ allow_extra_args = true
             ),
             ("[commands.t\n".to_owned(), "line 1, column"),
         ] {
-            let e = parse_manifest(&text).unwrap_err();
+            let e = parse_manifest(&text, "m").unwrap_err();
             assert!(e.contains(needle), "{text:?}: {e}");
             assert!(!e.contains('\n'), "one line: {e}");
         }

@@ -256,15 +256,7 @@ pub(crate) fn clean_name(name: &str) -> Option<String> {
 /// characters dropped, whitespace trimmed, at most `max` bytes (cut with `…`).
 pub(crate) fn one_line(value: &str, max: usize) -> String {
     let s: String = value.chars().filter(|c| !c.is_control()).collect();
-    let s = s.trim();
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    crate::primitives::text::cut(s.trim().to_owned(), max, "…")
 }
 
 #[cfg(test)]

@@ -86,14 +86,7 @@ pub(crate) async fn facts(
     let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
     let status = engine::run_in(
         &repo,
-        &args(&[
-            "status",
-            "--porcelain=v2",
-            "--branch",
-            "-z",
-            "--untracked-files=normal",
-            "--ignore-submodules=all",
-        ]),
+        &args(&engine::STATUS_PORCELAIN_ARGS),
         None,
         STATUS_MAX_BYTES,
         cancel,
