@@ -498,3 +498,6 @@ pub const KNOWLEDGE_SEARCH_SCAN_LINES_MAX: usize = 10_000;
 pub const KNOWLEDGE_TITLE_SCAN_BYTES: usize = 4 * KIB;
 /// Characters of a Markdown heading kept in a `search`/`fetch` title; a longer one is cut.
 pub const KNOWLEDGE_TITLE_HEADING_MAX_CHARS: usize = 200;
+/// Characters of the message of a JSON-RPC error the runtime answers for a resource or prompt
+/// (it may echo the URI or name asked for); a longer one is cut with `…`.
+pub const JSONRPC_ERROR_MESSAGE_MAX_CHARS: usize = 1_000;

@@ -211,7 +211,7 @@ fn budgets_cut_with_a_note_and_pages_continue_the_chain() {
         match v["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
             None => {
-                assert_eq!(v["total_chars"], text.len());
+                assert_eq!(v["total_bytes"], text.len());
                 break;
             }
         }
@@ -410,4 +410,117 @@ fn a_remote_reviewer_does_not_get_the_owners_user_file() {
         "{as_reviewer}"
     );
     assert_eq!(as_reviewer["sources"].as_array().unwrap().len(), 2);
+}
+
+/// Fresh tester finding 1: a `max_chars` at the low end of its range gave pages with no text
+/// and the same cursor, so a client following it looped for ever.
+#[test]
+fn every_page_size_the_schema_allows_advances_to_the_end() {
+    let t = nested();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let whole = s.call("agent_context", json!({"path": "pkg/src"}));
+    let whole = whole.ok()["text"].as_str().unwrap().to_owned();
+    let schema = s.request("tools/list", json!({}));
+    let min = schema["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "agent_context")
+        .unwrap()["inputSchema"]["properties"]["max_chars"]["minimum"]
+        .as_u64()
+        .unwrap();
+    let tiny = s.call(
+        "agent_context",
+        json!({"path": "pkg/src", "max_chars": min - 1}),
+    );
+    assert_eq!(tiny.code(), "invalid_request");
+    let mut text = String::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..50 {
+        let mut args = json!({"path": "pkg/src", "max_chars": min});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let r = s.call("agent_context", args);
+        let v = r.ok().clone();
+        let page = v["text"].as_str().unwrap();
+        assert!(!page.is_empty() || v["next_cursor"].is_null(), "{v}");
+        text.push_str(page);
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(text, whole);
+}
+
+/// Fresh tester finding 2: session_bootstrap cut the chain from its end, so the deepest file —
+/// the one that wins — was the one left out.
+#[test]
+fn session_bootstrap_keeps_the_deepest_instructions_whole_first() {
+    let t = Tree::new();
+    let root: String = (0..400)
+        .map(|i| format!("- root guideline {i}: keep the code tidy and the tests green\n"))
+        .collect();
+    assert!(root.len() > 24_000);
+    t.write("AGENTS.md", &root);
+    t.write("pkg/AGENTS.md", "IMPORTANT: in pkg never run migrations\n");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("session_bootstrap", json!({"path": "pkg"}));
+    let v = r.ok();
+    let instructions = v["instructions"].as_str().unwrap();
+    assert!(
+        instructions.contains("IMPORTANT: in pkg never run migrations"),
+        "{}",
+        &instructions[instructions.len().saturating_sub(500)..]
+    );
+    assert!(instructions.contains("- root guideline 0:"));
+    assert!(
+        instructions.contains("[cut by"),
+        "the root file's cut is noted"
+    );
+    assert_eq!(v["instructions_complete"], false);
+    assert!(instructions.len() <= 24_000 + 500, "{}", instructions.len());
+}
+
+/// Fresh tester finding 8: JSON-RPC errors of resources/read and prompts/get echoed a 200 KB
+/// argument whole.
+#[test]
+fn protocol_errors_stay_short_whatever_they_echo() {
+    let t = nested();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let long = "A".repeat(200_000);
+    let read = s.request(
+        "resources/read",
+        json!({"uri": format!("machine://context/file/{long}")}),
+    );
+    let get = s.request("prompts/get", json!({"name": long}));
+    for e in [&read, &get] {
+        let m = e["error"]["message"].as_str().unwrap();
+        assert!(m.len() < 2_000, "{} characters", m.len());
+    }
+}
+
+/// Fresh tester finding 15: a non-UTF-8 directory name could not be read back through its
+/// resource URI, an empty instruction file was an error, and a Latin-1 file said nothing of
+/// its replaced bytes.
+#[test]
+fn resource_uris_name_any_path_and_odd_files_read_as_they_are() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = Tree::new();
+    let dir = t.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("AGENTS.md"), "latin dir\n").unwrap();
+    t.write("empty/AGENTS.md", "");
+    t.write("latin/AGENTS.md", b"caf\xe9 rules\n");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let read = |s: &mut Server, uri: &str| s.request("resources/read", json!({"uri": uri}));
+    let r = read(&mut s, "machine://context/file/caf%E9/AGENTS.md");
+    assert_eq!(r["result"]["contents"][0]["text"], "latin dir\n", "{r}");
+    let r = read(&mut s, "machine://context/file/empty/AGENTS.md");
+    assert_eq!(r["result"]["contents"][0]["text"], "", "{r}");
+    let c = s.call("agent_context", json!({"path": "latin"}));
+    let src = &c.ok()["sources"][0];
+    assert_eq!(src["invalid_utf8"], true, "{src}");
+    assert!(c.ok()["text"].as_str().unwrap().contains("U+FFFD"));
 }

@@ -76,8 +76,8 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use protocol::limits::{
-    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, ERROR_TEXT_MAX_CHARS, OWNER_RESERVED_CALLS,
-    TASK_FOREGROUND_BUDGET,
+    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, ERROR_TEXT_MAX_CHARS,
+    JSONRPC_ERROR_MESSAGE_MAX_CHARS, OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
 };
 
 use crate::{
@@ -353,6 +353,12 @@ impl McpServer {
             }
         })
     }
+}
+
+/// The message of `e` for a JSON-RPC error, cut to [`JSONRPC_ERROR_MESSAGE_MAX_CHARS`] (it may
+/// echo a long URI or prompt name).
+fn short_message(e: &ToolError) -> String {
+    crate::mcp::text::cut(e.message().to_owned(), JSONRPC_ERROR_MESSAGE_MAX_CHARS, "…")
 }
 
 /// The answer to a call whose work ended while the request still waited.
@@ -643,7 +649,7 @@ impl ServerHandler for McpServer {
         let uri = request.uri.clone();
         let read = tools::blocking::blocking(move || tools::context::resource_read(&access, &uri))
             .await
-            .map_err(|e| ErrorData::resource_not_found(e.message().to_owned(), None))?;
+            .map_err(|e| ErrorData::resource_not_found(short_message(&e), None))?;
         Ok(ReadResourceResult::new(vec![
             ResourceContents::text(read.text, read.uri).with_mime_type(MARKDOWN),
         ])
@@ -682,7 +688,7 @@ impl ServerHandler for McpServer {
         let name = request.name.clone();
         let got = tools::blocking::blocking(move || tools::skills::prompt_get(&access, &name))
             .await
-            .map_err(|e| ErrorData::invalid_params(e.message().to_owned(), None))?;
+            .map_err(|e| ErrorData::invalid_params(short_message(&e), None))?;
         Ok(
             GetPromptResult::new(vec![PromptMessage::new_text(Role::User, got.text)])
                 .with_description(got.description)

@@ -88,6 +88,8 @@ pub(crate) struct Source {
     pub(crate) truncated: bool,
     /// Why it was cut, when it was: `"file"` (the per-file budget) or `"chain"` (the total).
     pub(crate) cut_by: Option<&'static str>,
+    /// Whether the file is not valid UTF-8 (invalid bytes are U+FFFD in `text`).
+    pub(crate) invalid_utf8: bool,
 }
 
 /// A file that exists where the chain looks but was not used.
@@ -137,6 +139,10 @@ pub(crate) fn collect(req: &Request<'_>) -> Chain {
     if let Some(user) = req.user_file {
         match read(ws, user, req.max_file_bytes) {
             Look::Used(s) => sources.push(s.into_source(SourceKind::UserInstructions, None)),
+            Look::Empty(_) => skipped.push(Skipped {
+                path: user.to_owned(),
+                reason: "empty".to_owned(),
+            }),
             Look::Absent => skipped.push(Skipped {
                 path: user.to_owned(),
                 reason: "named in the user configuration but not found".to_owned(),
@@ -189,6 +195,10 @@ fn directory(
         }
         match read(ws, &path, max_file_bytes) {
             Look::Absent => {}
+            Look::Empty(_) => skipped.push(Skipped {
+                path,
+                reason: "empty".to_owned(),
+            }),
             Look::Unused(reason) => skipped.push(Skipped { path, reason }),
             Look::Used(found) => {
                 if kind == SourceKind::Claude
@@ -226,6 +236,8 @@ pub(crate) struct Found {
     pub(crate) text: String,
     /// Whether `text` is less than the whole file.
     pub(crate) truncated: bool,
+    /// Whether the bytes read are not valid UTF-8.
+    pub(crate) invalid_utf8: bool,
 }
 
 /// One instruction file read on its own (a `resources/read`), its text within `max` bytes.
@@ -237,7 +249,7 @@ pub(crate) fn read_one(ws: &Workspace, path: &Path, max: usize) -> Result<Found,
     match read(ws, path, max) {
         Look::Absent => Err("no such file".to_owned()),
         Look::Unused(why) => Err(why),
-        Look::Used(found) => Ok(found),
+        Look::Used(found) | Look::Empty(found) => Ok(found),
     }
 }
 
@@ -253,6 +265,7 @@ impl Found {
             text: self.text,
             cut_by: self.truncated.then_some("file"),
             truncated: self.truncated,
+            invalid_utf8: self.invalid_utf8,
         }
     }
 }
@@ -264,6 +277,8 @@ enum Look {
     Absent,
     /// There, but not usable (the reason).
     Unused(String),
+    /// There, and empty or only white space.
+    Empty(Found),
     /// Read.
     Used(Found),
 }
@@ -334,10 +349,7 @@ fn read(ws: &Workspace, path: &Path, max: usize) -> Look {
     if text::looks_binary(&head[..head.len().min(text::BINARY_SNIFF_BYTES)]) {
         return Look::Unused("binary (a NUL byte in its first 8 KiB)".to_owned());
     }
-    let (text, truncated) = head_text(&head, max, size);
-    if !truncated && text.trim().is_empty() {
-        return Look::Unused("empty".to_owned());
-    }
+    let (text, truncated, invalid_utf8) = head_text(&head, max, size);
     let sha256 = (hash_all && hashed <= INSTRUCTION_HASH_MAX_BYTES as u64)
         .then(|| hex::encode(hasher.finalize()));
     let identity = sha256.clone().unwrap_or_else(|| {
@@ -347,20 +359,26 @@ fn read(ws: &Workspace, path: &Path, max: usize) -> Look {
             meta.mtime_nsec()
         )
     });
-    Look::Used(Found {
+    let found = Found {
         real,
         size,
         sha256,
         identity,
         text,
         truncated,
-    })
+        invalid_utf8,
+    };
+    if !found.truncated && found.text.trim().is_empty() {
+        Look::Empty(found)
+    } else {
+        Look::Used(found)
+    }
 }
 
 /// The text of a file's first bytes `raw` (at most `max` of them after a leading BOM, cut back
-/// to a character boundary; invalid UTF-8 replaced by U+FFFD) and whether that is less than
-/// the whole file of `size` bytes.
-fn head_text(raw: &[u8], max: usize, size: u64) -> (String, bool) {
+/// to a character boundary; invalid UTF-8 replaced by U+FFFD), whether that is less than the
+/// whole file of `size` bytes, and whether invalid UTF-8 was replaced.
+fn head_text(raw: &[u8], max: usize, size: u64) -> (String, bool, bool) {
     let body = raw.strip_prefix(text::UTF8_BOM).unwrap_or(raw);
     let mut truncated = (raw.len() as u64) < size;
     let mut end = body.len();
@@ -372,12 +390,14 @@ fn head_text(raw: &[u8], max: usize, size: u64) -> (String, bool) {
             end -= 1;
         }
     }
-    (text::lossy(&body[..end]).into_owned(), truncated)
+    let kept = &body[..end];
+    let invalid = std::str::from_utf8(kept).is_err();
+    (text::lossy(kept).into_owned(), truncated, invalid)
 }
 
 /// Cuts the sources' text to `max_total` bytes in all, giving it out from the highest
-/// precedence (the last source) down.
-fn apply_total_budget(sources: &mut [Source], max_total: usize) {
+/// precedence (the last source) down: the deepest files are kept whole first.
+pub(crate) fn apply_total_budget(sources: &mut [Source], max_total: usize) {
     let mut left = max_total;
     for s in sources.iter_mut().rev() {
         if s.text.len() <= left {

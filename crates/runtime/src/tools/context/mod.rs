@@ -10,6 +10,7 @@
 //! whether one exists.
 
 use std::{
+    os::unix::ffi::OsStrExt,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -111,8 +112,8 @@ pub(crate) struct AgentContextArgs {
     /// Bytes of text kept over the whole chain (1 to 131072, default 131072).
     #[schemars(range(min = 1, max = INSTRUCTIONS_TOTAL_MAX_BYTES))]
     max_total_bytes: Option<usize>,
-    /// Most characters of this answer's text (default 45000, at most 500000).
-    #[schemars(range(min = 1000, max = RESULT_TEXT_RAISED_MAX_CHARS))]
+    /// Most characters of this answer's text (10000 to 500000, default 45000).
+    #[schemars(range(min = AGENT_CONTEXT_MIN_CHARS, max = RESULT_TEXT_RAISED_MAX_CHARS))]
     max_chars: Option<usize>,
     /// next_cursor of the previous page, to continue the same chain.
     cursor: Option<String>,
@@ -143,6 +144,10 @@ pub(crate) struct SourceView {
     /// Which budget cut it: "file" (the per-file budget) or "chain" (the total).
     #[serde(skip_serializing_if = "Option::is_none")]
     cut_by: Option<&'static str>,
+    /// The file is not valid UTF-8: its invalid bytes are U+FFFD in the text (so the text may
+    /// have more bytes than the file). Absent when it is valid.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    invalid_utf8: bool,
 }
 
 /// A file found where the chain looks but not used.
@@ -184,6 +189,9 @@ fn render(ws: &Workspace, chain: &Chain) -> Rendered {
         if !s.text.is_empty() && !s.text.ends_with('\n') {
             text.push('\n');
         }
+        if s.invalid_utf8 {
+            text.push_str("[not valid UTF-8: its invalid bytes are shown as U+FFFD]\n");
+        }
         if s.truncated {
             let why = match s.cut_by {
                 Some("chain") => "the chain's total budget",
@@ -207,6 +215,7 @@ fn render(ws: &Workspace, chain: &Chain) -> Rendered {
             included_bytes: s.text.len(),
             truncated: s.truncated,
             cut_by: s.cut_by,
+            invalid_utf8: s.invalid_utf8,
         });
     }
     let skipped = chain
@@ -280,10 +289,10 @@ pub(crate) struct AgentContext {
     problems: Vec<String>,
     /// This page of the chain's text: each source under a "## n/N kind — path" heading.
     text: String,
-    /// Characters of the chain's text before this page.
+    /// Bytes (UTF-8) of the chain's text before this page.
     offset: usize,
-    /// Characters of the chain's whole text.
-    total_chars: usize,
+    /// Bytes (UTF-8) of the chain's whole text.
+    total_bytes: usize,
     /// Pass as cursor (with the same other arguments) to get the next page.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
@@ -342,8 +351,13 @@ impl TextView for AgentContext {
     }
 }
 
-/// The page of `text` that starts at `offset` and has at most `max` bytes, ending at a line
-/// break when there is one in its second half, else on a character boundary.
+/// Smallest `max_chars` of `agent_context`: a page keeps room for its summary line and the
+/// trailer of skipped files and problems, and still holds text.
+const AGENT_CONTEXT_MIN_CHARS: usize = 10_000;
+
+/// The page of `text` that starts at `offset` and has at most `max` bytes (at least one
+/// character, so that a page always advances), ending at a line break when there is one in
+/// its second half, else on a character boundary.
 fn page(text: &str, offset: usize, max: usize) -> (&str, Option<usize>) {
     let rest = &text[offset..];
     if rest.len() <= max {
@@ -352,6 +366,9 @@ fn page(text: &str, offset: usize, max: usize) -> (&str, Option<usize>) {
     let mut end = max;
     while !rest.is_char_boundary(end) {
         end -= 1;
+    }
+    if end == 0 {
+        end = rest.chars().next().map_or(rest.len(), char::len_utf8);
     }
     if let Some(nl) = rest[..end].rfind('\n').filter(|&nl| nl >= end / 2) {
         end = nl + 1;
@@ -375,10 +392,10 @@ async fn agent_context(
     }
     let limit = match args.max_chars {
         None => RESULT_TEXT_DEFAULT_CHARS,
-        Some(m) if (1000..=RESULT_TEXT_RAISED_MAX_CHARS).contains(&m) => m,
+        Some(m) if (AGENT_CONTEXT_MIN_CHARS..=RESULT_TEXT_RAISED_MAX_CHARS).contains(&m) => m,
         Some(_) => {
             return Err(ToolError::invalid(format!(
-                "max_chars is 1000 to {RESULT_TEXT_RAISED_MAX_CHARS}"
+                "max_chars is {AGENT_CONTEXT_MIN_CHARS} to {RESULT_TEXT_RAISED_MAX_CHARS}"
             )));
         }
     };
@@ -419,7 +436,7 @@ async fn agent_context(
             next_cursor: next.map(|o| cursor::encode(&json!({"o": o, "f": chain.fingerprint}))),
             fingerprint: chain.fingerprint,
             unchanged,
-            total_chars: rendered.text.len(),
+            total_bytes: rendered.text.len(),
             text: text.to_owned(),
             offset,
             sources: rendered.sources,
@@ -500,6 +517,25 @@ impl TextView for Bootstrap {
     }
 }
 
+/// `chain` rendered within about `max` bytes: the chain's total budget lowered until its text
+/// (headings and notes included) fits, so that the lowest-precedence sources are the ones cut
+/// ([`engine::apply_total_budget`]), never the deepest.
+fn within(ws: &Workspace, chain: &Chain, max: usize) -> Rendered {
+    let mut total = max;
+    let mut fitted = chain.clone();
+    for _ in 0..4 {
+        engine::apply_total_budget(&mut fitted.sources, total);
+        let rendered = render(ws, &fitted);
+        if rendered.text.len() <= max || total == 0 {
+            return rendered;
+        }
+        // The headings and notes take the rest; lower the text's budget by the excess.
+        total = total.saturating_sub(rendered.text.len() - max);
+        fitted = chain.clone();
+    }
+    render(ws, &fitted)
+}
+
 /// The effective policy of `rt` in one line.
 fn policy_line(rt: &Access) -> String {
     let p = rt.policy();
@@ -549,17 +585,17 @@ async fn session_bootstrap(
             INSTRUCTION_FILE_MAX_BYTES,
             INSTRUCTIONS_TOTAL_MAX_BYTES,
         );
-        let rendered = render(ws, &chain);
+        let rendered = within(ws, &chain, BOOTSTRAP_INSTRUCTIONS_MAX_CHARS);
         let (shown, more) = page(&rendered.text, 0, BOOTSTRAP_INSTRUCTIONS_MAX_CHARS);
         let mut instructions = shown.to_owned();
         for p in &problems {
             instructions.push_str(&format!("[{p}]\n"));
         }
         let complete = more.is_none() && !rendered.sources.iter().any(|s| s.truncated);
-        if more.is_some() {
+        if !complete {
             instructions.push_str(&format!(
-                "[… {} more characters: agent_context {} has the whole chain]\n",
-                rendered.text.len() - shown.len(),
+                "[cut to fit {BOOTSTRAP_INSTRUCTIONS_MAX_CHARS} characters, the deepest files \
+                 kept whole first: agent_context {} has the whole chain]\n",
                 text::arg(&args.path)
             ));
         }
@@ -714,8 +750,8 @@ pub(crate) fn resource_read(rt: &Access, uri: &str) -> ToolResult<ResourceText> 
             Err(e) => return Err(missing(&format!("the user configuration: {e}"))),
         }
     } else if let Some(encoded) = uri.strip_prefix(FILE_URI_PREFIX) {
-        let decoded = String::from_utf8(uri::decode_path(encoded))
-            .map_err(|_| missing("not UTF-8 after percent-decoding"))?;
+        let bytes = uri::decode_path(encoded);
+        let decoded = crate::path::quote::render(std::ffi::OsStr::from_bytes(&bytes));
         let p = ws.resolve(&decoded)?;
         let named = p
             .real()
