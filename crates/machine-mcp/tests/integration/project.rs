@@ -36,9 +36,9 @@ argv = ["pwd"]
 cwd = "sub"
 
 [commands.escape]
-description = "Its cwd leaves the workspace"
+description = "Its cwd leaves the workspace through a symlink"
 argv = ["pwd"]
-cwd = "../.."
+cwd = "out"
 
 [commands.slow]
 description = "Outlives the foreground budget"
@@ -83,6 +83,7 @@ fn fixture() -> Tree {
     t.write("sub/.keep", "");
     t.write(".machine-mcp/commands.toml", MANIFEST);
     t.write(".gitignore", "target/\nnode_modules/\n");
+    std::os::unix::fs::symlink("/", t.path().join("out")).unwrap();
     git(t.path(), &["init", "-q", "-b", "main"]);
     git(t.path(), &["add", "-A"]);
     git(t.path(), &["commit", "-q", "-m", "initial commit"]);
@@ -222,7 +223,16 @@ fn manifest_commands_and_aliases_are_listed_with_their_provenance() {
     let mut s = Server::start(t.path(), &["--profile", "review"]);
     let r = s.call("list_commands", json!({}));
     let l = r.ok();
-    assert_eq!(l["problems"], json!([]), "{l}");
+    // The one problem: escape's cwd leaves the workspace (a symlink to /) for this caller.
+    let problems = l["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{l}");
+    assert!(
+        problems[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("[commands.escape]: cwd out"),
+        "{l}"
+    );
     let greet = command(l, "greet");
     assert_eq!(greet["argv"], json!(["echo", "hello"]));
     assert_eq!(greet["source"], "manifest");
@@ -497,5 +507,347 @@ fn a_long_run_command_becomes_a_task_for_a_client_with_tasks() {
     assert_eq!(
         done["result"]["result"]["structuredContent"]["stdout"],
         "done\n"
+    );
+}
+
+fn names_of(list: &Value) -> Vec<String> {
+    list["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Fresh tester finding 3: past 512 commands the list was cut without a way on (and the text
+/// claimed structuredContent had every command), and the commands past the cut could not run.
+#[test]
+fn every_command_is_listed_page_by_page_and_each_runs_by_name() {
+    let t = Tree::new();
+    let scripts: serde_json::Map<String, Value> = (0..1_200)
+        .map(|i| (format!("s{i:04}"), json!("true")))
+        .collect();
+    t.write("package.json", json!({"scripts": scripts}).to_string());
+    let makefile: String = (0..700)
+        .map(|i| format!("t{i:04}:\n\t@echo target {i}\n"))
+        .collect();
+    t.write("Makefile", makefile);
+    t.write("Cargo.toml", "[package]\nname = \"x\"\n");
+    let total = 4 + 1_200 + 700;
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let mut seen = Vec::new();
+    let mut offset = 0u64;
+    for _ in 0..100 {
+        let r = s.call("list_commands", json!({"offset": offset}));
+        let l = r.ok();
+        assert_eq!(l["total"], total, "{}", r.summary());
+        assert_eq!(l["offset"], offset);
+        let names = names_of(l);
+        assert!(
+            !names.is_empty() && names.len() <= protocol::limits::COMMANDS_MAX,
+            "{}",
+            names.len()
+        );
+        // The text shows every command of the page, and claims nothing more.
+        for n in &names {
+            assert!(r.body().contains(&format!("{n} — ")), "{n} not in the text");
+        }
+        assert!(!r.text.contains("lists every command"), "{}", r.summary());
+        seen.extend(names);
+        match l.get("next_offset").and_then(Value::as_u64) {
+            Some(next) => {
+                assert_eq!(
+                    next,
+                    offset + l["commands"].as_array().unwrap().len() as u64
+                );
+                assert!(
+                    r.summary().contains(&format!("\"offset\": {next}")),
+                    "{}",
+                    r.summary()
+                );
+                offset = next;
+            }
+            None => {
+                assert!(r.summary().ends_with("; complete"), "{}", r.summary());
+                break;
+            }
+        }
+    }
+    assert_eq!(seen.len(), total);
+    let distinct: std::collections::BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(distinct.len(), total, "each command once");
+    for n in ["cargo.test", "npm.s1199", "make.t0000", "make.t0699"] {
+        assert!(seen.iter().any(|s| s == n), "{n}");
+    }
+    let run = s.call("run_command", json!({"name": "make.t0699"}));
+    assert_eq!(run.ok()["stdout"], "target 699\n", "{}", run.text);
+    let past = s.call("list_commands", json!({"offset": total}));
+    assert_eq!(past.ok()["commands"], json!([]));
+
+    let o = s.call("project_overview", json!({"detail": "full"}));
+    let o = o.ok();
+    assert_eq!(o["commands_total"], total);
+    assert_eq!(system(o, "make")["names_total"], 700);
+}
+
+/// Fresh tester finding 5: callers without an exec mode were told to use run_command.
+#[test]
+fn callers_without_an_exec_mode_are_not_told_to_call_run_command() {
+    let t = fixture();
+    for (profile, can_run) in [("review", false), ("edit", false), ("agent", true)] {
+        let mut s = Server::start(t.path(), &["--profile", profile]);
+        let l = s.call("list_commands", json!({}));
+        assert_eq!(l.ok()["run_command_allowed"], can_run, "{profile}");
+        let o = s.call("project_overview", json!({}));
+        assert_eq!(o.ok()["run_command_allowed"], can_run, "{profile}");
+        let b = s.call("session_bootstrap", json!({}));
+        let project = b.ok()["project"].as_str().unwrap().to_owned();
+        // Every text still names the commands.
+        assert!(l.body().contains("greet — Say hello"), "{}", l.text);
+        assert!(o.body().contains("greet"), "{}", o.text);
+        assert!(project.contains("greet"), "{project}");
+        let invites = [
+            l.summary().contains("run one with run_command"),
+            o.text.contains("run_command runs one"),
+            project.contains("to try with run_command"),
+        ];
+        let denied = "run_command needs an exec mode this policy does not allow";
+        if can_run {
+            assert_eq!(
+                invites,
+                [true; 3],
+                "{profile}: {}\n{}\n{project}",
+                l.summary(),
+                o.text
+            );
+        } else {
+            assert_eq!(
+                invites,
+                [false; 3],
+                "{profile}: {}\n{}\n{project}",
+                l.summary(),
+                o.text
+            );
+            assert!(l.summary().contains(denied), "{}", l.summary());
+            assert!(o.text.contains(denied), "{}", o.text);
+            assert!(project.contains(denied), "{project}");
+        }
+    }
+}
+
+/// Fresh tester finding 7: a cwd that leaves the workspace was listed as a normal command,
+/// its run error showed an absolute path, and `cwd = "/etc"` broke the manifest while
+/// `cwd = "../.."` did not.
+#[test]
+fn a_manifest_cwd_is_checked_for_the_caller_when_listed_and_shown_relative_when_run() {
+    let t = fixture();
+    t.write(
+        ".machine-mcp/commands.toml",
+        "[commands.escape]\ndescription = \"d\"\nargv = [\"pwd\"]\ncwd = \"out\"\n\
+         [commands.gone]\ndescription = \"d\"\nargv = [\"pwd\"]\ncwd = \"missing\"\n\
+         [commands.file]\ndescription = \"d\"\nargv = [\"pwd\"]\ncwd = \"README.md\"\n\
+         [commands.fine]\ndescription = \"d\"\nargv = [\"pwd\"]\ncwd = \"sub\"\n",
+    );
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("list_commands", json!({}));
+    let l = r.ok();
+    let problems = l["problems"].to_string();
+    for (name, why) in [
+        ("escape", "resolves outside the workspace"),
+        ("gone", "no such directory"),
+        ("file", "not a directory"),
+    ] {
+        let c = command(l, name);
+        let problem = c["cwd_problem"].as_str().unwrap_or_else(|| panic!("{c}"));
+        assert!(problem.contains(why), "{name}: {problem}");
+        assert!(
+            problems.contains(&format!("[commands.{name}]: cwd ")),
+            "{name}: {problems}"
+        );
+    }
+    assert!(command(l, "fine").get("cwd_problem").is_none(), "{l}");
+    assert!(r.body().contains("cannot run"), "{}", r.text);
+    let root = t.path().canonicalize().unwrap();
+    let escape = s.call("run_command", json!({"name": "escape"}));
+    assert_eq!(escape.code(), "path_boundary", "{}", escape.error);
+    let message = escape.error["message"].as_str().unwrap();
+    assert!(message.starts_with("out: "), "{message}");
+    assert!(
+        !escape.text.contains(root.to_str().unwrap()),
+        "{}",
+        escape.text
+    );
+    // run_command refuses each with the reason list_commands gave.
+    for (name, code) in [("gone", "not_found"), ("file", "invalid_request")] {
+        let r = s.call("run_command", json!({"name": name}));
+        assert_eq!(r.code(), code, "{name}: {}", r.error);
+        assert_eq!(
+            r.error["message"].as_str().unwrap(),
+            command(l, name)["cwd_problem"].as_str().unwrap()
+        );
+    }
+    let fine = s.call("run_command", json!({"name": "fine"}));
+    assert_eq!(
+        Path::new(fine.ok()["stdout"].as_str().unwrap().trim()),
+        root.join("sub")
+    );
+    drop(s);
+
+    // An unrestricted caller may follow the symlink: no problem for it.
+    let mut s = Server::start(t.path(), &["--profile", "full"]);
+    let l = s.call("list_commands", json!({}));
+    assert!(command(l.ok(), "escape").get("cwd_problem").is_none());
+    drop(s);
+
+    // A cwd that leaves the project root by its text is a manifest error, like an absolute one.
+    let mut s = Server::start(t.path(), &["--profile", "full"]);
+    for cwd in ["/etc", "../..", "sub/../../x"] {
+        t.write(
+            ".machine-mcp/commands.toml",
+            format!("[commands.a]\ndescription = \"d\"\nargv = [\"pwd\"]\ncwd = {cwd:?}\n"),
+        );
+        let l = s.call("list_commands", json!({}));
+        let l = l.ok();
+        let message = l["problems"][0]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("[commands.a]: cwd must be"),
+            "{cwd}: {message}"
+        );
+        assert!(names_of(l).iter().all(|n| n != "a"), "{cwd}");
+    }
+}
+
+/// Fresh tester finding 11: with more top-level entries than one listing reads, the overview
+/// showed a sorted sample as if it were the directory's first names.
+#[test]
+fn an_overview_of_a_huge_root_says_its_top_level_names_are_a_sample() {
+    let t = Tree::new();
+    for i in 0..10_050 {
+        t.write(&format!("top{i:05}.txt"), "");
+    }
+    let mut s = Server::start(t.path(), &["--profile", "review"]);
+    for detail in ["summary", "full"] {
+        let r = s.call("project_overview", json!({"detail": detail}));
+        assert_eq!(r.ok()["top_level_complete"], false);
+        let line = r
+            .body()
+            .lines()
+            .find(|l| l.starts_with("top level"))
+            .unwrap()
+            .to_owned();
+        assert!(
+            line.starts_with(
+                "top level: more than 10000 entries; the first 10000 read (in directory \
+                 order, not sorted), of which the first"
+            ),
+            "{line}"
+        );
+    }
+}
+
+/// Fresh tester finding 12: with a broken manifest, every unknown name got the manifest's
+/// error, even names the manifest cannot hold.
+#[test]
+fn with_a_broken_manifest_an_unknown_name_says_both_what_is_missing_and_what_is_broken() {
+    let t = fixture();
+    t.write(
+        ".machine-mcp/commands.toml",
+        "[commands.deploy]\ndescription = \"d\"\nargv = [\"echo\"]\nshell = true\n",
+    );
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    for (name, code) in [
+        ("npm.nope", "not_found"),
+        ("make.nope", "not_found"),
+        ("cargo.nope", "not_found"),
+        ("deploy", "invalid_request"),
+    ] {
+        let r = s.call("run_command", json!({"name": name}));
+        assert_eq!(r.code(), code, "{name}: {}", r.error);
+        let message = r.error["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("no registered command {name:?}")),
+            "{message}"
+        );
+        assert!(
+            message.contains("unknown field `shell`") && message.contains("cannot run"),
+            "{message}"
+        );
+    }
+}
+
+/// Fresh tester finding 14: a script named `--version` became `npm run --version`, which runs
+/// npm's own flag.
+#[test]
+fn names_starting_with_a_dash_get_no_alias_and_a_problem_says_why() {
+    let t = Tree::new();
+    t.write(
+        "package.json",
+        r#"{"scripts": {"--version": "echo v", "-c": "echo c", "ok": "echo ok"}}"#,
+    );
+    t.write("Makefile", "-x:\n\ttrue\nfine:\n\ttrue\n");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("list_commands", json!({}));
+    let l = r.ok();
+    let mut names = names_of(l);
+    names.sort();
+    assert_eq!(names, ["make.fine", "npm.ok"]);
+    let problem = |path: &str| {
+        l["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["path"] == path)
+            .map(|p| p["message"].as_str().unwrap().to_owned())
+            .unwrap_or_else(|| panic!("no problem about {path}: {l}"))
+    };
+    let p = problem("package.json");
+    assert!(p.contains("\"--version\"") && p.contains("\"-c\""), "{p}");
+    assert!(p.starts_with("2 scripts start with \"-\""), "{p}");
+    assert!(problem("Makefile").contains("\"-x\""));
+    let run = s.call("run_command", json!({"name": "npm.--version"}));
+    assert_eq!(run.code(), "not_found");
+}
+
+/// Fresh tester finding 6: in a monorepo, `path` naming a package gave the root's list with no
+/// word that the package's own package.json is not used.
+#[test]
+fn a_nested_package_says_its_files_are_not_used_and_the_root_is() {
+    let t = Tree::new();
+    t.write("package.json", r#"{"scripts": {"root-build": "true"}}"#);
+    t.write(
+        "packages/web/package.json",
+        r#"{"scripts": {"dev": "true"}}"#,
+    );
+    t.write("packages/web/Makefile", "all:\n\ttrue\n");
+    t.write("packages/web/src/app.js", "");
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let nested = json!(["packages/web/package.json", "packages/web/Makefile"]);
+    let r = s.call("list_commands", json!({"path": "packages/web/src"}));
+    let l = r.ok();
+    assert_eq!(names_of(l), ["npm.root-build"]);
+    assert_eq!(l["nested_project_files"], nested);
+    assert!(
+        r.text.contains("from the project root only")
+            && r.text.contains("packages/web/package.json"),
+        "{}",
+        r.text
+    );
+    let o = s.call("project_overview", json!({"path": "packages/web"}));
+    assert_eq!(o.ok()["nested_project_files"], nested);
+    assert!(o.text.contains("from the project root only"), "{}", o.text);
+    let root = s.call("list_commands", json!({}));
+    assert_eq!(root.ok()["nested_project_files"], json!([]));
+    let run = s.call(
+        "run_command",
+        json!({"name": "npm.dev", "path": "packages/web"}),
+    );
+    assert_eq!(run.code(), "not_found");
+    assert!(
+        run.error["message"]
+            .as_str()
+            .unwrap()
+            .contains("packages/web/package.json"),
+        "{}",
+        run.error
     );
 }

@@ -7,7 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
-    PROCESS_OUTPUT_MAX_BYTES, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN, RESULT_TEXT_DEFAULT_CHARS,
+    COMMANDS_MAX, PROCESS_OUTPUT_MAX_BYTES, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN,
+    RESULT_TEXT_DEFAULT_CHARS,
 };
 
 use crate::{
@@ -15,42 +16,65 @@ use crate::{
     mcp::{
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
-        text::{TextView, body_limit, count},
+        text::{Budget, TRAILER_RESERVE, TextView, body_limit, count, cut, trailer},
     },
+    policy::Capability,
     tools::process::{CommonArgs, ProcessResult, check_argv, run},
 };
 
 use super::{
-    Lines, dot,
+    dot,
     engine::{
-        Problem,
-        manifest::{Command, Registry},
+        Problem, ProjectDir,
+        manifest::{Command, Registry, alias_shaped},
     },
-    facts_and_commands, root_of,
+    nested_note, project_of, read_project, run_hint,
 };
+
+/// Characters of one command's text in `list_commands` (its argv may be long); a longer one
+/// is cut there, and structuredContent has it whole.
+const COMMAND_TEXT_MAX: usize = 2_000;
 
 /// Arguments of `list_commands`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListCommandsArgs {
     /// A directory (or file) inside the project, relative to the workspace (default ".").
+    /// Commands come from its project root only.
     #[serde(default = "dot")]
     path: String,
+    /// Index of the first command to list (0-based; default 0): next_offset of the previous
+    /// page.
+    #[serde(default)]
+    offset: usize,
 }
 
-/// Result of `list_commands`.
+/// Result of `list_commands`: one page of the project's commands.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct CommandList {
     /// The project root, as paths are shown.
     project_root: String,
-    /// The commands: the manifest's (by name), then aliases (cargo, package.json, makefile);
-    /// at most 512.
+    /// Index of this page's first command among all (0-based).
+    offset: usize,
+    /// This page: the manifest's commands (by name), then aliases (cargo, package.json,
+    /// makefile); at most 512, and as many as the text shows whole.
     commands: Vec<Command>,
-    /// Commands in all (more than listed when over 512).
+    /// Commands in all.
     total: usize,
-    /// Files that could not be used (a manifest that failed to parse, a package.json that is
-    /// not JSON, a makefile too large), with why; what is valid is still listed.
+    /// Pass as offset for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_offset: Option<usize>,
+    /// Whether this caller's policy lets it call run_command (it needs an exec mode).
+    run_command_allowed: bool,
+    /// Project files between the project root and path (a nested package.json, Cargo.toml,
+    /// makefile, ...) that are not read: commands come from the project root only.
+    nested_project_files: Vec<String>,
+    /// What could not be used, with why (a manifest that failed to parse, a manifest command
+    /// whose cwd this caller cannot use, a package.json that is not JSON, a makefile too
+    /// large, names starting with "-"); what is valid is still listed.
     problems: Vec<Problem>,
+    #[serde(skip)]
+    body: String,
 }
 
 /// Arguments of `run_command`.
@@ -87,25 +111,68 @@ pub(super) async fn list_commands(
     _cx: CallContext,
 ) -> ToolResult<CommandList> {
     let ws = rt.workspace();
-    let root = root_of(ws, &args.path)?;
-    let (facts, reg) = facts_and_commands(&rt, &root).await?;
-    // The manifest's problem, then those of the files aliases come from (package.json, the
+    let project = project_of(ws, &args.path)?;
+    let read = read_project(&rt, &project).await?;
+    let reg = read.reg;
+    // The manifest's problems, then those of the files aliases come from (package.json, the
     // makefile), which detection found.
-    let mut problems = reg.problems;
-    problems.extend(facts.problems);
-    Ok(CommandList {
-        project_root: ws.display(&root),
-        commands: reg.commands,
-        total: reg.total,
+    let mut problems = reg.problems.clone();
+    problems.extend(read.facts.problems);
+    let mut list = CommandList {
+        project_root: ws.display(&project.root),
+        offset: args.offset,
+        commands: Vec::new(),
+        total: reg.total(),
+        next_offset: None,
+        run_command_allowed: rt.policy().allows(Capability::ExecDirect),
+        nested_project_files: read.nested,
         problems,
-    })
+        body: String::new(),
+    };
+    page(&mut list, &reg);
+    Ok(list)
+}
+
+/// Fills `list`'s page from `reg`, from `list.offset`: commands while their text fits in the
+/// result's text (at least one), at most [`COMMANDS_MAX`]; then the notes and problems.
+fn page(list: &mut CommandList, reg: &Registry) {
+    let mut budget =
+        Budget::new(body_limit(RESULT_TEXT_DEFAULT_CHARS).saturating_sub(TRAILER_RESERVE));
+    let mut body = String::new();
+    for c in reg.commands_from(list.offset) {
+        let text = cut(
+            c.lines(),
+            COMMAND_TEXT_MAX,
+            "… [cut here; structuredContent has this command whole]\n",
+        );
+        if list.commands.len() == COMMANDS_MAX
+            || (!budget.take(text.len()) && !list.commands.is_empty())
+        {
+            list.next_offset = Some(list.offset + list.commands.len());
+            break;
+        }
+        body.push_str(&text);
+        list.commands.push(c);
+    }
+    let mut notes = Vec::new();
+    let note = nested_note(&list.nested_project_files, &list.project_root);
+    if !note.is_empty() {
+        notes.push(note);
+    }
+    notes.extend(
+        list.problems
+            .iter()
+            .map(|p| format!("problem: {}: {}", p.path, p.message)),
+    );
+    trailer(&mut body, &notes);
+    list.body = body;
 }
 
 impl Command {
     /// The command's lines in a text: `name — description`, then argv, cwd, timeout, extra
-    /// arguments and provenance.
+    /// arguments and provenance, and why it cannot run when its cwd cannot be used.
     fn lines(&self) -> String {
-        format!(
+        let mut s = format!(
             "{} — {}\n  argv {} cwd {} timeout {} s{} ({}, {})\n",
             self.name,
             self.description,
@@ -119,19 +186,42 @@ impl Command {
             },
             self.source,
             self.provenance
-        )
+        );
+        if let Some(why) = &self.cwd_problem {
+            s.push_str(&format!("  cannot run here: cwd {why}\n"));
+        }
+        s
     }
 }
 
 impl TextView for CommandList {
     fn summary(&self) -> String {
+        let shown = self.commands.len();
         let mut s = format!(
             "list_commands {}: {}",
             self.project_root,
             count(self.total as u64, "command", "commands")
         );
-        if self.total > self.commands.len() {
-            s.push_str(&format!(" ({} listed)", self.commands.len()));
+        if shown < self.total {
+            if shown == 0 {
+                s.push_str(&format!(", none from offset {}", self.offset));
+            } else {
+                s.push_str(&format!(
+                    ", {}-{} here",
+                    self.offset + 1,
+                    self.offset + shown
+                ));
+            }
+        }
+        if !self.nested_project_files.is_empty() {
+            s.push_str(&format!(
+                "; from the project root only ({} nearer to path not read)",
+                count(
+                    self.nested_project_files.len() as u64,
+                    "project file",
+                    "project files"
+                )
+            ));
         }
         if !self.problems.is_empty() {
             s.push_str(&format!(
@@ -139,27 +229,22 @@ impl TextView for CommandList {
                 count(self.problems.len() as u64, "problem", "problems")
             ));
         }
-        s.push_str("; run one with run_command {\"name\": NAME}");
+        s.push_str("; ");
+        s.push_str(run_hint(
+            self.run_command_allowed,
+            "run one with run_command {\"name\": NAME}",
+        ));
+        match self.next_offset {
+            Some(n) => s.push_str(&format!(
+                "; more: repeat the call with the same arguments and \"offset\": {n}"
+            )),
+            None => s.push_str("; complete"),
+        }
         s
     }
 
     fn body(&self, out: &mut String) {
-        let mut lines = Lines::new(
-            body_limit(RESULT_TEXT_DEFAULT_CHARS),
-            "[cut at the result's text bound; structuredContent lists every command]",
-        );
-        for c in &self.commands {
-            for l in c.lines().lines() {
-                lines.push(l);
-            }
-        }
-        if !self.problems.is_empty() {
-            lines.push("problems:");
-            for p in &self.problems {
-                lines.push(&format!("- {}: {}", p.path, p.message));
-            }
-        }
-        out.push_str(&lines.finish().0);
+        out.push_str(&self.body);
     }
 }
 
@@ -171,10 +256,11 @@ pub(super) async fn run_command(
     cx: CallContext,
 ) -> ToolResult<ProcessResult> {
     let ws = rt.workspace();
-    let root = root_of(ws, &args.path)?;
-    let (_, reg) = facts_and_commands(&rt, &root).await?;
-    let Some(cmd) = reg.find(&args.name).cloned() else {
-        return Err(unknown_command(&reg, &args.name, &ws.display(&root)));
+    let project = project_of(ws, &args.path)?;
+    let read = read_project(&rt, &project).await?;
+    let Some(cmd) = read.reg.find(&args.name) else {
+        let root = ws.display(&project.root);
+        return Err(unknown_command(&read.reg, &args.name, &root, &read.nested));
     };
     if !args.args.is_empty() && !cmd.allow_extra_args {
         return Err(ToolError::invalid(format!(
@@ -197,7 +283,16 @@ pub(super) async fn run_command(
     let mut argv = cmd.argv.clone();
     argv.extend(args.args);
     check_argv(&argv)?;
-    let cwd = crate::path::quote::render(root.join(&cmd.cwd).as_os_str());
+    // The cwd as the caller's own paths are shown (workspace-relative for a confined caller):
+    // checked as list_commands checks it (the same reason), then resolved again by the
+    // runner by the caller's rules.
+    let dir = ProjectDir::new(ws, &project.root);
+    if cmd.cwd != "."
+        && let Some(e) = dir.dir_error(&cmd.cwd)
+    {
+        return Err(e.detail("command", cmd.name.clone()));
+    }
+    let cwd = dir.display(&cmd.cwd);
     let common = CommonArgs {
         cwd: Some(cwd),
         env: BTreeMap::new(),
@@ -211,26 +306,50 @@ pub(super) async fn run_command(
     run(rt, cx, os, argv, common).await
 }
 
-/// The error for a name `reg` does not have: the manifest's error when it could not be read
-/// (the name may be one of its commands), else `not_found` with similar names.
-fn unknown_command(reg: &Registry, name: &str, root: &str) -> ToolError {
-    if let Some(e) = &reg.manifest_error {
-        return e.clone();
-    }
+/// Longest name an error about an unknown command repeats, in bytes.
+const NAME_SHOWN_MAX: usize = 300;
+/// Names an error about an unknown command suggests.
+const SIMILAR_MAX: usize = 10;
+
+/// The error for a name `reg` does not have: `not_found` with similar names, saying that
+/// commands come from the project root `root` only when `nested` names project files nearer
+/// to the path. When the manifest could not be read, the error also says so (the name may be
+/// one of its commands, which cannot run): its code is then the manifest's, except for a name
+/// of an alias's shape (`npm.x`, `make.x`, ...), which stays `not_found`.
+fn unknown_command(reg: &Registry, name: &str, root: &str, nested: &[String]) -> ToolError {
     let suffix = format!(".{name}");
-    let similar: Vec<&str> = reg
-        .commands
-        .iter()
-        .map(|c| c.name.as_str())
+    let similar: Vec<String> = reg
+        .names()
+        .map(|(n, _)| n)
         .filter(|c| c.ends_with(&suffix) || c.eq_ignore_ascii_case(name))
-        .take(10)
+        .take(SIMILAR_MAX)
         .collect();
+    let shown = cut(name.replace(char::is_control, " "), NAME_SHOWN_MAX, "…");
     let mut message = format!(
-        "no registered command {name:?} in the project at {root} ({}; list_commands lists them)",
-        count(reg.total as u64, "command", "commands")
+        "no registered command {shown:?} in the project at {root} ({}; list_commands lists them)",
+        count(reg.total() as u64, "command", "commands")
     );
     if !similar.is_empty() {
         message.push_str(&format!("; did you mean {}?", similar.join(", ")));
     }
-    ToolError::new(ToolErrorCode::NotFound, message).detail("name", name)
+    let note = nested_note(nested, root);
+    if !note.is_empty() {
+        message.push_str("; ");
+        message.push_str(&note);
+    }
+    let code = match &reg.manifest_error {
+        Some(e) => {
+            message.push_str(&format!(
+                "; and the manifest is broken, so its commands cannot run: {}",
+                e.message()
+            ));
+            if alias_shaped(name) {
+                ToolErrorCode::NotFound
+            } else {
+                e.code()
+            }
+        }
+        None => ToolErrorCode::NotFound,
+    };
+    ToolError::new(code, message).detail("name", shown)
 }

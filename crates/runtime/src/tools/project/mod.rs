@@ -35,7 +35,7 @@ mod overview;
 use engine::{
     ProjectDir,
     detect::{Facts, detect},
-    manifest::{Command, Registry, registry},
+    manifest::{Registry, registry},
     repo::RepoFacts,
 };
 
@@ -53,7 +53,7 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                               names (never script bodies or dependencies); CI entry points; \
                               version-hint files (.nvmrc, rust-toolchain.toml, ...); docs; \
                               registered command names. detail \"summary\" (default): counts and \
-                              the first names; \"full\": every name. At most 16 KiB of text.",
+                              the first names; \"full\": up to 512 of each. At most 16 KiB of text.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
@@ -69,7 +69,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                               package.json scripts, cargo.build/test/check/clippy for a Cargo \
                               project, make.<target> for makefile targets. Each with its argv, \
                               cwd, timeout, whether extra args are allowed and the file it came \
-                              from; files that could not be used are listed as problems.",
+                              from; files that could not be used are listed as problems. Paged: \
+                              pass next_offset as offset for more.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
@@ -105,26 +106,72 @@ pub(crate) const FACTS_SUMMARY_MAX_CHARS: usize = 2_000;
 /// Command names [`facts_summary`] suggests.
 const FACTS_COMMANDS: usize = 12;
 
-/// The project root of the caller's `path` (a directory, or a file's directory).
+/// The project a caller's `path` names.
+struct Project {
+    /// The target directory: `path` itself, or a file's directory (canonical).
+    target: PathBuf,
+    /// Its project root: the nearest git work tree containing it, else the workspace.
+    root: PathBuf,
+}
+
+/// The project of the caller's `path` (a directory, or a file's directory).
 ///
 /// # Errors
 /// What [`Workspace::resolve`] returns; `not_found` when nothing is at `path`.
-fn root_of(ws: &Workspace, path: &str) -> ToolResult<PathBuf> {
+fn project_of(ws: &Workspace, path: &str) -> ToolResult<Project> {
     let target = target_dir(ws, path)?;
-    Ok(project_root(ws.root(), &target, ws.restricted()))
+    let root = project_root(ws.root(), &target, ws.restricted());
+    Ok(Project { target, root })
 }
 
-/// The facts and commands of `root`, read off the async threads.
-async fn facts_and_commands(rt: &Arc<Access>, root: &Path) -> ToolResult<(Facts, Registry)> {
+/// What the project tools read of a [`Project`].
+struct Read {
+    facts: Facts,
+    reg: Registry,
+    /// Project files between the root and the target, not read
+    /// ([`engine::nested_project_files`]).
+    nested: Vec<String>,
+}
+
+/// The facts and commands of `project`'s root, read off the async threads.
+async fn read_project(rt: &Arc<Access>, project: &Project) -> ToolResult<Read> {
     let rt = rt.clone();
-    let root = root.to_owned();
+    let root = project.root.clone();
+    let target = project.target.clone();
     blocking(move || {
-        let dir = ProjectDir::new(rt.workspace(), &root);
+        let ws = rt.workspace();
+        let dir = ProjectDir::new(ws, &root);
         let facts = detect(&dir);
         let reg = registry(&dir, &facts);
-        Ok((facts, reg))
+        let nested = engine::nested_project_files(ws, &root, &target);
+        Ok(Read { facts, reg, nested })
     })
     .await
+}
+
+/// What a text says of run_command to a caller whose policy `allowed` it or not.
+fn run_hint(allowed: bool, can: &'static str) -> &'static str {
+    if allowed { can } else { RUN_DENIED }
+}
+
+/// What the project tools say instead of inviting a caller without an exec mode to call
+/// run_command (the commands are still listed).
+const RUN_DENIED: &str = "run_command needs an exec mode this policy does not allow";
+
+/// Characters of [`nested_note`].
+const NESTED_NOTE_MAX_CHARS: usize = 1_000;
+
+/// The note of a result whose `path` is below its project root, naming the project files on the
+/// way that are not read (at most [`NESTED_NOTE_MAX_CHARS`]); empty when there are none.
+fn nested_note(nested: &[String], root: &str) -> String {
+    if nested.is_empty() {
+        return String::new();
+    }
+    let note = format!(
+        "facts and commands come from the project root only ({root}); not read: {}",
+        nested.join(", ")
+    );
+    cut(note, NESTED_NOTE_MAX_CHARS, "…")
 }
 
 /// Lines written while they fit in a budget; a line that does not is cut and ends the text,
@@ -212,7 +259,7 @@ fn summary_lines(access: &Access, root: &Path, repo: Result<Option<RepoFacts>, S
             .collect();
         lines.push(format!("build: {}", systems.join(", ")));
     }
-    if reg.total > 0 {
+    if reg.total() > 0 {
         let common = [
             "test",
             "build",
@@ -223,38 +270,37 @@ fn summary_lines(access: &Access, root: &Path, repo: Result<Option<RepoFacts>, S
             "format",
             "typecheck",
         ];
-        let is_common = |c: &&Command| {
-            c.name
-                .rsplit('.')
+        let is_common = |(name, _): &(String, bool)| {
+            name.rsplit('.')
                 .next()
                 .is_some_and(|last| common.contains(&last))
         };
-        let mut names: Vec<&str> = reg
-            .commands
-            .iter()
-            .filter(|c| c.source == "manifest")
+        let mut names: Vec<String> = reg
+            .names()
+            .filter(|(_, manifest)| *manifest)
             .chain(
-                reg.commands
-                    .iter()
-                    .filter(|c| c.source != "manifest")
+                reg.names()
+                    .filter(|(_, manifest)| !manifest)
                     .filter(is_common),
             )
-            .map(|c| c.name.as_str())
+            .map(|(name, _)| name)
             .take(FACTS_COMMANDS)
             .collect();
         if names.is_empty() {
-            names = reg
-                .commands
-                .iter()
-                .map(|c| c.name.as_str())
-                .take(FACTS_COMMANDS)
-                .collect();
+            names = reg.names().map(|(n, _)| n).take(FACTS_COMMANDS).collect();
         }
-        lines.push(format!(
-            "commands to try with run_command: {} ({} in all; list_commands shows them)",
-            names.join(", "),
-            reg.total
-        ));
+        let total = reg.total();
+        lines.push(if access.policy().allows(Capability::ExecDirect) {
+            format!(
+                "commands to try with run_command: {} ({total} in all; list_commands shows them)",
+                names.join(", "),
+            )
+        } else {
+            format!(
+                "commands: {} ({total} in all; list_commands shows them; {RUN_DENIED})",
+                names.join(", "),
+            )
+        });
     }
     let problems = facts.problems.len() + reg.problems.len();
     if problems > 0 {
@@ -318,15 +364,24 @@ mod tests {
         let rt = Arc::new(
             Runtime::new(RuntimeConfig {
                 workspace: root.clone(),
-                policy: Policy::profile(Profile::Review),
+                policy: Policy::profile(Profile::Agent),
                 default_yield_after: None,
                 remote: false,
                 state_dir: None,
             })
             .unwrap(),
         );
-        let access = rt.access(None);
-        let text = facts_summary(access, root).await;
+        // A review caller is shown the commands, and told run_command is not for it.
+        let text = facts_summary(rt.access(Some(Profile::Review)), root.clone()).await;
+        assert!(
+            text.contains(
+                "commands: ci, cargo.build, cargo.test, cargo.check, cargo.clippy, pnpm.lint \
+                 (6 in all; list_commands shows them; run_command needs an exec mode this \
+                 policy does not allow)"
+            ),
+            "{text}"
+        );
+        let text = facts_summary(rt.access(None), root).await;
         assert!(text.len() <= FACTS_SUMMARY_MAX_CHARS);
         assert!(text.contains("branch trunk"), "{text}");
         assert!(text.contains("1 dirty path"), "{text}");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::PROJECT_OVERVIEW_MAX_BYTES;
+use protocol::limits::{COMMANDS_MAX, PROJECT_OVERVIEW_MAX_BYTES};
 
 use crate::{
     Access,
@@ -15,12 +15,17 @@ use crate::{
         error::{ToolError, ToolResult},
         text::{TextView, body_limit, count},
     },
+    policy::Capability,
 };
 
 use super::{
     Lines, dot, engine,
-    engine::{Problem, detect::Facts, repo::RepoFacts},
-    facts_and_commands, root_of,
+    engine::{
+        DIR_SCAN_MAX, Problem,
+        detect::{Facts, NAMES_MAX, TOP_LEVEL_MAX},
+        repo::RepoFacts,
+    },
+    nested_note, project_of, read_project, run_hint,
 };
 
 /// Names of each build system, and command names, a summary shows.
@@ -35,7 +40,7 @@ pub(crate) enum Detail {
     /// Counts and the first names of each list.
     #[default]
     Summary,
-    /// Every name (still within 16 KiB of text).
+    /// Up to 512 names of each list and 500 top-level entries (the text within 16 KiB).
     Full,
 }
 
@@ -44,9 +49,11 @@ pub(crate) enum Detail {
 #[serde(deny_unknown_fields)]
 pub(crate) struct OverviewArgs {
     /// A directory (or file) inside the project, relative to the workspace (default ".").
+    /// Facts come from its project root only.
     #[serde(default = "dot")]
     path: String,
-    /// "summary" (default: counts and the first names) or "full" (every name).
+    /// "summary" (default: counts and the first names) or "full" (up to 512 names of each
+    /// list).
     #[serde(default)]
     detail: Detail,
 }
@@ -66,10 +73,16 @@ pub(crate) struct Overview {
     /// What the project root holds.
     #[serde(flatten)]
     facts: Facts,
-    /// Names of registered commands (list_commands shows their argv; run_command runs them).
+    /// Names of registered commands, the first 10 in a summary, at most 512 in full
+    /// (list_commands pages through all of them with their argv; run_command runs them).
     commands: Vec<String>,
     /// Registered commands in all.
     commands_total: usize,
+    /// Whether this caller's policy lets it call run_command (it needs an exec mode).
+    run_command_allowed: bool,
+    /// Project files between the project root and path (a nested package.json, Cargo.toml,
+    /// makefile, ...) that are not read: facts come from the project root only.
+    nested_project_files: Vec<String>,
     /// The text was cut at 16 KiB (every list here is whole up to its own bound).
     text_cut: bool,
     #[serde(skip)]
@@ -84,8 +97,10 @@ pub(super) async fn project_overview(
     cx: CallContext,
 ) -> ToolResult<Overview> {
     let ws = rt.workspace();
-    let root = root_of(ws, &args.path)?;
-    let (mut facts, reg) = facts_and_commands(&rt, &root).await?;
+    let project = project_of(ws, &args.path)?;
+    let root = project.root.clone();
+    let read = read_project(&rt, &project).await?;
+    let (mut facts, reg) = (read.facts, read.reg);
     let repository = match engine::repo::facts(ws, &root, &cx.cancel).await {
         Ok(r) => r,
         Err(_) if cx.cancel.is_cancelled() => return Err(ToolError::cancelled()),
@@ -97,12 +112,13 @@ pub(super) async fn project_overview(
             None
         }
     };
-    facts.problems.splice(0..0, reg.problems);
-    let mut commands: Vec<String> = reg.commands.iter().map(|c| c.name.clone()).collect();
-    if args.detail == Detail::Summary {
-        facts.keep_first(SUMMARY_NAMES, SUMMARY_ENTRIES);
-        commands.truncate(SUMMARY_NAMES);
-    }
+    facts.problems.splice(0..0, reg.problems.iter().cloned());
+    let (names, entries, shown_commands) = match args.detail {
+        Detail::Summary => (SUMMARY_NAMES, SUMMARY_ENTRIES, SUMMARY_NAMES),
+        Detail::Full => (NAMES_MAX, TOP_LEVEL_MAX, COMMANDS_MAX),
+    };
+    facts.keep_first(names, entries);
+    let commands: Vec<String> = reg.names().map(|(n, _)| n).take(shown_commands).collect();
     let mut o = Overview {
         workspace: ws.display(ws.root()),
         project_root: ws.display(&root),
@@ -110,7 +126,9 @@ pub(super) async fn project_overview(
         repository,
         facts,
         commands,
-        commands_total: reg.total,
+        commands_total: reg.total(),
+        run_command_allowed: rt.policy().allows(Capability::ExecDirect),
+        nested_project_files: read.nested,
         text_cut: false,
         body: String::new(),
     };
@@ -144,12 +162,33 @@ fn overview_body(o: &Overview) -> (String, bool) {
         Some(r) => out.push(&format!("repository: {}", r.line())),
         None => out.push("repository: none"),
     }
-    out.push(&format!(
-        "top level ({}{}): {}",
-        f.top_level_total,
-        if f.top_level_complete { "" } else { "+" },
-        names_line(&f.top_level, f.top_level_total)
-    ));
+    let note = nested_note(&o.nested_project_files, &o.project_root);
+    if !note.is_empty() {
+        out.push(&note);
+    }
+    if f.top_level_complete {
+        out.push(&format!(
+            "top level ({}): {}",
+            f.top_level_total,
+            names_line(&f.top_level, f.top_level_total)
+        ));
+    } else {
+        // What was read is a directory-order sample: its sorted names are not the
+        // directory's first.
+        let mut line = format!(
+            "top level: more than {DIR_SCAN_MAX} entries; the first {DIR_SCAN_MAX} read (in \
+             directory order, not sorted), of which the first {} by name: {}",
+            f.top_level.len(),
+            f.top_level.join(", ")
+        );
+        if f.top_level_total > f.top_level.len() {
+            line.push_str(&format!(
+                " (+{} more of those read)",
+                f.top_level_total - f.top_level.len()
+            ));
+        }
+        out.push(&line);
+    }
     if f.build_systems.is_empty() {
         out.push("build systems: none detected");
     } else {
@@ -195,9 +234,12 @@ fn overview_body(o: &Overview) -> (String, bool) {
         o.commands_total,
         names_line(&o.commands, o.commands_total),
         if o.commands_total > 0 {
-            " — list_commands shows their argv; run_command runs one"
+            format!(
+                " — list_commands shows their argv; {}",
+                run_hint(o.run_command_allowed, "run_command runs one")
+            )
         } else {
-            ""
+            String::new()
         }
     ));
     if !f.problems.is_empty() {
@@ -246,7 +288,7 @@ impl TextView for Overview {
         }
         match self.detail {
             Detail::Summary => s.push_str(&format!(
-                "; summary (the first {SUMMARY_NAMES} names of each list); \"detail\": \"full\" shows all"
+                "; summary (the first {SUMMARY_NAMES} names of each list); \"detail\": \"full\" shows up to {NAMES_MAX} of each"
             )),
             Detail::Full if self.text_cut => s.push_str("; full, the text cut at 16 KiB"),
             Detail::Full => s.push_str("; full"),

@@ -14,8 +14,9 @@ use super::{
     systems::{self, present},
 };
 
-/// Names of one build system kept (scripts, targets, members); more are counted in
-/// `names_total`. As many as commands can be registered: each may become an alias.
+/// Names of one build system `project_overview` shows in full (scripts, targets, members);
+/// more are counted in `names_total`. [`detect`] keeps every name (each may become an alias
+/// `list_commands` pages through); [`Facts::keep_first`] applies this bound for a result.
 pub(crate) const NAMES_MAX: usize = COMMANDS_MAX;
 /// Top-level entries of the project root kept; more are counted.
 pub(crate) const TOP_LEVEL_MAX: usize = 500;
@@ -64,8 +65,10 @@ pub(crate) struct BuildSystem {
     /// workspace), package (Cargo package), entry_points (Python).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) names_kind: Option<&'static str>,
-    /// The names, in the file's order (at most 512; the first few in a summary). Never a
-    /// script's body or a dependency.
+    /// The names: makefile targets and Cargo members in the file's order, package.json scripts
+    /// and Python entry points sorted by name; at most 512 (the first 10 in a summary;
+    /// list_commands pages through the aliases of all of them). Never a script's body or a
+    /// dependency.
     pub(crate) names: Vec<String>,
     /// Names in all.
     pub(crate) names_total: usize,
@@ -118,11 +121,15 @@ pub(crate) struct VersionHint {
 /// Everything [`detect`] found.
 #[derive(Debug, Default, Clone, Serialize, JsonSchema)]
 pub(crate) struct Facts {
-    /// Names at the project root (directories end in `/`; `.git` left out), byte-sorted.
+    /// Names at the project root (directories end in `/`; `.git` left out), byte-sorted; at
+    /// most 500 (40 in a summary). When top_level_complete is false these are the first of the
+    /// entries read, not of the whole directory: a name missing here may still exist.
     pub(crate) top_level: Vec<String>,
-    /// Entries at the project root in all (of those visited).
+    /// Entries at the project root in all, of those read.
     pub(crate) top_level_total: usize,
-    /// Every entry of the root was visited (a root of more than 10000 entries is not).
+    /// Every entry of the root was read. A root of more than 10000 entries is not: its first
+    /// 10000 in directory order (not sorted) are read, and the rest are neither counted nor
+    /// named.
     pub(crate) top_level_complete: bool,
     /// Build systems and package managers, in the order cargo, node, python, go, make, cmake,
     /// gradle, maven.

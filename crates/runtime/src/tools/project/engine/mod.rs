@@ -19,7 +19,10 @@ use serde::Serialize;
 
 use protocol::limits::PROJECT_FILE_MAX_BYTES;
 
-use crate::path::Workspace;
+use crate::{
+    mcp::error::{ToolError, ToolErrorCode},
+    path::Workspace,
+};
 
 pub(crate) mod detect;
 pub(crate) mod makefile;
@@ -34,6 +37,23 @@ pub(crate) const DIR_SCAN_MAX: usize = 10_000;
 /// Longest script, target or command name kept, in bytes; a longer one is left out (and
 /// counted in a problem).
 pub(crate) const NAME_MAX_BYTES: usize = 200;
+
+/// Project files that, in a directory between the project root and the target, would make it
+/// a project of its own; facts and commands come from the project root only, so
+/// [`nested_project_files`] names them as not read.
+const NESTED_PROJECT_FILES: &[&str] = &[
+    "package.json",
+    "Cargo.toml",
+    "GNUmakefile",
+    "makefile",
+    "Makefile",
+    "pyproject.toml",
+    "go.mod",
+    manifest::MANIFEST,
+];
+
+/// Most files [`nested_project_files`] names.
+pub(crate) const NESTED_FILES_MAX: usize = 20;
 
 /// A project file or setting that could not be used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -142,6 +162,27 @@ impl<'a> ProjectDir<'a> {
         Some((names, complete))
     }
 
+    /// Why the directory `rel` (relative to the root) cannot be a working directory for this
+    /// caller; `None` when it can. It is resolved as the caller's own path would be
+    /// ([`Workspace::resolve`] of its shown form: symlinks followed, and for a restricted caller
+    /// confined to the workspace), and the error names it in that form: `path_boundary` (`out:
+    /// resolves outside the workspace`), `not_found` (`sub: no such directory`),
+    /// `invalid_request` (`README.md: not a directory`), or what [`Workspace::resolve`] returns.
+    pub(crate) fn dir_error(&self, rel: &str) -> Option<ToolError> {
+        let shown = self.display(rel);
+        let error = |code, why: &str| {
+            ToolError::new(code, format!("{shown}: {why}")).detail("path", shown.clone())
+        };
+        match self.ws.resolve(&shown) {
+            Err(e) => Some(e),
+            Ok(p) if !p.exists() => Some(error(ToolErrorCode::NotFound, "no such directory")),
+            Ok(p) if !p.real().is_dir() => {
+                Some(error(ToolErrorCode::InvalidRequest, "not a directory"))
+            }
+            Ok(_) => None,
+        }
+    }
+
     /// The bytes of the file at `rel`: `Ok(None)` when nothing is there.
     ///
     /// A symlink at `rel` is followed to its target, which must be inside the workspace for a
@@ -212,6 +253,22 @@ impl ProjectDir<'_> {
             Err(why) => Err(Unreadable::new(format!("{why}; not read"))),
         }
     }
+}
+
+/// The project files ([`NESTED_PROJECT_FILES`]) in the directories below the project root
+/// `root` down to `target` (both canonical; `target` at or below `root`), as paths are shown,
+/// nearest the root first and in [`NESTED_PROJECT_FILES`]' order within a directory; at most
+/// [`NESTED_FILES_MAX`]. Facts and commands come from the project root only: these are the
+/// files a caller pointing `path` at a package may expect to be read, and are not.
+pub(crate) fn nested_project_files(ws: &Workspace, root: &Path, target: &Path) -> Vec<String> {
+    crate::primitives::project::chain(root, target)
+        .iter()
+        .filter(|d| d.as_path() != root && d.starts_with(root))
+        .flat_map(|d| NESTED_PROJECT_FILES.iter().map(move |n| d.join(n)))
+        .filter(|p| p.symlink_metadata().is_ok())
+        .take(NESTED_FILES_MAX)
+        .map(|p| ws.display(&p))
+        .collect()
 }
 
 /// A TOML parser error as one line: where (1-based line and column) and what, without the

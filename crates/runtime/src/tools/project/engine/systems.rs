@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{
     Problem, ProjectDir, clean_name,
-    detect::{BuildSystem, Facts, NAMES_MAX, VALUE_MAX_BYTES, VersionHint},
+    detect::{BuildSystem, Facts, VALUE_MAX_BYTES, VersionHint},
     makefile, one_line, toml_error,
 };
 
@@ -46,8 +46,9 @@ pub(super) fn text(dir: &ProjectDir<'_>, rel: &str, problems: &mut Vec<Problem>)
     }
 }
 
-/// Sets `b`'s names from `raw` (read from `rel`): the clean ones, at most [`NAMES_MAX`]; a
-/// problem about `rel` counts the ones left out.
+/// Sets `b`'s names from `raw` (read from `rel`): every clean one (their number is bounded by
+/// the file's, at most `PROJECT_FILE_MAX_BYTES`); a problem about `rel` counts the ones left
+/// out.
 fn set_names(
     b: &mut BuildSystem,
     kind: &'static str,
@@ -69,7 +70,7 @@ fn set_names(
     }
     b.names_kind = Some(kind);
     b.names_total = clean.len();
-    b.names = clean.into_iter().take(NAMES_MAX).collect();
+    b.names = clean;
 }
 
 fn strings(v: Option<&toml::Value>) -> Vec<String> {
