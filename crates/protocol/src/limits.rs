@@ -496,6 +496,10 @@ pub const KNOWLEDGE_QUERY_TERMS_MAX: usize = 16;
 pub const KNOWLEDGE_SEARCH_SCAN_LINES_MAX: usize = 10_000;
 /// Bytes of a Markdown file `search` and `fetch` read for its first heading (the title).
 pub const KNOWLEDGE_TITLE_SCAN_BYTES: usize = 4 * KIB;
+/// Ranked files `search` opens, best first, to check that `fetch` can return each (readable,
+/// no NUL byte in the bytes `fetch` reads) before it stops looking for more results; past it,
+/// fewer results are returned.
+pub const KNOWLEDGE_SEARCH_CHECK_MAX: usize = 1_000;
 /// Characters of a Markdown heading kept in a `search`/`fetch` title; a longer one is cut.
 pub const KNOWLEDGE_TITLE_HEADING_MAX_CHARS: usize = 200;
 /// Characters of the message of a JSON-RPC error the runtime answers for a resource or prompt

@@ -341,6 +341,20 @@ fn a_large_file_is_cut_after_a_line_within_the_bound_and_read_file_continues_it(
         rest.ok()["content"],
         format!("line {next:06} \"quoted\" and\ta tab\n")
     );
+    // The cursor continues at the same place.
+    assert_eq!(m.get("cut_line"), None);
+    let rest = s.call(
+        "read_file",
+        json!({"path": doc["id"], "cursor": m["next_cursor"], "max_bytes": 100}),
+    );
+    assert!(
+        rest.ok()["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("line {next:06} ")),
+        "{}",
+        rest.text
+    );
 
     let doc = chatgpt(&mut s, "fetch", json!({"id": "logs/ctrl.txt"}));
     let text = doc["text"].as_str().unwrap();
@@ -436,4 +450,94 @@ fn binary_missing_directory_and_malformed_requests_get_clear_errors() {
     // The binary file is not a search result either.
     let r = chatgpt(&mut s, "search", json!({"query": "IHDR"}));
     assert_eq!(ids(&r), Vec::<String>::new());
+}
+
+#[test]
+fn search_never_returns_a_binary_file_not_even_one_whose_path_matches_and_still_fills_its_results()
+{
+    let t = Tree::new();
+    // Compiled Python: a `.pyc` header has NUL bytes in its first eight.
+    let pyc = b"\xa7\r\r\n\0\0\0\0\x12\x34\x56\x78decoder JSONDecoder";
+    for i in 0..30 {
+        t.write(
+            &format!("json/__pycache__/decoder{i:02}.cpython-311.pyc"),
+            pyc.as_slice(),
+        );
+    }
+    for i in 0..25 {
+        t.write(&format!("json/decoder{i:02}.py"), "pass\n");
+    }
+    t.write("bin.dat", b"\0\x01\x02decoder".as_slice());
+    // Text first, a NUL later but within what fetch reads: fetch refuses it, so search must not
+    // offer it, although 500 of its lines match (it would rank first).
+    let mut late = b"decoder notes\n".repeat(500);
+    late.extend_from_slice(b"\0tail\n");
+    t.write("decoder_late.txt", late);
+    t.write("notes.txt", "remove the pyc files first\n");
+    let mut s = Server::start(t.path(), &["--profile", "review"]);
+
+    let found = ids(&chatgpt(&mut s, "search", json!({"query": "decoder"})));
+    assert_eq!(found.len(), KNOWLEDGE_SEARCH_RESULTS_MAX, "{found:?}");
+    let expected: Vec<String> = (0..KNOWLEDGE_SEARCH_RESULTS_MAX)
+        .map(|i| format!("json/decoder{i:02}.py"))
+        .collect();
+    assert_eq!(
+        found, expected,
+        "the text files fill the results, in rank order"
+    );
+    for id in &found {
+        chatgpt(&mut s, "fetch", json!({"id": id}));
+    }
+    assert_eq!(
+        ids(&chatgpt(&mut s, "search", json!({"query": "pyc"}))),
+        ["notes.txt"]
+    );
+    assert_eq!(
+        ids(&chatgpt(&mut s, "search", json!({"query": "bin.dat"}))),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ids(&chatgpt(&mut s, "search", json!({"query": "decoder_late"}))),
+        Vec::<String>::new()
+    );
+    let e = refused(&mut s, "fetch", json!({"id": "decoder_late.txt"}));
+    assert!(e["message"].as_str().unwrap().contains("binary"), "{e}");
+}
+
+#[test]
+fn fetch_of_one_long_line_gives_a_read_file_cursor_that_continues_inside_it() {
+    let t = Tree::new();
+    // A BOM, a 200 KB line of multi-byte characters, no line break at the end.
+    let line: String = (0..100_000)
+        .map(|i| if i % 7 == 0 { 'é' } else { 'x' })
+        .collect();
+    let mut bytes = b"\xEF\xBB\xBF".to_vec();
+    bytes.extend_from_slice(line.as_bytes());
+    t.write("oneline.txt", bytes);
+    let mut s = Server::start(t.path(), &["--profile", "review"]);
+    let doc = chatgpt(&mut s, "fetch", json!({"id": "oneline.txt"}));
+    let text = doc["text"].as_str().unwrap();
+    let m = &doc["metadata"];
+    assert_eq!(m["truncated"], "true", "{m}");
+    assert!(line.starts_with(text) && text.len() > 10_000, "{m}");
+    assert_eq!(m["lines"], "1");
+    assert_eq!(m["cut_line"], "1", "{m}");
+    // There is no whole line to start at: a start line would repeat what was shown.
+    assert!(m.get("next_start_line").is_none(), "{m}");
+    let cursor = m["next_cursor"].as_str().expect("a next_cursor");
+    assert!(m["read_rest"].as_str().unwrap().contains("cursor"), "{m}");
+    // read_file, page by page from the cursor, gives exactly the rest.
+    let mut read = text.to_owned();
+    let mut next = Some(cursor.to_owned());
+    while let Some(c) = next.take() {
+        let r = s.call("read_file", json!({"path": doc["id"], "cursor": c}));
+        let out = r.ok();
+        read.push_str(out["content"].as_str().unwrap());
+        next = out["next_cursor"].as_str().map(str::to_owned);
+    }
+    assert_eq!(read.len(), line.len());
+    assert!(
+        read == line,
+        "fetch and read_file together give the file once"
+    );
 }

@@ -185,7 +185,8 @@ fn broken_binary_and_non_utf8_skill_files_are_reported_and_the_others_listed() {
 fn a_bundle_linked_out_of_the_workspace_is_refused_under_agent_and_followed_under_full() {
     let t = Tree::new();
     let outside = tempfile::tempdir().unwrap();
-    let ext = outside.path().join("ext");
+    // A skill's name is its directory's: the link keeps it.
+    let ext = outside.path().join("external");
     std::fs::create_dir_all(&ext).unwrap();
     std::fs::write(
         ext.join("SKILL.md"),
@@ -195,12 +196,12 @@ fn a_bundle_linked_out_of_the_workspace_is_refused_under_agent_and_followed_unde
     std::fs::write(ext.join("notes.md"), "x").unwrap();
     skill(&t, ".agents/skills/local", "local", "Lives here", "L\n");
     std::fs::create_dir_all(t.path().join(".agents/skills")).unwrap();
-    std::os::unix::fs::symlink(&ext, t.path().join(".agents/skills/linked")).unwrap();
+    std::os::unix::fs::symlink(&ext, t.path().join(".agents/skills/external")).unwrap();
     // Only the entry point is a link out.
-    std::fs::create_dir_all(t.path().join(".claude/skills/half")).unwrap();
+    std::fs::create_dir_all(t.path().join(".claude/skills/external")).unwrap();
     std::os::unix::fs::symlink(
         ext.join("SKILL.md"),
-        t.path().join(".claude/skills/half/SKILL.md"),
+        t.path().join(".claude/skills/external/SKILL.md"),
     )
     .unwrap();
     // A link that stays inside the workspace is followed for every caller.
@@ -217,7 +218,10 @@ fn a_bundle_linked_out_of_the_workspace_is_refused_under_agent_and_followed_unde
     let out = r.ok();
     assert_eq!(names(out), ["local", "inside"]);
     assert_eq!(skill_named(out, "inside")["path"], ".codex/skills/inside");
-    for path in [".agents/skills/linked", ".claude/skills/half/SKILL.md"] {
+    for path in [
+        ".agents/skills/external",
+        ".claude/skills/external/SKILL.md",
+    ] {
         let p = problem_at(out, path);
         assert_eq!(p["kind"], "path_boundary", "{p}");
         assert!(
@@ -244,13 +248,14 @@ fn a_bundle_linked_out_of_the_workspace_is_refused_under_agent_and_followed_unde
     assert_eq!(names(&out), ["external", "local", "inside"]);
     assert_eq!(
         skill_named(&out, "external")["path"],
-        abs(".agents/skills/linked")
+        abs(".agents/skills/external")
     );
-    // `half` has the same name and a farther root: it is shadowed, not listed twice.
+    // `.claude/skills/external` has the same name and a farther root: it is shadowed, not
+    // listed twice.
     assert_eq!(
         out["shadowed"],
-        json!([{"name": "external", "path": abs(".claude/skills/half"),
-                "by": abs(".agents/skills/linked")}])
+        json!([{"name": "external", "path": abs(".claude/skills/external"),
+                "by": abs(".agents/skills/external")}])
     );
     let l = s.call("load_skill", json!({"name": "external"}));
     let loaded = l.ok();
@@ -311,6 +316,13 @@ fn a_skill_directory_with_100000_files_is_listed_and_loaded_within_bounds() {
     // The walk stopped at its entry bound instead of reading all 100,000 names.
     let seen = loaded["files_seen"].as_u64().unwrap();
     assert_eq!(seen, SKILL_SCAN_MAX_ENTRIES as u64, "{seen}");
+    // Only a lower bound is known: the summary says so.
+    assert!(
+        r.summary()
+            .contains(&format!("at least {seen} files in the bundle")),
+        "{}",
+        r.summary()
+    );
     assert!(
         r.summary().contains("inventory incomplete"),
         "{}",
@@ -332,7 +344,7 @@ fn a_query_ranks_name_matches_before_description_matches_and_leaves_out_the_rest
     skill(&t, ".agents/skills/pdf", "pdf", "Fill forms", "P\n");
     skill(
         &t,
-        ".agents/skills/notes",
+        ".agents/skills/release-notes",
         "release-notes",
         "Write release notes and export them as PDF",
         "R\n",
@@ -537,4 +549,97 @@ fn a_large_skill_md_is_cut_with_a_note_and_front_matter_past_the_bound_is_a_prob
         "{}",
         &r.text[r.text.len() - 600..]
     );
+}
+
+#[test]
+fn a_name_that_is_not_a_skill_name_or_not_its_directorys_is_a_problem_never_offered() {
+    let t = Tree::new();
+    skill(&t, ".agents/skills/good-one", "good-one", "Fine", "G\n");
+    skill(
+        &t,
+        ".agents/skills/passwd",
+        "\"../../etc/passwd\"",
+        "Sneaky",
+        "P\n",
+    );
+    skill(
+        &t,
+        ".agents/skills/spaced",
+        "\"has space\"",
+        "Spaced",
+        "S\n",
+    );
+    skill(&t, ".agents/skills/Upper", "Upper", "Capitals", "U\n");
+    skill(&t, ".agents/skills/a--b", "a--b", "Doubled hyphen", "D\n");
+    skill(
+        &t,
+        ".claude/skills/mismatch",
+        "other-name",
+        "Elsewhere",
+        "M\n",
+    );
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("list_skills", json!({}));
+    let out = r.ok();
+    assert_eq!(names(out), ["good-one"]);
+    let reason = |path: &str| {
+        let p = problem_at(out, path);
+        assert_eq!(p["kind"], "front_matter", "{p}");
+        p["reason"].as_str().unwrap().to_owned()
+    };
+    for dir in ["passwd", "spaced", "Upper", "a--b"] {
+        let why = reason(&format!(".agents/skills/{dir}/SKILL.md"));
+        assert!(
+            why.contains("lowercase letters, digits and hyphens"),
+            "{dir}: {why}"
+        );
+    }
+    let why = reason(".claude/skills/mismatch/SKILL.md");
+    assert!(
+        why.contains("other-name") && why.contains("must match its directory"),
+        "{why}"
+    );
+    assert!(!r.summary().contains("passwd"), "{}", r.summary());
+    assert!(
+        r.summary().contains("load_skill {\"name\": \"good-one\"}"),
+        "{}",
+        r.summary()
+    );
+    for name in ["../../etc/passwd", "other-name", "Upper"] {
+        let e = s.call("load_skill", json!({"name": name}));
+        assert_eq!(e.code(), "not_found", "{name}");
+    }
+}
+
+#[test]
+fn one_bundle_reached_through_two_links_is_listed_once_and_shadows_nothing() {
+    let t = Tree::new();
+    // The tester's fx13: `.agents/skills` links to the shared skills, and
+    // `.claude/skills/inner-skill` links to one of them again.
+    skill(
+        &t,
+        "shared/skillsrc/inner-skill",
+        "inner-skill",
+        "Shared",
+        "I\n",
+    );
+    std::fs::create_dir_all(t.path().join(".agents")).unwrap();
+    std::os::unix::fs::symlink("../shared/skillsrc", t.path().join(".agents/skills")).unwrap();
+    std::fs::create_dir_all(t.path().join(".claude/skills")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../shared/skillsrc/inner-skill",
+        t.path().join(".claude/skills/inner-skill"),
+    )
+    .unwrap();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call("list_skills", json!({}));
+    let out = r.ok();
+    assert_eq!(names(out), ["inner-skill"]);
+    assert_eq!(
+        skill_named(out, "inner-skill")["path"],
+        ".agents/skills/inner-skill"
+    );
+    assert_eq!(out["shadowed"], json!([]), "{out}");
+    assert_eq!(out["problems"], json!([]), "{out}");
+    assert!(!r.text.contains("shadowed"), "{}", r.text);
 }

@@ -730,6 +730,16 @@ fn encode_read_cursor(
     cursor::encode(&v)
 }
 
+/// A `read_file` cursor that reads the file `meta` describes forward from byte `offset` (on
+/// the 1-based line `line`) to its end, page by page, even from inside a line: for a tool that
+/// returns the first part of a file (`fetch`) and leaves the rest to `read_file`. Like every
+/// read cursor it holds the file's size and modification time, so `read_file` refuses it
+/// (`conflict`) once the file changed.
+pub(crate) fn read_cursor_from(meta: &fs::Metadata, offset: u64, line: u64) -> String {
+    let at = engine::Position { offset, line };
+    encode_read_cursor(&Next::Forward(at), None, None, identity(meta))
+}
+
 /// Size and modification time (ns since the epoch) of a file, to tell whether a cursor still
 /// applies.
 fn identity(meta: &fs::Metadata) -> (u64, i128) {

@@ -1,6 +1,7 @@
 //! The pure parts of ChatGPT's `search` and `fetch`: splitting a query into terms, matching
-//! them, ranking files, a Markdown file's title, the `machine://workspace/` URL of a file, and
-//! fitting a file's text into a JSON result of bounded size.
+//! them, ranking files, a Markdown file's title, the `machine://workspace/` URL of a file,
+//! fitting a file's text into a JSON result of bounded size, and where in the file's bytes a
+//! cut falls (for the `read_file` cursor that continues it).
 //!
 //! Ranking (the order of `search` results), each key deciding only when the ones before it tie:
 //!
@@ -305,9 +306,22 @@ pub(crate) struct Fit {
     pub(crate) end: usize,
     /// Lines in the kept text (a last line without its break counts).
     pub(crate) lines: u64,
-    /// When the text was cut: the 1-based line the rest starts at (the cut line itself when
-    /// the cut is inside a line).
-    pub(crate) next_line: Option<u64>,
+    /// Where the rest starts when the text was cut; `None` when the text is the whole file.
+    pub(crate) rest: Option<Rest>,
+}
+
+/// Where the rest of a cut text starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rest {
+    /// The 1-based line that holds the first byte not kept.
+    pub(crate) line: u64,
+    /// The cut is inside `line`: the kept text holds its beginning (only when the first line
+    /// alone is over the budget).
+    pub(crate) inside: bool,
+    /// The first line not kept at all, to read on by whole lines: `line` after a cut at a
+    /// line's end; after a cut inside a line, the line after it when the text given shows that
+    /// one exists, else `None` (unknown, or there is none).
+    pub(crate) next_start_line: Option<u64>,
 }
 
 /// The longest beginning of `text` whose JSON escaping (quotes excluded) takes at most
@@ -336,22 +350,58 @@ pub(crate) fn fit_text(text: &str, budget: usize, complete: bool) -> Fit {
         return Fit {
             end: text.len(),
             lines: line_count + partial,
-            next_line: None,
+            rest: None,
         };
     }
     if line_end > 0 {
+        let next = line_count + 1;
         return Fit {
             end: line_end,
             lines: line_count,
-            next_line: Some(line_count + 1),
+            rest: Some(Rest {
+                line: next,
+                inside: false,
+                next_start_line: Some(next),
+            }),
         };
     }
-    // Not even the first line fits: cut inside it.
+    // Not even the first line fits: cut inside it. A line after it is known to exist when
+    // the first line's break is in `text` and something follows it, in `text` or the file.
+    let next_exists = memchr::memchr(b'\n', &text.as_bytes()[stop..])
+        .is_some_and(|at| stop + at + 1 < text.len() || !complete);
     Fit {
         end: stop,
         lines: u64::from(stop > 0),
-        next_line: Some(1),
+        rest: Some(Rest {
+            line: 1,
+            inside: true,
+            next_start_line: next_exists.then_some(2),
+        }),
     }
+}
+
+/// The length in `raw` (the bytes a text was decoded from, each invalid UTF-8 sequence
+/// replaced by one U+FFFD, as `String::from_utf8_lossy` does) of the first `text_end` bytes of
+/// the decoded text (a char boundary of it): where in the file a cut of the decoded text falls.
+pub(crate) fn raw_offset(raw: &[u8], text_end: usize) -> usize {
+    let (mut raw_at, mut text_at) = (0usize, 0usize);
+    for chunk in raw.utf8_chunks() {
+        let valid = chunk.valid().len();
+        if text_end <= text_at + valid {
+            return raw_at + (text_end - text_at);
+        }
+        raw_at += valid;
+        text_at += valid;
+        let invalid = chunk.invalid().len();
+        if invalid > 0 {
+            if text_end < text_at + char::REPLACEMENT_CHARACTER.len_utf8() {
+                return raw_at;
+            }
+            raw_at += invalid;
+            text_at += char::REPLACEMENT_CHARACTER.len_utf8();
+        }
+    }
+    raw_at
 }
 
 #[cfg(test)]
@@ -520,6 +570,14 @@ mod tests {
         }
     }
 
+    fn after_line(line: u64) -> Option<Rest> {
+        Some(Rest {
+            line,
+            inside: false,
+            next_start_line: Some(line),
+        })
+    }
+
     #[test]
     fn text_fits_whole_or_is_cut_after_a_line_within_the_escaped_budget() {
         let text = "ab\n\"q\"\nlast";
@@ -528,7 +586,7 @@ mod tests {
             Fit {
                 end: text.len(),
                 lines: 3,
-                next_line: None
+                rest: None
             }
         );
         // "ab\n" costs 4, "\"q\"\n" costs 7: a budget of 10 keeps the first line only.
@@ -537,7 +595,7 @@ mod tests {
             Fit {
                 end: 3,
                 lines: 1,
-                next_line: Some(2)
+                rest: after_line(2)
             }
         );
         assert_eq!(fit_text(text, 11, true).end, 7);
@@ -547,16 +605,46 @@ mod tests {
             Fit {
                 end: 2,
                 lines: 1,
-                next_line: Some(2)
+                rest: after_line(2)
             }
         );
-        // A first line longer than the budget is cut on a char boundary.
-        let long = "ééééé\nx";
-        let fit = fit_text(long, 5, true);
-        assert_eq!((fit.end, fit.lines, fit.next_line), (4, 1, Some(1)));
         assert_eq!(fit_text("", 0, true).lines, 0);
         // "abc\n" costs 5 (the line break is escaped as two characters).
-        assert_eq!(fit_text("abc\n", 5, true).next_line, None);
-        assert_eq!(fit_text("abc\n", 4, true).next_line, Some(1));
+        assert_eq!(fit_text("abc\n", 5, true).rest, None);
+    }
+
+    #[test]
+    fn a_cut_inside_the_first_line_names_no_start_line_that_repeats_it() {
+        let inside = |next_start_line| {
+            Some(Rest {
+                line: 1,
+                inside: true,
+                next_start_line,
+            })
+        };
+        // A first line longer than the budget is cut on a char boundary.
+        let fit = fit_text("ééééé\nx", 5, true);
+        assert_eq!((fit.end, fit.lines, fit.rest), (4, 1, inside(Some(2))));
+        // One line and nothing after it, or only its break: no line 2 to start at.
+        assert_eq!(fit_text("abcdef", 3, true).rest, inside(None));
+        assert_eq!(fit_text("abcdef\n", 3, true).rest, inside(None));
+        // Not known whether the line ends within what was read.
+        assert_eq!(fit_text("abcdef", 3, false).rest, inside(None));
+        // Its break is the last byte read, and the file goes on: line 2 exists.
+        assert_eq!(fit_text("abcdef\n", 3, false).rest, inside(Some(2)));
+        assert_eq!(fit_text("abc\n", 4, true).rest, inside(None));
+    }
+
+    #[test]
+    fn a_cut_of_the_decoded_text_maps_back_to_the_files_bytes() {
+        let raw = b"a\xffb\xc3\xa9\xe2\x82c";
+        let text = String::from_utf8_lossy(raw);
+        assert_eq!(text, "a\u{fffd}b\u{e9}\u{fffd}c");
+        // Each char boundary of the text and the raw offset it stands for.
+        for (text_end, raw_end) in [(0, 0), (1, 1), (4, 2), (5, 3), (7, 5), (10, 7), (11, 8)] {
+            assert!(text.is_char_boundary(text_end));
+            assert_eq!(raw_offset(raw, text_end), raw_end, "{text_end}");
+        }
+        assert_eq!(raw_offset("plain é".as_bytes(), 6), 6);
     }
 }

@@ -11,6 +11,12 @@
 //! [`engine`]. An id is a file's workspace-relative path (quoted when not UTF-8, as every tool
 //! shows paths), so `read_file` takes it too; a url is `machine://workspace/<path>`, which
 //! names no host path. Both are the same for every caller.
+//!
+//! `search` offers only files `fetch` returns: each ranked file, best first, is opened and its
+//! first [`FETCH_READ_BYTES`] checked as `fetch` reads them (binary or unreadable: left out,
+//! and the next one takes its place), at most [`KNOWLEDGE_SEARCH_CHECK_MAX`] of them. A text
+//! `fetch` cuts carries a `read_file` cursor in its metadata that continues exactly where the
+//! text stops, even inside a line.
 
 use std::{
     collections::BTreeMap,
@@ -23,8 +29,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use protocol::limits::{
-    KNOWLEDGE_QUERY_MAX_CHARS, KNOWLEDGE_SEARCH_RESULTS_MAX, KNOWLEDGE_SEARCH_SCAN_LINES_MAX,
-    KNOWLEDGE_TITLE_SCAN_BYTES, RESULT_TEXT_DEFAULT_CHARS, SEARCH_LINE_MAX_BYTES,
+    KNOWLEDGE_QUERY_MAX_CHARS, KNOWLEDGE_SEARCH_CHECK_MAX, KNOWLEDGE_SEARCH_RESULTS_MAX,
+    KNOWLEDGE_SEARCH_SCAN_LINES_MAX, KNOWLEDGE_TITLE_SCAN_BYTES, RESULT_TEXT_DEFAULT_CHARS,
+    SEARCH_LINE_MAX_BYTES,
 };
 
 use crate::{
@@ -38,18 +45,23 @@ use crate::{
     path::Workspace,
     policy::Capability,
     primitives::{
-        text::lossy,
+        text::{UTF8_BOM, looks_binary, lossy},
         write::{open_regular, reader_at},
     },
     tools::{
         blocking::blocking,
+        fs::read_cursor_from,
         search::engine::{self as search_engine, Candidates, Run, Scope},
     },
 };
 
 mod engine;
 
-use engine::{Facts, Fit, Terms};
+use engine::{Facts, Fit, Rest, Terms};
+
+/// Bytes of a file `fetch` reads for its text: escaping never makes text shorter, so a result
+/// never holds more. `search` checks the same bytes, so it never offers a file `fetch` refuses.
+const FETCH_READ_BYTES: usize = RESULT_TEXT_DEFAULT_CHARS;
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -60,13 +72,13 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 description: "ChatGPT deep research / company knowledge search, the pair of \
                               fetch: finds workspace files whose path or text contains the \
                               query's words (case-insensitive, as fixed strings; .gitignore \
-                              honoured; binary files, .git and symlinks skipped). Ranked: more \
-                              distinct words first, then words in the file name, then in the \
-                              path, then more matching lines; ties in path order. Returns at \
-                              most 20 results as JSON {\"results\": [{\"id\", \"title\", \
-                              \"url\"}]}; an id is the file's workspace path (fetch and \
-                              read_file take it). For regexes, match lines or every match use \
-                              search_text.",
+                              honoured; .git, symlinks and files fetch refuses, such as binary \
+                              ones, skipped). Ranked: more distinct words first, then words in \
+                              the file name, then in the path, then more matching lines; ties \
+                              in path order. Returns at most 20 results as JSON \
+                              {\"results\": [{\"id\", \"title\", \"url\"}]}; an id is the \
+                              file's workspace path (fetch and read_file take it). For regexes, \
+                              match lines or every match use search_text.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
@@ -80,10 +92,11 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                               search: one workspace text file by id (a search result's id or \
                               url, or a workspace path) as JSON {\"id\", \"title\", \"text\", \
                               \"url\", \"metadata\"}. The result stays within 45000 characters: \
-                              a longer text is cut after a line, metadata.truncated is \"true\" \
-                              and metadata.next_start_line is where read_file continues. \
-                              Binary files are refused. For line ranges, tails or paging use \
-                              read_file.",
+                              a longer text is cut after a line (inside one only when the first \
+                              line alone is longer), metadata.truncated is \"true\" and \
+                              read_file with cursor = metadata.next_cursor continues exactly \
+                              there. Binary files are refused. For line ranges, tails or paging \
+                              use read_file.",
                 capability: Capability::Read,
                 hints: Hints::READ,
             },
@@ -118,6 +131,7 @@ pub(crate) struct SearchResult {
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct SearchResults {
     /// Matching files, best first; at most 20 (fewer when they would pass 45000 characters).
+    /// Only files fetch returns: binary and unreadable ones are left out.
     results: Vec<SearchResult>,
 }
 
@@ -207,13 +221,24 @@ async fn search(rt: Arc<Access>, args: SearchArgs, cx: CallContext) -> ToolResul
             },
         )));
         let mut results = Vec::new();
-        for i in engine::rank(&facts, KNOWLEDGE_SEARCH_RESULTS_MAX) {
+        // Best first, each checked as fetch will read it, until the results are full.
+        let ranked = engine::rank(&facts, facts.len());
+        for i in ranked.into_iter().take(KNOWLEDGE_SEARCH_CHECK_MAX) {
+            if results.len() == KNOWLEDGE_SEARCH_RESULTS_MAX {
+                break;
+            }
+            if cx.cancel.is_cancelled() {
+                return Err(ToolError::cancelled());
+            }
             let real = &files[i];
+            let Some(head) = fetchable_head(ws, real) else {
+                continue;
+            };
             let id = id_of(ws, real);
             let heading = real
                 .file_name()
                 .filter(|n| engine::is_markdown(n))
-                .and_then(|_| heading_of(ws, real));
+                .and_then(|_| heading_in(&head));
             let r = SearchResult {
                 title: engine::title(&id, heading.as_deref()),
                 url: engine::workspace_url(real.strip_prefix(&root).unwrap_or(real)),
@@ -245,14 +270,23 @@ fn json_len<T: Serialize>(v: &T) -> usize {
     serde_json::to_string(v).map_or(usize::MAX, |s| s.len())
 }
 
-/// The first heading of the Markdown file a walk found at `real` (read beneath the root).
-fn heading_of(ws: &Workspace, real: &Path) -> Option<String> {
+/// The first [`FETCH_READ_BYTES`] of the file a walk found at `real` (opened beneath the
+/// root, without following a symlink), when `fetch` would return its text: `None` when it
+/// cannot be opened or read, or has a NUL byte there (binary).
+fn fetchable_head(ws: &Workspace, real: &Path) -> Option<Vec<u8>> {
     let file = ws.open_file(real).ok()?;
     let mut head = Vec::new();
-    file.take(KNOWLEDGE_TITLE_SCAN_BYTES as u64)
+    file.take(FETCH_READ_BYTES as u64)
         .read_to_end(&mut head)
         .ok()?;
-    engine::markdown_heading(&lossy(&head))
+    (!looks_binary(&head)).then_some(head)
+}
+
+/// The first heading of a Markdown file whose first bytes are `head`, within its first
+/// [`KNOWLEDGE_TITLE_SCAN_BYTES`] (after a BOM).
+fn heading_in(head: &[u8]) -> Option<String> {
+    let text = head.strip_prefix(UTF8_BOM).unwrap_or(head);
+    engine::markdown_heading(&lossy(&text[..text.len().min(KNOWLEDGE_TITLE_SCAN_BYTES)]))
 }
 
 /// Arguments of `fetch` (ChatGPT sends `{"id": "..."}`).
@@ -277,24 +311,37 @@ pub(crate) struct Document {
     /// The file's stable URL: machine://workspace/ and its percent-encoded workspace path.
     url: String,
     /// Facts about the text, every value a string: "bytes" (the file's size), "lines" (lines
-    /// in text), "truncated" ("true" or "false"); when truncated, "next_start_line" (the first
-    /// line not in text, or the cut line) and "read_rest" (how to read on with read_file);
+    /// in text), "truncated" ("true" or "false"); when truncated, "next_cursor" (pass it with
+    /// this id as path to read_file, which continues exactly where text stops, even inside a
+    /// line), "read_rest" (how, in words), "next_start_line" (the first line not in text at
+    /// all, when known) and, when text stops inside a line, "cut_line" (that line);
     /// "invalid_utf8" when bytes were replaced.
     metadata: BTreeMap<String, String>,
 }
 
-/// The metadata of a fetched text (see [`Document::metadata`]).
-fn metadata(size: u64, fit: &Fit, invalid_utf8: bool) -> BTreeMap<String, String> {
+/// The metadata of a fetched text (see [`Document::metadata`]); `cursor` is the read_file
+/// cursor of the rest, given when the text was cut.
+fn metadata(
+    size: u64,
+    fit: &Fit,
+    invalid_utf8: bool,
+    cursor: Option<String>,
+) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     m.insert("bytes".to_owned(), size.to_string());
     m.insert("lines".to_owned(), fit.lines.to_string());
-    m.insert("truncated".to_owned(), fit.next_line.is_some().to_string());
-    if let Some(n) = fit.next_line {
-        m.insert("next_start_line".to_owned(), n.to_string());
-        m.insert(
-            "read_rest".to_owned(),
-            format!("read_file with path = this id and start_line = {n}"),
-        );
+    m.insert("truncated".to_owned(), fit.rest.is_some().to_string());
+    if let Some(rest) = fit.rest {
+        m.insert("read_rest".to_owned(), read_rest(&rest));
+        if let Some(c) = cursor {
+            m.insert("next_cursor".to_owned(), c);
+        }
+        if let Some(n) = rest.next_start_line {
+            m.insert("next_start_line".to_owned(), n.to_string());
+        }
+        if rest.inside {
+            m.insert("cut_line".to_owned(), rest.line.to_string());
+        }
     }
     if invalid_utf8 {
         m.insert(
@@ -303,6 +350,42 @@ fn metadata(size: u64, fit: &Fit, invalid_utf8: bool) -> BTreeMap<String, String
         );
     }
     m
+}
+
+/// How to read the rest of a cut text with read_file, in words.
+fn read_rest(rest: &Rest) -> String {
+    let cursor = "read_file with path = this id and cursor = next_cursor";
+    match (rest.inside, rest.next_start_line) {
+        (false, _) => format!(
+            "{cursor}, or with start_line = {}, reads on from the next line",
+            rest.line
+        ),
+        (true, Some(n)) => format!(
+            "{cursor} reads on inside line {} where text stops; start_line = {n} skips the rest \
+             of that line",
+            rest.line
+        ),
+        (true, None) => format!(
+            "{cursor} reads on inside line {} where text stops",
+            rest.line
+        ),
+    }
+}
+
+/// The longest metadata a file of `meta` can get (see [`metadata`]), to size the text against.
+fn largest_metadata(meta: &std::fs::Metadata) -> BTreeMap<String, String> {
+    let fit = Fit {
+        end: 0,
+        lines: u64::MAX,
+        rest: Some(Rest {
+            line: u64::MAX,
+            inside: true,
+            next_start_line: Some(u64::MAX),
+        }),
+    };
+    // A cursor's offset is at most the file's size; its line at most u64::MAX.
+    let cursor = read_cursor_from(meta, meta.len(), u64::MAX);
+    metadata(meta.len(), &fit, true, Some(cursor))
 }
 
 async fn fetch(rt: Arc<Access>, args: FetchArgs, _cx: CallContext) -> ToolResult<Document> {
@@ -317,21 +400,23 @@ async fn fetch(rt: Arc<Access>, args: FetchArgs, _cx: CallContext) -> ToolResult
         let p = ws.resolve(&arg)?;
         let at = reader_at(ws, &p, &arg)?;
         let (file, meta) = open_regular(&at, &arg)?;
-        // Escaping never makes text shorter, so the result never holds more than this.
         let mut bytes = Vec::new();
-        file.take(RESULT_TEXT_DEFAULT_CHARS as u64 + 1)
+        file.take(FETCH_READ_BYTES as u64 + 1)
             .read_to_end(&mut bytes)
             .map_err(|e| ToolError::io(&arg, &e))?;
-        let complete = bytes.len() <= RESULT_TEXT_DEFAULT_CHARS;
-        bytes.truncate(RESULT_TEXT_DEFAULT_CHARS);
+        let complete = bytes.len() <= FETCH_READ_BYTES;
+        bytes.truncate(FETCH_READ_BYTES);
         if let Some(at) = memchr::memchr(0, &bytes) {
             return Err(ToolError::invalid(format!(
                 "{arg}: looks binary (NUL byte at offset {at}); fetch returns the text of text files only"
             )));
         }
-        let mut raw = bytes
-            .strip_prefix(crate::primitives::text::UTF8_BOM)
-            .unwrap_or(&bytes);
+        let bom = if bytes.starts_with(UTF8_BOM) {
+            UTF8_BOM.len()
+        } else {
+            0
+        };
+        let mut raw = &bytes[bom..];
         if !complete
             && let Err(e) = std::str::from_utf8(raw)
             && e.error_len().is_none()
@@ -362,21 +447,17 @@ async fn fetch(rt: Arc<Access>, args: FetchArgs, _cx: CallContext) -> ToolResult
             id,
             text: String::new(),
             url,
-            // The longest metadata there can be, to size the text against.
-            metadata: metadata(
-                u64::MAX,
-                &Fit {
-                    end: 0,
-                    lines: u64::MAX,
-                    next_line: Some(u64::MAX),
-                },
-                true,
-            ),
+            metadata: largest_metadata(&meta),
         };
         let budget = RESULT_TEXT_DEFAULT_CHARS.saturating_sub(json_len(&doc));
         let fit = engine::fit_text(&text, budget, complete);
+        // Where the rest starts in the file: after the BOM and the bytes the kept text came from.
+        let cursor = fit.rest.map(|rest| {
+            let offset = bom + engine::raw_offset(raw, fit.end);
+            read_cursor_from(&meta, offset as u64, rest.line)
+        });
         doc.text = text[..fit.end].to_owned();
-        doc.metadata = metadata(meta.len(), &fit, invalid_utf8);
+        doc.metadata = metadata(meta.len(), &fit, invalid_utf8, cursor);
         Ok(doc)
     })
     .await
@@ -388,31 +469,34 @@ mod tests {
 
     #[test]
     fn the_largest_metadata_is_the_one_the_text_is_sized_against() {
-        let worst = metadata(
-            u64::MAX,
-            &Fit {
-                end: 0,
-                lines: u64::MAX,
-                next_line: Some(u64::MAX),
-            },
-            true,
-        );
-        for (size, lines, next, bad) in [
-            (0, 0, None, false),
-            (u64::MAX - 1, 99_999, Some(100_000), true),
-            (7, 1, Some(1), false),
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), "x".repeat(123_456)).unwrap();
+        let meta = std::fs::metadata(f.path()).unwrap();
+        let worst = largest_metadata(&meta);
+        let rest = |line, inside, next_start_line| {
+            Some(Rest {
+                line,
+                inside,
+                next_start_line,
+            })
+        };
+        for (lines, rest, bad) in [
+            (0, None, false),
+            (99_999, rest(100_000, false, Some(100_000)), true),
+            (1, rest(1, true, None), false),
+            (1, rest(1, true, Some(2)), true),
+            (u64::MAX - 1, rest(u64::MAX, true, Some(u64::MAX)), true),
         ] {
-            let m = metadata(
-                size,
-                &Fit {
-                    end: 0,
-                    lines,
-                    next_line: next,
-                },
-                bad,
-            );
+            let fit = Fit {
+                end: 0,
+                lines,
+                rest,
+            };
+            let cursor = rest.map(|r| read_cursor_from(&meta, meta.len() / 2, r.line));
+            let m = metadata(meta.len(), &fit, bad, cursor);
             assert!(json_len(&m) <= json_len(&worst), "{m:?}");
             assert!(m.keys().all(|k| worst.contains_key(k)));
+            assert_eq!(m.contains_key("next_cursor"), rest.is_some());
         }
     }
 }

@@ -48,6 +48,7 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                               when paths are unrestricted. Each skill: name, description, path, \
                               root. query ranks by name and description, best first, and keeps \
                               matches only. Bundles that cannot be used (malformed front matter, \
+                              a name that is not lowercase-hyphenated or not its directory's, \
                               binary SKILL.md, a link out of the workspace) are under problems; \
                               a same-named skill of a farther root is under shadowed. Use \
                               load_skill to read one.",
@@ -112,7 +113,8 @@ pub(crate) struct ListSkillsArgs {
 /// One skill as `list_skills` shows it.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct SkillView {
-    /// Its front matter `name` (the argument of load_skill).
+    /// Its front matter `name`, the name of its directory: lowercase letters, digits and
+    /// hyphens (the argument of load_skill).
     name: String,
     /// Its front matter `description`: when to use it (at most 1024 characters).
     description: String,
@@ -407,8 +409,11 @@ impl TextView for LoadSkillOutput {
         if self.truncated {
             s.push_str(&format!(", cut at {SKILL_FILE_MAX_BYTES} bytes"));
         }
+        // A walk that stopped or left directories out saw only some of the files.
+        let lower_bound = self.stopped || self.dirs_not_walked > 0;
         s.push_str(&format!(
-            "; {} in the bundle",
+            "; {}{} in the bundle",
+            if lower_bound { "at least " } else { "" },
             count(self.files_seen as u64, "file", "files")
         ));
         if !self.inventory_complete {
@@ -471,7 +476,7 @@ fn find<'a>(scan: &'a Scan, name: &str, target: &str) -> ToolResult<&'a Skill> {
     }
     if !scan.problems.is_empty() {
         message.push_str(&format!(
-            "; {} could not be read (list_skills shows why)",
+            "; {} could not be used (list_skills shows why)",
             count(scan.problems.len() as u64, "skill bundle", "skill bundles")
         ));
     }
@@ -654,6 +659,6 @@ mod tests {
         let e = prompt_get(&access, "broken").unwrap_err();
         assert_eq!(e.code(), ToolErrorCode::NotFound);
         assert!(e.message().contains("skills: review"), "{}", e.message());
-        assert!(e.message().contains("1 skill bundle could not be read"));
+        assert!(e.message().contains("1 skill bundle could not be used"));
     }
 }

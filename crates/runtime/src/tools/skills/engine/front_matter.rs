@@ -1,6 +1,7 @@
 //! A `SKILL.md`: reading it (bounded, text only) and its YAML front matter.
 
 use std::{
+    ffi::OsStr,
     fs::File,
     io::{self, Read},
 };
@@ -22,7 +23,8 @@ const YAML_MESSAGE_MAX_CHARS: usize = 300;
 /// The fields of a `SKILL.md` front matter this server uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FrontMatter {
-    /// `name`, trimmed: 1 to [`SKILL_NAME_MAX_CHARS`] characters, no control characters.
+    /// `name`, trimmed: a skill name of the Agent Skills format
+    /// ([`FrontMatterError::NameInvalid`] says which), 1 to [`SKILL_NAME_MAX_CHARS`] characters.
     pub(crate) name: String,
     /// `description`, its whitespace runs collapsed to single spaces, cut to
     /// [`SKILL_DESCRIPTION_MAX_CHARS`] characters (ending in `…` when cut).
@@ -45,20 +47,45 @@ pub(crate) enum FrontMatterError {
     #[error("the front matter is not valid: {0}")]
     Yaml(String),
     /// The YAML exceeds the parser's budget ([`SKILL_FRONT_MATTER_MAX_EVENTS`]), as an alias
-    /// bomb does.
+    /// bomb does; `line` is the file's line where the parser stopped, when it says.
     #[error(
-        "the front matter is too complex to read (more than {SKILL_FRONT_MATTER_MAX_EVENTS} YAML events, as in an alias bomb): {0}"
+        "the front matter is too complex to read: with its aliases expanded it goes past the \
+         YAML parser's limit of {SKILL_FRONT_MATTER_MAX_EVENTS} events, as an alias bomb does{}",
+        .line.map_or_else(String::new, |l| format!(" (stopped at line {l})"))
     )]
-    TooComplex(String),
+    TooComplex {
+        /// The 1-based line of the file where the parser stopped, when known.
+        line: Option<u64>,
+    },
     /// `name` is missing, null or blank.
     #[error("the front matter has no `name`")]
     NoName,
     /// `name` is longer than [`SKILL_NAME_MAX_CHARS`] characters.
     #[error("`name` has {0} characters; at most {SKILL_NAME_MAX_CHARS} are allowed")]
     NameTooLong(usize),
-    /// `name` holds a line break or another control character.
-    #[error("`name` contains a line break or another control character")]
-    NameControl,
+    /// `name` is not a skill name of the Agent Skills format: it may hold only lowercase
+    /// letters and digits (any script, as the format's reference validator allows) and hyphens,
+    /// with no hyphen at either end and no two in a row — so never a path separator, `..`,
+    /// whitespace or a control character. `shown` is the name quoted, control characters
+    /// escaped.
+    #[error(
+        "`name` {shown} is not a skill name: use only lowercase letters, digits and hyphens, with no hyphen at either end or two in a row (the Agent Skills format)"
+    )]
+    NameInvalid {
+        /// The name as Rust quotes a string (`"../a b"`, `"a\tb"`).
+        shown: String,
+    },
+    /// `name` differs from the name of the skill's directory (the Agent Skills format
+    /// requires them to be equal). Found by [`check_directory`], not by the parser.
+    #[error(
+        "`name` {name:?} must match its directory's name {dir:?} (the Agent Skills format): rename one of them"
+    )]
+    NameNotDirectory {
+        /// The front matter's name.
+        name: String,
+        /// The directory's name as found (lossy when it is not UTF-8).
+        dir: String,
+    },
     /// `description` is missing, null or blank.
     #[error("the front matter has no `description`")]
     NoDescription,
@@ -106,11 +133,15 @@ pub(crate) fn parse_front_matter(text: &str) -> Result<FrontMatter, FrontMatterE
             seen.set(r.breached.is_some());
         });
     let raw: RawFrontMatter = serde_saphyr::from_str_with_options(&yaml, options).map_err(|e| {
-        let message = cut_chars(&e.to_string().replace('\n', " "), YAML_MESSAGE_MAX_CHARS);
         if breached.get() || over_budget(&e) {
-            FrontMatterError::TooComplex(message)
+            FrontMatterError::TooComplex {
+                line: e.location().map(|l| l.line()),
+            }
         } else {
-            FrontMatterError::Yaml(message)
+            FrontMatterError::Yaml(cut_chars(
+                &e.to_string().replace('\n', " "),
+                YAML_MESSAGE_MAX_CHARS,
+            ))
         }
     })?;
     let name = raw.name.as_deref().map(str::trim).unwrap_or("");
@@ -121,8 +152,10 @@ pub(crate) fn parse_front_matter(text: &str) -> Result<FrontMatter, FrontMatterE
     if chars > SKILL_NAME_MAX_CHARS {
         return Err(FrontMatterError::NameTooLong(chars));
     }
-    if name.chars().any(char::is_control) {
-        return Err(FrontMatterError::NameControl);
+    if !is_skill_name(name) {
+        return Err(FrontMatterError::NameInvalid {
+            shown: format!("{name:?}"),
+        });
     }
     let description = raw
         .description
@@ -137,6 +170,41 @@ pub(crate) fn parse_front_matter(text: &str) -> Result<FrontMatter, FrontMatterE
     Ok(FrontMatter {
         name: name.to_owned(),
         description: cut_chars(&description, SKILL_DESCRIPTION_MAX_CHARS),
+    })
+}
+
+/// Whether `name` is a skill name of the Agent Skills format
+/// (<https://agentskills.io/specification>): not empty, only hyphens and characters that are
+/// alphanumeric and not uppercase, no hyphen first or last, no two hyphens in a row. (The
+/// length is checked apart, with its own message.)
+fn is_skill_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--")
+        && name
+            .chars()
+            .all(|c| c == '-' || (c.is_alphanumeric() && !c.is_uppercase()))
+}
+
+/// Checks that a skill's `name` (valid by [`parse_front_matter`]) is the name of its
+/// directory: `found`, the entry of the skill root it was found at, or, for a symlinked bundle,
+/// `target`, the directory the link leads to. Either is enough, so a link may carry another
+/// name than its target.
+///
+/// # Errors
+/// [`FrontMatterError::NameNotDirectory`] when neither is `name`, naming `found`.
+pub(crate) fn check_directory(
+    name: &str,
+    found: &OsStr,
+    target: Option<&OsStr>,
+) -> Result<(), FrontMatterError> {
+    if found == name || target.is_some_and(|t| t == name) {
+        return Ok(());
+    }
+    Err(FrontMatterError::NameNotDirectory {
+        name: name.to_owned(),
+        dir: found.to_string_lossy().into_owned(),
     })
 }
 
@@ -326,9 +394,10 @@ mod tests {
             )),
             Err(FrontMatterError::NameTooLong(65))
         );
-        assert_eq!(
-            fm("---\nname: \"a\\nb\"\ndescription: x\n---\n"),
-            Err(FrontMatterError::NameControl)
+        assert!(
+            fm("---\nname: \"a\\nb\"\ndescription: x\n---\n").is_err_and(|e| e
+                .to_string()
+                .contains("lowercase letters, digits and hyphens"))
         );
         // Malformed YAML and a YAML scalar instead of a mapping.
         assert!(matches!(
@@ -356,9 +425,60 @@ mod tests {
         }
         y.push_str("name: bomb\ndescription: boom\n---\n");
         let e = fm(&y).unwrap_err();
-        assert!(matches!(e, FrontMatterError::TooComplex(_)), "{e:?}");
-        assert!(e.to_string().contains("too complex"), "{e}");
-        assert!(e.to_string().chars().count() < 600, "{e}");
+        assert!(matches!(e, FrontMatterError::TooComplex { .. }), "{e:?}");
+        let m = e.to_string();
+        assert!(m.contains("too complex"), "{m}");
+        // A plain sentence for people: where it stopped, no parser internals.
+        // `a3`, on line 5 of the file, is where the expansion passes the limit.
+        assert!(m.ends_with("(stopped at line 5)"), "{m}");
+        for internal in ["{", "}", "Events", "budget breached", "defined at", "…"] {
+            assert!(!m.contains(internal), "{internal:?} in {m}");
+        }
+        assert!(m.chars().count() < 300, "{m}");
+    }
+
+    #[test]
+    fn a_name_must_be_lowercase_letters_digits_and_single_inner_hyphens() {
+        let with = |name: &str| fm(&format!("---\nname: {name}\ndescription: x\n---\n"));
+        for ok in ["pdf-tools", "1password", "a", "v2-api-9", "données-ç"] {
+            assert_eq!(with(ok).map(|f| f.name), Ok(ok.to_owned()), "{ok}");
+        }
+        for bad in [
+            "\"../../etc/passwd\"",
+            "a/b",
+            "..",
+            "\"has space\"",
+            "\"tab\\there\"",
+            "Upper",
+            "snake_case",
+            "dotted.name",
+            "-lead",
+            "trail-",
+            "a--b",
+            "\"nul\\0\"",
+        ] {
+            let e = with(bad).expect_err(bad);
+            let m = e.to_string();
+            assert!(
+                m.contains("lowercase letters, digits and hyphens"),
+                "{bad}: {m}"
+            );
+            assert!(!m.contains('\t') && !m.contains('\0'), "{bad}: {m}");
+        }
+    }
+
+    #[test]
+    fn a_name_must_be_its_directorys_or_its_link_targets() {
+        let os = OsStr::new;
+        assert_eq!(check_directory("pdf", os("pdf"), None), Ok(()));
+        assert_eq!(check_directory("pdf", os("alias"), Some(os("pdf"))), Ok(()));
+        assert_eq!(check_directory("pdf", os("pdf"), Some(os("other"))), Ok(()));
+        let e = check_directory("other-name", os("mismatch"), Some(os("target"))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`name` \"other-name\" must match its directory's name \"mismatch\" (the Agent \
+             Skills format): rename one of them"
+        );
     }
 
     #[test]

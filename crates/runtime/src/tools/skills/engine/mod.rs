@@ -3,8 +3,11 @@
 //!
 //! A *skill* is a directory directly under a *skill root* holding a `SKILL.md` that starts with
 //! YAML front matter (a `---` line, YAML, a `---` line) carrying a string `name` and
-//! `description` (the Agent Skills format, <https://agentskills.io/specification>). The roots,
-//! highest precedence first ([`roots`]):
+//! `description` (the Agent Skills format, <https://agentskills.io/specification>). As the
+//! format requires, `name` is lowercase letters, digits and single inner hyphens, at most 64
+//! characters, and is the name of the skill's directory (for a symlinked bundle, the link's or
+//! its target's); a bundle whose name is not is a [`Problem`]. The roots, highest precedence
+//! first ([`roots`]):
 //!
 //! 1. `.agents/skills`, `.claude/skills`, `.codex/skills` in the target directory, then in each
 //!    directory above it up to the project root ([`crate::primitives::project`]);
@@ -12,9 +15,11 @@
 //!    unrestricted (a caller confined to the workspace never sees the owner's own skills).
 //!
 //! A skill of a lower root whose name a higher one already has is *shadowed*: reported, not
-//! listed twice. A bundle that cannot be used (no front matter, malformed YAML, a binary or
-//! non-UTF-8 `SKILL.md`, a symlink out of what the caller may read) is a [`Problem`], never an
-//! error of the whole scan.
+//! listed twice. One bundle directory reached a second time (through another link or a linked
+//! root) is the same skill: looked at once, neither listed again nor shadowed. A bundle that
+//! cannot be used (no front matter, malformed YAML, an invalid name, a binary or non-UTF-8
+//! `SKILL.md`, a symlink out of what the caller may read) is a [`Problem`], never an error of
+//! the whole scan.
 //!
 //! Confinement: every symlink met (a root, a bundle, a `SKILL.md`) goes through
 //! [`Workspace::resolve`], so a link out of the workspace is refused for a restricted caller
@@ -58,7 +63,7 @@ mod front_matter;
 mod rank;
 
 pub(crate) use bundle::{InventoryFile, load};
-pub(crate) use front_matter::{FrontMatterError, parse_front_matter, read_entry};
+pub(crate) use front_matter::{FrontMatterError, check_directory, parse_front_matter, read_entry};
 pub(crate) use rank::rank;
 
 /// The skill roots of one directory, relative to it, highest precedence first: the shared
@@ -120,8 +125,8 @@ pub(crate) enum ProblemKind {
     Binary,
     /// `SKILL.md` is not UTF-8.
     NotUtf8,
-    /// The front matter is missing or malformed, or its `name` or `description` is missing or
-    /// invalid.
+    /// The front matter is missing or malformed, its `name` or `description` is missing or
+    /// invalid, or its `name` is not the name of the skill's directory.
     FrontMatter,
 }
 
@@ -246,6 +251,7 @@ pub(crate) fn scan(ws: &Workspace, target: &Path, home: Option<&Path>, bounds: B
             ..Scan::default()
         },
         seen_roots: HashSet::new(),
+        seen_bundles: HashSet::new(),
         by_name: HashMap::new(),
         read: 0,
     };
@@ -281,6 +287,9 @@ struct Scanner<'a> {
     out: Scan,
     /// Roots already read, resolved (`.claude/skills` may be a link to `.agents/skills`).
     seen_roots: HashSet<PathBuf>,
+    /// Bundle directories already looked at, resolved: one bundle reached again through
+    /// another link (or another root) is the same skill, counted once, never shadowing itself.
+    seen_bundles: HashSet<PathBuf>,
     /// Index in `out.skills` of each name listed.
     by_name: HashMap<String, usize>,
     /// `SKILL.md` files read.
@@ -419,6 +428,13 @@ impl Scanner<'_> {
             // Files beside the bundles (a README) are not skills.
             _ => return,
         };
+        if !self.seen_bundles.insert(dir_real.clone()) {
+            return;
+        }
+        // For a symlinked bundle, the name of the directory it leads to.
+        let target_name = (stat.kind == Kind::Symlink)
+            .then(|| dir_real.file_name())
+            .flatten();
         let entry_at = At::new_in(dir_fd, ENTRY.into());
         let entry_shown = self.ws.display(&found.join(ENTRY));
         let entry_stat = match entry_at.stat() {
@@ -479,6 +495,9 @@ impl Scanner<'_> {
                 return self.problem(entry_shown, ProblemKind::FrontMatter, reason);
             }
         };
+        if let Err(e) = check_directory(&fm.name, &name, target_name) {
+            return self.problem(entry_shown, ProblemKind::FrontMatter, e.to_string());
+        }
         if let Some(&i) = self.by_name.get(&fm.name) {
             let by = self.out.skills[i].path.clone();
             self.out.shadowed.push(Shadowed {
