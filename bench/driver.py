@@ -31,9 +31,13 @@ Measures:
      client pings through it.
   9. faults (bench/faults.py, only with `--only faults`): the daemon link cut and restored, the
      daemon frozen (SIGSTOP), and a 10-minute flapping soak (`--faults-minutes`).
+ 10. supervisor (bench/supervisor.py): `ping` and `read_file` 4 KiB round trips through the stdio
+     supervisor against `--no-supervisor`, interleaved call by call on two warm sessions, and
+     c=10 throughput of both with bench/loadgen.rs.
 
 `--only SECTION[,SECTION...]` runs a subset (startup, read_file, search, memory, processes, relay,
-relay-eras, jobs, soak, abuse, faults); without it, every section but soak, abuse and faults runs.
+relay-eras, jobs, supervisor, soak, abuse, faults); without it, every section but soak, abuse and
+faults runs.
 """
 
 import argparse
@@ -55,6 +59,7 @@ import jobs
 import processes
 import relay
 import soak
+import supervisor
 from common import (
     PROTOCOL,
     Session,
@@ -71,10 +76,10 @@ from common import (
     status,
 )
 
-SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "jobs", "soak", "abuse",
-            "faults")
+SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "jobs", "supervisor",
+            "soak", "abuse", "faults")
 # soak (30 minutes), abuse (about 5 minutes) and faults (about 12 minutes) run only when named.
-DEFAULT_SECTIONS = SECTIONS[:8]
+DEFAULT_SECTIONS = SECTIONS[:9]
 PEER_VERSIONS = {"desktop-commander": "0.2.52", "supergateway": "4.0.0", "mcp-proxy": "6.7.19"}
 PEERS = "@wonderwhy-er/desktop-commander 0.2.52, supergateway 4.0.0, mcp-proxy 6.7.19"
 
@@ -438,6 +443,7 @@ def main():
     ap.add_argument("--read-small", type=int, default=1000)
     ap.add_argument("--read-big", type=int, default=200)
     ap.add_argument("--search-runs", type=int, default=7)
+    ap.add_argument("--supervisor-calls", type=int, default=2000, help="round trips per kind in the supervisor section")
     ap.add_argument("--quick", action="store_true", help="few iterations, for checking the script")
     a = ap.parse_args()
     if a.quick:
@@ -446,6 +452,7 @@ def main():
         a.relay_rounds, a.relay_c1, a.relay_c10, a.relay_settle = 1, 50, 300, 2.0
         a.soak_minutes, a.soak_interval = min(a.soak_minutes, 2.0), min(a.soak_interval, 10.0)
         a.faults_minutes = min(a.faults_minutes, 1.0)
+        a.supervisor_calls = 200
     only = [x.strip() for x in a.only.split(",") if x.strip()]
     bad = [x for x in only if x not in SECTIONS]
     if bad:
@@ -454,6 +461,8 @@ def main():
         ap.error("the search and memory sections need --rg and --tree")
     if ("relay" in only or "relay-eras" in only) and not (a.fixture and a.loadgen):
         ap.error("the relay sections need --fixture and --loadgen")
+    if "supervisor" in only and not a.loadgen:
+        ap.error("the supervisor section needs --loadgen")
     if "processes" in only and not a.streamer:
         ap.error("the processes section needs --streamer")
     dc_js = os.path.join(a.modules, "@wonderwhy-er/desktop-commander/dist/index.js") if a.modules else None
@@ -517,6 +526,11 @@ def main():
             log(f"{next(step)}/{n} managed jobs ...")
             with tempfile.TemporaryDirectory(prefix="mcp-bench-jobs-") as jws:
                 res["jobs"] = jobs.bench_jobs(a.bin, jws, 30 if a.quick else 300, 10 if a.quick else 50)
+        if "supervisor" in only:
+            log(f"{next(step)}/{n} stdio supervisor vs --no-supervisor ...")
+            with tempfile.TemporaryDirectory(prefix="mcp-bench-sup-") as sws:
+                res["supervisor"] = supervisor.bench_supervisor(
+                    a.bin, sws, a.loadgen, a.supervisor_calls, a.relay_rounds, a.relay_c1, a.relay_c10)
         if "soak" in only:
             modes = [m.strip() for m in a.soak_modes.split(",") if m.strip()]
             log(f"{next(step)}/{n} soak ({', '.join(modes)}; {a.soak_minutes:g} min each) ...")
@@ -559,8 +573,8 @@ def main():
         L.append(f"- reference: `{tool_version([a.rg, '--version'])}` ({os.environ.get('BENCH_RG_SOURCE', '?')})")
     if a.node and a.modules:
         L.append(f"- peers: Node.js `{tool_version([a.node, '--version'])}`; {PEERS} (npm ci of bench/npm/package-lock.json)")
-    if "relay" in res or "relay-eras" in res:
-        L.append("- load client of the relay section: bench/loadgen.rs (std-only Rust, `rustc -O`), the same for every target")
+    if "relay" in res or "relay-eras" in res or "supervisor" in res:
+        L.append("- load client of the relay sections and of the supervisor's throughput rows: bench/loadgen.rs (std-only Rust, `rustc -O`), the same for every target")
     L.append(f"- client: Python {platform.python_version()} (stdlib), the same client for ours and the references (sections 1–5; "
              "the session stream of section 5 is read by bench/streamer.rs, compiled, for ours and its references alike, "
              "and once more by the Python client as a diagnostic)")
@@ -636,6 +650,10 @@ def main():
         details += det
     if "jobs" in res:
         rows, det = jobs.report(res["jobs"])
+        L.extend(rows)
+        details += det
+    if "supervisor" in res:
+        rows, det = supervisor.report(res["supervisor"])
         L.extend(rows)
         details += det
     if "soak" in res:

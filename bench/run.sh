@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # machine-mcp benchmark: startup, read_file round trips, search_text vs ripgrep, idle memory,
 # processes (run_process, session output throughput vs desktop-commander), the relay (a tool
-# call direct / through our relay / supergateway / mcp-proxy; relay memory with 100 daemons), and
-# relay-eras (a tool call through the relay in the legacy MCP era and in 2026-07-28); and, only
+# call direct / through our relay / supergateway / mcp-proxy; relay memory with 100 daemons),
+# relay-eras (a tool call through the relay in the legacy MCP era and in 2026-07-28), jobs, and
+# supervisor (round trips and throughput through the stdio supervisor against --no-supervisor); and, only
 # when named with --only, soak (4 clients of mixed calls for 30 minutes, RSS sampled each minute)
 # abuse (the relay under idle connections, slow bodies, unverified daemon sockets and 8 MB
 # initializes while a legitimate client pings through it) and faults (the daemon link cut and
@@ -12,8 +13,8 @@
 #   bash bench/run.sh                          # full run, writes bench/results/latest.md
 #   bash bench/run.sh --quick                  # few iterations, to check the script
 #   bash bench/run.sh --only processes,relay   # a subset: startup, read_file, search, memory,
-#                                              # processes, relay, relay-eras, jobs, soak, abuse,
-#                                              # faults
+#                                              # processes, relay, relay-eras, jobs, supervisor,
+#                                              # soak, abuse, faults
 #                                              # (comma-separated)
 #   bash bench/run.sh --only soak              # 30 min (--soak-minutes N; --soak-modes stdio,up
 #                                              # for a second run through `up`; --quick: 2 min)
@@ -33,7 +34,8 @@
 #      pinned peers of bench/npm/package-lock.json (npm ci --ignore-scripts into bench/.cache/npm),
 #      the load generator (rustc -O bench/loadgen.rs) and the stream reader (rustc -O
 #      bench/streamer.rs), the conformance fixture (cargo build
-#      --release -p conformance-fixture); relay-eras needs only the fixture and the load generator;
+#      --release -p conformance-fixture); relay-eras needs only the fixture and the load generator,
+#      supervisor only the load generator;
 #   5. warms the page cache and runs bench/driver.py (Python 3 stdlib), which prints the Markdown
 #      table and writes it to bench/results/latest.md.
 #
@@ -57,7 +59,7 @@ mkdir -p "$CACHE" "$HERE/results"
 # Which sections run (driver.py gets the same --only); the tree and rg are needed only for
 # search and memory, Node and the peers only for processes and relay. soak, abuse and faults are not in
 # the default list (30, ~8 and ~12 minutes): name them.
-ONLY=startup,read_file,search,memory,processes,relay,relay-eras,jobs
+ONLY=startup,read_file,search,memory,processes,relay,relay-eras,jobs,supervisor
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[$i]}" in
@@ -156,16 +158,20 @@ fi
 [ -x "$BIN" ]
 
 EXTRA=()
-if want relay || want relay-eras; then
-    say "building the conformance fixture and the load generator"
-    (cd "$ROOT" && cargo build --release --locked -p conformance-fixture >&2)
-    FIXTURE=$ROOT/target/release/conformance-fixture
+if want relay || want relay-eras || want supervisor; then
     mkdir -p "$CACHE/bin"
     LOADGEN=$CACHE/bin/loadgen
     if [ ! -x "$LOADGEN" ] || [ "$HERE/loadgen.rs" -nt "$LOADGEN" ] || [ "$HERE/clientutil.rs" -nt "$LOADGEN" ]; then
+        say "building the load generator"
         rustc --edition 2021 -O -o "$LOADGEN" "$HERE/loadgen.rs"
     fi
-    EXTRA+=(--fixture "$FIXTURE" --loadgen "$LOADGEN")
+    EXTRA+=(--loadgen "$LOADGEN")
+fi
+if want relay || want relay-eras; then
+    say "building the conformance fixture"
+    (cd "$ROOT" && cargo build --release --locked -p conformance-fixture >&2)
+    FIXTURE=$ROOT/target/release/conformance-fixture
+    EXTRA+=(--fixture "$FIXTURE")
 fi
 if want abuse; then
     # 10,000 client sockets in the attacker (abuse.py raises its own soft limit to the hard one).

@@ -338,6 +338,21 @@ def cmd_sdk(work: Path, binary: str) -> int:
                lambda: [logs / "sdk-legacy.log"])
     checks.run("python-sdk: search_text regex under a path", legacy(search_regex), lambda: [logs / "sdk-legacy.log"])
 
+    # -- issue 20: `machine-mcp stdio` is the supervisor; its worker process serves the calls
+    async def supervised(c: Any) -> None:
+        sc = structured(res(await c.call_tool("server_info", {})))
+        sup = sc.get("supervisor")
+        check(isinstance(sup, dict), f"server_info has no supervisor section: {short(sc)}")
+        check(sup.get("state") == "serving", f"supervisor state {sup.get('state')!r}, want serving")
+        worker = sup.get("worker_pid")
+        check(isinstance(worker, int) and worker != sup.get("pid"), f"worker pid {worker!r}, supervisor {sup.get('pid')!r}")
+        argv = Path(f"/proc/{worker}/cmdline").read_bytes().split(b"\0")
+        check(b"--worker" in argv, f"process {worker} is not a worker: {argv!r}")
+        check(sup.get("binary_version") == sc.get("version"), f"worker version {sup.get('binary_version')!r}")
+
+    checks.run("python-sdk: server_info through the supervisor (a worker pid, state serving)", legacy(supervised),
+               lambda: [logs / "sdk-legacy.log"])
+
     # -- edit_file on a copy
     ws = edit_copy(work, t, "sdk")
     edit = t["edit"]

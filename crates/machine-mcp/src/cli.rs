@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Put a machine's workspace in reach of AI assistants over the Model Context Protocol.
 #[derive(Debug, Parser)]
-#[command(name = "machine-mcp", version, about, long_about = None, propagate_version = true)]
+#[command(name = "machine-mcp", version = runtime::version(), about, long_about = None, propagate_version = true)]
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) global: GlobalArgs,
@@ -53,8 +53,15 @@ pub(crate) enum Command {
     /// Serve MCP over stdin/stdout (for Claude Desktop, Claude Code, Cursor, Codex, VS Code).
     ///
     /// Reads newline-delimited JSON-RPC on stdin and writes only JSON-RPC to stdout; logs go to
-    /// stderr.
+    /// stderr. A small supervisor keeps the connection and runs the server as a worker process:
+    /// when the installed binary changes (or on `machine-mcp reload` / SIGHUP) it swaps in the
+    /// new one without the client noticing, and it restarts a worker that crashed.
     Stdio(StdioArgs),
+    /// Make every running `machine-mcp stdio` of yours (or the one given) start a worker from
+    /// the binary now installed: its client stays connected, calls in flight finish on the old
+    /// worker. The same as sending SIGHUP to the `machine-mcp stdio` process. For the daemon of
+    /// `connect`, use `machine-mcp service reload` (or SIGHUP to it).
+    Reload(ReloadArgs),
     /// Run a relay and a daemon in one process on loopback: the one-command start for remote
     /// MCP clients on this machine (Streamable HTTP; OAuth sign-in or a bearer token).
     Up(UpArgs),
@@ -737,12 +744,28 @@ pub(crate) enum TokenCommand {
     },
 }
 
+/// Arguments of `machine-mcp reload`.
+#[derive(Debug, Args)]
+pub(crate) struct ReloadArgs {
+    /// Reload only the `machine-mcp stdio` with this process id.
+    #[arg(long, value_name = "PID")]
+    pub(crate) pid: Option<u32>,
+}
+
 /// Arguments of `machine-mcp stdio`.
 #[derive(Debug, Args)]
 pub(crate) struct StdioArgs {
     /// The directory to expose (default: the current directory).
     #[arg(long, short = 'w', value_name = "DIR", env = "MACHINE_MCP_WORKSPACE")]
     pub(crate) workspace: Option<PathBuf>,
+    /// Serve in this process, without the supervisor: no upgrade without a restart of the
+    /// client and no restart after a crash, one process less (for measurements, or a host
+    /// that supervises its servers itself).
+    #[arg(long)]
+    pub(crate) no_supervisor: bool,
+    /// The supervisor's worker (internal: started by `machine-mcp stdio` itself).
+    #[arg(long, hide = true, conflicts_with = "no_supervisor")]
+    pub(crate) worker: bool,
     #[command(flatten)]
     pub(crate) policy: PolicyArgs,
     #[command(flatten)]

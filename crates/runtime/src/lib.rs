@@ -71,8 +71,39 @@ use crate::{path::Workspace, policy::Policy};
 
 /// The name this server reports in `initialize` (`serverInfo.name`).
 pub const SERVER_NAME: &str = "machine-mcp";
-/// This build's version (`serverInfo.version`).
+/// This build's package version; [`version`] is what it reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The build stamp: [`BUILD_STAMP_MARKER`] and 24 ASCII digits, all `0` in a plain build. The
+/// digits may be overwritten in a built binary (a packager's build number; the tests make a
+/// "newer build" of the same version this way) to tell two builds of one version apart, which
+/// the stdio supervisor's upgrade check relies on (it compares `--version`).
+#[used]
+static BUILD_STAMP: [u8; 48] = *b"machine-mcp build stamp:000000000000000000000000";
+
+/// What precedes the digits of the build stamp in the binary.
+pub const BUILD_STAMP_MARKER: &[u8] = b"machine-mcp build stamp:";
+
+/// This build's version as it reports it (`--version`, `serverInfo.version`, `server_info`):
+/// [`VERSION`], then `+` and the build stamp's digits without leading zeros when the stamp is
+/// not all zeros (`0.1.0+2`).
+pub fn version() -> &'static str {
+    static SHOWN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        // Read the bytes as they are in the binary, not as the compiler knows them: the
+        // reference is opaque to the optimizer, so the load happens at run time.
+        let stamp: [u8; 48] = *std::hint::black_box(&BUILD_STAMP);
+        let digits = &stamp[BUILD_STAMP_MARKER.len()..];
+        let number = std::str::from_utf8(digits)
+            .ok()
+            .map(|d| d.trim_start_matches('0'))
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+        match number {
+            Some(n) => format!("{VERSION}+{n}"),
+            None => VERSION.to_owned(),
+        }
+    });
+    &SHOWN
+}
 
 /// One running call of a principal, counted until dropped ([`Runtime::principal_call`]); the
 /// table keeps no entry for a principal with no running call.
@@ -182,6 +213,17 @@ impl Access {
     /// The local resource registry, when the runtime has a state directory.
     pub(crate) fn resources(&self) -> Option<&tools::resources::engine::Registry> {
         self.runtime.resources.as_ref()
+    }
+
+    /// What the runtime is doing: tool calls running (the asking call included), process
+    /// sessions running, tasks working (`server_info`'s `activity`).
+    pub(crate) fn activity(&self) -> (usize, usize, usize) {
+        let rt = &self.runtime;
+        (
+            protocol::limits::CONCURRENT_TOOL_CALLS - rt.calls.available_permits(),
+            rt.sessions.running(),
+            rt.tasks.working(),
+        )
     }
 
     pub(crate) fn ignore_cache(&self) -> &Arc<primitives::ignores::IgnoreCache> {

@@ -44,6 +44,7 @@ pub(crate) const REMOTE_FOREGROUND_BUDGET: Duration = Duration::from_secs(25);
 pub(crate) async fn run(command: Command) -> Result<()> {
     match command {
         Command::Stdio(args) => stdio::run(args).await,
+        Command::Reload(args) => stdio::reload(&args),
         Command::Up(args) => up::run(args).await,
         Command::Connect(args) => connect::run(args).await,
         Command::Relay(RelayCommand::Serve(args)) => relay::serve(args).await,

@@ -35,5 +35,6 @@ mod service;
 mod sizes;
 mod skills;
 mod stateless;
+mod supervisor;
 mod tasks_remote;
 mod util;

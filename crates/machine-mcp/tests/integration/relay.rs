@@ -785,7 +785,8 @@ fn up_prints_its_urls_and_stops_cleanly_on_ctrl_c() {
     let marker = inner.path().to_str().unwrap().to_owned();
     let servers = ws.write(
         "servers.json",
-        json!({"mcpServers": {"inner": {"command": crate::util::bin(), "args": ["stdio", "--workspace", marker]}}}).to_string(),
+        // In-process (`--no-supervisor`): the test counts the processes of each session.
+        json!({"mcpServers": {"inner": {"command": crate::util::bin(), "args": ["stdio", "--no-supervisor", "--workspace", marker]}}}).to_string(),
     );
     let (mut child, listen) = spawn_up(
         ws.path(),
@@ -887,7 +888,8 @@ fn upstream_servers_run_per_session_with_role_filtering_and_die_with_their_sessi
     // Carry another MCP stdio server (here: machine-mcp itself on another directory).
     let servers = ws.write(
         "servers.json",
-        json!({"mcpServers": {"inner": {"command": crate::util::bin(), "args": ["stdio", "--workspace", marker, "--profile", "edit"]}}}).to_string(),
+        // In-process (`--no-supervisor`): the test counts the processes of each session.
+        json!({"mcpServers": {"inner": {"command": crate::util::bin(), "args": ["stdio", "--no-supervisor", "--workspace", marker, "--profile", "edit"]}}}).to_string(),
     );
     let daemon = relay.daemon(
         state.path(),

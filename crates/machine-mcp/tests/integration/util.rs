@@ -112,7 +112,36 @@ impl Server {
     }
 
     fn spawn_with_env(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(bin())
+        Self::spawn_program(&bin(), workspace, args, env, Stdio::null())
+    }
+
+    /// Like [`Server::start_with_env`] with the binary at `program` (a copy a test may replace
+    /// while it runs) and the server's stderr (its log) appended to the file `log`.
+    pub(crate) fn start_binary(
+        program: &Path,
+        workspace: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Self {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open the server's log");
+        let mut s = Self::spawn_program(program, workspace, args, env, Stdio::from(log));
+        s.handshake();
+        s
+    }
+
+    fn spawn_program(
+        program: &Path,
+        workspace: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Self {
+        let mut child = Command::new(program)
             .arg("stdio")
             .arg("--workspace")
             .arg(workspace)
@@ -120,7 +149,7 @@ impl Server {
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn machine-mcp");
         let stdout = child.stdout.take().unwrap();
@@ -221,6 +250,19 @@ impl Server {
             }
             self.pending.push_back(m);
         }
+    }
+
+    /// Takes the messages of the server with `method` (its notifications and requests) that
+    /// arrived so far, without waiting for more; keeps the others for later.
+    pub(crate) fn take_method(&mut self, method: &str) -> Vec<Value> {
+        while let Some(m) = self.recv_wire(Duration::ZERO) {
+            self.pending.push_back(m);
+        }
+        let (taken, kept): (VecDeque<Value>, VecDeque<Value>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|m| m.get("method").and_then(Value::as_str) == Some(method));
+        self.pending = kept;
+        taken.into()
     }
 
     /// Sends a request and waits for its response.

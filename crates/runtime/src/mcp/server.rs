@@ -81,7 +81,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    Access, SERVER_NAME, VERSION,
+    Access, SERVER_NAME,
     mcp::{
         catalog::Reply,
         context::{CallContext, ProgressSink, ProgressUpdate},
@@ -477,7 +477,7 @@ impl ServerHandler for McpServer {
                 .build(),
         )
         .with_server_info(
-            Implementation::new(SERVER_NAME, VERSION)
+            Implementation::new(SERVER_NAME, crate::version())
                 .with_title("machine-bridge")
                 .with_description("A workspace on this machine: files, search, edits and patches"),
         )

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use protocol::limits;
 
 use crate::{
-    Access, SERVER_NAME, VERSION,
+    Access, SERVER_NAME,
     mcp::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
@@ -26,7 +26,9 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
             title: "Server information",
             description: "Describe this server: version, negotiated MCP protocol version, the \
                           workspace root, the effective policy (profile, write, exec mode, path \
-                          rules), the tools it allows and its limits. Takes no arguments.",
+                          rules), the tools it allows, its limits, what it is doing (activity) \
+                          and, under machine-mcp stdio, its supervisor (worker pid and version, \
+                          reloads, recoveries, last failure). Takes no arguments.",
             capability: Capability::Read,
             hints: Hints::READ,
         },
@@ -59,6 +61,57 @@ pub(crate) struct ServerInfo {
     tools: Vec<String>,
     /// Bounds enforced by the tools.
     limits: Limits,
+    /// What the server is doing now.
+    activity: Activity,
+    /// The stdio supervisor this server runs under (`machine-mcp stdio`, not with
+    /// `--no-supervisor`, nor through the relay): added by the supervisor to the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    supervisor: Option<SupervisorInfo>,
+}
+
+/// What the server is doing now.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Activity {
+    /// Tool calls running, this one included.
+    calls_in_flight: usize,
+    /// Process sessions whose process is running.
+    running_process_sessions: usize,
+    /// Tasks still working.
+    working_tasks: usize,
+}
+
+/// The stdio supervisor of `machine-mcp stdio` (issue 20): the process that owns the host's
+/// connection and runs the server as a worker it can replace (an upgrade) or restart (a crash).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, JsonSchema)]
+pub struct SupervisorInfo {
+    /// The supervisor's process id.
+    pub pid: u32,
+    /// The active worker's process id; absent while none is running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_pid: Option<u32>,
+    /// The active worker's generation: 1 for the first, one more for each replacement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_generation: Option<u64>,
+    /// The binary workers are started from (the path the host started; watched for upgrades).
+    pub binary: String,
+    /// The version the active worker runs (its binary's `--version`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binary_version: Option<String>,
+    /// `serving`, `restarting the worker (...)`, `starting a worker` or `failed: REASON`.
+    pub state: String,
+    /// Upgrades or reloads that replaced the worker.
+    pub reloads: u64,
+    /// Restarts after a worker exited unexpectedly.
+    pub recoveries: u64,
+    /// When and what the last reload was (`TIME: OLD → NEW (worker pid N)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_reload: Option<String>,
+    /// The last failure: a candidate that did not start, a probe that failed, a worker that
+    /// exited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// Replaced workers still finishing their work (process ids).
+    pub replaced_workers: Vec<u32>,
 }
 
 /// Bounds enforced by the tools (bytes, counts, characters and seconds; characters are counted
@@ -149,9 +202,16 @@ impl TextView for ServerInfo {
 }
 
 async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolResult<ServerInfo> {
+    let (calls_in_flight, running_process_sessions, working_tasks) = rt.activity();
     Ok(ServerInfo {
+        activity: Activity {
+            calls_in_flight,
+            running_process_sessions,
+            working_tasks,
+        },
+        supervisor: None,
         name: SERVER_NAME.to_owned(),
-        version: VERSION.to_owned(),
+        version: crate::version().to_owned(),
         protocol_version: cx.protocol_version,
         supported_protocol_versions: SUPPORTED_PROTOCOL_VERSIONS
             .iter()

@@ -16,7 +16,7 @@ mod cursor;
 mod edit;
 mod fs;
 pub(crate) mod git;
-mod info;
+pub mod info;
 pub mod jobs;
 mod knowledge;
 mod patch;

@@ -46,35 +46,54 @@ pub(super) async fn read_bounded_line<R: AsyncBufRead + Unpin>(
     buf: &mut Vec<u8>,
     max: usize,
 ) -> io::Result<Option<bool>> {
-    let mut over = false;
-    let mut read_any = false;
+    let mut line = LineAssembly::default();
     loop {
         let chunk = input.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(if read_any { Some(over) } else { None });
+        let (take, result) = line.take(chunk, buf, max);
+        input.consume(take);
+        if let Some(r) = result {
+            return Ok(r);
         }
-        read_any = true;
+    }
+}
+
+/// One line being read from a buffered input, chunk by chunk: what both the async reader
+/// ([`read_bounded_line`]) and a blocking one (the supervisor's stdin thread) do with a chunk.
+#[derive(Debug, Default)]
+pub(super) struct LineAssembly {
+    over: bool,
+    read_any: bool,
+}
+
+impl LineAssembly {
+    /// Takes what belongs to the line from `chunk` (empty: end of input) into `buf`, dropping
+    /// it once the line is longer than `max`. Returns how many bytes to consume and, when the
+    /// line is complete, the outcome: `None` at end of input with nothing read, `Some(true)`
+    /// for a line over `max`, `Some(false)` for a line in `buf`.
+    pub(super) fn take(
+        &mut self,
+        chunk: &[u8],
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> (usize, Option<Option<bool>>) {
+        if chunk.is_empty() {
+            return (0, Some(self.read_any.then_some(self.over)));
+        }
+        self.read_any = true;
         let (take, done) = match memchr::memchr(b'\n', chunk) {
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
-        let data = if done {
-            &chunk[..take - 1]
-        } else {
-            &chunk[..take]
-        };
-        if !over {
+        let data = &chunk[..if done { take - 1 } else { take }];
+        if !self.over {
             if buf.len() + data.len() > max {
-                over = true;
+                self.over = true;
                 buf.clear();
             } else {
                 buf.extend_from_slice(data);
             }
         }
-        input.consume(take);
-        if done {
-            return Ok(Some(over));
-        }
+        (take, done.then_some(Some(self.over)))
     }
 }
 

@@ -41,6 +41,7 @@ use protocol::limits::STDIO_LINE_MAX_BYTES;
 use crate::{Runtime, mcp::server::McpServer, policy::Principal};
 
 mod framing;
+pub mod supervisor;
 mod writer;
 
 pub use writer::OutputClosed;

@@ -25,7 +25,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    Access, SERVER_NAME, VERSION,
+    Access, SERVER_NAME,
     config::UserConfig,
     mcp::{
         catalog::{Hints, ToolMeta, ToolSpec},
@@ -609,7 +609,7 @@ async fn session_bootstrap(
         }
         Ok((
             Bootstrap {
-                server: format!("{SERVER_NAME} {VERSION}"),
+                server: format!("{SERVER_NAME} {}", crate::version()),
                 workspace: ws.root().to_string_lossy().into_owned(),
                 policy: policy_line(&access),
                 project_root: ws.display(&chain.root),

@@ -1,0 +1,1227 @@
+//! The stdio supervisor (issue 20): `machine-mcp stdio` owns the host's stdin and stdout and runs
+//! the MCP server as a worker process (`machine-mcp stdio --worker`, the in-process server of
+//! [`super::serve_process_stdio`]) that it can replace without the host noticing.
+//!
+//! - **Forwarding.** Client lines go to the active worker as they came; worker lines go to the
+//!   client as they came. The supervisor reads only what routing needs ([`message`]): ids, the
+//!   method, the tool, and the process session or task a request names. It answers a duplicate
+//!   id of a request still in flight with -32600 itself (ids are per connection, workers come
+//!   and go).
+//! - **Upgrade.** Every [`UPGRADE_CHECK_INTERVAL`] it looks at the binary the host started (by
+//!   path: device, inode, size, mtime, [`binary`]); when it changed and `BINARY --version`
+//!   answers — or on SIGHUP (`machine-mcp reload`) — it starts a candidate worker, initializes it
+//!   with the client's saved `initialize` parameters, lists its tools and makes it active: new
+//!   requests go to it. The old worker is retired: it finishes its calls in flight and keeps
+//!   serving its process sessions and tasks by id until it has no more work (asked every
+//!   [`RETIRED_WORKER_POLL`] through `server_info`'s `activity`), or for at most
+//!   [`RETIRED_WORKER_GRACE`]; a request for one of its handles after that is answered as ended
+//!   by the upgrade. A candidate that fails to start is discarded and the old worker stays;
+//!   the failure is in `server_info` and the log. When the tool list changed, a client that
+//!   initialized (handshake era) gets `notifications/tools/list_changed` — the supervisor says
+//!   `tools.listChanged` in the `initialize` result it forwards — and nobody else.
+//! - **Crash recovery.** A worker that exits unexpectedly is restarted after
+//!   [`WORKER_RESTART_BACKOFF_MIN`], doubling to [`WORKER_RESTART_BACKOFF_MAX`], at most
+//!   [`WORKER_RESTARTS_MAX`] times. Its requests in flight are answered -32003 with
+//!   `delivery_state: "unknown"` (they may have run; never retried, invariant 7); requests
+//!   arriving meanwhile wait, at most [`SUPERVISOR_QUEUE_MAX`] of them and
+//!   [`SUPERVISOR_QUEUE_MAX_BYTES`], the rest answered -32000 with `delivery_state: "not_sent"`.
+//!   `ping` and `server_info` are answered by the supervisor itself while no worker is up.
+//! - **Status.** `server_info` answers gain `supervisor` ([`SupervisorInfo`]).
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    ffi::OsString,
+    io,
+    path::PathBuf,
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tokio::{sync::mpsc, time::Instant};
+
+use protocol::{
+    error_code::ToolErrorCode,
+    jsonrpc::{IdKey, code},
+    limits::{
+        RETIRED_WORKER_GRACE, RETIRED_WORKER_POLL, STDIO_LINE_MAX_BYTES, SUPERVISOR_OWNED_IDS_MAX,
+        SUPERVISOR_QUEUE_MAX, SUPERVISOR_QUEUE_MAX_BYTES, UPGRADE_CHECK_INTERVAL,
+        WORKER_HEALTHY_AFTER, WORKER_RESTART_BACKOFF_MAX, WORKER_RESTART_BACKOFF_MIN,
+        WORKER_RESTARTS_MAX, WORKER_START_TIMEOUT,
+    },
+    tool_error::ToolError,
+};
+
+use crate::tools::info::SupervisorInfo;
+
+mod binary;
+mod message;
+mod output;
+mod worker;
+
+use binary::FileId;
+use message::{ClientHead, WorkerHead};
+use output::ClientOut;
+use worker::{Event, Worker};
+
+/// The prefix of the ids of the supervisor's own requests to a worker.
+const OWN_ID: &str = "machine-mcp-supervisor:";
+
+/// Tools whose answers may name a process session or a task the answering worker holds.
+const HANDLE_TOOLS: &[&str] = &[
+    "run_process",
+    "exec_command",
+    "start_process",
+    "run_command",
+    "start_job",
+];
+
+/// How the supervisor was started.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    /// The binary workers are started from, as the host started it ([`invoked_path`]): watched
+    /// for upgrades.
+    pub binary: PathBuf,
+    /// This process's arguments without argv0; a worker gets them with `--worker` after
+    /// `stdio`.
+    pub args: Vec<OsString>,
+}
+
+/// The path the host started this binary by (argv0 made absolute, or found in `PATH`).
+pub fn invoked_path(argv0: &std::ffi::OsStr) -> PathBuf {
+    binary::invoked_path(argv0)
+}
+
+/// Runs the supervisor on this process's stdin and stdout until stdin ends or SIGINT/SIGTERM;
+/// SIGHUP reloads (a new worker from the binary now at the path).
+///
+/// # Errors
+/// The first worker could not be started, or stdout could not be opened.
+pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
+    let (events_tx, mut events) = mpsc::channel::<Event>(1024);
+    let (probe_tx, mut probes) = mpsc::channel::<Probe>(4);
+    let (input_tx, mut input) = mpsc::channel::<Input>(256);
+    read_client(input_tx)?;
+    let mut sup = Supervisor::new(config, ClientOut::stdout()?, events_tx, probe_tx);
+    sup.start_first()?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            got = input.recv() => match got {
+                Some(Input::Line(line)) => sup.client_message(line).await,
+                Some(Input::TooLong) => sup.answer(super::framing::error_line(
+                    &Value::Null,
+                    code::INVALID_REQUEST,
+                    &format!("message longer than {STDIO_LINE_MAX_BYTES} bytes"),
+                ).into_bytes()),
+                None => break,
+            },
+            Some(ev) = events.recv() => sup.worker_event(ev).await,
+            Some(p) = probes.recv() => sup.probed(p).await,
+            _ = hup.recv() => sup.reload("SIGHUP"),
+            _ = tick.tick() => sup.on_tick().await,
+            _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted; stopping the worker"); break; }
+            _ = term.recv() => { tracing::info!("terminated; stopping the worker"); break; }
+        }
+        if sup.out.closed() {
+            tracing::info!("stdout closed; stopping the worker");
+            break;
+        }
+    }
+    sup.shutdown(&mut events).await;
+    Ok(())
+}
+
+/// What the client reader hands the loop.
+enum Input {
+    Line(Vec<u8>),
+    TooLong,
+}
+
+/// Reads the client's lines from stdin on a thread of its own (a blocking read wakes it at once;
+/// Tokio's stdin would hand every read to the blocking pool); ends, dropping `tx`, at end of
+/// input or when the loop is gone.
+fn read_client(tx: mpsc::Sender<Input>) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("stdin-reader".into())
+        .spawn(move || {
+            let mut stdin = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin().lock());
+            loop {
+                let mut buf = Vec::new();
+                let got = match read_line_blocking(&mut stdin, &mut buf, STDIO_LINE_MAX_BYTES) {
+                    Ok(Some(false)) => Input::Line(buf),
+                    Ok(Some(true)) => Input::TooLong,
+                    Ok(None) | Err(_) => break,
+                };
+                if tx.blocking_send(got).is_err() {
+                    break;
+                }
+            }
+        })
+        .map(drop)
+}
+
+/// One `\n`-terminated line of a blocking reader into `buf` (without the `\n`); `None` at end of
+/// input, `Some(true)` when the line was longer than `max` (its bytes are discarded).
+fn read_line_blocking<R: std::io::BufRead>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<bool>> {
+    let mut line = super::framing::LineAssembly::default();
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (take, result) = line.take(chunk, buf, max);
+        input.consume(take);
+        if let Some(r) = result {
+            return Ok(r);
+        }
+    }
+}
+
+/// The result of a version probe of the binary.
+#[derive(Debug)]
+struct Probe {
+    file: Option<FileId>,
+    result: Result<String, String>,
+    purpose: Purpose,
+    why: &'static str,
+}
+
+/// What a worker is to the supervisor.
+#[derive(Debug)]
+enum Role {
+    /// Started by the supervisor and being initialized (not serving yet).
+    Starting(Start),
+    /// Where new requests go.
+    Active,
+    /// Replaced by an upgrade: serves what it holds until it has no work.
+    Retired { since: Instant, last_poll: Instant },
+}
+
+/// Why a worker is being started, and how far.
+#[derive(Debug)]
+struct Start {
+    purpose: Purpose,
+    step: Step,
+    deadline: Instant,
+    file: Option<FileId>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Upgrade,
+    Recovery,
+}
+
+#[derive(Debug)]
+enum Step {
+    /// Its `initialize` (own id) is out.
+    Initializing(String),
+    /// Its `tools/list` (own id) is out.
+    Listing(String),
+}
+
+/// A worker and what the supervisor knows of it.
+#[derive(Debug)]
+struct Slot {
+    worker: Worker,
+    role: Role,
+    /// The binary file it was started from.
+    file: Option<FileId>,
+}
+
+/// A client request a worker has.
+#[derive(Debug)]
+struct InFlight {
+    generation: u64,
+    id: Value,
+    method: String,
+    tool: Option<String>,
+}
+
+/// Whether requests have a worker to go to.
+#[derive(Debug)]
+enum Service {
+    /// The active worker.
+    Serving(u64),
+    /// None is up; one is being (re)started. Requests wait in the queue.
+    Waiting,
+    /// The restarts ran out: requests are answered `not_sent` with the reason.
+    Failed(String),
+}
+
+/// Restarts of workers that exited unexpectedly.
+#[derive(Debug, Default)]
+struct Recovery {
+    /// Restart attempts since the last healthy worker.
+    attempts: u32,
+    /// When the next attempt starts, when one is due.
+    next_at: Option<Instant>,
+}
+
+struct Supervisor {
+    config: SupervisorConfig,
+    worker_args: Vec<OsString>,
+    out: ClientOut,
+    events: mpsc::Sender<Event>,
+    probes: mpsc::Sender<Probe>,
+    workers: BTreeMap<u64, Slot>,
+    service: Service,
+    recovery: Recovery,
+    next_generation: u64,
+    next_own_id: u64,
+    in_flight: HashMap<IdKey, InFlight>,
+    /// Process sessions and tasks by id, and the worker that holds them (oldest first).
+    handles: HashMap<String, u64>,
+    handle_order: VecDeque<String>,
+    /// Workers that ended, and how: their handles are gone.
+    ended: HashMap<u64, &'static str>,
+    queue: VecDeque<Vec<u8>>,
+    queued_bytes: usize,
+    /// The client's `initialize` parameters, replayed to every new worker.
+    client_init: Option<Value>,
+    /// The client sent `notifications/initialized`.
+    client_initialized: bool,
+    /// The worker's `initialize` answer said which protocol version: handshake era.
+    handshake: bool,
+    /// The last tool list seen (`tools/list` result's `tools`).
+    catalog: Option<Value>,
+    /// The id of the own `tools/list` that records the first worker's catalog.
+    catalog_probe: Option<String>,
+    /// When the binary was last looked at, and the file a failed candidate came from (not
+    /// tried again until the file changes once more).
+    last_check: Instant,
+    rejected_file: Option<FileId>,
+    probing: bool,
+    reloads: u64,
+    recoveries: u64,
+    last_reload: Option<String>,
+    last_failure: Option<String>,
+    active_since: Instant,
+}
+
+impl Supervisor {
+    fn new(
+        config: SupervisorConfig,
+        out: ClientOut,
+        events: mpsc::Sender<Event>,
+        probes: mpsc::Sender<Probe>,
+    ) -> Self {
+        Self {
+            worker_args: binary::worker_args(&config.args),
+            config,
+            out,
+            events,
+            probes,
+            workers: BTreeMap::new(),
+            service: Service::Waiting,
+            recovery: Recovery::default(),
+            next_generation: 1,
+            next_own_id: 1,
+            in_flight: HashMap::new(),
+            handles: HashMap::new(),
+            handle_order: VecDeque::new(),
+            ended: HashMap::new(),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            client_init: None,
+            client_initialized: false,
+            handshake: false,
+            catalog: None,
+            catalog_probe: None,
+            last_check: Instant::now(),
+            rejected_file: None,
+            probing: false,
+            reloads: 0,
+            recoveries: 0,
+            last_reload: None,
+            last_failure: None,
+            active_since: Instant::now(),
+        }
+    }
+
+    /// Starts the first worker and makes it active at once (the client's own handshake
+    /// initializes it).
+    fn start_first(&mut self) -> io::Result<()> {
+        let file = FileId::of(&self.config.binary);
+        let generation = self.spawn(crate::version().to_owned())?;
+        tracing::info!(
+            generation,
+            binary = %self.config.binary.display(),
+            "supervising the stdio server (reload: SIGHUP or `machine-mcp reload`)"
+        );
+        if let Some(slot) = self.workers.get_mut(&generation) {
+            slot.role = Role::Active;
+            slot.file = file;
+        }
+        self.service = Service::Serving(generation);
+        self.active_since = Instant::now();
+        Ok(())
+    }
+
+    /// Spawns a worker of the next generation (role `Active` until the caller says otherwise).
+    fn spawn(&mut self, version: String) -> io::Result<u64> {
+        let generation = self.next_generation;
+        let worker = Worker::spawn(
+            &self.config.binary,
+            &self.worker_args,
+            generation,
+            version,
+            self.events.clone(),
+        )?;
+        self.next_generation += 1;
+        self.workers.insert(
+            generation,
+            Slot {
+                worker,
+                role: Role::Active,
+                file: None,
+            },
+        );
+        Ok(generation)
+    }
+
+    fn own_id(&mut self) -> String {
+        let id = format!("{OWN_ID}{}", self.next_own_id);
+        self.next_own_id += 1;
+        id
+    }
+
+    /// Writes `line` to the client.
+    fn answer(&self, line: Vec<u8>) {
+        self.out.send(line);
+    }
+
+    fn active(&self) -> Option<u64> {
+        match self.service {
+            Service::Serving(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    // === client → worker ===
+
+    async fn client_message(&mut self, line: Vec<u8>) {
+        let Some(head) = ClientHead::parse(&line) else {
+            // Not a JSON object: the worker answers it as it answers every malformed line.
+            self.forward_or_hold(line, None).await;
+            return;
+        };
+        if head.is_request() {
+            self.request(line, head).await;
+        } else if let Some(target) = head.cancels() {
+            if let Some(f) = self.in_flight.get(&IdKey::of(target)) {
+                let g = f.generation;
+                self.send_to(g, line).await;
+            }
+        } else {
+            if head.method.as_deref() == Some("notifications/initialized") && self.handshake {
+                // The handshake is complete: the tool list can be read on the session.
+                self.client_initialized = true;
+                self.forward_or_hold(line, None).await;
+                self.record_catalog().await;
+                return;
+            }
+            self.forward_or_hold(line, None).await;
+        }
+    }
+
+    async fn request(&mut self, line: Vec<u8>, head: ClientHead) {
+        let id = head.id.clone().unwrap_or(Value::Null);
+        let key = IdKey::of(&id);
+        if self.in_flight.contains_key(&key) {
+            self.answer(
+                super::framing::error_line(
+                    &id,
+                    code::INVALID_REQUEST,
+                    "a request with this id is still in flight",
+                )
+                .into_bytes(),
+            );
+            return;
+        }
+        let method = head.method.clone().unwrap_or_default();
+        let tool = head.tool().map(str::to_owned);
+        if method == "initialize" && self.client_init.is_none() {
+            self.client_init = serde_json::from_slice::<Value>(&line)
+                .ok()
+                .and_then(|v| v.get("params").cloned());
+        }
+        // A request for a process session or task goes to the worker that holds it.
+        if let Some(handle) = head.handle()
+            && let Some(&owner) = self.handles.get(&handle)
+        {
+            if self.workers.contains_key(&owner) && self.active() != Some(owner) {
+                self.dispatch(owner, line, id, method, tool).await;
+                return;
+            }
+            if let Some(how) = self.ended.get(&owner) {
+                self.answer(ended_handle(&id, &handle, how, tool.is_some()));
+                return;
+            }
+        }
+        match &self.service {
+            Service::Serving(g) => {
+                let g = *g;
+                self.dispatch(g, line, id, method, tool).await;
+            }
+            Service::Waiting | Service::Failed(_) if method == "ping" => {
+                self.answer(message::result(&id, json!({})));
+            }
+            Service::Waiting | Service::Failed(_) if tool.as_deref() == Some("server_info") => {
+                let e = ToolError::new(
+                    ToolErrorCode::Unavailable,
+                    format!("no server worker is running: {}", self.state_line()),
+                )
+                .detail("supervisor", self.status_value());
+                self.answer(message::tool_error(&id, &e));
+            }
+            Service::Waiting => self.enqueue(line, Some(id)),
+            Service::Failed(reason) => {
+                let why = format!("the server worker could not be restarted ({reason})");
+                self.answer(message::not_sent(&id, &why));
+            }
+        }
+    }
+
+    /// Sends request `line` (`id`) to worker `generation`, recording it in flight.
+    async fn dispatch(
+        &mut self,
+        generation: u64,
+        line: Vec<u8>,
+        id: Value,
+        method: String,
+        tool: Option<String>,
+    ) {
+        self.in_flight.insert(
+            IdKey::of(&id),
+            InFlight {
+                generation,
+                id: id.clone(),
+                method,
+                tool,
+            },
+        );
+        if !self.send_to(generation, line).await {
+            self.in_flight.remove(&IdKey::of(&id));
+            self.answer(message::not_sent(&id, "the server worker is stopping"));
+        }
+    }
+
+    async fn send_to(&self, generation: u64, line: Vec<u8>) -> bool {
+        match self.workers.get(&generation) {
+            Some(slot) => slot.worker.send(line).await,
+            None => false,
+        }
+    }
+
+    /// A message that is not a routed request: to the active worker, or held while none is up.
+    async fn forward_or_hold(&mut self, line: Vec<u8>, id: Option<Value>) {
+        match self.service {
+            Service::Serving(g) => {
+                self.send_to(g, line).await;
+            }
+            Service::Waiting => self.enqueue(line, id),
+            Service::Failed(_) => {}
+        }
+    }
+
+    /// Holds `line` until a worker is up; answers `not_sent` past the queue's bounds.
+    fn enqueue(&mut self, line: Vec<u8>, id: Option<Value>) {
+        if self.queue.len() >= SUPERVISOR_QUEUE_MAX
+            || self.queued_bytes + line.len() > SUPERVISOR_QUEUE_MAX_BYTES
+        {
+            if let Some(id) = id {
+                self.answer(message::not_sent(
+                    &id,
+                    &format!(
+                        "the server worker is restarting and {SUPERVISOR_QUEUE_MAX} requests \
+                         ({} MiB) already wait for it",
+                        SUPERVISOR_QUEUE_MAX_BYTES >> 20
+                    ),
+                ));
+            }
+            return;
+        }
+        self.queued_bytes += line.len();
+        self.queue.push_back(line);
+    }
+
+    /// Sends every held message to the active worker, as if it had just arrived.
+    async fn flush_queue(&mut self) {
+        while let Some(line) = self.queue.pop_front() {
+            self.queued_bytes -= line.len();
+            Box::pin(self.client_message(line)).await;
+        }
+    }
+
+    // === worker → client ===
+
+    async fn worker_event(&mut self, ev: Event) {
+        match ev {
+            Event::Line(g, line) => self.worker_line(g, line).await,
+            Event::Exited(g, how) => self.exited(g, &how).await,
+        }
+    }
+
+    async fn worker_line(&mut self, generation: u64, line: Vec<u8>) {
+        let head = WorkerHead::parse(&line);
+        let starting = matches!(
+            self.workers.get(&generation).map(|s| &s.role),
+            Some(Role::Starting(_))
+        );
+        if head.has_method {
+            // The worker's notifications (progress, logging); a starting worker has no client.
+            if !starting {
+                self.answer(line);
+            }
+            return;
+        }
+        let Some(id) = head.id else {
+            self.answer(line);
+            return;
+        };
+        if let Some(own) = id.as_str().filter(|s| s.starts_with(OWN_ID)) {
+            let own = own.to_owned();
+            self.own_answer(generation, &own, &line).await;
+            return;
+        }
+        let Some(f) = self.in_flight.remove(&IdKey::of(&id)) else {
+            self.answer(line);
+            return;
+        };
+        let mut line = line;
+        if f.method == "initialize" {
+            self.handshake = true;
+            if let Some(l) = message::with_list_changed(&line) {
+                line = l;
+            }
+        } else if f.tool.as_deref() == Some("server_info") {
+            let status = self.status_value();
+            let text = self.status_text();
+            if let Some(l) = message::with_supervisor(&line, &status, &text) {
+                line = l;
+            }
+        } else if f.tool.as_deref().is_some_and(|t| HANDLE_TOOLS.contains(&t))
+            && let Some(h) = message::created_handle(&line)
+        {
+            self.remember_handle(h, f.generation);
+        }
+        self.answer(line);
+    }
+
+    fn remember_handle(&mut self, handle: String, generation: u64) {
+        if self.handles.insert(handle.clone(), generation).is_none() {
+            self.handle_order.push_back(handle);
+            if self.handle_order.len() > SUPERVISOR_OWNED_IDS_MAX
+                && let Some(old) = self.handle_order.pop_front()
+            {
+                self.handles.remove(&old);
+            }
+        }
+    }
+
+    /// An answer to one of the supervisor's own requests.
+    async fn own_answer(&mut self, generation: u64, id: &str, line: &[u8]) {
+        let v: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+        if self.catalog_probe.as_deref() == Some(id) {
+            self.catalog_probe = None;
+            if let Some(tools) = v.pointer("/result/tools") {
+                self.catalog = Some(tools.clone());
+            }
+            return;
+        }
+        enum Next {
+            Nothing,
+            Initialized,
+            Listed,
+            Failed(String),
+            Poll,
+        }
+        let next = match self.workers.get(&generation).map(|s| &s.role) {
+            Some(Role::Starting(start)) => {
+                let ours = match &start.step {
+                    Step::Initializing(want) => (want == id).then_some(Next::Initialized),
+                    Step::Listing(want) => (want == id).then_some(Next::Listed),
+                };
+                match (ours, v.get("error")) {
+                    (Some(_), Some(e)) => Next::Failed(format!("it answered {e}")),
+                    (Some(n), None) => n,
+                    (None, _) => Next::Nothing,
+                }
+            }
+            Some(Role::Retired { .. }) => Next::Poll,
+            _ => Next::Nothing,
+        };
+        match next {
+            Next::Nothing => {}
+            Next::Failed(why) => self.start_failed(generation, &why),
+            Next::Initialized => {
+                if self.client_initialized {
+                    let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+                    self.send_to(generation, note.to_vec()).await;
+                }
+                let list = self.own_id();
+                let req = tools_list_request(&list, self.handshake);
+                if let Some(Slot {
+                    role: Role::Starting(start),
+                    ..
+                }) = self.workers.get_mut(&generation)
+                {
+                    start.step = Step::Listing(list);
+                }
+                self.send_to(generation, req).await;
+            }
+            Next::Listed => {
+                let tools = v.pointer("/result/tools").cloned();
+                self.activate(generation, tools).await;
+            }
+            Next::Poll => {
+                // A retired worker's activity: it stops once it has no work.
+                let idle = v
+                    .pointer("/result/structuredContent/activity")
+                    .is_some_and(|a| {
+                        a["running_process_sessions"].as_u64() == Some(0)
+                            && a["working_tasks"].as_u64() == Some(0)
+                            && a["calls_in_flight"].as_u64().unwrap_or(u64::MAX) <= 1
+                    });
+                let busy_here = self.in_flight.values().any(|f| f.generation == generation);
+                if idle
+                    && !busy_here
+                    && let Some(s) = self.workers.get_mut(&generation)
+                {
+                    tracing::info!(
+                        generation,
+                        "the replaced worker has no more work; stopping it"
+                    );
+                    s.worker.close_input();
+                }
+            }
+        }
+    }
+
+    /// Makes the started worker `generation` the active one.
+    async fn activate(&mut self, generation: u64, tools: Option<Value>) {
+        let Some(slot) = self.workers.get_mut(&generation) else {
+            return;
+        };
+        let Role::Starting(start) = std::mem::replace(&mut slot.role, Role::Active) else {
+            return;
+        };
+        slot.file = start.file;
+        let version = slot.worker.version.clone();
+        let pid = slot.worker.pid;
+        let previous = self.active();
+        if let Some(old) = previous
+            && let Some(s) = self.workers.get_mut(&old)
+        {
+            s.role = Role::Retired {
+                since: Instant::now(),
+                last_poll: Instant::now(),
+            };
+        }
+        let from = previous
+            .and_then(|g| self.workers.get(&g))
+            .map(|s| s.worker.version.clone());
+        self.service = Service::Serving(generation);
+        self.active_since = Instant::now();
+        match start.purpose {
+            Purpose::Upgrade => {
+                self.reloads += 1;
+                let line = format!(
+                    "{}: {} → {version} (worker pid {pid})",
+                    now_utc(),
+                    from.as_deref().unwrap_or("?")
+                );
+                tracing::info!(
+                    generation,
+                    "reloaded: {line}; the previous worker finishes its work"
+                );
+                self.last_reload = Some(line);
+                self.last_failure = None;
+            }
+            Purpose::Recovery => {
+                self.recoveries += 1;
+                self.recovery.next_at = None;
+                tracing::info!(
+                    generation,
+                    pid,
+                    "the server worker was restarted; no request was sent again"
+                );
+            }
+        }
+        let changed = match (&self.catalog, &tools) {
+            (Some(old), Some(new)) => old != new,
+            _ => false,
+        };
+        if tools.is_some() {
+            self.catalog = tools;
+        }
+        if changed && self.handshake && self.client_initialized {
+            self.answer(message::list_changed());
+        }
+        self.flush_queue().await;
+    }
+
+    /// A worker exited: answers its requests in flight, and restarts it when it was the active
+    /// one.
+    async fn exited(&mut self, generation: u64, how: &str) {
+        let Some(slot) = self.workers.remove(&generation) else {
+            return;
+        };
+        let lost: Vec<IdKey> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.generation == generation)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in lost {
+            if let Some(f) = self.in_flight.remove(&k) {
+                self.answer(message::outcome_unknown(&f.id, how));
+            }
+        }
+        match slot.role {
+            Role::Retired { .. } => {
+                tracing::info!(
+                    generation,
+                    pid = slot.worker.pid,
+                    "the replaced worker ended ({how})"
+                );
+                self.ended.insert(generation, ENDED_BY_UPGRADE);
+            }
+            Role::Starting(start) => {
+                let why = format!("it exited ({how}) before it was ready");
+                self.after_start_failure(start.purpose, start.file, &why);
+            }
+            Role::Active => {
+                tracing::warn!(
+                    generation,
+                    pid = slot.worker.pid,
+                    "the server worker exited unexpectedly ({how}); restarting it"
+                );
+                self.ended.insert(generation, ENDED_BY_EXIT);
+                self.last_failure = Some(format!("{}: the worker exited ({how})", now_utc()));
+                if self.active_since.elapsed() >= WORKER_HEALTHY_AFTER {
+                    self.recovery.attempts = 0;
+                }
+                self.service = Service::Waiting;
+                self.schedule_recovery();
+            }
+        }
+    }
+
+    fn schedule_recovery(&mut self) {
+        if self.recovery.attempts >= WORKER_RESTARTS_MAX {
+            let reason = format!(
+                "{WORKER_RESTARTS_MAX} restarts failed; last: {}",
+                self.last_failure.as_deref().unwrap_or("unknown")
+            );
+            tracing::error!("{reason}; requests are refused until `machine-mcp reload`");
+            self.service = Service::Failed(reason.clone());
+            while let Some(line) = self.queue.pop_front() {
+                if let Some(id) =
+                    ClientHead::parse(&line).and_then(|h| h.is_request().then_some(h.id).flatten())
+                {
+                    self.answer(message::not_sent(
+                        &id,
+                        &format!("the server worker could not be restarted ({reason})"),
+                    ));
+                }
+            }
+            self.queued_bytes = 0;
+            return;
+        }
+        let backoff = WORKER_RESTART_BACKOFF_MIN
+            .saturating_mul(1 << self.recovery.attempts.min(16))
+            .min(WORKER_RESTART_BACKOFF_MAX);
+        self.recovery.next_at = Some(Instant::now() + backoff);
+    }
+
+    /// A starting worker that is still running failed a step: stop it and go on as
+    /// [`Self::after_start_failure`] says.
+    fn start_failed(&mut self, generation: u64, why: &str) {
+        if let Some(mut slot) = self.workers.remove(&generation) {
+            slot.worker.kill();
+            if let Role::Starting(start) = slot.role {
+                self.after_start_failure(start.purpose, start.file, why);
+            }
+        }
+    }
+
+    fn after_start_failure(&mut self, purpose: Purpose, file: Option<FileId>, why: &str) {
+        let line = format!("{}: a new worker failed: {why}", now_utc());
+        match purpose {
+            Purpose::Upgrade => {
+                tracing::warn!("reload failed, the current worker keeps serving: {why}");
+                self.rejected_file = file.or(self.rejected_file);
+                self.last_failure = Some(line);
+            }
+            Purpose::Recovery => {
+                tracing::warn!("restart failed: {why}");
+                self.last_failure = Some(line);
+                self.recovery.attempts += 1;
+                self.schedule_recovery();
+            }
+        }
+    }
+
+    /// Starts a worker that replaces the active one (`Upgrade`) or the one that exited
+    /// (`Recovery`), and sends it the client's `initialize` (or, for a client that never sent
+    /// one, its `tools/list`).
+    async fn start_candidate(&mut self, purpose: Purpose, version: String, file: Option<FileId>) {
+        let generation = match self.spawn(version) {
+            Ok(g) => g,
+            Err(e) => {
+                self.after_start_failure(purpose, file, &format!("it could not be started: {e}"));
+                return;
+            }
+        };
+        let id = self.own_id();
+        let (step, req) = match &self.client_init {
+            Some(params) => (
+                Step::Initializing(id.clone()),
+                json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            None => (Step::Listing(id.clone()), tools_list_request(&id, false)),
+        };
+        if let Some(slot) = self.workers.get_mut(&generation) {
+            slot.role = Role::Starting(Start {
+                purpose,
+                step,
+                deadline: Instant::now() + WORKER_START_TIMEOUT,
+                file,
+            });
+            slot.worker.send(req).await;
+        }
+    }
+
+    /// Asks the active worker for its tool list once the client's handshake is done (its
+    /// `initialize` answered, then its `notifications/initialized`), so an upgrade can tell
+    /// whether the list changed. A client of the 2026-07-28 era gets no list notifications.
+    async fn record_catalog(&mut self) {
+        let Some(g) = self.active() else { return };
+        if self.catalog.is_some() || self.catalog_probe.is_some() {
+            return;
+        }
+        let id = self.own_id();
+        let req = tools_list_request(&id, self.handshake);
+        self.catalog_probe = Some(id);
+        self.send_to(g, req).await;
+    }
+
+    // === reloads and timers ===
+
+    /// Reloads on request: a new worker from the binary now at the path, or, after the
+    /// restarts ran out, a fresh start of them.
+    fn reload(&mut self, why: &'static str) {
+        tracing::info!("reload requested ({why})");
+        if matches!(self.service, Service::Failed(_)) {
+            self.recovery = Recovery {
+                attempts: 0,
+                next_at: Some(Instant::now()),
+            };
+            self.service = Service::Waiting;
+            return;
+        }
+        self.rejected_file = None;
+        self.spawn_probe(Purpose::Upgrade, why);
+    }
+
+    /// Runs `BINARY --version` off the loop; [`Self::probed`] goes on with a candidate for
+    /// `purpose`.
+    fn spawn_probe(&mut self, purpose: Purpose, why: &'static str) {
+        if self.probing || self.starting() {
+            return;
+        }
+        self.probing = true;
+        let binary = self.config.binary.clone();
+        let tx = self.probes.clone();
+        tokio::spawn(async move {
+            let file = FileId::of(&binary);
+            let result = binary::probe_version(&binary).await;
+            let _ = tx
+                .send(Probe {
+                    file,
+                    result,
+                    purpose,
+                    why,
+                })
+                .await;
+        });
+    }
+
+    async fn probed(&mut self, p: Probe) {
+        self.probing = false;
+        match (p.purpose, p.result) {
+            (Purpose::Upgrade, Ok(version)) if self.active().is_some() => {
+                tracing::info!(version, "starting a new worker ({})", p.why);
+                self.start_candidate(Purpose::Upgrade, version, p.file)
+                    .await;
+            }
+            (Purpose::Upgrade, Ok(_)) => {}
+            (Purpose::Upgrade, Err(why)) => {
+                tracing::warn!("not reloading ({}): {why}", p.why);
+                self.rejected_file = p.file;
+                self.last_failure = Some(format!("{}: {why}", now_utc()));
+            }
+            (Purpose::Recovery, Ok(version)) => {
+                self.start_candidate(Purpose::Recovery, version, p.file)
+                    .await;
+            }
+            (Purpose::Recovery, Err(why)) => {
+                self.after_start_failure(Purpose::Recovery, p.file, &why);
+            }
+        }
+    }
+
+    fn starting(&self) -> bool {
+        self.workers
+            .values()
+            .any(|s| matches!(s.role, Role::Starting(_)))
+    }
+
+    async fn on_tick(&mut self) {
+        let now = Instant::now();
+        // Starts that take too long.
+        let late: Vec<u64> = self
+            .workers
+            .iter()
+            .filter(|(_, s)| matches!(&s.role, Role::Starting(st) if st.deadline <= now))
+            .map(|(g, _)| *g)
+            .collect();
+        for g in late {
+            self.start_failed(
+                g,
+                &format!(
+                    "it did not answer within {} s",
+                    WORKER_START_TIMEOUT.as_secs()
+                ),
+            );
+        }
+        // A restart that is due.
+        if let Some(at) = self.recovery.next_at
+            && at <= now
+            && matches!(self.service, Service::Waiting)
+            && !self.starting()
+        {
+            self.recovery.next_at = None;
+            self.spawn_probe(Purpose::Recovery, "restart");
+        }
+        // The binary changed.
+        if now.duration_since(self.last_check) >= UPGRADE_CHECK_INTERVAL {
+            self.last_check = now;
+            let current = self
+                .active()
+                .and_then(|g| self.workers.get(&g))
+                .and_then(|s| s.file);
+            let file = FileId::of(&self.config.binary);
+            if file.is_some()
+                && current.is_some()
+                && file != current
+                && file != self.rejected_file
+                && !self.starting()
+            {
+                self.spawn_probe(Purpose::Upgrade, "the binary changed");
+            }
+        }
+        // Replaced workers: ask whether they still have work; stop them after the grace.
+        let retired: Vec<(u64, Instant, Instant)> = self
+            .workers
+            .iter()
+            .filter_map(|(g, s)| match s.role {
+                Role::Retired { since, last_poll } => Some((*g, since, last_poll)),
+                _ => None,
+            })
+            .collect();
+        for (g, since, last_poll) in retired {
+            if since.elapsed() >= RETIRED_WORKER_GRACE {
+                tracing::info!(
+                    generation = g,
+                    "the replaced worker's grace ended; stopping it"
+                );
+                if let Some(s) = self.workers.get_mut(&g) {
+                    s.worker.kill();
+                }
+                continue;
+            }
+            if last_poll.elapsed() >= RETIRED_WORKER_POLL {
+                let id = self.own_id();
+                let req = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "server_info", "arguments": {}, "_meta": modern_meta()}});
+                if let Some(s) = self.workers.get_mut(&g) {
+                    s.role = Role::Retired {
+                        since,
+                        last_poll: Instant::now(),
+                    };
+                    s.worker.send(req.to_string().into_bytes()).await;
+                }
+            }
+        }
+    }
+
+    // === status ===
+
+    fn state_line(&self) -> String {
+        match &self.service {
+            Service::Serving(_) => "serving".to_owned(),
+            Service::Waiting => match self.recovery.next_at {
+                Some(at) => format!(
+                    "restarting the worker (attempt {} of {WORKER_RESTARTS_MAX} in {} ms)",
+                    self.recovery.attempts + 1,
+                    at.saturating_duration_since(Instant::now()).as_millis()
+                ),
+                None => "starting a worker".to_owned(),
+            },
+            Service::Failed(reason) => format!("failed: {reason}"),
+        }
+    }
+
+    fn info(&self) -> SupervisorInfo {
+        let active = self.active().and_then(|g| self.workers.get(&g));
+        SupervisorInfo {
+            pid: std::process::id(),
+            worker_pid: active.map(|s| s.worker.pid),
+            worker_generation: active.map(|s| s.worker.generation),
+            binary: self.config.binary.display().to_string(),
+            binary_version: active.map(|s| s.worker.version.clone()),
+            state: self.state_line(),
+            reloads: self.reloads,
+            recoveries: self.recoveries,
+            last_reload: self.last_reload.clone(),
+            last_failure: self.last_failure.clone(),
+            replaced_workers: self
+                .workers
+                .values()
+                .filter(|s| matches!(s.role, Role::Retired { .. }))
+                .map(|s| s.worker.pid)
+                .collect(),
+        }
+    }
+
+    fn status_value(&self) -> Value {
+        serde_json::to_value(self.info()).unwrap_or(Value::Null)
+    }
+
+    fn status_text(&self) -> String {
+        let i = self.info();
+        let mut t = format!(
+            "supervisor: pid {}, worker pid {}, {} {}, {}, {} reloads, {} recoveries\n",
+            i.pid,
+            i.worker_pid.map_or("none".to_owned(), |p| p.to_string()),
+            i.binary,
+            i.binary_version.as_deref().unwrap_or("-"),
+            i.state,
+            i.reloads,
+            i.recoveries
+        );
+        if let Some(r) = &i.last_reload {
+            t.push_str(&format!("last reload: {r}\n"));
+        }
+        if let Some(f) = &i.last_failure {
+            t.push_str(&format!("last failure: {f}\n"));
+        }
+        t
+    }
+
+    // === shutdown ===
+
+    /// Closes every worker's input, forwards what they still write for up to
+    /// [`super::STDOUT_DRAIN_WAIT`], then kills what is left.
+    async fn shutdown(&mut self, events: &mut mpsc::Receiver<Event>) {
+        for s in self.workers.values_mut() {
+            s.worker.close_input();
+        }
+        let deadline = tokio::time::Instant::now() + super::STDOUT_DRAIN_WAIT;
+        while !self.workers.is_empty() {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(Some(Event::Line(g, line))) => {
+                    let head = WorkerHead::parse(&line);
+                    let own = head
+                        .id
+                        .as_ref()
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| s.starts_with(OWN_ID));
+                    if !own
+                        && !matches!(
+                            self.workers.get(&g).map(|s| &s.role),
+                            Some(Role::Starting(_))
+                        )
+                    {
+                        self.answer(line);
+                    }
+                }
+                Ok(Some(Event::Exited(g, _))) => {
+                    self.workers.remove(&g);
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        for s in self.workers.values_mut() {
+            s.worker.kill();
+        }
+        self.out.finish().await;
+    }
+}
+
+/// A worker that held handles ended after an upgrade replaced it ([`ended_handle`]).
+const ENDED_BY_UPGRADE: &str = "upgrade";
+/// A worker that held handles exited unexpectedly ([`ended_handle`]).
+const ENDED_BY_EXIT: &str = "exit";
+
+/// The answer to a request for `handle`, held by a worker that ended (`how`: one of
+/// [`ENDED_BY_UPGRADE`], [`ENDED_BY_EXIT`]).
+fn ended_handle(id: &Value, handle: &str, how: &str, tool: bool) -> Vec<u8> {
+    let how = if how == ENDED_BY_UPGRADE {
+        format!(
+            "which an upgrade replaced (a replaced worker serves its process sessions and tasks \
+             until their work ends, or for at most {} min)",
+            RETIRED_WORKER_GRACE.as_secs() / 60
+        )
+    } else {
+        "which exited unexpectedly (a new worker was started in its place)".to_owned()
+    };
+    let why = format!("{handle} ended with the server worker that held it, {how}");
+    if tool {
+        message::tool_error(id, &ToolError::new(ToolErrorCode::NotFound, why))
+    } else {
+        protocol::jsonrpc::error(id, code::INVALID_PARAMS, &why, None)
+            .to_string()
+            .into_bytes()
+    }
+}
+
+/// The per-request fields of MCP 2026-07-28 for the supervisor's own requests.
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "machine-mcp-supervisor", "version": crate::version()},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+/// A `tools/list` request with id `id`, of the handshake era (on an initialized session) or of
+/// 2026-07-28 (with the per-request fields).
+fn tools_list_request(id: &str, handshake: bool) -> Vec<u8> {
+    let params = if handshake {
+        json!({})
+    } else {
+        json!({"_meta": modern_meta()})
+    };
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params})
+        .to_string()
+        .into_bytes()
+}
+
+/// The time now in UTC, for status lines.
+fn now_utc() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
