@@ -6,7 +6,11 @@
 //!   client as they came. The supervisor reads only what routing needs ([`message`]): ids, the
 //!   method, the tool, and the process session or task a request names. It answers a duplicate
 //!   id of a request still in flight with -32600 itself (ids are per connection, workers come
-//!   and go).
+//!   and go). The thread that read a line routes it and writes it on: the client's `stdin-reader`
+//!   thread writes to the worker's pipe, each worker's reader thread to stdout, under one lock
+//!   of the routing state ([`State`]) that is never held during I/O. So a round trip costs the two
+//!   pipe crossings and two thread wake-ups, not a chain of task hand-offs; the async control
+//!   task only runs timers, signals and version probes.
 //! - **Upgrade.** Every [`UPGRADE_CHECK_INTERVAL`] it looks at the binary the host started (by
 //!   path: device, inode, size, mtime, [`binary`]); when it changed and `BINARY --version`
 //!   answers — or on SIGHUP (`machine-mcp reload`) — it starts a candidate worker, initializes it
@@ -24,7 +28,9 @@
 //!   [`WORKER_RESTARTS_MAX`] times. Its requests in flight are answered -32003 with
 //!   `delivery_state: "unknown"` (they may have run; never retried, invariant 7); requests
 //!   arriving meanwhile wait, at most [`SUPERVISOR_QUEUE_MAX`] of them and
-//!   [`SUPERVISOR_QUEUE_MAX_BYTES`], the rest answered -32000 with `delivery_state: "not_sent"`.
+//!   [`SUPERVISOR_QUEUE_MAX_BYTES`], the rest answered -32000 with `delivery_state: "not_sent"`;
+//!   the waiting ones are sent on at most [`CONCURRENT_TOOL_CALLS`] tool calls at a time, so that
+//!   having waited never makes them run into the worker's call limit.
 //!   `ping` and `server_info` are answered by the supervisor itself while no worker is up.
 //! - **Status.** `server_info` answers gain `supervisor` ([`SupervisorInfo`]).
 
@@ -33,20 +39,21 @@ use std::{
     ffi::OsString,
     io,
     path::PathBuf,
+    sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
     time::Duration,
 };
 
 use serde_json::{Value, json};
-use tokio::{sync::mpsc, time::Instant};
+use tokio::time::Instant;
 
 use protocol::{
     error_code::ToolErrorCode,
     jsonrpc::{IdKey, code},
     limits::{
-        RETIRED_WORKER_GRACE, RETIRED_WORKER_POLL, STDIO_LINE_MAX_BYTES, SUPERVISOR_OWNED_IDS_MAX,
-        SUPERVISOR_QUEUE_MAX, SUPERVISOR_QUEUE_MAX_BYTES, UPGRADE_CHECK_INTERVAL,
-        WORKER_HEALTHY_AFTER, WORKER_RESTART_BACKOFF_MAX, WORKER_RESTART_BACKOFF_MIN,
-        WORKER_RESTARTS_MAX, WORKER_START_TIMEOUT,
+        CONCURRENT_TOOL_CALLS, RETIRED_WORKER_GRACE, RETIRED_WORKER_POLL, STDIO_LINE_MAX_BYTES,
+        SUPERVISOR_OWNED_IDS_MAX, SUPERVISOR_QUEUE_MAX, SUPERVISOR_QUEUE_MAX_BYTES,
+        UPGRADE_CHECK_INTERVAL, WORKER_HEALTHY_AFTER, WORKER_RESTART_BACKOFF_MAX,
+        WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX, WORKER_START_TIMEOUT,
     },
     tool_error::ToolError,
 };
@@ -61,7 +68,7 @@ mod worker;
 use binary::FileId;
 use message::{ClientHead, WorkerHead};
 use output::ClientOut;
-use worker::{Event, Worker};
+use worker::{Sink, Worker};
 
 /// The prefix of the ids of the supervisor's own requests to a worker.
 const OWN_ID: &str = "machine-mcp-supervisor:";
@@ -95,70 +102,70 @@ pub fn invoked_path(argv0: &std::ffi::OsStr) -> PathBuf {
 /// SIGHUP reloads (a new worker from the binary now at the path).
 ///
 /// # Errors
-/// The first worker could not be started, or stdout could not be opened.
+/// The first worker could not be started, or stdout, the signal handlers or the stdin thread
+/// could not be set up.
 pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
-    let (events_tx, mut events) = mpsc::channel::<Event>(1024);
-    let (probe_tx, mut probes) = mpsc::channel::<Probe>(4);
-    let (input_tx, mut input) = mpsc::channel::<Input>(256);
-    read_client(input_tx)?;
-    let mut sup = Supervisor::new(config, ClientOut::stdout()?, events_tx, probe_tx);
-    sup.start_first()?;
+    let (probe_tx, mut probes) = tokio::sync::mpsc::unbounded_channel::<Probe>();
+    let out = ClientOut::stdout()?;
+    let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
+        state: Mutex::new(State::new(config, me.clone())),
+        out,
+        probes: probe_tx,
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let first = shared.lock().start_first();
+    shared.run(first?);
+    let (eof_tx, mut eof) = tokio::sync::oneshot::channel::<()>();
+    read_client(shared.clone(), eof_tx)?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            got = input.recv() => match got {
-                Some(Input::Line(line)) => sup.client_message(line).await,
-                Some(Input::TooLong) => sup.answer(super::framing::error_line(
-                    &Value::Null,
-                    code::INVALID_REQUEST,
-                    &format!("message longer than {STDIO_LINE_MAX_BYTES} bytes"),
-                ).into_bytes()),
-                None => break,
-            },
-            Some(ev) = events.recv() => sup.worker_event(ev).await,
-            Some(p) = probes.recv() => sup.probed(p).await,
-            _ = hup.recv() => sup.reload("SIGHUP"),
-            _ = tick.tick() => sup.on_tick().await,
+            _ = &mut eof => break,
+            Some(p) = probes.recv() => { let o = shared.lock().probed(p); shared.run(o); }
+            _ = hup.recv() => { let o = shared.lock().reload("SIGHUP"); shared.run(o); }
+            _ = tick.tick() => { let o = shared.lock().on_tick(); shared.run(o); }
             _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted; stopping the worker"); break; }
             _ = term.recv() => { tracing::info!("terminated; stopping the worker"); break; }
         }
-        if sup.out.closed() {
+        if shared.closed() {
             tracing::info!("stdout closed; stopping the worker");
             break;
         }
     }
-    sup.shutdown(&mut events).await;
+    shared.shutdown().await;
     Ok(())
 }
 
-/// What the client reader hands the loop.
-enum Input {
-    Line(Vec<u8>),
-    TooLong,
-}
-
-/// Reads the client's lines from stdin on a thread of its own (a blocking read wakes it at once;
-/// Tokio's stdin would hand every read to the blocking pool); ends, dropping `tx`, at end of
-/// input or when the loop is gone.
-fn read_client(tx: mpsc::Sender<Input>) -> io::Result<()> {
+/// Reads the client's lines from stdin on a thread of its own and routes each one there (a
+/// blocking read wakes it at once; Tokio's stdin would hand every read to the blocking pool);
+/// signals `eof` at end of input.
+fn read_client(shared: Arc<Shared>, eof: tokio::sync::oneshot::Sender<()>) -> io::Result<()> {
     std::thread::Builder::new()
         .name("stdin-reader".into())
         .spawn(move || {
             let mut stdin = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin().lock());
             loop {
                 let mut buf = Vec::new();
-                let got = match read_line_blocking(&mut stdin, &mut buf, STDIO_LINE_MAX_BYTES) {
-                    Ok(Some(false)) => Input::Line(buf),
-                    Ok(Some(true)) => Input::TooLong,
+                match read_line_blocking(&mut stdin, &mut buf, STDIO_LINE_MAX_BYTES) {
+                    Ok(Some(false)) => {
+                        let o = shared.lock().client_message(buf, false);
+                        shared.run_here(o);
+                    }
+                    Ok(Some(true)) => shared.send_client(
+                        super::framing::error_line(
+                            &Value::Null,
+                            code::INVALID_REQUEST,
+                            &format!("message longer than {STDIO_LINE_MAX_BYTES} bytes"),
+                        )
+                        .as_bytes(),
+                    ),
                     Ok(None) | Err(_) => break,
-                };
-                if tx.blocking_send(got).is_err() {
-                    break;
                 }
             }
+            let _ = eof.send(());
         })
         .map(drop)
 }
@@ -182,6 +189,125 @@ fn read_line_blocking<R: std::io::BufRead>(
         if let Some(r) = result {
             return Ok(r);
         }
+    }
+}
+
+/// What routing decided; done by [`Shared::run`] after the state's lock is released.
+#[derive(Debug)]
+enum Out {
+    /// A line to the client.
+    Client(Vec<u8>),
+    /// A line to a worker. When it cannot be written, the request `key` names (still in flight)
+    /// is answered `not_sent`.
+    Worker {
+        worker: Arc<Worker>,
+        line: Vec<u8>,
+        key: Option<IdKey>,
+    },
+    /// A `--version` probe of the binary, for a candidate of `Purpose`.
+    Probe(Purpose, &'static str),
+}
+
+/// The routing state, and the client's stdout, shared by the stdin thread, the workers' reader
+/// threads and the control task.
+struct Shared {
+    state: Mutex<State>,
+    out: ClientOut,
+    probes: tokio::sync::mpsc::UnboundedSender<Probe>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn send_client(&self, line: &[u8]) {
+        self.out.send(line);
+    }
+
+    fn closed(&self) -> bool {
+        self.out.closed()
+    }
+
+    /// Does what routing decided, in order, on a thread that must not block on a worker's
+    /// stdin (a worker's reader, the control task): lines to workers go to their writer threads.
+    fn run(&self, outs: Vec<Out>) {
+        self.run_on(outs, false);
+    }
+
+    /// [`Shared::run`] on the client's reader thread, which writes to workers itself.
+    fn run_here(&self, outs: Vec<Out>) {
+        self.run_on(outs, true);
+    }
+
+    fn run_on(&self, outs: Vec<Out>, direct: bool) {
+        for o in outs {
+            match o {
+                Out::Client(line) => self.send_client(&line),
+                Out::Worker { worker, line, .. } if !direct => worker.send_later(line),
+                Out::Worker { worker, line, key } => {
+                    if !worker.send(&line)
+                        && let Some(k) = key
+                    {
+                        // Answered once: by this, unless the worker's exit already answered it.
+                        let lost = self.lock().in_flight.remove(&k);
+                        if let Some(f) = lost {
+                            self.send_client(&message::not_sent(
+                                &f.id,
+                                "the server worker is stopping",
+                            ));
+                        }
+                    }
+                }
+                Out::Probe(purpose, why) => {
+                    let tx = self.probes.clone();
+                    let binary = self.lock().config.binary.clone();
+                    self.runtime.spawn(async move {
+                        let file = FileId::of(&binary);
+                        let result = binary::probe_version(&binary).await;
+                        let _ = tx.send(Probe {
+                            file,
+                            result,
+                            purpose,
+                            why,
+                        });
+                    });
+                }
+            }
+        }
+    }
+
+    /// Closes every worker's input, lets them answer for up to [`super::STDOUT_DRAIN_WAIT`] (their
+    /// reader threads forward what they write), then kills what is left.
+    async fn shutdown(&self) {
+        let workers: Vec<Arc<Worker>> = {
+            let mut st = self.lock();
+            st.stopping = true;
+            st.workers.values().map(|s| s.worker.clone()).collect()
+        };
+        for w in &workers {
+            w.close_input();
+        }
+        let deadline = Instant::now() + super::STDOUT_DRAIN_WAIT;
+        while !self.lock().workers.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for s in self.lock().workers.values() {
+            s.worker.kill();
+        }
+    }
+}
+
+impl Sink for Shared {
+    fn line(&self, generation: u64, line: Vec<u8>) {
+        let o = self.lock().worker_line(generation, line);
+        self.run(o);
+    }
+
+    fn exited(&self, generation: u64, how: String) {
+        let o = self.lock().exited(generation, &how);
+        self.run(o);
     }
 }
 
@@ -231,7 +357,7 @@ enum Step {
 /// A worker and what the supervisor knows of it.
 #[derive(Debug)]
 struct Slot {
-    worker: Worker,
+    worker: Arc<Worker>,
     role: Role,
     /// The binary file it was started from.
     file: Option<FileId>,
@@ -266,30 +392,39 @@ struct Recovery {
     next_at: Option<Instant>,
 }
 
-struct Supervisor {
+/// A worker that held handles ended after an upgrade replaced it ([`ended_handle`]).
+const ENDED_BY_UPGRADE: &str = "upgrade";
+/// A worker that held handles exited unexpectedly ([`ended_handle`]).
+const ENDED_BY_EXIT: &str = "exit";
+
+/// The routing state. Its methods decide and return [`Out`]s; they never do I/O but spawning a
+/// worker.
+struct State {
     config: SupervisorConfig,
     worker_args: Vec<OsString>,
-    out: ClientOut,
-    events: mpsc::Sender<Event>,
-    probes: mpsc::Sender<Probe>,
+    /// Where workers' lines go (the [`Shared`] this state is in).
+    sink: Weak<Shared>,
     workers: BTreeMap<u64, Slot>,
     service: Service,
     recovery: Recovery,
+    stopping: bool,
     next_generation: u64,
     next_own_id: u64,
     in_flight: HashMap<IdKey, InFlight>,
     /// Process sessions and tasks by id, and the worker that holds them (oldest first).
     handles: HashMap<String, u64>,
     handle_order: VecDeque<String>,
-    /// Workers that ended, and how: their handles are gone.
+    /// Workers that ended, and how ([`ENDED_BY_UPGRADE`], [`ENDED_BY_EXIT`]): their handles are
+    /// gone.
     ended: HashMap<u64, &'static str>,
+    /// Messages waiting for a worker (restart) or for their turn (after one).
     queue: VecDeque<Vec<u8>>,
     queued_bytes: usize,
     /// The client's `initialize` parameters, replayed to every new worker.
     client_init: Option<Value>,
-    /// The client sent `notifications/initialized`.
+    /// The client sent `notifications/initialized` after its `initialize` was answered.
     client_initialized: bool,
-    /// The worker's `initialize` answer said which protocol version: handshake era.
+    /// A worker answered the client's `initialize`: a handshake-era session.
     handshake: bool,
     /// The last tool list seen (`tools/list` result's `tools`).
     catalog: Option<Value>,
@@ -307,22 +442,16 @@ struct Supervisor {
     active_since: Instant,
 }
 
-impl Supervisor {
-    fn new(
-        config: SupervisorConfig,
-        out: ClientOut,
-        events: mpsc::Sender<Event>,
-        probes: mpsc::Sender<Probe>,
-    ) -> Self {
+impl State {
+    fn new(config: SupervisorConfig, sink: Weak<Shared>) -> Self {
         Self {
             worker_args: binary::worker_args(&config.args),
             config,
-            out,
-            events,
-            probes,
+            sink,
             workers: BTreeMap::new(),
             service: Service::Waiting,
             recovery: Recovery::default(),
+            stopping: false,
             next_generation: 1,
             next_own_id: 1,
             in_flight: HashMap::new(),
@@ -349,7 +478,7 @@ impl Supervisor {
 
     /// Starts the first worker and makes it active at once (the client's own handshake
     /// initializes it).
-    fn start_first(&mut self) -> io::Result<()> {
+    fn start_first(&mut self) -> io::Result<Vec<Out>> {
         let file = FileId::of(&self.config.binary);
         let generation = self.spawn(crate::version().to_owned())?;
         tracing::info!(
@@ -358,23 +487,25 @@ impl Supervisor {
             "supervising the stdio server (reload: SIGHUP or `machine-mcp reload`)"
         );
         if let Some(slot) = self.workers.get_mut(&generation) {
-            slot.role = Role::Active;
             slot.file = file;
         }
         self.service = Service::Serving(generation);
         self.active_since = Instant::now();
-        Ok(())
+        Ok(Vec::new())
     }
 
     /// Spawns a worker of the next generation (role `Active` until the caller says otherwise).
     fn spawn(&mut self, version: String) -> io::Result<u64> {
+        let Some(sink) = self.sink.upgrade() else {
+            return Err(io::Error::other("the supervisor is stopping"));
+        };
         let generation = self.next_generation;
         let worker = Worker::spawn(
             &self.config.binary,
             &self.worker_args,
             generation,
             version,
-            self.events.clone(),
+            sink,
         )?;
         self.next_generation += 1;
         self.workers.insert(
@@ -394,11 +525,6 @@ impl Supervisor {
         id
     }
 
-    /// Writes `line` to the client.
-    fn answer(&self, line: Vec<u8>) {
-        self.out.send(line);
-    }
-
     fn active(&self) -> Option<u64> {
         match self.service {
             Service::Serving(g) => Some(g),
@@ -406,45 +532,64 @@ impl Supervisor {
         }
     }
 
-    // === client → worker ===
-
-    async fn client_message(&mut self, line: Vec<u8>) {
-        let Some(head) = ClientHead::parse(&line) else {
-            // Not a JSON object: the worker answers it as it answers every malformed line.
-            self.forward_or_hold(line, None).await;
-            return;
-        };
-        if head.is_request() {
-            self.request(line, head).await;
-        } else if let Some(target) = head.cancels() {
-            if let Some(f) = self.in_flight.get(&IdKey::of(target)) {
-                let g = f.generation;
-                self.send_to(g, line).await;
-            }
-        } else {
-            if head.method.as_deref() == Some("notifications/initialized") && self.handshake {
-                // The handshake is complete: the tool list can be read on the session.
-                self.client_initialized = true;
-                self.forward_or_hold(line, None).await;
-                self.record_catalog().await;
-                return;
-            }
-            self.forward_or_hold(line, None).await;
-        }
+    /// A line for worker `generation` (nothing when it is gone).
+    fn to_worker(&self, generation: u64, line: Vec<u8>, key: Option<IdKey>) -> Option<Out> {
+        self.workers.get(&generation).map(|s| Out::Worker {
+            worker: s.worker.clone(),
+            line,
+            key,
+        })
     }
 
-    async fn request(&mut self, line: Vec<u8>, head: ClientHead) {
+    // === client → worker ===
+
+    /// Routes one client line; `from_queue` when it waited in the queue (it is not queued
+    /// behind the others again).
+    fn client_message(&mut self, line: Vec<u8>, from_queue: bool) -> Vec<Out> {
+        let mut outs = Vec::new();
+        if !from_queue && !self.queue.is_empty() {
+            // Others wait for their turn: this one goes behind them.
+            let id =
+                ClientHead::parse(&line).and_then(|h| h.is_request().then_some(h.id).flatten());
+            self.enqueue(line, id, &mut outs);
+            return outs;
+        }
+        let Some(head) = ClientHead::parse(&line) else {
+            // Not a JSON object: the worker answers it as it answers every malformed line.
+            self.forward_or_hold(line, None, &mut outs);
+            return outs;
+        };
+        if head.is_request() {
+            self.request(line, head, &mut outs);
+        } else if let Some(target) = head.cancels() {
+            if let Some(f) = self.in_flight.get(&IdKey::of(target))
+                && let Some(o) = self.to_worker(f.generation, line, None)
+            {
+                outs.push(o);
+            }
+        } else if head.method.as_deref() == Some("notifications/initialized") && self.handshake {
+            // The handshake is complete: the tool list can be read on the session.
+            self.client_initialized = true;
+            self.forward_or_hold(line, None, &mut outs);
+            self.record_catalog(&mut outs);
+        } else {
+            self.forward_or_hold(line, None, &mut outs);
+        }
+        outs
+    }
+
+    fn request(&mut self, line: Vec<u8>, head: ClientHead, outs: &mut Vec<Out>) {
         let id = head.id.clone().unwrap_or(Value::Null);
         let key = IdKey::of(&id);
         if self.in_flight.contains_key(&key) {
-            self.answer(
+            outs.push(Out::Client(
                 super::framing::error_line(
                     &id,
                     code::INVALID_REQUEST,
                     "a request with this id is still in flight",
                 )
                 .into_bytes(),
-            );
+            ));
             return;
         }
         let method = head.method.clone().unwrap_or_default();
@@ -459,21 +604,21 @@ impl Supervisor {
             && let Some(&owner) = self.handles.get(&handle)
         {
             if self.workers.contains_key(&owner) && self.active() != Some(owner) {
-                self.dispatch(owner, line, id, method, tool).await;
+                self.dispatch(owner, line, id, method, tool, outs);
                 return;
             }
             if let Some(how) = self.ended.get(&owner) {
-                self.answer(ended_handle(&id, &handle, how, tool.is_some()));
+                outs.push(Out::Client(ended_handle(&id, &handle, how, tool.is_some())));
                 return;
             }
         }
         match &self.service {
             Service::Serving(g) => {
                 let g = *g;
-                self.dispatch(g, line, id, method, tool).await;
+                self.dispatch(g, line, id, method, tool, outs);
             }
             Service::Waiting | Service::Failed(_) if method == "ping" => {
-                self.answer(message::result(&id, json!({})));
+                outs.push(Out::Client(message::result(&id, json!({}))));
             }
             Service::Waiting | Service::Failed(_) if tool.as_deref() == Some("server_info") => {
                 let e = ToolError::new(
@@ -481,72 +626,71 @@ impl Supervisor {
                     format!("no server worker is running: {}", self.state_line()),
                 )
                 .detail("supervisor", self.status_value());
-                self.answer(message::tool_error(&id, &e));
+                outs.push(Out::Client(message::tool_error(&id, &e)));
             }
-            Service::Waiting => self.enqueue(line, Some(id)),
+            Service::Waiting => self.enqueue(line, Some(id), outs),
             Service::Failed(reason) => {
                 let why = format!("the server worker could not be restarted ({reason})");
-                self.answer(message::not_sent(&id, &why));
+                outs.push(Out::Client(message::not_sent(&id, &why)));
             }
         }
     }
 
     /// Sends request `line` (`id`) to worker `generation`, recording it in flight.
-    async fn dispatch(
+    fn dispatch(
         &mut self,
         generation: u64,
         line: Vec<u8>,
         id: Value,
         method: String,
         tool: Option<String>,
+        outs: &mut Vec<Out>,
     ) {
-        self.in_flight.insert(
-            IdKey::of(&id),
-            InFlight {
-                generation,
-                id: id.clone(),
-                method,
-                tool,
-            },
-        );
-        if !self.send_to(generation, line).await {
-            self.in_flight.remove(&IdKey::of(&id));
-            self.answer(message::not_sent(&id, "the server worker is stopping"));
-        }
-    }
-
-    async fn send_to(&self, generation: u64, line: Vec<u8>) -> bool {
-        match self.workers.get(&generation) {
-            Some(slot) => slot.worker.send(line).await,
-            None => false,
+        let key = IdKey::of(&id);
+        match self.to_worker(generation, line, Some(key.clone())) {
+            Some(o) => {
+                self.in_flight.insert(
+                    key,
+                    InFlight {
+                        generation,
+                        id,
+                        method,
+                        tool,
+                    },
+                );
+                outs.push(o);
+            }
+            None => outs.push(Out::Client(message::not_sent(
+                &id,
+                "the server worker is stopping",
+            ))),
         }
     }
 
     /// A message that is not a routed request: to the active worker, or held while none is up.
-    async fn forward_or_hold(&mut self, line: Vec<u8>, id: Option<Value>) {
+    fn forward_or_hold(&mut self, line: Vec<u8>, id: Option<Value>, outs: &mut Vec<Out>) {
         match self.service {
-            Service::Serving(g) => {
-                self.send_to(g, line).await;
-            }
-            Service::Waiting => self.enqueue(line, id),
+            Service::Serving(g) => outs.extend(self.to_worker(g, line, None)),
+            Service::Waiting => self.enqueue(line, id, outs),
             Service::Failed(_) => {}
         }
     }
 
-    /// Holds `line` until a worker is up; answers `not_sent` past the queue's bounds.
-    fn enqueue(&mut self, line: Vec<u8>, id: Option<Value>) {
+    /// Holds `line` until a worker is up or its turn comes; answers `not_sent` past the queue's
+    /// bounds.
+    fn enqueue(&mut self, line: Vec<u8>, id: Option<Value>, outs: &mut Vec<Out>) {
         if self.queue.len() >= SUPERVISOR_QUEUE_MAX
             || self.queued_bytes + line.len() > SUPERVISOR_QUEUE_MAX_BYTES
         {
             if let Some(id) = id {
-                self.answer(message::not_sent(
+                outs.push(Out::Client(message::not_sent(
                     &id,
                     &format!(
-                        "the server worker is restarting and {SUPERVISOR_QUEUE_MAX} requests \
-                         ({} MiB) already wait for it",
+                        "{SUPERVISOR_QUEUE_MAX} requests ({} MiB) already wait for the server \
+                         worker, which is restarting",
                         SUPERVISOR_QUEUE_MAX_BYTES >> 20
                     ),
-                ));
+                )));
             }
             return;
         }
@@ -554,24 +698,37 @@ impl Supervisor {
         self.queue.push_back(line);
     }
 
-    /// Sends every held message to the active worker, as if it had just arrived.
-    async fn flush_queue(&mut self) {
-        while let Some(line) = self.queue.pop_front() {
+    /// Tool calls worker `generation` is running for the client.
+    fn calls_on(&self, generation: u64) -> usize {
+        self.in_flight
+            .values()
+            .filter(|f| f.generation == generation && f.tool.is_some())
+            .count()
+    }
+
+    /// Sends held messages on to the active worker, at most [`CONCURRENT_TOOL_CALLS`] tool calls
+    /// in flight on it: the rest go as answers come back.
+    fn drain_queue(&mut self, outs: &mut Vec<Out>) {
+        let Some(active) = self.active() else { return };
+        let mut calls = self.calls_on(active);
+        while let Some(line) = self.queue.front() {
+            let is_call = ClientHead::parse(line).is_some_and(|h| h.tool().is_some());
+            if is_call && calls >= CONCURRENT_TOOL_CALLS {
+                break;
+            }
+            let Some(line) = self.queue.pop_front() else {
+                break;
+            };
             self.queued_bytes -= line.len();
-            Box::pin(self.client_message(line)).await;
+            calls += usize::from(is_call);
+            outs.extend(self.client_message(line, true));
         }
     }
 
     // === worker → client ===
 
-    async fn worker_event(&mut self, ev: Event) {
-        match ev {
-            Event::Line(g, line) => self.worker_line(g, line).await,
-            Event::Exited(g, how) => self.exited(g, &how).await,
-        }
-    }
-
-    async fn worker_line(&mut self, generation: u64, line: Vec<u8>) {
+    fn worker_line(&mut self, generation: u64, line: Vec<u8>) -> Vec<Out> {
+        let mut outs = Vec::new();
         let head = WorkerHead::parse(&line);
         let starting = matches!(
             self.workers.get(&generation).map(|s| &s.role),
@@ -580,22 +737,22 @@ impl Supervisor {
         if head.has_method {
             // The worker's notifications (progress, logging); a starting worker has no client.
             if !starting {
-                self.answer(line);
+                outs.push(Out::Client(line));
             }
-            return;
+            return outs;
         }
         let Some(id) = head.id else {
-            self.answer(line);
-            return;
+            outs.push(Out::Client(line));
+            return outs;
         };
         if let Some(own) = id.as_str().filter(|s| s.starts_with(OWN_ID)) {
             let own = own.to_owned();
-            self.own_answer(generation, &own, &line).await;
-            return;
+            self.own_answer(generation, &own, &line, &mut outs);
+            return outs;
         }
         let Some(f) = self.in_flight.remove(&IdKey::of(&id)) else {
-            self.answer(line);
-            return;
+            outs.push(Out::Client(line));
+            return outs;
         };
         let mut line = line;
         if f.method == "initialize" {
@@ -604,9 +761,9 @@ impl Supervisor {
                 line = l;
             }
         } else if f.tool.as_deref() == Some("server_info") {
-            let status = self.status_value();
-            let text = self.status_text();
-            if let Some(l) = message::with_supervisor(&line, &status, &text) {
+            if let Some(l) =
+                message::with_supervisor(&line, &self.status_value(), &self.status_text())
+            {
                 line = l;
             }
         } else if f.tool.as_deref().is_some_and(|t| HANDLE_TOOLS.contains(&t))
@@ -614,7 +771,11 @@ impl Supervisor {
         {
             self.remember_handle(h, f.generation);
         }
-        self.answer(line);
+        outs.push(Out::Client(line));
+        if !self.queue.is_empty() {
+            self.drain_queue(&mut outs);
+        }
+        outs
     }
 
     fn remember_handle(&mut self, handle: String, generation: u64) {
@@ -629,7 +790,7 @@ impl Supervisor {
     }
 
     /// An answer to one of the supervisor's own requests.
-    async fn own_answer(&mut self, generation: u64, id: &str, line: &[u8]) {
+    fn own_answer(&mut self, generation: u64, id: &str, line: &[u8], outs: &mut Vec<Out>) {
         let v: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
         if self.catalog_probe.as_deref() == Some(id) {
             self.catalog_probe = None;
@@ -662,11 +823,11 @@ impl Supervisor {
         };
         match next {
             Next::Nothing => {}
-            Next::Failed(why) => self.start_failed(generation, &why),
+            Next::Failed(why) => outs.extend(self.start_failed(generation, &why)),
             Next::Initialized => {
                 if self.client_initialized {
                     let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-                    self.send_to(generation, note.to_vec()).await;
+                    outs.extend(self.to_worker(generation, note.to_vec(), None));
                 }
                 let list = self.own_id();
                 let req = tools_list_request(&list, self.handshake);
@@ -677,11 +838,11 @@ impl Supervisor {
                 {
                     start.step = Step::Listing(list);
                 }
-                self.send_to(generation, req).await;
+                outs.extend(self.to_worker(generation, req, None));
             }
             Next::Listed => {
                 let tools = v.pointer("/result/tools").cloned();
-                self.activate(generation, tools).await;
+                self.activate(generation, tools, outs);
             }
             Next::Poll => {
                 // A retired worker's activity: it stops once it has no work.
@@ -695,7 +856,7 @@ impl Supervisor {
                 let busy_here = self.in_flight.values().any(|f| f.generation == generation);
                 if idle
                     && !busy_here
-                    && let Some(s) = self.workers.get_mut(&generation)
+                    && let Some(s) = self.workers.get(&generation)
                 {
                     tracing::info!(
                         generation,
@@ -708,7 +869,7 @@ impl Supervisor {
     }
 
     /// Makes the started worker `generation` the active one.
-    async fn activate(&mut self, generation: u64, tools: Option<Value>) {
+    fn activate(&mut self, generation: u64, tools: Option<Value>, outs: &mut Vec<Out>) {
         let Some(slot) = self.workers.get_mut(&generation) else {
             return;
         };
@@ -719,6 +880,9 @@ impl Supervisor {
         let version = slot.worker.version.clone();
         let pid = slot.worker.pid;
         let previous = self.active();
+        let from = previous
+            .and_then(|g| self.workers.get(&g))
+            .map(|s| s.worker.version.clone());
         if let Some(old) = previous
             && let Some(s) = self.workers.get_mut(&old)
         {
@@ -727,9 +891,6 @@ impl Supervisor {
                 last_poll: Instant::now(),
             };
         }
-        let from = previous
-            .and_then(|g| self.workers.get(&g))
-            .map(|s| s.worker.version.clone());
         self.service = Service::Serving(generation);
         self.active_since = Instant::now();
         match start.purpose {
@@ -765,16 +926,17 @@ impl Supervisor {
             self.catalog = tools;
         }
         if changed && self.handshake && self.client_initialized {
-            self.answer(message::list_changed());
+            outs.push(Out::Client(message::list_changed()));
         }
-        self.flush_queue().await;
+        self.drain_queue(outs);
     }
 
     /// A worker exited: answers its requests in flight, and restarts it when it was the active
     /// one.
-    async fn exited(&mut self, generation: u64, how: &str) {
+    fn exited(&mut self, generation: u64, how: &str) -> Vec<Out> {
+        let mut outs = Vec::new();
         let Some(slot) = self.workers.remove(&generation) else {
-            return;
+            return outs;
         };
         let lost: Vec<IdKey> = self
             .in_flight
@@ -784,8 +946,11 @@ impl Supervisor {
             .collect();
         for k in lost {
             if let Some(f) = self.in_flight.remove(&k) {
-                self.answer(message::outcome_unknown(&f.id, how));
+                outs.push(Out::Client(message::outcome_unknown(&f.id, how)));
             }
+        }
+        if self.stopping {
+            return outs;
         }
         match slot.role {
             Role::Retired { .. } => {
@@ -798,7 +963,7 @@ impl Supervisor {
             }
             Role::Starting(start) => {
                 let why = format!("it exited ({how}) before it was ready");
-                self.after_start_failure(start.purpose, start.file, &why);
+                self.after_start_failure(start.purpose, start.file, &why, &mut outs);
             }
             Role::Active => {
                 tracing::warn!(
@@ -812,12 +977,13 @@ impl Supervisor {
                     self.recovery.attempts = 0;
                 }
                 self.service = Service::Waiting;
-                self.schedule_recovery();
+                self.schedule_recovery(&mut outs);
             }
         }
+        outs
     }
 
-    fn schedule_recovery(&mut self) {
+    fn schedule_recovery(&mut self, outs: &mut Vec<Out>) {
         if self.recovery.attempts >= WORKER_RESTARTS_MAX {
             let reason = format!(
                 "{WORKER_RESTARTS_MAX} restarts failed; last: {}",
@@ -829,10 +995,10 @@ impl Supervisor {
                 if let Some(id) =
                     ClientHead::parse(&line).and_then(|h| h.is_request().then_some(h.id).flatten())
                 {
-                    self.answer(message::not_sent(
+                    outs.push(Out::Client(message::not_sent(
                         &id,
                         &format!("the server worker could not be restarted ({reason})"),
-                    ));
+                    )));
                 }
             }
             self.queued_bytes = 0;
@@ -846,16 +1012,24 @@ impl Supervisor {
 
     /// A starting worker that is still running failed a step: stop it and go on as
     /// [`Self::after_start_failure`] says.
-    fn start_failed(&mut self, generation: u64, why: &str) {
-        if let Some(mut slot) = self.workers.remove(&generation) {
+    fn start_failed(&mut self, generation: u64, why: &str) -> Vec<Out> {
+        let mut outs = Vec::new();
+        if let Some(slot) = self.workers.remove(&generation) {
             slot.worker.kill();
             if let Role::Starting(start) = slot.role {
-                self.after_start_failure(start.purpose, start.file, why);
+                self.after_start_failure(start.purpose, start.file, why, &mut outs);
             }
         }
+        outs
     }
 
-    fn after_start_failure(&mut self, purpose: Purpose, file: Option<FileId>, why: &str) {
+    fn after_start_failure(
+        &mut self,
+        purpose: Purpose,
+        file: Option<FileId>,
+        why: &str,
+        outs: &mut Vec<Out>,
+    ) {
         let line = format!("{}: a new worker failed: {why}", now_utc());
         match purpose {
             Purpose::Upgrade => {
@@ -867,7 +1041,7 @@ impl Supervisor {
                 tracing::warn!("restart failed: {why}");
                 self.last_failure = Some(line);
                 self.recovery.attempts += 1;
-                self.schedule_recovery();
+                self.schedule_recovery(outs);
             }
         }
     }
@@ -875,12 +1049,19 @@ impl Supervisor {
     /// Starts a worker that replaces the active one (`Upgrade`) or the one that exited
     /// (`Recovery`), and sends it the client's `initialize` (or, for a client that never sent
     /// one, its `tools/list`).
-    async fn start_candidate(&mut self, purpose: Purpose, version: String, file: Option<FileId>) {
+    fn start_candidate(
+        &mut self,
+        purpose: Purpose,
+        version: String,
+        file: Option<FileId>,
+    ) -> Vec<Out> {
+        let mut outs = Vec::new();
         let generation = match self.spawn(version) {
             Ok(g) => g,
             Err(e) => {
-                self.after_start_failure(purpose, file, &format!("it could not be started: {e}"));
-                return;
+                let why = format!("it could not be started: {e}");
+                self.after_start_failure(purpose, file, &why, &mut outs);
+                return outs;
             }
         };
         let id = self.own_id();
@@ -900,14 +1081,15 @@ impl Supervisor {
                 deadline: Instant::now() + WORKER_START_TIMEOUT,
                 file,
             });
-            slot.worker.send(req).await;
         }
+        outs.extend(self.to_worker(generation, req, None));
+        outs
     }
 
     /// Asks the active worker for its tool list once the client's handshake is done (its
     /// `initialize` answered, then its `notifications/initialized`), so an upgrade can tell
     /// whether the list changed. A client of the 2026-07-28 era gets no list notifications.
-    async fn record_catalog(&mut self) {
+    fn record_catalog(&mut self, outs: &mut Vec<Out>) {
         let Some(g) = self.active() else { return };
         if self.catalog.is_some() || self.catalog_probe.is_some() {
             return;
@@ -915,14 +1097,14 @@ impl Supervisor {
         let id = self.own_id();
         let req = tools_list_request(&id, self.handshake);
         self.catalog_probe = Some(id);
-        self.send_to(g, req).await;
+        outs.extend(self.to_worker(g, req, None));
     }
 
     // === reloads and timers ===
 
     /// Reloads on request: a new worker from the binary now at the path, or, after the
     /// restarts ran out, a fresh start of them.
-    fn reload(&mut self, why: &'static str) {
+    fn reload(&mut self, why: &'static str) -> Vec<Out> {
         tracing::info!("reload requested ({why})");
         if matches!(self.service, Service::Failed(_)) {
             self.recovery = Recovery {
@@ -930,55 +1112,42 @@ impl Supervisor {
                 next_at: Some(Instant::now()),
             };
             self.service = Service::Waiting;
-            return;
+            return Vec::new();
         }
         self.rejected_file = None;
-        self.spawn_probe(Purpose::Upgrade, why);
+        self.probe(Purpose::Upgrade, why)
     }
 
-    /// Runs `BINARY --version` off the loop; [`Self::probed`] goes on with a candidate for
-    /// `purpose`.
-    fn spawn_probe(&mut self, purpose: Purpose, why: &'static str) {
+    /// A `--version` probe off the routing threads; [`Self::probed`] goes on with a candidate.
+    fn probe(&mut self, purpose: Purpose, why: &'static str) -> Vec<Out> {
         if self.probing || self.starting() {
-            return;
+            return Vec::new();
         }
         self.probing = true;
-        let binary = self.config.binary.clone();
-        let tx = self.probes.clone();
-        tokio::spawn(async move {
-            let file = FileId::of(&binary);
-            let result = binary::probe_version(&binary).await;
-            let _ = tx
-                .send(Probe {
-                    file,
-                    result,
-                    purpose,
-                    why,
-                })
-                .await;
-        });
+        vec![Out::Probe(purpose, why)]
     }
 
-    async fn probed(&mut self, p: Probe) {
+    fn probed(&mut self, p: Probe) -> Vec<Out> {
         self.probing = false;
         match (p.purpose, p.result) {
             (Purpose::Upgrade, Ok(version)) if self.active().is_some() => {
                 tracing::info!(version, "starting a new worker ({})", p.why);
                 self.start_candidate(Purpose::Upgrade, version, p.file)
-                    .await;
             }
-            (Purpose::Upgrade, Ok(_)) => {}
+            (Purpose::Upgrade, Ok(_)) => Vec::new(),
             (Purpose::Upgrade, Err(why)) => {
                 tracing::warn!("not reloading ({}): {why}", p.why);
                 self.rejected_file = p.file;
                 self.last_failure = Some(format!("{}: {why}", now_utc()));
+                Vec::new()
             }
             (Purpose::Recovery, Ok(version)) => {
                 self.start_candidate(Purpose::Recovery, version, p.file)
-                    .await;
             }
             (Purpose::Recovery, Err(why)) => {
-                self.after_start_failure(Purpose::Recovery, p.file, &why);
+                let mut outs = Vec::new();
+                self.after_start_failure(Purpose::Recovery, p.file, &why, &mut outs);
+                outs
             }
         }
     }
@@ -989,7 +1158,8 @@ impl Supervisor {
             .any(|s| matches!(s.role, Role::Starting(_)))
     }
 
-    async fn on_tick(&mut self) {
+    fn on_tick(&mut self) -> Vec<Out> {
+        let mut outs = Vec::new();
         let now = Instant::now();
         // Starts that take too long.
         let late: Vec<u64> = self
@@ -999,13 +1169,11 @@ impl Supervisor {
             .map(|(g, _)| *g)
             .collect();
         for g in late {
-            self.start_failed(
-                g,
-                &format!(
-                    "it did not answer within {} s",
-                    WORKER_START_TIMEOUT.as_secs()
-                ),
+            let why = format!(
+                "it did not answer within {} s",
+                WORKER_START_TIMEOUT.as_secs()
             );
+            outs.extend(self.start_failed(g, &why));
         }
         // A restart that is due.
         if let Some(at) = self.recovery.next_at
@@ -1014,7 +1182,7 @@ impl Supervisor {
             && !self.starting()
         {
             self.recovery.next_at = None;
-            self.spawn_probe(Purpose::Recovery, "restart");
+            outs.extend(self.probe(Purpose::Recovery, "restart"));
         }
         // The binary changed.
         if now.duration_since(self.last_check) >= UPGRADE_CHECK_INTERVAL {
@@ -1030,7 +1198,7 @@ impl Supervisor {
                 && file != self.rejected_file
                 && !self.starting()
             {
-                self.spawn_probe(Purpose::Upgrade, "the binary changed");
+                outs.extend(self.probe(Purpose::Upgrade, "the binary changed"));
             }
         }
         // Replaced workers: ask whether they still have work; stop them after the grace.
@@ -1048,7 +1216,7 @@ impl Supervisor {
                     generation = g,
                     "the replaced worker's grace ended; stopping it"
                 );
-                if let Some(s) = self.workers.get_mut(&g) {
+                if let Some(s) = self.workers.get(&g) {
                     s.worker.kill();
                 }
                 continue;
@@ -1062,10 +1230,11 @@ impl Supervisor {
                         since,
                         last_poll: Instant::now(),
                     };
-                    s.worker.send(req.to_string().into_bytes()).await;
                 }
+                outs.extend(self.to_worker(g, req.to_string().into_bytes(), None));
             }
         }
+        outs
     }
 
     // === status ===
@@ -1131,51 +1300,7 @@ impl Supervisor {
         }
         t
     }
-
-    // === shutdown ===
-
-    /// Closes every worker's input, forwards what they still write for up to
-    /// [`super::STDOUT_DRAIN_WAIT`], then kills what is left.
-    async fn shutdown(&mut self, events: &mut mpsc::Receiver<Event>) {
-        for s in self.workers.values_mut() {
-            s.worker.close_input();
-        }
-        let deadline = tokio::time::Instant::now() + super::STDOUT_DRAIN_WAIT;
-        while !self.workers.is_empty() {
-            match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(Some(Event::Line(g, line))) => {
-                    let head = WorkerHead::parse(&line);
-                    let own = head
-                        .id
-                        .as_ref()
-                        .and_then(Value::as_str)
-                        .is_some_and(|s| s.starts_with(OWN_ID));
-                    if !own
-                        && !matches!(
-                            self.workers.get(&g).map(|s| &s.role),
-                            Some(Role::Starting(_))
-                        )
-                    {
-                        self.answer(line);
-                    }
-                }
-                Ok(Some(Event::Exited(g, _))) => {
-                    self.workers.remove(&g);
-                }
-                Ok(None) | Err(_) => break,
-            }
-        }
-        for s in self.workers.values_mut() {
-            s.worker.kill();
-        }
-        self.out.finish().await;
-    }
 }
-
-/// A worker that held handles ended after an upgrade replaced it ([`ended_handle`]).
-const ENDED_BY_UPGRADE: &str = "upgrade";
-/// A worker that held handles exited unexpectedly ([`ended_handle`]).
-const ENDED_BY_EXIT: &str = "exit";
 
 /// The answer to a request for `handle`, held by a worker that ended (`how`: one of
 /// [`ENDED_BY_UPGRADE`], [`ENDED_BY_EXIT`]).
