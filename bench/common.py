@@ -173,13 +173,110 @@ class Session:
             self.p.wait()
 
 
+def smaps_rollup(pid):
+    """The kB fields of /proc/PID/smaps_rollup (Rss, Pss, Pss_Anon, Pss_File, ...)."""
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if v.strip().endswith("kB"):
+                out[k] = int(v.split()[0])
+    return out
+
+
+def _exe(pid):
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def _cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().split(b"\0")
+
+
+def server_processes(pid):
+    """The processes of the server started as `pid`: pid itself, then its descendants that run
+    the same executable as the server's own processes do: the worker of a supervised
+    `machine-mcp stdio` (`stdio --worker`) and the `internal-watchdog` (started before the first
+    process a call runs). Not the processes that calls start (process sessions, `run_process`),
+    nor anything below them. Returns [(pid, role)], role "supervisor" (pid, when it has a
+    worker), "server" (pid, otherwise), "worker" or "watchdog"."""
+    exe = _exe(pid)
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            try:
+                argv = _cmdline(c)
+            except OSError:
+                continue
+            if _exe(c) != exe:
+                continue
+            if b"internal-watchdog" in argv:
+                out.append((c, "watchdog"))
+            elif b"stdio" in argv and b"--worker" in argv:
+                out.append((c, "worker"))
+                todo.append(c)
+    role = "supervisor" if any(r == "worker" for _, r in out) else "server"
+    return [(pid, role)] + sorted(out, key=lambda x: (x[1] != "worker", x[0]))
+
+
+def same_exe_elsewhere(pid, pids):
+    """How many live processes outside `pids` run the executable of `pid`: they share its file
+    pages, so the PSS of `pids` is lower than it would be on their own."""
+    exe = _exe(pid)
+    n = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) not in pids and _exe(int(d)) == exe:
+            n += 1
+    return n
+
+
 def snapshot(pid):
+    """Memory of the server started as `pid`. `rss`, `hwm` and `threads` are of pid alone (the
+    fields every section used before the stdio supervisor, issue 20); `procs` lists every
+    process of the server (see `server_processes`) with its VmRSS, VmHWM, threads and PSS; `pss`
+    is their PSS summed (from smaps_rollup: each page divided by the number of processes that map
+    it, so the one binary's pages shared by supervisor, worker and watchdog count once: the
+    server's real cost), `rss_sum` their VmRSS summed (which counts shared pages once per
+    process), and `shared_with` the number of other processes running the same executable (they
+    take a share of its pages, which lowers `pss`)."""
     st = proc_status(pid)
-    return {
+    out = {
         "rss": kib_field(st, "VmRSS"),
         "hwm": kib_field(st, "VmHWM"),
         "threads": int(st["Threads"]),
     }
+    procs = []
+    for p, role in server_processes(pid):
+        try:
+            ps = proc_status(p) if p != pid else st
+            procs.append({"pid": p, "role": role, "rss": kib_field(ps, "VmRSS"), "hwm": kib_field(ps, "VmHWM"),
+                          "threads": int(ps["Threads"]), "pss": smaps_rollup(p)["Pss"]})
+        except (OSError, KeyError):
+            continue  # gone meanwhile
+    out["procs"] = procs
+    out["pss"] = sum(x["pss"] for x in procs)
+    out["rss_sum"] = sum(x["rss"] for x in procs)
+    out["shared_with"] = same_exe_elsewhere(pid, {x["pid"] for x in procs})
+    return out
+
+
+def describe_procs(snap, key="rss"):
+    """`supervisor 13.7 + worker 18.3 MiB` (VmRSS of each process of a snapshot)."""
+    return " + ".join(f"{x['role']} {x[key] / 1024:.1f}" for x in snap["procs"]) + " MiB"
 
 
 def descendants(pid):

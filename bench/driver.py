@@ -7,13 +7,16 @@ the table reads as ratios; nothing here asserts an absolute time.
 
 Measures:
   1. process start -> `initialize` response (ms, p50/p99), reference: the same client spawning
-     `head -n 1` (a process that echoes the request line back): the spawn + pipe floor.
+     `head -n 1` (a process that echoes the request line back): the spawn + pipe floor; and
+     `machine-mcp stdio --no-supervisor` (the server without its supervisor, issue 20).
   2. read_file round trip for a 4 KiB and a 1 MiB file on one warm session (p50/p99),
-     references: `ping` on the same session (JSON-RPC floor) and
+     references: `ping` on the same session (JSON-RPC floor),
      `sed -u 'r FILE'` answering each request line with a line as long as the read_file response
-     (the client's and the pipe's cost of moving that many bytes).
+     (the client's and the pipe's cost of moving that many bytes), and the same calls on a
+     `--no-supervisor` session.
   3. search_text vs `rg` over a large tree, same query, alternating, median (ratio ours/rg).
-  4. resident memory (VmRSS) of the server when idle and after calls.
+  4. memory of the server when idle and after calls: PSS of its processes (supervisor and
+     worker) summed, VmRSS of each; the same calls on a `--no-supervisor` server.
   5. processes (bench/processes.py): run_process ["true"] round trip; process-session output
      throughput over a 100 MB stream, ours vs @wonderwhy-er/desktop-commander vs a plain pipe.
   6. relay (bench/relay.py): a trivial tool call direct over stdio, through our relay,
@@ -64,16 +67,17 @@ from common import (
     PROTOCOL,
     Session,
     cell,
+    describe_procs,
     fmt_ms,
     init_request,
     kib_field,
     log,
     ms,
     pct,
-    proc_cpu_seconds,
     proc_status,
     snapshot,
     status,
+    tree_cpu_seconds,
 )
 
 SECTIONS = ("startup", "read_file", "search", "memory", "processes", "relay", "relay-eras", "jobs", "supervisor",
@@ -140,19 +144,24 @@ def time_first_line(argv, line):
 
 
 def bench_startup(binary, workspace, runs):
+    """Spawn -> `initialize` answer of `machine-mcp stdio` (the supervisor, which starts its worker
+    and has it answer), interleaved with the spawn floor and with `--no-supervisor`."""
     line = json.dumps(init_request(), separators=(",", ":")).encode() + b"\n"
-    ours, floor = [], []
+    argv = [binary, "stdio", "--workspace", workspace]
+    ours, floor, inproc = [], [], []
     for _ in range(3):  # warm the binary into the page cache
-        time_first_line([binary, "stdio", "--workspace", workspace], line)
+        time_first_line(argv, line)
+        time_first_line(argv + ["--no-supervisor"], line)
     for _ in range(runs):
-        ns, out = time_first_line([binary, "stdio", "--workspace", workspace], line)
-        resp = json.loads(out)
-        assert resp.get("result", {}).get("protocolVersion") == PROTOCOL, out[:300]
-        ours.append(ns)
+        for cmd, into in ((argv, ours), (argv + ["--no-supervisor"], inproc)):
+            ns, out = time_first_line(cmd, line)
+            resp = json.loads(out)
+            assert resp.get("result", {}).get("protocolVersion") == PROTOCOL, out[:300]
+            into.append(ns)
         ns, out = time_first_line(["head", "-n", "1"], line)
         assert out == line
         floor.append(ns)
-    return ours, floor
+    return ours, floor, inproc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,13 +183,19 @@ def bench_read_file(binary, workspace, iters_small, iters_big):
         with open(os.path.join(workspace, name), "wb") as f:
             f.write(make_text(size))
     s = Session(binary, workspace)
+    # The same server without its supervisor (issue 20), open at the same time, called in turn.
+    r = Session(argv=[binary, "stdio", "--workspace", workspace, "--no-supervisor"])
     results = {}
     try:
         # JSON-RPC floor on the same session.
         for _ in range(50):
             s.raw_request("ping")
-        ping = [s.raw_request("ping")[0] for _ in range(iters_small)]
-        results["ping"] = {"ours": ping, "resp_bytes": None}
+            r.raw_request("ping")
+        ping, ping_ref = [], []
+        for _ in range(iters_small):
+            ping.append(s.raw_request("ping")[0])
+            ping_ref.append(r.raw_request("ping")[0])
+        results["ping"] = {"ours": ping, "inproc": ping_ref, "resp_bytes": None}
         for label, (name, size, iters) in files.items():
             # The 1 MiB read asks for it (the default result stops at 42,999 bytes, issue 14).
             args = {"path": name} if size <= 42_999 else {"path": name, "max_bytes": size}
@@ -193,16 +208,20 @@ def bench_read_file(binary, workspace, iters_small, iters_big):
             try:
                 for _ in range(max(10, iters // 10)):
                     s.call("read_file", args)
+                    r.call("read_file", args)
                     ref.round_trip()
-                ours, floor = [], []
+                ours, floor, inproc = [], [], []
+                call = {"name": "read_file", "arguments": args}
                 for _ in range(iters):
-                    ours.append(s.raw_request("tools/call", {"name": "read_file", "arguments": args})[0])
+                    ours.append(s.raw_request("tools/call", call)[0])
                     floor.append(ref.round_trip())
+                    inproc.append(r.raw_request("tools/call", call)[0])
             finally:
                 ref.close()
-            results[label] = {"ours": ours, "floor": floor, "resp_bytes": nbytes}
+            results[label] = {"ours": ours, "floor": floor, "inproc": inproc, "resp_bytes": nbytes}
     finally:
         s.close()
+        r.close()
     return results
 
 
@@ -280,9 +299,10 @@ def bench_search(binary, rg, tree, queries, runs, max_matches):
                 )
             ours, ours_cpu, ref, ref_cpu, ref_rss, ref_sorted = [], [], [], [], [], []
             for _ in range(runs):
-                c0 = proc_cpu_seconds(s.pid)
+                # The server's processes: the supervisor and the worker that searches.
+                c0 = tree_cpu_seconds(s.pid)
                 ns, resp, nbytes = s.call("search_text", args)
-                ours_cpu.append(proc_cpu_seconds(s.pid) - c0)
+                ours_cpu.append(tree_cpu_seconds(s.pid) - c0)
                 ours.append(ns)
                 ns, n, cpu, rss = run_rg(rg_argv(rg, q), tree)
                 ref.append(ns)
@@ -322,36 +342,46 @@ def bench_search(binary, rg, tree, queries, runs, max_matches):
 
 
 
+MEMORY_MODES = (("sup", []), ("inproc", ["--no-supervisor"]))
+
+
 def bench_memory(binary, small_ws, tree, search_q, settle):
-    out = []
-    s = Session(binary, small_ws)
-    try:
-        s.request("tools/list")
-        time.sleep(settle)
-        out.append(("idle after initialize + tools/list", snapshot(s.pid)))
-        for _ in range(100):
-            s.call("read_file", {"path": "small.rs"})
-        for _ in range(10):
-            s.call("read_file", {"path": "big.rs", "max_bytes": 1024 * 1024})
-        for _ in range(20):
-            s.call("search_text", {"pattern": "compute", "literal": True})
-        time.sleep(settle)
-        out.append(("idle after 100 x read_file 4 KiB, 10 x 1 MiB, 20 x search_text (small dir)", snapshot(s.pid)))
-    finally:
-        s.close()
-    s = Session(binary, tree)
-    try:
-        s.request("tools/list")
-        time.sleep(settle)
-        before = snapshot(s.pid)
-        for _ in range(3):
-            s.call("search_text", search_args(search_q, 5000))
-        time.sleep(settle)
-        out.append((f"idle after 3 x search_text over the large tree", snapshot(s.pid)))
-        del before
-    finally:
-        s.close()
-    return out
+    """[(state, {"sup": snapshot, "inproc": snapshot})]: `machine-mcp stdio` (supervisor + worker)
+    and `--no-supervisor`, the same calls, one session at a time (two sessions of one binary open
+    at once would split its pages between them in PSS)."""
+    small = "idle after 100 x read_file 4 KiB, 10 x 1 MiB, 20 x search_text (small dir)"
+    for name, size in (("small.rs", 4 * 1024), ("big.rs", 1024 * 1024)):  # section 2's files, for --only memory
+        if not os.path.exists(os.path.join(small_ws, name)):
+            with open(os.path.join(small_ws, name), "wb") as f:
+                f.write(make_text(size))
+    out = {}
+    for mode, extra in MEMORY_MODES:
+        s = Session(argv=[binary, "stdio", "--workspace", small_ws] + extra)
+        try:
+            s.request("tools/list")
+            time.sleep(settle)
+            out.setdefault("idle after initialize + tools/list", {})[mode] = snapshot(s.pid)
+            for _ in range(100):
+                s.call("read_file", {"path": "small.rs"})
+            for _ in range(10):
+                s.call("read_file", {"path": "big.rs", "max_bytes": 1024 * 1024})
+            for _ in range(20):
+                s.call("search_text", {"pattern": "compute", "literal": True})
+            time.sleep(settle)
+            out.setdefault(small, {})[mode] = snapshot(s.pid)
+        finally:
+            s.close()
+    for mode, extra in MEMORY_MODES:
+        s = Session(argv=[binary, "stdio", "--workspace", tree] + extra)
+        try:
+            s.request("tools/list")
+            for _ in range(3):
+                s.call("search_text", search_args(search_q, 5000))
+            time.sleep(settle)
+            out.setdefault("idle after 3 x search_text over the large tree", {})[mode] = snapshot(s.pid)
+        finally:
+            s.close()
+    return list(out.items())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,29 +622,44 @@ def main():
     L.append("| # | measure | ours | reference (same run) | ratio | target | status |")
     L.append("|---|---|---|---|---|---|---|")
     if "startup" in res:
-        st_ours, st_floor = res["startup"]
+        st_ours, st_floor, st_inproc = res["startup"]
         o50, o99 = ms(pct(st_ours, 50)), ms(pct(st_ours, 99))
         f50, f99 = ms(pct(st_floor, 50)), ms(pct(st_floor, 99))
+        i50, i99 = ms(pct(st_inproc, 50)), ms(pct(st_inproc, 99))
         L.append(
-            f"| 1 | start → `initialize` response, p50 / p99 ({len(st_ours)} runs) | {fmt_ms(o50)} / {fmt_ms(o99)} ms "
+            f"| 1 | start → `initialize` response, p50 / p99 ({len(st_ours)} runs; the supervisor starts its worker, "
+            f"which answers) | {fmt_ms(o50)} / {fmt_ms(o99)} ms "
             f"| spawn floor (`head -n 1` echo): {fmt_ms(f50)} / {fmt_ms(f99)} ms | {o50 / f50:.2f}x / {o99 / f99:.2f}x "
             f"| p50 < 50 ms | {status(o50 < 50)} |"
         )
+        L.append(
+            f"| 1 | start → `initialize` response, `--no-supervisor` (one process), p50 / p99 ({len(st_inproc)} runs, "
+            f"interleaved with the row above) | {fmt_ms(i50)} / {fmt_ms(i99)} ms "
+            f"| spawn floor (same runs): {fmt_ms(f50)} / {fmt_ms(f99)} ms | {i50 / f50:.2f}x / {i99 / f99:.2f}x; "
+            f"the supervisor adds {o50 - i50:+.2f} ms p50 | p50 < 50 ms | {status(i50 < 50)} |"
+        )
     if "read_file" in res:
         rf = res["read_file"]
-        ping = rf["ping"]["ours"]
+        ping, ping_in = rf["ping"]["ours"], rf["ping"]["inproc"]
         for label in ("4 KiB", "1 MiB"):
             r = rf[label]
             a50, a99 = ms(pct(r["ours"], 50)), ms(pct(r["ours"], 99))
             e50, e99 = ms(pct(r["floor"], 50)), ms(pct(r["floor"], 99))
+            i50, i99 = ms(pct(r["inproc"], 50)), ms(pct(r["inproc"], 99))
             L.append(
                 f"| 2 | `read_file` {label} round trip, p50 / p99 ({len(r['ours'])} calls) | {fmt_ms(a50)} / {fmt_ms(a99)} ms "
                 f"| `sed -u 'r FILE'` answering with a line as long as our response ({r['resp_bytes'] / 1024:.0f} KiB): {fmt_ms(e50)} / {fmt_ms(e99)} ms "
                 f"| {a50 / e50:.1f}x / {a99 / e99:.1f}x | — | (reported) |"
             )
+            L.append(
+                f"| 2 | `read_file` {label} round trip, `--no-supervisor` (same calls, interleaved) | {fmt_ms(i50)} / {fmt_ms(i99)} ms "
+                f"| the same `sed` floor | {i50 / e50:.1f}x / {i99 / e99:.1f}x; the supervisor adds {a50 - i50:+.3f} ms p50 "
+                f"| — | (reference) |"
+            )
         L.append(
             f"| 2 | `ping` round trip, p50 / p99 ({len(ping)} calls) | {fmt_ms(ms(pct(ping, 50)))} / {fmt_ms(ms(pct(ping, 99)))} ms "
-            f"| — | — | — | (JSON-RPC floor) |"
+            f"| `--no-supervisor`, interleaved: {fmt_ms(ms(pct(ping_in, 50)))} / {fmt_ms(ms(pct(ping_in, 99)))} ms "
+            f"| the supervisor adds {ms(pct(ping, 50)) - ms(pct(ping_in, 50)):+.3f} ms p50 | — | (JSON-RPC floor) |"
         )
     if "search" in res:
         sr = res["search"]
@@ -631,9 +676,18 @@ def main():
             )
     if "memory" in res:
         mem = res["memory"]
-        for label, snap in mem:
+        for label, by in mem:
+            sup, inp = by["sup"], by["inproc"]
             L.append(
-                f"| 4 | VmRSS, {label} | {snap['rss'] / 1024:.1f} MiB | — | — | < 20 MiB | {status(snap['rss'] < 20 * 1024)} |"
+                f"| 4 | memory, {label}: `machine-mcp stdio`, PSS of its {len(sup['procs'])} processes summed "
+                f"(VmRSS of each beside it) | **{sup['pss'] / 1024:.1f} MiB** ({describe_procs(sup)}) "
+                f"| `--no-supervisor`, same calls: PSS {inp['pss'] / 1024:.1f} MiB (row below) "
+                f"| {sup['pss'] / inp['pss']:.2f}x | < 20 MiB | {status(sup['pss'] < 20 * 1024)} |"
+            )
+            L.append(
+                f"| 4 | memory, {label}: `--no-supervisor`, PSS of its {len(inp['procs'])} process"
+                f"{'es' if len(inp['procs']) > 1 else ''} (VmRSS beside it) | {inp['pss'] / 1024:.1f} MiB "
+                f"({describe_procs(inp)}) | — | — | < 20 MiB | {status(inp['pss'] < 20 * 1024)} |"
             )
     details = []
     if "processes" in res:
@@ -679,7 +733,8 @@ def main():
             "rg: spawn → exit with its stdout read through a pipe (includes rg's own process start, a few ms). "
             "Runs alternate ours/rg after one warm-up each; the page cache was warmed before. Ratio = median "
             "over the rounds of ours/rg within each back-to-back pair (in the summary too). CPU = user+sys "
-            "of the whole process per search (ours from /proc/PID/stat deltas, rg from wait4); its ratio "
+            "per search (ours: the server's processes, supervisor and worker, from /proc/PID/stat deltas; "
+            "rg from wait4); its ratio "
             "depends little on load, while wall time favours rg on an idle machine (rg keeps both CPUs busy)."
         )
         L.append("")
@@ -712,10 +767,34 @@ def main():
         sr = res.get("search")
         L.append("## Memory details")
         L.append("")
-        L.append("| state | VmRSS | VmHWM (peak) | threads |")
-        L.append("|---|---|---|---|")
-        for label, snap in mem:
-            L.append(f"| {label} | {snap['rss'] / 1024:.1f} MiB | {snap['hwm'] / 1024:.1f} MiB | {snap['threads']} |")
+        L.append(
+            "Each state is measured on `machine-mcp stdio` (a supervisor and its worker, `stdio --worker`) and "
+            "then on `machine-mcp stdio --no-supervisor` (one process), the same calls, one session at a time, "
+            "3 s after the last call (the server trims its heap after 1 s idle). The server's processes are the "
+            "pid the driver started and its descendants running the same executable (worker, `internal-watchdog`), "
+            "not the processes calls start. PSS (from /proc/PID/smaps_rollup) divides each page by the number of "
+            "processes that map it, so the binary's pages shared by supervisor and worker count once in the sum: "
+            "the server's cost, compared with the target. VmRSS counts them in full in every process."
+        )
+        L.append("")
+        L.append("| state | server | process | PSS | VmRSS | VmHWM (peak) | threads |")
+        L.append("|---|---|---|---|---|---|---|")
+        for label, by in mem:
+            for mode, name in (("sup", "`machine-mcp stdio`"), ("inproc", "`--no-supervisor`")):
+                snap = by[mode]
+                for x in snap["procs"]:
+                    L.append(f"| {label} | {name} | {x['role']} | {x['pss'] / 1024:.1f} MiB | {x['rss'] / 1024:.1f} MiB "
+                             f"| {x['hwm'] / 1024:.1f} MiB | {x['threads']} |")
+                if len(snap["procs"]) > 1:
+                    L.append(f"| {label} | {name} | **sum** | **{snap['pss'] / 1024:.1f} MiB** "
+                             f"| {snap['rss_sum'] / 1024:.1f} MiB | — | — |")
+        L.append("")
+        shared = max(by[m]["shared_with"] for _, by in mem for m in ("sup", "inproc"))
+        if shared:
+            L.append(f"⚠️ Up to {shared} other processes ran the same executable during a sample (they take a share "
+                     "of its pages, so the PSS figures are a little low).")
+        else:
+            L.append("No other process ran the same executable during the samples (nothing else took a share of its pages).")
         L.append("")
         if sr:
             rg_rss = statistics.median(sr[0]["rg_rss"]) / 1024

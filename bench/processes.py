@@ -2,8 +2,9 @@
 
 5a. `run_process` with argv ["true"] on a warm `machine-mcp stdio` session: request written →
     response read, p50/p99. References in the same run, interleaved call by call: `ping` on the
-    same session (the JSON-RPC floor) and the driver spawning `true` itself (subprocess.Popen +
-    wait: the spawn floor of this machine).
+    same session (the JSON-RPC floor), the driver spawning `true` itself (subprocess.Popen +
+    wait: the spawn floor of this machine) and the same call on a `machine-mcp stdio
+    --no-supervisor` session (the server without its supervisor, issue 20).
 5b. A 100 MB stream (bench/producer.py: lines of 100 bytes) read through a process session:
     ours `start_process` + `read_process` (max_bytes 1 MiB, advancing stdout_offset, wait_ms so a
     read blocks until new data or exit), the peer @wonderwhy-er/desktop-commander
@@ -12,7 +13,8 @@
     read straight from a pipe. Same client (bench/streamer.rs, compiled: see its docs for what it
     reads of each response), same producer, same pacing. A diagnostic row reads ours with the
     earlier Python client of this driver, which spends more CPU per response line than our
-    server spends producing it (both CPU times are in the details).
+    server spends producing it (both CPU times are in the details). Ours also runs as
+    `--no-supervisor` (every response then crosses one pipe less), same client, same rotation.
 
 Pacing: our sessions keep only the newest 1 MiB per stream, so a producer that outruns the
 reader loses bytes (reported as dropped_bytes) and a "throughput" would count bytes that were
@@ -46,16 +48,19 @@ LINE_LEN = 100
 def bench_run_process(binary, workspace, iters):
     true = shutil.which("true") or "/bin/true"
     s = Session(binary, workspace)
+    r = Session(argv=[binary, "stdio", "--workspace", workspace, "--no-supervisor"])
     args = {"name": "run_process", "arguments": {"argv": ["true"]}}
     try:
-        _, resp, _ = s.call("run_process", {"argv": ["true"]})
-        sc = resp["result"]["structuredContent"]
-        assert sc["exit_code"] == 0, sc
+        for x in (s, r):
+            _, resp, _ = x.call("run_process", {"argv": ["true"]})
+            sc = resp["result"]["structuredContent"]
+            assert sc["exit_code"] == 0, sc
         for _ in range(max(20, iters // 10)):  # warm-up: the session, the allocator, the binary
             s.raw_request("tools/call", args)
             s.raw_request("ping")
             subprocess.Popen([true]).wait()
-        ours, ping, spawn = [], [], []
+            r.raw_request("tools/call", args)
+        ours, ping, spawn, inproc = [], [], [], []
         for _ in range(iters):
             ns, line = s.raw_request("tools/call", args)
             if b'"exit_code":0' not in line:
@@ -66,9 +71,14 @@ def bench_run_process(binary, workspace, iters):
             p = subprocess.Popen([true])
             p.wait()
             spawn.append(time.perf_counter_ns() - t0)
+            ns, line = r.raw_request("tools/call", args)
+            if b'"exit_code":0' not in line:
+                raise RuntimeError(f"run_process true (--no-supervisor): {line[:300]!r}")
+            inproc.append(ns)
     finally:
         s.close()
-    return {"ours": ours, "ping": ping, "spawn": spawn}
+        r.close()
+    return {"ours": ours, "ping": ping, "spawn": spawn, "inproc": inproc}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,9 +203,9 @@ DC_DEADLINE_S = 40
 
 
 def bench_stream(binary, workspace, producer, node, dc_js, streamer, total, rounds, unpaced_total):
-    """Alternates ours / peer / pipe / ours-with-the-Python-client for `rounds` rounds (paced),
-    then one unpaced run each of ours, peer and pipe."""
-    names = ("ours", "dc", "pipe", "ours_py")
+    """Alternates ours / peer / pipe / ours-with-the-Python-client / ours `--no-supervisor` for
+    `rounds` rounds (paced), then one unpaced run each of ours, peer and pipe."""
+    names = ("ours", "dc", "pipe", "ours_py", "ours_inproc")
     out = {"paced": {n: [] for n in names}, "unpaced": {}}
     py = sys.executable
 
@@ -203,6 +213,9 @@ def bench_stream(binary, workspace, producer, node, dc_js, streamer, total, roun
         prod = [py, producer, str(total)] + (credit.producer_args() if credit else [])
         if name == "ours":
             return streamer_run(streamer, "ours", prod, credit, [binary, "stdio", "--workspace", workspace])
+        if name == "ours_inproc":
+            return streamer_run(streamer, "ours", prod, credit,
+                                [binary, "stdio", "--workspace", workspace, "--no-supervisor"])
         if name == "dc":
             return streamer_run(streamer, "dc", prod, credit, [node, dc_js], env=dc_env(home), deadline_s=DC_DEADLINE_S)
         if name == "pipe":
@@ -259,11 +272,17 @@ def report(rp, st, dc_version):
     o50, o99 = ms(pct(rp["ours"], 50)), ms(pct(rp["ours"], 99))
     p50, p99 = ms(pct(rp["ping"], 50)), ms(pct(rp["ping"], 99))
     s50, s99 = ms(pct(rp["spawn"], 50)), ms(pct(rp["spawn"], 99))
+    i50, i99 = ms(pct(rp["inproc"], 50)), ms(pct(rp["inproc"], 99))
     rows.append(
         f"| 5 | `run_process` argv `[\"true\"]` round trip, p50 / p99 ({len(rp['ours'])} calls) "
         f"| {fmt_ms(o50)} / {fmt_ms(o99)} ms | driver spawning `true` itself: {fmt_ms(s50)} / {fmt_ms(s99)} ms; "
         f"`ping` on the same session: {fmt_ms(p50)} / {fmt_ms(p99)} ms | {o50 / s50:.2f}x / {o99 / s99:.2f}x (vs spawn) "
         f"| p50 < 5 ms | {status(o50 < 5)} |"
+    )
+    rows.append(
+        f"| 5 | `run_process` argv `[\"true\"]` round trip, `--no-supervisor` (same calls, interleaved) "
+        f"| {fmt_ms(i50)} / {fmt_ms(i99)} ms | the same spawn floor | {i50 / s50:.2f}x / {i99 / s99:.2f}x (vs spawn); "
+        f"the supervisor adds {o50 - i50:+.3f} ms p50 | p50 < 5 ms | {status(i50 < 5)} |"
     )
     paced = st["paced"]
     total = paced["ours"][0]["total"]
@@ -280,11 +299,16 @@ def report(rp, st, dc_version):
             f" ({unf} of {len(dc_runs)} rounds unfinished after {DC_DEADLINE_S} s: MB/s of what had arrived)" if unf else "")
     if paced["ours_py"]:
         ref += f"; ours read by the Python client: {statistics.median(mbps(r) for r in paced['ours_py']):.0f} MB/s"
+    im = None
+    if paced.get("ours_inproc"):
+        im = statistics.median(mbps(r) for r in paced["ours_inproc"])
+        ref += f"; ours `--no-supervisor`, same client: {im:.0f} MB/s"
     dropped = sum(r["dropped"] for r in paced["ours"])
     rows.append(
         f"| 5 | process session output, {total / 1e6:.0f} MB stream paced to ≤ 1 MiB ahead of the reader, "
         f"median of {len(ours_runs)} (dropped bytes: {dropped}) | {om:.0f} MB/s | {ref} "
         f"| {om / pm:.2f}x of the pipe" + (f"; {om / dc_m:.1f}x desktop-commander" if dc_m else "")
+        + (f"; {om / im:.2f}x `--no-supervisor`" if im else "")
         + f" | ≥ 200 MB/s | {status(om >= 200 and dropped == 0)} |"
     )
 
@@ -292,13 +316,15 @@ def report(rp, st, dc_version):
     det.append("")
     det.append(
         "`run_process` round trip: request written → response line read on one warm `machine-mcp stdio` "
-        "session (profile `full`); each call is followed by a `ping` on the same session and by the driver "
-        "spawning `true` itself (`subprocess.Popen([\"/usr/bin/true\"]).wait()`), so a burst of load hits all three."
+        "session (profile `full`); each call is followed by a `ping` on the same session, by the driver "
+        "spawning `true` itself (`subprocess.Popen([\"/usr/bin/true\"]).wait()`) and by the same call on a "
+        "`machine-mcp stdio --no-supervisor` session open at the same time, so a burst of load hits all four."
     )
     det.append("")
     det.append("| measure | p50 | p90 | p99 | max |")
     det.append("|---|---|---|---|---|")
-    for label, xs in (("`run_process` [\"true\"]", rp["ours"]), ("driver spawns `true`", rp["spawn"]), ("`ping`", rp["ping"])):
+    for label, xs in (("`run_process` [\"true\"]", rp["ours"]), ("driver spawns `true`", rp["spawn"]), ("`ping`", rp["ping"]),
+                      ("`run_process` [\"true\"], `--no-supervisor`", rp["inproc"])):
         det.append(f"| {label} | {fmt_ms(ms(pct(xs, 50)))} ms | {fmt_ms(ms(pct(xs, 90)))} ms | {fmt_ms(ms(pct(xs, 99)))} ms | {fmt_ms(ms(max(xs)))} ms |")
     det.append("")
     det.append(
@@ -320,8 +346,8 @@ def report(rp, st, dc_version):
     det.append("| reader | round | MB/s | received | dropped / lost | reads | time | client CPU |")
     det.append("|---|---|---|---|---|---|---|---|")
     for name, label in (("ours", "ours"), ("dc", f"desktop-commander {dc_version}"), ("pipe", "pipe"),
-                        ("ours_py", "ours, Python client")):
-        for i, r in enumerate(paced[name]):
+                        ("ours_py", "ours, Python client"), ("ours_inproc", "ours `--no-supervisor`")):
+        for i, r in enumerate(paced.get(name, [])):
             lost = "unfinished at the deadline" if r.get("unfinished") else f"{r['dropped']:,} B"
             det.append(
                 f"| {label} | paced {i + 1} | {mbps(r):.1f} | {r['received'] / 1e6:.1f} MB | {lost} "

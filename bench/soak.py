@@ -18,10 +18,14 @@ killed (start_process `sleep 60` + read_process + kill_process + read_process); 
 ping. The tree is this repository at HEAD (`git archive HEAD`, unpacked into the workspace): a
 real source tree, small enough that searches do not dominate the mix.
 
-Sampled every interval (60 s; 10 s with --quick): VmRSS, VmHWM, threads and open fds of the server
-process, the RSS of its watchdog (`internal-watchdog`, a child that outlives nothing) and of any
-other live descendants, their count, and (mode `up`) the relay's session gauge from /metrics.
-Around the load: the idle RSS after a warm-up cycle of each client and 3 s without calls (the
+Sampled every interval (60 s; 10 s with --quick): the PSS of the server's processes summed (the
+figure judged; since issue 20 `machine-mcp stdio` is a supervisor and a worker, `stdio --worker`,
+and PSS counts the binary's pages they share once: see common.snapshot), VmRSS, VmHWM, threads
+and open fds of the process that serves the calls (the worker; in mode `up`, and for a
+`--no-supervisor` server, the server process), the supervisor's VmRSS, the RSS of the watchdog
+(`internal-watchdog`, a child that outlives nothing) and of any other live descendants (the
+processes the calls start), their count, and (mode `up`) the relay's session gauge from /metrics.
+Around the load: the idle PSS after a warm-up cycle of each client and 3 s without calls (the
 server trims its heap after 1 s idle), and the same after the soak. The idle figures compare
 retained memory without the in-flight buffers of a busy server; the curve under load shows
 whether it grows.
@@ -38,7 +42,7 @@ import threading
 import time
 import urllib.request
 
-from common import cell, descendants, fmt_ms, kib_field, log, ms, pct, proc_status, status, stop_process
+from common import cell, descendants, fmt_ms, kib_field, log, ms, pct, proc_status, snapshot, status, stop_process
 from mcpclients import CallError, HttpSession, StdioMux, check_result
 
 SESSION_CYCLES = 25  # mode up: an MCP session is closed and another opened every this many cycles
@@ -97,7 +101,7 @@ def cycle(client, cid, n):
         lambda r: _expect(r["structuredContent"].get("exit_code") == 0, "run_process: exit code")
     yield "list_files", "tools/call", {"name": "list_files", "arguments": {"path": "tree"}}, \
         lambda r: _expect(len(r["structuredContent"]["files"]) > 10, "list_files: too few files")
-    yield "read_file 1 MiB", "tools/call", {"name": "read_file", "arguments": {"path": "big.txt"}}, \
+    yield "read_file 1 MiB", "tools/call", {"name": "read_file", "arguments": {"path": "big.txt", "max_bytes": 1 << 20}}, \
         lambda r: _expect(len(r["structuredContent"]["content"]) == 1 << 20, "read_file: short content")
     yield "search_text regex", "tools/call", {"name": "search_text", "arguments": {
         "pattern": r"fn\s+\w+_(test|limit|max)\w*", "path": "tree", "max_matches": 500}}, None
@@ -224,27 +228,29 @@ def run_client(transport, cid, stats, stop, first_cycle_done):
 
 
 def sample(pid, metrics_port=None):
-    st = proc_status(pid)
-    out = {"rss": kib_field(st, "VmRSS"), "hwm": kib_field(st, "VmHWM"), "threads": int(st["Threads"])}
+    """`pss`: the server's processes summed (judged); `rss`, `hwm`, `threads`, `fds`: the process
+    that serves the calls (the worker of a supervised `machine-mcp stdio`, else pid);
+    `supervisor_rss`: pid's VmRSS when it is a supervisor, else None."""
+    snap = snapshot(pid)
+    serving = next((x for x in snap["procs"] if x["role"] == "worker"), snap["procs"][0])
+    out = {"pss": snap["pss"], "rss": serving["rss"], "hwm": serving["hwm"], "threads": serving["threads"],
+           "supervisor_rss": snap["rss"] if serving["pid"] != pid else None}
     try:
-        out["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+        out["fds"] = len(os.listdir(f"/proc/{serving['pid']}/fd"))
     except OSError:
         out["fds"] = None
-    wd, other, nother = 0, 0, 0
+    ours = {x["pid"] for x in snap["procs"]}
+    wd = sum(x["rss"] for x in snap["procs"] if x["role"] == "watchdog")
+    other, nother = 0, 0
     for d in descendants(pid):
-        if d == pid:
+        if d in ours:
             continue
         try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read()
             rss = kib_field(proc_status(d), "VmRSS")
         except (OSError, KeyError):
             continue
-        if b"internal-watchdog" in cmd:
-            wd += rss
-        else:
-            other += rss
-            nother += 1
+        other += rss
+        nother += 1
     out["watchdog_rss"] = wd
     out["children_rss"] = other
     out["children"] = nother
@@ -341,8 +347,8 @@ def soak_run(binary, mode, clients, minutes, interval, workdir, repo_root):
         stats.errors = {}
         out["idle_before"] = wait_idle_and_sample(server.pid, metrics_port, IDLE_SETTLE[mode])
         stats.calls, stats.cycles, stats.lat, stats.minute_lat = 0, 0, {}, []
-        log(f"  soak {mode}: {clients} clients for {minutes} min, idle RSS before "
-            f"{out['idle_before']['rss'] / 1024:.1f} MiB")
+        log(f"  soak {mode}: {clients} clients for {minutes} min, idle PSS before "
+            f"{out['idle_before']['pss'] / 1024:.1f} MiB")
         t0 = time.monotonic()
         for i, t in enumerate(transports):
             th = threading.Thread(target=run_client, args=(t, i, stats, stop, first), daemon=True)
@@ -379,7 +385,7 @@ def soak_run(binary, mode, clients, minutes, interval, workdir, repo_root):
                 s["idle"] = q
                 s["pause_s"] = time.monotonic() - tq
                 out["samples"].append(s)
-                log(f"    {s['t'] / 60:5.1f} min: RSS {s['rss'] / 1024:.1f} MiB under load, {q['rss'] / 1024:.1f} MiB "
+                log(f"    {s['t'] / 60:5.1f} min: PSS {s['pss'] / 1024:.1f} MiB under load, {q['pss'] / 1024:.1f} MiB "
                     f"quiesced, fds {s['fds']}/{q['fds']}, threads {s['threads']}, {s['calls_per_s']:.0f} calls/s, errors {errs}")
                 now = time.monotonic()
                 last_calls, last_t = calls, now
@@ -460,22 +466,23 @@ def _slope(points):
 
 
 def analyse(run):
-    """Figures of the curve: under load (`rss`) and quiesced (`idle.rss`), MiB."""
+    """Figures of the curve: under load (`pss`) and quiesced (`idle.pss`), MiB."""
     s = run["samples"]
     if not s:
         return {}
     mib = lambda k: k / 1024  # noqa: E731
     t_end = s[-1]["t"]
     half = [x for x in s if x["t"] >= t_end / 2]
-    q = [mib(x["idle"]["rss"]) for x in s]
-    load = [mib(x["rss"]) for x in s]
+    q = [mib(x["idle"]["pss"]) for x in s]
+    load = [mib(x["pss"]) for x in s]
     return {
         "first": load[0], "last": load[-1], "max": max(load),
         "max_at": s[load.index(max(load))]["t"] / 60,
         "q_first": q[0], "q_last": q[-1], "q_max": q and max(q),
         "q_max_at": s[q.index(max(q))]["t"] / 60,
-        "slope_load": _slope([(x["t"] / 60, mib(x["rss"])) for x in half]),
-        "slope_idle": _slope([(x["t"] / 60, mib(x["idle"]["rss"])) for x in half]),
+        "slope_load": _slope([(x["t"] / 60, mib(x["pss"])) for x in half]),
+        "slope_idle": _slope([(x["t"] / 60, mib(x["idle"]["pss"])) for x in half]),
+        "q_rss": (mib(s[0]["idle"]["rss"]), mib(s[-1]["idle"]["rss"]), max(mib(x["idle"]["rss"]) for x in s)),
         "half_min": (t_end - half[0]["t"]) / 60,
         "fds": (min(x["fds"] or 0 for x in s), max(x["fds"] or 0 for x in s)),
         "q_fds": (min(x["idle"]["fds"] or 0 for x in s), max(x["idle"]["fds"] or 0 for x in s)),
@@ -486,7 +493,7 @@ def analyse(run):
     }
 
 
-# Bounded: the quiesced RSS gains less than this over the second half of the run (the
+# Bounded: the quiesced PSS gains less than this over the second half of the run (the
 # least-squares line through the quiesced samples of the second half, times its length), and
 # the server neither crashed nor left a client hanging.
 BOUNDED_GROWTH_MIB = 2.0
@@ -497,18 +504,20 @@ def report(runs):
     for run in runs:
         a = analyse(run)
         errs = sum(v[0] for v in run.get("errors", {}).values())
-        ib, ia = run["idle_before"]["rss"] / 1024, (run.get("idle_after") or {}).get("rss", 0) / 1024
+        ib, ia = run["idle_before"]["pss"] / 1024, (run.get("idle_after") or {}).get("pss", 0) / 1024
+        serving = "worker" if run["idle_before"].get("supervisor_rss") is not None else "server"
         if not a:
             rows.append(f"| 7 | soak ({run['mode']}) | no sample | — | — | bounded | ❌ {run.get('crash')} |")
             continue
         growth = a["slope_idle"] * a["half_min"]
         bounded = growth < BOUNDED_GROWTH_MIB and not run.get("crash") and not run.get("hung_clients")
         rows.append(
-            f"| 7 | soak, {run['mode']}: server VmRSS over {a['minutes']:.0f} min of {run['clients']} clients "
+            f"| 7 | soak, {run['mode']}: server PSS (its processes summed) over {a['minutes']:.0f} min of {run['clients']} clients "
             f"({run['calls']} calls, median {a['calls_per_s']:.0f} calls/s, {errs} errors), quiesced each "
             f"{run['interval']:.0f} s (no call for {IDLE_SETTLE[run['mode']]:.0f} s) "
             f"| quiesced: first {a['q_first']:.1f}, last {a['q_last']:.1f}, max {a['q_max']:.1f} MiB (at {a['q_max_at']:.0f} min); "
-            f"under load: first {a['first']:.1f}, last {a['last']:.1f}, max {a['max']:.1f} MiB "
+            f"under load: first {a['first']:.1f}, last {a['last']:.1f}, max {a['max']:.1f} MiB; {serving} VmRSS quiesced: "
+            f"first {a['q_rss'][0]:.1f}, last {a['q_rss'][1]:.1f}, max {a['q_rss'][2]:.1f} MiB "
             f"| idle before the soak (after 1 warm-up cycle per client): {ib:.1f} MiB; idle after: {ia:.1f} MiB "
             f"| second half: {a['slope_idle']:+.3f} MiB/min quiesced ({growth:+.1f} MiB over {a['half_min']:.0f} min), "
             f"{a['slope_load']:+.3f} MiB/min under load "
@@ -520,7 +529,10 @@ def report(runs):
             f"{run['server_desc']}; tree: this repository at {run['tree']['rev']} (`git archive HEAD`: "
             f"{run['tree']['files']} files, {run['tree']['bytes'] / 1e6:.1f} MB). Each client loops over one cycle "
             f"of {len(CYCLE_LABELS) - 1} calls ({', '.join(CYCLE_LABELS[:-1])}). Sampled every {run['interval']:.0f} s; "
-            f"VmRSS etc. of the server process; watchdog = its `internal-watchdog` child; children = other live "
+            f"PSS = the server's processes summed (supervisor, worker and watchdog, or the one server process and its "
+            f"watchdog; the binary's shared pages count once), the figure judged; VmRSS, VmHWM, threads and fds of the "
+            f"process that serves the calls (the worker of a supervised `machine-mcp stdio`); supervisor = the "
+            f"supervisor's own VmRSS; watchdog = the `internal-watchdog` child; children = other live "
             f"descendants (the processes the calls start) at the sample. Latency: every call of the interval "
             f"pooled. Each sample under load is followed by a quiesced one: the clients stop between calls, and "
             f"once no call has run for {IDLE_SETTLE[run['mode']]:.0f} s (the stdio server trims its heap after 1 s idle; "
@@ -533,19 +545,23 @@ def report(runs):
         )
         det.append("")
         rs = run["mode"] == "up"
-        det.append("| t (min) | VmRSS under load | quiesced | VmHWM | threads | open fds load / quiesced | watchdog RSS | children (RSS) | calls/s | p50 / p99 | errors (cumulative) |"
-                   + (" relay sessions |" if rs else ""))
-        det.append("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rs else ""))
+        det.append(f"| t (min) | PSS under load | quiesced | {serving} VmRSS under load | quiesced | VmHWM | threads "
+                   "| open fds load / quiesced | supervisor RSS | watchdog RSS | children (RSS) | calls/s | p50 / p99 "
+                   "| errors (cumulative) |" + (" relay sessions |" if rs else ""))
+        det.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rs else ""))
         for x in [dict(run["idle_before"], t=None, label="idle before")] + run["samples"] + (
                 [dict(run["idle_after"], t=None, label="idle after")] if run.get("idle_after") else []):
             t = x.get("label") or f"{x['t'] / 60:.1f}"
             lat = f"{fmt_ms(x['p50_ms'])} / {fmt_ms(x['p99_ms'])} ms" if x.get("p50_ms") is not None else "—"
             cps = f"{x['calls_per_s']:.0f}" if "calls_per_s" in x else "—"
             qi = x.get("idle")
-            qs = f"{qi['rss'] / 1024:.1f} MiB" + ("" if qi.get("drained", True) else " (calls still running)") if qi else "—"
+            qs = f"{qi['pss'] / 1024:.1f} MiB" + ("" if qi.get("drained", True) else " (calls still running)") if qi else "—"
+            qr = f"{qi['rss'] / 1024:.1f} MiB" if qi else "—"
             fds = f"{x['fds']} / {qi['fds']}" if qi else f"{x['fds']}"
+            sup = f"{x['supervisor_rss'] / 1024:.1f} MiB" if x.get("supervisor_rss") is not None else "—"
             det.append(
-                f"| {t} | {x['rss'] / 1024:.1f} MiB | {qs} | {x['hwm'] / 1024:.1f} MiB | {x['threads']} | {fds} "
+                f"| {t} | {x['pss'] / 1024:.1f} MiB | {qs} | {x['rss'] / 1024:.1f} MiB | {qr} | {x['hwm'] / 1024:.1f} MiB "
+                f"| {x['threads']} | {fds} | {sup} "
                 f"| {x['watchdog_rss'] / 1024:.1f} MiB | {x['children']} ({x['children_rss'] / 1024:.1f} MiB) | {cps} | {lat} "
                 f"| {x.get('errors_total', '—')} |" + (f" {x.get('relay_sessions')} |" if rs else ""))
         det.append("")

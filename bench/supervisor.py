@@ -17,7 +17,9 @@ measures what the extra hop costs, with the in-process server as the reference i
      wait4 total (the server and, for the supervised run, the worker it reaps) minus loadgen's
      own, over every call of the run.
 10c. Memory (diagnostic): VmRSS of the supervisor and of its worker after 10a, against the
-     in-process server after the same calls.
+     in-process server after the same calls. VmRSS counts the binary's shared pages in each
+     process; the PSS of the two (the pair's real cost) is section 4's figure, measured there one
+     session at a time (here both sessions are open, and PSS would split the pages between them).
 
 Run alone: python3 bench/supervisor.py --bin target/release/machine-mcp --loadgen bench/.cache/bin/loadgen
 """
@@ -31,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from common import Session, fmt_ms, log, ms, pct, snapshot, status
+from common import Session, describe_procs, fmt_ms, log, ms, pct, snapshot, status
 
 WARMUP = 100
 SMALL = 4 * 1024
@@ -81,7 +83,9 @@ def bench_latency(binary, workspace, iters):
         out["resp_bytes"] = nbytes
         # As in section 4: 3 s after the last call (the servers trim their heap after 1 s idle).
         time.sleep(3)
-        out["memory"] = {"supervisor": snapshot(sup.pid), "worker": snapshot(worker), "ref": snapshot(ref.pid)}
+        mem_sup = snapshot(sup.pid)
+        assert worker in [x["pid"] for x in mem_sup["procs"]], (worker, mem_sup["procs"])
+        out["memory"] = {"sup": mem_sup, "ref": snapshot(ref.pid)}
         return out
     finally:
         sup.close()
@@ -163,9 +167,9 @@ def report(r):
             )
     mem = lat["memory"]
     rows.append(
-        f"| 10 | VmRSS after 10a: supervisor + worker | {mem['supervisor']['rss'] / 1024:.1f} + "
-        f"{mem['worker']['rss'] / 1024:.1f} MiB | the `--no-supervisor` server after the same calls: "
-        f"{mem['ref']['rss'] / 1024:.1f} MiB | — | — | (diagnostic) |"
+        f"| 10 | VmRSS after 10a, each process (the binary's shared pages counted in each; PSS, the real "
+        f"cost, is section 4's) | {describe_procs(mem['sup'])} | the `--no-supervisor` server after the same calls: "
+        f"{describe_procs(mem['ref'])} | — | — | (diagnostic) |"
     )
     det.append("## stdio supervisor, details")
     det.append("")

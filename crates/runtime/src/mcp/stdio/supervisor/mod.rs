@@ -110,6 +110,7 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
     let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
         state: Mutex::new(State::new(config, me.clone())),
         out,
+        lines: std::sync::atomic::AtomicU64::new(0),
         probes: probe_tx,
         runtime: tokio::runtime::Handle::current(),
     });
@@ -121,12 +122,19 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle = IdleTrim::default();
     loop {
         tokio::select! {
             _ = &mut eof => break,
             Some(p) = probes.recv() => { let o = shared.lock().probed(p); shared.run(o); }
             _ = hup.recv() => { let o = shared.lock().reload("SIGHUP"); shared.run(o); }
-            _ = tick.tick() => { let o = shared.lock().on_tick(); shared.run(o); }
+            _ = tick.tick() => {
+                let o = shared.lock().on_tick();
+                shared.run(o);
+                if idle.due(shared.lines.load(std::sync::atomic::Ordering::Relaxed)) {
+                    let _ = tokio::task::spawn_blocking(crate::memory::trim).await;
+                }
+            }
             _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted; stopping the worker"); break; }
             _ = term.recv() => { tracing::info!("terminated; stopping the worker"); break; }
         }
@@ -213,6 +221,9 @@ enum Out {
 struct Shared {
     state: Mutex<State>,
     out: ClientOut,
+    /// Lines forwarded so far (either way): the control task trims the heap once it stops
+    /// changing ([`IdleTrim`]).
+    lines: std::sync::atomic::AtomicU64,
     probes: tokio::sync::mpsc::UnboundedSender<Probe>,
     runtime: tokio::runtime::Handle,
 }
@@ -242,6 +253,8 @@ impl Shared {
     }
 
     fn run_on(&self, outs: Vec<Out>, direct: bool) {
+        self.lines
+            .fetch_add(outs.len() as u64, std::sync::atomic::Ordering::Relaxed);
         for o in outs {
             match o {
                 Out::Client(line) => self.send_client(&line),
@@ -308,6 +321,33 @@ impl Sink for Shared {
     fn exited(&self, generation: u64, how: String) {
         let o = self.lock().exited(generation, &how);
         self.run(o);
+    }
+}
+
+/// When to give freed heap back to the system: once no line was forwarded for
+/// `crate::memory::IDLE_DELAY` after some were (the buffers of a megabyte answer stay in glibc's
+/// arenas otherwise), as the server does after its calls.
+#[derive(Debug, Default)]
+struct IdleTrim {
+    seen: u64,
+    since: Option<Instant>,
+}
+
+impl IdleTrim {
+    /// Whether to trim now, given the count of lines forwarded so far.
+    fn due(&mut self, lines: u64) -> bool {
+        if lines != self.seen {
+            self.seen = lines;
+            self.since = Some(Instant::now());
+            return false;
+        }
+        match self.since {
+            Some(t) if t.elapsed() >= crate::memory::IDLE_DELAY => {
+                self.since = None;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
