@@ -3,16 +3,16 @@
 //! [`super::serve_process_stdio`]) that it can replace without the host noticing.
 //!
 //! - **Forwarding.** Client lines go to the active worker as they came; worker lines go to the
-//!   client as they came. The supervisor reads only what routing needs ([`message`]): ids, the
+//!   client as they came. The supervisor reads only what routing needs (`message.rs`): ids, the
 //!   method, the tool, and the process session or task a request names. It answers a duplicate
 //!   id of a request still in flight with -32600 itself (ids are per connection, workers come
 //!   and go). The thread that read a line routes it and writes it on: the client's `stdin-reader`
 //!   thread writes to the worker's pipe, each worker's reader thread to stdout, under one lock
-//!   of the routing state ([`State`]) that is never held during I/O. So a round trip costs the two
+//!   of the routing state (`State`) that is never held during I/O. So a round trip costs the two
 //!   pipe crossings and two thread wake-ups, not a chain of task hand-offs; the async control
 //!   task only runs timers, signals and version probes.
 //! - **Upgrade.** Every [`UPGRADE_CHECK_INTERVAL`] it looks at the binary the host started (by
-//!   path: device, inode, size, mtime, [`binary`]); when it changed and `BINARY --version`
+//!   path: device, inode, size, mtime, `binary.rs`); when it changed and `BINARY --version`
 //!   answers — or on SIGHUP (`machine-mcp reload`) — it starts a candidate worker, initializes it
 //!   with the client's saved `initialize` parameters, lists its tools and makes it active: new
 //!   requests go to it. The old worker is retired: it finishes its calls in flight and keeps
