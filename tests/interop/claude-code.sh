@@ -165,7 +165,7 @@ class H(BaseHTTPRequestHandler):
             pass
         finally:
             record({"n": n, "dir": "response", "status": r.status, "headers": mcp_headers(dict(r.getheaders())),
-                    "body": bytes(got[:65536]).decode("utf-8", "replace")})
+                    "body": bytes(got[:8 << 20]).decode("utf-8", "replace")})
             c.close()
 
     do_GET = do_POST = do_DELETE = forward

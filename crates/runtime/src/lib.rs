@@ -215,15 +215,16 @@ impl Access {
         self.runtime.resources.as_ref()
     }
 
-    /// What the runtime is doing: tool calls running (the asking call included), process
-    /// sessions running, tasks working (`server_info`'s `activity`).
-    pub(crate) fn activity(&self) -> (usize, usize, usize) {
+    /// What the runtime is doing and holding (`server_info`'s `activity`).
+    pub(crate) fn activity(&self) -> RuntimeActivity {
         let rt = &self.runtime;
-        (
-            protocol::limits::CONCURRENT_TOOL_CALLS - rt.calls.available_permits(),
-            rt.sessions.running(),
-            rt.tasks.working(),
-        )
+        RuntimeActivity {
+            calls_in_flight: protocol::limits::CONCURRENT_TOOL_CALLS - rt.calls.available_permits(),
+            running_process_sessions: rt.sessions.running(),
+            kept_process_sessions: rt.sessions.kept(),
+            working_tasks: rt.tasks.working(),
+            kept_tasks: rt.tasks.kept(),
+        }
     }
 
     pub(crate) fn ignore_cache(&self) -> &Arc<primitives::ignores::IgnoreCache> {
@@ -233,6 +234,21 @@ impl Access {
     pub(crate) fn write_locks(&self) -> &Arc<primitives::write_lock::WriteLocks> {
         &self.runtime.write_locks
     }
+}
+
+/// What a runtime is doing and holding ([`Access::activity`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RuntimeActivity {
+    /// Tool calls running (the asking call included).
+    pub(crate) calls_in_flight: usize,
+    /// Process sessions whose process runs.
+    pub(crate) running_process_sessions: usize,
+    /// Process sessions kept: running, or exited and still readable.
+    pub(crate) kept_process_sessions: usize,
+    /// Tasks still working.
+    pub(crate) working_tasks: usize,
+    /// Tasks kept: working, or finished and still readable.
+    pub(crate) kept_tasks: usize,
 }
 
 /// What a runtime is built from.

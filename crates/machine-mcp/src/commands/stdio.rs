@@ -12,6 +12,8 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
     tracing::info!(
         workspace = %runtime.workspace().root().display(),
         policy = runtime.policy().name(),
+        pid = std::process::id(),
+        worker = args.worker,
         "serving MCP over stdio"
     );
     let serve = runtime::mcp::stdio::serve_process_stdio(runtime.clone());
@@ -43,39 +45,27 @@ async fn supervise(args: &StdioArgs) -> Result<()> {
         .context("the stdio supervisor failed")
 }
 
-/// `machine-mcp reload`: SIGHUP to each running `machine-mcp stdio` supervisor of this user (or
-/// the one `--pid` names), found through `/proc` by its command line.
+/// `machine-mcp reload`: SIGHUP to each running `machine-mcp stdio` supervisor of this user
+/// (they announce themselves: `runtime::mcp::stdio::supervisor::running_supervisors`), or to
+/// the one `--pid` names.
 ///
 /// # Errors
-/// No supervisor runs (or `--pid` is not one), or a signal could not be sent.
+/// No supervisor runs, `--pid` is not one (the message says what that process is), or a
+/// signal could not be sent.
 pub(crate) fn reload(args: &ReloadArgs) -> Result<()> {
-    let me = nix::unistd::getuid();
-    let mut found = Vec::new();
-    let entries = std::fs::read_dir("/proc").context("cannot read /proc")?;
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if args.pid.is_some_and(|p| p != pid) || pid == std::process::id() {
-            continue;
+    let running = runtime::mcp::stdio::supervisor::running_supervisors();
+    let targets: Vec<u32> = match args.pid {
+        Some(pid) if running.contains(&pid) => vec![pid],
+        Some(pid) => anyhow::bail!(describe_other(pid)),
+        None if running.is_empty() => {
+            anyhow::bail!("no `machine-mcp stdio` of yours is running (nothing to reload)")
         }
-        let owner = std::fs::metadata(e.path()).map(|m| std::os::unix::fs::MetadataExt::uid(&m));
-        if owner.ok() != Some(me.as_raw()) {
-            continue;
-        }
-        if runtime::procs::command_line(pid).is_some_and(|argv| is_supervisor(&argv)) {
-            found.push(pid);
-        }
-    }
-    if found.is_empty() {
-        anyhow::bail!(match args.pid {
-            Some(p) => format!("process {p} is not a `machine-mcp stdio` of yours"),
-            None => "no `machine-mcp stdio` of yours is running".to_owned(),
-        });
-    }
-    for pid in &found {
+        None => running,
+    };
+    for pid in &targets {
+        let raw = i32::try_from(*pid).context("a process id out of range")?;
         nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(*pid as i32),
+            nix::unistd::Pid::from_raw(raw),
             nix::sys::signal::Signal::SIGHUP,
         )
         .with_context(|| format!("cannot signal process {pid}"))?;
@@ -84,34 +74,29 @@ pub(crate) fn reload(args: &ReloadArgs) -> Result<()> {
     Ok(())
 }
 
-/// Whether `argv` is a `machine-mcp stdio` supervisor: the program named `machine-mcp`, the
-/// `stdio` subcommand, neither `--worker` nor `--no-supervisor`.
-fn is_supervisor(argv: &[String]) -> bool {
-    let named = argv.first().is_some_and(|a| {
-        std::path::Path::new(a)
-            .file_name()
-            .is_some_and(|n| n == "machine-mcp")
-    });
-    named
-        && argv.iter().any(|a| a == "stdio")
-        && !argv
-            .iter()
-            .any(|a| a == "--worker" || a == "--no-supervisor")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_supervisor;
-
-    #[test]
-    fn only_supervisors_are_reloaded() {
-        let v = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
-        assert!(is_supervisor(&v("/usr/bin/machine-mcp stdio -w /x")));
-        assert!(!is_supervisor(&v(
-            "/usr/bin/machine-mcp stdio --worker -w /x"
-        )));
-        assert!(!is_supervisor(&v("machine-mcp stdio --no-supervisor")));
-        assert!(!is_supervisor(&v("machine-mcp connect")));
-        assert!(!is_supervisor(&v("/bin/other stdio")));
+/// Why process `pid` is not a supervisor this user can reload, in a sentence.
+fn describe_other(pid: u32) -> String {
+    if runtime::procs::identity(pid).is_none() {
+        return format!("no process {pid} is running");
     }
+    let mine = std::fs::metadata(format!("/proc/{pid}"))
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == nix::unistd::getuid().as_raw())
+        .unwrap_or(false);
+    if !mine {
+        return format!("process {pid} belongs to another user");
+    }
+    let argv = runtime::procs::command_line(pid).unwrap_or_default();
+    if argv.iter().any(|a| a == "--worker") {
+        return format!(
+            "process {pid} is the worker of a `machine-mcp stdio` supervisor: reload the \
+             supervisor, its parent (`machine-mcp reload` without --pid reloads every one)"
+        );
+    }
+    if argv.iter().any(|a| a == "--no-supervisor") {
+        return format!(
+            "process {pid} serves without a supervisor (--no-supervisor): it cannot swap in a \
+             new binary; restart its client to upgrade it"
+        );
+    }
+    format!("process {pid} is not a running `machine-mcp stdio` supervisor")
 }

@@ -13,7 +13,10 @@ use std::{
 
 use protocol::{
     jsonrpc::code,
-    limits::{SUPERVISOR_QUEUE_MAX, UPGRADE_CHECK_INTERVAL},
+    limits::{
+        RETIRED_WORKER_POLL, SUPERVISOR_QUEUE_MAX, UPGRADE_CHECK_INTERVAL,
+        WORKER_RESTART_BACKOFF_MAX, WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX,
+    },
 };
 use serde_json::{Value, json};
 
@@ -613,7 +616,12 @@ fn a_process_session_of_the_replaced_worker_is_still_served_by_it() {
     assert_eq!(st["running"], false, "{st}");
     assert_eq!(st["exit_code"], 0, "{st}");
 
-    // With no work left the old worker is stopped (its activity is asked every 5 s).
+    // The exited session stays readable on the old worker (it keeps what its client can still
+    // read, up to its grace); once that worker is gone, the session is reported as ended by the
+    // upgrade. (Its end is forced here: the grace is 15 minutes.)
+    let again = s.call("read_process", json!({"session_id": session}));
+    assert_eq!(again.ok()["exit_code"], 0, "{}", again.structured);
+    signal(old_worker, "KILL");
     assert!(
         wait_gone(old_worker, Duration::from_secs(30)),
         "the replaced worker still runs; log:\n{}",
@@ -668,7 +676,7 @@ fn the_reload_command_reloads_the_supervisor_it_names() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("process 1 is not a `machine-mcp stdio` of yours"),
+        err.contains("process 1 is not a running `machine-mcp stdio` supervisor"),
         "{err}"
     );
     assert_eq!(info(&mut s)["supervisor"]["reloads"], 1);
@@ -711,4 +719,597 @@ fn workers_of(pid: u64) -> Vec<u64> {
         }
     }
     found
+}
+
+// === The fresh tester's findings on the supervisor (issue 20) ===
+
+/// The per-request `_meta` of an MCP 2026-07-28 request, declaring the tasks extension when
+/// `tasks`.
+fn meta(tasks: bool) -> Value {
+    let caps = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "supervisor-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    })
+}
+
+/// The params of a 2026-07-28 `tools/call` of `tool` by a client with the tasks extension.
+fn modern_call(tool: &str, args: Value) -> Value {
+    json!({"name": tool, "arguments": args, "_meta": meta(true)})
+}
+
+impl Install {
+    /// Starts the supervisor like [`Install::start`] without any handshake.
+    fn spawn(&self, workspace: &Path, args: &[&str]) -> Server {
+        Server::spawn_binary(&self.binary(), workspace, args, &[], &self.log_path())
+    }
+
+    /// Waits (at most [`SWITCH_WAIT`]) until the log holds `needle` at least `times` times.
+    fn wait_log(&self, needle: &str, times: usize) {
+        let end = Instant::now() + SWITCH_WAIT;
+        while self.log().matches(needle).count() < times {
+            assert!(
+                Instant::now() < end,
+                "the log did not say {needle:?} {times} times within {SWITCH_WAIT:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// [`wait_info`] for a client of MCP 2026-07-28 (no handshake: `_meta` on each call).
+fn wait_modern_info(
+    s: &mut Server,
+    inst: &Install,
+    what: &str,
+    done: impl Fn(&Reply) -> bool,
+) -> Reply {
+    let end = Instant::now() + SWITCH_WAIT;
+    loop {
+        let m = s.request("tools/call", modern_call("server_info", json!({})));
+        let r = parse_reply(&m, None);
+        if done(&r) {
+            return r;
+        }
+        assert!(
+            Instant::now() < end,
+            "{what} did not happen within {SWITCH_WAIT:?}; last server_info: {} {}\nlog:\n{}",
+            r.structured["supervisor"],
+            r.error,
+            inst.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `tasks/get` of `task` until its status is no longer `working` (at most [`SWITCH_WAIT`]).
+fn wait_task_end(s: &mut Server, task: &str) -> Value {
+    let end = Instant::now() + SWITCH_WAIT;
+    loop {
+        let r = s.request("tasks/get", json!({"taskId": task, "_meta": meta(true)}));
+        if r["result"]["status"] != "working" {
+            return r;
+        }
+        assert!(Instant::now() < end, "task {task} still works: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits (at most [`SWITCH_WAIT`]) for the first message of the server with `method`.
+fn wait_method(s: &mut Server, method: &str) -> Value {
+    let end = Instant::now() + SWITCH_WAIT;
+    loop {
+        if let Some(m) = s.take_method(method).into_iter().next() {
+            return m;
+        }
+        assert!(Instant::now() < end, "no {method} within {SWITCH_WAIT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// After the active worker was killed: `server_info` until the supervisor answers it itself
+/// (before, a request may still reach the dying worker and come back -32003, or the worker
+/// answers); returns that error result.
+fn wait_restarting(s: &mut Server, inst: &Install) -> Reply {
+    let end = Instant::now() + SWITCH_WAIT;
+    loop {
+        let m = s.request(
+            "tools/call",
+            json!({"name": "server_info", "arguments": {}}),
+        );
+        if m["result"]["isError"] == true {
+            return parse_reply(&m, None);
+        }
+        assert!(
+            Instant::now() < end,
+            "the worker's exit was not noticed: {m}\nlog:\n{}",
+            inst.log()
+        );
+    }
+}
+
+/// A fresh tester of issue 20 (t32): a worker swap before the client's `initialize` (a
+/// reload, a crash, or a `server/discover` then a reload) left the session unusable —
+/// `tools/list` and `tools/call` after `initialize` failed with -32602 "request _meta is
+/// missing".
+#[test]
+fn a_worker_swapped_before_initialize_serves_the_handshake_that_follows() {
+    for how in ["SIGHUP", "SIGKILL", "server/discover, then SIGHUP"] {
+        let t = Tree::new();
+        let inst = Install::new();
+        let mut s = inst.spawn(t.path(), &[]);
+        // The first worker is up (the supervisor handles signals by then).
+        inst.wait_log("serving MCP over stdio", 1);
+        let sup = u64::from(s.pid());
+        match how {
+            "SIGKILL" => {
+                let first = workers_of(sup);
+                assert_eq!(first.len(), 1, "{first:?}");
+                signal(first[0], "KILL");
+                inst.wait_log("the server worker was restarted", 1);
+            }
+            _ => {
+                if how.starts_with("server/discover") {
+                    let d = s.request("server/discover", json!({"_meta": meta(false)}));
+                    assert_eq!(d["result"]["resultType"], "complete", "{d}");
+                }
+                signal(sup, "HUP");
+                inst.wait_log("reloaded:", 1);
+            }
+        }
+        let init = s.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "integration-tests", "version": "0"}}),
+        );
+        assert_eq!(
+            init["result"]["protocolVersion"], "2025-11-25",
+            "{how}: {init}"
+        );
+        s.notify("notifications/initialized", json!({}));
+        let list = s.request("tools/list", json!({}));
+        assert!(
+            list["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty()),
+            "{how}: tools/list after initialize: {list}"
+        );
+        let call = s.request(
+            "tools/call",
+            json!({"name": "list_dir", "arguments": {"path": "."}}),
+        );
+        assert!(
+            call.get("result").is_some() && call["result"]["isError"] != true,
+            "{how}: tools/call after initialize: {call}"
+        );
+        assert_eq!(info(&mut s)["supervisor"]["worker_generation"], 2, "{how}");
+    }
+}
+
+/// A fresh tester of issue 20 (t5c, t26): the tasks a worker held were "not found" after a
+/// reload — `tasks/get` and `tasks/cancel` went to the new worker. The replaced worker serves
+/// them, and keeps a finished task readable.
+#[test]
+fn tasks_of_the_replaced_worker_are_read_and_cancelled_there_after_a_reload() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.spawn(t.path(), &[]);
+    // Two calls that outlast the foreground budget and become tasks: one runs until the test
+    // lets it end, one the test cancels.
+    let gated = s.send_request(
+        "tools/call",
+        modern_call("run_process", json!({"argv": ["sh", "-c", GATED]})),
+    );
+    let doomed = s.send_request(
+        "tools/call",
+        modern_call(
+            "run_process",
+            json!({"argv": ["sh", "-c", "echo $$ > doomed.pid; exec sleep 60"]}),
+        ),
+    );
+    let mut task = |id: i64| {
+        let r = s.wait_for(&json!(id), RESPONSE_TIMEOUT).expect("an answer");
+        assert_eq!(r["result"]["resultType"], "task", "{r}");
+        r["result"]["taskId"].as_str().unwrap().to_owned()
+    };
+    let (gated, doomed) = (task(gated), task(doomed));
+    let doomed_pid: u64 = wait_file(&t.path().join("doomed.pid"), RESPONSE_TIMEOUT)
+        .trim()
+        .parse()
+        .unwrap();
+    let old_worker = workers_of(u64::from(s.pid()))[0];
+
+    signal(u64::from(s.pid()), "HUP");
+    wait_modern_info(&mut s, &inst, "worker generation 2", |r| {
+        r.structured["supervisor"]["worker_generation"] == 2
+    });
+
+    let get = s.request("tasks/get", json!({"taskId": gated, "_meta": meta(true)}));
+    assert_eq!(get["result"]["status"], "working", "{get}");
+    let cancel = s.request(
+        "tasks/cancel",
+        json!({"taskId": doomed, "_meta": meta(true)}),
+    );
+    assert_eq!(cancel["result"]["resultType"], "complete", "{cancel}");
+    let end = wait_task_end(&mut s, &doomed);
+    assert_eq!(end["result"]["status"], "cancelled", "{end}");
+    assert!(
+        wait_gone(doomed_pid, RESPONSE_TIMEOUT),
+        "the cancelled task's process still runs"
+    );
+
+    std::fs::write(t.path().join("go"), "").unwrap();
+    let done = wait_task_end(&mut s, &gated);
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["structuredContent"]["stdout"], "done\n",
+        "{done}"
+    );
+    // The finished task stays readable: the replaced worker is not stopped for having no
+    // work left (it is asked every RETIRED_WORKER_POLL).
+    let until = Instant::now() + RETIRED_WORKER_POLL + Duration::from_secs(3);
+    while Instant::now() < until {
+        let again = s.request("tasks/get", json!({"taskId": gated, "_meta": meta(true)}));
+        assert_eq!(again["result"]["status"], "completed", "{again}");
+        assert!(alive(old_worker), "the replaced worker was stopped");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A fresh tester of issue 20 (t35): after a crash, `tasks/get` of the dead worker's task went
+/// to the restarted worker ("not found"); it must say the task ended with its worker.
+#[test]
+fn a_task_of_a_crashed_worker_is_reported_as_ended_with_it() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.spawn(t.path(), &[]);
+    let r = s.request(
+        "tools/call",
+        modern_call("run_process", json!({"argv": ["sleep", "60"]})),
+    );
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    let task = r["result"]["taskId"].as_str().unwrap().to_owned();
+    signal(workers_of(u64::from(s.pid()))[0], "KILL");
+    inst.wait_log("exited unexpectedly", 1);
+
+    let get = s.request("tasks/get", json!({"taskId": task, "_meta": meta(true)}));
+    let message = get["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("ended with the server worker") && message.contains("unexpectedly"),
+        "{get}"
+    );
+}
+
+/// A fresh tester of issue 20 (t36): a request waiting for a restarted worker and then
+/// cancelled by the client was sent anyway (the file was written).
+#[test]
+fn a_request_cancelled_while_it_waits_for_a_restart_is_dropped() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    let (_, worker) = first_info(&mut s, &inst);
+    signal(worker, "KILL");
+    wait_restarting(&mut s, &inst);
+
+    s.send_line(
+        &json!({"jsonrpc": "2.0", "id": "cq", "method": "tools/call",
+                "params": {"name": "write_file", "arguments": {"path": "cq.txt", "content": "x"}}})
+        .to_string(),
+    );
+    s.notify("notifications/cancelled", json!({"requestId": "cq"}));
+    wait_generation(&mut s, &inst, 2);
+    // A request the restarted worker got would have been answered by now, or soon after.
+    assert_eq!(
+        s.wait_for(&json!("cq"), Duration::from_secs(2)),
+        None,
+        "the cancelled request was answered"
+    );
+    assert!(!t.path().join("cq.txt").exists(), "the cancelled write ran");
+}
+
+/// A fresh tester of issue 20 (t34): a process session that ended on the replaced worker was
+/// unreadable about 5 s after the reload (the worker was stopped for having no work).
+#[test]
+fn an_exited_process_session_of_the_replaced_worker_stays_readable() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    let (_, old_worker) = first_info(&mut s, &inst);
+    let started = s.call(
+        "start_process",
+        json!({"argv": ["sh", "-c", "sleep 0.2; echo out"]}),
+    );
+    let session = started.ok()["session_id"].as_str().unwrap().to_owned();
+    let exited = s.call(
+        "read_process",
+        json!({"session_id": session, "wait_ms": 30000, "wait_for_exit": true}),
+    );
+    assert_eq!(exited.ok()["running"], false, "{}", exited.structured);
+
+    signal(u64::from(s.pid()), "HUP");
+    wait_generation(&mut s, &inst, 2);
+    let until = Instant::now() + RETIRED_WORKER_POLL + Duration::from_secs(3);
+    while Instant::now() < until {
+        let read = s.call("read_process", json!({"session_id": session}));
+        let st = read.ok();
+        assert_eq!(st["stdout"]["data"], "out\n", "{st}");
+        assert_eq!(st["exit_code"], 0, "{st}");
+        assert!(alive(old_worker), "the replaced worker was stopped");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A fresh tester of issue 20 (t25, t25b): a 2026-07-28 client listening for
+/// `toolsListChanged` got no `notifications/tools/list_changed` when a reload changed the
+/// tools, and its open `subscriptions/listen` kept the replaced worker running.
+#[test]
+fn a_listening_client_gets_list_changed_once_and_its_subscription_pins_no_worker() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.spawn(t.path(), &[]);
+    let listen = s.send_request(
+        "subscriptions/listen",
+        json!({"_meta": meta(false), "notifications": {"toolsListChanged": true}}),
+    );
+    let ack = wait_method(&mut s, "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        json!(listen),
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"]["toolsListChanged"], true,
+        "the supervisor reports tool list changes: {ack}"
+    );
+    let modern_tools = |s: &mut Server| {
+        let list = s.request("tools/list", json!({"_meta": meta(false)}));
+        list["result"]["tools"].as_array().expect("tools").len()
+    };
+    let full = modern_tools(&mut s);
+    let old_worker = workers_of(u64::from(s.pid()))[0];
+
+    // A new build that lists fewer tools (see a_new_build_with_another_tool_list_...).
+    let real = inst.dir.path().join("real-machine-mcp");
+    std::fs::hard_link(newer_build(), &real).unwrap();
+    let wrapper = inst.script(
+        "wrapper",
+        &format!(
+            "if [ \"$1\" = --version ]; then exec {0} --version; fi\nexec {0} \"$@\" --profile review",
+            real.display()
+        ),
+    );
+    inst.replace_with(&wrapper);
+    signal(u64::from(s.pid()), "HUP");
+    wait_modern_info(&mut s, &inst, "worker generation 2", |r| {
+        r.structured["supervisor"]["worker_generation"] == 2
+    });
+    let notes = s.take_method(LIST_CHANGED);
+    assert_eq!(notes.len(), 1, "one list_changed: {notes:?}");
+    assert_eq!(
+        notes[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        json!(listen),
+        "{}",
+        notes[0]
+    );
+    assert!(modern_tools(&mut s) < full);
+
+    // The subscription does not keep the replaced worker, which has no other work.
+    let r = wait_modern_info(&mut s, &inst, "the replaced worker's end", |r| {
+        r.structured["supervisor"]["replaced_workers"] == json!([])
+    });
+    assert_eq!(r.structured["supervisor"]["worker_generation"], 2);
+    assert!(wait_gone(old_worker, RESPONSE_TIMEOUT));
+    assert_eq!(
+        s.wait_for(&json!(listen), Duration::ZERO),
+        None,
+        "the client's subscription was ended"
+    );
+    assert_eq!(s.take_method(LIST_CHANGED), Vec::<Value>::new(), "only one");
+}
+
+/// A fresh tester of issue 20 (t6): a worker that started and then crashed, again and again,
+/// was restarted forever at "attempt 1" after 1 s. The backoff doubles and the supervisor
+/// gives up after [`WORKER_RESTARTS_MAX`] restarts without a healthy worker; requests are then
+/// refused as not retryable (until a reload, which starts over).
+#[test]
+fn a_worker_that_keeps_crashing_is_restarted_with_growing_backoff_then_given_up() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    let (_, mut worker) = first_info(&mut s, &inst);
+    for attempt in 1..=WORKER_RESTARTS_MAX {
+        signal(worker, "KILL");
+        let down = wait_restarting(&mut s, &inst);
+        let state = down.error["supervisor"]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let prefix =
+            format!("restarting the worker (attempt {attempt} of {WORKER_RESTARTS_MAX} in ");
+        let ms: u128 = state
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(" ms)"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("after crash {attempt}: {state:?}"));
+        let backoff = (WORKER_RESTART_BACKOFF_MIN * (1 << (attempt - 1)))
+            .min(WORKER_RESTART_BACKOFF_MAX)
+            .as_millis();
+        assert!(
+            ms <= backoff && ms > backoff / 2,
+            "after crash {attempt}: {state:?}, want about {backoff} ms"
+        );
+        let up = wait_generation(&mut s, &inst, u64::from(attempt) + 1);
+        worker = up["supervisor"]["worker_pid"].as_u64().unwrap();
+    }
+    signal(worker, "KILL");
+    let down = wait_restarting(&mut s, &inst);
+    let state = down.error["supervisor"]["state"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(state.starts_with("failed: "), "{}", down.error);
+    let refused = s.request(
+        "tools/call",
+        json!({"name": "list_dir", "arguments": {"path": "."}}),
+    );
+    assert_eq!(
+        refused["error"]["data"]["delivery_state"], "not_sent",
+        "{refused}"
+    );
+    assert_eq!(refused["error"]["data"]["retryable"], false, "{refused}");
+
+    signal(u64::from(s.pid()), "HUP");
+    let back = wait_generation(&mut s, &inst, u64::from(WORKER_RESTARTS_MAX) + 2);
+    assert_eq!(back["supervisor"]["state"], "serving");
+}
+
+/// A fresh tester of issue 20 (t37): a new binary that could not run (mode 644) was never
+/// tried again once `chmod +x` fixed it, only after a SIGHUP.
+#[test]
+fn a_rejected_binary_made_executable_is_picked_up_without_a_signal() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    let (before, _) = first_info(&mut s, &inst);
+    // A copy of the newer build without execute permission (a child process writes it, see
+    // newer_build).
+    let next = inst.dir.path().join("bin/.machine-mcp.next");
+    let ok = Command::new("sh")
+        .args(["-c", r#"cp "$1" "$2" && chmod 644 "$2""#, "sh"])
+        .arg(newer_build())
+        .arg(&next)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::fs::rename(&next, inst.binary()).unwrap();
+    let r = wait_info(&mut s, &inst, "the rejected binary", |r| {
+        r.structured["supervisor"]["last_failure"].is_string()
+    });
+    assert_eq!(r.structured["supervisor"]["worker_generation"], 1);
+
+    std::fs::set_permissions(inst.binary(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let after = wait_generation(&mut s, &inst, 2);
+    assert_eq!(
+        after["version"],
+        format!("{}+{NEWER_STAMP}", before["version"].as_str().unwrap())
+    );
+}
+
+/// A fresh tester of issue 20 (t18): SIGTERM with a call running ended the supervisor after
+/// about 5 s (0.2 s with --no-supervisor).
+#[test]
+fn sigterm_with_a_call_running_ends_the_supervisor_promptly() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    let (_, worker) = first_info(&mut s, &inst);
+    s.call("start_process", json!({"argv": ["sleep", "60"]}))
+        .ok();
+    s.send_request(
+        "tools/call",
+        json!({"name": "run_process",
+               "arguments": {"argv": ["sh", "-c", "echo started > started; exec sleep 60"]}}),
+    );
+    wait_file(&t.path().join("started"), RESPONSE_TIMEOUT);
+
+    let sent = Instant::now();
+    signal(u64::from(s.pid()), "TERM");
+    assert!(wait_gone(u64::from(s.pid()), Duration::from_secs(20)));
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the supervisor took {took:?} to end; log:\n{}",
+        inst.log()
+    );
+    assert!(
+        wait_gone(worker, Duration::from_secs(3)),
+        "the worker survived"
+    );
+}
+
+/// A fresh tester of issue 20 (t15): a request refused by the queue's byte bound said "256
+/// requests (16 MiB) already wait" when 2 did; and `server_info` answered during a restart,
+/// which is temporary, said `retryable: false`.
+#[test]
+fn while_a_worker_restarts_refusals_state_the_count_waiting_and_server_info_is_retryable() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    let (_, worker) = first_info(&mut s, &inst);
+    signal(worker, "KILL");
+    let down = wait_restarting(&mut s, &inst);
+    assert_eq!(down.error["retryable"], true, "{}", down.error);
+
+    // Three requests of 7 MiB: the third is past the queue's bytes.
+    let pad = "p".repeat(7 << 20);
+    let mut burst = String::new();
+    for id in ["big0", "big1", "big2"] {
+        burst.push_str(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "list_dir", "arguments": {"path": ".", "pad": pad}}})
+            .to_string(),
+        );
+        burst.push('\n');
+    }
+    s.send_bytes(burst.as_bytes());
+    let refused = s.wait_for(&json!("big2"), RESPONSE_TIMEOUT).expect("big2");
+    assert_eq!(
+        refused["error"]["data"]["delivery_state"], "not_sent",
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(" 2 requests (") && !message.contains("256 requests ("),
+        "{message}"
+    );
+    for id in ["big0", "big1"] {
+        let m = s.wait_for(&json!(id), RESPONSE_TIMEOUT).expect(id);
+        assert!(m.get("result").is_some(), "{id} was served: {m}");
+    }
+}
+
+/// A fresh tester of issue 20 (t20): `machine-mcp reload` did not find a supervisor started
+/// through a link of another name; `--pid` of a worker or of a `--no-supervisor` server said
+/// only "not a `machine-mcp stdio` of yours".
+#[test]
+fn the_reload_command_finds_a_supervisor_started_by_another_name_and_says_what_others_are() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let link = inst.dir.path().join("bin/current");
+    std::os::unix::fs::symlink("machine-mcp", &link).unwrap();
+    let mut s = Server::start_binary(&link, t.path(), &[], &[], &inst.log_path());
+    let reload = |pid: u64| {
+        Command::new(bin())
+            .args(["reload", "--pid", &pid.to_string()])
+            .output()
+            .unwrap()
+    };
+    let out = reload(u64::from(s.pid()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = wait_generation(&mut s, &inst, 2);
+    let worker = after["supervisor"]["worker_pid"].as_u64().unwrap();
+
+    let out = reload(worker);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("worker") && err.contains("supervisor"),
+        "{err}"
+    );
+    let alone = inst.start(t.path(), &["--no-supervisor"]);
+    let out = reload(u64::from(alone.pid()));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--no-supervisor"), "{err}");
 }

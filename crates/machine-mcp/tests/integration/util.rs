@@ -124,14 +124,25 @@ impl Server {
         env: &[(&str, &str)],
         log: &Path,
     ) -> Self {
+        let mut s = Self::spawn_binary(program, workspace, args, env, log);
+        s.handshake();
+        s
+    }
+
+    /// Like [`Server::start_binary`] without any handshake.
+    pub(crate) fn spawn_binary(
+        program: &Path,
+        workspace: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Self {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .expect("open the server's log");
-        let mut s = Self::spawn_program(program, workspace, args, env, Stdio::from(log));
-        s.handshake();
-        s
+        Self::spawn_program(program, workspace, args, env, Stdio::from(log))
     }
 
     fn spawn_program(

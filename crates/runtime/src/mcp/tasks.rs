@@ -338,6 +338,13 @@ impl Tasks {
         Some(t.clone())
     }
 
+    /// Tasks kept: working, or finished and still within their retention (readable by
+    /// `tasks/get`).
+    pub fn kept(&self) -> usize {
+        let now = Instant::now();
+        self.lock().values().filter(|t| kept(t, now)).count()
+    }
+
     /// Tasks still working (for status and tests).
     pub fn working(&self) -> usize {
         self.lock()

@@ -69,15 +69,19 @@ pub(crate) struct ServerInfo {
     supervisor: Option<SupervisorInfo>,
 }
 
-/// What the server is doing now.
+/// What the server is doing now, and what it holds for its client.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct Activity {
     /// Tool calls running, this one included.
     calls_in_flight: usize,
     /// Process sessions whose process is running.
     running_process_sessions: usize,
+    /// Process sessions kept: running, or exited and still readable by read_process.
+    kept_process_sessions: usize,
     /// Tasks still working.
     working_tasks: usize,
+    /// Tasks kept: working, or finished and still readable by tasks/get.
+    kept_tasks: usize,
 }
 
 /// The stdio supervisor of `machine-mcp stdio` (issue 20): the process that owns the host's
@@ -202,12 +206,14 @@ impl TextView for ServerInfo {
 }
 
 async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolResult<ServerInfo> {
-    let (calls_in_flight, running_process_sessions, working_tasks) = rt.activity();
+    let a = rt.activity();
     Ok(ServerInfo {
         activity: Activity {
-            calls_in_flight,
-            running_process_sessions,
-            working_tasks,
+            calls_in_flight: a.calls_in_flight,
+            running_process_sessions: a.running_process_sessions,
+            kept_process_sessions: a.kept_process_sessions,
+            working_tasks: a.working_tasks,
+            kept_tasks: a.kept_tasks,
         },
         supervisor: None,
         name: SERVER_NAME.to_owned(),

@@ -1,6 +1,6 @@
 //! The installed binary a supervisor starts its workers from, and how it notices an upgrade:
 //! the path the host started (not the file behind it: an upgrade replaces the file or moves a
-//! symlink), identified by device, inode, size and modification time, then confirmed by running
+//! symlink), identified by device, inode, size, modification and change time, then confirmed by running
 //! `BINARY --version` (a half-written file does not answer).
 
 use std::{
@@ -19,9 +19,20 @@ pub(super) struct FileId {
     ino: u64,
     size: u64,
     mtime_ns: i128,
+    /// The inode change time: a `chmod +x` of a file that was refused changes it.
+    ctime_ns: i128,
 }
 
 impl FileId {
+    /// Whether `other` is the same file with the same contents as far as an upgrade goes
+    /// (device, inode, size, mtime). The change time is left out: a hard link made elsewhere
+    /// or a `chmod` changes it without changing the binary. It still tells a refused file
+    /// apart once it was made executable (`==` compares it too).
+    pub(super) fn same_binary(&self, other: &Self) -> bool {
+        (self.dev, self.ino, self.size, self.mtime_ns)
+            == (other.dev, other.ino, other.size, other.mtime_ns)
+    }
+
     /// The file at `path` now (symlinks followed); `None` when there is none.
     pub(super) fn of(path: &Path) -> Option<Self> {
         let m = std::fs::metadata(path).ok()?;
@@ -30,6 +41,7 @@ impl FileId {
             ino: m.ino(),
             size: m.size(),
             mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
         })
     }
 }

@@ -37,6 +37,24 @@ struct ParamsHead {
     /// `notifications/cancelled`.
     #[serde(default, rename = "requestId")]
     request_id: Option<Value>,
+    /// `subscriptions/listen`: the notification categories asked for.
+    #[serde(default)]
+    notifications: Option<FilterHead>,
+    /// The per-request fields of MCP 2026-07-28.
+    #[serde(default, rename = "_meta")]
+    meta: Option<MetaHead>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct FilterHead {
+    #[serde(default, rename = "toolsListChanged")]
+    tools_list_changed: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct MetaHead {
+    #[serde(default, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -82,6 +100,29 @@ impl ClientHead {
         v.as_str().map(str::to_owned)
     }
 
+    /// Whether this is a request of the MCP 2026-07-28 era other than `server/discover` (one
+    /// carrying the per-request protocol version): after one, the client speaks that era. A
+    /// `server/discover` alone says nothing: a client may probe with it and then `initialize`.
+    pub(super) fn is_modern(&self) -> bool {
+        self.method.as_deref() != Some("server/discover")
+            && self
+                .params
+                .as_ref()
+                .and_then(|p| p.meta.as_ref())
+                .is_some_and(|m| m.protocol_version.is_some())
+    }
+
+    /// Whether a `subscriptions/listen` asks for `toolsListChanged`.
+    pub(super) fn wants_tools_list_changed(&self) -> bool {
+        self.method.as_deref() == Some("subscriptions/listen")
+            && self
+                .params
+                .as_ref()
+                .and_then(|p| p.notifications.as_ref())
+                .and_then(|n| n.tools_list_changed)
+                == Some(true)
+    }
+
     /// The request a `notifications/cancelled` cancels.
     pub(super) fn cancels(&self) -> Option<&Value> {
         if self.method.as_deref() != Some("notifications/cancelled") {
@@ -117,15 +158,59 @@ impl WorkerHead {
 }
 
 /// A handle a worker's answer created: the `session_id` of a result (a process session) or
-/// the `taskId` of a task it became.
+/// the `taskId` of the task the call became (a `CreateTaskResult`, SEP-2663: `resultType`
+/// `"task"` with the task's fields at the top of the result).
 pub(super) fn created_handle(line: &[u8]) -> Option<String> {
     let text = |path: &[&str]| {
         sonic_rs::get_from_slice(line, path)
             .ok()
             .and_then(|v| serde_json::from_str::<String>(v.as_raw_str()).ok())
     };
+    if text(&["result", "resultType"]).as_deref() == Some("task") {
+        return text(&["result", "taskId"]);
+    }
     text(&["result", "structuredContent", "session_id"])
-        .or_else(|| text(&["result", "task", "taskId"]))
+}
+
+/// The subscription a notification belongs to (`_meta` `io.modelcontextprotocol/subscriptionId`,
+/// MCP 2026-07-28 Basic › Patterns › Subscriptions), when `line` is
+/// `notifications/subscriptions/acknowledged`.
+pub(super) fn acknowledged_subscription(line: &[u8]) -> Option<Value> {
+    let method = sonic_rs::get_from_slice(line, ["method"]).ok()?;
+    if method.as_raw_str() != "\"notifications/subscriptions/acknowledged\"" {
+        return None;
+    }
+    let id = sonic_rs::get_from_slice(
+        line,
+        ["params", "_meta", "io.modelcontextprotocol/subscriptionId"],
+    )
+    .ok()?;
+    serde_json::from_str(id.as_raw_str()).ok()
+}
+
+/// `line`, a subscription's acknowledgement, accepting `toolsListChanged` too (the supervisor
+/// sends it after an upgrade that changed the tools).
+pub(super) fn acknowledging_tools(line: &[u8]) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(line).ok()?;
+    let filter = v
+        .get_mut("params")?
+        .as_object_mut()?
+        .entry("notifications")
+        .or_insert_with(|| json!({}));
+    filter
+        .as_object_mut()?
+        .insert("toolsListChanged".into(), json!(true));
+    serde_json::to_vec(&v).ok()
+}
+
+/// `notifications/tools/list_changed` for the 2026-07-28 subscription `subscription`.
+pub(super) fn list_changed_for(subscription: &Value) -> Vec<u8> {
+    jsonrpc::notification(
+        "notifications/tools/list_changed",
+        json!({"_meta": {"io.modelcontextprotocol/subscriptionId": subscription}}),
+    )
+    .to_string()
+    .into_bytes()
 }
 
 /// The answer to request `id` that a worker took and then exited without answering: it may
@@ -146,15 +231,19 @@ pub(super) fn outcome_unknown(id: &Value, why: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The answer to request `id` that no worker received.
-pub(super) fn not_sent(id: &Value, why: &str) -> Vec<u8> {
+/// The answer to request `id` that no worker received. `retryable` says whether trying again
+/// may succeed (a restart is under way) or not (the restarts ran out: only `machine-mcp
+/// reload` helps).
+pub(super) fn not_sent(id: &Value, why: &str, retryable: bool) -> Vec<u8> {
     jsonrpc::error(
         id,
         code::UNAVAILABLE,
         &format!("{why}; the request was not sent to a server worker and had no effects"),
-        Some(
-            json!({"delivery_state": "not_sent", "side_effects_started": false, "retryable": true}),
-        ),
+        Some(json!({
+            "delivery_state": "not_sent",
+            "side_effects_started": false,
+            "retryable": retryable,
+        })),
     )
     .to_string()
     .into_bytes()
@@ -174,9 +263,9 @@ pub(super) fn tool_error(id: &Value, e: &ToolError) -> Vec<u8> {
     )
 }
 
-/// `line`, a worker's `initialize` result, saying that the server sends
+/// `line`, a worker's `initialize` or `server/discover` result, saying that the server sends
 /// `notifications/tools/list_changed` (the supervisor does, after an upgrade that changed the
-/// tools); `None` when it is not a successful `initialize` result.
+/// tools); `None` when it is not such a successful result.
 pub(super) fn with_list_changed(line: &[u8]) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(line).ok()?;
     let caps = v.get_mut("result")?.get_mut("capabilities")?;
@@ -252,9 +341,13 @@ mod tests {
         assert_eq!(created_handle(line).as_deref(), Some("proc-2"));
         let note = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#;
         assert!(WorkerHead::parse(note).has_method);
-        let task =
-            br#"{"jsonrpc":"2.0","id":1,"result":{"task":{"taskId":"t1","status":"working"}}}"#;
+        // A CreateTaskResult (SEP-2663): the task's fields at the top of the result.
+        let task = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working"}}"#;
         assert_eq!(created_handle(task).as_deref(), Some("t1"));
+        let sub = br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{},"_meta":{"io.modelcontextprotocol/subscriptionId":"s1"}}}"#;
+        assert_eq!(acknowledged_subscription(sub), Some(json!("s1")));
+        let v: Value = serde_json::from_slice(&acknowledging_tools(sub).unwrap()).unwrap();
+        assert_eq!(v["params"]["notifications"]["toolsListChanged"], true);
     }
 
     #[test]

@@ -63,7 +63,10 @@ use crate::tools::info::SupervisorInfo;
 mod binary;
 mod message;
 mod output;
+mod registry;
 mod worker;
+
+pub use registry::running as running_supervisors;
 
 use binary::FileId;
 use message::{ClientHead, WorkerHead};
@@ -116,6 +119,7 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
     });
     let first = shared.lock().start_first();
     shared.run(first?);
+    let _announced = registry::Registration::announce();
     let (eof_tx, mut eof) = tokio::sync::oneshot::channel::<()>();
     read_client(shared.clone(), eof_tx)?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -268,7 +272,8 @@ impl Shared {
                         if let Some(f) = lost {
                             self.send_client(&message::not_sent(
                                 &f.id,
-                                "the server worker is stopping",
+                                "the server worker exited before it took this request",
+                                true,
                             ));
                         }
                     }
@@ -300,7 +305,8 @@ impl Shared {
             st.workers.values().map(|s| s.worker.clone()).collect()
         };
         for w in &workers {
-            w.close_input();
+            // As the host's Ctrl-C would: the worker ends its process sessions and exits.
+            w.terminate();
         }
         let deadline = Instant::now() + super::STDOUT_DRAIN_WAIT;
         while !self.lock().workers.is_empty() && Instant::now() < deadline {
@@ -432,6 +438,13 @@ struct Recovery {
     next_at: Option<Instant>,
 }
 
+/// A message held in the queue, with the id when it is a request.
+#[derive(Debug)]
+struct Queued {
+    line: Vec<u8>,
+    id: Option<Value>,
+}
+
 /// A worker that held handles ended after an upgrade replaced it ([`ended_handle`]).
 const ENDED_BY_UPGRADE: &str = "upgrade";
 /// A worker that held handles exited unexpectedly ([`ended_handle`]).
@@ -458,7 +471,7 @@ struct State {
     /// gone.
     ended: HashMap<u64, &'static str>,
     /// Messages waiting for a worker (restart) or for their turn (after one).
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<Queued>,
     queued_bytes: usize,
     /// The client's `initialize` parameters, replayed to every new worker.
     client_init: Option<Value>,
@@ -466,6 +479,14 @@ struct State {
     client_initialized: bool,
     /// A worker answered the client's `initialize`: a handshake-era session.
     handshake: bool,
+    /// The client sent a request of the 2026-07-28 era (it needs no `initialize`).
+    modern_client: bool,
+    /// The client's open `subscriptions/listen` requests (2026-07-28), and whether each asked
+    /// for `toolsListChanged`. One whose worker ended stays open here: the supervisor sends its
+    /// list notifications itself.
+    listens: HashMap<IdKey, (Value, bool)>,
+    /// The binary was found missing (said once until it is back).
+    binary_missing: bool,
     /// The last tool list seen (`tools/list` result's `tools`).
     catalog: Option<Value>,
     /// The id of the own `tools/list` that records the first worker's catalog.
@@ -503,6 +524,9 @@ impl State {
             client_init: None,
             client_initialized: false,
             handshake: false,
+            modern_client: false,
+            listens: HashMap::new(),
+            binary_missing: false,
             catalog: None,
             catalog_probe: None,
             last_check: Instant::now(),
@@ -587,7 +611,9 @@ impl State {
     /// behind the others again).
     fn client_message(&mut self, line: Vec<u8>, from_queue: bool) -> Vec<Out> {
         let mut outs = Vec::new();
-        if !from_queue && !self.queue.is_empty() {
+        // A cancellation is never held behind others: it may cancel one of them.
+        let cancels = ClientHead::parse(&line).is_some_and(|h| h.cancels().is_some());
+        if !from_queue && !cancels && !self.queue.is_empty() {
             // Others wait for their turn: this one goes behind them.
             let id =
                 ClientHead::parse(&line).and_then(|h| h.is_request().then_some(h.id).flatten());
@@ -602,10 +628,20 @@ impl State {
         if head.is_request() {
             self.request(line, head, &mut outs);
         } else if let Some(target) = head.cancels() {
-            if let Some(f) = self.in_flight.get(&IdKey::of(target))
-                && let Some(o) = self.to_worker(f.generation, line, None)
+            let key = IdKey::of(target);
+            self.listens.remove(&key);
+            if let Some(f) = self.in_flight.get(&key) {
+                outs.extend(self.to_worker(f.generation, line, None));
+            } else if let Some(at) = self
+                .queue
+                .iter()
+                .position(|q| q.id.as_ref().is_some_and(|id| IdKey::of(id) == key))
             {
-                outs.push(o);
+                // It never reached a worker: dropped, and, cancelled, it is not answered
+                // (MCP Basic › Utilities › Cancellation).
+                if let Some(q) = self.queue.remove(at) {
+                    self.queued_bytes -= q.line.len();
+                }
             }
         } else if head.method.as_deref() == Some("notifications/initialized") && self.handshake {
             // The handshake is complete: the tool list can be read on the session.
@@ -634,6 +670,16 @@ impl State {
         }
         let method = head.method.clone().unwrap_or_default();
         let tool = head.tool().map(str::to_owned);
+        if head.is_modern() {
+            self.modern_client = true;
+        }
+        if method == "subscriptions/listen" {
+            let tools = head.wants_tools_list_changed();
+            self.listens.insert(key.clone(), (id.clone(), tools));
+            if tools && self.catalog.is_none() {
+                self.record_catalog(outs);
+            }
+        }
         if method == "initialize" && self.client_init.is_none() {
             self.client_init = serde_json::from_slice::<Value>(&line)
                 .ok()
@@ -661,17 +707,23 @@ impl State {
                 outs.push(Out::Client(message::result(&id, json!({}))));
             }
             Service::Waiting | Service::Failed(_) if tool.as_deref() == Some("server_info") => {
-                let e = ToolError::new(
+                let mut e = ToolError::new(
                     ToolErrorCode::Unavailable,
                     format!("no server worker is running: {}", self.state_line()),
                 )
                 .detail("supervisor", self.status_value());
+                if matches!(self.service, Service::Waiting) {
+                    e = e.retryable();
+                }
                 outs.push(Out::Client(message::tool_error(&id, &e)));
             }
             Service::Waiting => self.enqueue(line, Some(id), outs),
             Service::Failed(reason) => {
-                let why = format!("the server worker could not be restarted ({reason})");
-                outs.push(Out::Client(message::not_sent(&id, &why)));
+                let why = format!(
+                    "the server worker could not be restarted ({reason}); `machine-mcp reload` \
+                     starts it again"
+                );
+                outs.push(Out::Client(message::not_sent(&id, &why, false)));
             }
         }
     }
@@ -702,7 +754,8 @@ impl State {
             }
             None => outs.push(Out::Client(message::not_sent(
                 &id,
-                "the server worker is stopping",
+                "the server worker exited before it took this request",
+                true,
             ))),
         }
     }
@@ -726,16 +779,19 @@ impl State {
                 outs.push(Out::Client(message::not_sent(
                     &id,
                     &format!(
-                        "{SUPERVISOR_QUEUE_MAX} requests ({} MiB) already wait for the server \
-                         worker, which is restarting",
+                        "the waiting room is full: {} requests ({} bytes) already wait for the \
+                         server worker, at most {SUPERVISOR_QUEUE_MAX} requests and {} MiB",
+                        self.queue.len(),
+                        self.queued_bytes,
                         SUPERVISOR_QUEUE_MAX_BYTES >> 20
                     ),
+                    true,
                 )));
             }
             return;
         }
         self.queued_bytes += line.len();
-        self.queue.push_back(line);
+        self.queue.push_back(Queued { line, id });
     }
 
     /// Tool calls worker `generation` is running for the client.
@@ -751,17 +807,17 @@ impl State {
     fn drain_queue(&mut self, outs: &mut Vec<Out>) {
         let Some(active) = self.active() else { return };
         let mut calls = self.calls_on(active);
-        while let Some(line) = self.queue.front() {
-            let is_call = ClientHead::parse(line).is_some_and(|h| h.tool().is_some());
+        while let Some(front) = self.queue.front() {
+            let is_call = ClientHead::parse(&front.line).is_some_and(|h| h.tool().is_some());
             if is_call && calls >= CONCURRENT_TOOL_CALLS {
                 break;
             }
-            let Some(line) = self.queue.pop_front() else {
+            let Some(q) = self.queue.pop_front() else {
                 break;
             };
-            self.queued_bytes -= line.len();
+            self.queued_bytes -= q.line.len();
             calls += usize::from(is_call);
-            outs.extend(self.client_message(line, true));
+            outs.extend(self.client_message(q.line, true));
         }
     }
 
@@ -776,9 +832,20 @@ impl State {
         );
         if head.has_method {
             // The worker's notifications (progress, logging); a starting worker has no client.
-            if !starting {
-                outs.push(Out::Client(line));
+            if starting {
+                return outs;
             }
+            let mut line = line;
+            if let Some(sub) = message::acknowledged_subscription(&line)
+                && self
+                    .listens
+                    .get(&IdKey::of(&sub))
+                    .is_some_and(|(_, tools)| *tools)
+                && let Some(l) = message::acknowledging_tools(&line)
+            {
+                line = l;
+            }
+            outs.push(Out::Client(line));
             return outs;
         }
         let Some(id) = head.id else {
@@ -795,8 +862,14 @@ impl State {
             return outs;
         };
         let mut line = line;
-        if f.method == "initialize" {
-            self.handshake = true;
+        if f.method == "subscriptions/listen" {
+            // The subscription ended (its final result).
+            self.listens.remove(&IdKey::of(&id));
+        }
+        if f.method == "initialize" || f.method == "server/discover" {
+            if f.method == "initialize" {
+                self.handshake = true;
+            }
             if let Some(l) = message::with_list_changed(&line) {
                 line = l;
             }
@@ -886,14 +959,20 @@ impl State {
             }
             Next::Poll => {
                 // A retired worker's activity: it stops once it has no work.
+                // It keeps what its client can still read: exited process sessions and
+                // finished tasks, until they expire or the grace ends.
                 let idle = v
                     .pointer("/result/structuredContent/activity")
                     .is_some_and(|a| {
-                        a["running_process_sessions"].as_u64() == Some(0)
-                            && a["working_tasks"].as_u64() == Some(0)
+                        a["kept_process_sessions"].as_u64() == Some(0)
+                            && a["kept_tasks"].as_u64() == Some(0)
                             && a["calls_in_flight"].as_u64().unwrap_or(u64::MAX) <= 1
                     });
-                let busy_here = self.in_flight.values().any(|f| f.generation == generation);
+                // An open subscription does not keep it: the supervisor serves those itself.
+                let busy_here = self
+                    .in_flight
+                    .values()
+                    .any(|f| f.generation == generation && f.method != "subscriptions/listen");
                 if idle
                     && !busy_here
                     && let Some(s) = self.workers.get(&generation)
@@ -965,8 +1044,15 @@ impl State {
         if tools.is_some() {
             self.catalog = tools;
         }
-        if changed && self.handshake && self.client_initialized {
-            outs.push(Out::Client(message::list_changed()));
+        if changed {
+            if self.handshake && self.client_initialized {
+                outs.push(Out::Client(message::list_changed()));
+            }
+            for (id, tools) in self.listens.values() {
+                if *tools {
+                    outs.push(Out::Client(message::list_changed_for(id)));
+                }
+            }
         }
         self.drain_queue(outs);
     }
@@ -986,6 +1072,10 @@ impl State {
             .collect();
         for k in lost {
             if let Some(f) = self.in_flight.remove(&k) {
+                // An open subscription stays open: the supervisor serves it from now on.
+                if f.method == "subscriptions/listen" && self.listens.contains_key(&k) {
+                    continue;
+                }
                 outs.push(Out::Client(message::outcome_unknown(&f.id, how)));
             }
         }
@@ -1013,6 +1103,7 @@ impl State {
                 );
                 self.ended.insert(generation, ENDED_BY_EXIT);
                 self.last_failure = Some(format!("{}: the worker exited ({how})", now_utc()));
+                // Restarts count since the last healthy worker (one that served long enough).
                 if self.active_since.elapsed() >= WORKER_HEALTHY_AFTER {
                     self.recovery.attempts = 0;
                 }
@@ -1031,13 +1122,15 @@ impl State {
             );
             tracing::error!("{reason}; requests are refused until `machine-mcp reload`");
             self.service = Service::Failed(reason.clone());
-            while let Some(line) = self.queue.pop_front() {
-                if let Some(id) =
-                    ClientHead::parse(&line).and_then(|h| h.is_request().then_some(h.id).flatten())
-                {
+            while let Some(q) = self.queue.pop_front() {
+                if let Some(id) = q.id {
                     outs.push(Out::Client(message::not_sent(
                         &id,
-                        &format!("the server worker could not be restarted ({reason})"),
+                        &format!(
+                            "the server worker could not be restarted ({reason}); `machine-mcp \
+                             reload` starts it again"
+                        ),
+                        false,
                     )));
                 }
             }
@@ -1080,7 +1173,6 @@ impl State {
             Purpose::Recovery => {
                 tracing::warn!("restart failed: {why}");
                 self.last_failure = Some(line);
-                self.recovery.attempts += 1;
                 self.schedule_recovery(outs);
             }
         }
@@ -1112,7 +1204,19 @@ impl State {
                     .to_string()
                     .into_bytes(),
             ),
-            None => (Step::Listing(id.clone()), tools_list_request(&id, false)),
+            // A client that has not initialized yet may still do so: a 2026-07-28 request other
+            // than `server/discover` would make the worker serve this connection in that era
+            // only. `server/discover` proves the worker answers without that.
+            None if self.modern_client => {
+                (Step::Listing(id.clone()), tools_list_request(&id, false))
+            }
+            None => (
+                Step::Listing(id.clone()),
+                json!({"jsonrpc": "2.0", "id": id, "method": "server/discover",
+                    "params": {"_meta": modern_meta()}})
+                .to_string()
+                .into_bytes(),
+            ),
         };
         if let Some(slot) = self.workers.get_mut(&generation) {
             slot.role = Role::Starting(Start {
@@ -1132,6 +1236,9 @@ impl State {
     fn record_catalog(&mut self, outs: &mut Vec<Out>) {
         let Some(g) = self.active() else { return };
         if self.catalog.is_some() || self.catalog_probe.is_some() {
+            return;
+        }
+        if !self.handshake && !self.modern_client {
             return;
         }
         let id = self.own_id();
@@ -1222,6 +1329,7 @@ impl State {
             && !self.starting()
         {
             self.recovery.next_at = None;
+            self.recovery.attempts += 1;
             outs.extend(self.probe(Purpose::Recovery, "restart"));
         }
         // The binary changed.
@@ -1232,12 +1340,23 @@ impl State {
                 .and_then(|g| self.workers.get(&g))
                 .and_then(|s| s.file);
             let file = FileId::of(&self.config.binary);
-            if file.is_some()
-                && current.is_some()
-                && file != current
-                && file != self.rejected_file
-                && !self.starting()
-            {
+            if file.is_none() && !self.binary_missing {
+                self.binary_missing = true;
+                let why = format!(
+                    "the binary {} is gone (deleted, or a link to nothing): no new worker can start \
+                     until it is back",
+                    self.config.binary.display()
+                );
+                tracing::warn!("{why}");
+                self.last_failure = Some(format!("{}: {why}", now_utc()));
+            } else if file.is_some() {
+                self.binary_missing = false;
+            }
+            let changed = match (&file, &current) {
+                (Some(f), Some(c)) => !f.same_binary(c),
+                _ => false,
+            };
+            if changed && file != self.rejected_file && !self.starting() {
                 outs.extend(self.probe(Purpose::Upgrade, "the binary changed"));
             }
         }
@@ -1281,6 +1400,9 @@ impl State {
 
     fn state_line(&self) -> String {
         match &self.service {
+            Service::Serving(_) if self.starting() => {
+                "serving; a new worker is starting (a reload)".to_owned()
+            }
             Service::Serving(_) => "serving".to_owned(),
             Service::Waiting => match self.recovery.next_at {
                 Some(at) => format!(

@@ -130,6 +130,18 @@ impl Worker {
         *self.stdin.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
+    /// Closes the worker's stdin and sends it SIGTERM: it ends its process sessions and exits,
+    /// as a server without a supervisor does on the host's Ctrl-C.
+    pub(super) fn terminate(&self) {
+        self.close_input();
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
     /// Kills the worker (SIGKILL; a write blocked on its stdin then fails, so closing it never
     /// waits); its process tree is ended by its watchdog.
     pub(super) fn kill(&self) {

@@ -216,6 +216,17 @@ impl Sessions {
         v
     }
 
+    /// Sessions kept: running, or exited and still readable.
+    pub(crate) fn kept(&self) -> usize {
+        self.table
+            .lock()
+            .map(|mut t| {
+                t.trim();
+                t.map.len()
+            })
+            .unwrap_or(0)
+    }
+
     /// Sessions still running.
     pub(crate) fn running(&self) -> usize {
         self.table
