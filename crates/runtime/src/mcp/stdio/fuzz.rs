@@ -110,98 +110,143 @@ fn line(kind: u8, id: u8, extra: &str) -> String {
 /// the session ends when its input does.
 #[test]
 fn fuzz_stdio_session_answers_each_line_at_most_once() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("f.txt"), "text\n").unwrap();
-    let runtime = Arc::new(
-        Runtime::new(RuntimeConfig {
-            workspace: dir.path().into(),
-            policy: crate::policy::Policy::profile(crate::policy::Profile::Review),
-            default_yield_after: None,
-            remote: false,
-            state_dir: None,
-        })
-        .unwrap(),
-    );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let session = Session::new();
     bolero::check!()
         .with_type::<(Vec<(u8, u8)>, String, bool)>()
         .with_test_time(SHORT_RUN)
-        .for_each(|(kinds, extra, crlf)| {
-            let lines: Vec<String> = kinds.iter().map(|&(k, id)| line(k, id, extra)).collect();
-            let mut input = String::new();
-            for l in &lines {
-                input.push_str(l);
-                input.push_str(if *crlf { "\r\n" } else { "\n" });
+        .for_each(|(kinds, extra, crlf)| session.check(kinds, extra, *crlf));
+}
+
+/// Regression (seed 179420986288260913856880147025871634004): `extra` with a newline splits a
+/// generated line in two, and each part is a line the server answers. The check counted the
+/// generated lines (8) instead of the lines sent (9) and failed on a correct server.
+#[test]
+fn a_generated_line_with_a_newline_is_counted_as_the_lines_it_sends() {
+    let kinds = [
+        (0, 0),
+        (212, 152),
+        (205, 143),
+        (101, 186),
+        (139, 114),
+        (233, 190),
+        (238, 117),
+        (36, 164),
+        (34, 108),
+    ];
+    Session::new().check(&kinds, "\n\0\0\0\0\0\0\0", true);
+}
+
+/// A runtime (review profile, a workspace with one file) that sessions are served from.
+struct Session {
+    _dir: tempfile::TempDir,
+    runtime: Arc<Runtime>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Session {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "text\n").unwrap();
+        let runtime = Arc::new(
+            Runtime::new(RuntimeConfig {
+                workspace: dir.path().into(),
+                policy: crate::policy::Policy::profile(crate::policy::Profile::Review),
+                default_yield_after: None,
+                remote: false,
+                state_dir: None,
+            })
+            .unwrap(),
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        Self {
+            _dir: dir,
+            runtime,
+            rt,
+        }
+    }
+
+    /// Serves the lines `kinds` make (see [`line`]) as one session and checks its answers.
+    fn check(&self, kinds: &[(u8, u8)], extra: &str, crlf: bool) {
+        let mut input = String::new();
+        for &(k, id) in kinds {
+            input.push_str(&line(k, id, extra));
+            input.push_str(if crlf { "\r\n" } else { "\n" });
+        }
+        let output = self.serve(&input);
+        // What the server reads are the input's lines, not the generated ones: `extra` may hold
+        // a newline that splits a generated line.
+        let mut sent: HashMap<String, usize> = HashMap::new();
+        let mut non_blank = 0;
+        for l in input.split('\n') {
+            if l.bytes().all(|b| b.is_ascii_whitespace()) {
+                continue;
             }
-            let output = rt.block_on(async {
-                let (client, server_end) = tokio::io::duplex(1 << 16);
-                let (read, write) = tokio::io::split(server_end);
-                let session = tokio::spawn(serve(runtime.clone(), read, write));
-                let (mut from_server, mut to_server) = tokio::io::split(client);
-                let bytes = input.clone().into_bytes();
-                let writer = tokio::spawn(async move {
-                    // The server may stop reading when its answers are not read: ignore that.
-                    let _ = to_server.write_all(&bytes).await;
-                    let _ = to_server.shutdown().await;
-                });
-                let mut out = String::new();
-                tokio::time::timeout(
-                    Duration::from_secs(20),
-                    from_server.read_to_string(&mut out),
-                )
-                .await
-                .unwrap_or_else(|_| panic!("the session did not end with its input: {input}"))
-                .unwrap();
-                writer.await.unwrap();
-                session.await.unwrap().unwrap();
-                out
-            });
-            let mut sent: HashMap<String, usize> = HashMap::new();
-            let mut non_blank = 0;
-            for l in &lines {
-                if l.bytes().all(|b| b.is_ascii_whitespace()) {
-                    continue;
-                }
-                non_blank += 1;
-                let id = serde_json::from_str::<Value>(l.trim_end_matches('\r'))
-                    .ok()
-                    .and_then(|v| v.get("id").cloned())
-                    .unwrap_or(Value::Null);
-                *sent.entry(id.to_string()).or_default() += 1;
-            }
-            let mut answered: HashMap<String, usize> = HashMap::new();
-            let mut total = 0;
-            for a in output.lines() {
-                let v: Value = serde_json::from_str(a)
-                    .unwrap_or_else(|e| panic!("{a:?} is not JSON ({e}); input:\n{input}"));
-                assert_eq!(v["jsonrpc"], "2.0", "{a}");
-                assert!(
-                    v.get("result").is_some() != v.get("error").is_some()
-                        && v.get("method").is_none(),
-                    "not a response: {a}\ninput:\n{input}"
-                );
-                total += 1;
-                let id = v.get("id").cloned().unwrap_or(Value::Null);
-                *answered.entry(id.to_string()).or_default() += 1;
-            }
+            non_blank += 1;
+            let id = serde_json::from_str::<Value>(l.trim_end_matches('\r'))
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .unwrap_or(Value::Null);
+            *sent.entry(id.to_string()).or_default() += 1;
+        }
+        let mut answered: HashMap<String, usize> = HashMap::new();
+        let mut total = 0;
+        for a in output.lines() {
+            let v: Value = serde_json::from_str(a)
+                .unwrap_or_else(|e| panic!("{a:?} is not JSON ({e}); input:\n{input}"));
+            assert_eq!(v["jsonrpc"], "2.0", "{a}");
             assert!(
-                total <= non_blank,
-                "{total} answers to {non_blank} lines:\n{input}\n{output}"
+                v.get("result").is_some() != v.get("error").is_some() && v.get("method").is_none(),
+                "not a response: {a}\ninput:\n{input}"
             );
-            for (id, n) in &answered {
-                let limit = if id == "null" {
-                    non_blank
-                } else {
-                    sent.get(id).copied().unwrap_or(0)
-                };
-                assert!(
-                    *n <= limit,
-                    "{n} answers with id {id} to {limit} lines:\n{input}\n{output}"
-                );
-            }
-        });
+            total += 1;
+            let id = v.get("id").cloned().unwrap_or(Value::Null);
+            *answered.entry(id.to_string()).or_default() += 1;
+        }
+        assert!(
+            total <= non_blank,
+            "{total} answers to {non_blank} lines:\n{input}\n{output}"
+        );
+        for (id, n) in &answered {
+            let limit = if id == "null" {
+                non_blank
+            } else {
+                sent.get(id).copied().unwrap_or(0)
+            };
+            assert!(
+                *n <= limit,
+                "{n} answers with id {id} to {limit} lines:\n{input}\n{output}"
+            );
+        }
+    }
+
+    /// Writes `input` to a fresh session and returns all it answered until it ended.
+    fn serve(&self, input: &str) -> String {
+        self.rt.block_on(async {
+            let (client, server_end) = tokio::io::duplex(1 << 16);
+            let (read, write) = tokio::io::split(server_end);
+            let session = tokio::spawn(serve(self.runtime.clone(), read, write));
+            let (mut from_server, mut to_server) = tokio::io::split(client);
+            let bytes = input.as_bytes().to_vec();
+            let writer = tokio::spawn(async move {
+                // The server may stop reading when its answers are not read: ignore that.
+                let _ = to_server.write_all(&bytes).await;
+                let _ = to_server.shutdown().await;
+            });
+            let mut out = String::new();
+            tokio::time::timeout(
+                Duration::from_secs(20),
+                from_server.read_to_string(&mut out),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("the session did not end with its input: {input}"))
+            .unwrap();
+            writer.await.unwrap();
+            session.await.unwrap().unwrap();
+            out
+        })
+    }
 }
