@@ -527,6 +527,9 @@ pub const WORKER_HEALTHY_AFTER: Duration = Duration::from_secs(60);
 pub const WORKER_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the supervisor checks whether the installed binary changed.
 pub const UPGRADE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a daemon with a new binary pending waits, once nothing runs, for process sessions
+/// that exited and tasks that finished to be read before its restart drops them.
+pub const UPGRADE_ENDED_GRACE: Duration = Duration::from_secs(60);
 /// How long `BINARY --version` of a changed binary may take.
 pub const VERSION_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a worker replaced by an upgrade keeps serving its calls in flight, process sessions

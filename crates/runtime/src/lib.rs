@@ -359,6 +359,12 @@ impl Runtime {
         self.sessions.running()
     }
 
+    /// Process sessions kept: running, or exited and still readable (for the retention after
+    /// exit, DESIGN §7).
+    pub fn kept_sessions(&self) -> usize {
+        self.sessions.kept()
+    }
+
     /// The workspace and its path rules.
     pub fn workspace(&self) -> &Workspace {
         &self.workspace

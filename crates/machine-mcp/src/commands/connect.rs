@@ -2,7 +2,11 @@
 //!
 //! SIGTERM or Ctrl-C stop it gracefully. SIGHUP re-reads what it serves (see [`reload`]): when
 //! nothing changed the link is kept; when something did, the link is closed cleanly (calls in
-//! flight drain first) and opened again with the new settings.
+//! flight drain first) and opened again with the new settings. A new binary installed at the
+//! path it was started by (noticed on a timer, or at once on SIGHUP) is swapped in once nothing
+//! would be lost (see [`upgrade`]).
+
+mod upgrade;
 
 use std::{
     path::{Path, PathBuf},
@@ -98,6 +102,17 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     )?;
     let mut runtime: Option<Arc<Runtime>> = None;
     let mut probed: Option<ProbedUpstreams> = None;
+    // The binary swap: a watcher of the path this daemon was started by, nudged by SIGHUP.
+    let binary_nudge = Arc::new(tokio::sync::Notify::new());
+    let (upgrade_tx, mut upgrades) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(upgrade::watch(
+        runtime::mcp::stdio::supervisor::binary::invoked_path(
+            &std::env::args_os().next().unwrap_or_default(),
+        ),
+        binary_nudge.clone(),
+        upgrade_tx,
+    ));
+    let mut pending: Option<upgrade::Upgrade> = None;
     let r = loop {
         let rt = match runtime.take() {
             Some(rt) => rt,
@@ -163,6 +178,8 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         let link = link::run(config, sessions.clone(), link_stop.clone());
         tokio::pin!(link);
         let mut next: Option<Served> = None;
+        // Set once the link is closed for the binary swap.
+        let mut swapping = false;
         // While a reload prepares: the new upstream servers start, then calls in flight get a
         // moment to finish; the link serves on meanwhile and closes only after.
         let mut preparing: Option<std::pin::Pin<Box<dyn Future<Output = ProbedUpstreams> + Send>>> =
@@ -174,14 +191,35 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
                     None => std::future::pending().await,
                 }
             };
+            let idle = async {
+                match &pending {
+                    Some(_) => upgrade::idle(&sessions, &rt).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = &mut link => break r,
+                Some(u) = upgrades.recv(), if pending.is_none() => {
+                    tracing::info!(
+                        binary = %u.path.display(),
+                        running = runtime::version(),
+                        new = %u.version,
+                        "a new binary is installed: the daemon restarts into it once no call, process session or task would be lost"
+                    );
+                    pending = Some(u);
+                }
+                () = idle, if !swapping && next.is_none() && !stop.is_cancelled() => {
+                    tracing::info!("upgrade: nothing running; closing the link to restart into the new binary");
+                    swapping = true;
+                    link_stop.cancel();
+                }
                 p = prepared => {
                     probed = Some(p);
                     preparing = None;
                     link_stop.cancel();
                 }
-                _ = hangup.recv(), if next.is_none() && !stop.is_cancelled() => {
+                _ = hangup.recv(), if next.is_none() && !swapping && !stop.is_cancelled() => {
+                    binary_nudge.notify_one();
                     match reload(&root, &args, &served, from_service) {
                         Ok(Some(new)) => {
                             tracing::info!(
@@ -202,6 +240,29 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         };
         drop(status_guard);
         sessions.close_all();
+        if swapping && !stop.is_cancelled() && r.is_ok() {
+            let holding = upgrade::Holding::now(&sessions, &rt);
+            if holding.busy() {
+                // Started in the moment before the link closed: the swap waits for it.
+                tracing::info!(waiting_for = %holding, "upgrade: work started while the link closed; reconnecting and waiting for it");
+                runtime = Some(rt);
+                continue;
+            }
+            let Some(u) = pending.take() else {
+                runtime = Some(rt);
+                continue;
+            };
+            rt.shutdown().await;
+            let args = upgrade::exec_args(std::env::args_os().skip(1));
+            tracing::info!(binary = %u.path.display(), version = %u.version, "upgrade: restarting into the new binary");
+            let e = upgrade::exec(&u.path, &args);
+            tracing::error!(
+                binary = %u.path.display(),
+                error = %e,
+                "upgrade: cannot start the new binary; the daemon goes on with this build"
+            );
+            continue;
+        }
         match next {
             Some(new) if probed.is_some() && !stop.is_cancelled() && r.is_ok() => {
                 if new.workspace != served.workspace || new.policy_flags() != served.policy_flags()

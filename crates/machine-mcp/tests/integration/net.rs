@@ -35,7 +35,17 @@ impl Proc {
         env: &[(&str, &str)],
         stderr_tx: Option<mpsc::Sender<String>>,
     ) -> Self {
-        let mut child = Command::new(bin())
+        Self::spawn_program(&bin(), args, env, stderr_tx)
+    }
+
+    /// Like [`Proc::spawn_with_env`], running `program` instead of the built binary.
+    pub(crate) fn spawn_program(
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr_tx: Option<mpsc::Sender<String>>,
+    ) -> Self {
+        let mut child = Command::new(program)
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -480,6 +490,19 @@ impl Relay {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Proc {
+        self.daemon_from(&bin(), state, workspace, code, extra, env)
+    }
+
+    /// Like [`Relay::daemon_with_env`], started by `program` instead of the built binary.
+    pub(crate) fn daemon_from(
+        &self,
+        program: &Path,
+        state: &Path,
+        workspace: &Path,
+        code: Option<&str>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proc {
         let public = self.public();
         let mut args = vec![
             "connect",
@@ -498,7 +521,7 @@ impl Relay {
             args.extend(["--enroll", c]);
         }
         args.extend_from_slice(extra);
-        Proc::spawn_with_env(&args, env, None)
+        Proc::spawn_program(program, &args, env, None)
     }
 
     /// Waits until the relay has `n` ready daemon sockets.

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::{
     net::{Client, Proc, Relay},
-    util::{Tree, bin},
+    util::{NEWER_STAMP, Tree, bin, newer_build},
 };
 
 const READY: &str = "connected to the relay and ready";
@@ -342,4 +342,92 @@ fn a_reload_starts_the_new_servers_and_lets_calls_finish_before_it_closes_the_li
         "{}",
         daemon.log()
     );
+}
+
+/// Issue 20 (the daemon's part): a new binary installed at the path `connect` was started by
+/// is swapped in once nothing running would be lost. A call in flight holds the swap back and
+/// finishes; then the daemon restarts into the new build as the same process (a service
+/// manager keeps tracking it), its old sessions get 404, and a new session is served by the new
+/// version. The one-time `--enroll` code is not passed on.
+#[test]
+fn a_new_binary_is_swapped_in_once_no_call_is_running() {
+    let install = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = install.path().join("machine-mcp");
+    std::fs::hard_link(bin(), &path).unwrap();
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let daemon = relay.daemon_from(
+        &path,
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--profile", "agent"],
+        &[],
+    );
+    daemon.wait_log(READY, Duration::from_secs(30));
+    relay.wait_ready(1);
+    let url = format!("{}/b/b1/mcp", relay.direct());
+    let mut old = Client::new(&url, Some(&token));
+    old.initialize();
+    let before = old.call("server_info", json!({}));
+    let base = before["result"]["structuredContent"]["version"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let call = crate::net::call_in_flight(&url, &token, ws.path(), "sleep 5; echo finished");
+    // An upgrade puts the new file under a new name and renames it over the old one.
+    let next = install.path().join(".machine-mcp.next");
+    std::fs::hard_link(newer_build(), &next).unwrap();
+    std::fs::rename(&next, &path).unwrap();
+    daemon.wait_log("a new binary is installed", Duration::from_secs(30));
+    daemon.wait_log("upgrade pending", Duration::from_secs(10));
+    assert_eq!(count(&daemon, READY), 1, "{}", daemon.log());
+    let (r, _) = call.join().unwrap();
+    assert_eq!(
+        r["result"]["structuredContent"]["stdout"],
+        "finished\n",
+        "the running call finished on the old build: {r}\n{}",
+        daemon.log()
+    );
+    wait_count(&daemon, READY, 2);
+    assert!(
+        daemon
+            .log()
+            .contains("upgrade: restarting into the new binary"),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(
+        count(&daemon, "enrolled as bridge"),
+        1,
+        "the code was not redeemed again:\n{}",
+        daemon.log()
+    );
+    relay.wait_ready(1);
+    let end = Instant::now() + Duration::from_secs(30);
+    while old
+        .post(&json!({"jsonrpc": "2.0", "id": 99, "method": "ping"}))
+        .status
+        != 404
+    {
+        assert!(Instant::now() < end, "the old session is still served");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut new = Client::new(&url, Some(&token));
+    new.initialize();
+    let after = new.call("server_info", json!({}));
+    assert_eq!(
+        after["result"]["structuredContent"]["version"],
+        format!("{base}+{NEWER_STAMP}"),
+        "{after}"
+    );
+    let mut daemon = daemon;
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "the daemon process (the one the service manager started) still runs"
+    );
+    stop(daemon);
 }

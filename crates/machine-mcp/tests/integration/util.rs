@@ -555,3 +555,51 @@ pub(crate) fn processes_with(needle: &str) -> usize {
         })
         .count()
 }
+
+/// The build stamp of "a newer build": it reports version `VERSION+2`.
+pub(crate) const NEWER_STAMP: u64 = 2;
+
+/// What precedes the 24 digits of the build stamp in the binary.
+const STAMP_MARKER: &str = "machine-mcp build stamp:";
+
+/// A copy of the built binary whose build stamp says [`NEWER_STAMP`], made once per test run
+/// (in Cargo's temporary directory, next to the binary, so tests can hard-link it).
+pub(crate) fn newer_build() -> &'static Path {
+    static NEWER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    NEWER.get_or_init(|| {
+        let src = bin();
+        let dst = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("supervisor-machine-mcp+{NEWER_STAMP}"));
+        let found = Command::new("grep")
+            .arg("-obaE")
+            .arg(format!("{STAMP_MARKER}[0-9]{{24}}"))
+            .arg(&src)
+            .output()
+            .expect("grep");
+        let hits = String::from_utf8_lossy(&found.stdout).into_owned();
+        let offsets: Vec<u64> = hits
+            .lines()
+            .map(|l| l.split(':').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(offsets.len(), 1, "one build stamp in the binary: {hits}");
+        let digits_at = offsets[0] + STAMP_MARKER.len() as u64;
+        // A child process writes the file: the test process never holds it open for writing
+        // (a fork of another test thread could inherit that descriptor and make exec fail
+        // with ETXTBSY).
+        let ok = Command::new("sh")
+            .args([
+                "-c",
+                r#"cp "$1" "$2.$$" && printf %s "$3" | dd of="$2.$$" bs=1 seek="$4" conv=notrunc status=none && mv "$2.$$" "$2""#,
+                "sh",
+            ])
+            .arg(&src)
+            .arg(&dst)
+            .arg(format!("{NEWER_STAMP:024}"))
+            .arg(digits_at.to_string())
+            .status()
+            .expect("sh")
+            .success();
+        assert!(ok, "stamping a copy of the binary failed");
+        dst
+    })
+}

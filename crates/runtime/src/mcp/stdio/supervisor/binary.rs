@@ -1,4 +1,5 @@
-//! The installed binary a supervisor starts its workers from, and how it notices an upgrade:
+//! The installed binary a supervisor starts its workers from (and that the daemon of `connect`
+//! swaps itself for), and how an upgrade is noticed:
 //! the path the host started (not the file behind it: an upgrade replaces the file or moves a
 //! symlink), identified by device, inode, size, modification and change time, then confirmed by running
 //! `BINARY --version` (a half-written file does not answer).
@@ -14,7 +15,7 @@ use protocol::limits::VERSION_PROBE_TIMEOUT;
 
 /// What identifies one file at a path: an upgrade changes at least one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FileId {
+pub struct FileId {
     dev: u64,
     ino: u64,
     size: u64,
@@ -28,13 +29,13 @@ impl FileId {
     /// (device, inode, size, mtime). The change time is left out: a hard link made elsewhere
     /// or a `chmod` changes it without changing the binary. It still tells a refused file
     /// apart once it was made executable (`==` compares it too).
-    pub(super) fn same_binary(&self, other: &Self) -> bool {
+    pub fn same_binary(&self, other: &Self) -> bool {
         (self.dev, self.ino, self.size, self.mtime_ns)
             == (other.dev, other.ino, other.size, other.mtime_ns)
     }
 
     /// The file at `path` now (symlinks followed); `None` when there is none.
-    pub(super) fn of(path: &Path) -> Option<Self> {
+    pub fn of(path: &Path) -> Option<Self> {
         let m = std::fs::metadata(path).ok()?;
         Some(Self {
             dev: m.dev(),
@@ -49,7 +50,7 @@ impl FileId {
 /// The path the host started this binary by: `argv0` itself when it names a path (made
 /// absolute against the current directory, symlinks kept), else the first match in `PATH`,
 /// else the running executable.
-pub(super) fn invoked_path(argv0: &OsStr) -> PathBuf {
+pub fn invoked_path(argv0: &OsStr) -> PathBuf {
     let named = Path::new(argv0);
     if named.components().count() > 1 || named.is_absolute() {
         if let Ok(abs) = std::path::absolute(named) {
@@ -72,7 +73,7 @@ pub(super) fn invoked_path(argv0: &OsStr) -> PathBuf {
 /// # Errors
 /// A sentence: it could not be started, did not answer within [`VERSION_PROBE_TIMEOUT`],
 /// failed, or is not `machine-mcp`.
-pub(super) async fn probe_version(binary: &Path) -> Result<String, String> {
+pub async fn probe_version(binary: &Path) -> Result<String, String> {
     let shown = binary.display();
     let run = tokio::process::Command::new(binary)
         .arg("--version")

@@ -60,7 +60,7 @@ use protocol::{
 
 use crate::tools::info::SupervisorInfo;
 
-mod binary;
+pub mod binary;
 mod message;
 mod output;
 mod registry;
