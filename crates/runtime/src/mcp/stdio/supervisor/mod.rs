@@ -127,9 +127,11 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut idle = IdleTrim::default();
-    loop {
+    // Signalled: the workers are stopped as the signal would stop a server; at end of input
+    // they finish what they run and answer it.
+    let signalled = loop {
         tokio::select! {
-            _ = &mut eof => break,
+            _ = &mut eof => break false,
             Some(p) = probes.recv() => { let o = shared.lock().probed(p); shared.run(o); }
             _ = hup.recv() => { let o = shared.lock().reload("SIGHUP"); shared.run(o); }
             _ = tick.tick() => {
@@ -139,15 +141,15 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
                     let _ = tokio::task::spawn_blocking(crate::memory::trim).await;
                 }
             }
-            _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted; stopping the worker"); break; }
-            _ = term.recv() => { tracing::info!("terminated; stopping the worker"); break; }
+            _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted; stopping the worker"); break true; }
+            _ = term.recv() => { tracing::info!("terminated; stopping the worker"); break true; }
         }
         if shared.closed() {
             tracing::info!("stdout closed; stopping the worker");
-            break;
+            break false;
         }
-    }
-    shared.shutdown().await;
+    };
+    shared.shutdown(signalled).await;
     Ok(())
 }
 
@@ -296,17 +298,23 @@ impl Shared {
         }
     }
 
-    /// Closes every worker's input, lets them answer for up to [`super::STDOUT_DRAIN_WAIT`] (their
-    /// reader threads forward what they write), then kills what is left.
-    async fn shutdown(&self) {
+    /// Closes every worker's input — and when `signalled` (Ctrl-C, SIGTERM) sends it SIGTERM,
+    /// as the host's signal would stop a server without a supervisor — lets them answer for up
+    /// to [`super::STDOUT_DRAIN_WAIT`] (their reader threads forward what they write), then
+    /// kills what is left. At end of input a worker finishes the calls it runs and answers
+    /// them, as the in-process server does.
+    async fn shutdown(&self, signalled: bool) {
         let workers: Vec<Arc<Worker>> = {
             let mut st = self.lock();
             st.stopping = true;
             st.workers.values().map(|s| s.worker.clone()).collect()
         };
         for w in &workers {
-            // As the host's Ctrl-C would: the worker ends its process sessions and exits.
-            w.terminate();
+            if signalled {
+                w.terminate();
+            } else {
+                w.close_input();
+            }
         }
         let deadline = Instant::now() + super::STDOUT_DRAIN_WAIT;
         while !self.lock().workers.is_empty() && Instant::now() < deadline {
