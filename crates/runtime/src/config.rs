@@ -12,15 +12,28 @@
 //! # The user-level instructions file: the lowest-precedence source of the instruction chain.
 //! # Absolute, `~/`-relative, or relative to this file's directory.
 //! instructions = "~/notes/AGENTS.md"
+//!
+//! [delegation]
+//! # The agent CLIs `delegate` may run (issue 19); each is off until enabled here. Names:
+//! # codex, claude, gemini (any other name is an error).
+//! [delegation.agents.codex]
+//! enabled = true
+//! # Optional: absolute or `~/`-relative; default: `codex` found on the server's PATH.
+//! path = "~/.local/bin/codex"
+//! [delegation.agents.claude]
+//! enabled = true
 //! ```
 
 use std::{
+    collections::BTreeMap,
     io::Read,
     path::{Path, PathBuf},
 };
 
 use protocol::limits::USER_CONFIG_MAX_BYTES;
 use serde::Deserialize;
+
+use crate::tools::delegation::engine::agents::Agent;
 
 /// The parsed configuration file. Every section is optional.
 #[derive(Debug, Default, Clone, Deserialize, PartialEq, Eq)]
@@ -29,6 +42,9 @@ pub struct UserConfig {
     /// `[context]`: the agent context tools (issue 18).
     #[serde(default)]
     pub context: ContextConfig,
+    /// `[delegation]`: the agent CLIs `delegate` may run (issue 19).
+    #[serde(default)]
+    pub delegation: DelegationConfig,
 }
 
 /// `[context]` of the user configuration.
@@ -37,6 +53,53 @@ pub struct UserConfig {
 pub struct ContextConfig {
     /// The user-level instructions file, as written (resolved by [`UserConfig::instructions`]).
     pub instructions: Option<String>,
+}
+
+/// `[delegation]` of the user configuration: which agent CLIs may be delegated to.
+#[derive(Debug, Default, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DelegationConfig {
+    /// `[delegation.agents.<name>]`, by agent. A name other than `codex`, `claude` or `gemini`
+    /// makes the whole file invalid (fail closed, like an unknown key). An agent absent here is
+    /// disabled.
+    #[serde(default)]
+    pub agents: BTreeMap<Agent, AgentConfig>,
+}
+
+impl DelegationConfig {
+    /// The settings of `agent`: the configured ones, else the default (disabled, found on
+    /// `PATH`).
+    pub fn agent(&self, agent: Agent) -> AgentConfig {
+        self.agents.get(&agent).cloned().unwrap_or_default()
+    }
+}
+
+/// `[delegation.agents.<name>]` of the user configuration.
+#[derive(Debug, Default, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Whether `delegate` may run this agent (default `false`).
+    #[serde(default)]
+    pub enabled: bool,
+    /// The agent's executable, as written (resolved by [`AgentConfig::executable`]); `None`:
+    /// searched on the server's `PATH`.
+    pub path: Option<String>,
+}
+
+impl AgentConfig {
+    /// The configured executable: `~/` expanded against `$HOME`, anything else as written
+    /// (the caller refuses a relative path). `None` when no path is configured, the path is
+    /// blank, or `~/` is used without a `HOME`.
+    pub fn executable(&self) -> Option<PathBuf> {
+        let raw = self.path.as_deref()?.trim();
+        if raw.is_empty() {
+            return None;
+        }
+        match raw.strip_prefix("~/") {
+            Some(rest) => home().map(|h| h.join(rest)),
+            None => Some(PathBuf::from(raw)),
+        }
+    }
 }
 
 /// Why the configuration could not be used.
@@ -176,5 +239,40 @@ mod tests {
             UserConfig::load_from(&path),
             Err(ConfigError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn the_delegation_section_names_agents_and_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            "[delegation.agents.codex]\nenabled = true\npath = \"/opt/codex/bin/codex\"\n\
+             [delegation.agents.gemini]\nenabled = false\n",
+        )
+        .unwrap();
+        let c = UserConfig::load_from(&path).unwrap();
+        let codex = c.delegation.agent(Agent::Codex);
+        assert!(codex.enabled);
+        assert_eq!(
+            codex.executable(),
+            Some(PathBuf::from("/opt/codex/bin/codex"))
+        );
+        assert!(!c.delegation.agent(Agent::Gemini).enabled);
+        // Absent: disabled, searched on PATH.
+        assert_eq!(c.delegation.agent(Agent::Claude), AgentConfig::default());
+        assert_eq!(c.delegation.agent(Agent::Claude).executable(), None);
+
+        std::fs::write(&path, "[delegation.agents.cursor]\nenabled = true\n").unwrap();
+        let e = UserConfig::load_from(&path).unwrap_err().to_string();
+        assert!(e.contains("cursor") && e.contains("codex"), "{e}");
+
+        std::fs::write(&path, "[delegation.agents.codex]\nenable = true\n").unwrap();
+        let e = UserConfig::load_from(&path).unwrap_err().to_string();
+        assert!(e.contains("enable"), "{e}");
+
+        std::fs::write(&path, "[delegation]\nagent = {}\n").unwrap();
+        let e = UserConfig::load_from(&path).unwrap_err().to_string();
+        assert!(e.contains("agent"), "{e}");
     }
 }
