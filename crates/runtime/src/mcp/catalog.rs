@@ -276,7 +276,9 @@ impl ToolSpec {
     }
 }
 
-fn input_schema<A: JsonSchema + 'static>(name: &str) -> Arc<JsonObject> {
+/// The argument schema of a tool taking `A` (an object; `additionalProperties: false` from
+/// `deny_unknown_fields`), made portable.
+pub(crate) fn input_schema<A: JsonSchema + 'static>(name: &str) -> Arc<JsonObject> {
     match schema_for_input::<A>() {
         Ok(s) => {
             let mut obj = (*s).clone();
@@ -291,7 +293,8 @@ fn input_schema<A: JsonSchema + 'static>(name: &str) -> Arc<JsonObject> {
     }
 }
 
-fn output_schema<O: JsonSchema + 'static>() -> Arc<JsonObject> {
+/// The output schema of a tool returning `O`, made portable.
+pub(crate) fn output_schema<O: JsonSchema + 'static>() -> Arc<JsonObject> {
     let mut obj = (*schema_for_output::<O>()).clone();
     portable(&mut obj, false);
     Arc::new(obj)

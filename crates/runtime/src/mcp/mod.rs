@@ -11,12 +11,15 @@
 //! - [`tasks`]: the runtime's task store (SEP-2663).
 //! - `text`: the readable, bounded text block of a result (`TextView`).
 //! - [`stdio`]: the stdio transport.
+//! - [`delegation_worker`]: the MCP server of a delegation worker (`machine-mcp delegation
+//!   worker-mcp`), which forwards three tools over the owner-only delegation socket.
 //!
 //! Nothing here knows what a tool does; nothing in a tool family's engine imports from here
 //! except [`error`] (the tidy test in `crates/machine-mcp/tests/tidy.rs` checks it).
 
 pub mod catalog;
 pub mod context;
+pub mod delegation_worker;
 pub mod error;
 pub mod json;
 pub mod server;
