@@ -90,6 +90,10 @@ pub(crate) enum Command {
     /// Local resources: secrets jobs use by alias, never shown to assistants.
     #[command(subcommand)]
     Resource(ResourceCommand),
+    /// Delegations to agent CLIs (the `delegate` tool): list the receipts, drain before an
+    /// upgrade, resume.
+    #[command(subcommand)]
+    Delegation(DelegationCommand),
     /// Print the configuration entry of an MCP client (Claude Desktop, Claude Code, Cursor,
     /// Codex, VS Code) for this machine, or merge it into the client's config file with --write.
     ///
@@ -187,6 +191,32 @@ pub(crate) enum JobCommand {
         #[command(flatten)]
         out: JobOut,
     },
+}
+
+/// `machine-mcp delegation ...` (the `delegate` tool's receipts in STATE_DIR/delegations).
+#[derive(Debug, Subcommand)]
+pub(crate) enum DelegationCommand {
+    /// List every delegation receipt, newest first (unreadable receipt files included).
+    List {
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Stop accepting new delegations on every server of this state directory (`delegate`
+    /// answers `unavailable` until `delegation resume`), and show what is still queued or
+    /// running on live servers. Exits 0; run it before an upgrade.
+    Drain {
+        #[command(flatten)]
+        out: JobOut,
+    },
+    /// Accept new delegations again (undoes `delegation drain`).
+    Resume {
+        #[command(flatten)]
+        state: StateArgs,
+    },
+    /// The MCP server of a delegation worker (internal: an agent that runs a delegation starts
+    /// it, with the MACHINE_MCP_DELEGATION_* variables of its run; exit status 2 without them).
+    #[command(name = "worker-mcp", hide = true)]
+    WorkerMcp,
 }
 
 /// Output and state options of the `job` commands.

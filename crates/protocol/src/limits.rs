@@ -543,3 +543,59 @@ pub const RETIRED_WORKER_POLL: Duration = Duration::from_secs(5);
 pub const WORKER_LINE_MAX_BYTES: usize = 128 * MIB;
 /// Process session and task ids the supervisor remembers the worker of (oldest forgotten first).
 pub const SUPERVISOR_OWNED_IDS_MAX: usize = 4096;
+
+// Delegation (issue 19): background runs of agent CLIs (`codex`, `claude`, `gemini`) with
+// receipts in `STATE_DIR/delegations`.
+
+/// Delegations running at once on one state directory, over every agent (counted over the
+/// receipts whose server is alive); more wait `queued`.
+pub const DELEGATIONS_RUNNING_MAX: usize = 6;
+/// Delegations running at once to one agent; more wait `queued`.
+pub const DELEGATIONS_RUNNING_PER_AGENT_MAX: usize = 2;
+/// Delegations waiting `queued` on one state directory; one more is refused
+/// (`limit_exceeded`).
+pub const DELEGATIONS_QUEUED_MAX: usize = 64;
+/// Deepest delegation: a caller's request is depth 0, a worker's child its parent's depth + 1;
+/// a request deeper than this is refused (`limit_exceeded`).
+pub const DELEGATION_DEPTH_MAX: u32 = 4;
+/// Requests in one tree (the root request counts); one more is refused (`limit_exceeded`).
+pub const DELEGATIONS_PER_ROOT_MAX: usize = 16;
+/// Bytes of a delegation's prompt (UTF-8); a larger one is refused (`limit_exceeded`). It goes
+/// to the agent on stdin: Linux's `MAX_ARG_STRLEN` (128 KiB) would not take it as one argument.
+pub const DELEGATION_PROMPT_MAX_BYTES: usize = 256 * KIB;
+/// Bytes of an agent's final answer kept in a receipt; a longer one is cut on a character
+/// boundary and flagged `output_truncated`.
+pub const DELEGATION_OUTPUT_MAX_BYTES: usize = 256 * KIB;
+/// Longest `wait_ms` of `read_delegation`.
+pub const DELEGATION_READ_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Receipts kept in `STATE_DIR/delegations`; the oldest terminal ones are pruned beyond it
+/// (never a queued, running or unreadable one: a store full of those refuses new work with
+/// `limit_exceeded`).
+pub const DELEGATION_RECORDS_MAX: usize = 1_024;
+/// Bytes of one line of an agent's JSON event output that is parsed; a longer line is
+/// skipped (an answer of [`DELEGATION_OUTPUT_MAX_BYTES`] fits escaped in one event).
+pub const DELEGATION_EVENT_LINE_MAX_BYTES: usize = 4 * MIB;
+/// How long one delegation may run; its process tree is then terminated and the receipt is
+/// `failed` with diagnostic `timeout`.
+pub const DELEGATION_RUN_LIMIT: Duration = Duration::from_secs(3_600);
+/// How long an agent's inspection (executable, `--version`, authentication) is reused by
+/// `agents_status` and `delegate` before it is run again.
+pub const DELEGATION_INSPECTION_CACHE: Duration = Duration::from_secs(30);
+/// Longest JSON line on a delegation worker socket (`STATE_DIR/delegations/sockets/PID.sock`),
+/// in either direction; a longer one closes the connection with `{"error":"frame_too_large"}`.
+pub const DELEGATION_SOCKET_FRAME_MAX_BYTES: usize = MIB;
+/// Connections a server's delegation worker socket serves at once; one more is answered
+/// `{"error":"busy"}` and closed.
+pub const DELEGATION_SOCKET_CONNECTIONS_MAX: usize = 64;
+/// Requests one worker connection may have in flight at once (a `read` may wait up to
+/// [`DELEGATION_READ_WAIT_MAX`]); one more is answered with a `limit_exceeded` error.
+pub const DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX: usize = 8;
+/// How long a worker connection has to answer the HMAC challenge before it is closed.
+pub const DELEGATION_SOCKET_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one agent probe (`codex --version`, `codex login status`, `claude auth status`, …)
+/// may take before its process group is killed and the probe counts as failed (version) or
+/// undecided (authentication).
+pub const DELEGATION_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of an agent probe's stdout (and, separately, stderr) that are kept; the rest is read
+/// and dropped.
+pub const DELEGATION_PROBE_OUTPUT_MAX_BYTES: usize = 4 * KIB;

@@ -52,6 +52,7 @@ use tokio::sync::Semaphore;
 pub mod config;
 pub mod mcp;
 pub mod memory;
+mod owner_socket;
 pub mod path;
 pub mod policy;
 mod primitives;
@@ -210,6 +211,19 @@ impl Access {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The delegation manager (issue 19), started on first use; `unavailable` without a state
+    /// directory.
+    pub(crate) async fn delegations(
+        &self,
+    ) -> Result<Arc<tools::delegation::engine::Manager>, ToolError> {
+        self.runtime.delegations().await.ok_or_else(|| {
+            ToolError::new(
+                ToolErrorCode::Unavailable,
+                "delegation needs a state directory, and this server has none",
+            )
+        })
+    }
+
     /// The local resource registry, when the runtime has a state directory.
     pub(crate) fn resources(&self) -> Option<&tools::resources::engine::Registry> {
         self.runtime.resources.as_ref()
@@ -224,6 +238,7 @@ impl Access {
             kept_process_sessions: rt.sessions.kept(),
             working_tasks: rt.tasks.working(),
             kept_tasks: rt.tasks.kept(),
+            active_delegations: rt.active_delegations(),
         }
     }
 
@@ -249,6 +264,8 @@ pub(crate) struct RuntimeActivity {
     pub(crate) working_tasks: usize,
     /// Tasks kept: working, or finished and still readable.
     pub(crate) kept_tasks: usize,
+    /// Delegations of this process queued or running.
+    pub(crate) active_delegations: usize,
 }
 
 /// What a runtime is built from.
@@ -297,6 +314,16 @@ pub struct Runtime {
     shutting_down: std::sync::atomic::AtomicBool,
     /// Local resources ([`RuntimeConfig::state_dir`]).
     resources: Option<tools::resources::engine::Registry>,
+    /// The state directory and the delegation manager, created on first use inside the Tokio
+    /// runtime ([`RuntimeConfig::state_dir`]). Unwind-safe as asserted: a panic while it is
+    /// initialized leaves it uninitialized, and the manager keeps no invariant a panic breaks.
+    #[allow(clippy::type_complexity)]
+    delegations: Option<(
+        PathBuf,
+        std::panic::AssertUnwindSafe<
+            tokio::sync::OnceCell<Arc<tools::delegation::engine::Manager>>,
+        >,
+    )>,
 }
 
 impl Runtime {
@@ -336,17 +363,52 @@ impl Runtime {
                 .state_dir
                 .as_deref()
                 .map(tools::resources::engine::Registry::new),
+            delegations: config.state_dir.clone().map(|d| {
+                (
+                    d,
+                    std::panic::AssertUnwindSafe(tokio::sync::OnceCell::new()),
+                )
+            }),
         })
     }
 
     /// Terminates every process session (SIGTERM, 2 s grace, SIGKILL) and removes the scratch
     /// directory of isolated children. Call once when the process is about to exit.
+    ///
+    /// Delegations run by this process end with it (their trees are terminated): their receipts
+    /// say so honestly — a running one becomes `failed`, delivery `sent`, diagnostic
+    /// `server_stopped` (the agent got the prompt and was stopped before it answered; what it
+    /// changed so far stays; nothing is re-run), a queued one `failed`/`not_sent`.
     pub async fn shutdown(&self) {
         self.shutting_down
             .store(true, std::sync::atomic::Ordering::Release);
+        if let Some((_, cell)) = &self.delegations
+            && let Some(m) = cell.get()
+        {
+            m.shutdown().await;
+        }
         self.tasks.cancel_all();
         self.sessions.shutdown().await;
         let _ = std::fs::remove_dir_all(self.scratch.root());
+    }
+
+    /// The delegation manager of the state directory ([`RuntimeConfig::state_dir`]), started
+    /// on first use (it must be called inside a Tokio runtime); `None` without a state
+    /// directory.
+    pub async fn delegations(&self) -> Option<Arc<tools::delegation::engine::Manager>> {
+        let (dir, cell) = self.delegations.as_ref()?;
+        let m = cell
+            .get_or_init(|| tools::delegation::engine::Manager::start(dir, Default::default()))
+            .await;
+        Some(m.clone())
+    }
+
+    /// Delegations of this process queued or running (0 when none was ever started).
+    pub fn active_delegations(&self) -> usize {
+        self.delegations
+            .as_ref()
+            .and_then(|(_, cell)| cell.get())
+            .map_or(0, |m| m.active())
     }
 
     /// The job store, when the runtime has a state directory ([`RuntimeConfig::state_dir`]).

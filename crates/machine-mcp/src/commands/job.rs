@@ -188,7 +188,7 @@ fn tool_error(e: runtime::ToolError) -> anyhow::Error {
 
 /// Prints `v` as one line of JSON, the characters [`super::printable`] escapes written as
 /// `\uXXXX` (JSON escapes, so the document means the same).
-fn print_json(v: &Value) -> Result<()> {
+pub(crate) fn print_json(v: &Value) -> Result<()> {
     let text = serde_json::to_string(v)?;
     let mut safe = String::with_capacity(text.len());
     for c in text.chars() {

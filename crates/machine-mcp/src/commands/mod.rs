@@ -10,6 +10,7 @@ macro_rules! outln {
 
 mod client_config;
 mod connect;
+mod delegation;
 mod doctor;
 mod instance;
 mod job;
@@ -57,6 +58,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Job(cmd) => job::run(cmd).await,
         Command::Resource(cmd) => job::resource(cmd),
+        Command::Delegation(cmd) => delegation::run(cmd).await,
         Command::ClientConfig(args) => client_config::run(args),
         Command::Service(cmd) => service::run(cmd),
         Command::JobRunner { state, job_id } => {

@@ -786,6 +786,18 @@ fn control(a: &ServiceArgs, verb: Verb) -> Result<()> {
             path.display()
         );
     }
+    if matches!(verb, Verb::Stop) {
+        // Delegations end with the daemon: refuse new ones first and say what still runs.
+        match super::delegation::drain(&state) {
+            Ok(still) => {
+                say(
+                    "draining delegations: new ones are refused until `machine-mcp delegation resume`",
+                );
+                super::delegation::print_unfinished(&still);
+            }
+            Err(e) => say(&format!("warning: delegations not drained: {e:#}")),
+        }
+    }
     let unit = n.unit.as_str();
     let target = launchd_target(&n.label);
     let (done, result) = match (p, verb) {

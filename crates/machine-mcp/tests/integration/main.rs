@@ -6,6 +6,8 @@
 mod client_config;
 mod containment;
 mod context;
+mod delegation;
+mod delegation_workers;
 mod delivery;
 mod doctor;
 mod edit;

@@ -82,6 +82,8 @@ pub(crate) struct Activity {
     working_tasks: usize,
     /// Tasks kept: working, or finished and still readable by tasks/get.
     kept_tasks: usize,
+    /// Delegations this server has queued or running (`delegate`).
+    active_delegations: usize,
 }
 
 /// The stdio supervisor of `machine-mcp stdio` (issue 20): the process that owns the host's
@@ -214,6 +216,7 @@ async fn server_info(rt: Arc<Access>, _args: NoArgs, cx: CallContext) -> ToolRes
             kept_process_sessions: a.kept_process_sessions,
             working_tasks: a.working_tasks,
             kept_tasks: a.kept_tasks,
+            active_delegations: a.active_delegations,
         },
         supervisor: None,
         name: SERVER_NAME.to_owned(),

@@ -13,6 +13,7 @@ use crate::{mcp::catalog::ToolSpec, policy::Policy};
 pub(crate) mod blocking;
 pub(crate) mod context;
 mod cursor;
+pub mod delegation;
 mod edit;
 mod fs;
 pub(crate) mod git;
@@ -42,6 +43,7 @@ fn specs() -> Vec<ToolSpec> {
     v.extend(git::specs());
     v.extend(jobs::specs());
     v.extend(resources::specs());
+    v.extend(delegation::specs());
     v.extend(knowledge::specs());
     v
 }

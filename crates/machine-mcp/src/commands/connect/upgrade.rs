@@ -1,13 +1,14 @@
 //! The daemon's binary swap (issue 20): when the installed `machine-mcp` at the path the daemon
 //! was started by changes (checked every [`UPGRADE_CHECK_INTERVAL`] and on SIGHUP, by device,
 //! inode, size and modification time, then confirmed by `BINARY --version`), the daemon waits
-//! until no call is in flight, no process session runs and no task works (exited sessions and
-//! finished tasks still readable get [`UPGRADE_ENDED_GRACE`] to be read), then closes its link cleanly and `exec`s the new binary with its own arguments (less
-//! `--enroll`: a code is redeemed once). The process keeps its PID, so a service manager keeps
-//! tracking it; the new image is a new daemon instance: it reconnects, and the relay ends the
-//! old instance's MCP sessions (clients get 404 and initialize again, DESIGN §5 step 8), so new
-//! sessions are served by the new binary. Managed jobs run in their own runner processes and
-//! carry on.
+//! until no call is in flight, no process session runs, no task works and no delegation is
+//! queued or running (exited sessions and finished tasks still readable get
+//! [`UPGRADE_ENDED_GRACE`] to be read), then closes its link cleanly and `exec`s the new binary
+//! with its own arguments (less `--enroll`: a code is redeemed once). The process keeps its PID,
+//! so a service manager keeps tracking it; the new image is a new daemon instance: it
+//! reconnects, and the relay ends the old instance's MCP sessions (clients get 404 and
+//! initialize again, DESIGN §5 step 8), so new sessions are served by the new binary. Managed
+//! jobs run in their own runner processes and carry on.
 
 use std::{
     ffi::OsString,
@@ -104,6 +105,7 @@ pub(super) struct Holding {
     calls: usize,
     running_sessions: usize,
     working_tasks: usize,
+    delegations: usize,
     ended_sessions: usize,
     ended_tasks: usize,
 }
@@ -117,6 +119,7 @@ impl Holding {
             calls: sessions.requests_in_flight(),
             running_sessions,
             working_tasks,
+            delegations: runtime.active_delegations(),
             ended_sessions: runtime.kept_sessions().saturating_sub(running_sessions),
             ended_tasks: runtime.tasks().kept().saturating_sub(working_tasks),
         }
@@ -124,7 +127,7 @@ impl Holding {
 
     /// Work is running that a restart would end.
     pub(super) fn busy(self) -> bool {
-        self.calls + self.running_sessions + self.working_tasks > 0
+        self.calls + self.running_sessions + self.working_tasks + self.delegations > 0
     }
 
     /// Ended work is still readable that a restart would drop.
@@ -138,10 +141,12 @@ impl std::fmt::Display for Holding {
         write!(
             f,
             "{} call(s) in flight, {} running process session(s), {} working task(s), \
+             {} delegation(s) queued or running, \
              {} ended process session(s) and {} finished task(s) still readable",
             self.calls,
             self.running_sessions,
             self.working_tasks,
+            self.delegations,
             self.ended_sessions,
             self.ended_tasks
         )
@@ -241,13 +246,23 @@ mod tests {
             calls,
             running_sessions,
             working_tasks,
+            delegations: 0,
             ended_sessions,
             ended_tasks,
         };
         let t0 = Instant::now();
         let mut since = None;
         assert!(may_restart(h(0, 0, 0, 0, 0), &mut since, t0));
-        for busy in [h(1, 0, 0, 0, 0), h(0, 1, 0, 0, 0), h(0, 0, 1, 0, 0)] {
+        let delegating = Holding {
+            delegations: 1,
+            ..h(0, 0, 0, 0, 0)
+        };
+        for busy in [
+            h(1, 0, 0, 0, 0),
+            h(0, 1, 0, 0, 0),
+            h(0, 0, 1, 0, 0),
+            delegating,
+        ] {
             assert!(!may_restart(
                 busy,
                 &mut since,
@@ -269,6 +284,7 @@ mod tests {
         assert_eq!(
             h(1, 2, 3, 4, 5).to_string(),
             "1 call(s) in flight, 2 running process session(s), 3 working task(s), \
+             0 delegation(s) queued or running, \
              4 ended process session(s) and 5 finished task(s) still readable"
         );
     }

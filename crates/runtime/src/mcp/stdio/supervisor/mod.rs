@@ -968,12 +968,14 @@ impl State {
             Next::Poll => {
                 // A retired worker's activity: it stops once it has no work.
                 // It keeps what its client can still read: exited process sessions and
-                // finished tasks, until they expire or the grace ends.
+                // finished tasks, until they expire or the grace ends; and the delegations it
+                // runs (their receipts are read from the shared store by any worker).
                 let idle = v
                     .pointer("/result/structuredContent/activity")
                     .is_some_and(|a| {
                         a["kept_process_sessions"].as_u64() == Some(0)
                             && a["kept_tasks"].as_u64() == Some(0)
+                            && a["active_delegations"].as_u64().unwrap_or(0) == 0
                             && a["calls_in_flight"].as_u64().unwrap_or(u64::MAX) <= 1
                     });
                 // An open subscription does not keep it: the supervisor serves those itself.

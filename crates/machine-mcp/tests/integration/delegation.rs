@@ -1,0 +1,521 @@
+//! Delegation to agent CLIs (issue 19), driving the real binary over stdio with the stub CLIs of
+//! `tests/fixtures/agents` first on `PATH`, a config enabling them, and a temporary state
+//! directory.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::util::{Reply, Server, bin};
+
+/// How long a test waits for a stub's run to reach a state.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A workspace, a state directory, a config home enabling every agent, and the stubs' files.
+struct Setup {
+    _root: tempfile::TempDir,
+    workspace: PathBuf,
+    state: PathBuf,
+    config_home: PathBuf,
+    run_log: PathBuf,
+    pid_file: PathBuf,
+    path: String,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let workspace = root.path().join("ws");
+        std::fs::create_dir_all(workspace.join("sub")).unwrap();
+        let config_home = root.path().join("config");
+        std::fs::create_dir_all(config_home.join("machine-mcp")).unwrap();
+        std::fs::write(
+            config_home.join("machine-mcp/config.toml"),
+            "[delegation.agents.codex]\nenabled = true\n\
+             [delegation.agents.claude]\nenabled = true\n\
+             [delegation.agents.gemini]\nenabled = true\n",
+        )
+        .unwrap();
+        let stubs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents");
+        let path = format!(
+            "{}:{}",
+            stubs.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Self {
+            workspace,
+            state: root.path().join("state"),
+            config_home,
+            run_log: root.path().join("runs.log"),
+            pid_file: root.path().join("stub.pid"),
+            path,
+            _root: root,
+        }
+    }
+
+    fn env(&self) -> Vec<(&str, String)> {
+        vec![
+            ("PATH", self.path.clone()),
+            ("XDG_CONFIG_HOME", self.config_home.display().to_string()),
+            ("STUB_RUN_LOG", self.run_log.display().to_string()),
+            ("STUB_PID_FILE", self.pid_file.display().to_string()),
+            ("GEMINI_API_KEY", "stub-key".to_owned()),
+        ]
+    }
+
+    /// A server on this setup, with `extra` environment variables.
+    fn server(&self, extra: &[(&str, &str)]) -> Server {
+        self.server_with(&[], extra)
+    }
+
+    /// [`Setup::server`] with extra arguments.
+    fn server_with(&self, args: &[&str], extra: &[(&str, &str)]) -> Server {
+        let mut env = self.env();
+        env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let state = self.state.display().to_string();
+        let mut all = vec!["--state-dir", &state, "--no-supervisor"];
+        all.extend_from_slice(args);
+        Server::start_with_env(&self.workspace, &all, &env)
+    }
+
+    fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.run_log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `machine-mcp delegation ARGS... --state-dir STATE`.
+    fn cli(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(bin())
+            .arg("delegation")
+            .args(args)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+}
+
+/// A request id for test `n`.
+fn rid(n: u32) -> String {
+    format!("{:08x}-0000-4000-8000-{n:012x}", std::process::id())
+}
+
+fn delegate(s: &mut Server, agent: &str, prompt: &str, id: &str) -> Reply {
+    s.call(
+        "delegate",
+        json!({"agent": agent, "prompt": prompt, "request_id": id}),
+    )
+}
+
+/// Reads `id` until it is terminal (waiting up to [`WAIT`]).
+fn until_terminal(s: &mut Server, id: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = s.call(
+            "read_delegation",
+            json!({"request_id": id, "wait_ms": 5000}),
+        );
+        let v = r.ok().clone();
+        if ["completed", "failed", "unknown"].contains(&v["status"].as_str().unwrap_or("")) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not terminal: {v}");
+    }
+}
+
+/// Waits for `path` to hold a pid.
+fn pid_in(path: &Path) -> i32 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never written",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn sigkill(pid: u32) {
+    let st = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -KILL {pid}");
+}
+
+#[test]
+fn each_agent_completes_with_the_stubs_answer_and_session() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    for (n, agent) in ["codex", "claude", "gemini"].into_iter().enumerate() {
+        let id = rid(n as u32);
+        let r = delegate(&mut s, agent, &format!("say hello {agent}\nmore"), &id);
+        let v = r.ok();
+        assert_eq!(v["request_id"], id);
+        assert!(
+            ["queued", "running"].contains(&v["status"].as_str().unwrap()),
+            "{v}"
+        );
+        assert!(r.summary().contains("read_delegation"), "{}", r.summary());
+        let done = until_terminal(&mut s, &id);
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["delivery_state"], "sent");
+        assert_eq!(
+            done["output"],
+            format!("stub {agent} answer: say hello {agent}")
+        );
+        assert!(
+            done["session_id"].as_str().is_some_and(|s| !s.is_empty()),
+            "{done}"
+        );
+        // The full profile shows absolute paths.
+        assert_eq!(
+            Path::new(done["directory"].as_str().unwrap()),
+            setup.workspace.canonicalize().unwrap()
+        );
+        assert_eq!(done["depth"], 0);
+        assert_eq!(done["root_request_id"], id);
+    }
+    assert_eq!(setup.runs().len(), 3);
+    let status = s.call("agents_status", json!({}));
+    let agents = status.ok()["agents"].as_array().unwrap().clone();
+    assert_eq!(agents.len(), 3);
+    for a in &agents {
+        assert_eq!(a["can_accept_work"], true, "{a}");
+        assert!(a["last_success"].is_string(), "{a}");
+    }
+    let list = s.call("list_delegations", json!({}));
+    assert_eq!(list.ok()["delegations"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_hanging_agent_is_cancelled_and_its_tree_is_gone() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let id = rid(1);
+    delegate(&mut s, "codex", "HANG please", &id).ok();
+    let leader = pid_in(&setup.pid_file);
+    let child = pid_in(&setup.pid_file.with_extension("pid.child"));
+    assert!(alive(leader) && alive(child));
+    let r = s.call("cancel_delegation", json!({"request_id": id}));
+    let v = r.ok();
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["diagnostic_code"], "cancelled");
+    assert_eq!(v["delivery_state"], "sent");
+    assert!(
+        !alive(leader),
+        "the agent {leader} survived its cancellation"
+    );
+    assert!(!alive(child), "the agent's child {child} survived");
+    // Cancelling again changes nothing.
+    let again = s.call("cancel_delegation", json!({"request_id": id}));
+    assert_eq!(again.ok()["ended_at"], v["ended_at"]);
+}
+
+#[test]
+fn a_failing_agent_is_failed_with_its_message() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    for (n, agent) in ["codex", "claude", "gemini"].into_iter().enumerate() {
+        let id = rid(n as u32);
+        delegate(&mut s, agent, "FAIL now", &id).ok();
+        let v = until_terminal(&mut s, &id);
+        assert_eq!(v["status"], "failed", "{v}");
+        assert_eq!(v["diagnostic_code"], "agent_failed");
+        assert_eq!(v["delivery_state"], "sent");
+        let msg = v["diagnostic_message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("stub {agent} failure")),
+            "{agent}: {msg}"
+        );
+        assert!(v["exit_code"].as_i64().is_some_and(|c| c != 0), "{v}");
+    }
+}
+
+#[test]
+fn a_request_id_runs_once_and_conflicting_reuse_is_refused() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let id = rid(7);
+    let first = delegate(&mut s, "claude", "once only", &id);
+    first.ok();
+    let second = delegate(&mut s, "claude", "once only", &id);
+    assert_eq!(second.ok()["created_at"], first.ok()["created_at"]);
+    let done = until_terminal(&mut s, &id);
+    assert_eq!(done["status"], "completed");
+    let third = delegate(&mut s, "claude", "once only", &id);
+    assert_eq!(third.ok()["status"], "completed", "a replay after the end");
+    assert_eq!(setup.runs().len(), 1, "{:?}", setup.runs());
+    let other = delegate(&mut s, "claude", "another prompt", &id);
+    assert_eq!(other.code(), "conflict");
+    let other_agent = delegate(&mut s, "codex", "once only", &id);
+    assert_eq!(other_agent.code(), "conflict");
+    assert_eq!(setup.runs().len(), 1);
+}
+
+#[test]
+fn a_server_killed_while_an_agent_runs_leaves_an_unknown_receipt_never_rerun() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let id = rid(3);
+    delegate(&mut s, "gemini", "HANG until the server dies", &id).ok();
+    let leader = pid_in(&setup.pid_file);
+    // The receipt says sent once the agent was started.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let v = s
+            .call("read_delegation", json!({"request_id": id}))
+            .ok()
+            .clone();
+        if v["delivery_state"] == "sent" {
+            assert_eq!(v["status"], "running");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+    }
+    sigkill(s.pid());
+    drop(s);
+    let mut s = setup.server(&[]);
+    let v = s.call("read_delegation", json!({"request_id": id}));
+    let v = v.ok();
+    assert_eq!(v["status"], "unknown", "{v}");
+    assert_eq!(v["delivery_state"], "sent");
+    assert_eq!(v["diagnostic_code"], "server_restarted");
+    assert!(
+        v["diagnostic_message"]
+            .as_str()
+            .unwrap()
+            .contains("not re-run")
+    );
+    // The same request again is the same receipt, not a new run.
+    let again = delegate(&mut s, "gemini", "HANG until the server dies", &id);
+    assert_eq!(again.ok()["status"], "unknown");
+    // The old agent was ended with its server (the watchdog), and nothing ran again.
+    let deadline = Instant::now() + WAIT;
+    while alive(leader) {
+        assert!(Instant::now() < deadline, "the agent outlived its server");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(setup.runs().len(), 1, "{:?}", setup.runs());
+}
+
+#[test]
+fn an_unauthenticated_agent_is_reported_and_refused() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[("STUB_AUTH_MISSING", "1")]);
+    let status = s.call("agents_status", json!({}));
+    let agents = status.ok()["agents"].as_array().unwrap().clone();
+    let codex = agents.iter().find(|a| a["agent"] == "codex").unwrap();
+    assert_eq!(codex["authenticated"], false, "{codex}");
+    assert_eq!(codex["can_accept_work"], false);
+    let reason = codex["not_ready"].as_str().unwrap().to_owned();
+    let r = delegate(&mut s, "codex", "hello", &rid(1));
+    assert_eq!(r.code(), "unavailable");
+    assert!(
+        r.error["message"].as_str().unwrap().contains(&reason),
+        "{} vs {reason}",
+        r.error
+    );
+    assert!(setup.runs().is_empty());
+}
+
+#[test]
+fn drain_refuses_new_work_and_lists_what_runs() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let running = rid(1);
+    delegate(&mut s, "claude", "HANG during the drain", &running).ok();
+    pid_in(&setup.pid_file);
+    let (ok, out) = setup.cli(&["drain"]);
+    assert!(ok, "{out}");
+    assert!(out.contains(&running), "drain lists the running one: {out}");
+    let (ok, json_out) = setup.cli(&["drain", "--json"]);
+    assert!(ok);
+    let v: Value = serde_json::from_str(json_out.trim()).unwrap();
+    assert_eq!(v["unfinished"][0]["request_id"], running);
+    assert_eq!(v["unfinished"][0]["status"], "running");
+
+    let refused = delegate(&mut s, "codex", "new work", &rid(2));
+    assert_eq!(refused.code(), "unavailable");
+    assert!(
+        refused.error["message"]
+            .as_str()
+            .unwrap()
+            .contains("delegation resume")
+    );
+    let list = s.call("list_delegations", json!({"status": "running"}));
+    assert_eq!(list.ok()["delegations"][0]["request_id"], running);
+
+    let (ok, _) = setup.cli(&["resume"]);
+    assert!(ok);
+    delegate(&mut s, "codex", "new work", &rid(2)).ok();
+    let done = until_terminal(&mut s, &rid(2));
+    assert_eq!(done["status"], "completed");
+    s.call("cancel_delegation", json!({"request_id": running}))
+        .ok();
+}
+
+#[test]
+fn a_corrupt_receipt_is_listed_unreadable_and_never_overwritten() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    // The store exists once a delegation was made.
+    delegate(&mut s, "codex", "first", &rid(1)).ok();
+    until_terminal(&mut s, &rid(1));
+    let bad = rid(2);
+    let file = setup.state.join(format!("delegations/{bad}.json"));
+    std::fs::write(&file, b"{\"request_id\": broken").unwrap();
+    let list = s.call("list_delegations", json!({}));
+    let items = list.ok()["delegations"].as_array().unwrap().clone();
+    let item = items.iter().find(|d| d["request_id"] == bad).unwrap();
+    assert_eq!(item["status"], "unreadable", "{item}");
+    let r = delegate(&mut s, "codex", "reuse the broken id", &bad);
+    assert_eq!(r.code(), "conflict");
+    assert!(r.error["message"].as_str().unwrap().contains(&bad));
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"{\"request_id\": broken",
+        "never overwritten"
+    );
+    let (ok, out) = setup.cli(&["list"]);
+    assert!(ok);
+    assert!(out.contains(&format!("{bad} - unreadable")), "{out}");
+    assert_eq!(setup.runs().len(), 1);
+}
+
+#[test]
+fn a_prompt_over_256_kib_is_refused_and_bad_ids_are_invalid() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let big = "x".repeat(256 * 1024 + 1);
+    let r = delegate(&mut s, "codex", &big, &rid(1));
+    assert_eq!(r.code(), "limit_exceeded", "{}", r.error);
+    assert_eq!(r.error["reason"], "prompt", "{}", r.error);
+    let r = delegate(&mut s, "codex", "hi", "not-a-uuid");
+    assert_eq!(r.code(), "invalid_request");
+    // A confined caller (the agent profile) delegates inside the workspace only.
+    let mut confined = setup.server_with(&["--profile", "agent"], &[]);
+    let r = confined.call(
+        "delegate",
+        json!({"agent": "codex", "prompt": "hi", "request_id": rid(2), "path": "../.."}),
+    );
+    assert_eq!(r.code(), "path_boundary");
+    let r = s.call("read_delegation", json!({"request_id": rid(3)}));
+    assert_eq!(r.code(), "not_found");
+    assert!(setup.runs().is_empty());
+}
+
+#[test]
+fn a_delegation_runs_in_the_directory_it_names() {
+    let setup = Setup::new();
+    let mut s = setup.server_with(&["--profile", "agent"], &[]);
+    let id = rid(1);
+    s.call(
+        "delegate",
+        json!({"agent": "codex", "prompt": "where", "request_id": id, "path": "sub"}),
+    )
+    .ok();
+    let v = until_terminal(&mut s, &id);
+    assert_eq!(v["directory"], "sub");
+    let runs = setup.runs();
+    let cwd = runs[0].split('\t').nth(1).unwrap();
+    assert_eq!(
+        Path::new(cwd),
+        setup.workspace.join("sub").canonicalize().unwrap()
+    );
+}
+
+#[test]
+fn a_third_run_of_one_agent_waits_queued_until_a_slot_frees() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let ids: Vec<String> = (1..=3).map(rid).collect();
+    let mut statuses = Vec::new();
+    for id in &ids {
+        let r = delegate(&mut s, "codex", &format!("HANG {id}"), id);
+        statuses.push(r.ok()["status"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(statuses, ["running", "running", "queued"]);
+    // Another agent has its own two slots.
+    let other = delegate(&mut s, "claude", "not waiting", &rid(4));
+    assert_eq!(other.ok()["status"], "running");
+    let cancelled = s.call("cancel_delegation", json!({"request_id": ids[0]}));
+    assert_eq!(cancelled.ok()["status"], "failed");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let v = s
+            .call("read_delegation", json!({"request_id": ids[2]}))
+            .ok()
+            .clone();
+        if v["status"] == "running" {
+            break;
+        }
+        assert_eq!(v["status"], "queued", "{v}");
+        assert!(Instant::now() < deadline, "the queued run never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for id in &ids[1..] {
+        s.call("cancel_delegation", json!({"request_id": id})).ok();
+    }
+}
+
+#[test]
+fn a_server_that_stops_records_its_runs_as_stopped() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let id = rid(1);
+    delegate(&mut s, "codex", "HANG until stdin closes", &id).ok();
+    let leader = pid_in(&setup.pid_file);
+    s.close_stdin();
+    let deadline = Instant::now() + WAIT;
+    while alive(leader) {
+        assert!(Instant::now() < deadline, "the agent outlived its server");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (ok, out) = setup.cli(&["list", "--json"]);
+        assert!(ok);
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        let d = &v["delegations"][0];
+        if d["status"] != "running" {
+            assert_eq!(d["status"], "failed", "{d}");
+            assert_eq!(d["delivery_state"], "sent");
+            assert_eq!(d["diagnostic_code"], "server_stopped");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{d}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(setup.runs().len(), 1);
+}
