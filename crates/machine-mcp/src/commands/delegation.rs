@@ -57,14 +57,25 @@ async fn worker_mcp() -> Result<()> {
     }
 }
 
+/// `delegation list`: every receipt. A state directory (or its `delegations`) that exists and
+/// is not a directory is an error; one that does not exist yet holds no delegations, and the
+/// text says so (listing never creates it).
 fn list(out: &JobOut) -> Result<()> {
     let dir = super::state_dir(&out.state)?;
     let store = Store::new(&dir);
-    let all = if store.root().exists() {
+    for d in [dir.as_path(), store.root()] {
+        if let Ok(m) = std::fs::metadata(d)
+            && !m.is_dir()
+        {
+            anyhow::bail!("{} is not a directory", d.display());
+        }
+    }
+    let missing = !store.root().exists();
+    let all = if missing {
+        Vec::new()
+    } else {
         list_store(&store)
             .with_context(|| format!("cannot read the receipts in {}", store.root().display()))?
-    } else {
-        Vec::new()
     };
     if out.json {
         return super::job::print_json(&json!({
@@ -75,7 +86,9 @@ fn list(out: &JobOut) -> Result<()> {
     if store.draining() {
         out!("draining: new delegations are refused (`machine-mcp delegation resume` undoes it)");
     }
-    if all.is_empty() {
+    if missing {
+        out!("no delegations ({} does not exist)", store.root().display());
+    } else if all.is_empty() {
         out!("no delegations");
     }
     for d in &all {

@@ -438,7 +438,9 @@ fn a_prompt_over_256_kib_is_refused_and_bad_ids_are_invalid() {
 #[test]
 fn a_delegation_runs_in_the_directory_it_names() {
     let setup = Setup::new();
-    let mut s = setup.server_with(&["--profile", "agent"], &[]);
+    // `--full-env`: the stub's run log variable reaches it (the agent profile's isolated
+    // environment keeps only the agent's own variables).
+    let mut s = setup.server_with(&["--profile", "agent", "--full-env"], &[]);
     let id = rid(1);
     s.call(
         "delegate",
@@ -518,4 +520,370 @@ fn a_server_that_stops_records_its_runs_as_stopped() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(setup.runs().len(), 1);
+}
+
+/// Whether `output` is `n` bytes or fewer of 'é' only (a cut on a character boundary).
+fn cut_e(output: &str, max: usize) -> bool {
+    output.len() <= max && output.len() + 2 > max && output.chars().all(|c| c == 'é')
+}
+
+#[test]
+fn an_answer_over_256_kib_is_cut_and_flagged_truncated() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    // 140,000 'é' (280,003 bytes) in one event line of about 840 KB.
+    let id = rid(1);
+    delegate(&mut s, "codex", "BIGANSWER 140000", &id).ok();
+    let v = until_terminal(&mut s, &id);
+    assert_eq!(v["status"], "completed", "{}", v["diagnostic_message"]);
+    assert_eq!(v["output_truncated"], true);
+    assert!(cut_e(v["output"].as_str().unwrap(), 256 * 1024));
+}
+
+#[test]
+fn an_answer_in_a_multi_megabyte_event_line_completes_cut_at_256_kib() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    // 2,000,000 'é': one event line of 12 MB, over the 4 MiB a line may take whole.
+    let id = rid(1);
+    delegate(&mut s, "codex", "BIGANSWER 2000000", &id).ok();
+    let v = until_terminal(&mut s, &id);
+    assert_eq!(v["status"], "completed", "{}", v["diagnostic_message"]);
+    assert_eq!(v["output_truncated"], true);
+    assert!(cut_e(v["output"].as_str().unwrap(), 256 * 1024));
+}
+
+#[test]
+fn an_event_line_too_long_to_read_is_named_in_the_diagnostic() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let id = rid(1);
+    delegate(&mut s, "codex", "HUGELINE", &id).ok();
+    let v = until_terminal(&mut s, &id);
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["diagnostic_code"], "agent_failed");
+    let msg = v["diagnostic_message"].as_str().unwrap();
+    assert!(
+        msg.contains("too long") && msg.contains("not read") && !msg.contains("no final answer"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_running_receipt_never_says_not_sent() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    for (n, agent) in ["codex", "claude", "gemini", "codex"]
+        .into_iter()
+        .enumerate()
+    {
+        let id = rid(n as u32);
+        let v = delegate(&mut s, agent, "hello", &id).ok().clone();
+        match v["status"].as_str().unwrap() {
+            "queued" => assert_eq!(v["delivery_state"], "not_sent", "{v}"),
+            "running" | "completed" => assert_eq!(v["delivery_state"], "sent", "{v}"),
+            _ => panic!("{v}"),
+        }
+        until_terminal(&mut s, &id);
+    }
+}
+
+/// `/proc/PID/stat` field 22 (the start time in ticks).
+fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_cancel_that_the_running_server_does_not_carry_out_says_so() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let done = rid(1);
+    delegate(&mut s, "gemini", "first", &done).ok();
+    until_terminal(&mut s, &done);
+    // A receipt "running" on a live process that is no server: it never acts on the marker.
+    let mut other = Command::new("sleep").arg("60").spawn().unwrap();
+    let dir = setup.state.join("delegations");
+    let mut r: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(format!("{done}.json"))).unwrap()).unwrap();
+    let id = rid(2);
+    r["request_id"] = json!(id);
+    r["root_request_id"] = json!(id);
+    r["status"] = json!("running");
+    r["delivery_state"] = json!("sent");
+    r["ended_at"] = Value::Null;
+    r["output"] = Value::Null;
+    r["server"]["pid"] = json!(other.id());
+    r["server"]["start_ticks"] = json!(start_ticks(other.id()));
+    std::fs::write(dir.join(format!("{id}.json")), r.to_string()).unwrap();
+    let t = Instant::now();
+    let c = s.call("cancel_delegation", json!({"request_id": id}));
+    let elapsed = t.elapsed();
+    let v = c.ok();
+    assert_eq!(v["status"], "running", "{v}");
+    let pending = v["cancel_pending"].as_str().unwrap_or_default();
+    assert!(
+        pending.contains(&other.id().to_string()) && pending.contains("not"),
+        "{v}"
+    );
+    assert!(c.summary().contains("cancel"), "{}", c.summary());
+    assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
+
+#[test]
+fn list_delegations_pages_through_every_receipt() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let first = rid(0);
+    delegate(&mut s, "codex", "first", &first).ok();
+    until_terminal(&mut s, &first);
+    let dir = setup.state.join("delegations");
+    let r: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(format!("{first}.json"))).unwrap()).unwrap();
+    let mut all = vec![first.clone()];
+    for n in 1..=700 {
+        let id = rid(n);
+        let mut c = r.clone();
+        c["request_id"] = json!(id);
+        c["root_request_id"] = json!(id);
+        // Some share a creation time: the order still is total.
+        c["created_at"] = json!(format!("2020-01-01T00:00:{:02}.000Z", n % 50));
+        std::fs::write(dir.join(format!("{id}.json")), c.to_string()).unwrap();
+        all.push(id);
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..20 {
+        let mut args = json!({"limit": 1024});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = s.call("list_delegations", args);
+        let v = page.ok();
+        seen.extend(
+            v["delegations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["request_id"].as_str().unwrap().to_owned()),
+        );
+        assert!(
+            !page.summary().contains("raise limit"),
+            "{}",
+            page.summary()
+        );
+        match v["next_cursor"].as_str() {
+            Some(c) => {
+                assert_eq!(v["truncated"], true);
+                assert!(page.summary().contains("cursor"), "{}", page.summary());
+                cursor = Some(c.to_owned());
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), all.len(), "each once");
+    seen.sort();
+    all.sort();
+    assert_eq!(seen, all);
+    // A small limit pages too.
+    let page = s.call("list_delegations", json!({"limit": 2}));
+    let c = page.ok()["next_cursor"].as_str().unwrap().to_owned();
+    let next = s.call("list_delegations", json!({"limit": 2, "cursor": c}));
+    assert_eq!(next.ok()["delegations"].as_array().unwrap().len(), 2);
+    assert_ne!(
+        next.ok()["delegations"][0]["request_id"],
+        page.ok()["delegations"][1]["request_id"]
+    );
+    let bad = s.call("list_delegations", json!({"cursor": "nonsense"}));
+    assert_eq!(bad.code(), "invalid_request");
+}
+
+#[test]
+fn delegation_list_names_a_missing_store_and_refuses_a_file_as_state_dir() {
+    let setup = Setup::new();
+    let list = |state: &Path| {
+        let out = Command::new(bin())
+            .args(["delegation", "list", "--state-dir"])
+            .arg(state)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, _) = list(&setup.state);
+    assert!(ok);
+    assert!(
+        out.contains("no delegations") && out.contains("does not exist"),
+        "{out}"
+    );
+    let file = setup.workspace.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (ok, out, err) = list(&file);
+    assert!(!ok, "{out}");
+    assert!(err.contains("not a directory"), "{err}");
+}
+
+#[test]
+fn a_store_full_of_unreadable_receipts_refuses_by_what_fills_it_and_prunes_nothing() {
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let done = rid(0);
+    delegate(&mut s, "codex", "first", &done).ok();
+    until_terminal(&mut s, &done);
+    let dir = setup.state.join("delegations");
+    for n in 1..=1030 {
+        std::fs::write(dir.join(format!("{}.json", rid(n))), b"{broken").unwrap();
+    }
+    let r = delegate(&mut s, "codex", "one more", &rid(5000));
+    assert_eq!(r.code(), "limit_exceeded", "{}", r.error);
+    assert_eq!(r.error["reason"], "records");
+    let msg = r.error["message"].as_str().unwrap();
+    assert!(
+        msg.contains("1030 unreadable") && !msg.contains("none is finished"),
+        "{msg}"
+    );
+    assert!(
+        dir.join(format!("{done}.json")).exists(),
+        "the finished receipt was pruned although nothing was admitted"
+    );
+}
+
+#[test]
+fn agents_status_says_no_agent_accepts_work_while_draining() {
+    // M3: after `machine-mcp delegation drain`, agents_status agrees with delegate.
+    let setup = Setup::new();
+    let mut s = setup.server(&[]);
+    let before = s.call("agents_status", json!({}));
+    assert!(
+        before.ok()["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["can_accept_work"] == true)
+    );
+    let (ok, out) = setup.cli(&["drain"]);
+    assert!(ok, "{out}");
+    let during = s.call("agents_status", json!({}));
+    for a in during.ok()["agents"].as_array().unwrap() {
+        assert_eq!(a["can_accept_work"], false, "{a}");
+        let why = a["not_ready"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("draining") && why.contains("delegation resume"),
+            "{a}"
+        );
+    }
+    assert!(
+        during.summary().contains("no agent can accept work"),
+        "{}",
+        during.text
+    );
+    let (ok, _) = setup.cli(&["resume"]);
+    assert!(ok);
+    let after = s.call("agents_status", json!({}));
+    assert_eq!(after.ok()["agents"][0]["can_accept_work"], true);
+}
+
+#[test]
+fn an_isolated_environment_gives_the_agent_only_its_own_variables() {
+    // M7: under a policy whose programs get an isolated environment, the agent gets it plus
+    // HOME and its own documented variables; other secrets stay with the server.
+    let setup = Setup::new();
+    let secrets = [
+        ("GITHUB_TOKEN", "gh"),
+        ("AWS_SECRET_ACCESS_KEY", "aws"),
+        ("OPENAI_API_KEY", "sk"),
+        ("CODEX_HOME", "/nonexistent/codex-home"),
+        ("ANTHROPIC_API_KEY", "ak"),
+        ("SOME_BRIDGE_TOKEN", "b"),
+    ];
+    let names = |s: &mut Server, agent: &str, id: &str| -> Vec<String> {
+        delegate(s, agent, "SHOW_ENV", id).ok();
+        let v = until_terminal(s, id);
+        assert_eq!(v["status"], "completed", "{v}");
+        v["output"]
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut confined = setup.server_with(&["--profile", "agent"], &secrets);
+    let codex = names(&mut confined, "codex", &rid(1));
+    for want in ["PATH", "HOME", "OPENAI_API_KEY", "CODEX_HOME"] {
+        assert!(codex.iter().any(|n| n == want), "{want} missing: {codex:?}");
+    }
+    for gone in [
+        "GITHUB_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "ANTHROPIC_API_KEY",
+        "GEMINI_API_KEY",
+        "SOME_BRIDGE_TOKEN",
+        "STUB_RUN_LOG",
+    ] {
+        assert!(
+            !codex.iter().any(|n| n == gone),
+            "{gone} reached codex: {codex:?}"
+        );
+    }
+    let claude = names(&mut confined, "claude", &rid(2));
+    assert!(
+        claude.iter().any(|n| n == "ANTHROPIC_API_KEY"),
+        "{claude:?}"
+    );
+    assert!(!claude.iter().any(|n| n == "OPENAI_API_KEY"), "{claude:?}");
+    let gemini = names(&mut confined, "gemini", &rid(3));
+    assert!(gemini.iter().any(|n| n == "GEMINI_API_KEY"), "{gemini:?}");
+    assert!(!gemini.iter().any(|n| n == "GITHUB_TOKEN"), "{gemini:?}");
+    drop(confined);
+
+    // The full profile passes the server's environment, minus other bridges' variables.
+    let mut full = setup.server(&secrets);
+    let all = names(&mut full, "codex", &rid(4));
+    for want in ["GITHUB_TOKEN", "SOME_BRIDGE_TOKEN", "STUB_RUN_LOG"] {
+        assert!(all.iter().any(|n| n == want), "{want} missing: {all:?}");
+    }
+}
+
+#[test]
+fn a_confined_caller_sees_only_receipts_inside_its_workspace() {
+    // L2: receipts another server of the state directory made for directories outside this
+    // caller's workspace are not listed, read or cancelled.
+    let setup = Setup::new();
+    let outside = setup.workspace.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let mut full = setup.server(&[]);
+    let out_id = rid(1);
+    full.call(
+        "delegate",
+        json!({"agent": "codex", "prompt": "outside secret", "request_id": out_id,
+               "path": outside.to_str().unwrap()}),
+    )
+    .ok();
+    assert_eq!(until_terminal(&mut full, &out_id)["status"], "completed");
+    let in_id = rid(2);
+    delegate(&mut full, "codex", "inside", &in_id).ok();
+    until_terminal(&mut full, &in_id);
+
+    let mut confined = setup.server_with(&["--profile", "agent"], &[]);
+    let list = confined.call("list_delegations", json!({"limit": 1024}));
+    let ids: Vec<&str> = list.ok()["delegations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["request_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [in_id.as_str()], "{}", list.text);
+    assert!(!list.text.contains("outside"), "{}", list.text);
+    for tool in ["read_delegation", "cancel_delegation"] {
+        let r = confined.call(tool, json!({"request_id": out_id}));
+        assert_eq!(r.code(), "not_found", "{tool}: {}", r.error);
+    }
+    let r = confined.call("read_delegation", json!({"request_id": in_id}));
+    assert_eq!(r.ok()["directory"], ".");
 }

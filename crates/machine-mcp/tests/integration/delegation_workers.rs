@@ -625,3 +625,138 @@ fn a_connection_of_another_user_is_refused() {
     assert!(peer.call("list", json!({})).is_ok());
     s.cancel(&root);
 }
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn cancelling_a_root_cancels_the_delegations_its_worker_started() {
+    // M2: the whole tree ends, and each descendant's receipt says why.
+    let mut s = Setup::new();
+    let (root, _) = s.delegate("codex", "DELEGATE:claude:HANG", "proj");
+    let child = s.hanging_worker();
+    assert_ne!(child.request_id, root);
+    let pid_file = s.files.path().join("hang.pid");
+    let leader: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let grandchild: u32 = std::fs::read_to_string(pid_file.with_extension("pid.child"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cancelled = s.cancel(&root);
+    assert_eq!(cancelled["status"], "failed", "{cancelled}");
+    assert_eq!(cancelled["diagnostic_code"], "cancelled");
+    let done = s.finish(&child.request_id);
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["diagnostic_code"], "cancelled", "{done}");
+    let why = done["diagnostic_message"].as_str().unwrap();
+    assert!(why.contains(&root), "names the cancelled ancestor: {why}");
+    let deadline = Instant::now() + RESPONSE_TIMEOUT;
+    while alive(leader) || alive(grandchild) {
+        assert!(
+            Instant::now() < deadline,
+            "the child's agent {leader} or its process {grandchild} survived"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let running = s
+        .server
+        .call("list_delegations", json!({"status": "running"}));
+    assert_eq!(running.ok()["delegations"], json!([]), "{}", running.text);
+}
+
+#[test]
+fn the_worker_mcp_server_answers_a_call_in_flight_when_its_input_ends() {
+    // M6: the requests are written and stdin closed at once; every call is answered.
+    let mut s = Setup::new();
+    let (root, _) = s.delegate("codex", "HANG", "proj");
+    let w = s.hanging_worker();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    for (n, (tool, args)) in [
+        ("list_delegations", json!({})),
+        (
+            "read_delegation",
+            json!({"request_id": root, "wait_ms": 300}),
+        ),
+    ]
+    .into_iter()
+    .cycle()
+    .take(6)
+    .enumerate()
+    {
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}});
+        let mut child = worker_mcp_command(&w).spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{init}\n{initialized}\n{call}\n").as_bytes())
+            .unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let ids: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone())
+            .collect();
+        assert_eq!(ids, [json!(1), json!(2)], "run {n}, {tool}: {out:?}");
+        assert!(out.status.success(), "run {n}: {out:?}");
+    }
+    s.cancel(&root);
+}
+
+#[test]
+fn a_worker_delegates_in_its_own_directory_when_it_names_none() {
+    // L1: like the main server's `delegate`, `path` is optional; the default is the worker's
+    // project directory.
+    let mut s = Setup::new();
+    let (root, _) = s.delegate("codex", "HANG", "proj");
+    let w = s.hanging_worker();
+    let mut mcp = WorkerMcpChild::start(&w);
+    mcp.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "test", "version": "0"}}),
+    );
+    let tools = mcp.request("tools/list", json!({}));
+    let delegate = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "delegate")
+        .unwrap()
+        .clone();
+    let required = delegate["inputSchema"]["required"].as_array().unwrap();
+    assert!(!required.contains(&json!("path")), "{delegate}");
+    let id = new_id();
+    let r = mcp.call(
+        "delegate",
+        json!({"agent": "claude", "prompt": "no path", "request_id": id}),
+    );
+    let proj = std::fs::canonicalize(s.ws.path().join("proj")).unwrap();
+    assert_eq!(r.ok()["directory"], proj.to_str().unwrap(), "{}", r.text);
+    // The socket takes a request without `path` too.
+    let mut peer = Peer::worker(&w);
+    let r = peer
+        .call(
+            "delegate",
+            json!({"agent": "claude", "prompt": "no path either", "request_id": new_id()}),
+        )
+        .unwrap();
+    assert_eq!(r["directory"], proj.to_str().unwrap());
+    drop(mcp);
+    s.cancel(&root);
+}

@@ -48,7 +48,7 @@ use crate::mcp::{
     catalog,
     error::{ToolError, ToolErrorCode},
     server::{error_result, structured_result},
-    stdio::StdioTransport,
+    stdio,
     text::{self, TextView},
 };
 use crate::tools::delegation::engine::{
@@ -103,7 +103,9 @@ impl WorkerMcpError {
 
 /// Serves the worker MCP server on this process's stdin and stdout until stdin ends (module
 /// docs). Reads [`SOCKET_VAR`], [`REQUEST_VAR`] and [`CAPABILITY_VAR`], connects to the socket
-/// and authenticates before it reads stdin.
+/// and authenticates before it reads stdin. At the end of input, calls still running are
+/// answered before it returns (rmcp waits up to 5 s for them; their answers are then written
+/// out, as `machine-mcp stdio` does).
 ///
 /// # Errors
 /// [`WorkerMcpError::MissingVar`] / [`WorkerMcpError::BadCapability`] for the environment
@@ -127,13 +129,17 @@ pub async fn serve_worker_mcp() -> Result<(), WorkerMcpError> {
         connection: Arc::new(connection),
         tools: Arc::new(tools()),
     };
-    let transport = StdioTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    // The process exits when this returns: the answers of calls still running at the end of
+    // input (rmcp drains them for a few seconds) are written before it does.
+    let (transport, writer) = stdio::process_transport()
+        .map_err(|e| WorkerMcpError::Protocol(format!("cannot write to stdout: {e}")))?;
     match server.serve(transport).await {
         Ok(running) => {
             let _ = running.waiting().await;
         }
         Err(e) => tracing::info!(error = %e, "the worker MCP session ended before it started"),
     }
+    stdio::finish_process_stdout(writer).await;
     Ok(())
 }
 
@@ -145,12 +151,19 @@ struct DelegateArgs {
     agent: Agent,
     /// The task, as the agent should read it (UTF-8, at most 256 KiB).
     prompt: String,
-    /// The directory the agent works in: relative to this worker's project directory (`.` for
-    /// it), or absolute inside it.
+    /// The directory the agent works in: relative to this worker's project directory, or
+    /// absolute inside it (default: the project directory itself).
+    #[serde(default = "project_dir")]
     path: String,
     /// A new UUID you choose (e.g. `0e5bd5c2-7a1e-4c1b-9a0f-3c8d2b6f4e11`); calling again with
     /// the same id and arguments returns the same receipt instead of starting a second run.
     request_id: String,
+}
+
+/// The default `path` of a worker's `delegate`: its own project directory (the main server's
+/// `delegate` defaults to its workspace root in the same way).
+fn project_dir() -> String {
+    ".".to_owned()
 }
 
 /// `read_delegation` as a worker calls it.

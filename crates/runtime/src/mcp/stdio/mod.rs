@@ -80,11 +80,29 @@ where
 /// # Errors
 /// Reading or writing the streams failed before the session started.
 pub async fn serve_process_stdio(runtime: Arc<Runtime>) -> io::Result<()> {
-    widen_stdout_pipe();
-    let (transport, writer) = StdioTransport::blocking(tokio::io::stdin(), raw_stdout()?);
+    let (transport, writer) = process_transport()?;
     let served = serve_transport(runtime, transport).await;
-    // The session is over and every sender is gone: let the writer finish the lines still
-    // queued (a result that was running when stdin ended), unless the client stopped reading.
+    finish_process_stdout(writer).await;
+    served
+}
+
+/// This process's stdin and stdout as a [`StdioTransport`] the way [`serve_process_stdio`] uses
+/// them (each answer written straight into file descriptor 1 by a thread; the pipe widened),
+/// and that writer thread, for [`finish_process_stdout`] once the session is over. For other
+/// servers on this process's stdio (`machine-mcp delegation worker-mcp`).
+///
+/// # Errors
+/// Stdout cannot be duplicated.
+pub(crate) fn process_transport() -> io::Result<(StdioTransport, std::thread::JoinHandle<()>)> {
+    widen_stdout_pipe();
+    Ok(StdioTransport::blocking(tokio::io::stdin(), raw_stdout()?))
+}
+
+/// After the session over [`process_transport`]'s transport ended (and the transport was
+/// dropped): waits, at most [`STDOUT_DRAIN_WAIT`], for its writer thread to write the lines
+/// still queued (a result that was running when stdin ended), unless the client stopped
+/// reading. Without it a process that exits right after its session can lose those answers.
+pub(crate) async fn finish_process_stdout(writer: std::thread::JoinHandle<()>) {
     let drained = tokio::task::spawn_blocking(move || writer.join());
     if tokio::time::timeout(STDOUT_DRAIN_WAIT, drained)
         .await
@@ -92,7 +110,6 @@ pub async fn serve_process_stdio(runtime: Arc<Runtime>) -> io::Result<()> {
     {
         tracing::warn!("stdout is not being read; exiting with answers unwritten");
     }
-    served
 }
 
 /// How long [`serve_process_stdio`] waits, after stdin ended, for queued answers to be written.

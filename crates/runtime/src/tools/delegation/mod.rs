@@ -33,7 +33,7 @@ use crate::{
 };
 
 use engine::{
-    AgentReport, DelegateRequest, ListedStatus, Origin, ReceiptSummary, Scope,
+    AgentEnvironment, AgentReport, DelegateRequest, ListedStatus, Origin, ReceiptSummary, Scope,
     agents::{self, Agent},
     store::Receipt,
 };
@@ -84,7 +84,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 description: "List your delegations, newest first: request_id, agent, status, \
                               delivery_state, session_id, times and diagnostic (no output; \
                               read_delegation has it). A receipt file that cannot be read is \
-                              listed as unreadable.",
+                              listed as unreadable. A long list comes in pages: pass the \
+                              answer's next_cursor as cursor for the next one.",
                 capability: Capability::ExecDirect,
                 hints: Hints::READ,
             },
@@ -96,8 +97,11 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 title: "Cancel a delegation",
                 description: "Cancel a delegation: a queued one never starts; a running one's \
                               agent and every process it started are terminated (what it \
-                              changed so far stays). Both end failed with diagnostic cancelled. \
-                              A finished one is returned as it is.",
+                              changed so far stays); the delegations its worker started are \
+                              cancelled too. All end failed with diagnostic cancelled. \
+                              A finished one is returned as it is. If it has not ended when this \
+                              answers (another server runs it and has not acted yet), \
+                              cancel_pending says so.",
                 capability: Capability::ExecDirect,
                 hints: Hints {
                     read_only: false,
@@ -148,13 +152,21 @@ pub(crate) struct DelegateArgs {
 pub(crate) struct ReceiptView {
     #[serde(flatten)]
     receipt: Receipt,
+    /// cancel_delegation only, when the delegation had not ended when it answered: who is
+    /// to carry the cancellation out and whether it has taken it up (the server running it
+    /// may be stopped, or another process); read_delegation shows the outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancel_pending: Option<String>,
 }
 
 impl ReceiptView {
     /// The receipt with its directory in the caller's form.
     fn new(access: &Access, mut r: Receipt) -> Self {
         r.directory = access.workspace().display(Path::new(&r.directory));
-        Self { receipt: r }
+        Self {
+            receipt: r,
+            cancel_pending: None,
+        }
     }
 }
 
@@ -163,6 +175,12 @@ impl TextView for ReceiptView {
         let r = &self.receipt;
         let follow = if r.status.is_terminal() {
             String::new()
+        } else if self.cancel_pending.is_some() {
+            format!(
+                "; the cancel is not carried out yet (see cancel_pending): follow it with \
+                 read_delegation {{\"request_id\": \"{}\", \"wait_ms\": 60000}}",
+                r.request_id
+            )
         } else {
             format!(
                 "; follow it with read_delegation {{\"request_id\": \"{}\", \"wait_ms\": 60000}}",
@@ -207,6 +225,9 @@ impl TextView for ReceiptView {
         if let Some(m) = &r.diagnostic_message {
             head.push_str(&format!("diagnostic: {}\n", cut(m.clone(), 4_000, " […]")));
         }
+        if let Some(p) = &self.cancel_pending {
+            head.push_str(&format!("cancel_pending: {p}\n"));
+        }
         let mut budget = Budget::new(body_limit(RESULT_TEXT_DEFAULT_CHARS));
         if budget.take(head.len()) {
             out.push_str(&head);
@@ -238,6 +259,13 @@ async fn delegate(rt: Arc<Access>, args: DelegateArgs, cx: CallContext) -> ToolR
         prompt: args.prompt,
         directory: resolved.real().to_owned(),
         request_id: args.request_id,
+        environment: if rt.policy().full_env() {
+            AgentEnvironment::Full
+        } else {
+            AgentEnvironment::Isolated {
+                scratch: rt.scratch().root().to_owned(),
+            }
+        },
     };
     let r = manager
         .delegate(req, Origin::Caller(cx.principal.clone()))
@@ -245,12 +273,19 @@ async fn delegate(rt: Arc<Access>, args: DelegateArgs, cx: CallContext) -> ToolR
     Ok(ReceiptView::new(&rt, r))
 }
 
-/// The receipts this caller may see.
+/// The receipts this caller may see: the owner all, another principal its own; a caller whose
+/// paths are confined to the workspace only those whose directory is inside it.
 fn scope(rt: &Access, cx: &CallContext) -> Scope {
-    if rt.is_owner() {
-        Scope::Owner
-    } else {
-        Scope::Principal(cx.principal.clone())
+    let principal = (!rt.is_owner()).then(|| cx.principal.clone());
+    if rt.workspace().restricted() {
+        return Scope::Within {
+            root: rt.workspace().root().to_owned(),
+            principal,
+        };
+    }
+    match principal {
+        None => Scope::Owner,
+        Some(p) => Scope::Principal(p),
     }
 }
 
@@ -296,7 +331,14 @@ async fn cancel_delegation(
 ) -> ToolResult<ReceiptView> {
     let manager = rt.delegations().await?;
     let r = manager.cancel(&args.request_id, &scope(&rt, &cx)).await?;
-    Ok(ReceiptView::new(&rt, r))
+    let pending = if r.status.is_terminal() {
+        None
+    } else {
+        manager.cancel_pending(&r.request_id).await
+    };
+    let mut view = ReceiptView::new(&rt, r);
+    view.cancel_pending = pending;
+    Ok(view)
 }
 
 /// Arguments of `list_delegations`.
@@ -310,6 +352,65 @@ pub(crate) struct ListArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = DELEGATION_RECORDS_MAX))]
     limit: Option<usize>,
+    /// Continue a listing: the next_cursor of the previous answer (the receipts after it,
+    /// in the same order; receipts made since then are not repeated).
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+/// Where a listing stopped: the sort key (creation time, request id) of its last receipt,
+/// as `CREATED_AT~REQUEST_ID` (`CREATED_AT` empty for an unreadable receipt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cursor {
+    created_at: Option<String>,
+    request_id: String,
+}
+
+impl Cursor {
+    fn of(d: &ReceiptSummary) -> Self {
+        Self {
+            created_at: d.created_at.clone(),
+            request_id: d.request_id.clone(),
+        }
+    }
+
+    /// Parses a `next_cursor`.
+    ///
+    /// # Errors
+    /// `invalid_request`: not a cursor this tool gave.
+    fn parse(s: &str) -> ToolResult<Self> {
+        let bad = || {
+            ToolError::invalid(format!(
+                "cursor {s:?} is not a next_cursor of list_delegations"
+            ))
+        };
+        let (created, id) = s.rsplit_once('~').ok_or_else(bad)?;
+        if !engine::store::valid_request_id(id) || created.len() > 64 {
+            return Err(bad());
+        }
+        Ok(Self {
+            created_at: (!created.is_empty()).then(|| created.to_owned()),
+            request_id: id.to_owned(),
+        })
+    }
+
+    fn encode(&self) -> String {
+        format!(
+            "{}~{}",
+            self.created_at.as_deref().unwrap_or(""),
+            self.request_id
+        )
+    }
+
+    /// Whether `d` comes after this cursor in a listing's order (newest first, then by
+    /// request id).
+    fn precedes(&self, d: &ReceiptSummary) -> bool {
+        match self.created_at.cmp(&d.created_at) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => self.request_id < d.request_id,
+            std::cmp::Ordering::Less => false,
+        }
+    }
 }
 
 /// Result of `list_delegations`.
@@ -317,8 +418,11 @@ pub(crate) struct ListArgs {
 pub(crate) struct ListDelegations {
     /// The receipts, newest first.
     delegations: Vec<ReceiptSummary>,
-    /// More matched than `limit` (or than the text could show).
+    /// More matched than `limit` (or than the text could show): `next_cursor` lists them.
     truncated: bool,
+    /// When truncated: pass it as `cursor` to list the receipts after these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
 }
 
 impl TextView for ListDelegations {
@@ -329,10 +433,12 @@ impl TextView for ListDelegations {
             self.delegations.len(),
             count(ListedStatus::Running),
             count(ListedStatus::Queued),
-            if self.truncated {
-                "; more not listed: raise limit or filter by status"
-            } else {
-                ""
+            match &self.next_cursor {
+                Some(c) => format!(
+                    "; more not listed: call list_delegations again with cursor \"{c}\" (and \
+                     the same status)"
+                ),
+                None => String::new(),
             }
         )
     }
@@ -398,11 +504,13 @@ async fn list_delegations(
             })?,
         ),
     };
+    let after = args.cursor.as_deref().map(Cursor::parse).transpose()?;
     let scope = scope(&rt, &cx);
     let all = blocking(move || manager.list(&scope)).await?;
     let mut delegations: Vec<ReceiptSummary> = all
         .into_iter()
         .filter(|d| wanted.is_none_or(|w| d.status == w))
+        .filter(|d| after.as_ref().is_none_or(|c| c.precedes(d)))
         .collect();
     let mut truncated = delegations.len() > limit;
     delegations.truncate(limit);
@@ -419,9 +527,13 @@ async fn list_delegations(
         shown += 1;
     }
     delegations.truncate(shown);
+    let next_cursor = truncated
+        .then(|| delegations.last().map(|d| Cursor::of(d).encode()))
+        .flatten();
     Ok(ListDelegations {
         delegations,
         truncated,
+        next_cursor,
     })
 }
 
@@ -464,10 +576,11 @@ impl TextView for AgentsStatus {
                     .as_deref()
                     .map(|v| format!(", version {}", cut(v.to_owned(), 200, "…")))
                     .unwrap_or_default(),
-                match s.authenticated {
-                    Some(true) => ", signed in",
-                    Some(false) => ", not signed in",
-                    None => "",
+                match (s.authenticated, &s.auth_detail) {
+                    (Some(true), _) => ", signed in".to_owned(),
+                    (Some(false), _) => ", not signed in".to_owned(),
+                    (None, Some(d)) => format!(", sign-in unknown ({})", cut(d.clone(), 300, "…")),
+                    (None, None) => String::new(),
                 },
                 a.last_success
                     .as_deref()

@@ -85,11 +85,17 @@ pub struct AgentStatus {
     pub available: bool,
     /// The executable found (absolute path), shown even when it does not work.
     pub executable: Option<String>,
-    /// The first line `--version` printed.
+    /// The first line `--version` printed (stdout, else stderr), control characters removed,
+    /// at most [`VERSION_MAX_CHARS`] characters. Output that is not text (not UTF-8, or with a
+    /// NUL) is no version: the agent is then not available.
     pub version: Option<String>,
     /// Whether it is signed in: `None` when that could not be told (the probe timed out or
     /// could not run, or the agent is disabled and was not asked).
     pub authenticated: Option<bool>,
+    /// Why `authenticated` is `None` although the agent was asked: its status command failed to
+    /// run or did not answer within [`DELEGATION_PROBE_TIMEOUT`]. The agent may still accept
+    /// work (a failed probe does not prove it is signed out), but a run may fail to sign in.
+    pub auth_detail: Option<String>,
     /// `enabled && available && authenticated != Some(false)`.
     pub can_accept_work: bool,
     /// Why it cannot accept work, in a sentence that says what to do (`None` when it can).
@@ -110,7 +116,9 @@ pub struct AgentStatus {
 /// signed in: `codex login status` and `claude auth status` (exit 0, and for Claude its JSON
 /// `loggedIn`), for Gemini (which has no status command) any of `GEMINI_API_KEY`,
 /// `GOOGLE_API_KEY`, `GOOGLE_GENAI_USE_VERTEXAI`, `GOOGLE_GENAI_USE_GCA` set or
-/// `~/.gemini/oauth_creds.json` present. A disabled agent is still found and asked its
+/// `~/.gemini/oauth_creds.json` a JSON object with an `access_token` or `refresh_token`. A
+/// status command that fails or hangs leaves `authenticated` unknown, with
+/// [`AgentStatus::auth_detail`] saying so. A disabled agent is still found and asked its
 /// version (so the status shows what enabling it would give) but not asked to authenticate.
 ///
 /// Never fails: every problem becomes [`AgentStatus::not_ready`] (the first that applies:
@@ -151,6 +159,7 @@ fn inspect_on(agent: Agent, config: &DelegationConfig, host: &Host<'_>) -> Agent
         executable: None,
         version: None,
         authenticated: None,
+        auth_detail: None,
         can_accept_work: false,
         not_ready: None,
         program: None,
@@ -166,17 +175,24 @@ fn inspect_on(agent: Agent, config: &DelegationConfig, host: &Host<'_>) -> Agent
         Ok(program) => {
             status.executable = Some(program.display().to_string());
             match probe(&program, &["--version"], host) {
-                Ok(out) if out.status.success() => {
-                    status.available = true;
-                    status.version = first_line(&out.stdout).or_else(|| first_line(&out.stderr));
-                }
+                Ok(out) if out.status.success() => match version_line(&out) {
+                    Ok(version) => {
+                        status.available = true;
+                        status.version = version;
+                    }
+                    Err(why) => reasons.push(format!(
+                        "{name} --version printed {why}: is {} the {name} CLI?",
+                        program.display()
+                    )),
+                },
                 Ok(out) => reasons.push(format!("{name} --version failed: {}", exit_problem(&out))),
                 Err(why) => reasons.push(format!("{name} --version failed: {why}")),
             }
             if status.available && settings.enabled {
-                let (authenticated, why) = authentication(agent, &program, host);
-                status.authenticated = authenticated;
-                reasons.extend(why);
+                let auth = authentication(agent, &program, host);
+                status.authenticated = auth.authenticated;
+                status.auth_detail = auth.detail;
+                reasons.extend(auth.not_ready);
             }
             status.program = Some(program);
         }
@@ -237,14 +253,39 @@ fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Whether the agent is signed in (`None`: could not tell) and, when it is not, why.
-fn authentication(agent: Agent, program: &Path, host: &Host<'_>) -> (Option<bool>, Option<String>) {
-    let signed_out = |hint: &str| (Some(false), Some(format!("not logged in: run `{hint}`")));
+/// What the sign-in check found.
+#[derive(Debug, Default)]
+struct Auth {
+    /// Signed in (`None`: could not tell).
+    authenticated: Option<bool>,
+    /// Why it cannot accept work (signed out).
+    not_ready: Option<String>,
+    /// Why it could not tell ([`AgentStatus::auth_detail`]).
+    detail: Option<String>,
+}
+
+/// Whether the agent is signed in and, when it is not or that cannot be told, why.
+fn authentication(agent: Agent, program: &Path, host: &Host<'_>) -> Auth {
+    let signed_out = |hint: &str| Auth {
+        authenticated: Some(false),
+        not_ready: Some(format!("not logged in: run `{hint}`")),
+        detail: None,
+    };
+    let signed_in = Auth {
+        authenticated: Some(true),
+        ..Auth::default()
+    };
+    let unknown = |command: &str, why: String| Auth {
+        detail: Some(format!(
+            "`{command}` failed: {why}; whether it is signed in is unknown"
+        )),
+        ..Auth::default()
+    };
     match agent {
         Agent::Codex => match probe(program, &["login", "status"], host) {
-            Ok(out) if out.status.success() => (Some(true), None),
+            Ok(out) if out.status.success() => signed_in,
             Ok(_) => signed_out("codex login"),
-            Err(_) => (None, None),
+            Err(why) => unknown("codex login status", why),
         },
         Agent::Claude => match probe(program, &["auth", "status"], host) {
             Ok(out) => {
@@ -252,34 +293,89 @@ fn authentication(agent: Agent, program: &Path, host: &Host<'_>) -> (Option<bool
                     .ok()
                     .and_then(|v| v.get("loggedIn").and_then(Value::as_bool));
                 if logged_in.unwrap_or(out.status.success()) && out.status.success() {
-                    (Some(true), None)
+                    signed_in
                 } else {
                     signed_out("claude auth login")
                 }
             }
-            Err(_) => (None, None),
+            Err(why) => unknown("claude auth status", why),
         },
         Agent::Gemini => {
             let by_env = GEMINI_AUTH_VARS
                 .iter()
                 .any(|v| (host.var)(v).is_some_and(|value| !value.is_empty()));
-            let by_login = host
+            let login = host
                 .home
                 .as_deref()
-                .is_some_and(|h| h.join(".gemini/oauth_creds.json").is_file());
-            if by_env || by_login {
-                (Some(true), None)
-            } else {
-                (
-                    Some(false),
-                    Some(format!(
-                        "not authenticated: set {} in the server's environment, or run `gemini` \
-                         once and sign in with Google (~/.gemini/oauth_creds.json)",
+                .map(|h| gemini_login(&h.join(GEMINI_CREDENTIALS)));
+            match login {
+                _ if by_env => signed_in,
+                Some(Ok(())) => signed_in,
+                Some(Err(Some(why))) => Auth {
+                    authenticated: Some(false),
+                    not_ready: Some(format!(
+                        "not authenticated: ~/{GEMINI_CREDENTIALS} {why}; run `gemini` and sign \
+                         in with Google again, or set {} in the server's environment",
                         GEMINI_AUTH_VARS.join(" or ")
                     )),
-                )
+                    detail: None,
+                },
+                Some(Err(None)) | None => Auth {
+                    authenticated: Some(false),
+                    not_ready: Some(format!(
+                        "not authenticated: set {} in the server's environment, or run `gemini` \
+                         once and sign in with Google (~/{GEMINI_CREDENTIALS})",
+                        GEMINI_AUTH_VARS.join(" or ")
+                    )),
+                    detail: None,
+                },
             }
         }
+    }
+}
+
+/// Where Gemini CLI keeps its Google sign-in, under the home directory.
+const GEMINI_CREDENTIALS: &str = ".gemini/oauth_creds.json";
+/// Most bytes read of Gemini's credentials file (a real one is about 2 KB).
+const GEMINI_CREDENTIALS_MAX_BYTES: u64 = 64 * 1024;
+
+/// Whether `path` is a Gemini sign-in: a JSON object with a non-empty `access_token` or
+/// `refresh_token` string (the Google OAuth credentials Gemini CLI writes). `Err(None)`: no
+/// such file; `Err(Some(why))`: a file that is not one, why.
+fn gemini_login(path: &Path) -> Result<(), Option<String>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(None),
+        Err(e) => return Err(Some(format!("cannot be read ({e})"))),
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(Some("is not a file".into()));
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = file
+        .take(GEMINI_CREDENTIALS_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+    {
+        return Err(Some(format!("cannot be read ({e})")));
+    }
+    if bytes.len() as u64 > GEMINI_CREDENTIALS_MAX_BYTES {
+        return Err(Some(format!(
+            "is over {GEMINI_CREDENTIALS_MAX_BYTES} bytes: not a sign-in"
+        )));
+    }
+    let token = |v: &Value, key: &str| {
+        v.get(key)
+            .and_then(Value::as_str)
+            .is_some_and(|t| !t.trim().is_empty())
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) if v.is_object() && (token(&v, "access_token") || token(&v, "refresh_token")) => {
+            Ok(())
+        }
+        Ok(_) => Err(Some(
+            "holds no sign-in (no access_token or refresh_token)".into(),
+        )),
+        Err(_) => Err(Some("is not JSON (an empty or damaged sign-in)".into())),
     }
 }
 
@@ -414,12 +510,34 @@ fn collect(
         .map(drop)
 }
 
-fn first_line(bytes: &[u8]) -> Option<String> {
-    String::from_utf8_lossy(bytes)
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .map(str::to_owned)
+/// Most characters of [`AgentStatus::version`] (a real version line is under 100).
+pub const VERSION_MAX_CHARS: usize = 200;
+
+/// The version `--version` printed: the first non-empty line of stdout, else of stderr, its
+/// control characters removed, cut to [`VERSION_MAX_CHARS`]; `Ok(None)` when it printed
+/// nothing. The error (a phrase) when that line is not text: not UTF-8, or with a NUL.
+fn version_line(out: &ProbeOutput) -> Result<Option<String>, &'static str> {
+    let first = |bytes: &[u8]| -> Option<Vec<u8>> {
+        bytes
+            .split(|&b| b == b'\n')
+            .map(<[u8]>::trim_ascii)
+            .find(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+    };
+    let Some(line) = first(&out.stdout).or_else(|| first(&out.stderr)) else {
+        return Ok(None);
+    };
+    let text = match std::str::from_utf8(&line) {
+        Ok(t) if !t.contains('\0') => t,
+        _ => return Err("something that is not text"),
+    };
+    let clean: String = text
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(VERSION_MAX_CHARS)
+        .collect();
+    let clean = clean.trim();
+    Ok((!clean.is_empty()).then(|| clean.to_owned()))
 }
 
 fn last_line(bytes: &[u8]) -> Option<String> {
@@ -464,7 +582,7 @@ const WORKER_MCP_NAME: &str = "machine_bridge";
 /// Gemini's `-p` text: Gemini appends it to what it reads on stdin, where the task is.
 pub const GEMINI_STDIN_PROMPT: &str = "Do the task given on standard input.";
 
-/// The command that runs one delegation: argv[0] = the executable; the prompt goes on stdin
+/// The command that runs one delegation: `argv[0]` is the executable; the prompt goes on stdin
 /// (a 256 KiB prompt does not fit one argv string: Linux `MAX_ARG_STRLEN` is 128 KiB); the cwd
 /// (the project directory) is the caller's to set.
 ///
@@ -527,6 +645,65 @@ pub fn command(agent: Agent, executable: &Path, worker_mcp: Option<&WorkerMcp>) 
         Agent::Gemini => push(&["--output-format", "stream-json", "-p", GEMINI_STDIN_PROMPT]),
     }
     argv
+}
+
+/// Variables of the server's environment every agent keeps in an isolated environment: the
+/// network settings a CLI needs to reach its service behind a proxy or a corporate CA (Claude
+/// Code documents them; Codex and Gemini CLI, a Rust and a Node program, honour the same).
+const NETWORK_ENV: &[&str] = &[
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "no_proxy",
+    "all_proxy",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// Whether `agent` keeps the server's variable `name` in an isolated environment: its own
+/// documented variables (authentication, its home, its endpoints), and `NETWORK_ENV`.
+/// `is_set` tells whether a variable is set and not empty (a provider switch opens its
+/// group). From each CLI's documentation:
+/// - Codex ("Environment variables" of the Codex docs, developers.openai.com/codex):
+///   `CODEX_*` (`CODEX_HOME`, `CODEX_SQLITE_HOME`, `CODEX_API_KEY`, `CODEX_ACCESS_TOKEN`, ...)
+///   and `OPENAI_*` (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, workload identity). A key a user
+///   named with a model provider's `env_key` in `~/.codex/config.toml` is not known here: it
+///   does not pass.
+/// - Claude Code (code.claude.com/docs/en/env-vars): `ANTHROPIC_*`, `CLAUDE_CODE_*`,
+///   `CLAUDE_CONFIG_DIR`; with `CLAUDE_CODE_USE_BEDROCK` set also `AWS_*` (Bedrock's
+///   credentials and region); with `CLAUDE_CODE_USE_VERTEX` set also `CLOUD_ML_REGION`,
+///   `VERTEX_REGION_*`, `GOOGLE_CLOUD_*` and `GOOGLE_APPLICATION_CREDENTIALS`.
+/// - Gemini CLI (its authentication and configuration docs, google-gemini/gemini-cli):
+///   `GEMINI_*` (`GEMINI_API_KEY`, `GEMINI_MODEL`, ...), `GOOGLE_API_KEY`, `GOOGLE_GENAI_*`
+///   (`GOOGLE_GENAI_USE_VERTEXAI`, `GOOGLE_GENAI_USE_GCA`), `GOOGLE_CLOUD_*` (project and
+///   location) and `GOOGLE_APPLICATION_CREDENTIALS`.
+///
+/// The variables the server drops for every agent (`DROPPED_ENV_PREFIXES` of the engine, such
+/// as `CLAUDE_CODE_ENTRYPOINT`) are dropped even when they match.
+pub fn keeps_env(agent: Agent, name: &str, is_set: &dyn Fn(&str) -> bool) -> bool {
+    if NETWORK_ENV.contains(&name) {
+        return true;
+    }
+    let prefixed = |prefixes: &[&str]| prefixes.iter().any(|p| name.starts_with(p));
+    match agent {
+        Agent::Codex => prefixed(&["CODEX_", "OPENAI_"]),
+        Agent::Claude => {
+            prefixed(&["ANTHROPIC_", "CLAUDE_CODE_"])
+                || name == "CLAUDE_CONFIG_DIR"
+                || (is_set("CLAUDE_CODE_USE_BEDROCK") && prefixed(&["AWS_"]))
+                || (is_set("CLAUDE_CODE_USE_VERTEX")
+                    && (prefixed(&["VERTEX_REGION_", "GOOGLE_CLOUD_"])
+                        || name == "CLOUD_ML_REGION"
+                        || name == "GOOGLE_APPLICATION_CREDENTIALS"))
+        }
+        Agent::Gemini => {
+            prefixed(&["GEMINI_", "GOOGLE_GENAI_", "GOOGLE_CLOUD_"])
+                || name == "GOOGLE_API_KEY"
+                || name == "GOOGLE_APPLICATION_CREDENTIALS"
+        }
+    }
 }
 
 /// What an agent's output said, once it ended.
@@ -726,8 +903,13 @@ impl OutputParser {
         }
     }
 
+    /// Takes a session id the agent reported unless it is empty, longer than
+    /// [`SESSION_ID_MAX_BYTES`] or holds a control character (an ESC or NUL would reach the
+    /// people and the terminals it is shown to, and no agent's CLI could resume it).
     fn set_session(&mut self, id: Option<String>) {
-        if let Some(id) = id.filter(|i| !i.is_empty()) {
+        if let Some(id) = id.filter(|i| {
+            !i.is_empty() && i.len() <= SESSION_ID_MAX_BYTES && !i.chars().any(char::is_control)
+        }) {
             self.session_id = Some(id);
         }
     }
@@ -749,6 +931,9 @@ impl OutputParser {
         self.error = Some(b.text);
     }
 }
+
+/// Most bytes of a session id taken from an agent's output (real ones are UUIDs).
+const SESSION_ID_MAX_BYTES: usize = 256;
 
 /// The string at `key` of a JSON object, if it is one.
 fn str_at(v: &Value, key: &str) -> Option<String> {

@@ -1,7 +1,7 @@
 //! Delegations: receipts, limits and runs of agent CLIs (issue 19).
 //!
 //! The [`Manager`] (one per runtime with a state directory) accepts a request, records its
-//! receipt ([`store`]) and runs the agent ([`agents`]) when a slot is free ([`run`]); workers
+//! receipt ([`store`]) and runs the agent ([`agents`]) when a slot is free (`run`); workers
 //! that delegate further reach it through [`worker`]. Not a managed job: a job is recovered and
 //! its finally steps re-run, while a delegation is never re-run — a receipt whose server died
 //! becomes `unknown` ([`store::settle`]).
@@ -69,6 +69,11 @@ pub const DROPPED_ENV_PREFIXES: &[&str] = &[
     "ELECTRON_",
 ];
 
+/// The end of the diagnostic of a delegation cancelled because an ancestor was (after
+/// "cancelled with its ancestor `<id>`: ").
+pub const DESCENDANT_CANCELLED: &str = "the agent's process tree was terminated; what it changed \
+                                        so far stays";
+
 /// What `delegate` says while `machine-mcp delegation drain` is in effect.
 pub const DRAINING_MESSAGE: &str = "draining: machine-mcp delegation drain was run; remove it with \
                                     `machine-mcp delegation resume`";
@@ -79,8 +84,16 @@ const PUMP_TICK: Duration = Duration::from_secs(1);
 /// How often a waiting read looks at the receipt without a local event (another server's
 /// write).
 const READ_POLL: Duration = Duration::from_millis(250);
+/// How long `delegate` waits for a run it started to record whether the agent was started
+/// (spawning takes milliseconds; a loaded machine may take longer: the receipt then says
+/// `unknown` delivery, which is honest).
+const START_SETTLE_WAIT: Duration = Duration::from_secs(5);
 /// How long `cancel` waits for a cancelled run to be recorded: the tree's grace and a margin.
 const CANCEL_WAIT: Duration = Duration::from_secs(TERMINATION_GRACE.as_secs() + 8);
+/// How long `cancel` waits for the server that runs (or queued) a request to take up a
+/// cancellation marker (it looks every 0.5 s while running, every [`PUMP_TICK`] while queued);
+/// one that has not by then is reported as not having acted ([`Manager::cancel_pending`]).
+const CANCEL_ACK_WAIT: Duration = Duration::from_secs(3);
 
 /// A request to delegate.
 #[derive(Debug, Clone)]
@@ -93,6 +106,26 @@ pub struct DelegateRequest {
     pub directory: PathBuf,
     /// The caller-chosen request id: a UUID, lowercase, hyphenated.
     pub request_id: String,
+    /// The environment the agent gets: the caller's policy decides, as for `run_process`. A
+    /// worker's request takes its tree's (its grant's), whatever this says.
+    pub environment: AgentEnvironment,
+}
+
+/// The environment an agent is started with (`agent_env`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEnvironment {
+    /// The server's environment, minus [`DROPPED_ENV_PREFIXES`] (a policy whose programs get
+    /// the whole environment, `full_env`).
+    Full,
+    /// `run_process`'s isolated environment (its short allow-list of harmless variables,
+    /// private `TMPDIR` and XDG directories under `scratch`, `TERM=dumb`), plus the real `HOME`
+    /// (where the agent keeps its sign-in and settings) and the agent's own variables
+    /// ([`agents::keeps_env`]), minus [`DROPPED_ENV_PREFIXES`]. Any other variable of the
+    /// server (`GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, ...) does not reach the agent.
+    Isolated {
+        /// The runtime's scratch directory for isolated children.
+        scratch: PathBuf,
+    },
 }
 
 /// Who asks.
@@ -116,6 +149,16 @@ pub enum Scope {
         /// The root request of the tree.
         root_request_id: String,
     },
+    /// The receipts whose directory is inside `root` (a caller whose paths are confined to its
+    /// workspace: receipts other servers of the state directory made elsewhere are not its to
+    /// see), of `principal` when one is given (else every principal's). Unreadable receipts
+    /// are not seen (their directory is unknown).
+    Within {
+        /// The workspace root (absolute, symlinks resolved, as receipts' directories are).
+        root: PathBuf,
+        /// Only this principal's receipts (`None`: the owner, any principal's).
+        principal: Option<Principal>,
+    },
 }
 
 impl Scope {
@@ -124,6 +167,10 @@ impl Scope {
             Scope::Owner => true,
             Scope::Principal(p) => r.owner == p.id(),
             Scope::Tree { root_request_id } => &r.receipt.root_request_id == root_request_id,
+            Scope::Within { root, principal } => {
+                Path::new(&r.receipt.directory).starts_with(root)
+                    && principal.as_ref().is_none_or(|p| r.owner == p.id())
+            }
         }
     }
 }
@@ -287,6 +334,7 @@ struct Pending {
     root_request_id: String,
     depth: u32,
     owner: Principal,
+    environment: AgentEnvironment,
 }
 
 /// This server's queue and runs.
@@ -446,8 +494,10 @@ impl Manager {
     }
 
     /// `delegate`: validates, applies idempotency, admits (limits), persists the receipt
-    /// `queued`, starts it when a slot is free; returns the receipt at once (`running` when it
-    /// started).
+    /// `queued`, starts it when a slot is free; returns the receipt at once: `queued`/`not_sent`,
+    /// or `running`/`sent` once the agent was started (a run reserves its slot with delivery
+    /// `unknown` and this waits, at most `START_SETTLE_WAIT`, for the start to be recorded;
+    /// a failure to start returns `failed`).
     ///
     /// # Errors
     /// - `invalid_request`: the request id is not a lowercase hyphenated UUID, the prompt is
@@ -456,7 +506,9 @@ impl Manager {
     ///   `depth` over [`DELEGATION_DEPTH_MAX`]; `tree`: the root has
     ///   [`DELEGATIONS_PER_ROOT_MAX`] requests; `queue`: [`DELEGATIONS_QUEUED_MAX`] wait;
     ///   `capacity`: a worker's request finds no free slot; `records`: the store holds
-    ///   [`protocol::limits::DELEGATION_RECORDS_MAX`] receipts none of which is terminal.
+    ///   [`protocol::limits::DELEGATION_RECORDS_MAX`] receipts and too few of them are
+    ///   terminal to prune (the message counts the queued or running, unreadable and finished
+    ///   ones; nothing is pruned then).
     /// - `conflict`: the request id names a receipt with another fingerprint, or an
     ///   unreadable one.
     /// - `unavailable`: draining ([`DRAINING_MESSAGE`]), or the agent cannot accept work (its
@@ -536,7 +588,13 @@ impl Manager {
                 } else {
                     DelegationStatus::Queued
                 },
-                delivery_state: DeliveryState::NotSent,
+                // A worker's request starts at once: `unknown` until the run records whether
+                // the agent was started.
+                delivery_state: if worker {
+                    DeliveryState::Unknown
+                } else {
+                    DeliveryState::NotSent
+                },
                 session_id: None,
                 created_at: now.clone(),
                 started_at: worker.then_some(now),
@@ -571,21 +629,59 @@ impl Manager {
             root_request_id: root,
             depth,
             owner,
+            environment: match &origin {
+                Origin::Worker(g) => g.environment.clone(),
+                Origin::Caller(_) => req.environment,
+            },
         };
         if worker {
+            if let Origin::Worker(g) = &origin
+                && self.being_cancelled(&g.request_id)
+            {
+                // Its parent was cancelled while this request was admitted: it never starts
+                // (the run finds the marker), as the tree's cancellation would have done.
+                let reason = format!(
+                    "cancelled with its ancestor {}: {DESCENDANT_CANCELLED}",
+                    g.request_id
+                );
+                let marker = self.store.cancel_marker(&pending.request_id);
+                if let Err(e) = crate::primitives::private::write_atomic(&marker, reason.as_bytes())
+                {
+                    tracing::warn!(error = %e, "cannot mark a delegation cancelled");
+                }
+            }
             let token = self.closing.child_token();
             self.lock_local()
                 .running
                 .insert(pending.request_id.clone(), token.clone());
             self.spawn_run(pending, token);
-            return Ok(receipt);
+        } else {
+            self.lock_local().queue.push(pending);
+            self.pump_queue().await;
         }
-        self.lock_local().queue.push(pending);
-        self.pump_queue().await;
-        Ok(self
-            .load_visible(&req.request_id, &Scope::Owner)
-            .await
-            .unwrap_or(receipt))
+        Ok(self.start_settled(&req.request_id).await.unwrap_or(receipt))
+    }
+
+    /// The receipt of `id` once its start attempt has settled: a `running` receipt whose
+    /// delivery is still `unknown` (the agent being started) is waited for, at most
+    /// `START_SETTLE_WAIT`, so `delegate` answers `running`/`sent` (or the failure to start),
+    /// never `not_sent` for an agent that may have been started.
+    async fn start_settled(&self, id: &str) -> ToolResult<Receipt> {
+        let deadline = tokio::time::Instant::now() + START_SETTLE_WAIT;
+        let mut changed = self.changed.subscribe();
+        loop {
+            changed.borrow_and_update();
+            let r = self.load_visible(id, &Scope::Owner).await?;
+            let starting =
+                r.status == DelegationStatus::Running && r.delivery_state == DeliveryState::Unknown;
+            if !starting || tokio::time::Instant::now() >= deadline {
+                return Ok(r);
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
     }
 
     /// The receipt of `id` when one exists: the same fingerprint → it (idempotent), another →
@@ -638,7 +734,9 @@ impl Manager {
         status
     }
 
-    /// Every agent's status (`agents_status`): its inspection and its last success.
+    /// Every agent's status (`agents_status`): its inspection and its last success. While
+    /// draining no agent can accept work (`not_ready` is [`DRAINING_MESSAGE`]), as `delegate`
+    /// refuses.
     pub async fn status(&self) -> Vec<AgentReport> {
         let s = self.store.clone();
         let entries = off_thread(move || {
@@ -661,8 +759,13 @@ impl Manager {
                     _ => None,
                 })
                 .max();
+            let mut status = self.inspect(agent).await;
+            if self.store.draining() {
+                status.can_accept_work = false;
+                status.not_ready = Some(DRAINING_MESSAGE.to_owned());
+            }
             out.push(AgentReport {
-                status: self.inspect(agent).await,
+                status,
                 last_success,
             });
         }
@@ -735,10 +838,14 @@ impl Manager {
         Ok(summaries(self.store.all_settled(), scope))
     }
 
-    /// Cancels `request_id`: a queued one ends `failed`/`not_sent`; a running one's process
-    /// tree is terminated and it ends `failed`/`sent`, diagnostic `cancelled`. A terminal one
+    /// Cancels `request_id` and its whole tree of descendants (the requests its worker
+    /// delegated, and theirs: `Manager::cancel_descendants`): a queued one ends
+    /// `failed`/`not_sent`; a running one's process tree is terminated and it ends
+    /// `failed`/`sent`, diagnostic `cancelled` (a descendant's message names the ancestor). A terminal one
     /// is returned as it is. A request of another live server is asked to stop through a
-    /// marker file; the receipt is returned as it stands after a short wait.
+    /// marker file that server takes up; the receipt is returned as it stands when that server
+    /// has not taken it up within `CANCEL_ACK_WAIT`, or has not recorded the end within
+    /// `CANCEL_WAIT` ([`Manager::cancel_pending`] then says which).
     ///
     /// # Errors
     /// As [`Manager::read`].
@@ -786,7 +893,70 @@ impl Manager {
             .await?;
             self.bump();
         }
-        self.wait_terminal(request_id, CANCEL_WAIT, scope).await
+        self.cancel_descendants(request_id).await;
+        self.wait_cancelled(request_id, scope).await
+    }
+
+    /// After a cancellation was asked: the receipt once it is terminal, or as it stands when
+    /// `CANCEL_WAIT` passed, or when the marker another server should take up is still there
+    /// after `CANCEL_ACK_WAIT` (that server does not act: stopped, busy, or no server).
+    async fn wait_cancelled(&self, id: &str, scope: &Scope) -> ToolResult<Receipt> {
+        let marker = self.store.cancel_marker(id);
+        let ack_deadline = tokio::time::Instant::now() + CANCEL_ACK_WAIT;
+        while marker.exists() && tokio::time::Instant::now() < ack_deadline {
+            let r = self.load_visible(id, scope).await?;
+            if r.status.is_terminal() {
+                return Ok(r);
+            }
+            tokio::time::sleep(READ_POLL).await;
+        }
+        if marker.exists() {
+            return self.load_visible(id, scope).await;
+        }
+        self.wait_terminal(id, CANCEL_WAIT, scope).await
+    }
+
+    /// For a cancelled request that has not ended yet: who is to carry the cancellation out
+    /// and whether it has taken it up, for people (`cancel_delegation`'s `cancel_pending`).
+    /// `None` when the request has ended (or there is no such receipt).
+    pub async fn cancel_pending(&self, id: &str) -> Option<String> {
+        let local = self.lock_local().running.contains_key(id);
+        let s = self.store.clone();
+        let i = id.to_owned();
+        let entry = off_thread(move || {
+            let _lock = s.lock().map_err(|e| store_error(&e))?;
+            Ok((s.load_settled(&i), s.cancel_marker(&i).exists()))
+        })
+        .await
+        .ok()?;
+        let (Some(Entry::Ok(r)), marker) = entry else {
+            return None;
+        };
+        if r.receipt.status.is_terminal() {
+            return None;
+        }
+        let runner = match &r.server {
+            Some(server) => format!("the server process {} that runs it", server.pid),
+            None => "the server that runs it".to_owned(),
+        };
+        Some(if local {
+            "cancellation in progress: this server is terminating the agent's process tree; \
+             read_delegation shows when it has ended"
+                .to_owned()
+        } else if marker {
+            format!(
+                "cancellation requested, not carried out yet: {runner} has not taken up the \
+                 request within {} s (it may be stopped or busy, or not a machine-mcp server); \
+                 it ends the run when it does; read_delegation shows the outcome (unknown if \
+                 that process dies first)",
+                CANCEL_ACK_WAIT.as_secs()
+            )
+        } else {
+            format!(
+                "cancellation taken up by {runner}, not recorded yet: the agent's process tree \
+                 is being terminated; read_delegation shows when it has ended"
+            )
+        })
     }
 
     /// Delegations of this server that are queued or running (what a restart of this
@@ -903,6 +1073,9 @@ impl Manager {
                     continue;
                 }
                 r.receipt.status = DelegationStatus::Running;
+                // Until the run records whether the agent was started (M1: never `not_sent`
+                // once it may have been).
+                r.receipt.delivery_state = DeliveryState::Unknown;
                 r.receipt.started_at = Some(now_rfc3339());
                 r.server = store::this_server();
                 if let Err(e) = s.write(&r) {
@@ -966,6 +1139,103 @@ impl Manager {
         self.bump();
     }
 
+    /// Whether the run of `id` (of this server) is being cancelled: its token fired, or a
+    /// cancellation marker waits for it.
+    fn being_cancelled(&self, id: &str) -> bool {
+        let token = self.lock_local().running.get(id).cloned();
+        token.is_some_and(|t| t.is_cancelled()) || self.store.cancel_marker(id).exists()
+    }
+
+    /// Cancels the whole tree below `id` (the requests its worker delegated, theirs, and so
+    /// on), which is being cancelled: `id`'s worker capability is revoked at once (it delegates
+    /// nothing more); a queued descendant of this server never starts; a running one gets a
+    /// cancellation marker whose text its run records (`cancelled with its ancestor <id>: …`)
+    /// — the server that runs it takes it up, this one at once through its token. Each ends
+    /// `failed`, diagnostic `cancelled`. Best effort: a store that cannot be read is logged.
+    async fn cancel_descendants(&self, id: &str) {
+        if let Some(w) = self.worker() {
+            w.revoke(id);
+        }
+        let s = self.store.clone();
+        let local = self.local.clone();
+        let ancestor = id.to_owned();
+        let found = off_thread(move || {
+            let _lock = s.lock().map_err(|e| store_error(&e))?;
+            let entries = s.all_settled();
+            let mut below: Vec<(String, DelegationStatus)> = Vec::new();
+            let mut parents = vec![ancestor.clone()];
+            let mut seen = std::collections::HashSet::new();
+            while let Some(parent) = parents.pop() {
+                for e in &entries {
+                    let Entry::Ok(r) = e else { continue };
+                    let r = &r.receipt;
+                    if r.parent_request_id.as_deref() == Some(parent.as_str())
+                        && seen.insert(r.request_id.clone())
+                    {
+                        parents.push(r.request_id.clone());
+                        if !r.status.is_terminal() {
+                            below.push((r.request_id.clone(), r.status));
+                        }
+                    }
+                }
+            }
+            let mut l = local
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut tokens = Vec::new();
+            for (child, status) in below {
+                let queued_here = l.queue.iter().position(|p| p.request_id == child);
+                match (status, queued_here) {
+                    (DelegationStatus::Queued, Some(i)) => {
+                        l.queue.remove(i);
+                        if let Some(Entry::Ok(mut r)) = s.load(&child) {
+                            r.receipt.end(
+                                DelegationStatus::Failed,
+                                DeliveryState::NotSent,
+                                Some((
+                                    "cancelled",
+                                    format!(
+                                        "cancelled with its ancestor {ancestor} before it \
+                                         started; nothing ran"
+                                    ),
+                                )),
+                            );
+                            let _ = s.write(&r);
+                        }
+                    }
+                    _ => {
+                        let reason = format!(
+                            "cancelled with its ancestor {ancestor}: {DESCENDANT_CANCELLED}"
+                        );
+                        if let Err(e) = crate::primitives::private::write_atomic(
+                            &s.cancel_marker(&child),
+                            reason.as_bytes(),
+                        ) {
+                            tracing::warn!(error = %e, "cannot mark a delegation cancelled");
+                        }
+                        if let Some(t) = l.running.get(&child) {
+                            tokens.push((child, t.clone()));
+                        }
+                    }
+                }
+            }
+            Ok(tokens)
+        })
+        .await;
+        match found {
+            Ok(tokens) => {
+                for (child, token) in tokens {
+                    if let Some(w) = self.worker() {
+                        w.revoke(&child);
+                    }
+                    token.cancel();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e.message(), "cannot cancel a delegation's tree"),
+        }
+        self.bump();
+    }
+
     /// The worker socket, when it is served.
     fn worker(&self) -> Option<&Arc<WorkerAccess>> {
         self.worker.get()
@@ -986,6 +1256,7 @@ pub fn unusable(agent: Agent, why: &str) -> AgentStatus {
         executable: None,
         version: None,
         authenticated: None,
+        auth_detail: None,
         can_accept_work: false,
         not_ready: Some(format!("the user configuration cannot be used: {why}")),
         program: None,
@@ -1072,18 +1343,40 @@ fn admit(s: &Store, new: StoredReceipt, worker: bool) -> ToolResult<Admitted> {
         .retryable());
     }
     if !s.make_room(&mut entries) {
-        return Err(limit(
-            "records",
-            format!(
-                "the store holds {} receipts and none is finished; at most {}",
-                entries.len(),
-                protocol::limits::DELEGATION_RECORDS_MAX
-            ),
-        )
-        .retryable());
+        return Err(limit("records", store_full(&entries)).retryable());
     }
     s.write(&new).map_err(|e| store_error(&e))?;
     Ok(Admitted::New(new.receipt))
+}
+
+/// Why a full store (`entries`, none pruned) refuses a new receipt, by what fills it:
+/// unfinished receipts wait for their runs; unreadable ones stay until someone removes them.
+fn store_full(entries: &[Entry]) -> String {
+    let (mut unfinished, mut finished, mut unreadable) = (0, 0, 0);
+    for e in entries {
+        match e {
+            Entry::Ok(r) if r.receipt.status.is_terminal() => finished += 1,
+            Entry::Ok(_) => unfinished += 1,
+            Entry::Unreadable { .. } => unreadable += 1,
+        }
+    }
+    let mut why = format!(
+        "the store holds {} receipts, at most {}: {unfinished} queued or running, {unreadable} \
+         unreadable, {finished} finished (only finished ones are pruned, and too few are)",
+        entries.len(),
+        protocol::limits::DELEGATION_RECORDS_MAX
+    );
+    if unreadable > 0 {
+        why.push_str(
+            "; unreadable receipts are kept for inspection (list_delegations with status \
+             unreadable names them) until the machine's owner removes them from \
+             STATE_DIR/delegations",
+        );
+    }
+    if unfinished > 0 {
+        why.push_str("; try again when some delegations have ended");
+    }
+    why
 }
 
 /// The summaries of `entries` that `scope` sees, newest first.
@@ -1129,15 +1422,63 @@ pub fn unfinished(store: &Store) -> Vec<ReceiptSummary> {
     summaries(entries, &Scope::Owner)
 }
 
-/// The environment of an agent: this server's, minus [`DROPPED_ENV_PREFIXES`], plus `extra`
-/// (the worker variables).
-fn agent_env(extra: Vec<(String, String)>) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| {
-            let k = k.to_string_lossy();
-            !DROPPED_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
-        })
-        .collect();
+/// The environment of `agent` under `environment` ([`AgentEnvironment`]) from this server's,
+/// plus `extra` (the worker variables, added last).
+///
+/// # Errors
+/// The private directories of an isolated environment cannot be created.
+fn agent_env(
+    agent: Agent,
+    environment: &AgentEnvironment,
+    extra: Vec<(String, String)>,
+) -> std::io::Result<Vec<(OsString, OsString)>> {
+    agent_env_from(std::env::vars_os().collect(), agent, environment, extra)
+}
+
+/// [`agent_env`] from the environment `inherited` instead of this process's.
+///
+/// The rule for [`DROPPED_ENV_PREFIXES`] is by prefix only: a variable is dropped when its
+/// name starts with one of them (`CODEX_MCP_BRIDGE_X` is; `SOME_BRIDGE_TOKEN` is not, and
+/// reaches an agent of a `full_env` policy).
+fn agent_env_from(
+    inherited: Vec<(OsString, OsString)>,
+    agent: Agent,
+    environment: &AgentEnvironment,
+    extra: Vec<(String, String)>,
+) -> std::io::Result<Vec<(OsString, OsString)>> {
+    let dropped = |k: &OsString| {
+        let k = k.to_string_lossy();
+        DROPPED_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+    };
+    let mut env: Vec<(OsString, OsString)> = match environment {
+        AgentEnvironment::Full => inherited.into_iter().filter(|(k, _)| !dropped(k)).collect(),
+        AgentEnvironment::Isolated { scratch } => {
+            let scratch = crate::tools::process::engine::env::Scratch::new(scratch.clone());
+            let base = crate::tools::process::engine::env::child_env_from(
+                inherited.clone(),
+                false,
+                &scratch,
+                false,
+                &std::collections::BTreeMap::new(),
+            )?;
+            let mut env: std::collections::BTreeMap<OsString, OsString> =
+                base.into_iter().collect();
+            let is_set = |name: &str| {
+                inherited
+                    .iter()
+                    .any(|(k, v)| k.as_os_str() == name && !v.is_empty())
+            };
+            for (k, v) in &inherited {
+                let own = k
+                    .to_str()
+                    .is_some_and(|name| name == "HOME" || agents::keeps_env(agent, name, &is_set));
+                if own {
+                    env.insert(k.clone(), v.clone());
+                }
+            }
+            env.into_iter().filter(|(k, _)| !dropped(k)).collect()
+        }
+    };
     env.extend(extra.into_iter().map(|(k, v)| (k.into(), v.into())));
-    env
+    Ok(env)
 }

@@ -85,8 +85,9 @@ pub enum DeliveryState {
     NotSent,
     /// The agent was started with the prompt on its stdin.
     Sent,
-    /// The server stopped between reserving the run and recording its start: the agent may or
-    /// may not have been started.
+    /// The agent is being started (a `running` receipt, for the moment between reserving the
+    /// run and recording the start), or the server stopped in that moment: the agent may or
+    /// may not have been started. Never `not_sent` once it may have been.
     Unknown,
 }
 
@@ -420,8 +421,9 @@ impl Store {
 
     /// Removes the oldest terminal receipts until fewer than [`DELEGATION_RECORDS_MAX`]
     /// remain among `entries` (which it updates), so one more fits. Never removes a queued,
-    /// running or unreadable one. Returns whether there is room now. The caller holds the
-    /// lock.
+    /// running or unreadable one, and removes nothing when removing every terminal one would
+    /// still leave no room (a refused request costs no receipt). Returns whether there is room
+    /// now. The caller holds the lock.
     pub fn make_room(&self, entries: &mut Vec<Entry>) -> bool {
         if entries.len() < DELEGATION_RECORDS_MAX {
             return true;
@@ -441,6 +443,9 @@ impl Store {
             .collect();
         terminal.sort();
         let excess = entries.len() + 1 - DELEGATION_RECORDS_MAX;
+        if excess > terminal.len() {
+            return false;
+        }
         let mut removed = std::collections::HashSet::new();
         for (_, id) in terminal.into_iter().take(excess) {
             if fs::remove_file(self.path(&id)).is_ok() {
@@ -612,6 +617,26 @@ mod tests {
             .unwrap();
         let mut all = store.all_settled();
         assert!(!store.make_room(&mut all), "nothing terminal left");
+    }
+
+    #[test]
+    fn nothing_is_pruned_when_pruning_cannot_make_room() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::new(t.path());
+        let _lock = store.lock().unwrap();
+        store
+            .write(&receipt(&id(0), DelegationStatus::Completed, this_server()))
+            .unwrap();
+        for n in 1..=DELEGATION_RECORDS_MAX + 5 {
+            fs::write(store.root().join(format!("{}.json", id(n))), b"{").unwrap();
+        }
+        let mut all = store.all_settled();
+        assert!(!store.make_room(&mut all));
+        assert!(
+            store.load(&id(0)).is_some(),
+            "the finished one was pruned for nothing"
+        );
+        assert_eq!(all.len(), DELEGATION_RECORDS_MAX + 6);
     }
 
     #[test]

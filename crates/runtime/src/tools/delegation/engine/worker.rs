@@ -18,7 +18,8 @@
 //!    revoked capability or wrong MAC: `{"error":"invalid_capability"}`, closed; a malformed
 //!    answer `{"error":"invalid_request"}`, no answer in time `{"error":"timeout"}`, closed.
 //!    Success: `{"authenticated":true,"request_id":"…"}`.
-//! 3. Requests `{"id":N,"op":"delegate","agent","prompt","path","request_id"}`,
+//! 3. Requests `{"id":N,"op":"delegate","agent","prompt","path"?,"request_id"}` (`path`
+//!    defaults to `.`, the project directory),
 //!    `{"id":N,"op":"read","request_id","wait_ms"}`, `{"id":N,"op":"list"}`, answered (in any
 //!    order, at most [`DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX`] in flight) by
 //!    `{"id":N,"result":…}` (a receipt; for `list` `{"delegations":[…]}`) or
@@ -96,6 +97,9 @@ pub struct Grant {
     pub project_dir: PathBuf,
     /// The principal that owns the tree (the caller of the root request).
     pub owner: Principal,
+    /// The environment of the tree's agents (the root caller's policy decides): the worker's
+    /// children get it too.
+    pub environment: super::AgentEnvironment,
 }
 
 /// A capability token; `Debug` does not show it.
@@ -573,9 +577,16 @@ enum Op {
 struct DelegateArgs {
     agent: String,
     prompt: String,
-    /// Relative to the worker's project directory, or absolute inside it.
+    /// Relative to the worker's project directory, or absolute inside it; default `.` (the
+    /// project directory).
+    #[serde(default = "project_dir")]
     path: String,
     request_id: String,
+}
+
+/// The default `path` of `delegate` over the socket.
+fn project_dir() -> String {
+    ".".to_owned()
 }
 
 /// `read` over the socket.
@@ -656,6 +667,7 @@ async fn handle(op: Op, grant: Grant, manager: Weak<Manager>) -> Result<Value, T
                         prompt: args.prompt,
                         directory,
                         request_id,
+                        environment: grant.environment.clone(),
                     },
                     Origin::Worker(grant),
                 )

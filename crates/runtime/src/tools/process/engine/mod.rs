@@ -206,15 +206,32 @@ impl Proc {
         keep_stdin_open: bool,
     ) -> std::io::Result<Arc<Self>> {
         match spec.pty {
-            None => Self::spawn_pipes(spec, stdin, keep_stdin_open),
+            None => Self::spawn_pipes(spec, stdin, keep_stdin_open, None),
             Some((rows, cols)) => Self::spawn_pty(spec, rows, cols),
         }
+    }
+
+    /// [`Proc::spawn`] with pipes, every chunk of stdout also sent to `tap` as it is read, for
+    /// a reader that must see every byte however much is written (the buffers keep only the
+    /// head and the newest bytes). The tap holds the pump back, and so the child's writes,
+    /// while it is full (the child waits, nothing is dropped); once the receiver is dropped
+    /// the pump goes on without it. `spec.pty` is ignored.
+    ///
+    /// # Errors
+    /// As [`Proc::spawn`].
+    pub(crate) fn spawn_tapped(
+        spec: &Spawn,
+        stdin: Option<Vec<u8>>,
+        tap: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> std::io::Result<Arc<Self>> {
+        Self::spawn_pipes(spec, stdin, false, Some(tap))
     }
 
     fn spawn_pipes(
         spec: &Spawn,
         stdin: Option<Vec<u8>>,
         keep_stdin_open: bool,
+        tap: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
     ) -> std::io::Result<Arc<Self>> {
         let (program, args) = spec
             .argv
@@ -246,11 +263,11 @@ impl Proc {
         let mut pumps = Vec::new();
         if let Some(out) = child.stdout.take() {
             widen_pipe(out.as_fd());
-            pumps.push(tokio::spawn(pump_async(out, stdout.clone())));
+            pumps.push(tokio::spawn(pump_async(out, stdout.clone(), tap)));
         }
         if let Some(err) = child.stderr.take() {
             widen_pipe(err.as_fd());
-            pumps.push(tokio::spawn(pump_async(err, stderr.clone())));
+            pumps.push(tokio::spawn(pump_async(err, stderr.clone(), None)));
         }
         let mut sink = child.stdin.take();
         if let Some(data) = stdin
@@ -537,12 +554,23 @@ async fn futures_join(handles: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
-async fn pump_async<R: AsyncRead + Unpin>(mut r: R, stream: Arc<Stream>) {
+async fn pump_async<R: AsyncRead + Unpin>(
+    mut r: R,
+    stream: Arc<Stream>,
+    mut tap: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+) {
     let mut buf = vec![0u8; PUMP_CHUNK];
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => stream.push(&buf[..n]),
+            Ok(n) => {
+                stream.push(&buf[..n]);
+                if let Some(t) = &tap
+                    && t.send(buf[..n].to_vec()).await.is_err()
+                {
+                    tap = None;
+                }
+            }
         }
     }
 }

@@ -23,6 +23,7 @@ fn grant(project: &Path, request_id: &str) -> Grant {
         depth: 0,
         project_dir: project.to_owned(),
         owner: Principal::local(),
+        environment: crate::tools::delegation::engine::AgentEnvironment::Full,
     }
 }
 
