@@ -62,7 +62,7 @@ pub struct Record {
     pub argv: Vec<String>,
     /// The daemon subcommand: `connect` or `up`.
     pub command: String,
-    /// Its version (`CARGO_PKG_VERSION`).
+    /// Its version (`runtime::version()`: with the build stamp, `0.1.0+2`).
     pub version: String,
     /// When it took the lock, Unix ms.
     pub started_at_unix_ms: u64,
@@ -443,7 +443,7 @@ impl InstanceLock {
             exe: std::env::current_exe().map_err(io_err(Path::new("/proc/self/exe")))?,
             argv: runtime::procs::command_line(me).unwrap_or_default(),
             command: command.to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: runtime::version().to_owned(),
             started_at_unix_ms: protocol::frame::now_unix_ms(),
             status_addr: None,
             mcp_url: None,

@@ -432,7 +432,7 @@ async fn handshake_and_serve(
         key_id: config.key_id.clone(),
         timestamp,
         signature: config.key.sign(&transcript),
-        version: env!("CARGO_PKG_VERSION").into(),
+        version: runtime::version().into(),
         // A relay of revision 3 takes the catalog after the hello is verified, so that the
         // hello stays within what it reads from an unauthenticated socket.
         servers: if catalog_frame {

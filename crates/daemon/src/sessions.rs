@@ -606,6 +606,20 @@ impl HostedSessions {
             .sum()
     }
 
+    /// Messages sent to the relay and not yet acknowledged (results among them), summed over
+    /// the hosted sessions and calls: what a new process could not replay.
+    pub fn unacknowledged(&self) -> usize {
+        let hosts: Vec<Arc<Host>> = self
+            .hosts
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        hosts
+            .iter()
+            .map(|h| h.out.lock().map(|r| r.unacked.len()).unwrap_or(0))
+            .sum()
+    }
+
     /// Hosted sessions and single calls: `(sessions, calls)`.
     pub fn counts(&self) -> (usize, usize) {
         self.hosts

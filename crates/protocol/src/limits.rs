@@ -527,9 +527,11 @@ pub const WORKER_HEALTHY_AFTER: Duration = Duration::from_secs(60);
 pub const WORKER_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the supervisor checks whether the installed binary changed.
 pub const UPGRADE_CHECK_INTERVAL: Duration = Duration::from_secs(2);
-/// How long a daemon with a new binary pending waits, once nothing runs, for process sessions
-/// that exited and tasks that finished to be read before its restart drops them.
-pub const UPGRADE_ENDED_GRACE: Duration = Duration::from_secs(60);
+/// How long, from when it noticed a new binary, a daemon waits for ended work to be collected
+/// before its restart drops it: process sessions that exited and tasks that finished (still
+/// readable), and results the relay has not acknowledged (a link that is down: the relay keeps
+/// waiting for them as long, [`RECONNECT_GRACE`]).
+pub const UPGRADE_ENDED_GRACE: Duration = RECONNECT_GRACE;
 /// How long `BINARY --version` of a changed binary may take.
 pub const VERSION_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a worker replaced by an upgrade keeps serving its calls in flight, process sessions

@@ -147,7 +147,7 @@ fn hello(
         key_id: key_id.to_owned(),
         timestamp,
         signature: key.sign(&transcript),
-        version: env!("CARGO_PKG_VERSION").into(),
+        version: runtime::version().into(),
         servers: Vec::new(),
         revision: protocol::frame::LINK_REVISION,
     }

@@ -29,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{Cli, Command, ConnectArgs, PolicyArgs};
 
 pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
+    // After a binary swap: what the previous image left running is reaped, not left a zombie.
+    upgrade::reap_inherited();
     daemon::init_tls();
     // Ctrl-C or SIGTERM stops the daemon at any point, starting up included.
     let stop = CancellationToken::new();
@@ -43,6 +45,8 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     // Handled from the start, so that a SIGHUP while starting does not kill the daemon.
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot handle SIGHUP")?;
+    // A previous image blocked SIGHUP across its exec (a binary swap); handled now, it may come.
+    upgrade::unblock_hangup();
     let root = super::state_dir(&args.state)?;
     // One daemon per state directory: taken before anything in it is touched.
     let dir = root.join("daemon");
@@ -113,6 +117,8 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         upgrade_tx,
     ));
     let mut pending: Option<upgrade::Upgrade> = None;
+    // When a pending upgrade last said what it waits for.
+    let told = std::sync::Mutex::new(None);
     let r = loop {
         let rt = match runtime.take() {
             Some(rt) => rt,
@@ -191,27 +197,60 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
                     None => std::future::pending().await,
                 }
             };
+            // Nothing would be lost, then the new file checked once more (off the select: the
+            // link is served meanwhile).
             let idle = async {
                 match &pending {
-                    Some(_) => upgrade::idle(&sessions, &rt).await,
+                    Some(u) => {
+                        upgrade::idle(&sessions, &rt, u.noticed, &told).await;
+                        upgrade::verify(&u.path).await
+                    }
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
                 r = &mut link => break r,
-                Some(u) = upgrades.recv(), if pending.is_none() => {
-                    tracing::info!(
-                        binary = %u.path.display(),
-                        running = runtime::version(),
-                        new = %u.version,
-                        "a new binary is installed: the daemon restarts into it once no call, process session or task would be lost"
-                    );
+                Some(mut u) = upgrades.recv(), if !swapping => {
+                    match pending.take() {
+                        Some(earlier) => {
+                            tracing::info!(
+                                binary = %u.path.display(),
+                                replaced = %earlier.version,
+                                new = %u.version,
+                                "another new binary is installed; the pending upgrade is to it"
+                            );
+                            u.noticed = earlier.noticed;
+                        }
+                        None => {
+                            tracing::info!(
+                                binary = %u.path.display(),
+                                running = runtime::version(),
+                                new = %u.version,
+                                "a new binary is installed: the daemon restarts into it once no call, process session or task would be lost"
+                            );
+                            *told.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                        }
+                    }
                     pending = Some(u);
                 }
-                () = idle, if !swapping && next.is_none() && !stop.is_cancelled() => {
-                    tracing::info!("upgrade: nothing running; closing the link to restart into the new binary");
-                    swapping = true;
-                    link_stop.cancel();
+                checked = idle, if !swapping && next.is_none() && !stop.is_cancelled() => {
+                    match checked {
+                        Ok(version) => {
+                            if let Some(u) = pending.as_mut() {
+                                u.version = version;
+                            }
+                            tracing::info!("upgrade: nothing running; closing the link to restart into the new binary");
+                            swapping = true;
+                            link_stop.cancel();
+                        }
+                        Err(why) => {
+                            tracing::error!(
+                                error = %why,
+                                "upgrade: the new binary cannot be used; the daemon goes on with this build"
+                            );
+                            pending = None;
+                        }
+                    }
                 }
                 p = prepared => {
                     probed = Some(p);

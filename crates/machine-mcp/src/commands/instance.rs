@@ -31,6 +31,9 @@ pub(crate) async fn lock(
     };
     match how {
         Acquired::Free => {}
+        Acquired::Stale(pid) if pid == std::process::id() => {
+            tracing::info!(pid, "restarted into the new binary (the same process)");
+        }
         Acquired::Stale(pid) => {
             tracing::info!(
                 pid,
@@ -196,7 +199,7 @@ pub(crate) async fn serve_status(
         });
         let now = protocol::frame::now_unix_ms();
         json!({
-            "version": env!("CARGO_PKG_VERSION"),
+            "version": runtime::version(),
             "pid": pid,
             "command": facts.command,
             "uptime_s": now.saturating_sub(started) / 1000,

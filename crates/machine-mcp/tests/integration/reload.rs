@@ -431,3 +431,240 @@ fn a_new_binary_is_swapped_in_once_no_call_is_running() {
     );
     stop(daemon);
 }
+
+/// Starts `machine-mcp connect` running `running` while its argv0 names `path` (as after an
+/// install that raced with its start: the file at its path is not the one it runs), enrolling
+/// with `code` on `relay`.
+fn daemon_named(
+    relay: &Relay,
+    path: &Path,
+    running: &Path,
+    state: &Path,
+    ws: &Path,
+    code: &str,
+) -> Proc {
+    let public = relay.public();
+    let args = [
+        "-c",
+        r#"exec -a "$0" "$@""#,
+        path.to_str().unwrap(),
+        running.to_str().unwrap(),
+        "connect",
+        "--relay",
+        &public,
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--heartbeat-ms",
+        "1000",
+        "--log-level",
+        "debug",
+        "--enroll",
+        code,
+        "--profile",
+        "agent",
+    ];
+    Proc::spawn_program(Path::new("/bin/bash"), &args, &[], None)
+}
+
+/// The version `server_info` reports through the relay for a new session.
+fn served_version(relay: &Relay, token: &str) -> String {
+    let mut c = Client::new(&format!("{}/b/b1/mcp", relay.direct()), Some(token));
+    c.initialize();
+    let r = c.call("server_info", json!({}));
+    r["result"]["structuredContent"]["version"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned()
+}
+
+/// An install directory in Cargo's temporary directory (hard links to the built binaries work
+/// there) with `machine-mcp` linked to `file`.
+fn install(file: &Path) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("machine-mcp");
+    std::fs::hard_link(file, &path).unwrap();
+    (dir, path)
+}
+
+/// Puts `file` at `path` the way package managers do: a new name renamed over it.
+fn replace(path: &Path, file: &Path) {
+    let next = path.with_file_name(".machine-mcp.next");
+    std::fs::hard_link(file, &next).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+// Regression (fresh tester of the daemon swap, H1): a build installed while the daemon was
+// being started (there: while it exec'd the build before) was never picked up — the watcher
+// took the file at its path for the one it ran. Now it compares with the running executable.
+#[test]
+fn a_build_installed_while_the_daemon_starts_is_swapped_in() {
+    let (_dir, path) = install(newer_build());
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let daemon = daemon_named(&relay, &path, &bin(), state.path(), ws.path(), &code);
+    daemon.wait_log("a new binary is installed", Duration::from_secs(30));
+    wait_count(&daemon, READY, 2);
+    relay.wait_ready(1);
+    let base = runtime_version_of(&bin());
+    assert_eq!(
+        served_version(&relay, &token),
+        format!("{base}+{NEWER_STAMP}")
+    );
+    assert!(
+        daemon
+            .log()
+            .contains("restarted into the new binary (the same process)"),
+        "{}",
+        daemon.log()
+    );
+    stop(daemon);
+}
+
+/// `BINARY --version` without the program name.
+fn runtime_version_of(binary: &Path) -> String {
+    let out = Command::new(binary).arg("--version").output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .strip_prefix("machine-mcp ")
+        .unwrap()
+        .to_owned()
+}
+
+// Regression (fresh tester of the daemon swap, H2): a SIGHUP in the moment of the exec ended
+// the daemon (the new image had not handled SIGHUP yet, and its default action is to end the
+// process). Now SIGHUP is blocked across the exec and handled once the new image can.
+#[test]
+fn sighups_during_the_swap_do_not_end_the_daemon() {
+    let (dir, path) = install(&bin());
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let mut daemon = relay.daemon_from(
+        &path,
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--profile", "agent"],
+        &[],
+    );
+    daemon.wait_log(READY, Duration::from_secs(30));
+    let pid = daemon.child.id().to_string();
+    replace(&path, newer_build());
+    // SIGHUP every 2 ms from before the swap until the new image is ready.
+    let stop_burst = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let burst = {
+        let stop_burst = stop_burst.clone();
+        std::thread::spawn(move || {
+            let mut sent = 0;
+            while !stop_burst.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = Command::new("kill").args(["-HUP", &pid]).status();
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            sent
+        })
+    };
+    let end = Instant::now() + Duration::from_secs(60);
+    while count(&daemon, READY) < 2 {
+        assert!(
+            daemon.child.try_wait().unwrap().is_none(),
+            "the daemon ended during the swap:\n{}",
+            daemon.log()
+        );
+        assert!(Instant::now() < end, "no swap:\n{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop_burst.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(burst.join().unwrap() > 10);
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.log()
+    );
+    relay.wait_ready(1);
+    let base = runtime_version_of(&bin());
+    assert_eq!(
+        served_version(&relay, &token),
+        format!("{base}+{NEWER_STAMP}")
+    );
+    drop(dir);
+    stop(daemon);
+}
+
+// Regression (fresh tester of the daemon swap, M2 and L2): a file that answered `--version` but
+// could not run the daemon was exec'd and the daemon was gone; a `touch` of the binary (the
+// same build) restarted the daemon and ended every session. Now the first is refused after a
+// last check and the second restarts nothing.
+#[test]
+fn a_file_that_cannot_run_the_daemon_or_the_same_build_restarts_nothing() {
+    let (dir, path) = install(&bin());
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let state = tempfile::tempdir().unwrap();
+    let ws = Tree::new();
+    let daemon = relay.daemon_from(
+        &path,
+        state.path(),
+        ws.path(),
+        Some(&code),
+        &["--profile", "agent"],
+        &[],
+    );
+    daemon.wait_log(READY, Duration::from_secs(30));
+    let base = runtime_version_of(&bin());
+    // The same build again, as a reinstall or a touch leaves it.
+    let copy = dir.path().join("copy");
+    assert!(
+        Command::new("cp")
+            .arg(bin())
+            .arg(&copy)
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::rename(&copy, &path).unwrap();
+    hangup(&daemon);
+    daemon.wait_log("is the version this daemon runs", Duration::from_secs(30));
+    // A script that says it is a newer machine-mcp and fails at anything else.
+    let script = dir.path().join("script");
+    let ok = Command::new("sh")
+        .args([
+            "-c",
+            r#"printf '#!/bin/sh\nif [ "$1" = --version ]; then echo "machine-mcp 9.9.9"; exit 0; fi\nexit 2\n' > "$1" && chmod 755 "$1" && mv "$1" "$2""#,
+            "sh",
+        ])
+        .arg(&script)
+        .arg(&path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    hangup(&daemon);
+    daemon.wait_log(
+        "upgrade: the new binary cannot be used",
+        Duration::from_secs(30),
+    );
+    assert!(
+        daemon.log().contains("connect --help failed"),
+        "{}",
+        daemon.log()
+    );
+    let mut daemon = daemon;
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(count(&daemon, READY), 1, "{}", daemon.log());
+    assert_eq!(served_version(&relay, &token), base);
+    stop(daemon);
+}

@@ -1,23 +1,28 @@
 //! The daemon's binary swap (issue 20): when the installed `machine-mcp` at the path the daemon
-//! was started by changes (checked every [`UPGRADE_CHECK_INTERVAL`] and on SIGHUP, by device,
-//! inode, size and modification time, then confirmed by `BINARY --version`), the daemon waits
-//! until no call is in flight, no process session runs, no task works and no delegation is
-//! queued or running (exited sessions and finished tasks still readable get
-//! [`UPGRADE_ENDED_GRACE`] to be read), then closes its link cleanly and `exec`s the new binary
-//! with its own arguments (less `--enroll`: a code is redeemed once). The process keeps its PID,
-//! so a service manager keeps tracking it; the new image is a new daemon instance: it
-//! reconnects, and the relay ends the old instance's MCP sessions (clients get 404 and
-//! initialize again, DESIGN §5 step 8), so new sessions are served by the new binary. Managed
-//! jobs run in their own runner processes and carry on.
+//! was started by holds another build than the one running (checked every
+//! [`UPGRADE_CHECK_INTERVAL`] and on SIGHUP: device, inode, size and modification time against
+//! the running executable, then `BINARY --version`, which must name another version: a `touch`
+//! or a reinstall of the same build restarts nothing), the daemon waits until no call is in
+//! flight, no process session runs, no task works and no delegation is queued or running; ended
+//! work that a restart would drop — exited process sessions and finished tasks still readable,
+//! results the relay has not acknowledged yet (its link is down) — holds it back for at most
+//! [`UPGRADE_ENDED_GRACE`] from when the new binary was noticed. Then it checks the new file
+//! once more (`--version`, and `connect --help` must answer), closes its link cleanly and
+//! `exec`s it with its own arguments (less `--enroll`: a code is redeemed once), with SIGHUP
+//! blocked across the `exec` (the new image unblocks it once it handles it: a SIGHUP meanwhile
+//! is kept, not fatal). The process keeps its PID, so a service manager keeps tracking it; the
+//! new image is a new daemon instance: it reconnects, and the relay ends the old instance's MCP
+//! sessions (clients get 404 and initialize again, DESIGN §5 step 8), so new sessions are served
+//! by the new binary. Managed jobs run in their own runner processes and carry on.
 
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
-use protocol::limits::{UPGRADE_CHECK_INTERVAL, UPGRADE_ENDED_GRACE};
+use protocol::limits::{UPGRADE_CHECK_INTERVAL, UPGRADE_ENDED_GRACE, VERSION_PROBE_TIMEOUT};
 use runtime::{
     Runtime,
     mcp::stdio::supervisor::binary::{FileId, probe_version},
@@ -32,29 +37,46 @@ use daemon::sessions::HostedSessions;
 /// How often a daemon with an upgrade pending checks whether it may restart.
 const IDLE_POLL: Duration = Duration::from_millis(200);
 
-/// A changed binary that answered `--version`.
+/// How often, at most, a pending upgrade logs what it waits for.
+const WAITING_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// A changed binary that answered `--version` with another version than the running one.
 #[derive(Debug, Clone)]
 pub(super) struct Upgrade {
     /// The path the daemon was started by (symlinks kept: an upgrade may move one).
     pub(super) path: PathBuf,
     /// What the new file reports (`0.1.0+2`).
     pub(super) version: String,
+    /// When it was noticed: the grace for ended work counts from here.
+    pub(super) noticed: Instant,
 }
 
-/// Watches `path` for a new binary: on a change (every [`UPGRADE_CHECK_INTERVAL`], or at once
-/// when `nudge` is notified) probes its version and sends an [`Upgrade`] for a file that
-/// answers. A file that does not answer is logged once and skipped until it changes again; a
-/// missing file (an upgrade in progress, or an uninstall) is waited for. Ends when `tx` closes.
+/// The file this process runs: `/proc/self/exe` followed to the file behind it (still there
+/// when the path was renamed over or unlinked), else the file at `path` (no `/proc`).
+fn running_file(path: &Path) -> Option<FileId> {
+    FileId::of(Path::new("/proc/self/exe")).or_else(|| FileId::of(path))
+}
+
+/// Watches `path` for a new binary: when the file there is not the one this process runs
+/// (every [`UPGRADE_CHECK_INTERVAL`], or at once when `nudge` is notified; also at start, so a
+/// build installed while this process was being started is not missed) probes its version and
+/// sends an [`Upgrade`] when it names another version than this build's. A file that does not
+/// answer is logged once and skipped until it changes again; a missing file (an upgrade in
+/// progress, or an uninstall) is waited for. Ends when `tx` closes.
 pub(super) async fn watch(path: PathBuf, nudge: Arc<Notify>, tx: mpsc::Sender<Upgrade>) {
-    let mut known = FileId::of(&path);
+    let mut known = running_file(&path);
     let mut refused: Option<FileId> = None;
     let mut missing_told = false;
+    let mut first = true;
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(UPGRADE_CHECK_INTERVAL) => {}
-            () = nudge.notified() => {}
-            () = tx.closed() => return,
+        if !first {
+            tokio::select! {
+                () = tokio::time::sleep(UPGRADE_CHECK_INTERVAL) => {}
+                () = nudge.notified() => {}
+                () = tx.closed() => return,
+            }
         }
+        first = false;
         let Some(now) = FileId::of(&path) else {
             if !missing_told {
                 tracing::warn!(
@@ -70,17 +92,24 @@ pub(super) async fn watch(path: PathBuf, nudge: Arc<Notify>, tx: mpsc::Sender<Up
             continue;
         }
         match probe_version(&path).await {
+            Ok(version) if version == runtime::version() => {
+                tracing::info!(
+                    binary = %path.display(),
+                    %version,
+                    "the daemon's binary changed but is the version this daemon runs; nothing is restarted"
+                );
+                known = Some(now);
+                refused = None;
+            }
             Ok(version) => {
                 known = Some(now);
                 refused = None;
-                if tx
-                    .send(Upgrade {
-                        path: path.clone(),
-                        version,
-                    })
-                    .await
-                    .is_err()
-                {
+                let u = Upgrade {
+                    path: path.clone(),
+                    version,
+                    noticed: Instant::now(),
+                };
+                if tx.send(u).await.is_err() {
                     return;
                 }
             }
@@ -96,10 +125,11 @@ pub(super) async fn watch(path: PathBuf, nudge: Arc<Notify>, tx: mpsc::Sender<Up
     }
 }
 
-/// What holds the daemon back from restarting: calls in flight, running process sessions and
-/// working tasks (their work would be lost), and process sessions that exited and tasks that
-/// finished but are still readable (their results would be lost; they hold it back for at most
-/// [`UPGRADE_ENDED_GRACE`]).
+/// What holds the daemon back from restarting. Busy (never left behind): calls in flight,
+/// running process sessions, working tasks, delegations queued or running. Ended (left behind
+/// after [`UPGRADE_ENDED_GRACE`]): process sessions that exited and tasks that finished but are
+/// still readable, and messages the relay has not acknowledged yet (a result that finished
+/// while the link was down: the same process replays it on reconnect, a new one cannot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Holding {
     calls: usize,
@@ -108,6 +138,7 @@ pub(super) struct Holding {
     delegations: usize,
     ended_sessions: usize,
     ended_tasks: usize,
+    unacknowledged: usize,
 }
 
 impl Holding {
@@ -122,6 +153,7 @@ impl Holding {
             delegations: runtime.active_delegations(),
             ended_sessions: runtime.kept_sessions().saturating_sub(running_sessions),
             ended_tasks: runtime.tasks().kept().saturating_sub(working_tasks),
+            unacknowledged: sessions.unacknowledged(),
         }
     }
 
@@ -130,9 +162,9 @@ impl Holding {
         self.calls + self.running_sessions + self.working_tasks + self.delegations > 0
     }
 
-    /// Ended work is still readable that a restart would drop.
+    /// Ended work a restart would drop.
     fn ended(self) -> bool {
-        self.ended_sessions + self.ended_tasks > 0
+        self.ended_sessions + self.ended_tasks + self.unacknowledged > 0
     }
 }
 
@@ -142,51 +174,136 @@ impl std::fmt::Display for Holding {
             f,
             "{} call(s) in flight, {} running process session(s), {} working task(s), \
              {} delegation(s) queued or running, \
-             {} ended process session(s) and {} finished task(s) still readable",
+             {} ended process session(s) and {} finished task(s) still readable, \
+             {} message(s) the relay has not acknowledged",
             self.calls,
             self.running_sessions,
             self.working_tasks,
             self.delegations,
             self.ended_sessions,
-            self.ended_tasks
+            self.ended_tasks,
+            self.unacknowledged
         )
     }
 }
 
-/// Whether a restart may happen now, given what is held and since when only ended work is
-/// (`ended_since`, kept by the caller between checks).
-fn may_restart(h: Holding, ended_since: &mut Option<Instant>, now: Instant) -> bool {
-    if h.busy() {
-        *ended_since = None;
-        return false;
-    }
-    if !h.ended() {
-        return true;
-    }
-    let since = *ended_since.get_or_insert(now);
-    now.duration_since(since) >= UPGRADE_ENDED_GRACE
+/// Whether a restart may happen at `now` for an upgrade noticed at `noticed`: nothing busy, and
+/// no ended work or the grace for it is over. The grace runs from `noticed` and is not started
+/// again by work that comes and goes (fresh tester: a call overlapping its end restarted it).
+fn may_restart(h: Holding, noticed: Instant, now: Instant) -> bool {
+    !h.busy() && (!h.ended() || now.duration_since(noticed) >= UPGRADE_ENDED_GRACE)
 }
 
-/// Resolves once a restart loses nothing running (polled every [`IDLE_POLL`]): no call in
-/// flight, no running process session, no working task; ended ones still readable get
-/// [`UPGRADE_ENDED_GRACE`] to be read. Logs what it waits for whenever that changes.
-pub(super) async fn idle(sessions: &HostedSessions, runtime: &Runtime) {
-    let mut told: Option<Holding> = None;
-    let mut ended_since = None;
+/// Resolves once a restart loses nothing running (polled every [`IDLE_POLL`]; see
+/// [`may_restart`]). Logs what it waits for when it first waits and then at most every
+/// [`WAITING_LOG_EVERY`] (`told` keeps when, across calls: the caller polls this anew after
+/// every other event).
+pub(super) async fn idle(
+    sessions: &HostedSessions,
+    runtime: &Runtime,
+    noticed: Instant,
+    told: &Mutex<Option<Instant>>,
+) {
     loop {
         let now = Holding::now(sessions, runtime);
-        if may_restart(now, &mut ended_since, Instant::now()) {
+        if may_restart(now, noticed, Instant::now()) {
             if now.ended() {
-                tracing::warn!(dropped = %now, "upgrade: ended process sessions and tasks not read within the grace are dropped by the restart");
+                tracing::warn!(dropped = %now, "upgrade: ended work not collected within the grace is dropped by the restart");
             }
             return;
         }
-        if told != Some(now) {
-            tracing::info!(waiting_for = %now, "upgrade pending: the daemon restarts into the new binary once these end");
-            told = Some(now);
+        {
+            let mut t = told
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if t.is_none_or(|at| at.elapsed() >= WAITING_LOG_EVERY) {
+                tracing::info!(waiting_for = %now, "upgrade pending: the daemon restarts into the new binary once these end");
+                *t = Some(Instant::now());
+            }
         }
         tokio::time::sleep(IDLE_POLL).await;
     }
+}
+
+/// The last check of the new file before the daemon leaves its link for it: it still answers
+/// `--version` with another version than this build's, and `connect --help` succeeds (a file
+/// that answers `--version` but cannot run `connect` would leave no daemon). Returns the
+/// version it reports.
+///
+/// # Errors
+/// A sentence naming what failed.
+pub(super) async fn verify(path: &Path) -> Result<String, String> {
+    let version = probe_version(path).await?;
+    if version == runtime::version() {
+        return Err(format!(
+            "{} is now the version this daemon runs ({version})",
+            path.display()
+        ));
+    }
+    let run = tokio::process::Command::new(path)
+        .args(["connect", "--help"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(VERSION_PROBE_TIMEOUT, run).await {
+        Ok(Ok(out)) if out.status.success() && out.stdout.windows(7).any(|w| w == b"--relay") => {
+            Ok(version)
+        }
+        Ok(Ok(out)) => Err(format!(
+            "{} connect --help failed ({}): it cannot run the daemon",
+            path.display(),
+            out.status
+        )),
+        Ok(Err(e)) => Err(format!(
+            "{} connect --help could not run: {e}",
+            path.display()
+        )),
+        Err(_) => Err(format!(
+            "{} connect --help did not answer within {} s",
+            path.display(),
+            VERSION_PROBE_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// Reaps the children this process inherited from its previous image (a swap's `exec` keeps
+/// them: the old image's process-tree watchdog, upstream servers it was stopping), each on a
+/// thread of its own, so none stays a zombie. Call before this image starts any child: then
+/// every child is an inherited one. Linux only (`/proc`); elsewhere nothing is done.
+pub(super) fn reap_inherited() {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: the comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(me) {
+            let _ = std::thread::Builder::new()
+                .name("reap-inherited".into())
+                .spawn(move || {
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                });
+        }
+    }
+}
+
+/// Unblocks SIGHUP in the calling thread: a previous image blocked it across its `exec` so
+/// that a SIGHUP then could not end the process; call once SIGHUP is handled (a pending one is
+/// delivered then).
+pub(super) fn unblock_hangup() {
+    let _ = nix::sys::signal::SigSet::from(nix::sys::signal::Signal::SIGHUP).thread_unblock();
 }
 
 /// This daemon's arguments for the new binary: its own, less `--enroll CODE` (or
@@ -212,10 +329,15 @@ pub(super) fn exec_args(own: impl IntoIterator<Item = OsString>) -> Vec<OsString
 }
 
 /// Replaces this process with `binary` run with `args` (same PID, environment and standard
-/// streams). Returns only when that fails, with the reason.
+/// streams), with SIGHUP blocked across it (see [`unblock_hangup`]). Returns only when that
+/// fails, with the reason (SIGHUP is unblocked again then).
 pub(super) fn exec(binary: &Path, args: &[OsString]) -> std::io::Error {
     use std::os::unix::process::CommandExt;
-    std::process::Command::new(binary).args(args).exec()
+    let hangup = nix::sys::signal::SigSet::from(nix::sys::signal::Signal::SIGHUP);
+    let _ = hangup.thread_block();
+    let e = std::process::Command::new(binary).args(args).exec();
+    let _ = hangup.thread_unblock();
+    e
 }
 
 #[cfg(test)]
@@ -241,51 +363,50 @@ mod tests {
     }
 
     #[test]
-    fn running_work_holds_the_restart_back_and_ended_work_for_the_grace() {
-        let h = |calls, running_sessions, working_tasks, ended_sessions, ended_tasks| Holding {
+    fn running_work_holds_the_restart_back_and_ended_work_for_the_grace_from_the_notice() {
+        let h = |calls, running_sessions, ended_sessions, unacknowledged| Holding {
             calls,
             running_sessions,
-            working_tasks,
+            working_tasks: 0,
             delegations: 0,
             ended_sessions,
-            ended_tasks,
+            ended_tasks: 0,
+            unacknowledged,
         };
         let t0 = Instant::now();
-        let mut since = None;
-        assert!(may_restart(h(0, 0, 0, 0, 0), &mut since, t0));
+        let late = t0 + Duration::from_secs(3600);
+        assert!(may_restart(h(0, 0, 0, 0), t0, t0));
         let delegating = Holding {
             delegations: 1,
-            ..h(0, 0, 0, 0, 0)
+            ..h(0, 0, 0, 0)
         };
-        for busy in [
-            h(1, 0, 0, 0, 0),
-            h(0, 1, 0, 0, 0),
-            h(0, 0, 1, 0, 0),
-            delegating,
-        ] {
-            assert!(!may_restart(
-                busy,
-                &mut since,
-                t0 + Duration::from_secs(3600)
-            ));
+        let working = Holding {
+            working_tasks: 1,
+            ..h(0, 0, 0, 0)
+        };
+        for busy in [h(1, 0, 0, 0), h(0, 1, 0, 0), working, delegating] {
+            assert!(!may_restart(busy, t0, late), "{busy}");
         }
-        // Only ended work: held back from the first time it is seen, for the grace.
-        let ended = h(0, 0, 0, 1, 1);
-        assert!(!may_restart(ended, &mut since, t0));
-        assert!(!may_restart(
-            ended,
-            &mut since,
-            t0 + UPGRADE_ENDED_GRACE - Duration::from_millis(1)
-        ));
-        assert!(may_restart(ended, &mut since, t0 + UPGRADE_ENDED_GRACE));
-        // Work that starts again restarts the grace.
-        assert!(!may_restart(h(0, 1, 0, 1, 0), &mut since, t0));
-        assert_eq!(since, None);
+        // Ended work, and a result the relay has not acknowledged (fresh tester: one that
+        // finished while the link was down was dropped): held back for the grace.
+        for ended in [h(0, 0, 1, 0), h(0, 0, 0, 1)] {
+            assert!(!may_restart(ended, t0, t0));
+            assert!(!may_restart(
+                ended,
+                t0,
+                t0 + UPGRADE_ENDED_GRACE - Duration::from_millis(1)
+            ));
+            assert!(may_restart(ended, t0, t0 + UPGRADE_ENDED_GRACE));
+        }
+        // The grace runs from the notice: calls that came and went do not start it again.
+        assert!(!may_restart(h(1, 0, 1, 0), t0, t0 + UPGRADE_ENDED_GRACE));
+        assert!(may_restart(h(0, 0, 1, 0), t0, t0 + UPGRADE_ENDED_GRACE));
         assert_eq!(
-            h(1, 2, 3, 4, 5).to_string(),
-            "1 call(s) in flight, 2 running process session(s), 3 working task(s), \
+            h(1, 2, 4, 5).to_string(),
+            "1 call(s) in flight, 2 running process session(s), 0 working task(s), \
              0 delegation(s) queued or running, \
-             4 ended process session(s) and 5 finished task(s) still readable"
+             4 ended process session(s) and 0 finished task(s) still readable, \
+             5 message(s) the relay has not acknowledged"
         );
     }
 }
