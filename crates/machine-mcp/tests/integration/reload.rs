@@ -429,7 +429,57 @@ fn a_new_binary_is_swapped_in_once_no_call_is_running() {
         daemon.child.try_wait().unwrap().is_none(),
         "the daemon process (the one the service manager started) still runs"
     );
+    // `status` names the build that runs (fresh tester: it said the old one), and the old
+    // image left no zombie children behind (its process-tree watchdog was one).
+    let status: serde_json::Value = serde_json::from_str(&crate::net::run_cli(&[
+        "status",
+        "--json",
+        "--state-dir",
+        state.path().to_str().unwrap(),
+    ]))
+    .unwrap();
+    assert_eq!(
+        status["version"],
+        format!("{base}+{NEWER_STAMP}"),
+        "{status}"
+    );
+    let pid = daemon.child.id();
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let zombies = zombie_children(pid);
+        if zombies.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "zombie children of the daemon: {zombies:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     stop(daemon);
+}
+
+/// The pids of the zombie children of `parent` (Linux `/proc`).
+fn zombie_children(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next();
+        let ppid = f.next().and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) && state == Some("Z") {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 /// Starts `machine-mcp connect` running `running` while its argv0 names `path` (as after an
