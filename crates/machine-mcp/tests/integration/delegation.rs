@@ -887,3 +887,69 @@ fn a_confined_caller_sees_only_receipts_inside_its_workspace() {
     let r = confined.call("read_delegation", json!({"request_id": in_id}));
     assert_eq!(r.ok()["directory"], ".");
 }
+
+/// Issue 19 "What must be shown": a *daemon* SIGKILLed while a delegation runs leaves the
+/// receipt `unknown` after its restart, and nothing runs again (the stub counts its runs) —
+/// through the relay, as a hosted assistant sees it.
+#[test]
+fn a_daemon_killed_while_an_agent_runs_leaves_an_unknown_receipt_never_rerun() {
+    use crate::net::{Client, Relay};
+    let setup = Setup::new();
+    std::fs::create_dir_all(&setup.workspace).unwrap();
+    let env = setup.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let token = relay.token("b1", "owner");
+    let policy = ["--profile", "agent", "--full-env"];
+    let mut daemon =
+        relay.daemon_with_env(&setup.state, &setup.workspace, Some(&code), &policy, &env);
+    daemon.wait_log("connected to the relay and ready", WAIT);
+    relay.wait_ready(1);
+    let url = format!("{}/b/b1/mcp", relay.direct());
+    let mut c = Client::new(&url, Some(&token));
+    c.initialize();
+    let id = rid(40);
+    let r = c.call(
+        "delegate",
+        json!({"agent": "gemini", "prompt": "HANG until the daemon dies", "path": ".", "request_id": id}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = c.call("read_delegation", json!({"request_id": id}));
+        let v = &r["result"]["structuredContent"];
+        if v["delivery_state"] == "sent" {
+            assert_eq!(v["status"], "running", "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The stub is running (it wrote its pid after logging its run).
+    let leader = pid_in(&setup.pid_file);
+    daemon.kill();
+    let daemon2 = relay.daemon_with_env(&setup.state, &setup.workspace, None, &policy, &env);
+    daemon2.wait_log("connected to the relay and ready", WAIT);
+    relay.wait_ready(1);
+    let mut c = Client::new(&url, Some(&token));
+    c.initialize();
+    let r = c.call("read_delegation", json!({"request_id": id}));
+    let v = &r["result"]["structuredContent"];
+    assert_eq!(v["status"], "unknown", "{r}");
+    assert_eq!(v["delivery_state"], "sent", "{r}");
+    assert_eq!(v["diagnostic_code"], "server_restarted", "{r}");
+    // The same request again is that receipt, not a second run.
+    let r = c.call(
+        "delegate",
+        json!({"agent": "gemini", "prompt": "HANG until the daemon dies", "path": ".", "request_id": id}),
+    );
+    assert_eq!(r["result"]["structuredContent"]["status"], "unknown", "{r}");
+    // The agent ended with its daemon (the watchdog), and nothing ran again.
+    let deadline = Instant::now() + WAIT;
+    while alive(leader) {
+        assert!(Instant::now() < deadline, "the agent outlived its daemon");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(setup.runs().len(), 1, "{:?}", setup.runs());
+}
