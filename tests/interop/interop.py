@@ -47,6 +47,7 @@ TOOLS = {
     "start_job", "stage_job", "read_job", "list_jobs", "cancel_job", "list_local_resources",
     "session_bootstrap", "agent_context", "project_overview", "list_skills", "load_skill",
     "list_commands", "run_command", "search", "fetch",
+    "delegate", "read_delegation", "list_delegations", "cancel_delegation", "agents_status",
 }
 # Crates to copy from the registry, in order of preference; any others fill up to MAX_CRATES.
 PREFERRED_CRATES = ["serde_json", "memchr", "tokio", "similar", "globset"]
