@@ -595,12 +595,7 @@ impl HostedSessions {
 
     /// Client requests forwarded to hosted sessions and calls and not yet answered.
     pub fn requests_in_flight(&self) -> usize {
-        let hosts: Vec<Arc<Host>> = self
-            .hosts
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
-        hosts
+        self.host_list()
             .iter()
             .map(|h| h.inflight.lock().map(|f| f.len()).unwrap_or(0))
             .sum()
@@ -609,15 +604,18 @@ impl HostedSessions {
     /// Messages sent to the relay and not yet acknowledged (results among them), summed over
     /// the hosted sessions and calls: what a new process could not replay.
     pub fn unacknowledged(&self) -> usize {
-        let hosts: Vec<Arc<Host>> = self
-            .hosts
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
-        hosts
+        self.host_list()
             .iter()
             .map(|h| h.out.lock().map(|r| r.unacked.len()).unwrap_or(0))
             .sum()
+    }
+
+    /// The hosted sessions and calls now (a snapshot, so no lock is held while each is read).
+    fn host_list(&self) -> Vec<Arc<Host>> {
+        self.hosts
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Hosted sessions and single calls: `(sessions, calls)`.
@@ -699,12 +697,7 @@ impl HostedSessions {
             l.tx = Some(tx);
             l.broken = CancellationToken::new();
         }
-        let all: Vec<Arc<Host>> = self
-            .hosts
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
-        for h in all {
+        for h in self.host_list() {
             if let Some(c) = &h.call {
                 if keep.contains(&h.sid) || keep_req.contains(&(h.sid.clone(), c.key.clone())) {
                     self.attach_host(&h);

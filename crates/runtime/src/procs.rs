@@ -51,3 +51,15 @@ pub fn descendants_except_job_runners(pid: u32) -> Vec<u32> {
     .filter_map(|p| u32::try_from(p).ok())
     .collect()
 }
+
+/// The children of `pid` by parent link, zombies included (Linux `/proc`; empty elsewhere).
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(pid) = i32::try_from(pid) else {
+        return Vec::new();
+    };
+    tree::all_stats()
+        .into_iter()
+        .filter(|s| s.ppid == pid)
+        .filter_map(|s| u32::try_from(s.pid).ok())
+        .collect()
+}

@@ -273,29 +273,15 @@ pub(super) async fn verify(path: &Path) -> Result<String, String> {
 /// thread of its own, so none stays a zombie. Call before this image starts any child: then
 /// every child is an inherited one. Linux only (`/proc`); elsewhere nothing is done.
 pub(super) fn reap_inherited() {
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+    for pid in runtime::procs::children(std::process::id()) {
+        let Ok(pid) = i32::try_from(pid) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid ...`: the comm may hold spaces and parentheses.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(me) {
-            let _ = std::thread::Builder::new()
-                .name("reap-inherited".into())
-                .spawn(move || {
-                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                });
-        }
+        let _ = std::thread::Builder::new()
+            .name("reap-inherited".into())
+            .spawn(move || {
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            });
     }
 }
 
