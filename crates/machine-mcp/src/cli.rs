@@ -122,6 +122,9 @@ pub(crate) enum Command {
         /// The instance prefix of the server's tree tags.
         instance: String,
     },
+    /// Print the CLI reference, docs/reference/cli.md (internal; see `cli_reference`).
+    #[command(name = crate::cli_reference::SUBCOMMAND, hide = true)]
+    CliReference,
 }
 
 /// The hidden subcommand that runs the watchdog.
@@ -297,7 +300,7 @@ pub(crate) struct DoctorArgs {
     pub(crate) state: StateArgs,
 }
 
-/// `machine-mcp service ...` (see README "Run it as a service").
+/// `machine-mcp service ...` (see docs/service.md).
 // Parsed once per process; boxing the install arguments would only obscure the clap definitions.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
@@ -456,7 +459,7 @@ pub(crate) struct UpArgs {
     pub(crate) oauth: OAuthTestArgs,
 }
 
-/// OAuth overrides for tests (hidden; see README "Testing").
+/// OAuth overrides for tests (hidden; see CONTRIBUTING.md "Switches only tests use").
 #[derive(Debug, Args, Clone, Copy)]
 pub(crate) struct OAuthTestArgs {
     /// Lifetime of OAuth access tokens in seconds (default 900).
@@ -883,11 +886,13 @@ pub(crate) struct ClientConfigArgs {
     pub(crate) policy: PolicyArgs,
 }
 
-/// Policy flags (see README "Policy").
+/// Policy flags (see docs/policy.md).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct PolicyArgs {
-    /// Starting policy: full (everything), agent (writes + argv processes inside the workspace),
-    /// edit (writes, no processes), review (read-only).
+    /// Starting policy: full (everything), agent (file tools confined to the workspace, writes,
+    /// programs from an argv, which run with your rights and an isolated environment), edit
+    /// (confined file tools and writes, no programs), review (confined, read-only). See
+    /// docs/policy.md.
     #[arg(long, value_name = "PROFILE", default_value = "full")]
     pub(crate) profile: ProfileArg,
     /// How processes may be started: off, direct (argv, no shell) or shell.

@@ -1,6 +1,7 @@
 //! `machine-mcp`: parse the command line, run one command, map its error to an exit code.
 
 mod cli;
+mod cli_reference;
 mod commands;
 mod logging;
 

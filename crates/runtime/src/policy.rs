@@ -37,7 +37,9 @@ impl Principal {
 pub enum Profile {
     /// Everything: writes, shell commands, any path, inherited environment, absolute paths.
     Full,
-    /// A coding agent: writes and argv processes inside the workspace, isolated environment.
+    /// A coding agent: file tools and process working directories confined to the workspace,
+    /// writes, programs from an argv (never through the server's shell, yet any program, run
+    /// with the user's rights), isolated environment.
     Agent,
     /// Edits inside the workspace, no processes.
     Edit,

@@ -67,6 +67,10 @@ pub(crate) async fn run(command: Command) -> Result<()> {
                 .await
                 .map_err(anyhow::Error::msg)
         }
+        Command::CliReference => {
+            outln!("{}", crate::cli_reference::render());
+            Ok(())
+        }
         // `main` runs it before building the async runtime; kept here for a complete match.
         Command::Watchdog { instance } => {
             runtime::watchdog::run(&instance);
