@@ -305,7 +305,7 @@ into an existing file rather than replacing it.
 $up_cmd
 
 ## Clients that sign in with OAuth (ChatGPT, Claude, Claude Code, VS Code, Cursor, mcp-remote) need
-## only the URL $url (public HTTPS for hosted ones: see the README, "Publishing up");
+## only the URL $url (public HTTPS for hosted ones: see docs/relay.md, "Publishing up");
 ## on the consent page they open, sign in as account ${account:-owner}, $password_note
 claude mcp add --transport http $SERVER_NAME $(shq "$url")
 

@@ -17,8 +17,10 @@
 #   clippy    cargo clippy --workspace --all-targets --locked -- -D warnings
 #   doc       RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked
 #   test      cargo test --workspace --locked (its tidy test, crates/machine-mcp/tests/tidy.rs,
-#             checks the crate edges of DESIGN §2, that engines import no MCP or transport, and
-#             that docs/relay-protocol.md names every frame)
+#             checks the crate edges of DESIGN §2, that engines import no MCP or transport,
+#             that docs/relay-protocol.md names every frame, and the documents: the README's
+#             length, links between documents, the generated docs/reference/cli.md; see
+#             CONTRIBUTING.md)
 #   build     cargo build --locked -p machine-mcp
 #   interop   tests/interop/run.sh <target dir>/debug/machine-mcp
 # The last line is `test.sh: N passed, M failed` (stages); the exit code is non-zero if any failed.

@@ -12,7 +12,12 @@
 //! - Tool handlers (the rest of `runtime/src/tools/`) use no rmcp type but `ContentBlock`, and
 //!   never reach the daemon's ceiling through `Access::runtime()`.
 //! - `docs/relay-protocol.md` names every frame of `protocol::frame`.
-//! - The README spells the product's names one way and says which interop clients run where.
+//! - The documents (`docs.rs`): the README is at most 300 lines; the user documents spell the
+//!   product's names one way and keep the claims other files rely on (which interop clients
+//!   run where, the git tools' argument rule); every relative link between README.md,
+//!   CONTRIBUTING.md, SECURITY.md and `docs/**` resolves, anchors included; and
+//!   `docs/reference/cli.md` is what the clap definitions render (regenerate it with
+//!   `MACHINE_MCP_BLESS=1 cargo test -p machine-mcp --test tidy cli_reference`).
 //!
 //! Each failure names the file and line and the rule it breaks.
 
@@ -693,42 +698,10 @@ fn the_relay_protocol_document_names_every_frame() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The README's claims and names (issue 17 item 7)
+// The documents: README budget, names and claims, links, the CLI reference
 
-#[test]
-fn the_readme_names_the_product_and_its_interop_clients_as_they_are() {
-    let readme = fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
-    // Line breaks of the Markdown source do not matter.
-    let text = readme.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut wrong = Vec::new();
-    // `machine-mcp` is the command and binary, machine-bridge the project (and its crates).
-    for (n, line) in readme.lines().enumerate() {
-        for variant in ["machine_mcp", "Machine MCP", "Machine-MCP", "machine mcp"] {
-            if line.contains(variant) {
-                wrong.push(format!(
-                    "README.md:{}: {variant:?} (write `machine-mcp`)",
-                    n + 1
-                ));
-            }
-        }
-        if line.to_ascii_lowercase().contains("machine bridge") {
-            wrong.push(format!(
-                "README.md:{}: \"machine bridge\" (write machine-bridge)",
-                n + 1
-            ));
-        }
-    }
-    for claim in [
-        "revisions that start with `-` are refused",
-        // tests/interop/run.sh drives the TypeScript SDK 1.x (ts-*.mjs) only through `up`.
-        "the TypeScript SDK 1.x (`@modelcontextprotocol/sdk`, with a bearer token, OAuth sign-in and stream resumption) through the relay (`machine-mcp up`) only",
-    ] {
-        if !text.contains(claim) {
-            wrong.push(format!("README.md does not say {claim:?}"));
-        }
-    }
-    report("the README names things as they are", &wrong);
-}
+#[path = "tidy/docs.rs"]
+mod docs;
 
 // ---------------------------------------------------------------------------------------------
 // The checkers themselves

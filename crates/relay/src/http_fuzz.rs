@@ -1,5 +1,5 @@
-//! Fuzz target for the relay's whole HTTP surface, in process (bolero; see README "Fresh
-//! machine"): random methods, paths, headers and bodies through [`crate::router`] with
+//! Fuzz target for the relay's whole HTTP surface, in process (bolero; see CONTRIBUTING.md
+//! "Fuzzing"): random methods, paths, headers and bodies through [`crate::router`] with
 //! `tower::ServiceExt::oneshot`, against a relay with one bridge and no daemon.
 
 use std::time::Duration;

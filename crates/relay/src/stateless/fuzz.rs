@@ -1,5 +1,5 @@
 //! Fuzz targets for the relay's handling of what an HTTP client controls in an MCP 2026-07-28
-//! request: headers (repeated, non-ASCII, Base64-wrapped) and the JSON body (bolero; see README
+//! request: headers (repeated, non-ASCII, Base64-wrapped) and the JSON body (bolero; see CONTRIBUTING.md
 //! "Fuzzing").
 
 use std::time::Duration;

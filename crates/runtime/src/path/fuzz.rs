@@ -1,4 +1,4 @@
-//! Fuzz target for path confinement (bolero; see README "Fuzzing"): random paths made of the
+//! Fuzz target for path confinement (bolero; see CONTRIBUTING.md "Fuzzing"): random paths made of the
 //! names of a workspace full of symlinks — inside, outside, absolute, relative, dangling, chained,
 //! looping — plus `.`, `..`, empty components and arbitrary text.
 

@@ -1,4 +1,4 @@
-//! Fuzz targets for the stdio transport (bolero; see README "Fuzzing"): the line classifier on
+//! Fuzz targets for the stdio transport (bolero; see CONTRIBUTING.md "Fuzzing"): the line classifier on
 //! arbitrary bytes, and whole sessions — framing, the handshake gate, in-flight ids, the server —
 //! on random sequences of lines mixing valid JSON-RPC messages of both eras with broken ones.
 

@@ -1,5 +1,5 @@
 //! Fuzz targets for the `*** Begin Patch` parser and hunk application (bolero: random inputs
-//! under `cargo test`, coverage-guided under `cargo bolero test`; see README "Fuzzing").
+//! under `cargo test`, coverage-guided under `cargo bolero test`; see CONTRIBUTING.md "Fuzzing").
 //!
 //! Inputs are built from a small vocabulary of patch lines and file lines, so the random engine
 //! reaches well-formed patches, repeated lines (ambiguous hunks) and whitespace variants instead
