@@ -219,6 +219,7 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
         name: spec.name.clone(),
         discover: Some(own.unwrap_or_else(|| crate::bridge::discover_from_initialize(&init))),
         initialize: init,
+        initialize_by_version: BTreeMap::new(),
         tools: Role::ALL
             .into_iter()
             .map(|r| (r.as_str().to_owned(), filter_tools(r, &all)))

@@ -22,6 +22,9 @@ pub(crate) type Catalog = HashMap<String, CachedServer>;
 pub(crate) struct CachedServer {
     /// The server's `initialize` result (a JSON object).
     pub(crate) initialize: Arc<str>,
+    /// Its `initialize` result per handshake-era version, when the daemon announced them (the
+    /// built-in runtime's).
+    pub(crate) initialize_by_version: BTreeMap<String, Arc<str>>,
     /// The server's `server/discover` result, when the daemon announced one (link revision 2).
     pub(crate) discover: Option<Arc<str>>,
     /// `tools/list` results (JSON objects) by role name.
@@ -35,6 +38,25 @@ impl CachedServer {
     /// The `initialize` result, parsed.
     pub(crate) fn initialize(&self) -> Value {
         serde_json::from_str(&self.initialize).unwrap_or(Value::Null)
+    }
+
+    /// The `initialize` result for a client that negotiated `version`: the daemon's own for that
+    /// version when it announced one (what a stdio client of the version gets), else
+    /// [`Self::initialize`] naming `version`.
+    pub(crate) fn initialize_for(&self, version: &str) -> Value {
+        if let Some(v) = self
+            .initialize_by_version
+            .get(version)
+            .and_then(|t| serde_json::from_str::<Value>(t).ok())
+            .filter(Value::is_object)
+        {
+            return v;
+        }
+        let mut v = self.initialize();
+        if v.is_object() {
+            v["protocolVersion"] = Value::from(version);
+        }
+        v
     }
 
     /// The announced `server/discover` result, parsed.
@@ -79,6 +101,11 @@ impl TextCache {
             .map(|s| {
                 let cached = CachedServer {
                     initialize: self.intern(&s.initialize),
+                    initialize_by_version: s
+                        .initialize_by_version
+                        .iter()
+                        .map(|(v, i)| (v.clone(), self.intern(i)))
+                        .collect(),
                     discover: s.discover.as_ref().map(|d| self.intern(d)),
                     tools: s
                         .tools
@@ -103,6 +130,7 @@ mod tests {
         ServerInfo {
             name: "machine".into(),
             initialize: json!({"protocolVersion": "2025-11-25"}),
+            initialize_by_version: BTreeMap::new(),
             discover: None,
             tools: [
                 ("owner".to_owned(), tools.clone()),
@@ -132,5 +160,26 @@ mod tests {
         drop((a, b));
         cache.intern(&json!("something else"));
         assert_eq!(cache.0.lock().len(), 1, "only the new text is left");
+    }
+
+    #[test]
+    fn initialize_is_answered_per_version_when_the_daemon_announced_it() {
+        let cache = TextCache::default();
+        let mut info = server(json!({"tools": []}));
+        info.initialize = json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}});
+        let a = cache.catalog(vec![info.clone()]);
+        // An older daemon (or an upstream server): its one answer, naming the version.
+        assert_eq!(
+            a["machine"].initialize_for("2025-06-18"),
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}})
+        );
+        let older = json!({"protocolVersion": "2025-03-26", "capabilities": {"tools": {"listChanged": true}}});
+        info.initialize_by_version = [("2025-03-26".to_owned(), older.clone())].into();
+        let b = cache.catalog(vec![info]);
+        assert_eq!(b["machine"].initialize_for("2025-03-26"), older);
+        assert_eq!(
+            b["machine"].initialize_for("2025-11-25")["capabilities"],
+            json!({"tools": {}})
+        );
     }
 }

@@ -119,6 +119,17 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// The handshake-era version this session negotiated at `initialize` (from the kept
+    /// request, so a session restored after a relay restart has it too).
+    pub(crate) fn protocol_version(&self) -> &'static str {
+        protocol::mcp::negotiate_session_version(
+            self.initialize
+                .pointer("/params/protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        )
+    }
+
     /// The record the store keeps of this session.
     pub(super) fn record(&self, g: &SessionState) -> SessionRecord {
         SessionRecord {

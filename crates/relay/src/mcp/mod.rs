@@ -12,9 +12,12 @@
 //! which lists every served version) and the session (`MCP-Session-Id` missing → 400, unknown or
 //! ended → 404, the client's cue to re-initialize).
 //! `POST` carries one JSON-RPC message: a request is answered as SSE when `Accept` allows it
-//! (priming event at once, keepalive comments, the response last) else as JSON; notifications and
-//! responses get 202. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and
-//! continues a stream. `DELETE` ends the session. While the bridge's daemon is offline,
+//! (framed as the session's version defines, [`Framing::session`]: from 2025-11-25 a priming
+//! event at once; keepalive comments, the response last) else as JSON; notifications and
+//! responses get 202. The `initialize` answer is the daemon's for the negotiated version
+//! ([`crate::hub::CachedServer::initialize_for`]), the one a stdio client of that version
+//! gets. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and continues a
+//! stream. `DELETE` ends the session. While the bridge's daemon is offline,
 //! `initialize` and `tools/list` are answered from the catalog it sent at hello, and other calls
 //! fail within the offline wait with a retryable error.
 
@@ -30,7 +33,7 @@ use serde_json::{Value, json};
 use protocol::{
     error_code::ToolErrorCode,
     jsonrpc::{self, Kind, code},
-    mcp::{LATEST_SESSION_VERSION, is_session_era},
+    mcp::negotiate_session_version,
     tool_error::ToolError,
 };
 
@@ -172,17 +175,13 @@ async fn initialize(
             &format!("bridge {} serves no server {server:?}", b.name),
         );
     };
-    let asked = message
-        .pointer("/params/protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let version = if is_session_era(asked) {
-        asked.to_owned()
-    } else {
-        LATEST_SESSION_VERSION.to_owned()
-    };
-    let mut result = info.initialize();
-    result["protocolVersion"] = json!(version);
+    let version = negotiate_session_version(
+        message
+            .pointer("/params/protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+    );
+    let result = info.initialize_for(version);
     let kept = match crate::hub::kept_initialize(&message) {
         Ok(k) => k,
         Err(why) => return rpc_error(StatusCode::BAD_REQUEST, id, code::INVALID_PARAMS, &why),
@@ -201,7 +200,7 @@ async fn initialize(
         let st = SseStream::new(&session.sid, &session.principal.id, &session.bridge.name);
         let _ = st.push(&reply, true); // a new stream is not finished
         hub.streams.insert_durable(st.clone(), &id);
-        sse_response(hub, st, None)
+        sse_response(hub, st, None, version)
     } else {
         (
             [(header::CONTENT_TYPE, "application/json")],
@@ -300,7 +299,7 @@ async fn request(
         );
     }
     match (stream, waiter) {
-        (Some(st), _) => sse_response(hub, st, None),
+        (Some(st), _) => sse_response(hub, st, None, s.protocol_version()),
         (None, Some(rx)) => match rx.await {
             Ok(reply) => (
                 [(header::CONTENT_TYPE, "application/json")],
@@ -361,6 +360,7 @@ pub(crate) async fn get(
         session,
     }: McpGet,
 ) -> Response {
+    let version = session.protocol_version();
     if let Some(last) = headers.get("last-event-id") {
         // Event ids the relay issues are ASCII: any other value names no stream.
         let last = last.to_str().unwrap_or("");
@@ -371,17 +371,17 @@ pub(crate) async fn get(
             Resume::Replay(st, seq) => {
                 // The client has every event up to its cursor: the store forgets them.
                 hub.streams.acknowledge(&st, seq);
-                sse_response(&hub, st, Some(seq))
+                sse_response(&hub, st, Some(seq), version)
             }
             Resume::Standalone => {
                 let after = session.standalone.unsent_cursor();
-                sse_response(&hub, session.standalone.clone(), after)
+                sse_response(&hub, session.standalone.clone(), after, version)
             }
             Resume::Unknown => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
         };
     }
     let after = session.standalone.unsent_cursor();
-    sse_response(&hub, session.standalone.clone(), after)
+    sse_response(&hub, session.standalone.clone(), after, version)
 }
 
 /// DELETE on either endpoint: ends the session.
@@ -398,13 +398,14 @@ pub(crate) async fn delete(
     StatusCode::OK.into_response()
 }
 
-/// An SSE response reading `st` after event `after` (from the priming event when `None`).
-fn sse_response(hub: &Hub, st: Arc<SseStream>, after: Option<u64>) -> Response {
+/// An SSE response reading `st` after event `after` (from its start when `None`), framed as
+/// the session's `version` defines ([`Framing::session`]: the priming event from 2025-11-25).
+fn sse_response(hub: &Hub, st: Arc<SseStream>, after: Option<u64>, version: &str) -> Response {
     sse::response(
         st,
         after,
         hub.config.timing.sse_keepalive,
-        Framing::Resumable,
+        Framing::session(version),
         (),
     )
 }

@@ -3,7 +3,14 @@
 //! Protocol rules it implements (MCP 2025-11-25 unless noted). Both eras are served, decided per
 //! request by rmcp (`_meta["io.modelcontextprotocol/protocolVersion"]`), never per connection:
 //! - Handshake era: `2025-11-25`, `2025-06-18`, `2025-03-26` are negotiated at `initialize`: the
-//!   client's version when supported, else the newest (Lifecycle §Version Negotiation).
+//!   client's version when supported, else the newest (Lifecycle §Version Negotiation). The
+//!   answer depends on the negotiated version alone and is built in one place
+//!   ([`McpServer::initialize_value`]), which a relay's answers come from too, so a version gets
+//!   one answer whatever the transport: the capabilities without the tasks extension (SEP-2663
+//!   defines it for 2026-07-28 only) and with `tools.listChanged`. A session never keeps a
+//!   stale tool list: where the list can change within a session (the stdio supervisor swaps
+//!   in a build with other tools) the notification is sent; elsewhere it cannot (a daemon with
+//!   another build or policy is a new instance, whose sessions end).
 //! - Stateless era: `server/discover` (MCP 2026-07-28 Server › Discover) answers the supported
 //!   versions, capabilities, `serverInfo` and instructions; a request carrying the per-request
 //!   `_meta` fields (2026-07-28 Basic §Per-request protocol fields) is served without
@@ -11,8 +18,9 @@
 //!   Utilities › Caching; rmcp fills `0`/`private`: a tool list depends on the caller's
 //!   authority). A probe with `server/discover` followed by `initialize` on one connection works.
 //! - `subscriptions/listen` (2026-07-28 Basic › Patterns › Subscriptions) is acknowledged with
-//!   an empty filter: the runtime's tool list is fixed for the life of the process, so it
-//!   advertises no `listChanged` and sends no notification. (Carried upstreams whose lists do
+//!   an empty filter: the runtime's tool list is fixed for the life of the process, so its
+//!   `server/discover` advertises no `listChanged` and it sends no notification (the stdio
+//!   supervisor, which can change the list, adds both). (Carried upstreams whose lists do
 //!   change are bridged by the daemon.) No server→client request is ever sent, in either era.
 //! - Tasks (extension `io.modelcontextprotocol/tasks`, SEP-2663; 2026-07-28 only): a call of a
 //!   [`tasks::TASK_TOOLS`] tool from a client that declared the extension in the request's
@@ -151,6 +159,20 @@ impl McpServer {
             self.get_info(),
         ))
         .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `initialize` result (MCP 2025-11-25 Lifecycle § Initialization) this server gives a
+    /// client whose handshake negotiated `version`, as JSON; `None` when `version` is not a
+    /// handshake-era version this server supports. The one place the answer is built: the
+    /// handshake itself ([`ServerHandler::initialize`]) and a relay (through the daemon's
+    /// catalog) answer with it.
+    pub fn initialize_value(&self, version: &str) -> Option<serde_json::Value> {
+        let version = SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .find(|v| v.as_str() == version && v.has_initialize())?;
+        let mut info = self.get_info();
+        info.protocol_version = version.clone();
+        serde_json::to_value(handshake_answer(info)).ok()
     }
 
     /// A progress sink for one call: `notifications/progress` to the client while `foreground`
@@ -466,6 +488,28 @@ pub fn error_text(e: &ToolError) -> String {
     }
 }
 
+/// `info` (this server's [`ServerHandler::get_info`] with the negotiated version) as that
+/// version's `initialize` answer; for a handshake-era version: without the tasks extension
+/// (SEP-2663 defines it for 2026-07-28 only, so a session is never offered what it cannot use;
+/// `server/discover` still lists it), and with `tools.listChanged` (module docs: a session
+/// never keeps a stale list).
+fn handshake_answer(mut info: InitializeResult) -> InitializeResult {
+    if !info.protocol_version.has_initialize() {
+        return info;
+    }
+    if let Some(extensions) = info.capabilities.extensions.as_mut() {
+        extensions.remove(TASKS_EXTENSION_ID);
+        if extensions.is_empty() {
+            info.capabilities.extensions = None;
+        }
+    }
+    info.capabilities
+        .tools
+        .get_or_insert_with(Default::default)
+        .list_changed = Some(true);
+    info
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -495,25 +539,15 @@ impl ServerHandler for McpServer {
         ))
     }
 
-    /// The handshake (2025-11-25 Lifecycle § Initialization), as rmcp negotiates it, without the
-    /// tasks extension in the capabilities: SEP-2663 defines it for 2026-07-28 only, so a session
-    /// is never offered what it cannot use (`server/discover` still lists it).
+    /// The handshake (2025-11-25 Lifecycle § Initialization): the version as rmcp negotiates
+    /// it, the answer for that version (built as [`McpServer::initialize_value`] builds it).
     async fn initialize(
         &self,
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
-        let mut result = self.negotiate_initialize(&request)?;
-        if result.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
-            && let Some(extensions) = result.capabilities.extensions.as_mut()
-        {
-            extensions.remove(TASKS_EXTENSION_ID);
-            if extensions.is_empty() {
-                result.capabilities.extensions = None;
-            }
-        }
-        Ok(result)
+        Ok(handshake_answer(self.negotiate_initialize(&request)?))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -741,5 +775,33 @@ mod tests {
         assert_eq!(v["details_cut"], true);
         assert_eq!(v["total_lines"], 7, "small details stay");
         assert!(v["message"].as_str().unwrap().ends_with('…'));
+    }
+
+    #[test]
+    fn each_handshake_version_has_one_initialize_answer_without_the_tasks_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Arc::new(
+            crate::Runtime::new(crate::RuntimeConfig {
+                workspace: dir.path().into(),
+                policy: crate::policy::Policy::profile(crate::policy::Profile::Review),
+                default_yield_after: None,
+                remote: false,
+                state_dir: None,
+            })
+            .unwrap(),
+        );
+        let server = McpServer::new(runtime.access(None), Principal::local());
+        for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
+            let v = server.initialize_value(version).unwrap();
+            assert_eq!(v["protocolVersion"], version);
+            assert_eq!(v["capabilities"]["tools"]["listChanged"], true, "{v}");
+            assert!(v["capabilities"].get("extensions").is_none(), "{v}");
+            assert_eq!(v["serverInfo"]["name"], SERVER_NAME);
+        }
+        // 2026-07-28 has no handshake; 2024-11-05 is not served.
+        assert!(server.initialize_value("2026-07-28").is_none());
+        assert!(server.initialize_value("2024-11-05").is_none());
+        // The tasks extension stays in what `server/discover` derives from.
+        assert!(server.get_info().capabilities.supports_tasks());
     }
 }
