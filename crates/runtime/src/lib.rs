@@ -4,8 +4,9 @@
 //! JSON-RPC messages to the same MCP server. The source tree:
 //!
 //! - [`mcp`] — MCP plumbing: [`McpServer`] (the rmcp `ServerHandler` every transport serves),
-//!   the catalog machinery, [`CallContext`], [`ToolError`], JSON text, tasks, and the stdio
-//!   transport ([`mcp::stdio`]).
+//!   tasks, and the stdio transport ([`mcp::stdio`]).
+//! - [`call`] — what a tool call is to both sides: the catalog machinery, [`CallContext`],
+//!   [`ToolError`], the result text and JSON text. `mcp` imports `tools`, never the reverse.
 //! - [`tools`] — the tool registry, and one folder per tool family (`fs`, `search`, `edit`,
 //!   `patch`, `process`, `git`; `info` is one file) holding its handlers, its pure `engine` and
 //!   their unit tests.
@@ -49,6 +50,7 @@ use std::{io, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
 
+pub mod call;
 pub mod config;
 pub mod mcp;
 pub mod memory;
@@ -59,11 +61,11 @@ mod primitives;
 pub mod procs;
 pub mod tools;
 
-pub use mcp::{
+pub use call::{
     context::{CallContext, ProgressSink, ProgressUpdate},
     error::{ToolError, ToolErrorCode},
-    server::McpServer,
 };
+pub use mcp::server::McpServer;
 pub use policy::{Principal, Profile};
 pub use primitives::text::LineEnding;
 pub use tools::process::engine::watchdog;
@@ -74,6 +76,15 @@ use crate::{path::Workspace, policy::Policy};
 pub const SERVER_NAME: &str = "machine-mcp";
 /// This build's package version; [`version`] is what it reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Protocol versions served, oldest first: the handshake era and the stateless 2026-07-28
+/// ([`McpServer`] negotiates them; `server_info` reports them).
+pub const SUPPORTED_PROTOCOL_VERSIONS: [rmcp::model::ProtocolVersion; 4] = [
+    rmcp::model::ProtocolVersion::V_2025_03_26,
+    rmcp::model::ProtocolVersion::V_2025_06_18,
+    rmcp::model::ProtocolVersion::V_2025_11_25,
+    rmcp::model::ProtocolVersion::V_2026_07_28,
+];
 
 /// The build stamp: [`BUILD_STAMP_MARKER`] and 24 ASCII digits, all `0` in a plain build. The
 /// digits may be overwritten in a built binary (a packager's build number; the tests make a

@@ -44,13 +44,6 @@ use protocol::limits::{
     DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX, RESULT_TEXT_DEFAULT_CHARS,
 };
 
-use crate::mcp::{
-    catalog,
-    error::{ToolError, ToolErrorCode},
-    server::{error_result, structured_result},
-    stdio,
-    text::{self, TextView},
-};
 use crate::tools::delegation::engine::{
     ReceiptSummary,
     agents::Agent,
@@ -58,6 +51,15 @@ use crate::tools::delegation::engine::{
     worker::{
         CAPABILITY_VAR, FrameError, REQUEST_VAR, SOCKET_VAR, challenge_mac, read_frame, write_frame,
     },
+};
+use crate::{
+    call::{
+        catalog,
+        error::{ToolError, ToolErrorCode},
+        result::{error_result, structured_result},
+        text::{self, TextView},
+    },
+    mcp::stdio,
 };
 
 /// Why the worker MCP server could not serve.

@@ -8,12 +8,11 @@ use serde::{Deserialize, Serialize};
 use protocol::limits;
 
 use crate::{
-    Access, SERVER_NAME,
-    mcp::{
+    Access, SERVER_NAME, SUPPORTED_PROTOCOL_VERSIONS,
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::ToolResult,
-        server::SUPPORTED_PROTOCOL_VERSIONS,
         text::TextView,
     },
     policy::{Capability, PolicyView},

@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use crate::{mcp::catalog::ToolSpec, policy::Policy};
+use crate::{call::catalog::ToolSpec, policy::Policy};
 
 pub(crate) mod blocking;
 pub(crate) mod context;
@@ -71,7 +71,7 @@ pub fn allowed(policy: &Policy) -> impl Iterator<Item = &'static ToolSpec> + '_ 
 mod tests {
     use protocol::limits::{RESULT_TEXT_RAISED_MAX_CHARS, TOOL_DESCRIPTION_MAX_CHARS};
 
-    use crate::mcp::catalog::MAX_RESULT_SIZE_META;
+    use crate::call::catalog::MAX_RESULT_SIZE_META;
 
     #[test]
     fn every_description_is_shorter_than_hosts_cut_them() {

@@ -84,7 +84,7 @@ impl Lines {
         match msg {
             Outgoing::Raw(s) => self.0.extend_from_slice(s.as_bytes()),
             Outgoing::Message(m) => {
-                if let Err(e) = crate::mcp::json::to_writer(&mut self.0, &m) {
+                if let Err(e) = crate::call::json::to_writer(&mut self.0, &m) {
                     tracing::error!(error = %e, "could not serialize an outgoing message");
                     return None;
                 }

@@ -26,13 +26,13 @@ use protocol::limits::{
 
 use crate::{
     Access, SERVER_NAME,
-    config::UserConfig,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
         text::{self, TextView, body_limit},
     },
+    config::UserConfig,
     path::Workspace,
     policy::{Capability, ExecMode},
     primitives::{project::target_dir, uri},

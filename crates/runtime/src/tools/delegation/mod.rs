@@ -21,13 +21,13 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    config::UserConfig,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
         text::{Budget, TextView, body_limit, cut},
     },
+    config::UserConfig,
     policy::Capability,
     tools::{blocking::blocking, info::NoArgs},
 };

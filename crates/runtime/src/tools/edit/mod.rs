@@ -10,7 +10,7 @@ use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
@@ -159,7 +159,7 @@ async fn write_file(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if !args.create_dirs {
                     return Err(ToolError::new(
-                        crate::mcp::error::ToolErrorCode::NotFound,
+                        crate::call::error::ToolErrorCode::NotFound,
                         format!(
                             "{display}: the parent directory does not exist (create_dirs is false)"
                         ),
@@ -245,7 +245,7 @@ impl TextView for EditFileOutput {
         format!(
             "edit_file {}: {} from line {}{} (sha256 {} -> {}); {}",
             self.path,
-            crate::mcp::text::count(self.replacements as u64, "replacement", "replacements"),
+            crate::call::text::count(self.replacements as u64, "replacement", "replacements"),
             self.first_line,
             if self.dry_run {
                 ", dry run: nothing written"

@@ -14,7 +14,7 @@ use protocol::limits::{JOB_READ_WAIT_MAX, RESULT_TEXT_DEFAULT_CHARS};
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},

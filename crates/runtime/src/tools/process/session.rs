@@ -15,7 +15,7 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
@@ -690,7 +690,7 @@ impl TextView for ListProcessesOutput {
     fn summary(&self) -> String {
         format!(
             "list_processes: {} (session, pid, state, stdout bytes, stderr bytes, command)",
-            crate::mcp::text::count(self.sessions.len() as u64, "session", "sessions")
+            crate::call::text::count(self.sessions.len() as u64, "session", "sessions")
         )
     }
 
@@ -702,7 +702,7 @@ impl TextView for ListProcessesOutput {
                 (false, None, Some(sig)) => sig.clone(),
                 (false, None, None) => "ended".to_owned(),
             };
-            let command = crate::mcp::text::cut(s.command.join(" "), 200, "…");
+            let command = crate::call::text::cut(s.command.join(" "), 200, "…");
             out.push_str(&format!(
                 "{}\t{}\t{state}\t{}\t{}\t{command}\n",
                 s.session_id, s.pid, s.stdout_bytes, s.stderr_bytes

@@ -16,7 +16,7 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
@@ -264,7 +264,7 @@ async fn search_text(
         let root = ws.resolve(&args.path)?;
         if !root.exists() {
             return Err(ToolError::new(
-                crate::mcp::error::ToolErrorCode::NotFound,
+                crate::call::error::ToolErrorCode::NotFound,
                 format!("{}: no such file or directory", args.path),
             ));
         }

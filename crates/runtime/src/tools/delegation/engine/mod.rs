@@ -47,8 +47,8 @@ use store::{
 use worker::{Grant, WorkerAccess};
 
 use crate::{
+    call::error::{ToolError, ToolErrorCode, ToolResult},
     config::{DelegationConfig, UserConfig},
-    mcp::error::{ToolError, ToolErrorCode, ToolResult},
     policy::Principal,
 };
 

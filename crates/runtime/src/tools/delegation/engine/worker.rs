@@ -62,7 +62,7 @@ use super::{
     agents::{Agent, WorkerMcp},
 };
 use crate::{
-    mcp::error::{ToolError, ToolErrorCode},
+    call::error::{ToolError, ToolErrorCode},
     owner_socket::{Handler, OwnerSocket, Reader, Writer},
     policy::Principal,
     primitives::private,

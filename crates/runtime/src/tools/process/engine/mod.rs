@@ -36,7 +36,7 @@ use protocol::limits::{
 
 use output::StreamBuf;
 
-use crate::mcp::error::{ToolError, ToolResult};
+use crate::call::error::{ToolError, ToolResult};
 
 /// How long the pipes may stay open after the leader exited before the tree is cleaned up.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);

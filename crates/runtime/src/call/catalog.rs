@@ -20,7 +20,7 @@ use protocol::limits::{RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS};
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::{ToolError, ToolResult},
         text::{self, TextView},
@@ -36,7 +36,7 @@ pub const MAX_RESULT_SIZE_META: &str = "anthropic/maxResultSizeChars";
 #[derive(Debug)]
 pub enum Reply {
     /// A JSON object matching the tool's output schema, sent as `structuredContent`, and its
-    /// readable text (`mcp::text`), sent as the one text block.
+    /// readable text (`call::text`), sent as the one text block.
     Structured {
         /// The structured result.
         value: Value,
@@ -159,7 +159,7 @@ impl ToolSpec {
     {
         Self::with_output(meta, f, |out: O| {
             // From the output itself, so the text keeps its fields in declaration order.
-            let text = crate::mcp::json::to_string(&out)
+            let text = crate::call::json::to_string(&out)
                 .map_err(|e| ToolError::internal(e.to_string()))?;
             let value = serde_json::to_value(out)
                 .map_err(|e| ToolError::internal(format!("serializing the result: {e}")))?;
