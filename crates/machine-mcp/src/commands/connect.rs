@@ -306,7 +306,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
             Some(new) if probed.is_some() && !stop.is_cancelled() && r.is_ok() => {
                 if new.workspace != served.workspace || new.policy_flags() != served.policy_flags()
                 {
-                    let ending = rt.running_sessions();
+                    let ending = rt.activity().running_process_sessions;
                     if ending > 0 {
                         tracing::warn!(
                             process_sessions = ending,

@@ -21,10 +21,11 @@
 //!   `tasks/cancel` (which kills its process tree). Tasks live in the [`crate::Runtime`] and belong
 //!   to the principal (see [`crate::mcp::tasks`]).
 //! - Resources and prompts (issue 18): `resources/list`, `resources/templates/list` and
-//!   `resources/read` serve the instruction files (`machine://context/...`,
-//!   `tools::context`); `prompts/list` and `prompts/get` the skills
-//!   (`tools::skills`). Both are read-only and follow the caller's path rules. Their
-//!   lists can change with the files but advertise no `listChanged` (no notification is sent).
+//!   `resources/read` serve what the tool families serve as resources (the instruction files,
+//!   `machine://context/...`), `prompts/list` and `prompts/get` what they serve as prompts (the
+//!   skills), through the registry ([`tools::resource_list`], [`tools::prompt_list`], ...), off
+//!   the async threads. Both are read-only and follow the caller's path rules. Their lists can
+//!   change with the files but advertise no `listChanged` (no notification is sent).
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
@@ -91,9 +92,6 @@ use crate::{
     policy::Principal,
     tools,
 };
-
-/// The MIME type of the context resources and skill texts.
-const MARKDOWN: &str = "text/markdown";
 
 /// Queued progress reports per call; more are dropped (progress is advisory).
 const PROGRESS_QUEUE: usize = 16;
@@ -516,7 +514,7 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let access = self.access.clone();
-        let list = tools::blocking::blocking(move || Ok(tools::context::resource_list(&access)))
+        let list = tools::blocking::blocking(move || Ok(tools::resource_list(&access)))
             .await
             .unwrap_or_default();
         Ok(ListResourcesResult::with_all_items(
@@ -524,7 +522,7 @@ impl ServerHandler for McpServer {
                 .map(|r| {
                     let mut res = Resource::new(r.uri, r.name)
                         .with_description(r.description)
-                        .with_mime_type(MARKDOWN);
+                        .with_mime_type(r.mime_type);
                     if let Some(size) = r.size {
                         res = res.with_size(size);
                     }
@@ -539,17 +537,20 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let (uri_template, name, description) = tools::context::RESOURCE_TEMPLATE;
-        Ok(ListResourceTemplatesResult::with_all_items(vec![
-            ResourceTemplate::new(uri_template, name)
-                .with_description(description)
-                .with_mime_type(MARKDOWN),
-        ]))
+        Ok(ListResourceTemplatesResult::with_all_items(
+            tools::resource_templates()
+                .map(|t| {
+                    ResourceTemplate::new(t.uri_template, t.name)
+                        .with_description(t.description)
+                        .with_mime_type(t.mime_type)
+                })
+                .collect(),
+        ))
     }
 
-    /// `resources/read` of a context resource (`machine://context/...`). A URI that is not one
-    /// this caller may read is -32002 (MCP 2025-11-25 Resources § Error Handling), which rmcp
-    /// turns into -32602 for 2026-07-28 requests.
+    /// `resources/read` of a resource a tool family serves (`machine://context/...`). A URI that
+    /// is not one this caller may read is -32002 (MCP 2025-11-25 Resources § Error Handling),
+    /// which rmcp turns into -32602 for 2026-07-28 requests.
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
@@ -557,23 +558,24 @@ impl ServerHandler for McpServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let access = self.access.clone();
         let uri = request.uri.clone();
-        let read = tools::blocking::blocking(move || tools::context::resource_read(&access, &uri))
+        let read = tools::blocking::blocking(move || tools::resource_read(&access, &uri))
             .await
             .map_err(|e| ErrorData::resource_not_found(short_message(&e), None))?;
         Ok(ReadResourceResult::new(vec![
-            ResourceContents::text(read.text, read.uri).with_mime_type(MARKDOWN),
+            ResourceContents::text(read.text, read.uri).with_mime_type(read.mime_type),
         ])
         .into())
     }
 
-    /// `prompts/list`: each skill of the workspace root (issue 18 item 3), no arguments.
+    /// `prompts/list`: what the tool families serve as prompts (each skill of the workspace
+    /// root, issue 18 item 3), no arguments.
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let access = self.access.clone();
-        let list = tools::blocking::blocking(move || Ok(tools::skills::prompt_list(&access)))
+        let list = tools::blocking::blocking(move || Ok(tools::prompt_list(&access)))
             .await
             .unwrap_or_default();
         Ok(ListPromptsResult::with_all_items(
@@ -587,8 +589,8 @@ impl ServerHandler for McpServer {
         ))
     }
 
-    /// `prompts/get` of a skill: one user message with its text. An unknown name is -32602
-    /// (MCP 2025-11-25 Prompts § Error Handling).
+    /// `prompts/get` of a prompt (a skill): one user message with its text. An unknown name is
+    /// -32602 (MCP 2025-11-25 Prompts § Error Handling).
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
@@ -596,7 +598,7 @@ impl ServerHandler for McpServer {
     ) -> Result<GetPromptResponse, ErrorData> {
         let access = self.access.clone();
         let name = request.name.clone();
-        let got = tools::blocking::blocking(move || tools::skills::prompt_get(&access, &name))
+        let got = tools::blocking::blocking(move || tools::prompt_get(&access, &name))
             .await
             .map_err(|e| ErrorData::invalid_params(short_message(&e), None))?;
         Ok(

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits;
 
+use crate::tools::family::Family;
 use crate::{
     Access, SERVER_NAME, SUPPORTED_PROTOCOL_VERSIONS,
     call::{
@@ -17,6 +18,9 @@ use crate::{
     },
     policy::{Capability, PolicyView},
 };
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(

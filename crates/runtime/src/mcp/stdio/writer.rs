@@ -64,7 +64,7 @@ pub(super) fn raw_stdout() -> io::Result<std::fs::File> {
 
 pub(super) fn widen_stdout_pipe() {
     use std::os::fd::AsFd;
-    crate::tools::process::engine::widen_pipe(io::stdout().as_fd());
+    crate::pipe::widen(io::stdout().as_fd());
 }
 
 /// How long a writer keeps its line buffer after the last message (see [`Lines`]).

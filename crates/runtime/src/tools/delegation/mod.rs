@@ -10,7 +10,12 @@
 pub mod engine;
 pub mod worker_mcp;
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{
+    panic::AssertUnwindSafe,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -24,19 +29,108 @@ use crate::{
     call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
-        error::{ToolError, ToolResult},
+        error::{ToolError, ToolErrorCode, ToolResult},
         text::{Budget, TextView, body_limit, cut},
     },
     config::UserConfig,
     policy::Capability,
-    tools::{blocking::blocking, info::NoArgs},
+    tools::{
+        blocking::blocking,
+        family::{Family, FamilyState, Hook},
+        info::NoArgs,
+        process::Processes,
+    },
 };
 
 use engine::{
-    AgentEnvironment, AgentReport, DelegateRequest, ListedStatus, Origin, ReceiptSummary, Scope,
+    AgentEnvironment, AgentReport, DelegateRequest, ListedStatus, Manager, Origin, ReceiptSummary,
+    Scope,
     agents::{self, Agent},
     store::Receipt,
 };
+
+/// The family's entry in the registry: the five delegation tools and the delegation manager
+/// ([`DelegationState`]).
+pub(crate) const FAMILY: Family = Family {
+    specs,
+    state: Some(DelegationState::make),
+    resources: None,
+    prompts: None,
+};
+
+/// What a runtime keeps for delegations: the state directory
+/// ([`RuntimeConfig::state_dir`](crate::RuntimeConfig::state_dir); without one the tools
+/// answer `unavailable`) and its [`Manager`], started on first use inside the Tokio runtime.
+///
+/// At shutdown the delegations this process runs end with it (their trees are terminated) and
+/// their receipts say so honestly: a running one becomes `failed`, delivery `sent`, diagnostic
+/// `server_stopped` (the agent got the prompt and was stopped before it answered; what it
+/// changed so far stays; nothing is re-run), a queued one `failed`/`not_sent`.
+#[derive(Debug)]
+pub(crate) struct DelegationState {
+    /// Unwind-safe as asserted: a panic while the manager is started leaves the cell empty, and
+    /// the manager keeps no invariant a panic breaks.
+    manager: Option<(
+        PathBuf,
+        AssertUnwindSafe<tokio::sync::OnceCell<Arc<Manager>>>,
+    )>,
+}
+
+impl DelegationState {
+    fn make(config: &crate::RuntimeConfig) -> Box<dyn FamilyState> {
+        Box::new(Self {
+            manager: config
+                .state_dir
+                .clone()
+                .map(|d| (d, AssertUnwindSafe(tokio::sync::OnceCell::new()))),
+        })
+    }
+
+    /// The manager of the state directory, started on first use (it must be called inside a
+    /// Tokio runtime); `None` without a state directory.
+    async fn manager(&self) -> Option<Arc<Manager>> {
+        let (dir, cell) = self.manager.as_ref()?;
+        let m = cell
+            .get_or_init(|| Manager::start(dir, Default::default()))
+            .await;
+        Some(m.clone())
+    }
+
+    /// The manager, when it was started.
+    fn started(&self) -> Option<&Arc<Manager>> {
+        self.manager.as_ref().and_then(|(_, cell)| cell.get())
+    }
+}
+
+impl FamilyState for DelegationState {
+    fn shutdown(&self) -> Hook<'_> {
+        Box::pin(async move {
+            if let Some(m) = self.started() {
+                m.shutdown().await;
+            }
+        })
+    }
+
+    fn activity(&self, activity: &mut crate::RuntimeActivity) {
+        activity.active_delegations = self.started().map_or(0, |m| m.active());
+    }
+}
+
+/// The delegation manager of `rt`'s runtime, started on first use.
+///
+/// # Errors
+/// `unavailable` without a state directory.
+async fn manager(rt: &Access) -> ToolResult<Arc<Manager>> {
+    rt.state::<DelegationState>()?
+        .manager()
+        .await
+        .ok_or_else(|| {
+            ToolError::new(
+                ToolErrorCode::Unavailable,
+                "delegation needs a state directory, and this server has none",
+            )
+        })
+}
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -248,7 +342,7 @@ impl TextView for ReceiptView {
 }
 
 async fn delegate(rt: Arc<Access>, args: DelegateArgs, cx: CallContext) -> ToolResult<ReceiptView> {
-    let manager = rt.delegations().await?;
+    let manager = manager(&rt).await?;
     let path = args.path.unwrap_or_else(|| ".".to_owned());
     let resolved = rt.workspace().resolve(&path)?;
     if !resolved.real().is_dir() {
@@ -263,7 +357,7 @@ async fn delegate(rt: Arc<Access>, args: DelegateArgs, cx: CallContext) -> ToolR
             AgentEnvironment::Full
         } else {
             AgentEnvironment::Isolated {
-                scratch: rt.scratch().root().to_owned(),
+                scratch: Processes::of(&rt)?.scratch().root().to_owned(),
             }
         },
     };
@@ -306,7 +400,7 @@ async fn read_delegation(
     args: ReadArgs,
     cx: CallContext,
 ) -> ToolResult<ReceiptView> {
-    let manager = rt.delegations().await?;
+    let manager = manager(&rt).await?;
     let wait = Duration::from_millis(args.wait_ms.unwrap_or(0));
     let scope = scope(&rt, &cx);
     let r = tokio::select! {
@@ -329,7 +423,7 @@ async fn cancel_delegation(
     args: CancelArgs,
     cx: CallContext,
 ) -> ToolResult<ReceiptView> {
-    let manager = rt.delegations().await?;
+    let manager = manager(&rt).await?;
     let r = manager.cancel(&args.request_id, &scope(&rt, &cx)).await?;
     let pending = if r.status.is_terminal() {
         None
@@ -476,7 +570,7 @@ async fn list_delegations(
     args: ListArgs,
     cx: CallContext,
 ) -> ToolResult<ListDelegations> {
-    let manager = rt.delegations().await?;
+    let manager = manager(&rt).await?;
     let limit = args.limit.unwrap_or(100);
     if limit == 0 || limit > DELEGATION_RECORDS_MAX {
         return Err(ToolError::invalid(format!(
@@ -600,7 +694,7 @@ async fn agents_status(
     _args: NoArgs,
     _cx: CallContext,
 ) -> ToolResult<AgentsStatus> {
-    if let Ok(manager) = rt.delegations().await {
+    if let Ok(manager) = manager(&rt).await {
         return Ok(AgentsStatus {
             agents: manager.status().await,
         });

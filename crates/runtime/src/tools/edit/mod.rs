@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
+use crate::tools::family::Family;
 use crate::{
     Access,
     call::{
@@ -33,6 +34,9 @@ use crate::{
 pub(super) mod engine;
 
 use engine::EditError;
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

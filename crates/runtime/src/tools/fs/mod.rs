@@ -15,6 +15,7 @@ use protocol::limits::{
     RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
+use crate::tools::family::Family;
 use crate::{
     Access,
     call::{
@@ -37,6 +38,9 @@ use crate::{
 mod engine;
 
 use engine::{Next, ReadError, Span};
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

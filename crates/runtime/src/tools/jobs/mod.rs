@@ -21,7 +21,10 @@ use crate::{
         text::{TextView, body_limit},
     },
     policy::Capability,
-    tools::blocking::blocking,
+    tools::{
+        blocking::blocking,
+        family::{Family, FamilyState},
+    },
 };
 
 pub mod engine;
@@ -44,6 +47,41 @@ const START_HINTS: Hints = Hints {
     idempotent: true,
     open_world: true,
 };
+
+/// The family's entry in the registry: the five job tools and the job store ([`JobsState`]).
+pub(crate) const FAMILY: Family = Family {
+    specs,
+    state: Some(JobsState::make),
+    resources: None,
+    prompts: None,
+};
+
+/// What a runtime keeps for the job tools: the job store of its state directory
+/// ([`RuntimeConfig::state_dir`](crate::RuntimeConfig::state_dir); none without one, and the
+/// tools answer `unavailable`). Jobs outlive the runtime: nothing is done at shutdown.
+#[derive(Debug)]
+pub(crate) struct JobsState {
+    store: Option<JobStore>,
+}
+
+impl JobsState {
+    fn make(config: &crate::RuntimeConfig) -> Box<dyn FamilyState> {
+        Box::new(Self {
+            store: config.state_dir.as_deref().map(|d| {
+                let exe = std::env::current_exe().unwrap_or_else(|_| "machine-mcp".into());
+                JobStore::new(d, exe)
+            }),
+        })
+    }
+}
+
+impl FamilyState for JobsState {}
+
+/// The job store of `runtime`, when it has a state directory: what `machine-mcp` recovers at
+/// start and counts in `status`.
+pub fn store(runtime: &crate::Runtime) -> Option<&JobStore> {
+    runtime.state::<JobsState>()?.store.as_ref()
+}
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -132,7 +170,7 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
 
 /// The store, or why jobs are not available.
 fn job_store(rt: &Access) -> ToolResult<JobStore> {
-    rt.jobs().cloned().ok_or_else(|| {
+    rt.state::<JobsState>()?.store.clone().ok_or_else(|| {
         ToolError::new(
             ToolErrorCode::Unavailable,
             "managed jobs need a state directory, and this server has none",
@@ -254,7 +292,7 @@ async fn accept(
     staged: bool,
 ) -> ToolResult<JobStarted> {
     let store = job_store(&rt)?;
-    let registry = rt.resources().cloned().ok_or_else(|| {
+    let registry = super::resources::registry(&rt)?.ok_or_else(|| {
         ToolError::new(
             ToolErrorCode::Unavailable,
             "this server has no state directory",

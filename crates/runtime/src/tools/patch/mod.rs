@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
+use crate::tools::family::Family;
 use crate::{
     Access,
     call::{
@@ -48,6 +49,9 @@ use crate::{
 mod engine;
 
 use engine::FileOp;
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(

@@ -25,7 +25,7 @@ use crate::{
 };
 
 use super::{
-    EXEC_HINTS, check_argv,
+    EXEC_HINTS, Processes, check_argv,
     engine::{
         Proc, StdinError, Stream,
         sessions::{Missing, Session},
@@ -185,14 +185,14 @@ async fn start_process(
                 .clamp(PTY_COLS_MIN, PTY_SIDE_MAX),
         )
     });
-    if rt.sessions().running() >= PROCESS_SESSIONS_MAX {
+    let sessions = Processes::of(&rt)?.sessions();
+    if sessions.running() >= PROCESS_SESSIONS_MAX {
         return Err(full());
     }
     let argv: Vec<OsString> = args.argv.iter().map(OsString::from).collect();
     let spec = spawn_spec(&rt, argv, args.cwd.as_deref(), &args.env, size)?;
     let proc = Proc::spawn(&spec, None, true).map_err(|e| spawn_error(&args.argv[0], &e))?;
-    let session = rt
-        .sessions()
+    let session = sessions
         .insert(cx.principal.clone(), proc.clone(), args.argv, None)
         .map_err(|_| full())?;
     Ok(StartProcessOutput {
@@ -227,7 +227,7 @@ fn full() -> ToolError {
 
 /// `not_found` for a session the caller cannot see, saying why when it is known.
 fn session(rt: &Access, id: &str, cx: &CallContext) -> ToolResult<Arc<Session>> {
-    rt.sessions().get(id, &cx.principal).map_err(|why| {
+    Processes::of(rt)?.sessions().get(id, &cx.principal).map_err(|why| {
         let retention = SESSION_RETENTION_AFTER_EXIT.as_secs() / 60;
         let message = match why {
             Missing::Unknown => format!(
@@ -716,7 +716,7 @@ async fn list_processes(
     _args: ListProcessesArgs,
     cx: CallContext,
 ) -> ToolResult<ListProcessesOutput> {
-    let sessions = rt
+    let sessions = Processes::of(&rt)?
         .sessions()
         .list(&cx.principal)
         .into_iter()

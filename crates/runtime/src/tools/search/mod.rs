@@ -14,6 +14,7 @@ use protocol::limits::{
     SEARCH_LINE_MAX_BYTES, SEARCH_MAX_CONTEXT_LINES, SEARCH_MAX_MATCHES,
 };
 
+use crate::tools::family::Family;
 use crate::{
     Access,
     call::{
@@ -30,6 +31,9 @@ use crate::{
 pub(crate) mod engine;
 
 use engine::{Cursor, Run, Scope};
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(

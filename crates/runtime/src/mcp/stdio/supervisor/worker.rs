@@ -68,7 +68,7 @@ impl Worker {
             return Err(std::io::Error::other("the worker's pipes were not created"));
         };
         let pid = child.id();
-        crate::tools::process::engine::widen_pipe(std::os::fd::AsFd::as_fd(&stdout));
+        crate::pipe::widen(std::os::fd::AsFd::as_fd(&stdout));
         let worker = Arc::new(Self {
             generation,
             pid,
