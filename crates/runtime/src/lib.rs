@@ -54,7 +54,6 @@ pub mod call;
 pub mod config;
 pub mod mcp;
 pub mod memory;
-mod owner_socket;
 pub mod path;
 pub mod pipe;
 pub mod policy;

@@ -10,6 +10,7 @@
 //!   of this module a family's engine or a primitive may import (the tidy test checks it).
 //! - `text`: the readable, bounded text block of a result (`TextView`).
 //! - [`result`]: a handler's answer as an MCP `CallToolResult`.
+//! - [`tool_set`]: tools served on their own, without a runtime (the delegation worker's).
 //! - [`json`]: JSON text of everything written.
 //!
 //! Nothing here knows a transport, a session or a particular tool.
@@ -20,3 +21,4 @@ pub mod error;
 pub mod json;
 pub mod result;
 pub(crate) mod text;
+pub mod tool_set;

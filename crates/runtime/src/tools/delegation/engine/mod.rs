@@ -2,7 +2,8 @@
 //!
 //! The [`Manager`] (one per runtime with a state directory) accepts a request, records its
 //! receipt ([`store`]) and runs the agent ([`agents`]) when a slot is free (`run`); workers
-//! that delegate further reach it through [`worker`]. Not a managed job: a job is recovered and
+//! that delegate further reach it through the family's worker socket, which it sees as
+//! [`Workers`]. Not a managed job: a job is recovered and
 //! its finally steps re-run, while a delegation is never re-run — a receipt whose server died
 //! becomes `unknown` ([`store::settle`]).
 //!
@@ -17,7 +18,7 @@
 pub mod agents;
 mod run;
 pub mod store;
-pub mod worker;
+pub mod workers;
 
 use std::{
     collections::HashMap,
@@ -44,7 +45,7 @@ use store::{
     DelegationStatus, DeliveryState, Entry, Receipt, Store, StoredReceipt, fingerprint,
     now_rfc3339, server_alive, valid_request_id,
 };
-use worker::{Grant, WorkerAccess};
+pub use workers::{Grant, Workers};
 
 use crate::{
     call::error::{ToolError, ToolErrorCode, ToolResult},
@@ -307,9 +308,6 @@ pub struct ManagerOptions {
     pub run_limit: Duration,
     /// The `[delegation]` configuration; `None`: the user's file, read on every inspection.
     pub config: Option<DelegationConfig>,
-    /// Whether to serve the worker socket ([`WorkerAccess`]); without it workers cannot
-    /// delegate further.
-    pub worker_socket: bool,
 }
 
 impl Default for ManagerOptions {
@@ -317,7 +315,6 @@ impl Default for ManagerOptions {
         Self {
             run_limit: DELEGATION_RUN_LIMIT,
             config: None,
-            worker_socket: true,
         }
     }
 }
@@ -359,7 +356,9 @@ pub struct Manager {
     /// Fired by [`Manager::shutdown`]: the pump stops and every run ends.
     closing: CancellationToken,
     tasks: TaskTracker,
-    worker: OnceLock<Arc<WorkerAccess>>,
+    /// The worker side, once attached ([`Manager::attach_workers`]); without it workers cannot
+    /// delegate further.
+    worker: OnceLock<Arc<dyn Workers>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -425,11 +424,11 @@ enum Admitted {
 
 impl Manager {
     /// Starts the delegations of `state_dir`: settles the receipts of servers that died
-    /// ([`store::settle`]), serves the worker socket, and starts the queue pump. Call inside a
-    /// Tokio runtime.
+    /// ([`store::settle`]) and starts the queue pump. Call inside a Tokio runtime; attach the
+    /// worker side ([`Manager::attach_workers`]) before the manager is handed to anyone, so that
+    /// every run gets a capability.
     pub async fn start(state_dir: &Path, options: ManagerOptions) -> Arc<Self> {
         let store = Store::new(state_dir);
-        let worker_socket = options.worker_socket;
         let m = Arc::new_cyclic(|me| Manager {
             me: me.clone(),
             store: store.clone(),
@@ -450,16 +449,6 @@ impl Manager {
         .await;
         if let Err(e) = settled {
             tracing::warn!(error = %e.message(), "cannot read the delegation receipts");
-        }
-        if worker_socket {
-            match WorkerAccess::start(store.root(), Arc::downgrade(&m)) {
-                Ok(w) => {
-                    let _ = m.worker.set(w);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "no worker socket: workers cannot delegate further")
-                }
-            }
         }
         let weak = Arc::downgrade(&m);
         let closing = m.closing.clone();
@@ -968,16 +957,6 @@ impl Manager {
             .unwrap_or(0)
     }
 
-    /// Stops accepting (every server of the state directory answers a new `delegate` with
-    /// `unavailable`, [`DRAINING_MESSAGE`]) and returns what is still queued or running on
-    /// live servers. Undone by `machine-mcp delegation resume` (the marker removed).
-    pub fn drain(&self) -> Vec<ReceiptSummary> {
-        if let Err(e) = self.store.set_draining(true) {
-            tracing::warn!(error = %e, "cannot write the draining marker");
-        }
-        unfinished(&self.store)
-    }
-
     /// Ends this server's delegations because the process ends: queued ones become
     /// `failed`/`not_sent`, running ones have their trees terminated and become
     /// `failed`/`sent` with diagnostic `server_stopped` (the agent was stopped before it
@@ -1236,8 +1215,13 @@ impl Manager {
         self.bump();
     }
 
-    /// The worker socket, when it is served.
-    fn worker(&self) -> Option<&Arc<WorkerAccess>> {
+    /// Attaches the worker side (the family's worker socket); the first one stays.
+    pub fn attach_workers(&self, workers: Arc<dyn Workers>) {
+        let _ = self.worker.set(workers);
+    }
+
+    /// The worker side, when it is attached.
+    fn worker(&self) -> Option<&Arc<dyn Workers>> {
         self.worker.get()
     }
 
