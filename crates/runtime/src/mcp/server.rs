@@ -23,7 +23,7 @@
 //! - Resources and prompts (issue 18): `resources/list`, `resources/templates/list` and
 //!   `resources/read` serve what the tool families serve as resources (the instruction files,
 //!   `machine://context/...`), `prompts/list` and `prompts/get` what they serve as prompts (the
-//!   skills), through the registry ([`tools::resource_list`], [`tools::prompt_list`], ...), off
+//!   skills), through the registry (`tools::resource_list`, `tools::prompt_list`, ...), off
 //!   the async threads. Both are read-only and follow the caller's path rules. Their lists can
 //!   change with the files but advertise no `listChanged` (no notification is sent).
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a

@@ -1,10 +1,10 @@
-//! The tool registry: every tool family, in listing order ([`FAMILIES`]) — the one list from
+//! The tool registry: every tool family, in listing order (`FAMILIES`) — the one list from
 //! which `tools/list` is derived ([`allowed`]), `tools/call` finds its handler ([`find`]), the
-//! runtime makes the families' state ([`family::States`]) and the server lists resources and
-//! prompts ([`resource_list`], [`prompt_list`], ...).
+//! runtime makes the families' state (`family::States`) and the server lists resources and
+//! prompts (`resource_list`, `prompt_list`, ...).
 //!
 //! One module per tool family (a folder holding its handlers, its pure `engine` and their tests;
-//! `info` is one file); each family's `FAMILY` is its entry ([`Family`]): its catalog entries,
+//! `info` is one file); each family's `FAMILY` is its entry (`family::Family`): its catalog entries,
 //! built with [`ToolSpec`], its state and the resources or prompts it serves. Nothing outside
 //! `tools/` names a family: the runtime and the MCP plumbing reach them through this registry
 //! (the tidy test checks `lib.rs` and `mcp/`). `blocking` is how handlers run blocking work;

@@ -8,7 +8,7 @@
 //! `agents_status` only reads. A caller sees and cancels its own receipts; the owner sees all.
 //!
 //! Everything about delegation is here:
-//! - this module: the family's entry and what the runtime keeps ([`DelegationState`]: the
+//! - this module: the family's entry and what the runtime keeps (`DelegationState`: the
 //!   manager, started on first use, stopped at shutdown, counted in the runtime's activity);
 //! - the tools: `receipt` (`delegate`, `read_delegation`, `cancel_delegation`), `list`
 //!   (`list_delegations`), `status` (`agents_status`);

@@ -21,13 +21,14 @@ use crate::{
         text::{TextView, body_limit},
     },
     policy::Capability,
-    tools::{
-        blocking::blocking,
-        family::{Family, FamilyState},
-    },
+    tools::{blocking::blocking, family::Family},
 };
 
 pub mod engine;
+mod state;
+
+pub(crate) use state::JobsState;
+pub use state::store;
 
 use engine::{
     JobView,
@@ -55,33 +56,6 @@ pub(crate) const FAMILY: Family = Family {
     resources: None,
     prompts: None,
 };
-
-/// What a runtime keeps for the job tools: the job store of its state directory
-/// ([`RuntimeConfig::state_dir`](crate::RuntimeConfig::state_dir); none without one, and the
-/// tools answer `unavailable`). Jobs outlive the runtime: nothing is done at shutdown.
-#[derive(Debug)]
-pub(crate) struct JobsState {
-    store: Option<JobStore>,
-}
-
-impl JobsState {
-    fn make(config: &crate::RuntimeConfig) -> Box<dyn FamilyState> {
-        Box::new(Self {
-            store: config.state_dir.as_deref().map(|d| {
-                let exe = std::env::current_exe().unwrap_or_else(|_| "machine-mcp".into());
-                JobStore::new(d, exe)
-            }),
-        })
-    }
-}
-
-impl FamilyState for JobsState {}
-
-/// The job store of `runtime`, when it has a state directory: what `machine-mcp` recovers at
-/// start and counts in `status`.
-pub fn store(runtime: &crate::Runtime) -> Option<&JobStore> {
-    runtime.state::<JobsState>()?.store.as_ref()
-}
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

@@ -7,8 +7,9 @@
 //! process keeps its deadline. Cancellation terminates the tree. Long calls with a progress token
 //! report the elapsed time and the newest output line.
 //!
-//! The process session tools (`start_process`, ...) are in [`session`]; spawning, capture, tree
-//! termination and the session table are the [`engine`].
+//! The process session tools (`start_process`, ...) are in `session`; spawning, capture, tree
+//! termination and the session table are the `engine`; what the runtime keeps for them is
+//! `state` (`Processes`). The [`watchdog`] is public: the binary runs it.
 
 use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
 
@@ -22,7 +23,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    Access, RuntimeActivity, RuntimeConfig,
+    Access,
     call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
@@ -30,16 +31,18 @@ use crate::{
         text::{TextView, body_limit},
     },
     policy::Capability,
-    tools::family::{Family, FamilyState, Hook},
+    tools::family::Family,
 };
 
 pub(crate) mod engine;
 pub(super) mod session;
+mod state;
 
 pub(crate) use engine::check_argv;
 /// The watchdog that ends what a server started when the server is gone (see the module).
 pub use engine::watchdog;
 use engine::{Proc, Spawn, env, sessions::Sessions};
+pub(crate) use state::Processes;
 
 /// The family's entry in the registry: `run_process`, `exec_command` and the process session
 /// tools ([`session`]), and what the runtime keeps for them ([`Processes`]).
@@ -55,58 +58,6 @@ fn all_specs() -> Vec<ToolSpec> {
     let mut v = specs();
     v.extend(session::specs());
     v
-}
-
-/// What a runtime keeps for the process tools: the process sessions of every caller (bounded
-/// by [`engine::sessions`]), and the scratch directory of isolated children
-/// (`machine-mcp-<pid>` in the system's temporary directory). At shutdown every process
-/// session is terminated (SIGTERM, 2 s grace, SIGKILL) and the scratch directory removed.
-#[derive(Debug)]
-pub(crate) struct Processes {
-    sessions: Sessions,
-    scratch: env::Scratch,
-}
-
-impl Processes {
-    fn make(_config: &RuntimeConfig) -> Box<dyn FamilyState> {
-        let scratch = std::env::temp_dir().join(format!("machine-mcp-{}", std::process::id()));
-        Box::new(Self {
-            sessions: Sessions::default(),
-            scratch: env::Scratch::new(scratch),
-        })
-    }
-
-    /// The state of `rt`'s runtime.
-    ///
-    /// # Errors
-    /// `internal_error` when the runtime keeps none (the family is not registered).
-    pub(crate) fn of(rt: &Access) -> ToolResult<&Self> {
-        rt.state::<Self>()
-    }
-
-    /// The process sessions.
-    pub(crate) fn sessions(&self) -> &Sessions {
-        &self.sessions
-    }
-
-    /// The scratch directory of isolated children.
-    pub(crate) fn scratch(&self) -> &env::Scratch {
-        &self.scratch
-    }
-}
-
-impl FamilyState for Processes {
-    fn shutdown(&self) -> Hook<'_> {
-        Box::pin(async move {
-            self.sessions.shutdown().await;
-            let _ = std::fs::remove_dir_all(self.scratch.root());
-        })
-    }
-
-    fn activity(&self, activity: &mut RuntimeActivity) {
-        activity.running_process_sessions = self.sessions.running();
-        activity.kept_process_sessions = self.sessions.kept();
-    }
 }
 
 /// Hints of tools that run arbitrary programs.

@@ -74,8 +74,8 @@ impl WorkerMcpError {
     }
 }
 
-/// Connects to the worker socket the run's variables name ([`SOCKET_VAR`], [`REQUEST_VAR`],
-/// [`CAPABILITY_VAR`]) and authenticates (module docs): the worker's tools, to serve on stdio.
+/// Connects to the worker socket the run's variables name (`MACHINE_MCP_DELEGATION_SOCKET`,
+/// `MACHINE_MCP_DELEGATION_REQUEST`, `MACHINE_MCP_DELEGATION_CAPABILITY`) and authenticates (module docs): the worker's tools, to serve on stdio.
 ///
 /// # Errors
 /// [`WorkerMcpError::MissingVar`] / [`WorkerMcpError::BadCapability`] for the environment
