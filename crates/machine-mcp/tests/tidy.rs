@@ -2,8 +2,9 @@
 //! on the source (in the manner of rust-analyzer's `tidy.rs`), so that it cannot drift silently.
 //!
 //! - Crate edges: `protocol` depends on serde only; `runtime` on `protocol` (of the workspace);
-//!   `daemon` on `protocol` and `runtime`; `relay` on `protocol` only — never `runtime`, and no
-//!   `rmcp` in any of its dependency kinds; the conformance fixture on no workspace crate.
+//!   `supervisor` and `daemon` on `protocol` and `runtime` (the supervisor never on `rmcp`);
+//!   `relay` on `protocol` only — never `runtime`, and no `rmcp` in any of its dependency
+//!   kinds; the conformance fixture on no workspace crate.
 //! - Engines (`runtime/src/tools/<family>/engine.rs`, `.../engine/**`) and the shared
 //!   primitives (`runtime/src/primitives/**`) import no MCP: no `rmcp`, nothing of
 //!   `crate::mcp`, nothing of `crate::call` but `crate::call::error` (the tools' error value),
@@ -61,6 +62,7 @@ struct Rule {
 const PROTOCOL: &str = "machine-bridge-protocol";
 const RUNTIME: &str = "machine-bridge-runtime";
 const DAEMON: &str = "machine-bridge-daemon";
+const SUPERVISOR: &str = "machine-bridge-supervisor";
 const RELAY: &str = "machine-bridge-relay";
 
 const RULES: &[Rule] = &[
@@ -82,6 +84,14 @@ const RULES: &[Rule] = &[
         external_only: None,
         never: &[],
     },
+    // A process manager: it forwards lines to and from a worker process and reads only message
+    // heads; it speaks no MCP through rmcp.
+    Rule {
+        package: SUPERVISOR,
+        workspace: &[PROTOCOL, RUNTIME],
+        external_only: None,
+        never: &["rmcp"],
+    },
     Rule {
         package: RELAY,
         workspace: &[PROTOCOL],
@@ -90,7 +100,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         package: "machine-mcp",
-        workspace: &[PROTOCOL, RUNTIME, DAEMON, RELAY],
+        workspace: &[PROTOCOL, RUNTIME, SUPERVISOR, DAEMON, RELAY],
         external_only: None,
         never: &[],
     },

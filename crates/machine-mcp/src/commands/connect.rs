@@ -110,9 +110,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     let binary_nudge = Arc::new(tokio::sync::Notify::new());
     let (upgrade_tx, mut upgrades) = tokio::sync::mpsc::channel(1);
     tokio::spawn(upgrade::watch(
-        runtime::mcp::stdio::supervisor::binary::invoked_path(
-            &std::env::args_os().next().unwrap_or_default(),
-        ),
+        supervisor::binary::invoked_path(&std::env::args_os().next().unwrap_or_default()),
         binary_nudge.clone(),
         upgrade_tx,
     ));

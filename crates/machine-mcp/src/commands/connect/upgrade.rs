@@ -23,10 +23,8 @@ use std::{
 };
 
 use protocol::limits::{UPGRADE_CHECK_INTERVAL, UPGRADE_ENDED_GRACE, VERSION_PROBE_TIMEOUT};
-use runtime::{
-    Runtime,
-    mcp::stdio::supervisor::binary::{FileId, probe_version},
-};
+use runtime::Runtime;
+use supervisor::binary::{FileId, probe_version};
 use tokio::{
     sync::{Notify, mpsc},
     time::Instant,

@@ -46,16 +46,16 @@ use crate::{
 };
 
 mod framing;
-pub mod supervisor;
 mod writer;
 
-pub use writer::OutputClosed;
+pub use framing::LineAssembly;
+pub use writer::{OutputClosed, raw_stdout};
 
 use framing::{
     Frame, Kind, cancelled_request, classify, error_line, is_discover, read_bounded_line,
     request_id,
 };
-use writer::{OutQueue, Outgoing, raw_stdout, widen_stdout_pipe, write_loop, write_thread};
+use writer::{OutQueue, Outgoing, widen_stdout_pipe, write_loop, write_thread};
 
 /// Outgoing messages queued for the writer.
 const OUTGOING_QUEUE: usize = 256;

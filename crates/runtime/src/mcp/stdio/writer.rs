@@ -55,7 +55,10 @@ pub struct OutputClosed;
 /// A writer to file descriptor 1 without `std::io::Stdout`'s line buffering, which scans every
 /// write for its last newline (a megabyte per result); the writer thread buffers by itself.
 /// Nothing else writes to stdout in a stdio session (see [`super`]).
-pub(super) fn raw_stdout() -> io::Result<std::fs::File> {
+///
+/// # Errors
+/// Duplicating file descriptor 1 failed.
+pub fn raw_stdout() -> io::Result<std::fs::File> {
     use std::os::fd::AsFd;
     Ok(std::fs::File::from(
         io::stdout().as_fd().try_clone_to_owned()?,
