@@ -4,16 +4,24 @@
 //! JSON-RPC messages to the same MCP server. The source tree:
 //!
 //! - [`mcp`] — MCP plumbing: [`McpServer`] (the rmcp `ServerHandler` every transport serves),
-//!   tasks, and the stdio transport ([`mcp::stdio`]).
+//!   tasks, the stdio transport ([`mcp::stdio`]) and the server of a tool set without a runtime.
 //! - [`call`] — what a tool call is to both sides: the catalog machinery, [`CallContext`],
-//!   [`ToolError`], the result text and JSON text. `mcp` imports `tools`, never the reverse.
-//! - [`tools`] — the tool registry, and one folder per tool family (`fs`, `search`, `edit`,
-//!   `patch`, `process`, `git`; `info` is one file) holding its handlers, its pure `engine` and
-//!   their unit tests.
+//!   [`ToolError`], the result and its text, JSON text, tool sets.
+//! - [`tools`] — the tool registry (the one list of families) and one folder per tool family
+//!   holding its handlers, its pure `engine`, its state and their unit tests (`info` is one
+//!   file). The only import direction is `mcp → tools`; this file and `mcp` name no family
+//!   (the tidy test checks both).
 //! - `primitives` — shared pure building blocks of the families: text facts, complete-before-
 //!   visible writes and write locks, diffs, ignore files, skipped paths.
 //! - [`policy`] (profiles, capabilities, [`Principal`]), [`path`] (confinement), [`memory`]
-//!   (heap hygiene); [`Runtime`] and [`Access`] (the runtime as one caller may use it) are here.
+//!   (heap hygiene), [`pipe`] (pipe capacity), [`procs`] (facts about processes), [`config`]
+//!   (the user's configuration); [`Runtime`] and [`Access`] (the runtime as one caller may use
+//!   it) are here.
+//!
+//! [`Runtime`] keeps what every family shares (workspace, policy, call slots, tasks, write
+//! locks, the ignore cache) as fields, and what a family keeps (process sessions, the job store,
+//! the delegation manager, ...) by type, made by the family itself; its shutdown and its
+//! [`RuntimeActivity`] go through each family's hooks.
 //!
 //! Main types: [`Runtime`] (configuration + shared state, one per process), [`McpServer`] (one per
 //! MCP session), [`CallContext`] (cancellation, progress and caller of one tool call),
