@@ -248,7 +248,7 @@ async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(
 /// Starts an upstream server with piped stdio in its own process group, tagged so that the
 /// runtime's watchdog ends it (and what it started) if the daemon is killed.
 pub(crate) fn spawn(spec: &UpstreamSpec) -> std::io::Result<tokio::process::Child> {
-    let (tree_key, tree_value) = runtime::watchdog::tag_env();
+    let (tree_key, tree_value) = runtime::tools::process::watchdog::tag_env();
     tokio::process::Command::new(&spec.command)
         .args(&spec.args)
         .envs(&spec.env)

@@ -1080,7 +1080,7 @@ fn too_large(message: &Value, method: Option<&str>, size: usize) -> Value {
         let e = ToolError::limit(format!("the call completed, but {advice}")).with_side_effects();
         // Rendered as the runtime renders its own tool errors (rmcp adds `resultType`).
         let result =
-            serde_json::to_value(runtime::mcp::server::error_result(&e)).unwrap_or(Value::Null);
+            serde_json::to_value(runtime::call::result::error_result(&e)).unwrap_or(Value::Null);
         return jsonrpc::result(&id, result);
     }
     jsonrpc::error(&id, code::INTERNAL_ERROR, &advice, None)

@@ -2,15 +2,21 @@
 //! on the source (in the manner of rust-analyzer's `tidy.rs`), so that it cannot drift silently.
 //!
 //! - Crate edges: `protocol` depends on serde only; `runtime` on `protocol` (of the workspace);
-//!   `daemon` on `protocol` and `runtime`; `relay` on `protocol` only — never `runtime`, and no
-//!   `rmcp` in any of its dependency kinds; the conformance fixture on no workspace crate.
+//!   `supervisor` and `daemon` on `protocol` and `runtime` (the supervisor never on `rmcp`);
+//!   `relay` on `protocol` only — never `runtime`, and no `rmcp` in any of its dependency
+//!   kinds; the conformance fixture on no workspace crate.
 //! - Engines (`runtime/src/tools/<family>/engine.rs`, `.../engine/**`) and the shared
 //!   primitives (`runtime/src/primitives/**`) import no MCP: no `rmcp`, nothing of
-//!   `crate::mcp` but `crate::mcp::error` (the tools' error value), no handler module; and no
+//!   `crate::mcp`, nothing of `crate::call` but `crate::call::error` (the tools' error value),
+//!   no handler module; and no
 //!   I/O transport: no sockets, no HTTP/WebSocket crate, nothing written to stdout (stdout is
 //!   the stdio transport's).
 //! - Tool handlers (the rest of `runtime/src/tools/`) use no rmcp type but `ContentBlock`, and
 //!   never reach the daemon's ceiling through `Access::runtime()`.
+//! - One direction, `mcp → tools`: nothing under `runtime/src/tools/` names `crate::mcp` (what
+//!   both sides need is `crate::call`), and neither `runtime/src/lib.rs` nor `runtime/src/mcp/`
+//!   names a tool family (`tools::<family>`, a family being an entry of the registry's list in
+//!   `tools/mod.rs`): they reach the families through the registry.
 //! - `docs/relay-protocol.md` names every frame of `protocol::frame`.
 //! - The documents (`docs.rs`): the README is at most 300 lines; the user documents spell the
 //!   product's names one way and keep the claims other files rely on (which interop clients
@@ -65,6 +71,7 @@ struct Rule {
 const PROTOCOL: &str = "machine-bridge-protocol";
 const RUNTIME: &str = "machine-bridge-runtime";
 const DAEMON: &str = "machine-bridge-daemon";
+const SUPERVISOR: &str = "machine-bridge-supervisor";
 const RELAY: &str = "machine-bridge-relay";
 
 const RULES: &[Rule] = &[
@@ -86,6 +93,14 @@ const RULES: &[Rule] = &[
         external_only: None,
         never: &[],
     },
+    // A process manager: it forwards lines to and from a worker process and reads only message
+    // heads; it speaks no MCP through rmcp.
+    Rule {
+        package: SUPERVISOR,
+        workspace: &[PROTOCOL, RUNTIME],
+        external_only: None,
+        never: &["rmcp"],
+    },
     Rule {
         package: RELAY,
         workspace: &[PROTOCOL],
@@ -94,7 +109,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         package: "machine-mcp",
-        workspace: &[PROTOCOL, RUNTIME, DAEMON, RELAY],
+        workspace: &[PROTOCOL, RUNTIME, SUPERVISOR, DAEMON, RELAY],
         external_only: None,
         never: &[],
     },
@@ -464,9 +479,12 @@ fn engine_violation(rel: &str, path: &str) -> Option<String> {
     {
         return Some("an engine knows no network transport".into());
     }
-    if first == "crate" && seg.get(1) == Some(&"mcp") && seg.get(2) != Some(&"error") {
+    if first == "crate" && seg.get(1) == Some(&"mcp") {
+        return Some("an engine imports nothing of crate::mcp (the MCP plumbing)".into());
+    }
+    if first == "crate" && seg.get(1) == Some(&"call") && seg.get(2) != Some(&"error") {
         return Some(
-            "an engine imports nothing of crate::mcp but its error value (crate::mcp::error)"
+            "an engine imports nothing of crate::call but its error value (crate::call::error)"
                 .into(),
         );
     }
@@ -588,6 +606,101 @@ fn tool_handlers_see_no_rmcp_type_but_content_blocks_and_not_the_ceiling() {
         }
     }
     report("tool handlers", &violations);
+}
+
+/// The tool families: the names of the entries of the registry's list (`NAME::FAMILY` in
+/// `runtime/src/tools/mod.rs`).
+fn family_names(src: &Path) -> Vec<String> {
+    let code = code_only(&fs::read_to_string(src.join("tools/mod.rs")).expect("tools/mod.rs"));
+    let mut names: Vec<String> = code
+        .match_indices("::FAMILY")
+        .map(|(k, _)| {
+            code[..k]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect::<Vec<char>>()
+                .into_iter()
+                .rev()
+                .collect()
+        })
+        .filter(|n: &String| !n.is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Why `path`, named in `rel` (a file relative to `runtime/src`, with `/`), goes against the one
+/// direction `mcp → tools`, if it does.
+fn direction_violation(rel: &str, path: &str, families: &[String]) -> Option<String> {
+    let seg: Vec<&str> = path.split("::").collect();
+    if rel.starts_with("tools/") {
+        let first = seg.iter().position(|s| *s != "super").unwrap_or(seg.len());
+        let reaches_root = seg[0] == "crate" || first > 0;
+        let named = if seg[0] == "crate" {
+            seg.get(1)
+        } else {
+            seg.get(first)
+        };
+        if reaches_root && named == Some(&"mcp") {
+            return Some(
+                "nothing under tools/ imports from crate::mcp: the direction is mcp → tools, and \
+                 what both sides need is crate::call"
+                    .into(),
+            );
+        }
+    }
+    if rel == "lib.rs" || rel.starts_with("mcp/") {
+        let family = seg
+            .windows(2)
+            .find(|w| w[0] == "tools" && families.iter().any(|f| f == w[1]));
+        if let Some(w) = family {
+            return Some(format!(
+                "lib.rs and mcp/ name no tool family (`tools::{}`): they reach the families \
+                 through the registry (tools/mod.rs, tools/family.rs)",
+                w[1]
+            ));
+        }
+    }
+    None
+}
+
+#[test]
+fn mcp_imports_tools_never_the_reverse_and_names_no_family() {
+    let src = runtime_src();
+    let families = family_names(&src);
+    // A renamed list must not make the check vacuous.
+    assert!(
+        families.len() >= 10 && families.iter().any(|f| f == "process"),
+        "tidy: the families were not found in {}: {families:?}",
+        src.join("tools/mod.rs").display()
+    );
+    let mut checked = 0;
+    let mut violations = Vec::new();
+    for file in rust_files(&src) {
+        let rel = file
+            .strip_prefix(&src)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if !(rel.starts_with("tools/") || rel.starts_with("mcp/") || rel == "lib.rs") {
+            continue;
+        }
+        checked += 1;
+        let code = code_only(&fs::read_to_string(&file).expect("readable source"));
+        for (line, path) in paths(&code) {
+            if let Some(why) = direction_violation(&rel, &path, &families) {
+                violations.push(format!("crates/runtime/src/{rel}:{line}: `{path}`: {why}"));
+            }
+        }
+    }
+    assert!(
+        checked >= 50,
+        "tidy: only {checked} files of tools/, mcp/ and lib.rs found under {}",
+        src.display()
+    );
+    report("one direction, mcp → tools", &violations);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -725,12 +838,30 @@ fn the_path_reader_flattens_use_trees_and_skips_comments_and_strings() {
             "crate::mcp::json::to_string",
         ]
     );
-    assert!(engine_violation("tools/fs/engine.rs", "crate::mcp::json::to_string").is_some());
-    assert!(engine_violation("tools/fs/engine.rs", "crate::mcp::error::ToolError").is_none());
+    assert!(engine_violation("tools/fs/engine.rs", "crate::call::json::to_string").is_some());
+    assert!(engine_violation("tools/fs/engine.rs", "crate::call::error::ToolError").is_none());
+    assert!(engine_violation("tools/fs/engine.rs", "crate::mcp::error::ToolError").is_some());
     assert!(engine_violation("tools/fs/engine.rs", "crate::tools::fs::Args").is_some());
     assert!(engine_violation("primitives/text.rs", "crate::tools::fs::engine::x").is_none());
     assert!(engine_violation("tools/fs/engine.rs", "rmcp::model::Tool").is_some());
     assert!(engine_violation("tools/fs/engine.rs", "tokio::net::TcpStream").is_some());
+
+    let families = ["process".to_owned(), "jobs".to_owned()];
+    let direction = |rel: &str, path: &str| direction_violation(rel, path, &families).is_some();
+    assert!(direction(
+        "tools/fs/mod.rs",
+        "crate::mcp::server::McpServer"
+    ));
+    assert!(direction("tools/git/status.rs", "super::super::mcp::tasks"));
+    assert!(!direction(
+        "tools/fs/mod.rs",
+        "crate::call::error::ToolError"
+    ));
+    assert!(direction("lib.rs", "tools::process::engine::watchdog"));
+    assert!(direction("mcp/server.rs", "crate::tools::jobs::store"));
+    assert!(!direction("mcp/server.rs", "tools::find"));
+    assert!(!direction("mcp/server.rs", "crate::tools::family::States"));
+    assert!(!direction("config.rs", "crate::tools::process::engine"));
 }
 
 #[test]

@@ -29,10 +29,11 @@
 //!   `tasks/cancel` (which kills its process tree). Tasks live in the [`crate::Runtime`] and belong
 //!   to the principal (see [`crate::mcp::tasks`]).
 //! - Resources and prompts (issue 18): `resources/list`, `resources/templates/list` and
-//!   `resources/read` serve the instruction files (`machine://context/...`,
-//!   `tools::context`); `prompts/list` and `prompts/get` the skills
-//!   (`tools::skills`). Both are read-only and follow the caller's path rules. Their
-//!   lists can change with the files but advertise no `listChanged` (no notification is sent).
+//!   `resources/read` serve what the tool families serve as resources (the instruction files,
+//!   `machine://context/...`), `prompts/list` and `prompts/get` what they serve as prompts (the
+//!   skills), through the registry (`tools::resource_list`, `tools::prompt_list`, ...), off
+//!   the async threads. Both are read-only and follow the caller's path rules. Their lists can
+//!   change with the files but advertise no `listChanged` (no notification is sent).
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
@@ -68,7 +69,7 @@ struct CallPermit {
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
         CreateTaskResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
         GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult,
         Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
@@ -84,32 +85,21 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use protocol::limits::{
-    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, ERROR_TEXT_MAX_CHARS,
-    JSONRPC_ERROR_MESSAGE_MAX_CHARS, OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
+    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, JSONRPC_ERROR_MESSAGE_MAX_CHARS,
+    OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
 };
 
 use crate::{
-    Access, SERVER_NAME,
-    mcp::{
-        catalog::Reply,
+    Access, SERVER_NAME, SUPPORTED_PROTOCOL_VERSIONS,
+    call::{
         context::{CallContext, ProgressSink, ProgressUpdate},
         error::{ToolError, ToolErrorCode},
-        tasks::{self, TaskEntry},
+        result::{error_result, reply_result},
     },
+    mcp::tasks::{self, TaskEntry},
     policy::Principal,
     tools,
 };
-
-/// Protocol versions served, oldest first: the handshake era and the stateless 2026-07-28.
-pub const SUPPORTED_PROTOCOL_VERSIONS: [ProtocolVersion; 4] = [
-    ProtocolVersion::V_2025_03_26,
-    ProtocolVersion::V_2025_06_18,
-    ProtocolVersion::V_2025_11_25,
-    ProtocolVersion::V_2026_07_28,
-];
-
-/// The MIME type of the context resources and skill texts.
-const MARKDOWN: &str = "text/markdown";
 
 /// Queued progress reports per call; more are dropped (progress is advisory).
 const PROGRESS_QUEUE: usize = 16;
@@ -366,9 +356,7 @@ impl McpServer {
         .await;
         runtime.call_ended();
         Ok(match outcome {
-            Ok(Ok(Reply::Structured { value, text })) => structured_result(value, text),
-            Ok(Ok(Reply::Content(blocks))) => CallToolResult::success(blocks),
-            Ok(Err(e)) => error_result(&e),
+            Ok(reply) => reply_result(reply),
             Err(join) => {
                 tracing::error!(tool = name, error = %join, "tool handler panicked");
                 error_result(&ToolError::internal(format!("{name} failed unexpectedly")))
@@ -380,7 +368,7 @@ impl McpServer {
 /// The message of `e` for a JSON-RPC error, cut to [`JSONRPC_ERROR_MESSAGE_MAX_CHARS`] (it may
 /// echo a long URI or prompt name).
 fn short_message(e: &ToolError) -> String {
-    crate::mcp::text::cut(e.message().to_owned(), JSONRPC_ERROR_MESSAGE_MAX_CHARS, "…")
+    crate::call::text::cut(e.message().to_owned(), JSONRPC_ERROR_MESSAGE_MAX_CHARS, "…")
 }
 
 /// The answer to a call whose work ended while the request still waited.
@@ -406,86 +394,6 @@ fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
         && context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks())
-}
-
-/// A successful structured result: `structuredContent` and its readable `text` as the one text
-/// block ([`crate::mcp::text`]), which MCP 2025-11-25 (Server Features › Tools › Structured
-/// Content) says a server SHOULD send for clients without structured content support.
-#[must_use]
-pub(crate) fn structured_result(value: serde_json::Value, text: String) -> CallToolResult {
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(value);
-    result
-}
-
-/// Renders a [`ToolError`] as an `isError: true` result (no `structuredContent`): one text
-/// block, the error's JSON object ([`ToolError::to_json`]) with the code first, shorter than
-/// [`ERROR_TEXT_MAX_CHARS`] ([`error_text`]).
-#[must_use]
-pub fn error_result(e: &ToolError) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(error_text(e))])
-}
-
-/// The text of an error result: `{"code", "message", "retryable", "side_effects_started",
-/// ...details}` in that order, shorter than [`ERROR_TEXT_MAX_CHARS`] (Claude Code cuts error
-/// text at about 11,000 characters). A message too long for it is cut (ending in `…`); details
-/// that still do not fit are left out, largest first, and `"details_cut": true` says so.
-#[must_use]
-pub fn error_text(e: &ToolError) -> String {
-    use serde_json::Value;
-    const FIXED: [&str; 4] = ["code", "message", "retryable", "side_effects_started"];
-    /// Room kept for the message when details are many.
-    const MESSAGE_MIN: usize = 1_000;
-    let json = e.to_json();
-    let mut details: Vec<(String, String)> = json
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| !FIXED.contains(&k.as_str()))
-        .map(|(k, v)| (Value::from(k.as_str()).to_string(), v.to_string()))
-        .collect();
-    let write = |message: &str, details: &[(String, String)], cut_details: bool| {
-        let mut t = format!(
-            "{{\"code\":{},\"message\":{},\"retryable\":{},\"side_effects_started\":{}",
-            Value::from(e.code().as_str()),
-            Value::from(message),
-            e.is_retryable(),
-            e.side_effects_started()
-        );
-        for (k, v) in details {
-            t.push_str(&format!(",{k}:{v}"));
-        }
-        if cut_details {
-            t.push_str(",\"details_cut\":true");
-        }
-        t.push('}');
-        t
-    };
-    let full = write(e.message(), &details, false);
-    if full.len() < ERROR_TEXT_MAX_CHARS {
-        return full;
-    }
-    let mut cut_details = false;
-    let details_len =
-        |d: &[(String, String)]| -> usize { d.iter().map(|(k, v)| k.len() + v.len() + 2).sum() };
-    while !details.is_empty() && details_len(&details) + MESSAGE_MIN + 200 > ERROR_TEXT_MAX_CHARS {
-        let largest = (0..details.len())
-            .max_by_key(|&i| details[i].1.len())
-            .unwrap_or(0);
-        details.remove(largest);
-        cut_details = true;
-    }
-    let mut message = e.message().to_owned();
-    loop {
-        let t = write(&message, &details, cut_details);
-        if t.len() < ERROR_TEXT_MAX_CHARS || message.is_empty() {
-            return t;
-        }
-        // Escaping may make the message longer in JSON than in bytes: cut by the excess.
-        let over = t.len() + 1 - ERROR_TEXT_MAX_CHARS;
-        let keep = message.len().saturating_sub(over + "…".len());
-        message = crate::mcp::text::cut(message, keep + "…".len(), "…");
-    }
 }
 
 /// `info` (this server's [`ServerHandler::get_info`] with the negotiated version) as that
@@ -640,7 +548,7 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let access = self.access.clone();
-        let list = tools::blocking::blocking(move || Ok(tools::context::resource_list(&access)))
+        let list = tools::blocking::blocking(move || Ok(tools::resource_list(&access)))
             .await
             .unwrap_or_default();
         Ok(ListResourcesResult::with_all_items(
@@ -648,7 +556,7 @@ impl ServerHandler for McpServer {
                 .map(|r| {
                     let mut res = Resource::new(r.uri, r.name)
                         .with_description(r.description)
-                        .with_mime_type(MARKDOWN);
+                        .with_mime_type(r.mime_type);
                     if let Some(size) = r.size {
                         res = res.with_size(size);
                     }
@@ -663,17 +571,20 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let (uri_template, name, description) = tools::context::RESOURCE_TEMPLATE;
-        Ok(ListResourceTemplatesResult::with_all_items(vec![
-            ResourceTemplate::new(uri_template, name)
-                .with_description(description)
-                .with_mime_type(MARKDOWN),
-        ]))
+        Ok(ListResourceTemplatesResult::with_all_items(
+            tools::resource_templates()
+                .map(|t| {
+                    ResourceTemplate::new(t.uri_template, t.name)
+                        .with_description(t.description)
+                        .with_mime_type(t.mime_type)
+                })
+                .collect(),
+        ))
     }
 
-    /// `resources/read` of a context resource (`machine://context/...`). A URI that is not one
-    /// this caller may read is -32002 (MCP 2025-11-25 Resources § Error Handling), which rmcp
-    /// turns into -32602 for 2026-07-28 requests.
+    /// `resources/read` of a resource a tool family serves (`machine://context/...`). A URI that
+    /// is not one this caller may read is -32002 (MCP 2025-11-25 Resources § Error Handling),
+    /// which rmcp turns into -32602 for 2026-07-28 requests.
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
@@ -681,23 +592,24 @@ impl ServerHandler for McpServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let access = self.access.clone();
         let uri = request.uri.clone();
-        let read = tools::blocking::blocking(move || tools::context::resource_read(&access, &uri))
+        let read = tools::blocking::blocking(move || tools::resource_read(&access, &uri))
             .await
             .map_err(|e| ErrorData::resource_not_found(short_message(&e), None))?;
         Ok(ReadResourceResult::new(vec![
-            ResourceContents::text(read.text, read.uri).with_mime_type(MARKDOWN),
+            ResourceContents::text(read.text, read.uri).with_mime_type(read.mime_type),
         ])
         .into())
     }
 
-    /// `prompts/list`: each skill of the workspace root (issue 18 item 3), no arguments.
+    /// `prompts/list`: what the tool families serve as prompts (each skill of the workspace
+    /// root, issue 18 item 3), no arguments.
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let access = self.access.clone();
-        let list = tools::blocking::blocking(move || Ok(tools::skills::prompt_list(&access)))
+        let list = tools::blocking::blocking(move || Ok(tools::prompt_list(&access)))
             .await
             .unwrap_or_default();
         Ok(ListPromptsResult::with_all_items(
@@ -711,8 +623,8 @@ impl ServerHandler for McpServer {
         ))
     }
 
-    /// `prompts/get` of a skill: one user message with its text. An unknown name is -32602
-    /// (MCP 2025-11-25 Prompts § Error Handling).
+    /// `prompts/get` of a prompt (a skill): one user message with its text. An unknown name is
+    /// -32602 (MCP 2025-11-25 Prompts § Error Handling).
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
@@ -720,7 +632,7 @@ impl ServerHandler for McpServer {
     ) -> Result<GetPromptResponse, ErrorData> {
         let access = self.access.clone();
         let name = request.name.clone();
-        let got = tools::blocking::blocking(move || tools::skills::prompt_get(&access, &name))
+        let got = tools::blocking::blocking(move || tools::prompt_get(&access, &name))
             .await
             .map_err(|e| ErrorData::invalid_params(short_message(&e), None))?;
         Ok(
@@ -752,30 +664,6 @@ impl ServerHandler for McpServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn error_text_puts_the_code_first_and_stays_under_the_bound() {
-        let e = ToolError::conflict("short").detail("bytes_written", 3);
-        let t = error_text(&e);
-        assert!(
-            t.starts_with("{\"code\":\"conflict\",\"message\":\"short\""),
-            "{t}"
-        );
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        assert_eq!(v["bytes_written"], 3);
-
-        let long = "\"quoted\" é\n".repeat(5_000);
-        let e = ToolError::invalid(long)
-            .detail("path", "p".repeat(20_000))
-            .detail("total_lines", 7);
-        let t = error_text(&e);
-        assert!(t.len() < ERROR_TEXT_MAX_CHARS, "{}", t.len());
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        assert_eq!(v["code"], "invalid_request");
-        assert_eq!(v["details_cut"], true);
-        assert_eq!(v["total_lines"], 7, "small details stay");
-        assert!(v["message"].as_str().unwrap().ends_with('…'));
-    }
 
     #[test]
     fn each_handshake_version_has_one_initialize_answer_without_the_tasks_extension() {

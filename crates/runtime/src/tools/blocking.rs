@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::{
     Access,
-    mcp::error::{ToolError, ToolResult},
+    call::error::{ToolError, ToolResult},
     primitives::write_lock::WriteGuard,
 };
 

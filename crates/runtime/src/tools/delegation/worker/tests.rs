@@ -1,5 +1,5 @@
 //! Unit tests of the worker protocol (over in-memory pipes: the socket is
-//! `crate::owner_socket`'s, tested there): the HMAC challenge, revocation, frames, the project
+//! [`super::socket`]'s, tested there): the HMAC challenge, revocation, frames, the project
 //! boundary, the socket's files. What a worker does with a real `Manager` over the real socket
 //! is in the integration tests (`crates/machine-mcp/tests/integration/delegation_workers.rs`).
 
@@ -7,9 +7,16 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use tokio::io::{BufReader, DuplexStream, ReadHalf, WriteHalf};
+use serde_json::{Value, json};
+use tokio::io::{AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
 
-use super::*;
+use protocol::limits::DELEGATION_SOCKET_FRAME_MAX_BYTES;
+
+use super::{
+    serve::{serve_connection, within_project},
+    *,
+};
+use crate::{call::error::ToolErrorCode, policy::Principal};
 
 const REQUEST: &str = "0e5bd5c2-7a1e-4c1b-9a0f-3c8d2b6f4e11";
 const OTHER: &str = "7c9e6679-7425-40de-944b-e07fc1f90ae7";

@@ -42,7 +42,7 @@ impl Registration {
         let Some(dir) = dir() else {
             return Self(None);
         };
-        let Some(id) = crate::procs::identity(pid) else {
+        let Some(id) = runtime::procs::identity(pid) else {
             return Self(None);
         };
         let path = dir.join(pid.to_string());
@@ -78,7 +78,7 @@ pub fn running() -> Vec<u32> {
         let recorded = std::fs::read_to_string(e.path())
             .ok()
             .and_then(|t| t.trim().parse::<u64>().ok());
-        let live = crate::procs::identity(pid).map(|id| id.start_ticks);
+        let live = runtime::procs::identity(pid).map(|id| id.start_ticks);
         if recorded.is_some() && recorded == live {
             out.push(pid);
         } else {

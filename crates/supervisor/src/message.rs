@@ -308,6 +308,11 @@ pub(super) fn list_changed() -> Vec<u8> {
         .into_bytes()
 }
 
+/// A JSON-RPC error answer to `id` (no `data`), as the text of one line.
+pub(super) fn error_line(id: &Value, code: i64, message: &str) -> String {
+    jsonrpc::error(id, code, message, None).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

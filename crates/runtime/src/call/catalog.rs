@@ -20,7 +20,7 @@ use protocol::limits::{RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS};
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::{ToolError, ToolResult},
         text::{self, TextView},
@@ -36,7 +36,7 @@ pub const MAX_RESULT_SIZE_META: &str = "anthropic/maxResultSizeChars";
 #[derive(Debug)]
 pub enum Reply {
     /// A JSON object matching the tool's output schema, sent as `structuredContent`, and its
-    /// readable text (`mcp::text`), sent as the one text block.
+    /// readable text (`call::text`), sent as the one text block.
     Structured {
         /// The structured result.
         value: Value,
@@ -159,7 +159,7 @@ impl ToolSpec {
     {
         Self::with_output(meta, f, |out: O| {
             // From the output itself, so the text keeps its fields in declaration order.
-            let text = crate::mcp::json::to_string(&out)
+            let text = crate::call::json::to_string(&out)
                 .map_err(|e| ToolError::internal(e.to_string()))?;
             let value = serde_json::to_value(out)
                 .map_err(|e| ToolError::internal(format!("serializing the result: {e}")))?;
@@ -244,22 +244,15 @@ impl ToolSpec {
 
     /// The MCP `Tool` definition.
     pub fn to_tool(&self) -> Tool {
-        let h = self.meta.hints;
-        let mut annotations = ToolAnnotations::with_title(self.meta.title)
-            .read_only(h.read_only)
-            .idempotent(h.idempotent)
-            .open_world(h.open_world);
-        annotations = annotations.destructive(h.destructive);
-        let mut tool = Tool::new(
-            self.meta.name,
-            self.meta.description,
-            self.input_schema.clone(),
-        )
-        .with_title(self.meta.title)
-        .with_annotations(annotations);
-        if let Some(out) = &self.output_schema {
-            tool = tool.with_raw_output_schema(out.clone());
-        }
+        let m = &self.meta;
+        let mut tool = definition(
+            m.name,
+            m.title,
+            m.description,
+            m.hints,
+            &self.input_schema,
+            self.output_schema.as_ref(),
+        );
         if self.larger_on_request {
             let mut meta = JsonObject::new();
             meta.insert(
@@ -273,6 +266,29 @@ impl ToolSpec {
 
     pub(crate) fn invoke(&self, rt: Arc<Access>, args: JsonObject, cx: CallContext) -> BoxFut {
         (self.handler)(rt, args, cx)
+    }
+}
+
+/// A tool as `tools/list` shows it: name, title, description, annotations and schemas.
+pub(crate) fn definition(
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+    hints: Hints,
+    input_schema: &Arc<JsonObject>,
+    output_schema: Option<&Arc<JsonObject>>,
+) -> Tool {
+    let annotations = ToolAnnotations::with_title(title)
+        .read_only(hints.read_only)
+        .idempotent(hints.idempotent)
+        .open_world(hints.open_world)
+        .destructive(hints.destructive);
+    let tool = Tool::new(name, description, input_schema.clone())
+        .with_title(title)
+        .with_annotations(annotations);
+    match output_schema {
+        Some(out) => tool.with_raw_output_schema(out.clone()),
+        None => tool,
     }
 }
 

@@ -68,7 +68,7 @@ impl Worker {
             return Err(std::io::Error::other("the worker's pipes were not created"));
         };
         let pid = child.id();
-        crate::tools::process::engine::widen_pipe(std::os::fd::AsFd::as_fd(&stdout));
+        runtime::pipe::widen(std::os::fd::AsFd::as_fd(&stdout));
         let worker = Arc::new(Self {
             generation,
             pid,
@@ -200,7 +200,7 @@ fn read_worker(generation: u64, mut child: Child, stdout: ChildStdout, sink: &dy
     let mut input = BufReader::with_capacity(64 * 1024, stdout);
     loop {
         let mut buf = Vec::new();
-        match super::read_line_blocking(&mut input, &mut buf, WORKER_LINE_MAX_BYTES) {
+        match crate::read_line_blocking(&mut input, &mut buf, WORKER_LINE_MAX_BYTES) {
             Ok(Some(false)) => sink.line(generation, buf),
             Ok(Some(true)) => {
                 tracing::warn!(generation, "a worker wrote a line over the bound; dropped");

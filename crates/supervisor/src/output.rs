@@ -24,11 +24,11 @@ impl ClientOut {
     /// # Errors
     /// Duplicating file descriptor 1 failed.
     pub(super) fn stdout() -> io::Result<Self> {
-        super::super::writer::widen_stdout_pipe();
+        runtime::pipe::widen(std::os::fd::AsFd::as_fd(&io::stdout()));
         Ok(Self {
             out: Mutex::new(io::BufWriter::with_capacity(
                 64 * 1024,
-                super::super::writer::raw_stdout()?,
+                runtime::mcp::stdio::raw_stdout()?,
             )),
             closed: AtomicBool::new(false),
         })

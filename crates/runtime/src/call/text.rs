@@ -8,7 +8,7 @@
 //! whole structure.
 //!
 //! One mechanism for every tool: each output type implements [`TextView`]; the catalog
-//! ([`crate::mcp::catalog`]) renders it with [`render`] next to the structured value. A tool
+//! ([`crate::call::catalog`]) renders it with [`render`] next to the structured value. A tool
 //! bounds its own output (it knows where its continuation starts): it sizes its page to
 //! [`body_limit`] of the call's [`TextView::text_limit`], and counts the text it will render with
 //! a [`Budget`]. [`render`] cuts a summary longer than [`RESULT_SUMMARY_MAX_CHARS`] and, as a

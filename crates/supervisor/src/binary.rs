@@ -97,11 +97,11 @@ pub async fn probe_version(binary: &Path) -> Result<String, String> {
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().next().unwrap_or_default().trim();
-    match line.strip_prefix(crate::SERVER_NAME) {
+    match line.strip_prefix(runtime::SERVER_NAME) {
         Some(v) if v.starts_with(' ') && !v.trim().is_empty() => Ok(v.trim().to_owned()),
         _ => Err(format!(
             "{shown} --version answered {line:?}, not {} VERSION",
-            crate::SERVER_NAME
+            runtime::SERVER_NAME
         )),
     }
 }
