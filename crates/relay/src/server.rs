@@ -34,24 +34,7 @@ use tower::ServiceExt;
 use crate::{hub::Hub, metrics::Metrics};
 use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
 
-/// Bounds on client connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// Connections open at once ([`protocol::limits::RELAY_CONNECTIONS_MAX`] by default).
-    pub total: usize,
-    /// Connections open at once from one non-loopback address
-    /// ([`protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS`] by default).
-    pub per_address: usize,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        Self {
-            total: protocol::limits::RELAY_CONNECTIONS_MAX,
-            per_address: protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS,
-        }
-    }
-}
+pub use crate::config::ConnectionLimits;
 
 /// Open connections, in all and per address.
 #[derive(Debug, Default)]

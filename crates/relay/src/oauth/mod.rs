@@ -35,7 +35,7 @@ pub mod register;
 pub mod resource;
 pub mod token;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
@@ -45,36 +45,13 @@ use axum::{
 };
 use rand::RngCore;
 
+pub use crate::config::OAuthSettings;
 pub use error::OAuthError;
 
 use crate::hub::Hub;
 use protocol::limits::{
-    ACCESS_TOKEN_LIFETIME, PASSWORD_CHECKS_CONCURRENT, PROOF_IDS_REMEMBERED, REFRESH_REUSE_GRACE,
-    SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW,
+    PASSWORD_CHECKS_CONCURRENT, PROOF_IDS_REMEMBERED, SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW,
 };
-
-/// OAuth settings of one relay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OAuthSettings {
-    /// Lifetime of access tokens ([`ACCESS_TOKEN_LIFETIME`]; shorter in tests).
-    pub access_token_lifetime: Duration,
-    /// How long a rotated refresh token may be presented again ([`REFRESH_REUSE_GRACE`];
-    /// shorter in tests).
-    pub refresh_reuse_grace: Duration,
-    /// Test switch: fetch client ID metadata documents and JWK Sets over plain `http` and from
-    /// loopback and private addresses. Never on in production: it opens the SSRF protection.
-    pub insecure_client_documents: bool,
-}
-
-impl Default for OAuthSettings {
-    fn default() -> Self {
-        Self {
-            access_token_lifetime: ACCESS_TOKEN_LIFETIME,
-            refresh_reuse_grace: REFRESH_REUSE_GRACE,
-            insecure_client_documents: false,
-        }
-    }
-}
 
 /// The authorization server's in-memory state.
 #[derive(Debug)]
