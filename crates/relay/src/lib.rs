@@ -29,6 +29,7 @@ pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub mod oauth;
 pub(crate) mod ops;
+pub(crate) mod origin;
 pub mod server;
 pub(crate) mod stateless;
 pub mod storage;
@@ -49,7 +50,7 @@ use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
 /// The relay's HTTP application over `hub`: the MCP endpoints, the daemon socket, the
 /// operational endpoints and, in [`config::AuthMode::OAuth`], the authorization server
-/// ([`oauth::routes`]); CORS for the origins `mcp::origin_allowed` admits.
+/// ([`oauth::routes`]); CORS for the origins `origin::origin_allowed` admits.
 pub fn router(hub: Arc<hub::Hub>) -> Router {
     let mut app = Router::new()
         .route(
@@ -81,7 +82,9 @@ fn cors(hub: &Arc<hub::Hub>) -> tower_http::cors::CorsLayer {
     let hub = hub.clone();
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, _| {
-            origin.to_str().is_ok_and(|o| mcp::origin_allowed(&hub, o))
+            origin
+                .to_str()
+                .is_ok_and(|o| origin::origin_allowed(&hub.config, o))
         }))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers(AllowHeaders::mirror_request())

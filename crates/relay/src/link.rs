@@ -90,14 +90,16 @@ pub async fn connect(
 ) -> Response {
     let refuse = |status: StatusCode, why: &str| (status, format!("{why}\n")).into_response();
     let headers = request.headers();
-    if !crate::mcp::host_allowed(&hub, headers) {
+    if !crate::origin::host_allowed(&hub.config, headers) {
         return refuse(
             StatusCode::FORBIDDEN,
             "Host header not allowed on this listener",
         );
     }
     if let Some(o) = headers.get(header::ORIGIN)
-        && !o.to_str().is_ok_and(|o| crate::mcp::own_origin(&hub, o))
+        && !o
+            .to_str()
+            .is_ok_and(|o| crate::origin::own_origin(&hub.config, o))
     {
         return refuse(
             StatusCode::FORBIDDEN,

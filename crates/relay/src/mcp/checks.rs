@@ -235,14 +235,16 @@ async fn admit(
     hub.metrics
         .http_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !host_allowed(hub, headers) {
+    if !crate::origin::host_allowed(&hub.config, headers) {
         return Err(HttpError::new(
             StatusCode::FORBIDDEN,
             "Host header not allowed on this listener",
         ));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| origin_allowed(hub, o));
+        let ok = origin
+            .to_str()
+            .is_ok_and(|o| crate::origin::origin_allowed(&hub.config, o));
         if !ok {
             return Err(HttpError::new(StatusCode::FORBIDDEN, "Origin not allowed"));
         }
@@ -286,56 +288,6 @@ pub(crate) fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
             .with_data(json!({"supported": ALL_VERSIONS, "requested": requested})))
         }
     }
-}
-
-/// Whether the `Host` is acceptable: on a loopback listener only loopback names and the public
-/// URL's host (MCP 2025-11-25 Transports › Security Warning: DNS rebinding); anything elsewhere.
-pub(crate) fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
-    if !crate::config::is_loopback(&hub.config.listen) {
-        return true;
-    }
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
-    let name = match host.rsplit_once(':') {
-        Some((n, p)) if p.chars().all(|c| c.is_ascii_digit()) => n,
-        _ => host,
-    };
-    let public = hub.config.public_url.host_str().unwrap_or("");
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.eq_ignore_ascii_case(public)
-}
-
-/// Browser origins of the hosted assistants whose web apps call MCP servers and the OAuth
-/// endpoints directly (DESIGN §6, issue 10 "Browsers").
-pub(crate) const HOST_ORIGINS: [&str; 3] = [
-    "https://chatgpt.com",
-    "https://claude.ai",
-    "https://claude.com",
-];
-
-/// Whether `origin` is the relay's own: its public origin, or on a loopback listener a loopback
-/// name with the listener's port.
-pub(crate) fn own_origin(hub: &Hub, origin: &str) -> bool {
-    if origin.eq_ignore_ascii_case(&hub.config.origin()) {
-        return true;
-    }
-    if crate::config::is_loopback(&hub.config.listen)
-        && let Ok(u) = url::Url::parse(origin)
-    {
-        let port = hub.config.listen.port();
-        return matches!(u.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
-            && u.port_or_known_default() == Some(port);
-    }
-    false
-}
-
-/// Whether a request with `Origin: origin` may reach the MCP and OAuth endpoints: the relay's
-/// own origin, the hosted assistants' ([`HOST_ORIGINS`]) and `--allowed-origin`s; never any
-/// origin (MCP 2025-11-25 Transports › Security Warning).
-pub(crate) fn origin_allowed(hub: &Hub, origin: &str) -> bool {
-    own_origin(hub, origin)
-        || HOST_ORIGINS.iter().any(|o| o.eq_ignore_ascii_case(origin))
-        || hub.config.allowed_origins.iter().any(|o| o == origin)
 }
 
 /// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).

@@ -47,8 +47,8 @@ use crate::{
 mod body;
 mod checks;
 
+pub(crate) use checks::wants_sse;
 use checks::{Admitted, McpDelete, McpGet, McpPost, legacy_version, session_of};
-pub(crate) use checks::{host_allowed, origin_allowed, own_origin, wants_sse};
 
 /// Header carrying the session id.
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";

@@ -376,7 +376,7 @@ fn same_origin(hub: &Hub, headers: &HeaderMap) -> bool {
     match headers.get(header::ORIGIN).map(|v| v.to_str()) {
         None => true,
         Some(Ok("null")) => site == Some("same-origin"),
-        Some(Ok(o)) => crate::mcp::own_origin(hub, o),
+        Some(Ok(o)) => crate::origin::own_origin(&hub.config, o),
         Some(Err(_)) => false,
     }
 }

@@ -128,7 +128,7 @@ async fn check_host(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    if !crate::mcp::host_allowed(&hub, request.headers()) {
+    if !crate::origin::host_allowed(&hub.config, request.headers()) {
         return OAuthError::invalid_request("Host header not allowed on this listener")
             .with_status(axum::http::StatusCode::FORBIDDEN)
             .into_response();

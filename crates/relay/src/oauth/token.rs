@@ -162,7 +162,7 @@ pub fn htu_is(hub: &Hub, htu: &str, path: &str) -> bool {
         "{}{path}",
         hub.config.public_url.path().trim_end_matches('/')
     );
-    u.path() == expected_path && crate::mcp::own_origin(hub, &origin)
+    u.path() == expected_path && crate::origin::own_origin(&hub.config, &origin)
 }
 
 fn new_tokens(hub: &Hub) -> (String, String, NewTokens) {
