@@ -61,7 +61,9 @@ use std::{
 use protocol::{frame::ServerInfo, ids::SessionId};
 
 pub(crate) use bridge::{Bridge, Link, LinkSendError, LinkTx, Outbound};
-pub(crate) use catalog::{CachedServer, Catalog};
+#[cfg(test)]
+pub(crate) use catalog::param_headers;
+pub(crate) use catalog::{CachedServer, Catalog, ParamHeader};
 pub(crate) use routing::{Delivery, LinkOrigin};
 pub(crate) use session::{SendError, Session, Sink, kept_initialize};
 

@@ -16,9 +16,8 @@ use protocol::{
     },
 };
 
-use super::{
-    METHOD_HEADER, ParamHeader, VERSION_HEADER, decode_header_value, era, param_headers, validate,
-};
+use super::{METHOD_HEADER, ParamHeader, VERSION_HEADER, decode_header_value, era, validate};
+use crate::hub::param_headers;
 
 /// Time each target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or
 /// `BOLERO_RANDOM_ITERATIONS` is set).
