@@ -34,6 +34,7 @@ pub mod server;
 pub(crate) mod stateless;
 pub mod storage;
 pub(crate) mod stream;
+pub(crate) mod streamable;
 
 #[cfg(test)]
 mod http_fuzz;
@@ -89,8 +90,8 @@ fn cors(hub: &Arc<hub::Hub>) -> tower_http::cors::CorsLayer {
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers(AllowHeaders::mirror_request())
         .expose_headers([
-            HeaderName::from_static(mcp::SESSION_HEADER),
-            HeaderName::from_static(mcp::VERSION_HEADER),
+            HeaderName::from_static(streamable::SESSION_HEADER),
+            HeaderName::from_static(streamable::VERSION_HEADER),
             axum::http::header::WWW_AUTHENTICATE,
         ])
         .max_age(Duration::from_secs(600))

@@ -5,7 +5,7 @@
 //! statelessly"; "an `initialize` request selects legacy semantics").
 //!
 //! A modern request passes the same Host, Origin, credential and bridge checks as any other
-//! (`mcp::admit`), then:
+//! (`crate::mcp`'s), then:
 //! 0. a method 2026-07-28 removed (`initialize`, `ping`, `logging/setLevel`; changelog, SEP-2575)
 //!    → 404 with `-32601` and the request's id ([`removed_method`]; Streamable HTTP § Protocol
 //!    Version Header);
@@ -65,10 +65,11 @@ use crate::{
     auth::BridgePrincipal,
     error::HttpError,
     hub::{Bridge, CachedServer, Hub, Link, ParamHeader, SendError, Session, Sink},
-    mcp::{SESSION_HEADER, VERSION_HEADER, wants_sse},
-    stream::{
-        SseStream,
+    stream::SseStream,
+    streamable::{
+        SESSION_HEADER, VERSION_HEADER, accepts_json,
         sse::{self, Framing},
+        wants_sse,
     },
 };
 
@@ -771,26 +772,6 @@ async fn call(
         }
         (None, None) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
-}
-
-/// Whether the client's `Accept` admits `application/json` (absent `Accept` admits anything).
-fn accepts_json(headers: &HeaderMap) -> bool {
-    let mut any = false;
-    let ok = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|part| {
-            any = true;
-            let mut it = part.split(';');
-            let mime = it.next().unwrap_or("").trim().to_ascii_lowercase();
-            let q_zero = it.any(|p| {
-                matches!(p.trim().strip_prefix("q="), Some(q) if q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
-            });
-            matches!(mime.as_str(), "application/json" | "application/*" | "*/*") && !q_zero
-        });
-    ok || !any
 }
 
 /// `GET` or `DELETE` by a client naming a 2026-07-28 version: that revision has neither (MCP

@@ -32,13 +32,14 @@ use protocol::{
     mcp::{ALL_VERSIONS, is_session_era},
 };
 
-use super::{SESSION_HEADER, VERSION_HEADER, plain};
+use super::plain;
 use crate::{
     auth::{BridgePrincipal, Role},
     config::AuthMode,
     error::HttpError,
     hub::{Bridge, Hub, Session},
     stateless,
+    streamable::{SESSION_HEADER, VERSION_HEADER, wants_sse},
 };
 
 /// The endpoint a request is for: `/b/{bridge}/mcp` (the built-in runtime, [`RUNTIME_SERVER`])
@@ -288,21 +289,6 @@ pub(crate) fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
             .with_data(json!({"supported": ALL_VERSIONS, "requested": requested})))
         }
     }
-}
-
-/// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).
-pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|part| {
-            let mut it = part.split(';');
-            let mime = it.next().unwrap_or("").trim();
-            let q_zero = it.any(|p| matches!(p.trim().strip_prefix("q="), Some(q) if q.trim().parse::<f32>().is_ok_and(|q| q == 0.0)));
-            mime.eq_ignore_ascii_case("text/event-stream") && !q_zero
-        })
 }
 
 /// The session `MCP-Session-Id` names, if it was issued to `principal` for `server` (MCP

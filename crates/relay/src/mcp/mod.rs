@@ -39,21 +39,17 @@ use crate::{
     error::HttpError,
     hub::{Bridge, Hub, SendError, Session, Sink},
     stateless::{self, Era},
-    stream::{
-        Resume, SseStream,
+    stream::{Resume, SseStream},
+    streamable::{
+        SESSION_HEADER,
         sse::{self, Framing},
+        wants_sse,
     },
 };
 mod body;
 mod checks;
 
-pub(crate) use checks::wants_sse;
 use checks::{Admitted, McpDelete, McpGet, McpPost, legacy_version, session_of};
-
-/// Header carrying the session id.
-pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
-/// Header carrying the negotiated protocol version.
-pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     HttpError::rpc(status, id, code, message).into_response()

@@ -1,5 +1,6 @@
-//! SSE streams: what the relay collects for a client ([`SseStream`]) and how it is written
-//! ([`sse`]).
+//! SSE streams: what the relay collects for a client ([`SseStream`]) and the resumable ones of
+//! this node ([`SseStreams`]). How a stream is written to an HTTP response is the HTTP layer's
+//! (`crate::streamable::sse`): this module is data, with no HTTP in it.
 //!
 //! Session era (MCP 2025-11-25 Streamable HTTP § Resumability and Redelivery): every POST
 //! answered with SSE, and every session's standalone GET stream, is an [`SseStream`]: an
@@ -12,9 +13,7 @@
 //! replaced by an error once read, so replay cannot hold it.
 //!
 //! MCP 2026-07-28 answers use the same type for their SSE (or held JSON) answer, unregistered
-//! and written without event ids ([`sse::Framing::Plain`]).
-
-pub(crate) mod sse;
+//! and written without event ids (`crate::streamable::sse::Framing::Plain`).
 
 use std::{
     collections::{HashMap, VecDeque},

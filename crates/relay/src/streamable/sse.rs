@@ -1,5 +1,5 @@
 //! Writing an [`SseStream`] to an HTTP response (`text/event-stream`), in the framing of either
-//! era.
+//! era. A response is one reader of the stream: the stream goes on collecting when it ends.
 //!
 //! Written by hand rather than with axum's `Sse` so that the session era's priming event carries
 //! an id, an empty `data:` field and a `retry` hint (MCP 2025-11-25 Streamable HTTP
@@ -15,7 +15,7 @@ use axum::{
 use futures_util::Stream as FuturesStream;
 use tokio::sync::watch;
 
-use super::{Event, SseStream};
+use crate::stream::{Event, SseStream};
 
 /// Reconnection delay suggested to clients in the priming event (SSE `retry`, ms).
 const SSE_RETRY_MS: u64 = 1000;
