@@ -300,17 +300,19 @@ pub async fn serve_on(
                 .route("/healthz", get(ops::healthz))
                 .with_state(hub.clone());
             let stop = shutdown.clone();
-            let limits = hub.config.connections;
-            let hub = hub.clone();
+            let caps = server::ConnectionCaps::new(hub.config.connections);
+            let metrics = hub.metrics.clone();
             Some(tokio::spawn(async move {
-                server::serve(metrics_listener, app, limits, hub, stop).await
+                server::serve(metrics_listener, app, caps, metrics, stop).await
             }))
         }
         None => None,
     };
-    let limits = hub.config.connections;
+    let caps = server::ConnectionCaps::new(hub.config.connections);
+    let metrics = hub.metrics.clone();
     let durable = hub.durable.clone();
-    let result = server::serve(listener, app, limits, hub, shutdown.clone()).await;
+    drop(hub);
+    let result = server::serve(listener, app, caps, metrics, shutdown.clone()).await;
     if let Some(m) = metrics_server {
         let _ = m.await;
     }

@@ -11,7 +11,7 @@ use std::{
     net::SocketAddr,
     pin::Pin,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     task::{Context, Poll},
@@ -55,7 +55,7 @@ use protocol::{
 use crate::{
     hub::{Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound},
     metrics::Metrics,
-    server::{self, ConnectionLimits, Connections, Place},
+    server::{ConnectionCaps, ConnectionLimits, Place},
     storage::StorageError,
 };
 
@@ -69,8 +69,14 @@ pub const HELLO_REFUSED: &str =
     "hello refused: the device key, bridge or signature is not valid here (enroll again)";
 
 /// Daemon sockets that have not authenticated yet, in all and per address.
-#[derive(Debug, Default)]
-pub struct Unverified(Arc<Mutex<Connections>>);
+#[derive(Debug)]
+pub struct Unverified(ConnectionCaps);
+
+impl Default for Unverified {
+    fn default() -> Self {
+        Self(ConnectionCaps::new(UNVERIFIED_LIMITS))
+    }
+}
 
 const UNVERIFIED_LIMITS: ConnectionLimits = ConnectionLimits {
     total: UNVERIFIED_DAEMON_SOCKETS_MAX,
@@ -140,7 +146,7 @@ pub async fn connect(
     let address = peer
         .as_ref()
         .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |p| p.0.0.ip());
-    let Some(place) = server::admit(&hub.unverified.0, UNVERIFIED_LIMITS, address) else {
+    let Some(place) = hub.unverified.0.admit(address) else {
         Metrics::add(&hub.metrics.sockets_refused, 1);
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -90,7 +90,7 @@ pub struct Hub {
     /// SSE streams (resumable in the session era).
     pub(crate) streams: SseStreams,
     /// Metrics.
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Arc<Metrics>,
     /// The OAuth authorization server's in-memory state.
     pub(crate) oauth: crate::oauth::OAuth,
     /// Daemon sockets that have not authenticated yet.
@@ -152,7 +152,7 @@ impl Hub {
             keys,
             streams: durable.clone().map(SseStreams::durable).unwrap_or_default(),
             durable,
-            metrics: Metrics::default(),
+            metrics: Arc::default(),
             bridges: Lock::new(HashMap::new()),
             texts: TextCache::default(),
             sessions: Lock::new(HashMap::new()),
