@@ -7,15 +7,16 @@
 //! touches files or processes and knows nothing of tool semantics (invariant 1): every effect
 //! happens in the daemon, which re-checks authority on each call.
 //!
-//! Main types: [`RelayConfig`], [`SqliteStorage`] (bridges, device keys, token hashes),
-//! [`hub::Hub`] (node-local live state), [`router`] (the axum app), [`serve`].
+//! Main types: [`RelayConfig`], [`storage::Store`] (bridges, device keys, token hashes, OAuth
+//! grants, durable sessions), [`hub::Hub`] (node-local live state), [`router`] (the axum app),
+//! [`serve`].
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use machine_bridge_relay::{RelayConfig, SqliteStorage};
-//! let storage = SqliteStorage::open(std::path::Path::new("/tmp/relay.db")).await?;
+//! use machine_bridge_relay::{RelayConfig, storage};
+//! let store = storage::open(std::path::Path::new("/tmp/relay.db")).await?;
 //! let config = RelayConfig::new("127.0.0.1:8750".parse()?, "http://127.0.0.1:8750".parse()?);
-//! machine_bridge_relay::serve(config, storage, tokio_util::sync::CancellationToken::new()).await?;
+//! machine_bridge_relay::serve(config, store, tokio_util::sync::CancellationToken::new()).await?;
 //! # Ok(()) }
 //! ```
 
@@ -45,7 +46,6 @@ use axum::{Router, extract::DefaultBodyLimit, routing::get};
 use tokio_util::sync::CancellationToken;
 
 pub use config::RelayConfig;
-pub use storage::SqliteStorage;
 
 use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
@@ -176,7 +176,8 @@ const STORE_FLUSH_ON_STOP: Duration = Duration::from_secs(5);
 async fn sweep_oauth(hub: &hub::Hub) {
     use protocol::limits::{REGISTRATION_IDLE_EXPIRY, REGISTRATION_UNUSED_EXPIRY};
     match hub
-        .storage
+        .store
+        .oauth()
         .sweep_oauth(
             REGISTRATION_UNUSED_EXPIRY.as_secs() as i64,
             REGISTRATION_IDLE_EXPIRY.as_secs() as i64,
@@ -219,11 +220,11 @@ pub enum ServeError {
 /// [`ServeError`] for a bad configuration, a busy address, or a server failure.
 pub async fn serve(
     config: RelayConfig,
-    storage: SqliteStorage,
+    store: storage::Store,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let listener = bind(&config).await?;
-    serve_on(listener, config, storage, shutdown).await
+    serve_on(listener, config, store, shutdown).await
 }
 
 /// Validates `config` and binds its listener.
@@ -257,13 +258,13 @@ fn bind_hint(e: &std::io::Error) -> &'static str {
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     mut config: RelayConfig,
-    storage: SqliteStorage,
+    store: storage::Store,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     if let Ok(addr) = listener.local_addr() {
         config.listen = addr;
     }
-    let hub = hub::Hub::open(storage, config).await?;
+    let hub = hub::Hub::open(store, config).await?;
     let sweeper = {
         let hub = hub.clone();
         let stop = shutdown.clone();

@@ -536,7 +536,7 @@ async fn enroll(
             "public_key is not a P-256 public key (SEC1, base64url)".into(),
         ));
     }
-    match hub.storage.enroll(code, public_key).await {
+    match hub.store.bridges().enroll(code, public_key).await {
         Ok((bridge, key_id)) => {
             tracing::info!(%bridge, %key_id, "daemon enrolled");
             let told = tx.try_send(RelayFrame::Enrolled {
@@ -650,7 +650,8 @@ async fn verify_hello(
         return Err(deny("hello timestamp is too far from the relay's clock"));
     }
     let key = hub
-        .storage
+        .store
+        .bridges()
         .device_key(key_id)
         .await
         .map_err(|_| deny("key lookup failed"))?
@@ -694,10 +695,10 @@ fn frame_name(f: &DaemonFrame) -> &'static str {
 /// Closes every daemon link whose device key was revoked (or whose bridge was removed), and ends
 /// every session whose credential was revoked (a token, an OAuth client or grant, an account
 /// changed or removed: issue 12 item 6), since the last check; `last` is the
-/// [`crate::storage::SqliteStorage::revocation_epoch`] seen then. Called by the relay's sweeper
+/// [`crate::storage::RevocationStore::revocation_epoch`] seen then. Called by the relay's sweeper
 /// every second; one query while nothing changed.
 pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
-    let Ok(epoch) = hub.storage.revocation_epoch().await else {
+    let Ok(epoch) = hub.store.revocations().revocation_epoch().await else {
         return;
     };
     if *last == Some(epoch) {
@@ -709,7 +710,7 @@ pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
         return;
     }
     for (bridge, link) in hub.active_links() {
-        let valid = match hub.storage.device_key(&link.key_id).await {
+        let valid = match hub.store.bridges().device_key(&link.key_id).await {
             Ok(k) => k.is_some_and(|k| k.bridge == bridge.name),
             Err(_) => continue,
         };
@@ -723,7 +724,7 @@ pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
         let credential = s.principal.credential.clone();
         let ok = match live.get(&credential) {
             Some(ok) => *ok,
-            None => match hub.storage.credential_live(&credential).await {
+            None => match hub.store.revocations().credential_live(&credential).await {
                 Ok(ok) => *live.entry(credential).or_insert(ok),
                 Err(_) => continue,
             },

@@ -211,7 +211,7 @@ impl Hub {
     /// Stores a verified daemon's catalog.
     pub(crate) async fn set_catalog(&self, bridge: &Bridge, servers: Vec<ServerInfo>) {
         if let Ok(text) = serde_json::to_string(&servers)
-            && let Err(e) = self.storage.set_catalog(&bridge.name, &text).await
+            && let Err(e) = self.store.bridges().set_catalog(&bridge.name, &text).await
         {
             tracing::warn!(bridge = %bridge.name, error = %e, "could not store the daemon catalog");
         }

@@ -72,7 +72,7 @@ use crate::{
     config::RelayConfig,
     lock::Lock,
     metrics::Metrics,
-    storage::{SqliteStorage, StorageError, StoreWriter},
+    storage::{StorageError, Store, StoreWriter},
     stream::SseStreams,
 };
 use catalog::TextCache;
@@ -82,7 +82,7 @@ use session::Pending;
 #[derive(Debug)]
 pub struct Hub {
     /// Durable state.
-    pub(crate) storage: SqliteStorage,
+    pub(crate) store: Store,
     /// Configuration.
     pub(crate) config: Arc<RelayConfig>,
     /// Session id keys.
@@ -109,10 +109,10 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// A hub over `storage` whose sessions and streams live in memory only, with a random
+    /// A hub over `store` whose sessions and streams live in memory only, with a random
     /// session id key (tests).
-    pub fn new(storage: SqliteStorage, config: RelayConfig) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self::build(me.clone(), storage, config, SessionKeys::new(), None))
+    pub fn new(store: Store, config: RelayConfig) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self::build(me.clone(), store, config, SessionKeys::new(), None))
     }
 
     /// The hub of a serving relay: the session id key comes from the store (generated once),
@@ -123,21 +123,17 @@ impl Hub {
     /// # Errors
     /// The store cannot be read, or holds unreadable session state (`Corrupt`, invariant 9:
     /// the relay does not start rather than silently drop or replace it).
-    pub async fn open(
-        storage: SqliteStorage,
-        config: RelayConfig,
-    ) -> Result<Arc<Self>, StorageError> {
-        let keys = SessionKeys::from_key(storage.session_key().await?);
-        let writer = StoreWriter::spawn(storage.clone());
-        let hub =
-            Arc::new_cyclic(|me| Self::build(me.clone(), storage, config, keys, Some(writer)));
+    pub async fn open(store: Store, config: RelayConfig) -> Result<Arc<Self>, StorageError> {
+        let keys = SessionKeys::from_key(store.sessions().session_key().await?);
+        let writer = store.spawn_writer();
+        let hub = Arc::new_cyclic(|me| Self::build(me.clone(), store, config, keys, Some(writer)));
         hub.restore().await?;
         Ok(hub)
     }
 
     fn build(
         me: std::sync::Weak<Self>,
-        storage: SqliteStorage,
+        store: Store,
         config: RelayConfig,
         keys: SessionKeys,
         durable: Option<StoreWriter>,
@@ -145,7 +141,7 @@ impl Hub {
         Self {
             me,
             retracted: Lock::new(Default::default()),
-            storage,
+            store,
             oauth: crate::oauth::OAuth::new(config.oauth),
             unverified: Default::default(),
             config: Arc::new(config),
@@ -179,7 +175,7 @@ impl Hub {
         if let Some(b) = self.bridges.lock().get(name).cloned() {
             return b;
         }
-        let catalog = match self.storage.catalog(name).await {
+        let catalog = match self.store.bridges().catalog(name).await {
             Ok(Some(text)) => serde_json::from_str::<Vec<ServerInfo>>(&text)
                 .ok()
                 .map(|v| Arc::new(self.texts.catalog(v))),

@@ -20,18 +20,16 @@ use protocol::{
 
 use super::{Bridge, Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound, Session, Sink};
 use crate::{
-    RelayConfig, SqliteStorage,
+    RelayConfig,
     auth::{BridgePrincipal, Role},
+    storage,
     stream::SseStream,
 };
 
 /// A hub with bridge `b1`, its storage opened before the clock is paused (SQLite's worker
 /// thread would otherwise race the auto-advancing clock).
 async fn hub() -> (Arc<Hub>, Arc<Bridge>) {
-    let hub = Hub::new(
-        SqliteStorage::memory().await.unwrap(),
-        RelayConfig::for_tests(),
-    );
+    let hub = Hub::new(storage::memory().await.unwrap(), RelayConfig::for_tests());
     let b = hub.bridge("b1").await;
     tokio::time::pause();
     (hub, b)

@@ -262,7 +262,13 @@ async fn admit(
             crate::oauth::bearer::principal(hub, bridge, server, method, headers).await?
         }
     };
-    if !hub.storage.bridge_exists(bridge).await.unwrap_or(false) {
+    if !hub
+        .store
+        .bridges()
+        .bridge_exists(bridge)
+        .await
+        .unwrap_or(false)
+    {
         return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
     }
     Ok((principal, hub.bridge(bridge).await))

@@ -469,7 +469,12 @@ pub async fn approve(
             "Enter the account name and its password.",
         );
     };
-    let found = match hub.storage.account_with_password(bridge, account).await {
+    let found = match hub
+        .store
+        .accounts()
+        .account_with_password(bridge, account)
+        .await
+    {
         Ok(f) => f,
         Err(e) => return OAuthError::from(e).into_response(),
     };
@@ -535,10 +540,10 @@ pub async fn approve(
         dpop_jkt: pending.dpop_jkt.clone(),
         expires_at: now() + AUTHORIZATION_CODE_LIFETIME.as_secs() as i64,
     };
-    if let Err(e) = hub.storage.insert_code(&record).await {
+    if let Err(e) = hub.store.oauth().insert_code(&record).await {
         return OAuthError::from(e).into_response();
     }
-    let _ = hub.storage.touch_client(&client.id).await;
+    let _ = hub.store.oauth().touch_client(&client.id).await;
     tracing::info!(client = %client.id, bridge, account = %account_row.name, "an OAuth grant was approved");
     let iss = resource::issuer(&hub.config);
     let mut params = vec![("code", code.as_str())];

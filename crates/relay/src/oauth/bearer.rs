@@ -105,7 +105,8 @@ pub async fn principal(
     };
     if hub.config.auth == AuthMode::OAuth && token.starts_with("mba_") {
         let grant = hub
-            .storage
+            .store
+            .oauth()
             .access_grant(&auth::sha256_hex(token))
             .await
             .map_err(unavailable)?
@@ -192,7 +193,8 @@ pub async fn principal(
         ));
     };
     let rec = hub
-        .storage
+        .store
+        .accounts()
         .token_by_hash(&auth::sha256_hex(token))
         .await
         .map_err(unavailable)?

@@ -566,7 +566,7 @@ pub async fn find(
     client_id: &str,
     address: &str,
 ) -> Result<Client, OAuthError> {
-    let stored = hub.storage.client(client_id).await?;
+    let stored = hub.store.oauth().client(client_id).await?;
     if let Some(r) = &stored {
         if r.revoked {
             return Err(OAuthError::invalid_client(
@@ -628,7 +628,8 @@ pub async fn remember_document(hub: &crate::hub::Hub, client: &Client) -> Result
     let secs = hub.oauth.fetcher.fresh_for(&client.id).as_secs() as i64;
     let metadata =
         serde_json::to_string(&client.metadata).map_err(|_| OAuthError::unavailable())?;
-    hub.storage
+    hub.store
+        .oauth()
         .store_document_client(&client.id, &metadata, crate::storage::now() + secs)
         .await?;
     Ok(())

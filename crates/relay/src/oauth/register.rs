@@ -97,7 +97,8 @@ async fn register_inner(
         .then(|| random_secret("mbs_"));
     let stored = serde_json::to_string(&metadata).map_err(|_| OAuthError::unavailable())?;
     match hub
-        .storage
+        .store
+        .oauth()
         .register_client(
             &client_id,
             &stored,

@@ -274,7 +274,7 @@ async fn token_inner(
                     "code_verifier must be 43-128 unreserved characters (RFC 7636 §4.1)",
                 ));
             }
-            let redeemed = match hub.storage.redeem_code(&sha256_hex(code)).await? {
+            let redeemed = match hub.store.oauth().redeem_code(&sha256_hex(code)).await? {
                 Redemption::Redeemed(c) => *c,
                 Redemption::Replayed => {
                     tracing::warn!(client = %client.id, "an authorization code was presented twice; its grant is revoked");
@@ -331,7 +331,8 @@ async fn token_inner(
             consume_all(hub, &[&assertion, &dpop])?;
             let (access, refresh, hashes) = new_tokens(hub);
             let Some(grant) = hub
-                .storage
+                .store
+                .oauth()
                 .create_grant(&redeemed, jkt.as_deref(), &hashes)
                 .await?
             else {
@@ -339,7 +340,7 @@ async fn token_inner(
                     "the account changed or was disabled since the code was issued; sign in again",
                 ));
             };
-            let _ = hub.storage.touch_client(&client.id).await;
+            let _ = hub.store.oauth().touch_client(&client.id).await;
             let refresh = client
                 .metadata
                 .wants_refresh_tokens()
@@ -364,7 +365,8 @@ async fn token_inner(
                 max_reissues: REFRESH_REISSUES_MAX,
             };
             let grant = match hub
-                .storage
+                .store
+                .oauth()
                 .rotate_refresh(&sha256_hex(token), rules, &hashes)
                 .await?
             {
@@ -387,7 +389,7 @@ async fn token_inner(
                 ));
             }
             consume_all(hub, &[&assertion, &dpop])?;
-            let _ = hub.storage.touch_client(&client.id).await;
+            let _ = hub.store.oauth().touch_client(&client.id).await;
             Ok(token_answer(hub, &grant, &access, Some(&refresh)))
         }
         Some(other) => Err(OAuthError::bad(
@@ -417,7 +419,8 @@ pub async fn revoke(
             .ok_or_else(|| OAuthError::invalid_request("token is required"))?;
         consume_all(&hub, &[&assertion])?;
         let ended = hub
-            .storage
+            .store
+            .oauth()
             .revoke_by_token(&sha256_hex(token), &client.id)
             .await?;
         if ended > 0 {

@@ -1,7 +1,7 @@
 //! Durable MCP sessions and resumable streams (issue 15 items 1 and 2): what a relay restart
 //! keeps of the session era.
 //!
-//! - the session id key ([`SqliteStorage::session_key`]), generated once per store;
+//! - the session id key ([`super::SessionStore::session_key`]), generated once per store;
 //! - one [`SessionRecord`] per live session, deleted when the session ends;
 //! - one row per POST SSE stream of a session ([`StreamRecord`]): while it is not finished its
 //!   request is in flight (the in-flight marker a restarted relay answers with an error saying
@@ -110,7 +110,7 @@ pub struct StreamRecord {
 }
 
 /// One write of the write-behind task; a batch of them is applied in one transaction
-/// ([`SqliteStorage::apply`]). Times are Unix seconds.
+/// ([`super::SessionStore::apply`]). Times are Unix seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreWrite {
     /// A session was created (or its record replaced).
@@ -223,7 +223,7 @@ impl SqliteStorage {
     /// # Errors
     /// Database failure; a stored key that is not 32 bytes (`Corrupt`: refused, never
     /// replaced, invariant 9).
-    pub async fn session_key(&self) -> Result<[u8; 32], StorageError> {
+    pub(crate) async fn session_key(&self) -> Result<[u8; 32], StorageError> {
         let mut fresh = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut fresh);
         sqlx::query("INSERT OR IGNORE INTO relay_secrets (name, value) VALUES (?, ?)")
@@ -248,7 +248,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure (nothing of the batch is applied).
-    pub async fn apply(&self, batch: &[StoreWrite]) -> Result<(), StorageError> {
+    pub(crate) async fn apply(&self, batch: &[StoreWrite]) -> Result<(), StorageError> {
         let mut tx = self.pool.begin().await?;
         for w in batch {
             match w {
@@ -427,7 +427,7 @@ impl SqliteStorage {
     /// # Errors
     /// Database failure; unreadable rows (`Corrupt`). An event whose text does not match its
     /// hash is not an error: it is returned as [`Payload::Corrupt`].
-    pub async fn load_durable(
+    pub(crate) async fn load_durable(
         &self,
         now: i64,
         idle_secs: i64,
