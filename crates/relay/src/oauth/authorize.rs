@@ -486,14 +486,22 @@ pub async fn approve(
         None => format!("account {bridge}/{}", account.to_lowercase()),
     };
     let address_key = format!("address {address}");
-    let throttle = &hub.oauth.throttle;
-    let taken = throttle
+    let guards = hub.store.guards();
+    let taken = match guards
         .take(&account_key, SIGN_IN_FAILURES_PER_ACCOUNT)
-        .and_then(|()| {
-            throttle
+        .await
+    {
+        Ok(()) => {
+            let by_address = guards
                 .take(&address_key, SIGN_IN_FAILURES_PER_ADDRESS)
-                .inspect_err(|_| throttle.forgive(&account_key))
-        });
+                .await;
+            if by_address.is_err() {
+                guards.forgive(&account_key).await;
+            }
+            by_address
+        }
+        refused => refused,
+    };
     if let Err(wait) = taken {
         return again(
             StatusCode::TOO_MANY_REQUESTS,
@@ -517,8 +525,8 @@ pub async fn approve(
         tracing::info!(bridge, "a sign-in on the consent page failed");
         return again(StatusCode::UNAUTHORIZED, "Wrong account name or password.");
     };
-    throttle.clear(&account_key);
-    throttle.forgive(&address_key);
+    guards.clear(&account_key).await;
+    guards.forgive(&address_key).await;
     if account_row.disabled {
         return again(StatusCode::FORBIDDEN, "This account is disabled.");
     }

@@ -173,7 +173,8 @@ pub async fn principal(
                         Some("the DPoP proof is signed with another key"),
                     ));
                 }
-                jwt::consume(&v, &hub.oauth.seen)
+                jwt::consume(&v, hub.store.guards())
+                    .await
                     .map_err(|e| unauthorized(hub, &path, dpop, Some(&e)))?;
             }
         }

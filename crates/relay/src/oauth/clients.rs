@@ -589,13 +589,13 @@ pub async fn find(
     if fetcher.fresh_for(client_id).is_zero() {
         let key = format!("fetch {address}");
         let limit = protocol::limits::CLIENT_METADATA_FETCHES_PER_ADDRESS;
-        if hub.oauth.throttle.blocked(&key, limit).is_some() {
+        if hub.store.guards().blocked(&key, limit).await.is_some() {
             return Err(OAuthError::invalid_client(
                 "too many client metadata documents fetched for this address; try again later",
             )
             .with_status(axum::http::StatusCode::TOO_MANY_REQUESTS));
         }
-        hub.oauth.throttle.record(&key);
+        hub.store.guards().record(&key).await;
     }
     let doc = fetcher
         .document(client_id)

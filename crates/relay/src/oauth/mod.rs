@@ -10,15 +10,17 @@
 //! - Authorization ([`authorize`], [`consent`]): a consent page where a bridge account signs in
 //!   and approves with one form POST; PKCE S256, exact redirect URIs (any port on loopback), a
 //!   resource indicator (RFC 8707) per grant, `iss` in the response (RFC 9207); failed sign-ins
-//!   throttled ([`limiter`]), passwords as argon2id hashes ([`password`]).
+//!   throttled (the store's guards, [`crate::storage::GuardStore`]), passwords as argon2id
+//!   hashes ([`password`]).
 //! - Tokens ([`token`]): single-use codes, opaque access tokens and rotating refresh tokens with
 //!   a retry grace and family revocation, RFC 7009 revocation, optional DPoP (RFC 9449).
 //! - The resource server ([`bearer`]): every MCP request's token checked against the grant, its
 //!   account, client, resource and DPoP key.
 //!
-//! Everything durable is in the relay store ([`crate::storage::oauth`]); what is here in memory
-//! (throttles, proof ids, the document cache, the consent form key) is bounded and may be lost
-//! on restart without losing a grant.
+//! Everything durable is in the relay store ([`crate::storage::oauth`]), and so are the replay
+//! guards and sign-in throttles ([`crate::storage::GuardStore`]); what is here in memory (the
+//! document cache, the consent form key) is bounded and may be lost on restart without losing a
+//! grant.
 
 pub mod authorize;
 pub mod bearer;
@@ -28,7 +30,6 @@ pub mod document;
 pub mod error;
 pub mod form;
 pub mod jwt;
-pub mod limiter;
 pub mod metadata;
 pub mod password;
 pub mod register;
@@ -49,9 +50,7 @@ pub use crate::config::OAuthSettings;
 pub use error::OAuthError;
 
 use crate::hub::Hub;
-use protocol::limits::{
-    PASSWORD_CHECKS_CONCURRENT, PROOF_IDS_REMEMBERED, SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW,
-};
+use protocol::limits::PASSWORD_CHECKS_CONCURRENT;
 
 /// The authorization server's in-memory state.
 #[derive(Debug)]
@@ -60,11 +59,6 @@ pub struct OAuth {
     pub settings: OAuthSettings,
     /// HMAC key of consent forms (a restart invalidates open forms, nothing else).
     form_key: [u8; 32],
-    /// Failed sign-ins per account and per address, registrations and document fetches per
-    /// address.
-    pub throttle: limiter::Throttle,
-    /// Ids of DPoP proofs and client assertions already used.
-    pub seen: limiter::SeenIds,
     /// Client documents and JWK Sets.
     pub fetcher: document::Fetcher,
     /// Bounds concurrent argon2id checks.
@@ -79,8 +73,6 @@ impl OAuth {
         Self {
             settings,
             form_key,
-            throttle: limiter::Throttle::new(SIGN_IN_WINDOW, SIGN_IN_THROTTLE_ENTRIES),
-            seen: limiter::SeenIds::new(PROOF_IDS_REMEMBERED),
             fetcher: document::Fetcher::new(settings.insecure_client_documents),
             password_checks: tokio::sync::Semaphore::new(PASSWORD_CHECKS_CONCURRENT),
         }

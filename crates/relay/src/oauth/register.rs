@@ -58,9 +58,10 @@ async fn register_inner(
 ) -> Result<Value, OAuthError> {
     let key = format!("register {address}");
     if hub
-        .oauth
-        .throttle
+        .store
+        .guards()
         .blocked(&key, REGISTRATIONS_PER_ADDRESS)
+        .await
         .is_some()
     {
         return Err(OAuthError::bad(
@@ -89,7 +90,7 @@ async fn register_inner(
         )
     })?;
     let metadata = ClientMetadata::validate(&request, ClientKind::Registered)?;
-    hub.oauth.throttle.record(&key);
+    hub.store.guards().record(&key).await;
     let client_id = random_id("mbc_");
     let secret = metadata
         .token_endpoint_auth_method

@@ -216,9 +216,11 @@ fn dpop_proof(hub: &Hub, headers: &HeaderMap) -> Result<Option<jwt::Verified>, O
     .map_err(|e| OAuthError::bad("invalid_dpop_proof", e))
 }
 
-fn consume_all(hub: &Hub, proofs: &[&Option<jwt::Verified>]) -> Result<(), OAuthError> {
+async fn consume_all(hub: &Hub, proofs: &[&Option<jwt::Verified>]) -> Result<(), OAuthError> {
     for v in proofs.iter().filter_map(|p| p.as_ref()) {
-        jwt::consume(v, &hub.oauth.seen).map_err(OAuthError::invalid_client)?;
+        jwt::consume(v, hub.store.guards())
+            .await
+            .map_err(OAuthError::invalid_client)?;
     }
     Ok(())
 }
@@ -328,7 +330,7 @@ async fn token_inner(
                     "the code is bound to a DPoP key: send a proof signed with it",
                 ));
             }
-            consume_all(hub, &[&assertion, &dpop])?;
+            consume_all(hub, &[&assertion, &dpop]).await?;
             let (access, refresh, hashes) = new_tokens(hub);
             let Some(grant) = hub
                 .store
@@ -388,7 +390,7 @@ async fn token_inner(
                     "resource differs from the grant's",
                 ));
             }
-            consume_all(hub, &[&assertion, &dpop])?;
+            consume_all(hub, &[&assertion, &dpop]).await?;
             let _ = hub.store.oauth().touch_client(&client.id).await;
             Ok(token_answer(hub, &grant, &access, Some(&refresh)))
         }
@@ -417,7 +419,7 @@ pub async fn revoke(
         let token = form
             .get("token")
             .ok_or_else(|| OAuthError::invalid_request("token is required"))?;
-        consume_all(&hub, &[&assertion])?;
+        consume_all(&hub, &[&assertion]).await?;
         let ended = hub
             .store
             .oauth()

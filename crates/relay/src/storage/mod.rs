@@ -5,7 +5,7 @@
 //! This module is the storage seam (DESIGN §6: an embedded SQLite implementation now, PostgreSQL
 //! later). Callers hold a [`Store`] ([`open`], [`memory`]) and reach each aggregate through its
 //! trait ([`traits`]: [`BridgeStore`], [`AccountStore`], [`OAuthStore`], [`SessionStore`],
-//! [`RevocationStore`]); no SQLite or `sqlx` type is named outside this module. The SQLite
+//! [`RevocationStore`], [`GuardStore`]); no SQLite or `sqlx` type is named outside this module. The SQLite
 //! implementation keeps everything in one database file in WAL mode, so the CLI (`relay token
 //! create`, `relay bridge add`) and a running relay can use it at once. Secrets — enrollment codes
 //! and tokens — are stored only as SHA-256 hashes. Unreadable or corrupt state is an error, never
@@ -22,6 +22,7 @@ use crate::auth::Role;
 
 pub mod accounts;
 pub mod durable;
+pub mod guards;
 pub mod oauth;
 pub mod revocation;
 mod sqlite;
@@ -31,10 +32,12 @@ pub mod writer;
 
 pub use accounts::Account;
 pub use durable::{Payload, SessionRecord, StoreWrite, StoredEvent, StreamRecord};
+pub use guards::{MemoryGuards, Seen};
 pub use revocation::DeviceKeyRecord;
 pub use store::{Store, memory, open};
 pub use traits::{
-    AccountStore, BridgeStore, OAuthStore, RevocationStore, SessionStore, StoreFuture,
+    AccountStore, BridgeStore, GuardFuture, GuardStore, OAuthStore, RevocationStore, SessionStore,
+    StoreFuture,
 };
 pub use writer::StoreWriter;
 

@@ -10,7 +10,8 @@ use std::{path::Path, sync::Arc};
 
 use super::{
     SqliteStorage, StorageError, StoreWriter,
-    traits::{AccountStore, BridgeStore, OAuthStore, RevocationStore, SessionStore},
+    guards::MemoryGuards,
+    traits::{AccountStore, BridgeStore, GuardStore, OAuthStore, RevocationStore, SessionStore},
 };
 
 /// The relay's store: cheap to clone (the clones share the backend).
@@ -21,16 +22,19 @@ pub struct Store {
     oauth: Arc<dyn OAuthStore>,
     sessions: Arc<dyn SessionStore>,
     revocations: Arc<dyn RevocationStore>,
+    guards: Arc<dyn GuardStore>,
     /// The SQLite backend, for tests that damage or count rows on purpose.
     #[cfg(test)]
     pub(super) sqlite: Option<SqliteStorage>,
 }
 
 impl Store {
-    /// A store whose every aggregate is kept by `backend`.
-    pub fn new<B>(backend: B) -> Self
+    /// A store whose durable aggregates are kept by `backend`, with `guards` for replay
+    /// guards and throttles.
+    pub fn new<B, G>(backend: B, guards: G) -> Self
     where
         B: BridgeStore + AccountStore + OAuthStore + SessionStore + RevocationStore + 'static,
+        G: GuardStore + 'static,
     {
         let b = Arc::new(backend);
         Self {
@@ -39,6 +43,7 @@ impl Store {
             oauth: b.clone(),
             sessions: b.clone(),
             revocations: b,
+            guards: Arc::new(guards),
             #[cfg(test)]
             sqlite: None,
         }
@@ -69,6 +74,11 @@ impl Store {
         &*self.revocations
     }
 
+    /// Replay guards and throttles.
+    pub fn guards(&self) -> &dyn GuardStore {
+        &*self.guards
+    }
+
     /// Starts the write-behind task that applies durable session and stream writes to this
     /// store ([`StoreWriter`]), on the current tokio runtime; it ends once every clone of the
     /// writer is dropped and its queue is drained.
@@ -78,7 +88,8 @@ impl Store {
 }
 
 /// Opens (creating if needed) the SQLite store at `path` and applies its schema: one database
-/// file in WAL mode, owner-only, which the CLI and a running relay can use at once.
+/// file in WAL mode, owner-only, which the CLI and a running relay can use at once; replay
+/// guards and throttles in this process's memory ([`MemoryGuards`]).
 ///
 /// # Errors
 /// The file cannot be opened or created, or the schema cannot be applied.
@@ -97,12 +108,12 @@ pub async fn memory() -> Result<Store, StorageError> {
 fn over(sqlite: SqliteStorage) -> Store {
     #[cfg(test)]
     {
-        let mut store = Store::new(sqlite.clone());
+        let mut store = Store::new(sqlite.clone(), MemoryGuards::default());
         store.sqlite = Some(sqlite);
         store
     }
     #[cfg(not(test))]
-    Store::new(sqlite)
+    Store::new(sqlite, MemoryGuards::default())
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 //! - [`SessionStore`]: the durable MCP sessions and stream events a restarted relay restores, and
 //!   the session id key;
 //! - [`RevocationStore`]: the revocation counter the relay polls, and whether a credential still
-//!   authenticates.
+//!   authenticates;
+//! - [`GuardStore`]: replay guards and throttles (in memory today, [`super::guards`]).
 //!
 //! Rules every backend keeps: secrets (codes, tokens, client secrets) arrive and are kept as
 //! hashes only; a change that revokes a credential (a token, client, grant, account change,
@@ -19,17 +20,19 @@
 //! that every relay node must agree on (the session id key, the consent form key) are generated
 //! once per store and read from it, never per process. Times are Unix seconds.
 //!
-//! Each method returns a boxed future (what a trait object's `async` method costs: one
-//! allocation per query, beside the query's own trip to the database).
+//! Each method of a durable aggregate returns a boxed future (what a trait object's `async`
+//! method costs: one allocation per query, beside the query's own trip to the database); a
+//! guard answers at once when it is kept in memory ([`GuardFuture`]).
 
-use std::fmt;
+use std::{fmt, future::Ready, time::Duration};
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, Either};
 
 use super::{
     DeviceKey, StorageError, TokenRecord,
     accounts::{Account, AccountChange},
     durable::{SessionRecord, StoreWrite, StreamRecord},
+    guards::Seen,
     oauth::{
         ClientRecord, ClientSummary, Grant, NewCode, NewTokens, Redemption, Rotation, RotationRules,
     },
@@ -39,6 +42,10 @@ use crate::auth::Role;
 
 /// What a store method returns: a future of its result.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StorageError>>;
+
+/// What a guard method returns: the answer at once (`Left`, no allocation) from a guard kept in
+/// memory, or a boxed future (`Right`) from one that must ask elsewhere.
+pub type GuardFuture<'a, T> = Either<Ready<T>, BoxFuture<'a, T>>;
 
 /// Bridges, their one-time enrollment codes (kept as SHA-256), the device keys daemons sign
 /// their hello with, and the catalog each bridge's daemon last announced.
@@ -413,4 +420,35 @@ pub trait RevocationStore: Send + Sync + fmt::Debug {
     /// # Errors
     /// The store fails.
     fn credential_live<'a>(&'a self, credential: &'a str) -> StoreFuture<'a, bool>;
+}
+
+/// Replay guards and throttles: the ids of DPoP proofs and client assertions already used
+/// (RFC 9449 §11.1, RFC 7523 §3), and counts of events per key (failed sign-ins per account and
+/// per client address, registrations and client document fetches per address) within a fixed
+/// window. Bounded: the oldest entries are forgotten past capacity, and what they protect is
+/// short-lived, so losing them (a restart) loses no grant. Relay nodes that share a store need
+/// guards that count and remember across them; guards that cannot reach their state fail
+/// closed (`take` refuses, `first_use` answers [`Seen::Full`]).
+pub trait GuardStore: Send + Sync + fmt::Debug {
+    /// When `key` has `limit` events in its current window: how long until the window ends.
+    fn blocked<'a>(&'a self, key: &'a str, limit: u32) -> GuardFuture<'a, Option<Duration>>;
+
+    /// Counts one event for `key` unless `key` already has `limit` in its window, atomically (so
+    /// parallel attempts cannot all pass a check made before any of them counts).
+    ///
+    /// # Errors
+    /// How long until the window ends, when `key` is at its limit (nothing counted).
+    fn take<'a>(&'a self, key: &'a str, limit: u32) -> GuardFuture<'a, Result<(), Duration>>;
+
+    /// Takes back one event of `key` (an attempt that turned out well).
+    fn forgive<'a>(&'a self, key: &'a str) -> GuardFuture<'a, ()>;
+
+    /// Counts one event for `key`.
+    fn record<'a>(&'a self, key: &'a str) -> GuardFuture<'a, ()>;
+
+    /// Forgets `key` (a successful sign-in clears its account's failures).
+    fn clear<'a>(&'a self, key: &'a str) -> GuardFuture<'a, ()>;
+
+    /// Records `id` as used for `ttl` from now, unless it was already (a replay).
+    fn first_use<'a>(&'a self, id: &'a str, ttl: Duration) -> GuardFuture<'a, Seen>;
 }
