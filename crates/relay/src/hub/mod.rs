@@ -110,12 +110,18 @@ pub struct Hub {
 
 impl Hub {
     /// A hub over `store` whose sessions and streams live in memory only, with a random
-    /// session id key (tests).
+    /// session id key and consent form key (tests).
     pub fn new(store: Store, config: RelayConfig) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self::build(me.clone(), store, config, SessionKeys::new(), None))
+        let mut form_key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut form_key);
+        let oauth = crate::oauth::OAuth::new(config.oauth, form_key);
+        Arc::new_cyclic(|me| {
+            Self::build(me.clone(), store, config, SessionKeys::new(), oauth, None)
+        })
     }
 
-    /// The hub of a serving relay: the session id key comes from the store (generated once),
+    /// The hub of a serving relay: the session id key and the consent form key come from the
+    /// store (generated once),
     /// session-era sessions and their POST streams are persisted write-behind, and what a
     /// previous process left is restored (`Hub::restore`). Spawns the write-behind task (on
     /// the current tokio runtime), which ends once the hub is dropped.
@@ -125,8 +131,10 @@ impl Hub {
     /// the relay does not start rather than silently drop or replace it).
     pub async fn open(store: Store, config: RelayConfig) -> Result<Arc<Self>, StorageError> {
         let keys = SessionKeys::from_key(store.sessions().session_key().await?);
+        let oauth = crate::oauth::OAuth::new(config.oauth, store.oauth().form_key().await?);
         let writer = store.spawn_writer();
-        let hub = Arc::new_cyclic(|me| Self::build(me.clone(), store, config, keys, Some(writer)));
+        let hub =
+            Arc::new_cyclic(|me| Self::build(me.clone(), store, config, keys, oauth, Some(writer)));
         hub.restore().await?;
         Ok(hub)
     }
@@ -136,13 +144,14 @@ impl Hub {
         store: Store,
         config: RelayConfig,
         keys: SessionKeys,
+        oauth: crate::oauth::OAuth,
         durable: Option<StoreWriter>,
     ) -> Self {
         Self {
             me,
             retracted: Lock::new(Default::default()),
             store,
-            oauth: crate::oauth::OAuth::new(config.oauth),
+            oauth,
             unverified: Default::default(),
             config: Arc::new(config),
             keys,

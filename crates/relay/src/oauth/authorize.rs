@@ -10,7 +10,7 @@
 //! `resource` (RFC 8707) per grant, an MCP URL of this relay or the relay itself; an omitted
 //! `scope` gets `mcp`; `dpop_jkt` (RFC 9449 §10) binds the code to a DPoP key.
 //!
-//! The open request travels in the form, signed with the relay's form key and bound to a
+//! The open request travels in the form, signed with the store's form key and bound to a
 //! browser cookie (so a form posted from another site, or another browser, is refused); the
 //! relay keeps no state for a page until it is approved. Failed sign-ins count per account and
 //! per client address ([`protocol::limits::SIGN_IN_FAILURES_PER_ACCOUNT`],
@@ -578,7 +578,7 @@ mod tests {
 
     #[test]
     fn a_sealed_form_opens_only_unchanged_in_its_browser_and_in_time() {
-        let o = OAuth::new(Default::default());
+        let o = OAuth::new(Default::default(), [1; 32]);
         let p = Pending {
             client_id: "c".into(),
             redirect_uri: "http://127.0.0.1/cb".into(),
@@ -610,9 +610,14 @@ mod tests {
         });
         assert_eq!(o.open(&expired, Some(&"b".repeat(43))), None);
         assert_eq!(
-            OAuth::new(Default::default()).open(&sealed, Some(&"b".repeat(43))),
+            OAuth::new(Default::default(), [2; 32]).open(&sealed, Some(&"b".repeat(43))),
             None,
-            "another relay's key"
+            "another store's key"
+        );
+        assert_eq!(
+            OAuth::new(Default::default(), [1; 32]).open(&sealed, Some(&"b".repeat(43))),
+            Some(p.clone()),
+            "another process on the same store"
         );
     }
 

@@ -18,9 +18,10 @@
 //!   account, client, resource and DPoP key.
 //!
 //! Everything durable is in the relay store ([`crate::storage::oauth`]), and so are the replay
-//! guards and sign-in throttles ([`crate::storage::GuardStore`]); what is here in memory (the
-//! document cache, the consent form key) is bounded and may be lost on restart without losing a
-//! grant.
+//! guards and sign-in throttles ([`crate::storage::GuardStore`]) and the consent form key
+//! ([`crate::storage::OAuthStore::form_key`]: a form rendered by one relay process is accepted
+//! by another on the same store); what is here in memory (the document cache) is bounded and may
+//! be lost on restart without losing a grant.
 
 pub mod authorize;
 pub mod bearer;
@@ -44,7 +45,6 @@ use axum::{
     http::{HeaderMap, header},
     routing::{get, post},
 };
-use rand::RngCore;
 
 pub use crate::config::OAuthSettings;
 pub use error::OAuthError;
@@ -57,7 +57,8 @@ use protocol::limits::PASSWORD_CHECKS_CONCURRENT;
 pub struct OAuth {
     /// Settings.
     pub settings: OAuthSettings,
-    /// HMAC key of consent forms (a restart invalidates open forms, nothing else).
+    /// HMAC key of consent forms: the store's ([`crate::storage::OAuthStore::form_key`]), so
+    /// every relay process on the store accepts a form another rendered.
     form_key: [u8; 32],
     /// Client documents and JWK Sets.
     pub fetcher: document::Fetcher,
@@ -66,10 +67,8 @@ pub struct OAuth {
 }
 
 impl OAuth {
-    /// The state for `settings`.
-    pub fn new(settings: OAuthSettings) -> Self {
-        let mut form_key = [0u8; 32];
-        rand::thread_rng().fill_bytes(&mut form_key);
+    /// The state for `settings`, signing consent forms with `form_key` (the store's).
+    pub fn new(settings: OAuthSettings, form_key: [u8; 32]) -> Self {
         Self {
             settings,
             form_key,

@@ -224,24 +224,7 @@ impl SqliteStorage {
     /// Database failure; a stored key that is not 32 bytes (`Corrupt`: refused, never
     /// replaced, invariant 9).
     pub(crate) async fn session_key(&self) -> Result<[u8; 32], StorageError> {
-        let mut fresh = [0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut fresh);
-        sqlx::query("INSERT OR IGNORE INTO relay_secrets (name, value) VALUES (?, ?)")
-            .bind(SESSION_KEY)
-            .bind(&fresh[..])
-            .execute(&self.pool)
-            .await?;
-        let stored: Vec<u8> = sqlx::query("SELECT value FROM relay_secrets WHERE name = ?")
-            .bind(SESSION_KEY)
-            .fetch_one(&self.pool)
-            .await?
-            .get(0);
-        stored.try_into().map_err(|v: Vec<u8>| {
-            StorageError::Corrupt(format!(
-                "the stored session key has {} bytes, not 32",
-                v.len()
-            ))
-        })
+        self.secret(SESSION_KEY, "session key").await
     }
 
     /// Applies `batch` in one transaction, in order.

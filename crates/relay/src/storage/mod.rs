@@ -25,6 +25,7 @@ pub mod durable;
 pub mod guards;
 pub mod oauth;
 pub mod revocation;
+mod secrets;
 mod sqlite;
 mod store;
 pub mod traits;

@@ -215,7 +215,20 @@ fn client_row(r: &sqlx::sqlite::SqliteRow) -> Result<ClientRecord, StorageError>
 const CLIENT_COLUMNS: &str = "client_id, kind, metadata, secret_hash, created_at, last_used_at, \
      document_expires_at, revoked_at";
 
+/// The name of the consent form key among the store's secrets.
+const FORM_KEY: &str = "consent_form_key";
+
 impl SqliteStorage {
+    /// The HMAC key consent forms are signed with ([`super::OAuthStore::form_key`]): 32 random
+    /// bytes generated the first time and kept in the store from then on.
+    ///
+    /// # Errors
+    /// Database failure; a stored key that is not 32 bytes (`Corrupt`: refused, never
+    /// replaced).
+    pub(crate) async fn form_key(&self) -> Result<[u8; 32], StorageError> {
+        self.secret(FORM_KEY, "consent form key").await
+    }
+
     /// Stores a dynamically registered client (RFC 7591 §3.2.1).
     ///
     /// # Errors

@@ -244,6 +244,10 @@ impl OAuthStore for SqliteStorage {
             idle_expiry_secs,
         ))
     }
+
+    fn form_key(&self) -> StoreFuture<'_, [u8; 32]> {
+        Box::pin(SqliteStorage::form_key(self))
+    }
 }
 
 impl SessionStore for SqliteStorage {

@@ -361,6 +361,15 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
     /// # Errors
     /// The store fails.
     fn sweep_oauth(&self, unused_expiry_secs: i64, idle_expiry_secs: i64) -> StoreFuture<'_, u64>;
+
+    /// The HMAC key consent forms are signed with: 32 random bytes generated the first time and
+    /// read from the store from then on, so that a form one relay process (or node) rendered
+    /// is accepted by another on the same store.
+    ///
+    /// # Errors
+    /// The store fails; a stored key that is not 32 bytes (`Corrupt`: refused, never replaced,
+    /// invariant 9).
+    fn form_key(&self) -> StoreFuture<'_, [u8; 32]>;
 }
 
 /// What a relay restart keeps of the session era: the session id key, the durable MCP sessions,
