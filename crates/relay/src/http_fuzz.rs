@@ -11,7 +11,7 @@ use axum::{
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::{RelayConfig, config::AuthMode, hub::Hub, router, storage};
+use crate::{AppState, RelayConfig, config::AuthMode, router, storage};
 
 /// Time the target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or
 /// `BOLERO_RANDOM_ITERATIONS` is set).
@@ -92,7 +92,7 @@ fn fuzz_relay_http_requests() {
             auth: AuthMode::None,
             ..RelayConfig::for_tests()
         };
-        router(Hub::new(store, config))
+        router(AppState::in_memory(store, config).await)
     });
     // A failed check ends the run; nothing is observed across the unwind.
     let app = std::panic::AssertUnwindSafe(app);

@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod admission;
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -32,6 +33,7 @@ pub mod oauth;
 pub(crate) mod ops;
 pub(crate) mod origin;
 pub mod server;
+pub mod state;
 pub(crate) mod stateless;
 pub mod storage;
 pub(crate) mod stream;
@@ -46,13 +48,14 @@ use axum::{Router, extract::DefaultBodyLimit, routing::get};
 use tokio_util::sync::CancellationToken;
 
 pub use config::RelayConfig;
+pub use state::AppState;
 
 use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
-/// The relay's HTTP application over `hub`: the MCP endpoints, the daemon socket, the
+/// The relay's HTTP application over `state`: the MCP endpoints, the daemon socket, the
 /// operational endpoints and, in [`config::AuthMode::OAuth`], the authorization server
 /// ([`oauth::routes`]); CORS for the origins `origin::origin_allowed` admits.
-pub fn router(hub: Arc<hub::Hub>) -> Router {
+pub fn router(state: AppState) -> Router {
     let mut app = Router::new()
         .route(
             "/b/{bridge}/mcp",
@@ -65,27 +68,25 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
         .route(CONNECT_PATH, get(link::connect))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics_main));
-    if hub.config.auth == config::AuthMode::OAuth {
-        app = app.merge(oauth::routes(&hub));
+    if state.config.auth == config::AuthMode::OAuth {
+        app = app.merge(oauth::routes(state.config.clone()));
     }
     app.fallback(not_found)
         .layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
-        .layer(cors(&hub))
-        .with_state(hub)
+        .layer(cors(&state.admission))
+        .with_state(state)
 }
 
 /// CORS (Fetch standard) for browser-based clients: only the origins the MCP endpoints admit
 /// (never `*`), the MCP and OAuth headers, and the response headers a client must read.
-fn cors(hub: &Arc<hub::Hub>) -> tower_http::cors::CorsLayer {
+fn cors(admission: &Arc<admission::Admission>) -> tower_http::cors::CorsLayer {
     use axum::http::{HeaderName, Method};
     use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
-    let hub = hub.clone();
+    let admission = admission.clone();
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, _| {
-            origin
-                .to_str()
-                .is_ok_and(|o| origin::origin_allowed(&hub.config, o))
+            origin.to_str().is_ok_and(|o| admission.origin_allowed(o))
         }))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers(AllowHeaders::mirror_request())
@@ -106,10 +107,10 @@ const NOT_FOUND_PATH_SHOWN_CHARS: usize = 200;
 /// authenticated). The 404s of the MCP endpoints themselves (an unknown bridge, or session per
 /// MCP 2025-11-25 Streamable HTTP §Session Management) are theirs and unchanged.
 async fn not_found(
-    axum::extract::State(hub): axum::extract::State<Arc<hub::Hub>>,
+    axum::extract::State(config): axum::extract::State<Arc<RelayConfig>>,
     uri: axum::http::Uri,
 ) -> error::HttpError {
-    let base = hub.config.public_url.as_str().trim_end_matches('/');
+    let base = config.public_url.as_str().trim_end_matches('/');
     let mut path: String = uri
         .path()
         .chars()
@@ -173,10 +174,9 @@ const STORE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// queued.
 const STORE_FLUSH_ON_STOP: Duration = Duration::from_secs(5);
 
-async fn sweep_oauth(hub: &hub::Hub) {
+async fn sweep_oauth(store: &storage::Store) {
     use protocol::limits::{REGISTRATION_IDLE_EXPIRY, REGISTRATION_UNUSED_EXPIRY};
-    match hub
-        .store
+    match store
         .oauth()
         .sweep_oauth(
             REGISTRATION_UNUSED_EXPIRY.as_secs() as i64,
@@ -264,23 +264,23 @@ pub async fn serve_on(
     if let Ok(addr) = listener.local_addr() {
         config.listen = addr;
     }
-    let hub = hub::Hub::open(store, config).await?;
+    let state = AppState::open(store, config).await?;
     let sweeper = {
-        let hub = hub.clone();
+        let (hub, store) = (state.hub.clone(), state.store.clone());
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             let mut oauth = tokio::time::interval(OAUTH_SWEEP_INTERVAL);
-            let mut store = tokio::time::interval(STORE_SWEEP_INTERVAL);
+            let mut rows = tokio::time::interval(STORE_SWEEP_INTERVAL);
             let mut revocations = None;
             loop {
                 tokio::select! {
                     _ = tick.tick() => {
                         hub.sweep();
-                        link::close_revoked(&hub, &mut revocations).await;
+                        link::close_revoked(&hub, &store, &mut revocations).await;
                     }
-                    _ = oauth.tick() => sweep_oauth(&hub).await,
-                    _ = store.tick() => {
+                    _ = oauth.tick() => sweep_oauth(&store).await,
+                    _ = rows.tick() => {
                         if let Some(w) = &hub.durable {
                             let _ = w.send(storage::StoreWrite::Sweep { now: storage::now() });
                         }
@@ -290,8 +290,8 @@ pub async fn serve_on(
             }
         })
     };
-    let app = router(hub.clone());
-    let metrics_server = match hub.config.metrics_listen {
+    let app = router(state.clone());
+    let metrics_server = match state.config.metrics_listen {
         Some(addr) => {
             let metrics_listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -299,20 +299,20 @@ pub async fn serve_on(
             let app = Router::new()
                 .route("/metrics", get(ops::metrics))
                 .route("/healthz", get(ops::healthz))
-                .with_state(hub.clone());
+                .with_state(state.clone());
             let stop = shutdown.clone();
-            let caps = server::ConnectionCaps::new(hub.config.connections);
-            let metrics = hub.metrics.clone();
+            let caps = server::ConnectionCaps::new(state.config.connections);
+            let metrics = state.metrics.clone();
             Some(tokio::spawn(async move {
                 server::serve(metrics_listener, app, caps, metrics, stop).await
             }))
         }
         None => None,
     };
-    let caps = server::ConnectionCaps::new(hub.config.connections);
-    let metrics = hub.metrics.clone();
-    let durable = hub.durable.clone();
-    drop(hub);
+    let caps = state.admission.clients.clone();
+    let metrics = state.metrics.clone();
+    let durable = state.hub.durable.clone();
+    drop(state);
     let result = server::serve(listener, app, caps, metrics, shutdown.clone()).await;
     if let Some(m) = metrics_server {
         let _ = m.await;

@@ -19,7 +19,7 @@ use std::{
 };
 
 use axum::{
-    extract::{ConnectInfo, Request, State},
+    extract::{ConnectInfo, FromRef, Request, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -46,17 +46,16 @@ use protocol::{
         CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame,
         hello_transcript, now_unix_ms,
     },
-    limits::{
-        DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES,
-        UNVERIFIED_DAEMON_SOCKETS_MAX, UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
-    },
+    limits::{DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES},
 };
 
 use crate::{
+    admission::Admission,
+    config::RelayConfig,
     hub::{Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound},
     metrics::Metrics,
-    server::{ConnectionCaps, ConnectionLimits, Place},
-    storage::StorageError,
+    server::Place,
+    storage::{StorageError, Store},
 };
 
 /// Frames queued per socket before the link counts as congested.
@@ -68,44 +67,59 @@ const HELLO_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
 pub const HELLO_REFUSED: &str =
     "hello refused: the device key, bridge or signature is not valid here (enroll again)";
 
-/// Daemon sockets that have not authenticated yet, in all and per address.
-#[derive(Debug)]
-pub struct Unverified(ConnectionCaps);
-
-impl Default for Unverified {
-    fn default() -> Self {
-        Self(ConnectionCaps::new(UNVERIFIED_LIMITS))
-    }
+/// What the daemon socket route uses of the application state: the bridges' routing state on
+/// this node (whose daemons it serves), admission (Host and Origin, the places of unverified
+/// sockets), the store (device keys, enrollment), the configuration and the metrics.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    hub: Arc<Hub>,
+    admission: Arc<Admission>,
+    store: Store,
+    config: Arc<RelayConfig>,
+    metrics: Arc<Metrics>,
 }
 
-const UNVERIFIED_LIMITS: ConnectionLimits = ConnectionLimits {
-    total: UNVERIFIED_DAEMON_SOCKETS_MAX,
-    per_address: UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
-};
+impl<S> FromRef<S> for Node
+where
+    Arc<Hub>: FromRef<S>,
+    Arc<Admission>: FromRef<S>,
+    Store: FromRef<S>,
+    Arc<RelayConfig>: FromRef<S>,
+    Arc<Metrics>: FromRef<S>,
+{
+    fn from_ref(state: &S) -> Self {
+        Self {
+            hub: FromRef::from_ref(state),
+            admission: FromRef::from_ref(state),
+            store: FromRef::from_ref(state),
+            config: FromRef::from_ref(state),
+            metrics: FromRef::from_ref(state),
+        }
+    }
+}
 
 /// `GET /daemon/v1/connect`: checks `Host` (loopback listeners: loopback names and the public
 /// host) and `Origin` (a browser's page may not open daemon sockets: only the relay's own origin
 /// is allowed when one is sent), takes one of the places of unverified sockets
-/// ([`UNVERIFIED_DAEMON_SOCKETS_MAX`], [`UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`]; 503 when none
+/// ([`protocol::limits::UNVERIFIED_DAEMON_SOCKETS_MAX`],
+/// [`protocol::limits::UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`]; 503 when none
 /// is free) and upgrades to a WebSocket (RFC 6455 §4.2.2) whose reads are capped at
 /// [`UNVERIFIED_DAEMON_SOCKET_MAX_BYTES`] until its hello is verified.
-pub async fn connect(
-    State(hub): State<Arc<Hub>>,
+pub(crate) async fn connect(
+    State(node): State<Node>,
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     mut request: Request,
 ) -> Response {
     let refuse = |status: StatusCode, why: &str| (status, format!("{why}\n")).into_response();
     let headers = request.headers();
-    if !crate::origin::host_allowed(&hub.config, headers) {
+    if !node.admission.host_allowed(headers) {
         return refuse(
             StatusCode::FORBIDDEN,
             "Host header not allowed on this listener",
         );
     }
     if let Some(o) = headers.get(header::ORIGIN)
-        && !o
-            .to_str()
-            .is_ok_and(|o| crate::origin::own_origin(&hub.config, o))
+        && !o.to_str().is_ok_and(|o| node.admission.own_origin(o))
     {
         return refuse(
             StatusCode::FORBIDDEN,
@@ -146,8 +160,8 @@ pub async fn connect(
     let address = peer
         .as_ref()
         .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |p| p.0.0.ip());
-    let Some(place) = hub.unverified.0.admit(address) else {
-        Metrics::add(&hub.metrics.sockets_refused, 1);
+    let Some(place) = node.admission.daemons.admit(address) else {
+        Metrics::add(&node.metrics.sockets_refused, 1);
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "too many daemon sockets are authenticating; retry shortly",
@@ -168,7 +182,7 @@ pub async fn connect(
             .max_frame_size(Some(RELAY_FRAME_MAX_BYTES));
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
         run(
-            hub,
+            node,
             ws,
             Unlock {
                 gate,
@@ -263,8 +277,8 @@ impl Unlock {
 
 type Ws = WebSocketStream<Budget<TokioIo<hyper::upgrade::Upgraded>>>;
 
-async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
-    Metrics::add(&hub.metrics.sockets_candidate, 1);
+async fn run(node: Node, socket: Ws, mut unlock: Unlock) {
+    Metrics::add(&node.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
     let mut writer = tokio::spawn(async move {
@@ -291,9 +305,9 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     });
     let link_tx = LinkTx::new(tx);
     let mut promoted = false;
-    let outcome = session(&hub, &link_tx, &mut stream, &mut promoted, &mut unlock).await;
+    let outcome = session(&node, &link_tx, &mut stream, &mut promoted, &mut unlock).await;
     if !promoted {
-        Metrics::add(&hub.metrics.sockets_candidate, -1);
+        Metrics::add(&node.metrics.sockets_candidate, -1);
     }
     if let Err((code, reason)) = &outcome {
         tracing::info!(code = code.code(), %reason, "daemon socket closed");
@@ -363,13 +377,13 @@ async fn next_frame(
 }
 
 async fn session(
-    hub: &Arc<Hub>,
+    node: &Node,
     tx: &LinkTx,
     stream: &mut Incoming,
     promoted: &mut bool,
     unlock: &mut Unlock,
 ) -> Result<(), (CloseCode, String)> {
-    let timing = hub.config.timing;
+    let timing = node.config.timing;
     // The hello deadline runs from the upgrade, whatever the socket sends meanwhile.
     let hello_by = Instant::now() + timing.hello_deadline;
     // 1. welcome
@@ -419,7 +433,7 @@ async fn session(
                 revision,
             ),
             DaemonFrame::Enroll { code, public_key } => {
-                return enroll(hub, tx, &code, &public_key).await;
+                return enroll(node, tx, &code, &public_key).await;
             }
             _ => return Err((CloseCode::Protocol, "expected hello".into())),
         };
@@ -430,7 +444,7 @@ async fn session(
         ));
     }
     verify_hello(
-        hub,
+        node,
         &challenge,
         bridge.as_str(),
         instance_id.as_str(),
@@ -448,7 +462,7 @@ async fn session(
     let _ = tx.try_send(RelayFrame::HelloAck {
         bridge: bridge.clone(),
     });
-    let b = hub.bridge(bridge.as_str()).await;
+    let b = node.hub.bridge(bridge.as_str()).await;
     // 3-5. probe, resume, ready, within the readiness deadline.
     let deadline = Instant::now() + timing.readiness_deadline;
     let probe_id = crate::auth::random_id("probe_");
@@ -478,13 +492,13 @@ async fn session(
             }
         }
     }
-    hub.set_catalog(&b, servers.unwrap_or_default()).await;
-    let (sessions, requests) = hub.resume_set(&b, &instance_id);
+    node.hub.set_catalog(&b, servers.unwrap_or_default()).await;
+    let (sessions, requests) = node.hub.resume_set(&b, &instance_id);
     let resumed = sessions.len();
     let _ = tx.try_send(RelayFrame::Resume { sessions, requests });
     let _ = tx.try_send(RelayFrame::Ready {});
     let link = Link {
-        id: hub.next_link_id(),
+        id: node.hub.next_link_id(),
         instance_id: instance_id.clone(),
         revision,
         key_id: key_id.clone(),
@@ -492,27 +506,27 @@ async fn session(
         tx: tx.clone(),
     };
     let link_id = link.id;
-    if let Some(old) = hub.promote(&b, link) {
+    if let Some(old) = node.hub.promote(&b, link) {
         old.tx
             .close(CloseCode::Replaced, "replaced by verified daemon");
     }
     *promoted = true;
-    Metrics::add(&hub.metrics.sockets_candidate, -1);
-    Metrics::add(&hub.metrics.sockets_ready, 1);
+    Metrics::add(&node.metrics.sockets_candidate, -1);
+    Metrics::add(&node.metrics.sockets_ready, 1);
     tracing::info!(bridge = %b.name, instance = %instance_id, resumed, "daemon ready");
     let from = LinkOrigin {
         bridge: &b.name,
         instance: &instance_id,
     };
-    let result = serve(hub, &b, from, tx, stream, timing.liveness_timeout).await;
-    Metrics::add(&hub.metrics.sockets_ready, -1);
+    let result = serve(node, &b, from, tx, stream, timing.liveness_timeout).await;
+    Metrics::add(&node.metrics.sockets_ready, -1);
     if matches!(&result, Err((_, r)) if r == STOPPED_BY_DAEMON) {
         // Nothing to wait for: the requests still open get their answer now, not after the
         // reconnect grace.
-        hub.link_stopped(&b, link_id);
+        node.hub.link_stopped(&b, link_id);
         tracing::info!(bridge = %b.name, instance = %instance_id, "the daemon stopped; its sessions ended");
     } else {
-        hub.link_lost(&b, link_id);
+        node.hub.link_lost(&b, link_id);
         tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
     }
     result
@@ -520,7 +534,7 @@ async fn session(
 
 /// Redeems an enrollment code for a device public key, answers `enrolled` and ends the socket.
 async fn enroll(
-    hub: &Hub,
+    node: &Node,
     tx: &LinkTx,
     code: &str,
     public_key: &str,
@@ -536,7 +550,7 @@ async fn enroll(
             "public_key is not a P-256 public key (SEC1, base64url)".into(),
         ));
     }
-    match hub.store.bridges().enroll(code, public_key).await {
+    match node.store.bridges().enroll(code, public_key).await {
         Ok((bridge, key_id)) => {
             tracing::info!(%bridge, %key_id, "daemon enrolled");
             let told = tx.try_send(RelayFrame::Enrolled {
@@ -562,7 +576,7 @@ async fn enroll(
 /// is lost, breaks the protocol, or is closed by the relay ([`LinkTx::close`]: replaced, its
 /// key revoked), after which nothing it sends is read.
 async fn serve(
-    hub: &Arc<Hub>,
+    node: &Node,
     bridge: &crate::hub::Bridge,
     from: LinkOrigin<'_>,
     tx: &LinkTx,
@@ -594,7 +608,8 @@ async fn serve(
             } => {
                 // Acknowledged whatever became of it: a replay, or a message for a session that
                 // has ended, is as committed as a routed one (unmatched ones are counted).
-                if hub.deliver(from, &sid, seq, related.as_ref(), message) == Delivery::OutOfWindow
+                if node.hub.deliver(from, &sid, seq, related.as_ref(), message)
+                    == Delivery::OutOfWindow
                 {
                     return Err((
                         CloseCode::Protocol,
@@ -613,18 +628,18 @@ async fn serve(
                     return Err((CloseCode::Internal, "link queue full".into()));
                 }
                 // A call ends with its answer: `close` follows the `ack` of the response.
-                if let Some(s) = hub.session_from(from, &sid) {
-                    hub.close_if_answered(&s);
+                if let Some(s) = node.hub.session_from(from, &sid) {
+                    node.hub.close_if_answered(&s);
                 }
             }
-            DaemonFrame::Closed { sid, reason } => hub.daemon_closed(from, &sid, &reason),
-            DaemonFrame::Accepted { sid, id } => hub.accepted(from, &sid, &id),
+            DaemonFrame::Closed { sid, reason } => node.hub.daemon_closed(from, &sid, &reason),
+            DaemonFrame::Accepted { sid, id } => node.hub.accepted(from, &sid, &id),
             DaemonFrame::Heartbeat { seq } => {
                 let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
             }
             DaemonFrame::HeartbeatAck { .. } | DaemonFrame::ProbeResult { .. } => {}
             DaemonFrame::Catalog { servers } => {
-                hub.set_catalog(bridge, servers).await;
+                node.hub.set_catalog(bridge, servers).await;
             }
             DaemonFrame::Hello { .. } | DaemonFrame::Enroll { .. } => {
                 return Err((CloseCode::Protocol, "duplicate hello".into()));
@@ -634,7 +649,7 @@ async fn serve(
 }
 
 async fn verify_hello(
-    hub: &Hub,
+    node: &Node,
     challenge: &str,
     bridge: &str,
     instance_id: &str,
@@ -649,7 +664,7 @@ async fn verify_hello(
     if now_unix_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
         return Err(deny("hello timestamp is too far from the relay's clock"));
     }
-    let key = hub
+    let key = node
         .store
         .bridges()
         .device_key(key_id)
@@ -668,7 +683,7 @@ async fn verify_hello(
         .and_then(|b| Signature::from_slice(&b).ok())
         .ok_or_else(|| deny("malformed signature"))?;
     let transcript = hello_transcript(
-        &hub.config.origin(),
+        &node.config.origin(),
         challenge,
         bridge,
         instance_id,
@@ -697,8 +712,8 @@ fn frame_name(f: &DaemonFrame) -> &'static str {
 /// changed or removed: issue 12 item 6), since the last check; `last` is the
 /// [`crate::storage::RevocationStore::revocation_epoch`] seen then. Called by the relay's sweeper
 /// every second; one query while nothing changed.
-pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
-    let Ok(epoch) = hub.store.revocations().revocation_epoch().await else {
+pub(crate) async fn close_revoked(hub: &Hub, store: &Store, last: &mut Option<i64>) {
+    let Ok(epoch) = store.revocations().revocation_epoch().await else {
         return;
     };
     if *last == Some(epoch) {
@@ -710,7 +725,7 @@ pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
         return;
     }
     for (bridge, link) in hub.active_links() {
-        let valid = match hub.store.bridges().device_key(&link.key_id).await {
+        let valid = match store.bridges().device_key(&link.key_id).await {
             Ok(k) => k.is_some_and(|k| k.bridge == bridge.name),
             Err(_) => continue,
         };
@@ -724,7 +739,7 @@ pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
         let credential = s.principal.credential.clone();
         let ok = match live.get(&credential) {
             Some(ok) => *ok,
-            None => match hub.store.revocations().credential_live(&credential).await {
+            None => match store.revocations().credential_live(&credential).await {
                 Ok(ok) => *live.entry(credential).or_insert(ok),
                 Err(_) => continue,
             },

@@ -91,10 +91,6 @@ pub struct Hub {
     pub(crate) streams: SseStreams,
     /// Metrics.
     pub(crate) metrics: Arc<Metrics>,
-    /// The OAuth authorization server's in-memory state.
-    pub(crate) oauth: crate::oauth::OAuth,
-    /// Daemon sockets that have not authenticated yet.
-    pub(crate) unverified: crate::link::Unverified,
     /// The write-behind queue of durable sessions and streams (`None`: kept in memory only).
     pub(crate) durable: Option<StoreWriter>,
     bridges: Lock<HashMap<String, Arc<Bridge>>>,
@@ -110,31 +106,32 @@ pub struct Hub {
 
 impl Hub {
     /// A hub over `store` whose sessions and streams live in memory only, with a random
-    /// session id key and consent form key (tests).
-    pub fn new(store: Store, config: RelayConfig) -> Arc<Self> {
-        let mut form_key = [0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut form_key);
-        let oauth = crate::oauth::OAuth::new(config.oauth, form_key);
+    /// session id key (tests), counting in `metrics`.
+    #[cfg(test)]
+    pub(crate) fn new(store: Store, config: Arc<RelayConfig>, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new_cyclic(|me| {
-            Self::build(me.clone(), store, config, SessionKeys::new(), oauth, None)
+            Self::build(me.clone(), store, config, metrics, SessionKeys::new(), None)
         })
     }
 
-    /// The hub of a serving relay: the session id key and the consent form key come from the
-    /// store (generated once),
-    /// session-era sessions and their POST streams are persisted write-behind, and what a
-    /// previous process left is restored (`Hub::restore`). Spawns the write-behind task (on
-    /// the current tokio runtime), which ends once the hub is dropped.
+    /// The hub of a serving relay, counting in `metrics`: the session id key comes from the
+    /// store (generated once), session-era sessions and their POST streams are persisted
+    /// write-behind, and what a previous process left is restored (`Hub::restore`). Spawns the
+    /// write-behind task (on the current tokio runtime), which ends once the hub is dropped.
     ///
     /// # Errors
     /// The store cannot be read, or holds unreadable session state (`Corrupt`, invariant 9:
     /// the relay does not start rather than silently drop or replace it).
-    pub async fn open(store: Store, config: RelayConfig) -> Result<Arc<Self>, StorageError> {
+    pub(crate) async fn open(
+        store: Store,
+        config: Arc<RelayConfig>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>, StorageError> {
         let keys = SessionKeys::from_key(store.sessions().session_key().await?);
-        let oauth = crate::oauth::OAuth::new(config.oauth, store.oauth().form_key().await?);
         let writer = store.spawn_writer();
-        let hub =
-            Arc::new_cyclic(|me| Self::build(me.clone(), store, config, keys, oauth, Some(writer)));
+        let hub = Arc::new_cyclic(|me| {
+            Self::build(me.clone(), store, config, metrics, keys, Some(writer))
+        });
         hub.restore().await?;
         Ok(hub)
     }
@@ -142,22 +139,20 @@ impl Hub {
     fn build(
         me: std::sync::Weak<Self>,
         store: Store,
-        config: RelayConfig,
+        config: Arc<RelayConfig>,
+        metrics: Arc<Metrics>,
         keys: SessionKeys,
-        oauth: crate::oauth::OAuth,
         durable: Option<StoreWriter>,
     ) -> Self {
         Self {
             me,
             retracted: Lock::new(Default::default()),
             store,
-            oauth,
-            unverified: Default::default(),
-            config: Arc::new(config),
+            config,
             keys,
             streams: durable.clone().map(SseStreams::durable).unwrap_or_default(),
             durable,
-            metrics: Arc::default(),
+            metrics,
             bridges: Lock::new(HashMap::new()),
             texts: TextCache::default(),
             sessions: Lock::new(HashMap::new()),

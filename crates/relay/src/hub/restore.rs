@@ -268,9 +268,13 @@ mod tests {
 
     /// The next relay process on the same store.
     async fn reopen(storage: &Store) -> Arc<Hub> {
-        Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap()
+        Hub::open(
+            storage.clone(),
+            Arc::new(RelayConfig::for_tests()),
+            Arc::default(),
+        )
+        .await
+        .unwrap()
     }
 
     /// A hub on a store in `dir` with one bridge `b1`, an owner token and an initialized session

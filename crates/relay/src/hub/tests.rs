@@ -29,7 +29,11 @@ use crate::{
 /// A hub with bridge `b1`, its storage opened before the clock is paused (SQLite's worker
 /// thread would otherwise race the auto-advancing clock).
 async fn hub() -> (Arc<Hub>, Arc<Bridge>) {
-    let hub = Hub::new(storage::memory().await.unwrap(), RelayConfig::for_tests());
+    let hub = Hub::new(
+        storage::memory().await.unwrap(),
+        Arc::new(RelayConfig::for_tests()),
+        Arc::default(),
+    );
     let b = hub.bridge("b1").await;
     tokio::time::pause();
     (hub, b)

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::{
     body::Bytes,
-    extract::{FromRequest, FromRequestParts, Path, Request, rejection::PathRejection},
+    extract::{FromRef, FromRequest, FromRequestParts, Path, Request, rejection::PathRejection},
     http::{HeaderMap, Method, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
@@ -34,8 +34,8 @@ use protocol::{
 
 use super::plain;
 use crate::{
-    auth::{BridgePrincipal, Role},
-    config::AuthMode,
+    admission::Admission,
+    auth::BridgePrincipal,
     error::HttpError,
     hub::{Bridge, Hub, Session},
     stateless,
@@ -82,17 +82,21 @@ pub(crate) struct Admitted {
 }
 
 impl Admitted {
-    /// Runs the shared checks for a request of `method` to `endpoint`. `method` is the route's
-    /// (a `HEAD` served by the GET route is checked as GET, as before).
+    /// Runs the shared checks for a request of `method` to `endpoint` ([`Admission::admit`]),
+    /// then takes the bridge's routing state. `method` is the route's (a `HEAD` served by the
+    /// GET route is checked as GET, as before).
     async fn check(
+        admission: &Admission,
         hub: &Hub,
         endpoint: Endpoint,
         method: &Method,
         headers: &HeaderMap,
     ) -> Result<Self, Response> {
-        let (principal, bridge) = admit(hub, &endpoint.bridge, &endpoint.server, method, headers)
+        let principal = admission
+            .admit(&endpoint.bridge, &endpoint.server, method, headers)
             .await
             .map_err(IntoResponse::into_response)?;
+        let bridge = hub.bridge(&endpoint.bridge).await;
         Ok(Self {
             principal,
             bridge,
@@ -113,18 +117,27 @@ pub(crate) struct McpPost {
     pub(crate) message: Value,
 }
 
-impl FromRequest<Arc<Hub>> for McpPost {
+impl<S> FromRequest<S> for McpPost
+where
+    S: Send + Sync,
+    Arc<Admission>: FromRef<S>,
+    Arc<Hub>: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request(request: Request, hub: &Arc<Hub>) -> Result<Self, Response> {
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let (admission, hub) = (
+            Arc::<Admission>::from_ref(state),
+            Arc::<Hub>::from_ref(state),
+        );
         let (mut parts, body) = request.into_parts();
-        let endpoint = Endpoint::from_request_parts(&mut parts, hub)
+        let endpoint = Endpoint::from_request_parts(&mut parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
         let headers = parts.headers.clone();
         // The headers authenticate the request before its body is read (issue 12 item 1:
         // unauthenticated bodies were buffered first), and the body has its own time.
-        let admitted = Admitted::check(hub, endpoint, &Method::POST, &headers).await?;
+        let admitted = Admitted::check(&admission, &hub, endpoint, &Method::POST, &headers).await?;
         let body = read_body(body).await.map_err(IntoResponse::into_response)?;
         let ct_ok = headers
             .get(header::CONTENT_TYPE)
@@ -164,14 +177,23 @@ pub(crate) struct McpGet {
     pub(crate) session: Arc<Session>,
 }
 
-impl FromRequestParts<Arc<Hub>> for McpGet {
+impl<S> FromRequestParts<S> for McpGet
+where
+    S: Send + Sync,
+    Arc<Admission>: FromRef<S>,
+    Arc<Hub>: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, hub: &Arc<Hub>) -> Result<Self, Response> {
-        let endpoint = Endpoint::from_request_parts(parts, hub)
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let (admission, hub) = (
+            Arc::<Admission>::from_ref(state),
+            Arc::<Hub>::from_ref(state),
+        );
+        let endpoint = Endpoint::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let a = Admitted::check(hub, endpoint, &Method::GET, &parts.headers).await?;
+        let a = Admitted::check(&admission, &hub, endpoint, &Method::GET, &parts.headers).await?;
         if let Some(refused) = outside_session_era(&parts.headers) {
             return Err(refused);
         }
@@ -181,7 +203,7 @@ impl FromRequestParts<Arc<Hub>> for McpGet {
                 "GET needs Accept: text/event-stream",
             ));
         }
-        let session = session_of(hub, &parts.headers, &a.principal, &a.server)
+        let session = session_of(&hub, &parts.headers, &a.principal, &a.server)
             .map_err(IntoResponse::into_response)?;
         Ok(Self {
             principal: a.principal,
@@ -198,18 +220,28 @@ pub(crate) struct McpDelete {
     pub(crate) session: Arc<Session>,
 }
 
-impl FromRequestParts<Arc<Hub>> for McpDelete {
+impl<S> FromRequestParts<S> for McpDelete
+where
+    S: Send + Sync,
+    Arc<Admission>: FromRef<S>,
+    Arc<Hub>: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, hub: &Arc<Hub>) -> Result<Self, Response> {
-        let endpoint = Endpoint::from_request_parts(parts, hub)
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let (admission, hub) = (
+            Arc::<Admission>::from_ref(state),
+            Arc::<Hub>::from_ref(state),
+        );
+        let endpoint = Endpoint::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let a = Admitted::check(hub, endpoint, &Method::DELETE, &parts.headers).await?;
+        let a =
+            Admitted::check(&admission, &hub, endpoint, &Method::DELETE, &parts.headers).await?;
         if let Some(refused) = outside_session_era(&parts.headers) {
             return Err(refused);
         }
-        let session = session_of(hub, &parts.headers, &a.principal, &a.server)
+        let session = session_of(&hub, &parts.headers, &a.principal, &a.server)
             .map_err(IntoResponse::into_response)?;
         Ok(Self { session })
     }
@@ -223,55 +255,6 @@ fn outside_session_era(headers: &HeaderMap) -> Option<Response> {
             .err()
             .map(IntoResponse::into_response)
     })
-}
-
-/// Host, Origin, credentials and bridge checks shared by every method and both eras.
-async fn admit(
-    hub: &Hub,
-    bridge: &str,
-    server: &str,
-    method: &Method,
-    headers: &HeaderMap,
-) -> Result<(BridgePrincipal, Arc<Bridge>), HttpError> {
-    hub.metrics
-        .http_requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !crate::origin::host_allowed(&hub.config, headers) {
-        return Err(HttpError::new(
-            StatusCode::FORBIDDEN,
-            "Host header not allowed on this listener",
-        ));
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let ok = origin
-            .to_str()
-            .is_ok_and(|o| crate::origin::origin_allowed(&hub.config, o));
-        if !ok {
-            return Err(HttpError::new(StatusCode::FORBIDDEN, "Origin not allowed"));
-        }
-    }
-    let principal = match hub.config.auth {
-        AuthMode::None => BridgePrincipal {
-            id: "anonymous".into(),
-            bridge: bridge.to_owned(),
-            role: Role::Owner,
-            credential: "anonymous".into(),
-        },
-        AuthMode::Token | AuthMode::OAuth => {
-            let server = (server != protocol::frame::RUNTIME_SERVER).then_some(server);
-            crate::oauth::bearer::principal(hub, bridge, server, method, headers).await?
-        }
-    };
-    if !hub
-        .store
-        .bridges()
-        .bridge_exists(bridge)
-        .await
-        .unwrap_or(false)
-    {
-        return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
-    }
-    Ok((principal, hub.bridge(bridge).await))
 }
 
 /// The session era's `MCP-Protocol-Version` check (MCP 2025-11-25 Transports § Protocol Version

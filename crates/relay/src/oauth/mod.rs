@@ -41,7 +41,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
-    extract::ConnectInfo,
+    extract::{ConnectInfo, FromRef},
     http::{HeaderMap, header},
     routing::{get, post},
 };
@@ -49,10 +49,14 @@ use axum::{
 pub use crate::config::OAuthSettings;
 pub use error::OAuthError;
 
-use crate::hub::Hub;
+use crate::{
+    config::RelayConfig,
+    storage::{StorageError, Store},
+};
 use protocol::limits::PASSWORD_CHECKS_CONCURRENT;
 
-/// The authorization server's in-memory state.
+/// The authorization server: its settings and in-memory state, over the relay's configuration
+/// (its URLs) and store. The OAuth endpoints extract it (and nothing of the bridges).
 #[derive(Debug)]
 pub struct OAuth {
     /// Settings.
@@ -64,24 +68,48 @@ pub struct OAuth {
     pub fetcher: document::Fetcher,
     /// Bounds concurrent argon2id checks.
     pub password_checks: tokio::sync::Semaphore,
+    /// The relay's configuration.
+    pub(crate) config: Arc<RelayConfig>,
+    /// The relay's store.
+    pub(crate) store: Store,
 }
 
 impl OAuth {
-    /// The state for `settings`, signing consent forms with `form_key` (the store's).
-    pub fn new(settings: OAuthSettings, form_key: [u8; 32]) -> Self {
+    /// The authorization server of a relay with `config` over `store`, signing consent forms
+    /// with `form_key` (the store's: [`OAuth::open`]).
+    pub fn new(config: Arc<RelayConfig>, store: Store, form_key: [u8; 32]) -> Self {
+        let settings = config.oauth;
         Self {
             settings,
             form_key,
             fetcher: document::Fetcher::new(settings.insecure_client_documents),
             password_checks: tokio::sync::Semaphore::new(PASSWORD_CHECKS_CONCURRENT),
+            config,
+            store,
         }
+    }
+
+    /// The authorization server of a relay with `config` over `store`, with the store's consent
+    /// form key ([`crate::storage::OAuthStore::form_key`]).
+    ///
+    /// # Errors
+    /// The store fails, or holds a damaged key (`Corrupt`).
+    pub async fn open(config: Arc<RelayConfig>, store: Store) -> Result<Self, StorageError> {
+        let form_key = store.oauth().form_key().await?;
+        Ok(Self::new(config, store, form_key))
     }
 }
 
 /// The authorization server's routes (mounted only in `--auth oauth` mode), behind the same
 /// `Host` check as the MCP endpoints (a page on a rebound DNS name cannot reach them on a
-/// loopback listener).
-pub fn routes(hub: &Arc<Hub>) -> Router<Arc<Hub>> {
+/// loopback listener). Their handlers extract the [`OAuth`] state and the configuration from
+/// the application state `S`.
+pub fn routes<S>(config: Arc<RelayConfig>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<OAuth>: FromRef<S>,
+    Arc<RelayConfig>: FromRef<S>,
+{
     Router::new()
         .route(
             resource::PRM_WELL_KNOWN,
@@ -107,19 +135,16 @@ pub fn routes(hub: &Arc<Hub>) -> Router<Arc<Hub>> {
         )
         .route(resource::TOKEN_PATH, post(token::token))
         .route(resource::REVOKE_PATH, post(token::revoke))
-        .route_layer(axum::middleware::from_fn_with_state(
-            hub.clone(),
-            check_host,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(config, check_host))
 }
 
 async fn check_host(
-    axum::extract::State(hub): axum::extract::State<Arc<Hub>>,
+    axum::extract::State(config): axum::extract::State<Arc<RelayConfig>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    if !crate::origin::host_allowed(&hub.config, request.headers()) {
+    if !crate::origin::host_allowed(&config, request.headers()) {
         return OAuthError::invalid_request("Host header not allowed on this listener")
             .with_status(axum::http::StatusCode::FORBIDDEN)
             .into_response();
