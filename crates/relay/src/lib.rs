@@ -1,15 +1,31 @@
 //! The machine-bridge relay: where remote MCP clients meet the daemons of users' machines.
 //!
-//! The relay authenticates MCP clients (static bearer tokens, or none on a loopback listener),
-//! serves MCP Streamable HTTP per bridge and server (`mcp`), keeps MCP sessions and resumable
-//! SSE streams ([`hub`], `stream`), and forwards JSON-RPC over one WebSocket per daemon
-//! ([`link`]) after verifying the daemon's device-key signature and an end-to-end probe. It never
-//! touches files or processes and knows nothing of tool semantics (invariant 1): every effect
-//! happens in the daemon, which re-checks authority on each call.
+//! The relay authenticates MCP clients (OAuth 2.1, static bearer tokens, or none on a loopback
+//! listener), serves MCP Streamable HTTP per bridge and server, keeps MCP sessions and resumable
+//! SSE streams, and forwards JSON-RPC over one WebSocket per daemon after verifying the daemon's
+//! device-key signature and an end-to-end probe. It never touches files or processes and knows
+//! nothing of tool semantics (invariant 1): every effect happens in the daemon, which re-checks
+//! authority on each call.
 //!
-//! Main types: [`RelayConfig`], [`storage::Store`] (bridges, device keys, token hashes, OAuth
-//! grants, durable sessions), [`hub::Hub`] (node-local live state), [`router`] (the axum app),
-//! [`serve`].
+//! # The map
+//!
+//! The modules import each other without a cycle (the tidy test checks it), from the leaves up:
+//!
+//! - leaves: [`config`], [`auth`] (principals, ids, session id keys), [`error`], `lock`,
+//!   `metrics`, `origin` (the `Host`/`Origin` rules);
+//! - [`storage`]: the store behind one trait per aggregate ([`storage::Store`]);
+//! - `stream`: SSE streams as data (events, replay, retention);
+//! - `hub`: the bridges' routing state on this node behind the routing seam (`hub::Router`):
+//!   daemon links, sessions, calls, requests in flight, the reply sink of each; it imports
+//!   neither the HTTP layer nor OAuth;
+//! - [`server`] (the accept loop, connection caps, body reading), `streamable` (the header
+//!   names, `Accept` negotiation and SSE framing both eras share);
+//! - [`oauth`] (the authorization server and the resource-server check), `admission` (what a
+//!   request passes before anything is routed for it);
+//! - the endpoints: `stateless` (MCP 2026-07-28), `mcp` (the session era, and the era decision),
+//!   `link` (the daemon socket route), `ops` (`/healthz`, `/metrics`);
+//! - [`state`] ([`AppState`]: the substates handlers extract), and this root: [`router`] (the
+//!   axum app) and [`serve`].
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,8 +40,8 @@ pub(crate) mod admission;
 pub mod auth;
 pub mod config;
 pub mod error;
-pub mod hub;
-pub mod link;
+pub(crate) mod hub;
+pub(crate) mod link;
 mod lock;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
@@ -281,7 +297,7 @@ pub async fn serve_on(
                     }
                     _ = oauth.tick() => sweep_oauth(&store).await,
                     _ = rows.tick() => {
-                        if let Some(w) = &hub.durable {
+                        if let Some(w) = hub.durable() {
                             let _ = w.send(storage::StoreWrite::Sweep { now: storage::now() });
                         }
                     }
@@ -311,7 +327,7 @@ pub async fn serve_on(
     };
     let caps = state.admission.clients.clone();
     let metrics = state.metrics.clone();
-    let durable = state.hub.durable.clone();
+    let durable = state.hub.durable().cloned();
     drop(state);
     let result = server::serve(listener, app, caps, metrics, shutdown.clone()).await;
     if let Some(m) = metrics_server {

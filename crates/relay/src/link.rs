@@ -64,7 +64,7 @@ const LINK_QUEUE: usize = 4096;
 const HELLO_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
 /// The one close reason of every refused hello, whatever the cause (issue 12 item 10: the reason
 /// told whether a key id exists); the cause is logged by the relay.
-pub const HELLO_REFUSED: &str =
+pub(crate) const HELLO_REFUSED: &str =
     "hello refused: the device key, bridge or signature is not valid here (enroll again)";
 
 /// What the daemon socket route uses of the application state: the bridges' routing state on

@@ -13,7 +13,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::{config::RelayConfig, hub::Hub, metrics::Metrics};
+use crate::{config::RelayConfig, hub::Router, metrics::Metrics};
 
 /// Liveness: 200 with `ok` while the relay serves.
 pub(crate) async fn healthz() -> &'static str {
@@ -22,21 +22,10 @@ pub(crate) async fn healthz() -> &'static str {
 
 /// `GET /metrics` on the metrics listener: always answered.
 pub(crate) async fn metrics(
-    State(hub): State<Arc<Hub>>,
+    State(router): State<Arc<dyn Router>>,
     State(metrics): State<Arc<Metrics>>,
 ) -> Response {
-    hub.streams.sweep();
-    metrics.streams.store(
-        hub.streams.len() as i64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    if let Some(w) = &hub.durable {
-        use std::sync::atomic::Ordering::Relaxed;
-        metrics.store_queued.store(w.queued.load(Relaxed), Relaxed);
-        metrics
-            .store_dropped
-            .store(w.dropped.load(Relaxed), Relaxed);
-    }
+    router.refresh_gauges();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         metrics.render(),
@@ -48,7 +37,7 @@ pub(crate) async fn metrics(
 /// answered only to a loopback peer naming a loopback host.
 pub(crate) async fn metrics_main(
     State(config): State<Arc<RelayConfig>>,
-    hub: State<Arc<Hub>>,
+    router: State<Arc<dyn Router>>,
     metrics_state: State<Arc<Metrics>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
@@ -62,5 +51,5 @@ pub(crate) async fn metrics_main(
     if config.metrics_listen.is_some() || !local {
         return (StatusCode::NOT_FOUND, "not found\n").into_response();
     }
-    metrics(hub, metrics_state).await
+    metrics(router, metrics_state).await
 }

@@ -7,8 +7,10 @@
 //! - admission (`Admission`): Host/Origin checks, credentials, connection caps, the daemon
 //!   sockets still authenticating;
 //! - the OAuth authorization server ([`OAuth`]), which sees neither the bridges nor the daemons;
-//! - the bridges' routing state on this node ([`Hub`]): the MCP endpoints reach it after
-//!   admission, the daemon socket route serves its daemons.
+//! - the router (`Router`, the routing seam): the only thing the MCP endpoints call after
+//!   admission;
+//! - the bridges' routing state on this node (`Hub`, the local router): the daemon socket
+//!   route serves its daemons.
 //!
 //! Rules: the substates are built once per relay process ([`AppState::open`]) and shared
 //! (`Arc`); extracting one clones a pointer. Nothing else holds the whole application.
@@ -20,7 +22,7 @@ use axum::extract::FromRef;
 use crate::{
     admission::Admission,
     config::RelayConfig,
-    hub::Hub,
+    hub::{Hub, Router},
     metrics::Metrics,
     oauth::OAuth,
     storage::{StorageError, Store},
@@ -34,6 +36,7 @@ pub struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) oauth: Arc<OAuth>,
+    pub(crate) router: Arc<dyn Router>,
     pub(crate) hub: Arc<Hub>,
 }
 
@@ -81,6 +84,7 @@ impl AppState {
             metrics,
             admission,
             oauth,
+            router: hub.clone(),
             hub,
         })
     }
@@ -113,6 +117,12 @@ impl FromRef<AppState> for Arc<Admission> {
 impl FromRef<AppState> for Arc<OAuth> {
     fn from_ref(state: &AppState) -> Self {
         state.oauth.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<dyn Router> {
+    fn from_ref(state: &AppState) -> Self {
+        state.router.clone()
     }
 }
 

@@ -63,8 +63,9 @@ use protocol::{
 
 use crate::{
     auth::BridgePrincipal,
+    config::RelayTiming,
     error::HttpError,
-    hub::{Bridge, CachedServer, Hub, Link, ParamHeader, SendError, Session, Sink},
+    hub::{BridgeRef, CachedServer, ParamHeader, Reply, Route, Router, SendError, SessionRef},
     stream::SseStream,
     streamable::{
         SESSION_HEADER, VERSION_HEADER, accepts_json,
@@ -542,10 +543,12 @@ enum Away {
     TooOld,
 }
 
-/// Serves one POSTed modern message (already admitted, `Content-Type` checked, parsed).
+/// Serves one POSTed modern message (already admitted, `Content-Type` checked, parsed) to
+/// `server` on bridge `b`, through `router`.
 pub(crate) async fn post(
-    hub: &Arc<Hub>,
-    b: Arc<Bridge>,
+    router: &Arc<dyn Router>,
+    timing: &RelayTiming,
+    b: &BridgeRef,
     server: &str,
     principal: BridgePrincipal,
     headers: &HeaderMap,
@@ -562,7 +565,7 @@ pub(crate) async fn post(
     let (method, id) = match jsonrpc::kind(&message) {
         Kind::Request { method, id } => (method, id.into_value()),
         Kind::Notification { method } => {
-            return notification(hub, &b, server, &principal, &method, &message);
+            return notification(&**router, b, server, &principal, &method, &message);
         }
         Kind::Response { id } => return answers_nothing(id.into_value()),
         Kind::Neither => return answers_nothing(Value::Null),
@@ -571,22 +574,19 @@ pub(crate) async fn post(
     if names_modern(headers, &message)
         && let Some(e) = removed_method(&method, &id)
     {
-        tracing::debug!(bridge = %b.name, method, "refused a method MCP 2026-07-28 does not have");
+        tracing::debug!(bridge = %b.name(), method, "refused a method MCP 2026-07-28 does not have");
         return e.into_response();
     }
-    let catalog = b.catalog();
+    let catalog = router.catalog(b);
     let cached = catalog.as_ref().and_then(|c| c.get(server));
     let supported = endpoint_versions(cached);
     let annotations = |tool: &str| cached.and_then(|i| i.param_headers.get(tool).cloned());
     if let Err(e) = validate(headers, &message, &supported, annotations) {
-        tracing::debug!(bridge = %b.name, method, error = %e.message, "refused an MCP 2026-07-28 request");
+        tracing::debug!(bridge = %b.name(), method, error = %e.message, "refused an MCP 2026-07-28 request");
         return e.into_response();
     }
-    let link = match b.active() {
-        Some(l) => Some(l),
-        None => b.wait_ready(hub.config.timing.offline_wait).await,
-    };
-    let Some(catalog) = b.catalog() else {
+    let route = router.route(b, timing.offline_wait).await;
+    let Some(catalog) = router.catalog(b) else {
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
@@ -599,18 +599,20 @@ pub(crate) async fn post(
             StatusCode::NOT_FOUND,
             id,
             METHOD_NOT_FOUND,
-            &format!("bridge {} serves no server {server:?}", b.name),
+            &format!("bridge {} serves no server {server:?}", b.name()),
         );
     };
-    match link {
-        Some(link) if link.serves_calls() => {
-            call(
-                hub, b, server, principal, link, &method, id, message, headers,
-            )
-            .await
+    match route {
+        Some(route) if route.serves_calls() => {
+            let to = CallTarget {
+                bridge: b,
+                server,
+                route: &route,
+            };
+            call(router, timing, to, principal, &method, id, message, headers).await
         }
-        Some(_) => catalog_answer(&b, info, &principal, &method, id, Away::TooOld),
-        None => catalog_answer(&b, info, &principal, &method, id, Away::Offline),
+        Some(_) => catalog_answer(b, info, &principal, &method, id, Away::TooOld),
+        None => catalog_answer(b, info, &principal, &method, id, Away::Offline),
     }
 }
 
@@ -618,8 +620,8 @@ pub(crate) async fn post(
 /// clients cancel by closing the stream; this serves clients that send the notification anyway),
 /// every notification gets 202 (Streamable HTTP § Sending Messages).
 fn notification(
-    hub: &Hub,
-    b: &Bridge,
+    router: &dyn Router,
+    b: &BridgeRef,
     server: &str,
     principal: &BridgePrincipal,
     method: &str,
@@ -627,20 +629,19 @@ fn notification(
 ) -> Response {
     if method == "notifications/cancelled"
         && let Some(rid) = message.pointer("/params/requestId")
-        && let Some(s) = hub.find_call(&b.name, server, principal, rid)
     {
         let reason = message
             .pointer("/params/reason")
             .and_then(Value::as_str)
             .unwrap_or("cancelled by the client");
-        hub.cancel_call(&s, rid, reason);
+        router.cancel_matching_call(b, server, principal, rid, reason);
     }
     StatusCode::ACCEPTED.into_response()
 }
 
 /// Answers from the cached catalog (see the module docs).
 fn catalog_answer(
-    b: &Bridge,
+    b: &BridgeRef,
     info: &CachedServer,
     principal: &BridgePrincipal,
     method: &str,
@@ -650,7 +651,7 @@ fn catalog_answer(
     let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
     let offline = format!(
         "the machine behind bridge {} is offline (its daemon is not connected); retry when it reconnects",
-        b.name
+        b.name()
     );
     match (method, away) {
         ("server/discover", _) => json_body(StatusCode::OK, &reply(cached_discover(info))),
@@ -671,69 +672,59 @@ fn catalog_answer(
 /// Cancels its call when dropped before the call was answered: the POST's response (stream or
 /// JSON wait) is gone, which is the client's cancellation (Streamable HTTP § Cancellation).
 struct CallGuard {
-    hub: Arc<Hub>,
-    session: Arc<Session>,
+    router: Arc<dyn Router>,
+    call: SessionRef,
     id: Value,
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.hub.cancel_call(
-            &self.session,
+        self.router.cancel_call(
+            &self.call,
             &self.id,
             "the client closed the request's response",
         );
     }
 }
 
+/// Where a call goes: the server on the bridge, over the route the daemon was found on.
+#[derive(Clone, Copy)]
+struct CallTarget<'a> {
+    bridge: &'a BridgeRef,
+    server: &'a str,
+    route: &'a Route,
+}
+
 /// Sends the request to the daemon as a `call` and answers the POST with its outcome.
 #[allow(clippy::too_many_arguments)]
 async fn call(
-    hub: &Arc<Hub>,
-    b: Arc<Bridge>,
-    server: &str,
+    router: &Arc<dyn Router>,
+    timing: &RelayTiming,
+    to: CallTarget<'_>,
     principal: BridgePrincipal,
-    link: Link,
     method: &str,
     id: Value,
     message: Value,
     headers: &HeaderMap,
 ) -> Response {
-    let s = hub.create_call(b, server, principal);
     let listen = method == SUBSCRIPTIONS_LISTEN;
     // A subscription is a stream by nature; clients accept both forms (§ Sending Messages).
     let streamed = listen || wants_sse(headers);
-    let (sink, stream, waiter) = if streamed {
-        let st = SseStream::new(&s.sid, &s.principal.id, &s.bridge.name);
-        (Sink::Stream(st.clone()), Some(st), None)
-    } else {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        (Sink::Json(tx), None, Some(rx))
-    };
-    let refused = |status: StatusCode, msg: String| {
-        hub.end_session(&s.sid, UNAVAILABLE, &msg, false);
-        rpc_error(status, id.clone(), UNAVAILABLE, &msg)
-    };
-    match hub.register(&s, &id, &message, sink) {
-        Ok(()) => {}
+    tracing::debug!(method, instance = %to.route.instance(), "relaying an MCP 2026-07-28 request as a call");
+    let called = router.call(
+        to.bridge, to.server, principal, to.route, &id, message, streamed,
+    );
+    let (call, reply) = match called {
+        Ok(x) => x,
         Err(SendError::TooMany(n)) => {
-            return refused(
+            return rpc_error(
                 StatusCode::TOO_MANY_REQUESTS,
-                format!("{n} requests are already in flight on this bridge; retry shortly"),
+                id,
+                UNAVAILABLE,
+                &format!("{n} requests are already in flight on this bridge; retry shortly"),
             );
         }
-        Err(e) => {
-            return refused(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("{e}; retry shortly"),
-            );
-        }
-    }
-    tracing::debug!(method, instance = %link.instance_id, "relaying an MCP 2026-07-28 request as a call");
-    if let Err(e) = hub.send(&s, &link, message) {
-        hub.unregister(&s, &id);
-        if matches!(e, SendError::TooLarge(_)) {
-            hub.end_session(&s.sid, UNAVAILABLE, &e.to_string(), false);
+        Err(e @ SendError::TooLarge(_)) => {
             return rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 id,
@@ -741,18 +732,22 @@ async fn call(
                 &e.to_string(),
             );
         }
-        return refused(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{e}; retry shortly"),
-        );
-    }
+        Err(e) => {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                UNAVAILABLE,
+                &format!("{e}; retry shortly"),
+            );
+        }
+    };
     let guard = CallGuard {
-        hub: hub.clone(),
-        session: s,
+        router: router.clone(),
+        call,
         id: id.clone(),
     };
-    match (stream, waiter) {
-        (Some(st), _) => {
+    match reply {
+        Reply::Stream(st) => {
             if !listen
                 && accepts_json(headers)
                 && let Some(reply) = hold(&st, STATELESS_RESPONSE_HOLD).await
@@ -760,9 +755,9 @@ async fn call(
                 drop(guard);
                 return json_body(status_of(&reply), &reply);
             }
-            sse_response(st, hub.config.timing.sse_keepalive, guard)
+            sse_response(st, timing.sse_keepalive, guard)
         }
-        (None, Some(rx)) => {
+        Reply::Json(rx) => {
             let reply = rx.await;
             drop(guard);
             match reply {
@@ -770,7 +765,6 @@ async fn call(
                 Err(_) => rpc_error(StatusCode::OK, id, UNAVAILABLE, "the request was cancelled"),
             }
         }
-        (None, None) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 

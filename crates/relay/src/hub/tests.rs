@@ -18,7 +18,7 @@ use protocol::{
     },
 };
 
-use super::{Bridge, Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound, Session, Sink};
+use super::{Bridge, Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound, ReplySink, Session};
 use crate::{
     RelayConfig,
     auth::{BridgePrincipal, Role},
@@ -113,7 +113,8 @@ fn request(id: i64, method: &str) -> Value {
 fn json_request(hub: &Hub, s: &Session, link: &Link, id: i64) -> oneshot::Receiver<Value> {
     let (tx, rx) = oneshot::channel();
     let m = request(id, "tools/call");
-    hub.register(s, &json!(id), &m, Sink::Json(tx)).unwrap();
+    hub.register(s, &json!(id), &m, ReplySink::json(tx))
+        .unwrap();
     hub.send(s, link, m).unwrap();
     rx
 }
@@ -131,7 +132,7 @@ fn sse_request(
     if let Some(t) = token {
         m["params"]["_meta"] = json!({"progressToken": t});
     }
-    hub.register(s, &json!(id), &m, Sink::Stream(st.clone()))
+    hub.register(s, &json!(id), &m, ReplySink::stream(st.clone()))
         .unwrap();
     hub.send(s, link, m).unwrap();
     st
@@ -522,7 +523,8 @@ async fn a_call_is_opened_by_its_request_and_closed_after_its_answer() {
     let c = hub.create_call(b.clone(), "runtime", alice());
     let (tx, answer) = oneshot::channel();
     let m = request(5, "tools/list");
-    hub.register(&c, &json!(5), &m, Sink::Json(tx)).unwrap();
+    hub.register(&c, &json!(5), &m, ReplySink::json(tx))
+        .unwrap();
     hub.send(&c, &l, m).unwrap();
     assert!(matches!(frames(&mut rx).as_slice(), [RelayFrame::Call { sid, .. }] if *sid == c.sid));
     // A server → client request to a call is refused, never delivered.
@@ -575,8 +577,13 @@ async fn the_detached_gauge_returns_to_zero_when_the_grace_runs_out() {
     // A request registered just after the loss (the caller saw the link a moment before) waits
     // with the others.
     let (tx, late) = oneshot::channel();
-    hub.register(&s, &json!(2), &request(2, "tools/call"), Sink::Json(tx))
-        .unwrap();
+    hub.register(
+        &s,
+        &json!(2),
+        &request(2, "tools/call"),
+        ReplySink::json(tx),
+    )
+    .unwrap();
     assert_eq!(detached(), 2);
     advance(hub.config.timing.reconnect_grace).await;
     hub.sweep();
@@ -603,18 +610,28 @@ async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_ses
     }
     let (tx, _rx1) = oneshot::channel();
     assert!(matches!(
-        hub.register(&s, &json!("one more"), &request(0, "tools/call"), Sink::Json(tx)),
+        hub.register(&s, &json!("one more"), &request(0, "tools/call"), ReplySink::json(tx)),
         Err(super::SendError::TooMany(n)) if n == max
     ));
     assert_eq!(deliver(&hub, &s.sid, 1, None, result(0)), Delivery::Routed);
     let (tx, _rx2) = oneshot::channel();
     assert!(matches!(
-        hub.register(&s, &json!(1), &request(1, "tools/call"), Sink::Json(tx)),
+        hub.register(
+            &s,
+            &json!(1),
+            &request(1, "tools/call"),
+            ReplySink::json(tx)
+        ),
         Err(super::SendError::DuplicateId)
     ));
     let (tx, _rx3) = oneshot::channel();
-    hub.register(&s, &json!("1"), &request(1, "tools/call"), Sink::Json(tx))
-        .expect("the string \"1\" is another id than the number 1");
+    hub.register(
+        &s,
+        &json!("1"),
+        &request(1, "tools/call"),
+        ReplySink::json(tx),
+    )
+    .expect("the string \"1\" is another id than the number 1");
     hub.end_session(&s.sid, code::UNAVAILABLE, "ended", false);
     let (tx, _rx4) = oneshot::channel();
     assert!(matches!(
@@ -622,7 +639,7 @@ async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_ses
             &s,
             &json!("late"),
             &request(2, "tools/call"),
-            Sink::Json(tx)
+            ReplySink::json(tx)
         ),
         Err(super::SendError::Ended)
     ));
@@ -795,7 +812,8 @@ async fn a_call_a_revision_4_daemon_does_not_accept_is_retracted_and_closed() {
     let c = hub.create_call(b.clone(), "runtime", alice());
     let (tx, answer) = oneshot::channel();
     let m = request(5, "tools/call");
-    hub.register(&c, &json!(5), &m, Sink::Json(tx)).unwrap();
+    hub.register(&c, &json!(5), &m, ReplySink::json(tx))
+        .unwrap();
     hub.send(&c, &l, m).unwrap();
     assert!(matches!(frames(&mut rx).as_slice(),
         [RelayFrame::Call { sid, deliver_by: Some(_), .. }] if *sid == c.sid));
@@ -899,7 +917,8 @@ async fn a_same_instance_handover_moves_in_flight_requests_to_the_new_socket() {
     // A new request goes to the new socket.
     let (tx, _next) = oneshot::channel();
     let m = request(2, "tools/call");
-    hub.register(&s, &json!(2), &m, Sink::Json(tx)).unwrap();
+    hub.register(&s, &json!(2), &m, ReplySink::json(tx))
+        .unwrap();
     hub.send(&s, &b.active().unwrap(), m).unwrap();
     assert!(frames(&mut rx).is_empty(), "nothing more on the old socket");
     assert_eq!(deliver(&hub, &s.sid, 1, None, result(1)), Delivery::Routed);

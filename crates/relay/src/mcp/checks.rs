@@ -37,7 +37,7 @@ use crate::{
     admission::Admission,
     auth::BridgePrincipal,
     error::HttpError,
-    hub::{Bridge, Hub, Session},
+    hub::{BridgeRef, Router, SessionRef},
     stateless,
     streamable::{SESSION_HEADER, VERSION_HEADER, wants_sse},
 };
@@ -75,19 +75,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Endpoint {
 pub(crate) struct Admitted {
     /// Who is calling.
     pub(crate) principal: BridgePrincipal,
-    /// The bridge's live state.
-    pub(crate) bridge: Arc<Bridge>,
+    /// The bridge, as the router knows it.
+    pub(crate) bridge: BridgeRef,
     /// The served server.
     pub(crate) server: String,
 }
 
 impl Admitted {
     /// Runs the shared checks for a request of `method` to `endpoint` ([`Admission::admit`]),
-    /// then takes the bridge's routing state. `method` is the route's (a `HEAD` served by the
+    /// then takes the bridge from the router. `method` is the route's (a `HEAD` served by the
     /// GET route is checked as GET, as before).
     async fn check(
         admission: &Admission,
-        hub: &Hub,
+        router: &dyn Router,
         endpoint: Endpoint,
         method: &Method,
         headers: &HeaderMap,
@@ -96,7 +96,7 @@ impl Admitted {
             .admit(&endpoint.bridge, &endpoint.server, method, headers)
             .await
             .map_err(IntoResponse::into_response)?;
-        let bridge = hub.bridge(&endpoint.bridge).await;
+        let bridge = router.bridge(&endpoint.bridge).await;
         Ok(Self {
             principal,
             bridge,
@@ -121,15 +121,13 @@ impl<S> FromRequest<S> for McpPost
 where
     S: Send + Sync,
     Arc<Admission>: FromRef<S>,
-    Arc<Hub>: FromRef<S>,
+    Arc<dyn Router>: FromRef<S>,
 {
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
-        let (admission, hub) = (
-            Arc::<Admission>::from_ref(state),
-            Arc::<Hub>::from_ref(state),
-        );
+        let admission = Arc::<Admission>::from_ref(state);
+        let router = Arc::<dyn Router>::from_ref(state);
         let (mut parts, body) = request.into_parts();
         let endpoint = Endpoint::from_request_parts(&mut parts, state)
             .await
@@ -137,7 +135,8 @@ where
         let headers = parts.headers.clone();
         // The headers authenticate the request before its body is read (issue 12 item 1:
         // unauthenticated bodies were buffered first), and the body has its own time.
-        let admitted = Admitted::check(&admission, &hub, endpoint, &Method::POST, &headers).await?;
+        let admitted =
+            Admitted::check(&admission, &*router, endpoint, &Method::POST, &headers).await?;
         let body = read_body(body).await.map_err(IntoResponse::into_response)?;
         let ct_ok = headers
             .get(header::CONTENT_TYPE)
@@ -169,31 +168,28 @@ where
 /// A session-era GET that passed its checks (module docs).
 #[derive(Debug)]
 pub(crate) struct McpGet {
-    /// Who is calling.
-    pub(crate) principal: BridgePrincipal,
     /// The request's headers (`Last-Event-ID`).
     pub(crate) headers: HeaderMap,
-    /// The session named by `MCP-Session-Id`.
-    pub(crate) session: Arc<Session>,
+    /// The session named by `MCP-Session-Id`, of the caller.
+    pub(crate) session: SessionRef,
 }
 
 impl<S> FromRequestParts<S> for McpGet
 where
     S: Send + Sync,
     Arc<Admission>: FromRef<S>,
-    Arc<Hub>: FromRef<S>,
+    Arc<dyn Router>: FromRef<S>,
 {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        let (admission, hub) = (
-            Arc::<Admission>::from_ref(state),
-            Arc::<Hub>::from_ref(state),
-        );
+        let admission = Arc::<Admission>::from_ref(state);
+        let router = Arc::<dyn Router>::from_ref(state);
         let endpoint = Endpoint::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let a = Admitted::check(&admission, &hub, endpoint, &Method::GET, &parts.headers).await?;
+        let a =
+            Admitted::check(&admission, &*router, endpoint, &Method::GET, &parts.headers).await?;
         if let Some(refused) = outside_session_era(&parts.headers) {
             return Err(refused);
         }
@@ -203,10 +199,9 @@ where
                 "GET needs Accept: text/event-stream",
             ));
         }
-        let session = session_of(&hub, &parts.headers, &a.principal, &a.server)
+        let session = session_of(&*router, &parts.headers, &a.principal, &a.server)
             .map_err(IntoResponse::into_response)?;
         Ok(Self {
-            principal: a.principal,
             headers: parts.headers.clone(),
             session,
         })
@@ -216,32 +211,36 @@ where
 /// A session-era DELETE that passed its checks (module docs).
 #[derive(Debug)]
 pub(crate) struct McpDelete {
-    /// The session named by `MCP-Session-Id`.
-    pub(crate) session: Arc<Session>,
+    /// The session named by `MCP-Session-Id`, of the caller.
+    pub(crate) session: SessionRef,
 }
 
 impl<S> FromRequestParts<S> for McpDelete
 where
     S: Send + Sync,
     Arc<Admission>: FromRef<S>,
-    Arc<Hub>: FromRef<S>,
+    Arc<dyn Router>: FromRef<S>,
 {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        let (admission, hub) = (
-            Arc::<Admission>::from_ref(state),
-            Arc::<Hub>::from_ref(state),
-        );
+        let admission = Arc::<Admission>::from_ref(state);
+        let router = Arc::<dyn Router>::from_ref(state);
         let endpoint = Endpoint::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let a =
-            Admitted::check(&admission, &hub, endpoint, &Method::DELETE, &parts.headers).await?;
+        let a = Admitted::check(
+            &admission,
+            &*router,
+            endpoint,
+            &Method::DELETE,
+            &parts.headers,
+        )
+        .await?;
         if let Some(refused) = outside_session_era(&parts.headers) {
             return Err(refused);
         }
-        let session = session_of(&hub, &parts.headers, &a.principal, &a.server)
+        let session = session_of(&*router, &parts.headers, &a.principal, &a.server)
             .map_err(IntoResponse::into_response)?;
         Ok(Self { session })
     }
@@ -283,20 +282,20 @@ pub(crate) fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
 /// The session `MCP-Session-Id` names, if it was issued to `principal` for `server` (MCP
 /// 2025-11-25 Streamable HTTP § Session Management: missing → 400, unknown or ended → 404).
 pub(crate) fn session_of(
-    hub: &Hub,
+    router: &dyn Router,
     headers: &HeaderMap,
     principal: &BridgePrincipal,
     server: &str,
-) -> Result<Arc<Session>, HttpError> {
+) -> Result<SessionRef, HttpError> {
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(HttpError::new(
             StatusCode::BAD_REQUEST,
             "MCP-Session-Id header is required (send initialize first)",
         ));
     };
-    match hub.session(sid, principal) {
-        Some(s) if s.server == server && s.bridge.name == principal.bridge => Ok(s),
-        _ => Err(HttpError::rpc(
+    match router.session(sid, principal, server) {
+        Some(s) => Ok(s),
+        None => Err(HttpError::rpc(
             StatusCode::NOT_FOUND,
             Value::Null,
             code::SESSION_NOT_FOUND,
