@@ -62,8 +62,8 @@ use crate::{
 const LINK_QUEUE: usize = 4096;
 /// Largest clock difference accepted in a hello's timestamp.
 const HELLO_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
-/// The one close reason of every refused hello, whatever the cause (issue 12 item 10: the reason
-/// told whether a key id exists); the cause is logged by the relay.
+/// The one close reason of every refused hello, whatever the cause (a reason per cause would tell
+/// whether a key id exists); the cause is logged by the relay.
 pub(crate) const HELLO_REFUSED: &str =
     "hello refused: the device key, bridge or signature is not valid here (enroll again)";
 
@@ -317,7 +317,7 @@ async fn run(node: Node, socket: Ws, mut unlock: Unlock) {
     }
     drop(link_tx);
     // The writer ends after its Close frame; one stuck on a peer that reads nothing is stopped,
-    // which drops the socket (a closed socket is gone within a bounded time: issue 12 item 4).
+    // which drops the socket (a closed socket is gone within a bounded time).
     if tokio::time::timeout(Duration::from_secs(2), &mut writer)
         .await
         .is_err()
@@ -709,7 +709,7 @@ fn frame_name(f: &DaemonFrame) -> &'static str {
 
 /// Closes every daemon link whose device key was revoked (or whose bridge was removed), and ends
 /// every session whose credential was revoked (a token, an OAuth client or grant, an account
-/// changed or removed: issue 12 item 6), since the last check; `last` is the
+/// changed or removed), since the last check; `last` is the
 /// [`crate::storage::RevocationStore::revocation_epoch`] seen then. Called by the relay's sweeper
 /// every second; one query while nothing changed.
 pub(crate) async fn close_revoked(hub: &Hub, store: &Store, last: &mut Option<i64>) {

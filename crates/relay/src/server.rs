@@ -1,8 +1,8 @@
 //! The relay's HTTP server: accepting connections within bounds, and serving each with hyper.
 //!
 //! `axum::serve` has no connection limits and no read timeouts, so a client that opens
-//! connections and sends nothing, half a header, or a slow body held them forever (issue 12
-//! item 1: 20,000 idle connections exhausted the open-file limit). Here:
+//! connections and sends nothing, half a header, or a slow body would hold them forever (20,000
+//! idle connections exhaust the open-file limit). Here:
 //! - at most [`ConnectionLimits::total`] connections at once, and at most
 //!   [`ConnectionLimits::per_address`] from one client address (loopback peers, typically a
 //!   reverse proxy on the same host, count only against the total); a connection past a cap is

@@ -81,9 +81,8 @@ impl LinkTx {
         }
     }
 
-    /// Completes once [`LinkTx::close`] was called: the socket's reader stops reading then
-    /// (issue 12 item 4: a replaced socket's frames were still routed, and each one kept it
-    /// alive).
+    /// Completes once [`LinkTx::close`] was called: the socket's reader stops reading then (a
+    /// replaced socket's frames are not routed, and cannot keep it alive).
     pub(crate) async fn closing(&self) {
         self.closing.cancelled().await;
     }

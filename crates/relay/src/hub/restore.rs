@@ -1,4 +1,4 @@
-//! What a restarted relay takes back from its store (issue 15 items 1 and 2): the session-era
+//! What a restarted relay takes back from its store: the session-era
 //! MCP sessions of the previous process and their POST streams.
 //!
 //! A session is restored when its credential is still live and its id still verifies for its
@@ -432,7 +432,7 @@ mod tests {
         }
     }
 
-    /// Regression (stop 26's note): events that are not stored (a progress message over
+    /// Regression: events that are not stored (a progress message over
     /// `STORED_EVENT_MAX_BYTES`) still count. A client that received them live and resumes
     /// after the last one must get the restart error, numbered after it, not an empty end.
     #[tokio::test]
@@ -469,7 +469,7 @@ mod tests {
         );
     }
 
-    /// Regression (review of stop 27): the standalone stream is not stored, so a client that
+    /// Regression: the standalone stream is not stored, so a client that
     /// resumed its `GET` after a restart named a stream the relay did not know and got 404 —
     /// which tells a client its session is gone. It gets the session's standalone stream,
     /// told that messages may have been lost.
@@ -502,7 +502,7 @@ mod tests {
         ));
     }
 
-    /// Regression (review of stop 27): events still in the write-behind queue when the relay
+    /// Regression: events still in the write-behind queue when the relay
     /// died are not stored, yet a client may have had them live.
     #[tokio::test]
     async fn an_interrupted_stream_ends_after_events_the_store_never_got() {

@@ -45,8 +45,8 @@ pub(crate) enum Delivery {
 }
 
 /// The verified daemon socket a frame came from: its bridge and daemon instance. A daemon's
-/// frames reach only the sessions of its own bridge that are open on its own instance (issue 12
-/// item 3: a daemon of bridge B answered and closed bridge A's sessions).
+/// frames reach only the sessions of its own bridge that are open on its own instance (a daemon
+/// of bridge B can neither answer nor close bridge A's sessions).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LinkOrigin<'a> {
     /// The bridge the socket's hello was verified for.
@@ -381,7 +381,7 @@ impl Hub {
         Delivery::Routed
     }
 
-    /// Adds `message` to the standalone stream of `s` (bounded in bytes, issue 12 item 9).
+    /// Adds `message` to the standalone stream of `s` (bounded in bytes).
     fn push_standalone(&self, s: &Session, message: &Value) {
         if let Ok(lost) = s.standalone.push(message, false) {
             self.count_lost(s, lost);

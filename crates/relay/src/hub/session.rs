@@ -318,8 +318,8 @@ impl Hub {
         self.sessions.lock().get(sid).cloned()
     }
 
-    /// Session `sid` when it is one of `from`'s: of its bridge and open on its daemon instance
-    /// (issue 12 item 3). Another bridge's session, or one the socket's instance never opened,
+    /// Session `sid` when it is one of `from`'s: of its bridge and open on its daemon instance.
+    /// Another bridge's session, or one the socket's instance never opened,
     /// is `None`, like a session that does not exist (the daemon learns nothing of it).
     pub(crate) fn session_from(
         &self,

@@ -133,8 +133,8 @@ where
             .await
             .map_err(IntoResponse::into_response)?;
         let headers = parts.headers.clone();
-        // The headers authenticate the request before its body is read (issue 12 item 1:
-        // unauthenticated bodies were buffered first), and the body has its own time.
+        // The headers authenticate the request before its body is read (no unauthenticated body
+        // is buffered), and the body has its own time.
         let admitted =
             Admitted::check(&admission, &*router, endpoint, &Method::POST, &headers).await?;
         let body = read_body(body).await.map_err(IntoResponse::into_response)?;

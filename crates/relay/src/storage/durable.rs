@@ -1,4 +1,4 @@
-//! Durable MCP sessions and resumable streams (issue 15 items 1 and 2): what a relay restart
+//! Durable MCP sessions and resumable streams: what a relay restart
 //! keeps of the session era.
 //!
 //! - the session id key ([`super::SessionStore::session_key`]), generated once per store;
@@ -753,7 +753,7 @@ pub(crate) mod tests {
         assert_eq!(count(&s, "sse_events").await, 0);
     }
 
-    /// Regression (fresh tester, stop 27): deleted payloads stayed readable in the database
+    /// Regression: deleted payloads stayed readable in the database
     /// file's free pages and in the WAL.
     #[tokio::test]
     async fn deleted_payloads_leave_the_disk_after_a_sweep() {

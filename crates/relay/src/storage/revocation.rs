@@ -4,7 +4,7 @@
 //! CLI reaches the relay through the store: every change that revokes something (a token, a
 //! client or grant, an account change, a device key, a bridge) increments one counter,
 //! [`super::RevocationStore::revocation_epoch`], which the relay polls every second and, when it moved,
-//! re-checks the daemon sockets and sessions it holds (issue 12 items 6 and 8).
+//! re-checks the daemon sockets and sessions it holds.
 
 use sqlx::Row;
 

@@ -195,7 +195,7 @@ mod tests {
         out
     }
 
-    /// Regression (stop 26's note): a reliable write sent when the queue was full must not be
+    /// Regression: a reliable write sent when the queue was full must not be
     /// overtaken by a later one (a session's end applied before its start would bring it back
     /// after a restart).
     #[tokio::test(flavor = "current_thread")]

@@ -510,7 +510,7 @@ pub(crate) enum Resume {
 }
 
 /// All resumable streams of this relay node, for `Last-Event-ID` lookups and retention; with a
-/// [`StoreWriter`], durable ones are also persisted (issue 15 item 1).
+/// [`StoreWriter`], durable ones are also persisted (a restarted relay replays them).
 #[derive(Debug, Default)]
 pub(crate) struct SseStreams {
     map: Lock<HashMap<String, Arc<SseStream>>>,
@@ -885,7 +885,7 @@ mod tests {
         );
     }
 
-    /// Regression (review of stop 27): a cursor at the largest event number overflowed.
+    /// Regression: a cursor at the largest event number overflowed.
     #[test]
     fn a_cursor_at_the_largest_event_number_reads_nothing() {
         let s = SseStream::new(&SessionId::new("sid"), "p", "b");
@@ -910,7 +910,7 @@ mod tests {
         );
     }
 
-    /// Regression (fresh tester, stop 27): a result acknowledged by a `GET` naming its event was
+    /// Regression: a result acknowledged by a `GET` naming its event was
     /// still served from memory until the retention ran out.
     #[test]
     fn acknowledging_the_last_event_of_a_finished_stream_forgets_it() {

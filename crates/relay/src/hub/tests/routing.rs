@@ -137,7 +137,7 @@ async fn a_request_past_its_deadline_is_cancelled_on_the_daemon_and_answered() {
     );
 }
 
-/// Issue 15 item 4: a deadline is re-checked on every event of its session, not only by the
+/// A deadline is re-checked on every event of its session, not only by the
 /// 1 s sweep: a daemon message or a new request of the session settles what is overdue first.
 #[tokio::test]
 async fn an_overdue_request_is_settled_by_the_next_event_of_its_session_before_any_sweep() {
