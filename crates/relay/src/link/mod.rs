@@ -6,32 +6,26 @@
 //! real send path; and received `resume` and `ready` within the readiness deadline. Only then does
 //! it become the bridge's active daemon and is the incumbent closed (invariant 3). A socket silent
 //! for the liveness timeout is dead; its sessions wait for the same instance (invariant 4).
+//!
+//! The route drives the [`Hub`] of this node directly: a daemon's socket is local to the node
+//! that holds it. This file holds the route and the socket's life (handshake, steady state);
+//! `socket` the reading of frames and the unverified read budget, `hello` the hello check and
+//! enrollment, `revoked` what a revocation ends.
 
-use std::{
-    net::SocketAddr,
-    pin::Pin,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    task::{Context, Poll},
-    time::Duration,
-};
+mod hello;
+mod revoked;
+mod socket;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     extract::{ConnectInfo, FromRef, Request, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
-use p256::ecdsa::{Signature, VerifyingKey, signature::Verifier};
-use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    sync::mpsc,
-    time::Instant,
-};
+use tokio::{sync::mpsc, time::Instant};
 use tokio_tungstenite::{
     WebSocketStream,
     tungstenite::{
@@ -43,10 +37,16 @@ use tokio_tungstenite::{
 
 use protocol::{
     frame::{
-        CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame,
-        hello_transcript, now_unix_ms,
+        CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame, now_unix_ms,
     },
     limits::{DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES},
+};
+
+pub(crate) use hello::HELLO_REFUSED;
+use hello::{enroll, verify_hello};
+pub(crate) use revoked::close_revoked;
+use socket::{
+    Budget, Incoming, STOPPED_BY_DAEMON, Unlock, Ws, frame_name, next_frame, sends_close_frame,
 };
 
 use crate::{
@@ -54,18 +54,11 @@ use crate::{
     config::RelayConfig,
     hub::{Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound},
     metrics::Metrics,
-    server::Place,
-    storage::{StorageError, Store},
+    storage::Store,
 };
 
 /// Frames queued per socket before the link counts as congested.
 const LINK_QUEUE: usize = 4096;
-/// Largest clock difference accepted in a hello's timestamp.
-const HELLO_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
-/// The one close reason of every refused hello, whatever the cause (a reason per cause would tell
-/// whether a key id exists); the cause is logged by the relay.
-pub(crate) const HELLO_REFUSED: &str =
-    "hello refused: the device key, bridge or signature is not valid here (enroll again)";
 
 /// What the daemon socket route uses of the application state: the bridges' routing state on
 /// this node (whose daemons it serves), admission (Host and Origin, the places of unverified
@@ -201,82 +194,6 @@ pub(crate) async fn connect(
     r
 }
 
-/// An I/O stream whose reads fail once more than a budget of bytes arrived, until opened.
-struct Budget<T> {
-    inner: T,
-    left: usize,
-    open: Arc<AtomicBool>,
-}
-
-impl<T> Budget<T> {
-    fn new(inner: T, budget: usize) -> (Self, Arc<AtomicBool>) {
-        let open = Arc::new(AtomicBool::new(false));
-        (
-            Self {
-                inner,
-                left: budget,
-                open: open.clone(),
-            },
-            open,
-        )
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Budget<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r
-            && !self.open.load(Ordering::Relaxed)
-        {
-            let n = buf.filled().len() - before;
-            if n > self.left {
-                return Poll::Ready(Err(std::io::Error::other(
-                    "an unauthenticated daemon socket sent more than its budget",
-                )));
-            }
-            self.left -= n;
-        }
-        r
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Budget<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        b: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, b)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// What a socket gives up once its hello is verified: the read budget and its place among the
-/// unverified sockets.
-struct Unlock {
-    gate: Arc<AtomicBool>,
-    place: Option<Place>,
-}
-
-impl Unlock {
-    fn verified(&mut self) {
-        self.gate.store(true, Ordering::Relaxed);
-        self.place = None;
-    }
-}
-
-type Ws = WebSocketStream<Budget<TokioIo<hyper::upgrade::Upgraded>>>;
-
 async fn run(node: Node, socket: Ws, mut unlock: Unlock) {
     Metrics::add(&node.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
@@ -323,56 +240,6 @@ async fn run(node: Node, socket: Ws, mut unlock: Unlock) {
         .is_err()
     {
         writer.abort();
-    }
-}
-
-type Incoming = futures_util::stream::SplitStream<Ws>;
-
-/// The end of a socket the daemon closed with 1000: it stopped, and its instance is over.
-const STOPPED_BY_DAEMON: &str = "the daemon stopped (close 1000)";
-
-/// Whether a socket ended with `code` gets a Close frame: not 1006, which reports a connection
-/// lost without one and must never be sent (RFC 6455 §7.4.1).
-fn sends_close_frame(code: CloseCode) -> bool {
-    code != CloseCode::Abnormal
-}
-
-/// Reads the next daemon frame before `deadline` (pings and pongs do not move it).
-async fn next_frame(
-    stream: &mut Incoming,
-    deadline: Instant,
-) -> Result<DaemonFrame, (CloseCode, String)> {
-    loop {
-        let msg = match tokio::time::timeout_at(deadline, stream.next()).await {
-            Err(_) => {
-                return Err((
-                    CloseCode::NotReady,
-                    "timed out waiting for the daemon".into(),
-                ));
-            }
-            Ok(None) => return Err((CloseCode::Normal, "socket closed".into())),
-            Ok(Some(Err(e))) => return Err((CloseCode::Abnormal, format!("socket error: {e}"))),
-            Ok(Some(Ok(m))) => m,
-        };
-        match msg {
-            Message::Text(t) => {
-                return serde_json::from_str(t.as_str())
-                    .map_err(|e| (CloseCode::Protocol, format!("unreadable frame: {e}")));
-            }
-            Message::Binary(_) => {
-                return Err((
-                    CloseCode::Protocol,
-                    "binary frames are not part of the protocol".into(),
-                ));
-            }
-            // 1000 is what a daemon sends when it stops (or reopens its link with new
-            // settings): that instance does not come back.
-            Message::Close(Some(f)) if u16::from(f.code) == 1000 => {
-                return Err((CloseCode::Normal, STOPPED_BY_DAEMON.into()));
-            }
-            Message::Close(_) => return Err((CloseCode::Normal, "closed by the daemon".into())),
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
-        }
     }
 }
 
@@ -532,46 +399,6 @@ async fn session(
     result
 }
 
-/// Redeems an enrollment code for a device public key, answers `enrolled` and ends the socket.
-async fn enroll(
-    node: &Node,
-    tx: &LinkTx,
-    code: &str,
-    public_key: &str,
-) -> Result<(), (CloseCode, String)> {
-    let key_ok = URL_SAFE_NO_PAD
-        .decode(public_key)
-        .ok()
-        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
-        .is_some();
-    if !key_ok {
-        return Err((
-            CloseCode::Protocol,
-            "public_key is not a P-256 public key (SEC1, base64url)".into(),
-        ));
-    }
-    match node.store.bridges().enroll(code, public_key).await {
-        Ok((bridge, key_id)) => {
-            tracing::info!(%bridge, %key_id, "daemon enrolled");
-            let told = tx.try_send(RelayFrame::Enrolled {
-                bridge: bridge.clone().into(),
-                key_id,
-            });
-            if let Err(e) = told {
-                // The code is used up; the daemon learns nothing and must enroll again.
-                tracing::warn!(%bridge, error = %e, "a daemon enrolled but its socket could not be told");
-            }
-            tx.close(CloseCode::Normal, "enrolled");
-            Ok(())
-        }
-        Err(StorageError::NotFound(m)) => Err((CloseCode::Unauthenticated, m)),
-        Err(e) => {
-            tracing::error!(error = %e, "enrollment failed");
-            Err((CloseCode::Internal, "enrollment failed".into()))
-        }
-    }
-}
-
 /// Serves a ready socket until it ends: routes its frames within `from` only, until the socket
 /// is lost, breaks the protocol, or is closed by the relay ([`LinkTx::close`]: replaced, its
 /// key revoked), after which nothing it sends is read.
@@ -644,130 +471,6 @@ async fn serve(
             DaemonFrame::Hello { .. } | DaemonFrame::Enroll { .. } => {
                 return Err((CloseCode::Protocol, "duplicate hello".into()));
             }
-        }
-    }
-}
-
-async fn verify_hello(
-    node: &Node,
-    challenge: &str,
-    bridge: &str,
-    instance_id: &str,
-    key_id: &str,
-    timestamp: u64,
-    signature: &str,
-) -> Result<(), (CloseCode, String)> {
-    let deny = |why: &str| (CloseCode::Unauthenticated, why.to_owned());
-    if instance_id.is_empty() || instance_id.len() > 128 {
-        return Err(deny("bad instance id"));
-    }
-    if now_unix_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
-        return Err(deny("hello timestamp is too far from the relay's clock"));
-    }
-    let key = node
-        .store
-        .bridges()
-        .device_key(key_id)
-        .await
-        .map_err(|_| deny("key lookup failed"))?
-        .filter(|k| k.bridge == bridge)
-        .ok_or_else(|| deny("unknown device key for this bridge (enroll again)"))?;
-    let pk = URL_SAFE_NO_PAD
-        .decode(&key.public_key)
-        .ok()
-        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
-        .ok_or_else(|| deny("stored device key is unreadable"))?;
-    let sig = URL_SAFE_NO_PAD
-        .decode(signature)
-        .ok()
-        .and_then(|b| Signature::from_slice(&b).ok())
-        .ok_or_else(|| deny("malformed signature"))?;
-    let transcript = hello_transcript(
-        &node.config.origin(),
-        challenge,
-        bridge,
-        instance_id,
-        timestamp,
-    );
-    pk.verify(&transcript, &sig)
-        .map_err(|_| deny("hello signature does not verify"))
-}
-
-fn frame_name(f: &DaemonFrame) -> &'static str {
-    match f {
-        DaemonFrame::Hello { .. } => "hello",
-        DaemonFrame::Enroll { .. } => "enroll",
-        DaemonFrame::Catalog { .. } => "catalog",
-        DaemonFrame::ProbeResult { .. } => "probe_result",
-        DaemonFrame::Rpc { .. } => "rpc",
-        DaemonFrame::Closed { .. } => "closed",
-        DaemonFrame::Accepted { .. } => "accepted",
-        DaemonFrame::Heartbeat { .. } => "heartbeat",
-        DaemonFrame::HeartbeatAck { .. } => "heartbeat_ack",
-    }
-}
-
-/// Closes every daemon link whose device key was revoked (or whose bridge was removed), and ends
-/// every session whose credential was revoked (a token, an OAuth client or grant, an account
-/// changed or removed), since the last check; `last` is the
-/// [`crate::storage::RevocationStore::revocation_epoch`] seen then. Called by the relay's sweeper
-/// every second; one query while nothing changed.
-pub(crate) async fn close_revoked(hub: &Hub, store: &Store, last: &mut Option<i64>) {
-    let Ok(epoch) = store.revocations().revocation_epoch().await else {
-        return;
-    };
-    if *last == Some(epoch) {
-        return;
-    }
-    let first = last.is_none();
-    *last = Some(epoch);
-    if first {
-        return;
-    }
-    for (bridge, link) in hub.active_links() {
-        let valid = match store.bridges().device_key(&link.key_id).await {
-            Ok(k) => k.is_some_and(|k| k.bridge == bridge.name),
-            Err(_) => continue,
-        };
-        if !valid {
-            tracing::warn!(bridge = %bridge.name, key_id = %link.key_id, "closing a daemon whose device key was revoked");
-            link.tx.close(CloseCode::Unauthenticated, HELLO_REFUSED);
-        }
-    }
-    let mut live: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
-    for s in hub.all_sessions() {
-        let credential = s.principal.credential.clone();
-        let ok = match live.get(&credential) {
-            Some(ok) => *ok,
-            None => match store.revocations().credential_live(&credential).await {
-                Ok(ok) => *live.entry(credential).or_insert(ok),
-                Err(_) => continue,
-            },
-        };
-        if !ok {
-            tracing::info!(bridge = %s.bridge.name, "ending a session whose credential was revoked");
-            hub.end_session(
-                &s.sid,
-                protocol::jsonrpc::code::SESSION_NOT_FOUND,
-                "the credential of this session was revoked",
-                true,
-            );
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lost_connection_is_not_answered_with_close_code_1006() {
-        assert!(!sends_close_frame(CloseCode::Abnormal));
-        for code in CloseCode::ALL
-            .into_iter()
-            .filter(|c| *c != CloseCode::Abnormal)
-        {
-            assert!(sends_close_frame(code), "{code:?}");
         }
     }
 }
