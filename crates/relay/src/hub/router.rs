@@ -136,7 +136,8 @@ pub(crate) trait Router: Send + Sync + fmt::Debug {
 
     /// Sends request `message` (id `id`) of `session` over `route`, answered through `sink`:
     /// counted against the bridge's in-flight bound, with its deadline; a stream sink is made
-    /// replayable. Nothing is pending when it fails (the sink is finished without a message).
+    /// replayable. When it fails nothing is pending: the sink is finished without a message, or
+    /// dropped when it was refused before it was taken.
     ///
     /// # Errors
     /// [`SendError::TooMany`] at the bridge's in-flight bound; [`SendError::DuplicateId`] for
