@@ -1,13 +1,74 @@
-//! Bounded, in-memory counters of the OAuth endpoints: failed sign-ins and registrations per key
-//! (an account or a client address) within a fixed window, and the ids of DPoP proofs and
-//! client assertions already seen (replay protection, RFC 9449 §11.1, RFC 7523 §3).
+//! [`MemoryGuards`]: the replay guards and throttles ([`GuardStore`]) kept in this process's
+//! memory — counters of failed sign-ins, registrations and client document fetches per key (an
+//! account or a client address) within a fixed window (`Throttle`), and the ids of DPoP proofs
+//! and client assertions already used (replay protection, RFC 9449 §11.1, RFC 7523 §3;
+//! `SeenIds`).
 //!
 //! Both forget their oldest entries past their capacity, so an attacker cannot grow them without
-//! bound; a restart forgets them (what they protect is short-lived).
+//! bound; a restart forgets them (what they protect is short-lived). They are node-local: relay
+//! nodes that share a store need a [`GuardStore`] that counts across them.
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 
+use futures_util::future::Either;
 use tokio::time::Instant;
+
+use protocol::limits::{PROOF_IDS_REMEMBERED, SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW};
+
+use super::traits::{GuardFuture, GuardStore};
+
+/// Replay guards and throttles in this process's memory: one throttle over
+/// [`SIGN_IN_WINDOW`] for every throttled key (keys say what they count: `account …`,
+/// `address …`, `register …`, `fetch …`), at most [`SIGN_IN_THROTTLE_ENTRIES`] keys, and the
+/// last [`PROOF_IDS_REMEMBERED`] proof ids.
+#[derive(Debug)]
+pub struct MemoryGuards {
+    throttle: Throttle,
+    seen: SeenIds,
+}
+
+impl Default for MemoryGuards {
+    fn default() -> Self {
+        Self {
+            throttle: Throttle::new(SIGN_IN_WINDOW, SIGN_IN_THROTTLE_ENTRIES),
+            seen: SeenIds::new(PROOF_IDS_REMEMBERED),
+        }
+    }
+}
+
+/// An answer known at once: no allocation.
+fn now<'a, T>(value: T) -> GuardFuture<'a, T> {
+    Either::Left(std::future::ready(value))
+}
+
+impl GuardStore for MemoryGuards {
+    fn blocked<'a>(&'a self, key: &'a str, limit: u32) -> GuardFuture<'a, Option<Duration>> {
+        now(self.throttle.blocked(key, limit))
+    }
+
+    fn take<'a>(&'a self, key: &'a str, limit: u32) -> GuardFuture<'a, Result<(), Duration>> {
+        now(self.throttle.take(key, limit))
+    }
+
+    fn forgive<'a>(&'a self, key: &'a str) -> GuardFuture<'a, ()> {
+        self.throttle.forgive(key);
+        now(())
+    }
+
+    fn record<'a>(&'a self, key: &'a str) -> GuardFuture<'a, ()> {
+        self.throttle.record(key);
+        now(())
+    }
+
+    fn clear<'a>(&'a self, key: &'a str) -> GuardFuture<'a, ()> {
+        self.throttle.clear(key);
+        now(())
+    }
+
+    fn first_use<'a>(&'a self, id: &'a str, ttl: Duration) -> GuardFuture<'a, Seen> {
+        now(self.seen.first_use(id, Instant::now() + ttl))
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Window {
@@ -17,7 +78,7 @@ struct Window {
 
 /// Counts events per key within a fixed window.
 #[derive(Debug)]
-pub struct Throttle {
+struct Throttle {
     window: Duration,
     capacity: usize,
     entries: Mutex<HashMap<String, Window>>,
@@ -25,7 +86,7 @@ pub struct Throttle {
 
 impl Throttle {
     /// A throttle counting over `window`, remembering at most `capacity` keys.
-    pub fn new(window: Duration, capacity: usize) -> Self {
+    fn new(window: Duration, capacity: usize) -> Self {
         Self {
             window,
             capacity,
@@ -34,7 +95,7 @@ impl Throttle {
     }
 
     /// When `key` has `limit` events in its current window: how long until the window ends.
-    pub fn blocked(&self, key: &str, limit: u32) -> Option<Duration> {
+    fn blocked(&self, key: &str, limit: u32) -> Option<Duration> {
         let now = Instant::now();
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let w = entries.get(key)?;
@@ -47,7 +108,7 @@ impl Throttle {
     ///
     /// # Errors
     /// How long until the window ends, when `key` is at its limit.
-    pub fn take(&self, key: &str, limit: u32) -> Result<(), Duration> {
+    fn take(&self, key: &str, limit: u32) -> Result<(), Duration> {
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(w) = entries.get(key) {
@@ -61,7 +122,7 @@ impl Throttle {
     }
 
     /// Takes back one event of `key` (an attempt that turned out well).
-    pub fn forgive(&self, key: &str) {
+    fn forgive(&self, key: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(w) = entries.get_mut(key) {
             w.count = w.count.saturating_sub(1);
@@ -69,7 +130,7 @@ impl Throttle {
     }
 
     /// Counts one event for `key`.
-    pub fn record(&self, key: &str) {
+    fn record(&self, key: &str) {
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         self.count_in(&mut entries, key, now);
@@ -102,7 +163,7 @@ impl Throttle {
     }
 
     /// Forgets `key` (a successful sign-in clears its account's failures).
-    pub fn clear(&self, key: &str) {
+    fn clear(&self, key: &str) {
         self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -112,12 +173,12 @@ impl Throttle {
 
 /// Ids seen recently, each until its own expiry.
 #[derive(Debug)]
-pub struct SeenIds {
+struct SeenIds {
     capacity: usize,
     entries: Mutex<HashMap<String, Instant>>,
 }
 
-/// What [`SeenIds::first_use`] found.
+/// What [`GuardStore::first_use`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
     /// Not seen before; now remembered.
@@ -130,7 +191,7 @@ pub enum Seen {
 
 impl SeenIds {
     /// Remembers at most `capacity` ids.
-    pub fn new(capacity: usize) -> Self {
+    fn new(capacity: usize) -> Self {
         Self {
             capacity,
             entries: Mutex::new(HashMap::new()),
@@ -138,7 +199,7 @@ impl SeenIds {
     }
 
     /// Records `id` as used until `until`, unless it was already.
-    pub fn first_use(&self, id: &str, until: Instant) -> Seen {
+    fn first_use(&self, id: &str, until: Instant) -> Seen {
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = entries.get(id)
@@ -217,5 +278,29 @@ mod tests {
             s.first_use("x", Instant::now() + Duration::from_secs(10)),
             Seen::First
         );
+    }
+
+    /// The guards in memory answer through the trait at once, without a boxed future, and
+    /// count and remember as the throttle and the id set do.
+    #[tokio::test(start_paused = true)]
+    async fn memory_guards_answer_at_once_through_the_trait() {
+        let g = MemoryGuards::default();
+        let guards: &dyn GuardStore = &g;
+        assert!(matches!(guards.take("k", 1), Either::Left(_)));
+        assert!(
+            guards.take("k", 1).await.is_err(),
+            "counted by the first take"
+        );
+        guards.forgive("k").await;
+        assert_eq!(guards.take("k", 1).await, Ok(()));
+        guards.clear("k").await;
+        assert_eq!(guards.blocked("k", 1).await, None);
+        guards.record("k").await;
+        assert!(guards.blocked("k", 1).await.is_some());
+        let ttl = Duration::from_secs(10);
+        assert!(matches!(guards.first_use("jti", ttl), Either::Left(_)));
+        assert_eq!(guards.first_use("jti", ttl).await, Seen::Again);
+        tokio::time::advance(ttl + Duration::from_secs(1)).await;
+        assert_eq!(guards.first_use("jti", ttl).await, Seen::First);
     }
 }

@@ -6,32 +6,26 @@
 //! real send path; and received `resume` and `ready` within the readiness deadline. Only then does
 //! it become the bridge's active daemon and is the incumbent closed (invariant 3). A socket silent
 //! for the liveness timeout is dead; its sessions wait for the same instance (invariant 4).
+//!
+//! The route drives the [`Hub`] of this node directly: a daemon's socket is local to the node
+//! that holds it. This file holds the route and the socket's life (handshake, steady state);
+//! `socket` the reading of frames and the unverified read budget, `hello` the hello check and
+//! enrollment, `revoked` what a revocation ends.
 
-use std::{
-    net::SocketAddr,
-    pin::Pin,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
-    task::{Context, Poll},
-    time::Duration,
-};
+mod hello;
+mod revoked;
+mod socket;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
-    extract::{ConnectInfo, Request, State},
+    extract::{ConnectInfo, FromRef, Request, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
-use p256::ecdsa::{Signature, VerifyingKey, signature::Verifier};
-use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    sync::mpsc,
-    time::Instant,
-};
+use tokio::{sync::mpsc, time::Instant};
 use tokio_tungstenite::{
     WebSocketStream,
     tungstenite::{
@@ -43,61 +37,82 @@ use tokio_tungstenite::{
 
 use protocol::{
     frame::{
-        CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame,
-        hello_transcript, now_unix_ms,
+        CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame, now_unix_ms,
     },
-    limits::{
-        DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES,
-        UNVERIFIED_DAEMON_SOCKETS_MAX, UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
-    },
+    limits::{DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES},
+};
+
+pub(crate) use hello::HELLO_REFUSED;
+use hello::{enroll, verify_hello};
+pub(crate) use revoked::close_revoked;
+use socket::{
+    Budget, Incoming, STOPPED_BY_DAEMON, Unlock, Ws, frame_name, next_frame, sends_close_frame,
 };
 
 use crate::{
+    admission::Admission,
+    config::RelayConfig,
     hub::{Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound},
     metrics::Metrics,
-    server::{self, ConnectionLimits, Connections, Place},
-    storage::StorageError,
+    storage::Store,
 };
 
 /// Frames queued per socket before the link counts as congested.
 const LINK_QUEUE: usize = 4096;
-/// Largest clock difference accepted in a hello's timestamp.
-const HELLO_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
-/// The one close reason of every refused hello, whatever the cause (issue 12 item 10: the reason
-/// told whether a key id exists); the cause is logged by the relay.
-pub const HELLO_REFUSED: &str =
-    "hello refused: the device key, bridge or signature is not valid here (enroll again)";
 
-/// Daemon sockets that have not authenticated yet, in all and per address.
-#[derive(Debug, Default)]
-pub struct Unverified(Arc<Mutex<Connections>>);
+/// What the daemon socket route uses of the application state: the bridges' routing state on
+/// this node (whose daemons it serves), admission (Host and Origin, the places of unverified
+/// sockets), the store (device keys, enrollment), the configuration and the metrics.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    hub: Arc<Hub>,
+    admission: Arc<Admission>,
+    store: Store,
+    config: Arc<RelayConfig>,
+    metrics: Arc<Metrics>,
+}
 
-const UNVERIFIED_LIMITS: ConnectionLimits = ConnectionLimits {
-    total: UNVERIFIED_DAEMON_SOCKETS_MAX,
-    per_address: UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS,
-};
+impl<S> FromRef<S> for Node
+where
+    Arc<Hub>: FromRef<S>,
+    Arc<Admission>: FromRef<S>,
+    Store: FromRef<S>,
+    Arc<RelayConfig>: FromRef<S>,
+    Arc<Metrics>: FromRef<S>,
+{
+    fn from_ref(state: &S) -> Self {
+        Self {
+            hub: FromRef::from_ref(state),
+            admission: FromRef::from_ref(state),
+            store: FromRef::from_ref(state),
+            config: FromRef::from_ref(state),
+            metrics: FromRef::from_ref(state),
+        }
+    }
+}
 
 /// `GET /daemon/v1/connect`: checks `Host` (loopback listeners: loopback names and the public
 /// host) and `Origin` (a browser's page may not open daemon sockets: only the relay's own origin
 /// is allowed when one is sent), takes one of the places of unverified sockets
-/// ([`UNVERIFIED_DAEMON_SOCKETS_MAX`], [`UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`]; 503 when none
+/// ([`protocol::limits::UNVERIFIED_DAEMON_SOCKETS_MAX`],
+/// [`protocol::limits::UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`]; 503 when none
 /// is free) and upgrades to a WebSocket (RFC 6455 §4.2.2) whose reads are capped at
 /// [`UNVERIFIED_DAEMON_SOCKET_MAX_BYTES`] until its hello is verified.
-pub async fn connect(
-    State(hub): State<Arc<Hub>>,
+pub(crate) async fn connect(
+    State(node): State<Node>,
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     mut request: Request,
 ) -> Response {
     let refuse = |status: StatusCode, why: &str| (status, format!("{why}\n")).into_response();
     let headers = request.headers();
-    if !crate::mcp::host_allowed(&hub, headers) {
+    if !node.admission.host_allowed(headers) {
         return refuse(
             StatusCode::FORBIDDEN,
             "Host header not allowed on this listener",
         );
     }
     if let Some(o) = headers.get(header::ORIGIN)
-        && !o.to_str().is_ok_and(|o| crate::mcp::own_origin(&hub, o))
+        && !o.to_str().is_ok_and(|o| node.admission.own_origin(o))
     {
         return refuse(
             StatusCode::FORBIDDEN,
@@ -138,8 +153,8 @@ pub async fn connect(
     let address = peer
         .as_ref()
         .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |p| p.0.0.ip());
-    let Some(place) = server::admit(&hub.unverified.0, UNVERIFIED_LIMITS, address) else {
-        Metrics::add(&hub.metrics.sockets_refused, 1);
+    let Some(place) = node.admission.daemons.admit(address) else {
+        Metrics::add(&node.metrics.sockets_refused, 1);
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "too many daemon sockets are authenticating; retry shortly",
@@ -160,7 +175,7 @@ pub async fn connect(
             .max_frame_size(Some(RELAY_FRAME_MAX_BYTES));
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
         run(
-            hub,
+            node,
             ws,
             Unlock {
                 gate,
@@ -179,84 +194,8 @@ pub async fn connect(
     r
 }
 
-/// An I/O stream whose reads fail once more than a budget of bytes arrived, until opened.
-struct Budget<T> {
-    inner: T,
-    left: usize,
-    open: Arc<AtomicBool>,
-}
-
-impl<T> Budget<T> {
-    fn new(inner: T, budget: usize) -> (Self, Arc<AtomicBool>) {
-        let open = Arc::new(AtomicBool::new(false));
-        (
-            Self {
-                inner,
-                left: budget,
-                open: open.clone(),
-            },
-            open,
-        )
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Budget<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r
-            && !self.open.load(Ordering::Relaxed)
-        {
-            let n = buf.filled().len() - before;
-            if n > self.left {
-                return Poll::Ready(Err(std::io::Error::other(
-                    "an unauthenticated daemon socket sent more than its budget",
-                )));
-            }
-            self.left -= n;
-        }
-        r
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Budget<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        b: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, b)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// What a socket gives up once its hello is verified: the read budget and its place among the
-/// unverified sockets.
-struct Unlock {
-    gate: Arc<AtomicBool>,
-    place: Option<Place>,
-}
-
-impl Unlock {
-    fn verified(&mut self) {
-        self.gate.store(true, Ordering::Relaxed);
-        self.place = None;
-    }
-}
-
-type Ws = WebSocketStream<Budget<TokioIo<hyper::upgrade::Upgraded>>>;
-
-async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
-    Metrics::add(&hub.metrics.sockets_candidate, 1);
+async fn run(node: Node, socket: Ws, mut unlock: Unlock) {
+    Metrics::add(&node.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
     let mut writer = tokio::spawn(async move {
@@ -283,9 +222,9 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     });
     let link_tx = LinkTx::new(tx);
     let mut promoted = false;
-    let outcome = session(&hub, &link_tx, &mut stream, &mut promoted, &mut unlock).await;
+    let outcome = session(&node, &link_tx, &mut stream, &mut promoted, &mut unlock).await;
     if !promoted {
-        Metrics::add(&hub.metrics.sockets_candidate, -1);
+        Metrics::add(&node.metrics.sockets_candidate, -1);
     }
     if let Err((code, reason)) = &outcome {
         tracing::info!(code = code.code(), %reason, "daemon socket closed");
@@ -295,7 +234,7 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     }
     drop(link_tx);
     // The writer ends after its Close frame; one stuck on a peer that reads nothing is stopped,
-    // which drops the socket (a closed socket is gone within a bounded time: issue 12 item 4).
+    // which drops the socket (a closed socket is gone within a bounded time).
     if tokio::time::timeout(Duration::from_secs(2), &mut writer)
         .await
         .is_err()
@@ -304,64 +243,14 @@ async fn run(hub: Arc<Hub>, socket: Ws, mut unlock: Unlock) {
     }
 }
 
-type Incoming = futures_util::stream::SplitStream<Ws>;
-
-/// The end of a socket the daemon closed with 1000: it stopped, and its instance is over.
-const STOPPED_BY_DAEMON: &str = "the daemon stopped (close 1000)";
-
-/// Whether a socket ended with `code` gets a Close frame: not 1006, which reports a connection
-/// lost without one and must never be sent (RFC 6455 §7.4.1).
-fn sends_close_frame(code: CloseCode) -> bool {
-    code != CloseCode::Abnormal
-}
-
-/// Reads the next daemon frame before `deadline` (pings and pongs do not move it).
-async fn next_frame(
-    stream: &mut Incoming,
-    deadline: Instant,
-) -> Result<DaemonFrame, (CloseCode, String)> {
-    loop {
-        let msg = match tokio::time::timeout_at(deadline, stream.next()).await {
-            Err(_) => {
-                return Err((
-                    CloseCode::NotReady,
-                    "timed out waiting for the daemon".into(),
-                ));
-            }
-            Ok(None) => return Err((CloseCode::Normal, "socket closed".into())),
-            Ok(Some(Err(e))) => return Err((CloseCode::Abnormal, format!("socket error: {e}"))),
-            Ok(Some(Ok(m))) => m,
-        };
-        match msg {
-            Message::Text(t) => {
-                return serde_json::from_str(t.as_str())
-                    .map_err(|e| (CloseCode::Protocol, format!("unreadable frame: {e}")));
-            }
-            Message::Binary(_) => {
-                return Err((
-                    CloseCode::Protocol,
-                    "binary frames are not part of the protocol".into(),
-                ));
-            }
-            // 1000 is what a daemon sends when it stops (or reopens its link with new
-            // settings): that instance does not come back.
-            Message::Close(Some(f)) if u16::from(f.code) == 1000 => {
-                return Err((CloseCode::Normal, STOPPED_BY_DAEMON.into()));
-            }
-            Message::Close(_) => return Err((CloseCode::Normal, "closed by the daemon".into())),
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
-        }
-    }
-}
-
 async fn session(
-    hub: &Arc<Hub>,
+    node: &Node,
     tx: &LinkTx,
     stream: &mut Incoming,
     promoted: &mut bool,
     unlock: &mut Unlock,
 ) -> Result<(), (CloseCode, String)> {
-    let timing = hub.config.timing;
+    let timing = node.config.timing;
     // The hello deadline runs from the upgrade, whatever the socket sends meanwhile.
     let hello_by = Instant::now() + timing.hello_deadline;
     // 1. welcome
@@ -411,7 +300,7 @@ async fn session(
                 revision,
             ),
             DaemonFrame::Enroll { code, public_key } => {
-                return enroll(hub, tx, &code, &public_key).await;
+                return enroll(node, tx, &code, &public_key).await;
             }
             _ => return Err((CloseCode::Protocol, "expected hello".into())),
         };
@@ -422,7 +311,7 @@ async fn session(
         ));
     }
     verify_hello(
-        hub,
+        node,
         &challenge,
         bridge.as_str(),
         instance_id.as_str(),
@@ -440,7 +329,7 @@ async fn session(
     let _ = tx.try_send(RelayFrame::HelloAck {
         bridge: bridge.clone(),
     });
-    let b = hub.bridge(bridge.as_str()).await;
+    let b = node.hub.bridge(bridge.as_str()).await;
     // 3-5. probe, resume, ready, within the readiness deadline.
     let deadline = Instant::now() + timing.readiness_deadline;
     let probe_id = crate::auth::random_id("probe_");
@@ -470,13 +359,13 @@ async fn session(
             }
         }
     }
-    hub.set_catalog(&b, servers.unwrap_or_default()).await;
-    let (sessions, requests) = hub.resume_set(&b, &instance_id);
+    node.hub.set_catalog(&b, servers.unwrap_or_default()).await;
+    let (sessions, requests) = node.hub.resume_set(&b, &instance_id);
     let resumed = sessions.len();
     let _ = tx.try_send(RelayFrame::Resume { sessions, requests });
     let _ = tx.try_send(RelayFrame::Ready {});
     let link = Link {
-        id: hub.next_link_id(),
+        id: node.hub.next_link_id(),
         instance_id: instance_id.clone(),
         revision,
         key_id: key_id.clone(),
@@ -484,77 +373,37 @@ async fn session(
         tx: tx.clone(),
     };
     let link_id = link.id;
-    if let Some(old) = hub.promote(&b, link) {
+    if let Some(old) = node.hub.promote(&b, link) {
         old.tx
             .close(CloseCode::Replaced, "replaced by verified daemon");
     }
     *promoted = true;
-    Metrics::add(&hub.metrics.sockets_candidate, -1);
-    Metrics::add(&hub.metrics.sockets_ready, 1);
+    Metrics::add(&node.metrics.sockets_candidate, -1);
+    Metrics::add(&node.metrics.sockets_ready, 1);
     tracing::info!(bridge = %b.name, instance = %instance_id, resumed, "daemon ready");
     let from = LinkOrigin {
         bridge: &b.name,
         instance: &instance_id,
     };
-    let result = serve(hub, &b, from, tx, stream, timing.liveness_timeout).await;
-    Metrics::add(&hub.metrics.sockets_ready, -1);
+    let result = serve(node, &b, from, tx, stream, timing.liveness_timeout).await;
+    Metrics::add(&node.metrics.sockets_ready, -1);
     if matches!(&result, Err((_, r)) if r == STOPPED_BY_DAEMON) {
         // Nothing to wait for: the requests still open get their answer now, not after the
         // reconnect grace.
-        hub.link_stopped(&b, link_id);
+        node.hub.link_stopped(&b, link_id);
         tracing::info!(bridge = %b.name, instance = %instance_id, "the daemon stopped; its sessions ended");
     } else {
-        hub.link_lost(&b, link_id);
+        node.hub.link_lost(&b, link_id);
         tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
     }
     result
-}
-
-/// Redeems an enrollment code for a device public key, answers `enrolled` and ends the socket.
-async fn enroll(
-    hub: &Hub,
-    tx: &LinkTx,
-    code: &str,
-    public_key: &str,
-) -> Result<(), (CloseCode, String)> {
-    let key_ok = URL_SAFE_NO_PAD
-        .decode(public_key)
-        .ok()
-        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
-        .is_some();
-    if !key_ok {
-        return Err((
-            CloseCode::Protocol,
-            "public_key is not a P-256 public key (SEC1, base64url)".into(),
-        ));
-    }
-    match hub.storage.enroll(code, public_key).await {
-        Ok((bridge, key_id)) => {
-            tracing::info!(%bridge, %key_id, "daemon enrolled");
-            let told = tx.try_send(RelayFrame::Enrolled {
-                bridge: bridge.clone().into(),
-                key_id,
-            });
-            if let Err(e) = told {
-                // The code is used up; the daemon learns nothing and must enroll again.
-                tracing::warn!(%bridge, error = %e, "a daemon enrolled but its socket could not be told");
-            }
-            tx.close(CloseCode::Normal, "enrolled");
-            Ok(())
-        }
-        Err(StorageError::NotFound(m)) => Err((CloseCode::Unauthenticated, m)),
-        Err(e) => {
-            tracing::error!(error = %e, "enrollment failed");
-            Err((CloseCode::Internal, "enrollment failed".into()))
-        }
-    }
 }
 
 /// Serves a ready socket until it ends: routes its frames within `from` only, until the socket
 /// is lost, breaks the protocol, or is closed by the relay ([`LinkTx::close`]: replaced, its
 /// key revoked), after which nothing it sends is read.
 async fn serve(
-    hub: &Arc<Hub>,
+    node: &Node,
     bridge: &crate::hub::Bridge,
     from: LinkOrigin<'_>,
     tx: &LinkTx,
@@ -586,7 +435,8 @@ async fn serve(
             } => {
                 // Acknowledged whatever became of it: a replay, or a message for a session that
                 // has ended, is as committed as a routed one (unmatched ones are counted).
-                if hub.deliver(from, &sid, seq, related.as_ref(), message) == Delivery::OutOfWindow
+                if node.hub.deliver(from, &sid, seq, related.as_ref(), message)
+                    == Delivery::OutOfWindow
                 {
                     return Err((
                         CloseCode::Protocol,
@@ -605,145 +455,22 @@ async fn serve(
                     return Err((CloseCode::Internal, "link queue full".into()));
                 }
                 // A call ends with its answer: `close` follows the `ack` of the response.
-                if let Some(s) = hub.session_from(from, &sid) {
-                    hub.close_if_answered(&s);
+                if let Some(s) = node.hub.session_from(from, &sid) {
+                    node.hub.close_if_answered(&s);
                 }
             }
-            DaemonFrame::Closed { sid, reason } => hub.daemon_closed(from, &sid, &reason),
-            DaemonFrame::Accepted { sid, id } => hub.accepted(from, &sid, &id),
+            DaemonFrame::Closed { sid, reason } => node.hub.daemon_closed(from, &sid, &reason),
+            DaemonFrame::Accepted { sid, id } => node.hub.accepted(from, &sid, &id),
             DaemonFrame::Heartbeat { seq } => {
                 let _ = tx.try_send(RelayFrame::HeartbeatAck { seq });
             }
             DaemonFrame::HeartbeatAck { .. } | DaemonFrame::ProbeResult { .. } => {}
             DaemonFrame::Catalog { servers } => {
-                hub.set_catalog(bridge, servers).await;
+                node.hub.set_catalog(bridge, servers).await;
             }
             DaemonFrame::Hello { .. } | DaemonFrame::Enroll { .. } => {
                 return Err((CloseCode::Protocol, "duplicate hello".into()));
             }
-        }
-    }
-}
-
-async fn verify_hello(
-    hub: &Hub,
-    challenge: &str,
-    bridge: &str,
-    instance_id: &str,
-    key_id: &str,
-    timestamp: u64,
-    signature: &str,
-) -> Result<(), (CloseCode, String)> {
-    let deny = |why: &str| (CloseCode::Unauthenticated, why.to_owned());
-    if instance_id.is_empty() || instance_id.len() > 128 {
-        return Err(deny("bad instance id"));
-    }
-    if now_unix_ms().abs_diff(timestamp) > HELLO_CLOCK_SKEW_MS {
-        return Err(deny("hello timestamp is too far from the relay's clock"));
-    }
-    let key = hub
-        .storage
-        .device_key(key_id)
-        .await
-        .map_err(|_| deny("key lookup failed"))?
-        .filter(|k| k.bridge == bridge)
-        .ok_or_else(|| deny("unknown device key for this bridge (enroll again)"))?;
-    let pk = URL_SAFE_NO_PAD
-        .decode(&key.public_key)
-        .ok()
-        .and_then(|b| VerifyingKey::from_sec1_bytes(&b).ok())
-        .ok_or_else(|| deny("stored device key is unreadable"))?;
-    let sig = URL_SAFE_NO_PAD
-        .decode(signature)
-        .ok()
-        .and_then(|b| Signature::from_slice(&b).ok())
-        .ok_or_else(|| deny("malformed signature"))?;
-    let transcript = hello_transcript(
-        &hub.config.origin(),
-        challenge,
-        bridge,
-        instance_id,
-        timestamp,
-    );
-    pk.verify(&transcript, &sig)
-        .map_err(|_| deny("hello signature does not verify"))
-}
-
-fn frame_name(f: &DaemonFrame) -> &'static str {
-    match f {
-        DaemonFrame::Hello { .. } => "hello",
-        DaemonFrame::Enroll { .. } => "enroll",
-        DaemonFrame::Catalog { .. } => "catalog",
-        DaemonFrame::ProbeResult { .. } => "probe_result",
-        DaemonFrame::Rpc { .. } => "rpc",
-        DaemonFrame::Closed { .. } => "closed",
-        DaemonFrame::Accepted { .. } => "accepted",
-        DaemonFrame::Heartbeat { .. } => "heartbeat",
-        DaemonFrame::HeartbeatAck { .. } => "heartbeat_ack",
-    }
-}
-
-/// Closes every daemon link whose device key was revoked (or whose bridge was removed), and ends
-/// every session whose credential was revoked (a token, an OAuth client or grant, an account
-/// changed or removed: issue 12 item 6), since the last check; `last` is the
-/// [`crate::storage::SqliteStorage::revocation_epoch`] seen then. Called by the relay's sweeper
-/// every second; one query while nothing changed.
-pub async fn close_revoked(hub: &Hub, last: &mut Option<i64>) {
-    let Ok(epoch) = hub.storage.revocation_epoch().await else {
-        return;
-    };
-    if *last == Some(epoch) {
-        return;
-    }
-    let first = last.is_none();
-    *last = Some(epoch);
-    if first {
-        return;
-    }
-    for (bridge, link) in hub.active_links() {
-        let valid = match hub.storage.device_key(&link.key_id).await {
-            Ok(k) => k.is_some_and(|k| k.bridge == bridge.name),
-            Err(_) => continue,
-        };
-        if !valid {
-            tracing::warn!(bridge = %bridge.name, key_id = %link.key_id, "closing a daemon whose device key was revoked");
-            link.tx.close(CloseCode::Unauthenticated, HELLO_REFUSED);
-        }
-    }
-    let mut live: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
-    for s in hub.all_sessions() {
-        let credential = s.principal.credential.clone();
-        let ok = match live.get(&credential) {
-            Some(ok) => *ok,
-            None => match hub.storage.credential_live(&credential).await {
-                Ok(ok) => *live.entry(credential).or_insert(ok),
-                Err(_) => continue,
-            },
-        };
-        if !ok {
-            tracing::info!(bridge = %s.bridge.name, "ending a session whose credential was revoked");
-            hub.end_session(
-                &s.sid,
-                protocol::jsonrpc::code::SESSION_NOT_FOUND,
-                "the credential of this session was revoked",
-                true,
-            );
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lost_connection_is_not_answered_with_close_code_1006() {
-        assert!(!sends_close_frame(CloseCode::Abnormal));
-        for code in CloseCode::ALL
-            .into_iter()
-            .filter(|c| *c != CloseCode::Abnormal)
-        {
-            assert!(sends_close_frame(code), "{code:?}");
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Writing an [`SseStream`] to an HTTP response (`text/event-stream`), in the framing the
-//! client's protocol version defines, and nothing newer.
+//! client's protocol version defines, and nothing newer. A response is one reader of the stream:
+//! the stream goes on collecting when it ends.
 //!
 //! - 2025-11-25: event ids, and the stream opens with the priming event: its id, a `retry`
 //!   hint and an empty `data:` field (Streamable HTTP § Resumability and Redelivery, which
@@ -24,7 +25,7 @@ use axum::{
 use futures_util::Stream as FuturesStream;
 use tokio::sync::watch;
 
-use super::{Event, SseStream};
+use crate::stream::{Event, SseStream};
 
 /// Reconnection delay suggested to clients in the priming event (SSE `retry`, ms).
 const SSE_RETRY_MS: u64 = 1000;
