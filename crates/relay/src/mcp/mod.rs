@@ -359,5 +359,11 @@ fn sse_response(
     after: Option<u64>,
     version: &str,
 ) -> Response {
-    sse::response(st, after, timing.sse_keepalive, Framing::session(version), ())
+    sse::response(
+        st,
+        after,
+        timing.sse_keepalive,
+        Framing::session(version),
+        (),
+    )
 }
