@@ -38,6 +38,7 @@
 
 pub(crate) mod admission;
 pub mod auth;
+pub(crate) mod budget;
 pub mod config;
 pub mod error;
 pub(crate) mod hub;
