@@ -83,6 +83,11 @@ pub const RECONNECT_GRACE: Duration = Duration::from_secs(120);
 /// in flight finish before it closes it: below a takeover's 15 s wait and systemd's
 /// `TimeoutStopSec` (30 s in the unit `service install` writes).
 pub const DAEMON_STOP_DRAIN: Duration = Duration::from_secs(10);
+/// How long a relay (`relay serve`, `up`) that was asked to stop lets its connections finish:
+/// its listener closes at once, requests in progress may complete within this drain, and what
+/// is still open after it (SSE streams, listen streams, daemon sockets) is closed; clients resume
+/// or reconnect as after a relay restart. A second stop signal ends the process at once.
+pub const RELAY_STOP_DRAIN: Duration = Duration::from_secs(10);
 /// Interval of SSE keepalive comments.
 pub const SSE_KEEPALIVE: Duration = Duration::from_secs(10);
 /// How long finished SSE streams stay replayable with `Last-Event-ID`.

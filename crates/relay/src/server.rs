@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::metrics::Metrics;
-use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
+use protocol::limits::{RELAY_STOP_DRAIN, REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
 
 pub use crate::config::ConnectionLimits;
 
@@ -168,9 +168,12 @@ impl ConnectionCaps {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` fires, then stops accepting, asks every
-/// connection to finish (graceful shutdown) and waits for them. Connections take a place in
-/// `caps` (one past a cap is closed at once) and are counted in `metrics`.
+/// Serves `app` on `listener` until `shutdown` fires, then closes the listener at once (the port
+/// is free), asks every connection to finish (graceful shutdown) and waits for them at most
+/// [`RELAY_STOP_DRAIN`]; what is still open then (an SSE stream, a listen stream) is closed.
+/// Upgraded connections (daemon sockets) are their handlers' and end with the process.
+/// Connections take a place in `caps` (one past a cap is closed at once) and are counted in
+/// `metrics`.
 ///
 /// # Errors
 /// An accept error that is not about one connection (the listener itself failed).
@@ -182,6 +185,8 @@ pub(crate) async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let tracker = tokio_util::task::TaskTracker::new();
+    // Fires when the drain is over: every connection still open is closed.
+    let drained = CancellationToken::new();
     loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -207,6 +212,7 @@ pub(crate) async fn serve(
         }
         let app = app.clone();
         let stop = shutdown.clone();
+        let drained = drained.clone();
         let metrics = metrics.clone();
         tracker.spawn(async move {
             let place = Arc::new(place);
@@ -234,7 +240,10 @@ pub(crate) async fn serve(
                 }
                 _ = stop.cancelled() => {
                     conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        _ = drained.cancelled() => {}
+                    }
                 }
                 // Shed before it completed a request head: nothing of it was served.
                 _ = shed.cancelled() => {}
@@ -242,8 +251,20 @@ pub(crate) async fn serve(
             Metrics::add(&metrics.connections_open, -1);
         });
     }
+    drop(listener);
     tracker.close();
-    tracker.wait().await;
+    if tokio::time::timeout(RELAY_STOP_DRAIN, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            open = tracker.len(),
+            drain_secs = RELAY_STOP_DRAIN.as_secs(),
+            "closing the connections still open after the stop drain"
+        );
+        drained.cancel();
+        tracker.wait().await;
+    }
     Ok(())
 }
 

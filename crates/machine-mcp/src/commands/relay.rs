@@ -133,6 +133,7 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
     tokio::spawn(async move {
         super::shutdown_signal().await;
         tracing::info!("shutting down the relay");
+        super::exit_on_second_signal();
         signal.cancel();
     });
     let trim = runtime::memory::trim_periodically();
