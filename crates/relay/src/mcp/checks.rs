@@ -140,7 +140,8 @@ where
         let admitted =
             Admitted::check(&admission, &*router, endpoint, &Method::POST, &headers).await?;
         // The body is reserved in the budget before a byte of it is read, and held until parsed.
-        let _permit = reserve_body(&admission, &admitted.principal.credential, &headers)?;
+        let _permit =
+            reserve_body(&admission, &admitted.principal.credential, &headers).map_err(|r| *r)?;
         let body = read_body(body).await.map_err(IntoResponse::into_response)?;
         let ct_ok = headers
             .get(header::CONTENT_TYPE)
@@ -317,7 +318,7 @@ fn reserve_body(
     admission: &Admission,
     credential: &str,
     headers: &HeaderMap,
-) -> Result<crate::budget::BodyPermit, Response> {
+) -> Result<crate::budget::BodyPermit, Box<Response>> {
     use crate::budget::Refusal;
     use protocol::limits::REQUEST_BODY_RETRY_AFTER_SECS;
     let length = headers
@@ -340,7 +341,7 @@ fn reserve_body(
             header::RETRY_AFTER,
             axum::http::HeaderValue::from(REQUEST_BODY_RETRY_AFTER_SECS),
         );
-        response
+        Box::new(response)
     })
 }
 

@@ -84,10 +84,10 @@ pub fn is_public(ip: IpAddr) -> bool {
             if s[0] == 0x2002 {
                 return is_public(embedded(s[1], s[2]));
             }
-            (s[0] & 0xE000) == 0x2000
-                && !((s[0] == 0x2001 && s[1] < 0x0200)
-                    || (s[0] == 0x2001 && s[1] == 0x0DB8)
-                    || (s[0] == 0x3FFF && s[1] < 0x1000))
+            // IETF protocol assignments (2001::/23) and documentation (2001:db8::/32).
+            let ietf = s[0] == 0x2001 && (s[1] < 0x0200 || s[1] == 0x0DB8);
+            let documentation = s[0] == 0x3FFF && s[1] < 0x1000;
+            (s[0] & 0xE000) == 0x2000 && !ietf && !documentation
         }
     }
 }
