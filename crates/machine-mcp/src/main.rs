@@ -48,7 +48,7 @@ fn main() -> ExitCode {
 
 /// Raises the soft limit of open files to the hard limit: a relay holds a socket per client
 /// connection and per daemon, and the soft limit (often 1,024) is far below what its connection
-/// caps allow (issue 12 item 1). Failure is logged, not fatal.
+/// caps allow. Failure is logged, not fatal.
 fn raise_open_file_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {
