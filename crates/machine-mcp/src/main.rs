@@ -1,4 +1,6 @@
-//! `machine-mcp`: parse the command line, run one command, map its error to an exit code.
+//! `machine-mcp`: parse the command line, run one command, map its error to an exit code: 0 on
+//! success, 1 on an error (printed to stderr), 2 on a usage error (clap's). A command with
+//! documented exit statuses of its own (`status`, `doctor`, `delegation`) exits with them.
 
 mod cli;
 mod cli_reference;
