@@ -818,6 +818,8 @@ fn the_relay_protocol_document_names_every_frame() {
 
 #[path = "tidy/docs.rs"]
 mod docs;
+#[path = "tidy/shape.rs"]
+mod shape;
 
 // ---------------------------------------------------------------------------------------------
 // The checkers themselves

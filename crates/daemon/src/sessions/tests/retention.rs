@@ -106,10 +106,10 @@ async fn a_listed_request_the_daemon_does_not_hold_is_answered_with_an_error() {
     assert!(s.host(&sid("s1")).is_some(), "the kept session was ended");
 }
 
-/// Regression (review of stop 27): a message the link's queue could not take was dropped,
-/// and once the relay acknowledged a later one (acknowledgement is cumulative) it was gone
-/// for good, its request left to the relay's deadline. Now the link is marked broken, and
-/// the next link gets every unacknowledged message again.
+/// A message the link's queue could not take is never dropped: once the relay acknowledged a
+/// later one (acknowledgement is cumulative) it would be gone for good, its request left to the
+/// relay's deadline. The link is marked broken, and the next link gets every unacknowledged
+/// message again.
 #[tokio::test]
 async fn a_message_the_link_cannot_take_breaks_the_link_and_is_sent_again() {
     let (_dir, rt) = runtime();
@@ -136,7 +136,7 @@ async fn a_message_the_link_cannot_take_breaks_the_link_and_is_sent_again() {
     assert_eq!(ids, [json!(5), json!(6)]);
 }
 
-/// Regression (review of stop 27): a session the relay keeps in `resume` with no request
+/// A session the relay keeps in `resume` with no request
 /// listed, which this daemon does not host (it ended while the relay was away for longer
 /// than the grace), is reported closed, so its client gets 404 and initializes again
 /// instead of an error on each request.
