@@ -34,17 +34,6 @@ pub const UNVERIFIED_DAEMON_SOCKET_MAX_BYTES: usize = MIB;
 pub const STDIO_LINE_MAX_BYTES: usize = 8 * MIB;
 /// Largest MCP request body the relay accepts over Streamable HTTP.
 pub const MCP_REQUEST_BODY_MAX_BYTES: usize = 8 * MIB;
-/// MCP request body bytes the relay holds in flight (being read or parsed) for one credential:
-/// four bodies of the largest size. A body counts from its headers (`Content-Length`, or
-/// [`MCP_REQUEST_BODY_MAX_BYTES`] without one) until it is parsed; past the budget the request
-/// is answered 429 with `Retry-After` before its body is read.
-pub const REQUEST_BODY_BYTES_PER_CREDENTIAL: usize = 4 * MCP_REQUEST_BODY_MAX_BYTES;
-/// MCP request body bytes the relay holds in flight in all, counted as for
-/// [`REQUEST_BODY_BYTES_PER_CREDENTIAL`]; past it a request is answered 503 with `Retry-After`
-/// before its body is read.
-pub const REQUEST_BODY_BYTES_IN_FLIGHT: usize = 16 * MCP_REQUEST_BODY_MAX_BYTES;
-/// The `Retry-After` (seconds) of a request refused by the body budget.
-pub const REQUEST_BODY_RETRY_AFTER_SECS: u64 = 1;
 /// Largest relay ⇄ daemon WebSocket frame.
 pub const RELAY_FRAME_MAX_BYTES: usize = 8 * MIB;
 
@@ -83,11 +72,6 @@ pub const RECONNECT_GRACE: Duration = Duration::from_secs(120);
 /// in flight finish before it closes it: below a takeover's 15 s wait and systemd's
 /// `TimeoutStopSec` (30 s in the unit `service install` writes).
 pub const DAEMON_STOP_DRAIN: Duration = Duration::from_secs(10);
-/// How long a relay (`relay serve`, `up`) that was asked to stop lets its connections finish:
-/// its listener closes at once, requests in progress may complete within this drain, and what
-/// is still open after it (SSE streams, listen streams, daemon sockets) is closed; clients resume
-/// or reconnect as after a relay restart. A second stop signal ends the process at once.
-pub const RELAY_STOP_DRAIN: Duration = Duration::from_secs(10);
 /// Interval of SSE keepalive comments.
 pub const SSE_KEEPALIVE: Duration = Duration::from_secs(10);
 /// How long finished SSE streams stay replayable with `Last-Event-ID`.

@@ -15,9 +15,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use protocol::limits::{
-    MCP_REQUEST_BODY_MAX_BYTES, REQUEST_BODY_BYTES_IN_FLIGHT, REQUEST_BODY_BYTES_PER_CREDENTIAL,
-};
+use crate::limits::{REQUEST_BODY_BYTES_IN_FLIGHT, REQUEST_BODY_BYTES_PER_CREDENTIAL};
+use protocol::limits::MCP_REQUEST_BODY_MAX_BYTES;
 
 /// Why a body could not be reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,8 +33,9 @@ use hyper_util::{
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::limits::RELAY_STOP_DRAIN;
 use crate::metrics::Metrics;
-use protocol::limits::{RELAY_STOP_DRAIN, REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
+use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
 
 pub use crate::config::ConnectionLimits;
 

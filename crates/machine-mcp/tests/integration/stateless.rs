@@ -945,7 +945,7 @@ fn a_stop_signal_ends_the_relay_within_its_drain_while_streams_and_daemon_socket
         let (mut s, _c, _get, _listen) = relay_with_open_streams();
         let port = s.relay.port;
         signal_relay(&mut s.relay, signal);
-        let drain = protocol::limits::RELAY_STOP_DRAIN;
+        let drain = relay::limits::RELAY_STOP_DRAIN;
         assert!(
             relay_exits_within(&mut s.relay, drain + Duration::from_secs(20)),
             "{signal:?}: the relay still runs\n{}",
@@ -971,7 +971,7 @@ fn a_second_stop_signal_ends_the_relay_at_once() {
     }
     signal_relay(&mut s.relay, Signal::SIGTERM);
     assert!(
-        relay_exits_within(&mut s.relay, protocol::limits::RELAY_STOP_DRAIN / 2),
+        relay_exits_within(&mut s.relay, relay::limits::RELAY_STOP_DRAIN / 2),
         "the second signal did not stop the relay\n{}",
         s.relay.proc.log()
     );

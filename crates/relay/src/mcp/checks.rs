@@ -313,14 +313,14 @@ pub(crate) fn session_of(
 ///
 /// # Errors
 /// 429 past the credential's budget, 503 past the relay's total, both with `Retry-After`
-/// ([`REQUEST_BODY_RETRY_AFTER_SECS`](protocol::limits::REQUEST_BODY_RETRY_AFTER_SECS)).
+/// ([`REQUEST_BODY_RETRY_AFTER_SECS`](crate::limits::REQUEST_BODY_RETRY_AFTER_SECS)).
 fn reserve_body(
     admission: &Admission,
     credential: &str,
     headers: &HeaderMap,
 ) -> Result<crate::budget::BodyPermit, Box<Response>> {
     use crate::budget::Refusal;
-    use protocol::limits::REQUEST_BODY_RETRY_AFTER_SECS;
+    use crate::limits::REQUEST_BODY_RETRY_AFTER_SECS;
     let length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
