@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Interop tests: drive real third-party MCP clients against `machine-mcp stdio` and, through
 # `machine-mcp up` (relay and daemon on loopback), over Streamable HTTP with a bearer token or
-# signed in with OAuth (mcp-remote, the SDKs' OAuth clients, the consent page in headless Chromium).
+# signed in with OAuth (mcp-remote, the SDKs' OAuth clients, the consent page in headless Chromium),
+# and real hosts (Claude Code, Gemini CLI, Codex CLI) against a mock model endpoint.
 #
 #   tests/interop/run.sh [PATH-TO-machine-mcp]     (default: `cargo build` and use target/debug)
 #
@@ -17,7 +18,8 @@
 #   MACHINE_MCP_INTEROP_CACHE   cache dir (default: tests/interop/.cache)
 #   MACHINE_MCP_INTEROP_PYTHON  Python >= 3.11 for the venv (default: python3)
 #   MACHINE_MCP_INTEROP_KEEP=1  keep the temp work dir (trees, logs, suite results, `up` state dirs)
-#   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay host"; host = Claude Code's CLI)
+#   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay host hosts"; host = Claude
+#                               Code's health check, hosts = the host matrix and the strict SSE client)
 #   MACHINE_MCP_INTEROP_CHROMIUM  the Chromium for the consent-page checks (default: /usr/bin/chromium,
 #                               Debian's; scripts/test.sh installs it)
 #   MACHINE_MCP_INTEROP_ARTIFACTS where to keep the consent page screenshots (default: <target dir>/interop-artifacts)
@@ -27,7 +29,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 SCENARIOS=(server-initialize ping tools-list)
 
-PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay host} "
+PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay host hosts} "
 UP_STOP_SECS=15 # how long `up` may take to exit after SIGINT (then `timeout` kills it)
 OAUTH_TTL=3     # access token lifetime of the OAuth clients' `up`: they must refresh past it
 
@@ -377,6 +379,24 @@ relay_part() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# hosts: the host matrix (hosts.py matrix): Claude Code, Gemini CLI and Codex CLI, each with a
+# mock model endpoint on loopback (mock_model.py), load the tool list of `machine-mcp stdio` and of
+# `up` over HTTP with a bearer token and make one real tool call through each; then a strict SSE
+# client (every `data:` line parsed as JSON) for every protocol version through the same `up`
+
+hosts_part() {
+  local t0=$SECONDS ws="$WORK/hosts-ws"
+  mkdir -p "$ws"
+  if up_start hosts --workspace "$ws" --profile review; then
+    tally hosts-matrix 600 env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES" \
+      "$PY" "$HERE/hosts.py" matrix "$WORK" "$BIN" "$WORK/logs/up-hosts.json" "$ws"
+    tally hosts-strict-sse 120 "$PY" "$HERE/hosts.py" strict-sse "$WORK/logs/up-hosts.json" "$ws"
+    up_stop hosts
+  fi
+  note "hosts part: $((SECONDS - t0))s"
+}
+
+# ---------------------------------------------------------------------------------------------
 # checks
 
 if [[ "$PARTS" == *" stdio "* ]]; then stdio_part; fi
@@ -385,6 +405,7 @@ if [[ "$PARTS" == *" relay "* ]]; then relay_part; fi
 if [[ "$PARTS" == *" host "* ]]; then
   tally claude-code 300 env INTEROP_NODE_MODULES="$MODULES" INTEROP_PY="$PY" "$HERE/claude-code.sh" "$WORK" "$BIN"
 fi
+if [[ "$PARTS" == *" hosts "* ]]; then hosts_part; fi
 
 note "done in $((SECONDS - start))s"
 summary

@@ -23,8 +23,9 @@ use std::{collections::BTreeMap, collections::HashSet, sync::Arc};
 use protocol::{
     Role,
     frame::{RUNTIME_SERVER, ServerInfo},
+    mcp::{LATEST_SESSION_VERSION, SESSION_VERSIONS},
 };
-use rmcp::{ServerHandler, model::ListToolsResult};
+use rmcp::model::ListToolsResult;
 use runtime::{McpServer, Principal, Profile, Runtime};
 use serde_json::Value;
 
@@ -53,11 +54,20 @@ pub fn role_named(name: &str) -> Role {
     Role::parse(name).unwrap_or(Role::Reviewer)
 }
 
-/// The runtime's catalog entry: its `initialize` and `server/discover` (MCP 2026-07-28 Server ›
-/// Discover) results and the tools each role may see.
+/// The runtime's catalog entry: its `initialize` results (one per handshake-era version, built
+/// by [`McpServer::initialize_value`] as the handshake itself builds them, so the relay answers
+/// a version as stdio does; `initialize` is the newest's), its `server/discover` (MCP
+/// 2026-07-28 Server › Discover) result and the tools each role may see.
 pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
     let server = McpServer::new(runtime.access(None), Principal::local());
-    let initialize = serde_json::to_value(server.get_info()).unwrap_or(Value::Null);
+    let initialize_by_version: BTreeMap<String, Value> = SESSION_VERSIONS
+        .into_iter()
+        .filter_map(|v| Some((v.to_owned(), server.initialize_value(v)?)))
+        .collect();
+    let initialize = initialize_by_version
+        .get(LATEST_SESSION_VERSION)
+        .cloned()
+        .unwrap_or(Value::Null);
     let discover = Some(server.discover_value());
     let tools: BTreeMap<String, Value> = Role::ALL
         .into_iter()
@@ -77,6 +87,7 @@ pub fn runtime_catalog(runtime: &Arc<Runtime>) -> ServerInfo {
     ServerInfo {
         name: RUNTIME_SERVER.to_owned(),
         initialize,
+        initialize_by_version,
         discover,
         tools,
     }

@@ -219,6 +219,7 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
         name: spec.name.clone(),
         discover: Some(own.unwrap_or_else(|| crate::bridge::discover_from_initialize(&init))),
         initialize: init,
+        initialize_by_version: BTreeMap::new(),
         tools: Role::ALL
             .into_iter()
             .map(|r| (r.as_str().to_owned(), filter_tools(r, &all)))
@@ -247,7 +248,7 @@ async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(
 /// Starts an upstream server with piped stdio in its own process group, tagged so that the
 /// runtime's watchdog ends it (and what it started) if the daemon is killed.
 pub(crate) fn spawn(spec: &UpstreamSpec) -> std::io::Result<tokio::process::Child> {
-    let (tree_key, tree_value) = runtime::watchdog::tag_env();
+    let (tree_key, tree_value) = runtime::tools::process::watchdog::tag_env();
     tokio::process::Command::new(&spec.command)
         .args(&spec.args)
         .envs(&spec.env)

@@ -116,7 +116,7 @@ pub(crate) enum Command {
         job_id: String,
     },
     /// The watchdog a server starts before its first child (internal; see
-    /// `runtime::watchdog`).
+    /// `runtime::tools::process::watchdog`).
     #[command(name = WATCHDOG_SUBCOMMAND, hide = true)]
     Watchdog {
         /// The instance prefix of the server's tree tags.

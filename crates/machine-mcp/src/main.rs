@@ -14,10 +14,10 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     if let cli::Command::Watchdog { instance } = &cli.command {
         // Synchronous and alone: no async runtime, no logging (its stderr is closed).
-        runtime::watchdog::run(instance);
+        runtime::tools::process::watchdog::run(instance);
         return ExitCode::SUCCESS;
     }
-    runtime::watchdog::enable(cli::WATCHDOG_SUBCOMMAND);
+    runtime::tools::process::watchdog::enable(cli::WATCHDOG_SUBCOMMAND);
     if let Err(e) = logging::init(&cli.global) {
         eprintln!("machine-mcp: {}", commands::printable(&format!("{e:#}")));
         return ExitCode::FAILURE;

@@ -2,15 +2,24 @@
 //! on the source (in the manner of rust-analyzer's `tidy.rs`), so that it cannot drift silently.
 //!
 //! - Crate edges: `protocol` depends on serde only; `runtime` on `protocol` (of the workspace);
-//!   `daemon` on `protocol` and `runtime`; `relay` on `protocol` only — never `runtime`, and no
-//!   `rmcp` in any of its dependency kinds; the conformance fixture on no workspace crate.
+//!   `supervisor` and `daemon` on `protocol` and `runtime` (the supervisor never on `rmcp`);
+//!   `relay` on `protocol` only — never `runtime`, and no `rmcp` in any of its dependency
+//!   kinds; the conformance fixture on no workspace crate.
 //! - Engines (`runtime/src/tools/<family>/engine.rs`, `.../engine/**`) and the shared
 //!   primitives (`runtime/src/primitives/**`) import no MCP: no `rmcp`, nothing of
-//!   `crate::mcp` but `crate::mcp::error` (the tools' error value), no handler module; and no
+//!   `crate::mcp`, nothing of `crate::call` but `crate::call::error` (the tools' error value),
+//!   no handler module; and no
 //!   I/O transport: no sockets, no HTTP/WebSocket crate, nothing written to stdout (stdout is
 //!   the stdio transport's).
 //! - Tool handlers (the rest of `runtime/src/tools/`) use no rmcp type but `ContentBlock`, and
 //!   never reach the daemon's ceiling through `Access::runtime()`.
+//! - One direction, `mcp → tools`: nothing under `runtime/src/tools/` names `crate::mcp` (what
+//!   both sides need is `crate::call`), and neither `runtime/src/lib.rs` nor `runtime/src/mcp/`
+//!   names a tool family (`tools::<family>`, a family being an entry of the registry's list in
+//!   `tools/mod.rs`): they reach the families through the registry.
+//! - The relay's top-level modules import each other without a cycle; its routing state (`hub`)
+//!   imports neither the HTTP layer nor OAuth; no SQLite type (`Sqlite…`, `sqlx`) is named
+//!   outside the relay's store (`crates/relay/src/storage/`).
 //! - `docs/relay-protocol.md` names every frame of `protocol::frame`.
 //! - The documents (`docs.rs`): the README is at most 300 lines; the user documents spell the
 //!   product's names one way and keep the claims other files rely on (which interop clients
@@ -25,7 +34,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     fs,
     path::{Path, PathBuf},
     process::Command,
@@ -65,6 +74,7 @@ struct Rule {
 const PROTOCOL: &str = "machine-bridge-protocol";
 const RUNTIME: &str = "machine-bridge-runtime";
 const DAEMON: &str = "machine-bridge-daemon";
+const SUPERVISOR: &str = "machine-bridge-supervisor";
 const RELAY: &str = "machine-bridge-relay";
 
 const RULES: &[Rule] = &[
@@ -86,6 +96,14 @@ const RULES: &[Rule] = &[
         external_only: None,
         never: &[],
     },
+    // A process manager: it forwards lines to and from a worker process and reads only message
+    // heads; it speaks no MCP through rmcp.
+    Rule {
+        package: SUPERVISOR,
+        workspace: &[PROTOCOL, RUNTIME],
+        external_only: None,
+        never: &["rmcp"],
+    },
     Rule {
         package: RELAY,
         workspace: &[PROTOCOL],
@@ -94,7 +112,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         package: "machine-mcp",
-        workspace: &[PROTOCOL, RUNTIME, DAEMON, RELAY],
+        workspace: &[PROTOCOL, RUNTIME, SUPERVISOR, DAEMON, RELAY],
         external_only: None,
         never: &[],
     },
@@ -464,9 +482,12 @@ fn engine_violation(rel: &str, path: &str) -> Option<String> {
     {
         return Some("an engine knows no network transport".into());
     }
-    if first == "crate" && seg.get(1) == Some(&"mcp") && seg.get(2) != Some(&"error") {
+    if first == "crate" && seg.get(1) == Some(&"mcp") {
+        return Some("an engine imports nothing of crate::mcp (the MCP plumbing)".into());
+    }
+    if first == "crate" && seg.get(1) == Some(&"call") && seg.get(2) != Some(&"error") {
         return Some(
-            "an engine imports nothing of crate::mcp but its error value (crate::mcp::error)"
+            "an engine imports nothing of crate::call but its error value (crate::call::error)"
                 .into(),
         );
     }
@@ -588,6 +609,101 @@ fn tool_handlers_see_no_rmcp_type_but_content_blocks_and_not_the_ceiling() {
         }
     }
     report("tool handlers", &violations);
+}
+
+/// The tool families: the names of the entries of the registry's list (`NAME::FAMILY` in
+/// `runtime/src/tools/mod.rs`).
+fn family_names(src: &Path) -> Vec<String> {
+    let code = code_only(&fs::read_to_string(src.join("tools/mod.rs")).expect("tools/mod.rs"));
+    let mut names: Vec<String> = code
+        .match_indices("::FAMILY")
+        .map(|(k, _)| {
+            code[..k]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect::<Vec<char>>()
+                .into_iter()
+                .rev()
+                .collect()
+        })
+        .filter(|n: &String| !n.is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Why `path`, named in `rel` (a file relative to `runtime/src`, with `/`), goes against the one
+/// direction `mcp → tools`, if it does.
+fn direction_violation(rel: &str, path: &str, families: &[String]) -> Option<String> {
+    let seg: Vec<&str> = path.split("::").collect();
+    if rel.starts_with("tools/") {
+        let first = seg.iter().position(|s| *s != "super").unwrap_or(seg.len());
+        let reaches_root = seg[0] == "crate" || first > 0;
+        let named = if seg[0] == "crate" {
+            seg.get(1)
+        } else {
+            seg.get(first)
+        };
+        if reaches_root && named == Some(&"mcp") {
+            return Some(
+                "nothing under tools/ imports from crate::mcp: the direction is mcp → tools, and \
+                 what both sides need is crate::call"
+                    .into(),
+            );
+        }
+    }
+    if rel == "lib.rs" || rel.starts_with("mcp/") {
+        let family = seg
+            .windows(2)
+            .find(|w| w[0] == "tools" && families.iter().any(|f| f == w[1]));
+        if let Some(w) = family {
+            return Some(format!(
+                "lib.rs and mcp/ name no tool family (`tools::{}`): they reach the families \
+                 through the registry (tools/mod.rs, tools/family.rs)",
+                w[1]
+            ));
+        }
+    }
+    None
+}
+
+#[test]
+fn mcp_imports_tools_never_the_reverse_and_names_no_family() {
+    let src = runtime_src();
+    let families = family_names(&src);
+    // A renamed list must not make the check vacuous.
+    assert!(
+        families.len() >= 10 && families.iter().any(|f| f == "process"),
+        "tidy: the families were not found in {}: {families:?}",
+        src.join("tools/mod.rs").display()
+    );
+    let mut checked = 0;
+    let mut violations = Vec::new();
+    for file in rust_files(&src) {
+        let rel = file
+            .strip_prefix(&src)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if !(rel.starts_with("tools/") || rel.starts_with("mcp/") || rel == "lib.rs") {
+            continue;
+        }
+        checked += 1;
+        let code = code_only(&fs::read_to_string(&file).expect("readable source"));
+        for (line, path) in paths(&code) {
+            if let Some(why) = direction_violation(&rel, &path, &families) {
+                violations.push(format!("crates/runtime/src/{rel}:{line}: `{path}`: {why}"));
+            }
+        }
+    }
+    assert!(
+        checked >= 50,
+        "tidy: only {checked} files of tools/, mcp/ and lib.rs found under {}",
+        src.display()
+    );
+    report("one direction, mcp → tools", &violations);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -725,12 +841,30 @@ fn the_path_reader_flattens_use_trees_and_skips_comments_and_strings() {
             "crate::mcp::json::to_string",
         ]
     );
-    assert!(engine_violation("tools/fs/engine.rs", "crate::mcp::json::to_string").is_some());
-    assert!(engine_violation("tools/fs/engine.rs", "crate::mcp::error::ToolError").is_none());
+    assert!(engine_violation("tools/fs/engine.rs", "crate::call::json::to_string").is_some());
+    assert!(engine_violation("tools/fs/engine.rs", "crate::call::error::ToolError").is_none());
+    assert!(engine_violation("tools/fs/engine.rs", "crate::mcp::error::ToolError").is_some());
     assert!(engine_violation("tools/fs/engine.rs", "crate::tools::fs::Args").is_some());
     assert!(engine_violation("primitives/text.rs", "crate::tools::fs::engine::x").is_none());
     assert!(engine_violation("tools/fs/engine.rs", "rmcp::model::Tool").is_some());
     assert!(engine_violation("tools/fs/engine.rs", "tokio::net::TcpStream").is_some());
+
+    let families = ["process".to_owned(), "jobs".to_owned()];
+    let direction = |rel: &str, path: &str| direction_violation(rel, path, &families).is_some();
+    assert!(direction(
+        "tools/fs/mod.rs",
+        "crate::mcp::server::McpServer"
+    ));
+    assert!(direction("tools/git/status.rs", "super::super::mcp::tasks"));
+    assert!(!direction(
+        "tools/fs/mod.rs",
+        "crate::call::error::ToolError"
+    ));
+    assert!(direction("lib.rs", "tools::process::engine::watchdog"));
+    assert!(direction("mcp/server.rs", "crate::tools::jobs::store"));
+    assert!(!direction("mcp/server.rs", "tools::find"));
+    assert!(!direction("mcp/server.rs", "crate::tools::family::States"));
+    assert!(!direction("config.rs", "crate::tools::process::engine"));
 }
 
 #[test]
@@ -745,5 +879,441 @@ fn the_frame_reader_spells_frames_as_the_wire_does() {
             ("RelayFrame::Ready".to_owned(), "odd".to_owned()),
             ("RelayFrame::Rpc".to_owned(), "rpc".to_owned()),
         ]
+    );
+}
+
+#[test]
+fn the_module_graph_reader_resolves_paths_to_top_level_modules_and_finds_cycles() {
+    let modules: BTreeSet<String> = ["config", "hub", "mcp"].map(String::from).into();
+    let reexports: BTreeMap<String, String> =
+        [("RelayConfig".to_owned(), "config".to_owned())].into();
+    let to = |path: &str, file: &str, inline: bool| {
+        relay_target(path, &module_path(file), inline, &modules, &reexports)
+    };
+    let some = |m: &str| Some(m.to_owned());
+    assert_eq!(to("crate::hub::Hub", "mcp/mod.rs", false), some("hub"));
+    assert_eq!(
+        to("crate::RelayConfig", "hub/mod.rs", false),
+        some("config")
+    );
+    assert_eq!(to("crate::router", "hub/mod.rs", false), some(RELAY_ROOT));
+    assert_eq!(to("super::Bridge", "hub/session.rs", false), some("hub"));
+    assert_eq!(to("super::config::X", "mcp/mod.rs", false), some("config"));
+    assert_eq!(
+        to("super::super::config::X", "hub/tests/mod.rs", false),
+        some("config")
+    );
+    assert_eq!(
+        to("super::Hub", "hub/mod.rs", true),
+        some("hub"),
+        "in `mod tests`"
+    );
+    assert_eq!(to("super::config::X", "hub/mod.rs", true), some("hub"));
+    assert_eq!(
+        to("mcp::get", "lib.rs", false),
+        some("mcp"),
+        "the root names its modules"
+    );
+    assert_eq!(
+        to("mcp::get", "hub/mod.rs", false),
+        None,
+        "a local name elsewhere"
+    );
+    assert_eq!(to("serde_json::Value", "hub/mod.rs", false), None);
+    let edge = |from: &str, to: &str| ModuleEdge {
+        from: from.to_owned(),
+        to: to.to_owned(),
+        at: String::new(),
+    };
+    let g = graph_of(&[
+        edge("a", "b"),
+        edge("b", "c"),
+        edge("c", "a"),
+        edge("c", "d"),
+    ]);
+    let found = cycles(&g);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, ["a", "b", "c"].map(String::from).into());
+    assert_eq!(found[0].1, ["a", "b", "c", "a"]);
+    assert!(cycles(&graph_of(&[edge("a", "b"), edge("b", "c"), edge("a", "c")])).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The relay's module graph (DESIGN §6: node-local state behind the routing seam)
+
+fn relay_src() -> PathBuf {
+    workspace_root().join("crates/relay/src")
+}
+
+/// The crate root (`lib.rs`) as a node of the relay's module graph.
+const RELAY_ROOT: &str = "crate";
+
+/// The relay's routing state: the module behind the routing trait.
+const RELAY_ROUTING: &str = "hub";
+
+/// What the routing state may not import: the HTTP layer (the endpoints, their checks and
+/// framing, the server, the daemon socket route, the crate root that wires them) and OAuth.
+const RELAY_ROUTING_MAY_NOT_IMPORT: &[&str] = &[
+    "admission",
+    "error",
+    "http_fuzz",
+    "link",
+    "mcp",
+    "oauth",
+    "ops",
+    "origin",
+    "server",
+    "state",
+    "stateless",
+    "streamable",
+    RELAY_ROOT,
+];
+
+/// Crates of the HTTP layer, which the routing state names no path of.
+const HTTP_CRATES: &[&str] = &[
+    "axum",
+    "http",
+    "http_body_util",
+    "hyper",
+    "hyper_util",
+    "tokio_tungstenite",
+    "tower",
+    "tower_http",
+];
+
+/// One import between two top-level modules of the relay, and where it is.
+#[derive(Debug, Clone)]
+struct ModuleEdge {
+    from: String,
+    to: String,
+    at: String,
+}
+
+/// The relay's top-level modules: a file `x.rs` (not `lib.rs`) or a folder `x/` under `src`.
+fn relay_top_modules(src: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in fs::read_dir(src).expect("crates/relay/src") {
+        let p = e.expect("a directory entry").path();
+        let name = p
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if p.is_dir() || (p.extension().is_some_and(|x| x == "rs") && name != "lib") {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+/// The module path of a file (relative to `src`, with `/`): `hub/session.rs` → `[hub, session]`,
+/// `hub/mod.rs` → `[hub]`, `lib.rs` → `[]`.
+fn module_path(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel.split('/').map(str::to_owned).collect();
+    if let Some(last) = parts.pop() {
+        let stem = last.trim_end_matches(".rs");
+        if stem != "mod" && stem != "lib" {
+            parts.push(stem.to_owned());
+        }
+    }
+    parts
+}
+
+/// The names the crate root re-exports (`pub use x::…::Name`), with the module each comes from.
+fn root_reexports(lib: &str, modules: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let code = code_only(lib);
+    let mut out = BTreeMap::new();
+    for (_, path) in paths(&code) {
+        let seg: Vec<&str> = path.split("::").collect();
+        let seg = if seg[0] == "crate" {
+            &seg[1..]
+        } else {
+            &seg[..]
+        };
+        if let (Some(first), Some(last)) = (seg.first(), seg.last())
+            && seg.len() > 1
+            && modules.contains(*first)
+        {
+            out.insert((*last).to_owned(), (*first).to_owned());
+        }
+    }
+    out
+}
+
+/// The top-level node a path names, when it is a path into the crate: `crate::x::…`, a `super`
+/// chain that climbs to the root, or in the root itself a path that starts with a module's
+/// name. A root re-export counts as the module it comes from; anything else defined in the root
+/// is [`RELAY_ROOT`]. `at` is the module path of the naming file, `inline` whether the path is
+/// inside an inline module of it (`mod tests { … }`).
+fn relay_target(
+    path: &str,
+    at: &[String],
+    inline: bool,
+    modules: &BTreeSet<String>,
+    reexports: &BTreeMap<String, String>,
+) -> Option<String> {
+    let seg: Vec<&str> = path.split("::").collect();
+    let named = |name: &str| -> String {
+        if modules.contains(name) {
+            name.to_owned()
+        } else {
+            reexports
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| RELAY_ROOT.to_owned())
+        }
+    };
+    match seg[0] {
+        "crate" => seg.get(1).map(|n| named(n)),
+        "super" => {
+            let ups = seg.iter().take_while(|s| **s == "super").count();
+            let mut base: Vec<&str> = at.iter().map(String::as_str).collect();
+            if inline {
+                base.push("<inline>");
+            }
+            if ups > base.len() {
+                return None;
+            }
+            base.truncate(base.len() - ups);
+            match base.first() {
+                Some(top) => Some((*top).to_owned()),
+                None => seg.get(ups).map(|n| named(n)),
+            }
+        }
+        first if at.is_empty() && !inline && modules.contains(first) => Some(first.to_owned()),
+        _ => None,
+    }
+}
+
+/// Every import from one top-level module of the relay to another (or to the root), test code
+/// included.
+fn relay_module_edges() -> Vec<ModuleEdge> {
+    let src = relay_src();
+    let modules = relay_top_modules(&src);
+    let lib = fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+    let reexports = root_reexports(&lib, &modules);
+    let mut out = Vec::new();
+    for file in rust_files(&src) {
+        let rel = file
+            .strip_prefix(&src)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let at = module_path(&rel);
+        let from = at.first().cloned().unwrap_or_else(|| RELAY_ROOT.to_owned());
+        let code = code_only(&fs::read_to_string(&file).expect("readable source"));
+        let top_end_line = top_level(&code).matches('\n').count() + 1;
+        for (line, path) in paths(&code) {
+            let Some(to) = relay_target(&path, &at, line >= top_end_line, &modules, &reexports)
+            else {
+                continue;
+            };
+            if to != from {
+                out.push(ModuleEdge {
+                    from: from.clone(),
+                    to,
+                    at: format!("crates/relay/src/{rel}:{line} `{path}`"),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The graph of `edges`: each node with the nodes it imports.
+fn graph_of(edges: &[ModuleEdge]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for e in edges {
+        g.entry(e.from.clone()).or_default().insert(e.to.clone());
+        g.entry(e.to.clone()).or_default();
+    }
+    g
+}
+
+/// Every strongly connected component of `g` that has more than one node, with its shortest
+/// cycle through its first node (the nodes in order, the first repeated at the end).
+fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<(BTreeSet<String>, Vec<String>)> {
+    let reaches = |from: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_owned()];
+        while let Some(n) = stack.pop() {
+            for m in g.get(&n).into_iter().flatten() {
+                if seen.insert(m.clone()) {
+                    stack.push(m.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reach: BTreeMap<&String, BTreeSet<String>> = g.keys().map(|n| (n, reaches(n))).collect();
+    let mut done = BTreeSet::new();
+    let mut out = Vec::new();
+    for n in g.keys() {
+        if done.contains(n) || !reach[n].contains(n) {
+            continue;
+        }
+        let component: BTreeSet<String> = reach[n]
+            .iter()
+            .filter(|m| reach[*m].contains(n))
+            .cloned()
+            .collect();
+        done.extend(component.iter().cloned());
+        if component.len() < 2 {
+            continue;
+        }
+        // The shortest way from `n` back to itself inside its component.
+        let mut parent: BTreeMap<String, String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([n.clone()]);
+        'search: while let Some(x) = queue.pop_front() {
+            for y in &g[&x] {
+                if !component.contains(y) || parent.contains_key(y) {
+                    continue;
+                }
+                parent.insert(y.clone(), x.clone());
+                if y == n {
+                    break 'search;
+                }
+                queue.push_back(y.clone());
+            }
+        }
+        let mut cycle = vec![n.clone()];
+        let mut at = parent.get(n).cloned();
+        while let Some(p) = at {
+            cycle.push(p.clone());
+            if &p == n {
+                break;
+            }
+            at = parent.get(&p).cloned();
+        }
+        cycle.reverse();
+        out.push((component, cycle));
+    }
+    out
+}
+
+#[test]
+fn the_relay_modules_form_a_dag() {
+    let edges = relay_module_edges();
+    let g = graph_of(&edges);
+    // A moved source tree must not make the check vacuous.
+    assert!(
+        g.len() >= 10 && edges.len() >= 30,
+        "tidy: only {} modules and {} imports found under crates/relay/src",
+        g.len(),
+        edges.len()
+    );
+    let found: Vec<String> = cycles(&g)
+        .into_iter()
+        .map(|(component, c)| {
+            let witnesses: Vec<String> = c
+                .windows(2)
+                .filter_map(|w| edges.iter().find(|e| e.from == w[0] && e.to == w[1]))
+                .map(|e| format!("{} → {}: {}", e.from, e.to, e.at))
+                .collect();
+            format!(
+                "{} import each other; one cycle: {} ({})",
+                component.into_iter().collect::<Vec<_>>().join(", "),
+                c.join(" → "),
+                witnesses.join("; ")
+            )
+        })
+        .collect();
+    report(
+        "the relay's top-level modules import each other without a cycle",
+        &found,
+    );
+}
+
+#[test]
+fn the_relay_routing_state_imports_neither_the_http_layer_nor_oauth() {
+    let mut violations: Vec<String> = relay_module_edges()
+        .into_iter()
+        .filter(|e| {
+            e.from == RELAY_ROUTING && RELAY_ROUTING_MAY_NOT_IMPORT.contains(&e.to.as_str())
+        })
+        .map(|e| {
+            format!(
+                "{}: the routing state imports `{}` (the HTTP layer and OAuth sit above it)",
+                e.at, e.to
+            )
+        })
+        .collect();
+    let src = relay_src();
+    let routing = src.join(RELAY_ROUTING);
+    assert!(routing.is_dir(), "tidy: no {}", routing.display());
+    for file in rust_files(&routing) {
+        let rel = file
+            .strip_prefix(&src)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let code = code_only(&fs::read_to_string(&file).expect("readable source"));
+        for (line, path) in paths(&code) {
+            let first = path.split("::").next().unwrap_or_default();
+            if HTTP_CRATES.contains(&first) {
+                violations.push(format!(
+                    "crates/relay/src/{rel}:{line}: `{path}`: the routing state knows no HTTP"
+                ));
+            }
+        }
+    }
+    report(
+        "the relay's routing state (hub) imports neither the HTTP layer nor OAuth",
+        &violations,
+    );
+}
+
+/// Identifiers of the SQLite implementation: `Sqlite…` types and the `sqlx` crate.
+fn names_sqlite(word: &str) -> bool {
+    word.contains("Sqlite") || word.contains("SQLite") || word == "sqlx"
+}
+
+#[test]
+fn no_sqlite_type_is_named_outside_the_relay_store() {
+    let root = workspace_root();
+    let store = root.join("crates/relay/src/storage");
+    let mut checked = 0;
+    let mut violations = Vec::new();
+    for e in fs::read_dir(root.join("crates")).expect("crates") {
+        let krate = e.expect("a directory entry").path();
+        for dir in ["src", "tests", "benches"] {
+            let d = krate.join(dir);
+            if !d.is_dir() {
+                continue;
+            }
+            for file in rust_files(&d) {
+                if file.starts_with(&store) {
+                    continue;
+                }
+                checked += 1;
+                let code = code_only(&fs::read_to_string(&file).expect("readable source"));
+                let b = code.as_bytes();
+                let mut i = 0;
+                while i < b.len() {
+                    if (b[i].is_ascii_alphabetic() || b[i] == b'_') && !ident_before(b, i) {
+                        let end = i + code[i..]
+                            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                            .unwrap_or(code.len() - i);
+                        let word = &code[i..end];
+                        if names_sqlite(word) {
+                            let line = code[..i].matches('\n').count() + 1;
+                            let rel = file.strip_prefix(&root).unwrap_or(&file).display();
+                            violations.push(format!(
+                                "{rel}:{line}: `{word}`: callers name the store (`storage::Store` \
+                                 and its traits), never its SQLite implementation"
+                            ));
+                        }
+                        i = end;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 100, "tidy: only {checked} Rust files found");
+    report(
+        "no SQLite type outside crates/relay/src/storage/",
+        &violations,
     );
 }

@@ -290,6 +290,12 @@ pub struct ServerInfo {
     pub name: String,
     /// The server's `initialize` result (JSON), answered while the daemon is offline.
     pub initialize: Value,
+    /// The server's `initialize` result per handshake-era version, by version (the built-in
+    /// runtime's, one for each of [`crate::mcp::SESSION_VERSIONS`]): a client that negotiated
+    /// one of them gets its own, any other [`Self::initialize`] with its `protocolVersion`
+    /// replaced. Absent from older daemons and for upstream servers.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub initialize_by_version: std::collections::BTreeMap<String, Value>,
     /// Revision 2: the server's `server/discover` result (MCP 2026-07-28 Server › Discover),
     /// answered while the daemon is offline; absent from older daemons (the relay then derives
     /// one from `initialize`).

@@ -38,6 +38,16 @@ pub fn is_session_era(version: &str) -> bool {
     SESSION_VERSIONS.contains(&version)
 }
 
+/// The handshake-era version a session runs when its client's `initialize` asks for `asked`:
+/// `asked` when it is one of [`SESSION_VERSIONS`], else [`LATEST_SESSION_VERSION`] (MCP
+/// 2025-11-25 Lifecycle § Version Negotiation).
+pub fn negotiate_session_version(asked: &str) -> &'static str {
+    SESSION_VERSIONS
+        .into_iter()
+        .find(|v| *v == asked)
+        .unwrap_or(LATEST_SESSION_VERSION)
+}
+
 /// Prefix of the protocol's own `_meta` keys (MCP 2026-07-28 Basic § `_meta`).
 pub const META_PREFIX: &str = "io.modelcontextprotocol/";
 /// `_meta` key of a request's protocol version (required in 2026-07-28).
@@ -73,5 +83,15 @@ mod tests {
             ALL_VERSIONS.len(),
             MODERN_VERSIONS.len() + SESSION_VERSIONS.len()
         );
+    }
+
+    #[test]
+    fn a_session_runs_the_version_asked_for_when_served_else_the_newest() {
+        for v in SESSION_VERSIONS {
+            assert_eq!(negotiate_session_version(v), v);
+        }
+        for asked in ["2024-11-05", MODERN_VERSION, "", "2099-01-01"] {
+            assert_eq!(negotiate_session_version(asked), LATEST_SESSION_VERSION);
+        }
     }
 }

@@ -79,7 +79,7 @@ impl SessionKeys {
     }
 
     /// The keys over `key` (32 bytes kept in the relay store, so that session ids outlive a
-    /// restart: [`crate::storage::SqliteStorage::session_key`]).
+    /// restart: [`crate::storage::SessionStore::session_key`]).
     pub fn from_key(key: [u8; 32]) -> Self {
         Self { key }
     }

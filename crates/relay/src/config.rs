@@ -1,4 +1,7 @@
-//! Relay configuration, validated once before serving.
+//! Relay configuration, validated once before serving: what the relay listens on and calls
+//! itself, how clients authenticate, its timing, its OAuth settings and its connection bounds.
+//!
+//! A leaf: the configuration names nothing else of the relay, so every module may read it.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -48,6 +51,48 @@ impl Default for RelayTiming {
     }
 }
 
+/// OAuth settings of one relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OAuthSettings {
+    /// Lifetime of access tokens ([`limits::ACCESS_TOKEN_LIFETIME`]; shorter in tests).
+    pub access_token_lifetime: Duration,
+    /// How long a rotated refresh token may be presented again ([`limits::REFRESH_REUSE_GRACE`];
+    /// shorter in tests).
+    pub refresh_reuse_grace: Duration,
+    /// Test switch: fetch client ID metadata documents and JWK Sets over plain `http` and from
+    /// loopback and private addresses. Never on in production: it opens the SSRF protection.
+    pub insecure_client_documents: bool,
+}
+
+impl Default for OAuthSettings {
+    fn default() -> Self {
+        Self {
+            access_token_lifetime: limits::ACCESS_TOKEN_LIFETIME,
+            refresh_reuse_grace: limits::REFRESH_REUSE_GRACE,
+            insecure_client_documents: false,
+        }
+    }
+}
+
+/// Bounds on client connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once ([`protocol::limits::RELAY_CONNECTIONS_MAX`] by default).
+    pub total: usize,
+    /// Connections open at once from one non-loopback address
+    /// ([`protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS`] by default).
+    pub per_address: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            total: limits::RELAY_CONNECTIONS_MAX,
+            per_address: limits::RELAY_CONNECTIONS_PER_ADDRESS,
+        }
+    }
+}
+
 /// Everything the relay needs to serve.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
@@ -65,9 +110,9 @@ pub struct RelayConfig {
     /// Link timing.
     pub timing: RelayTiming,
     /// OAuth settings (used in [`AuthMode::OAuth`]).
-    pub oauth: crate::oauth::OAuthSettings,
+    pub oauth: OAuthSettings,
     /// Bounds on client connections.
-    pub connections: crate::server::ConnectionLimits,
+    pub connections: ConnectionLimits,
     /// A separate listener for `GET /metrics` (none: metrics on the main listener, answered only
     /// to loopback peers that name a loopback host).
     pub metrics_listen: Option<SocketAddr>,

@@ -11,7 +11,7 @@ use axum::{
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::{RelayConfig, SqliteStorage, config::AuthMode, hub::Hub, router};
+use crate::{AppState, RelayConfig, config::AuthMode, router, storage};
 
 /// Time the target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or
 /// `BOLERO_RANDOM_ITERATIONS` is set).
@@ -86,13 +86,13 @@ fn fuzz_relay_http_requests() {
         .build()
         .unwrap();
     let app = rt.block_on(async {
-        let storage = SqliteStorage::memory().await.unwrap();
-        storage.add_bridge("b1", 3600).await.unwrap();
+        let store = storage::memory().await.unwrap();
+        store.bridges().add_bridge("b1", 3600).await.unwrap();
         let config = RelayConfig {
             auth: AuthMode::None,
             ..RelayConfig::for_tests()
         };
-        router(Hub::new(storage, config))
+        router(AppState::in_memory(store, config).await)
     });
     // A failed check ends the run; nothing is observed across the unwind.
     let app = std::panic::AssertUnwindSafe(app);

@@ -1,38 +1,59 @@
 //! The machine-bridge relay: where remote MCP clients meet the daemons of users' machines.
 //!
-//! The relay authenticates MCP clients (static bearer tokens, or none on a loopback listener),
-//! serves MCP Streamable HTTP per bridge and server (`mcp`), keeps MCP sessions and resumable
-//! SSE streams ([`hub`], `stream`), and forwards JSON-RPC over one WebSocket per daemon
-//! ([`link`]) after verifying the daemon's device-key signature and an end-to-end probe. It never
-//! touches files or processes and knows nothing of tool semantics (invariant 1): every effect
-//! happens in the daemon, which re-checks authority on each call.
+//! The relay authenticates MCP clients (OAuth 2.1, static bearer tokens, or none on a loopback
+//! listener), serves MCP Streamable HTTP per bridge and server, keeps MCP sessions and resumable
+//! SSE streams, and forwards JSON-RPC over one WebSocket per daemon after verifying the daemon's
+//! device-key signature and an end-to-end probe. It never touches files or processes and knows
+//! nothing of tool semantics (invariant 1): every effect happens in the daemon, which re-checks
+//! authority on each call.
 //!
-//! Main types: [`RelayConfig`], [`SqliteStorage`] (bridges, device keys, token hashes),
-//! [`hub::Hub`] (node-local live state), [`router`] (the axum app), [`serve`].
+//! # The map
+//!
+//! The modules import each other without a cycle (the tidy test checks it), from the leaves up:
+//!
+//! - leaves: [`config`], [`auth`] (principals, ids, session id keys), [`error`], `lock`,
+//!   `metrics`, `origin` (the `Host`/`Origin` rules);
+//! - [`storage`]: the store behind one trait per aggregate ([`storage::Store`]);
+//! - `stream`: SSE streams as data (events, replay, retention);
+//! - `hub`: the bridges' routing state on this node behind the routing seam (`hub::Router`):
+//!   daemon links, sessions, calls, requests in flight, the reply sink of each; it imports
+//!   neither the HTTP layer nor OAuth;
+//! - [`server`] (the accept loop, connection caps, body reading), `streamable` (the header
+//!   names, `Accept` negotiation and SSE framing both eras share);
+//! - [`oauth`] (the authorization server and the resource-server check), `admission` (what a
+//!   request passes before anything is routed for it);
+//! - the endpoints: `stateless` (MCP 2026-07-28), `mcp` (the session era, and the era decision),
+//!   `link` (the daemon socket route), `ops` (`/healthz`, `/metrics`);
+//! - [`state`] ([`AppState`]: the substates handlers extract), and this root: [`router`] (the
+//!   axum app) and [`serve`].
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use machine_bridge_relay::{RelayConfig, SqliteStorage};
-//! let storage = SqliteStorage::open(std::path::Path::new("/tmp/relay.db")).await?;
+//! use machine_bridge_relay::{RelayConfig, storage};
+//! let store = storage::open(std::path::Path::new("/tmp/relay.db")).await?;
 //! let config = RelayConfig::new("127.0.0.1:8750".parse()?, "http://127.0.0.1:8750".parse()?);
-//! machine_bridge_relay::serve(config, storage, tokio_util::sync::CancellationToken::new()).await?;
+//! machine_bridge_relay::serve(config, store, tokio_util::sync::CancellationToken::new()).await?;
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod admission;
 pub mod auth;
 pub mod config;
 pub mod error;
-pub mod hub;
-pub mod link;
+pub(crate) mod hub;
+pub(crate) mod link;
 mod lock;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub mod oauth;
 pub(crate) mod ops;
+pub(crate) mod origin;
 pub mod server;
+pub mod state;
 pub(crate) mod stateless;
 pub mod storage;
 pub(crate) mod stream;
+pub(crate) mod streamable;
 
 #[cfg(test)]
 mod http_fuzz;
@@ -43,14 +64,14 @@ use axum::{Router, extract::DefaultBodyLimit, routing::get};
 use tokio_util::sync::CancellationToken;
 
 pub use config::RelayConfig;
-pub use storage::SqliteStorage;
+pub use state::AppState;
 
 use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
 
-/// The relay's HTTP application over `hub`: the MCP endpoints, the daemon socket, the
+/// The relay's HTTP application over `state`: the MCP endpoints, the daemon socket, the
 /// operational endpoints and, in [`config::AuthMode::OAuth`], the authorization server
-/// ([`oauth::routes`]); CORS for the origins `mcp::origin_allowed` admits.
-pub fn router(hub: Arc<hub::Hub>) -> Router {
+/// ([`oauth::routes`]); CORS for the origins `origin::origin_allowed` admits.
+pub fn router(state: AppState) -> Router {
     let mut app = Router::new()
         .route(
             "/b/{bridge}/mcp",
@@ -63,31 +84,31 @@ pub fn router(hub: Arc<hub::Hub>) -> Router {
         .route(CONNECT_PATH, get(link::connect))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics_main));
-    if hub.config.auth == config::AuthMode::OAuth {
-        app = app.merge(oauth::routes(&hub));
+    if state.config.auth == config::AuthMode::OAuth {
+        app = app.merge(oauth::routes(state.config.clone()));
     }
     app.fallback(not_found)
         .layer(DefaultBodyLimit::max(MCP_REQUEST_BODY_MAX_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
-        .layer(cors(&hub))
-        .with_state(hub)
+        .layer(cors(&state.admission))
+        .with_state(state)
 }
 
 /// CORS (Fetch standard) for browser-based clients: only the origins the MCP endpoints admit
 /// (never `*`), the MCP and OAuth headers, and the response headers a client must read.
-fn cors(hub: &Arc<hub::Hub>) -> tower_http::cors::CorsLayer {
+fn cors(admission: &Arc<admission::Admission>) -> tower_http::cors::CorsLayer {
     use axum::http::{HeaderName, Method};
     use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
-    let hub = hub.clone();
+    let admission = admission.clone();
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, _| {
-            origin.to_str().is_ok_and(|o| mcp::origin_allowed(&hub, o))
+            origin.to_str().is_ok_and(|o| admission.origin_allowed(o))
         }))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers(AllowHeaders::mirror_request())
         .expose_headers([
-            HeaderName::from_static(mcp::SESSION_HEADER),
-            HeaderName::from_static(mcp::VERSION_HEADER),
+            HeaderName::from_static(streamable::SESSION_HEADER),
+            HeaderName::from_static(streamable::VERSION_HEADER),
             axum::http::header::WWW_AUTHENTICATE,
         ])
         .max_age(Duration::from_secs(600))
@@ -102,10 +123,10 @@ const NOT_FOUND_PATH_SHOWN_CHARS: usize = 200;
 /// authenticated). The 404s of the MCP endpoints themselves (an unknown bridge, or session per
 /// MCP 2025-11-25 Streamable HTTP §Session Management) are theirs and unchanged.
 async fn not_found(
-    axum::extract::State(hub): axum::extract::State<Arc<hub::Hub>>,
+    axum::extract::State(config): axum::extract::State<Arc<RelayConfig>>,
     uri: axum::http::Uri,
 ) -> error::HttpError {
-    let base = hub.config.public_url.as_str().trim_end_matches('/');
+    let base = config.public_url.as_str().trim_end_matches('/');
     let mut path: String = uri
         .path()
         .chars()
@@ -169,10 +190,10 @@ const STORE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// queued.
 const STORE_FLUSH_ON_STOP: Duration = Duration::from_secs(5);
 
-async fn sweep_oauth(hub: &hub::Hub) {
+async fn sweep_oauth(store: &storage::Store) {
     use protocol::limits::{REGISTRATION_IDLE_EXPIRY, REGISTRATION_UNUSED_EXPIRY};
-    match hub
-        .storage
+    match store
+        .oauth()
         .sweep_oauth(
             REGISTRATION_UNUSED_EXPIRY.as_secs() as i64,
             REGISTRATION_IDLE_EXPIRY.as_secs() as i64,
@@ -215,11 +236,11 @@ pub enum ServeError {
 /// [`ServeError`] for a bad configuration, a busy address, or a server failure.
 pub async fn serve(
     config: RelayConfig,
-    storage: SqliteStorage,
+    store: storage::Store,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let listener = bind(&config).await?;
-    serve_on(listener, config, storage, shutdown).await
+    serve_on(listener, config, store, shutdown).await
 }
 
 /// Validates `config` and binds its listener.
@@ -253,30 +274,30 @@ fn bind_hint(e: &std::io::Error) -> &'static str {
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     mut config: RelayConfig,
-    storage: SqliteStorage,
+    store: storage::Store,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     if let Ok(addr) = listener.local_addr() {
         config.listen = addr;
     }
-    let hub = hub::Hub::open(storage, config).await?;
+    let state = AppState::open(store, config).await?;
     let sweeper = {
-        let hub = hub.clone();
+        let (hub, store) = (state.hub.clone(), state.store.clone());
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             let mut oauth = tokio::time::interval(OAUTH_SWEEP_INTERVAL);
-            let mut store = tokio::time::interval(STORE_SWEEP_INTERVAL);
+            let mut rows = tokio::time::interval(STORE_SWEEP_INTERVAL);
             let mut revocations = None;
             loop {
                 tokio::select! {
                     _ = tick.tick() => {
                         hub.sweep();
-                        link::close_revoked(&hub, &mut revocations).await;
+                        link::close_revoked(&hub, &store, &mut revocations).await;
                     }
-                    _ = oauth.tick() => sweep_oauth(&hub).await,
-                    _ = store.tick() => {
-                        if let Some(w) = &hub.durable {
+                    _ = oauth.tick() => sweep_oauth(&store).await,
+                    _ = rows.tick() => {
+                        if let Some(w) = hub.durable() {
                             let _ = w.send(storage::StoreWrite::Sweep { now: storage::now() });
                         }
                     }
@@ -285,8 +306,8 @@ pub async fn serve_on(
             }
         })
     };
-    let app = router(hub.clone());
-    let metrics_server = match hub.config.metrics_listen {
+    let app = router(state.clone());
+    let metrics_server = match state.config.metrics_listen {
         Some(addr) => {
             let metrics_listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -294,19 +315,21 @@ pub async fn serve_on(
             let app = Router::new()
                 .route("/metrics", get(ops::metrics))
                 .route("/healthz", get(ops::healthz))
-                .with_state(hub.clone());
+                .with_state(state.clone());
             let stop = shutdown.clone();
-            let limits = hub.config.connections;
-            let hub = hub.clone();
+            let caps = server::ConnectionCaps::new(state.config.connections);
+            let metrics = state.metrics.clone();
             Some(tokio::spawn(async move {
-                server::serve(metrics_listener, app, limits, hub, stop).await
+                server::serve(metrics_listener, app, caps, metrics, stop).await
             }))
         }
         None => None,
     };
-    let limits = hub.config.connections;
-    let durable = hub.durable.clone();
-    let result = server::serve(listener, app, limits, hub, shutdown.clone()).await;
+    let caps = state.admission.clients.clone();
+    let metrics = state.metrics.clone();
+    let durable = state.hub.durable().cloned();
+    drop(state);
+    let result = server::serve(listener, app, caps, metrics, shutdown.clone()).await;
     if let Some(m) = metrics_server {
         let _ = m.await;
     }

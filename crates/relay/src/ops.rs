@@ -13,7 +13,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::hub::Hub;
+use crate::{config::RelayConfig, hub::Router, metrics::Metrics};
 
 /// Liveness: 200 with `ok` while the relay serves.
 pub(crate) async fn healthz() -> &'static str {
@@ -21,24 +21,14 @@ pub(crate) async fn healthz() -> &'static str {
 }
 
 /// `GET /metrics` on the metrics listener: always answered.
-pub(crate) async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
-    hub.streams.sweep();
-    hub.metrics.streams.store(
-        hub.streams.len() as i64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    if let Some(w) = &hub.durable {
-        use std::sync::atomic::Ordering::Relaxed;
-        hub.metrics
-            .store_queued
-            .store(w.queued.load(Relaxed), Relaxed);
-        hub.metrics
-            .store_dropped
-            .store(w.dropped.load(Relaxed), Relaxed);
-    }
+pub(crate) async fn metrics(
+    State(router): State<Arc<dyn Router>>,
+    State(metrics): State<Arc<Metrics>>,
+) -> Response {
+    router.refresh_gauges();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        hub.metrics.render(),
+        metrics.render(),
     )
         .into_response()
 }
@@ -46,7 +36,9 @@ pub(crate) async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
 /// `GET /metrics` on the main listener: 404 when a metrics listener is configured, else
 /// answered only to a loopback peer naming a loopback host.
 pub(crate) async fn metrics_main(
-    State(hub): State<Arc<Hub>>,
+    State(config): State<Arc<RelayConfig>>,
+    router: State<Arc<dyn Router>>,
+    metrics_state: State<Arc<Metrics>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Response {
@@ -56,8 +48,8 @@ pub(crate) async fn metrics_main(
             .and_then(|h| h.to_str().ok())
             .map(|h| h.rsplit_once(':').map_or(h, |(n, _)| n))
             .is_some_and(|n| matches!(n, "localhost" | "127.0.0.1" | "[::1]"));
-    if hub.config.metrics_listen.is_some() || !local {
+    if config.metrics_listen.is_some() || !local {
         return (StatusCode::NOT_FOUND, "not found\n").into_response();
     }
-    metrics(State(hub)).await
+    metrics(router, metrics_state).await
 }

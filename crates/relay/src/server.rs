@@ -1,8 +1,8 @@
 //! The relay's HTTP server: accepting connections within bounds, and serving each with hyper.
 //!
 //! `axum::serve` has no connection limits and no read timeouts, so a client that opens
-//! connections and sends nothing, half a header, or a slow body held them forever (issue 12
-//! item 1: 20,000 idle connections exhausted the open-file limit). Here:
+//! connections and sends nothing, half a header, or a slow body would hold them forever (20,000
+//! idle connections exhaust the open-file limit). Here:
 //! - at most [`ConnectionLimits::total`] connections at once, and at most
 //!   [`ConnectionLimits::per_address`] from one client address (loopback peers, typically a
 //!   reverse proxy on the same host, count only against the total); a connection past a cap is
@@ -31,31 +31,14 @@ use hyper_util::{
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use crate::{hub::Hub, metrics::Metrics};
+use crate::metrics::Metrics;
 use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
 
-/// Bounds on client connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// Connections open at once ([`protocol::limits::RELAY_CONNECTIONS_MAX`] by default).
-    pub total: usize,
-    /// Connections open at once from one non-loopback address
-    /// ([`protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS`] by default).
-    pub per_address: usize,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        Self {
-            total: protocol::limits::RELAY_CONNECTIONS_MAX,
-            per_address: protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS,
-        }
-    }
-}
+pub use crate::config::ConnectionLimits;
 
 /// Open connections, in all and per address.
 #[derive(Debug, Default)]
-pub struct Connections {
+struct Connections {
     total: usize,
     by_address: HashMap<IpAddr, usize>,
 }
@@ -80,42 +63,56 @@ impl Drop for Place {
     }
 }
 
-/// Takes a place for a connection from `address` within `limits`, or `None` when a cap is
-/// reached.
-pub fn admit(
-    table: &Arc<Mutex<Connections>>,
+/// The connections one listener (or the daemon sockets still authenticating) may hold at once:
+/// the table of open ones and its bounds. Clones share the table.
+#[derive(Debug, Clone)]
+pub struct ConnectionCaps {
+    table: Arc<Mutex<Connections>>,
     limits: ConnectionLimits,
-    address: IpAddr,
-) -> Option<Place> {
-    let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
-    if t.total >= limits.total {
-        return None;
+}
+
+impl ConnectionCaps {
+    /// An empty table bounded by `limits`.
+    pub fn new(limits: ConnectionLimits) -> Self {
+        Self {
+            table: Arc::default(),
+            limits,
+        }
     }
-    let from = t.by_address.get(&address).copied().unwrap_or(0);
-    if !address.is_loopback() && from >= limits.per_address {
-        return None;
+
+    /// Takes a place for a connection from `address`, or `None` when a cap is reached (in all,
+    /// or per non-loopback address).
+    pub fn admit(&self, address: IpAddr) -> Option<Place> {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if t.total >= self.limits.total {
+            return None;
+        }
+        let from = t.by_address.get(&address).copied().unwrap_or(0);
+        if !address.is_loopback() && from >= self.limits.per_address {
+            return None;
+        }
+        t.total += 1;
+        *t.by_address.entry(address).or_insert(0) += 1;
+        Some(Place {
+            table: self.table.clone(),
+            address,
+        })
     }
-    t.total += 1;
-    *t.by_address.entry(address).or_insert(0) += 1;
-    Some(Place {
-        table: table.clone(),
-        address,
-    })
 }
 
 /// Serves `app` on `listener` until `shutdown` fires, then stops accepting, asks every
-/// connection to finish (graceful shutdown) and waits for them.
+/// connection to finish (graceful shutdown) and waits for them. Connections take a place in
+/// `caps` (one past a cap is closed at once) and are counted in `metrics`.
 ///
 /// # Errors
 /// An accept error that is not about one connection (the listener itself failed).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
-    limits: ConnectionLimits,
-    hub: Arc<Hub>,
+    caps: ConnectionCaps,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let table = Arc::new(Mutex::new(Connections::default()));
     let tracker = tokio_util::task::TaskTracker::new();
     loop {
         let (tcp, peer) = tokio::select! {
@@ -132,8 +129,8 @@ pub async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
-        let Some(place) = admit(&table, limits, peer.ip()) else {
-            Metrics::add(&hub.metrics.connections_refused, 1);
+        let Some(place) = caps.admit(peer.ip()) else {
+            Metrics::add(&metrics.connections_refused, 1);
             drop(tcp);
             continue;
         };
@@ -142,10 +139,10 @@ pub async fn serve(
         }
         let app = app.clone();
         let stop = shutdown.clone();
-        let hub = hub.clone();
+        let metrics = metrics.clone();
         tracker.spawn(async move {
             let _place = place;
-            Metrics::add(&hub.metrics.connections_open, 1);
+            Metrics::add(&metrics.connections_open, 1);
             let service =
                 tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(ConnectInfo(peer));
@@ -170,7 +167,7 @@ pub async fn serve(
                     let _ = conn.await;
                 }
             }
-            Metrics::add(&hub.metrics.connections_open, -1);
+            Metrics::add(&metrics.connections_open, -1);
         });
     }
     tracker.close();
@@ -245,23 +242,23 @@ mod tests {
 
     #[test]
     fn places_are_capped_in_all_and_per_address_and_given_back() {
-        let table = Arc::new(Mutex::new(Connections::default()));
         let limits = ConnectionLimits {
             total: 3,
             per_address: 2,
         };
+        let caps = ConnectionCaps::new(limits);
         let a: IpAddr = "203.0.113.1".parse().unwrap();
         let b: IpAddr = "203.0.113.2".parse().unwrap();
-        let p1 = admit(&table, limits, a).unwrap();
-        let _p2 = admit(&table, limits, a).unwrap();
-        assert!(admit(&table, limits, a).is_none(), "per address");
-        let _p3 = admit(&table, limits, b).unwrap();
-        assert!(admit(&table, limits, b).is_none(), "in all");
+        let p1 = caps.admit(a).unwrap();
+        let _p2 = caps.admit(a).unwrap();
+        assert!(caps.admit(a).is_none(), "per address");
+        let _p3 = caps.admit(b).unwrap();
+        assert!(caps.admit(b).is_none(), "in all");
         drop(p1);
-        assert!(admit(&table, limits, b).is_some(), "a place was given back");
+        assert!(caps.admit(b).is_some(), "a place was given back");
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        let table = Arc::new(Mutex::new(Connections::default()));
-        let places: Vec<_> = (0..3).filter_map(|_| admit(&table, limits, lo)).collect();
+        let caps = ConnectionCaps::new(limits);
+        let places: Vec<_> = (0..3).filter_map(|_| caps.admit(lo)).collect();
         assert_eq!(
             places.len(),
             3,

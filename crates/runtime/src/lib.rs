@@ -4,15 +4,24 @@
 //! JSON-RPC messages to the same MCP server. The source tree:
 //!
 //! - [`mcp`] — MCP plumbing: [`McpServer`] (the rmcp `ServerHandler` every transport serves),
-//!   the catalog machinery, [`CallContext`], [`ToolError`], JSON text, tasks, and the stdio
-//!   transport ([`mcp::stdio`]).
-//! - [`tools`] — the tool registry, and one folder per tool family (`fs`, `search`, `edit`,
-//!   `patch`, `process`, `git`; `info` is one file) holding its handlers, its pure `engine` and
-//!   their unit tests.
+//!   tasks, the stdio transport ([`mcp::stdio`]) and the server of a tool set without a runtime.
+//! - [`call`] — what a tool call is to both sides: the catalog machinery, [`CallContext`],
+//!   [`ToolError`], the result and its text, JSON text, tool sets.
+//! - [`tools`] — the tool registry (the one list of families) and one folder per tool family
+//!   holding its handlers, its pure `engine`, its state and their unit tests (`info` is one
+//!   file). The only import direction is `mcp → tools`; this file and `mcp` name no family
+//!   (the tidy test checks both).
 //! - `primitives` — shared pure building blocks of the families: text facts, complete-before-
 //!   visible writes and write locks, diffs, ignore files, skipped paths.
 //! - [`policy`] (profiles, capabilities, [`Principal`]), [`path`] (confinement), [`memory`]
-//!   (heap hygiene); [`Runtime`] and [`Access`] (the runtime as one caller may use it) are here.
+//!   (heap hygiene), [`pipe`] (pipe capacity), [`procs`] (facts about processes), [`config`]
+//!   (the user's configuration); [`Runtime`] and [`Access`] (the runtime as one caller may use
+//!   it) are here.
+//!
+//! [`Runtime`] keeps what every family shares (workspace, policy, call slots, tasks, write
+//! locks, the ignore cache) as fields, and what a family keeps (process sessions, the job store,
+//! the delegation manager, ...) by type, made by the family itself; its shutdown and its
+//! [`RuntimeActivity`] go through each family's hooks.
 //!
 //! Main types: [`Runtime`] (configuration + shared state, one per process), [`McpServer`] (one per
 //! MCP session), [`CallContext`] (cancellation, progress and caller of one tool call),
@@ -49,31 +58,45 @@ use std::{io, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
 
+pub mod call;
 pub mod config;
 pub mod mcp;
 pub mod memory;
-mod owner_socket;
 pub mod path;
+pub mod pipe;
 pub mod policy;
 mod primitives;
 pub mod procs;
 pub mod tools;
 
-pub use mcp::{
+pub use call::{
     context::{CallContext, ProgressSink, ProgressUpdate},
     error::{ToolError, ToolErrorCode},
-    server::McpServer,
 };
+pub use mcp::server::McpServer;
 pub use policy::{Principal, Profile};
 pub use primitives::text::LineEnding;
-pub use tools::process::engine::watchdog;
 
-use crate::{path::Workspace, policy::Policy};
+use crate::{
+    call::error::ToolResult,
+    path::Workspace,
+    policy::Policy,
+    tools::family::{FamilyState, States},
+};
 
 /// The name this server reports in `initialize` (`serverInfo.name`).
 pub const SERVER_NAME: &str = "machine-mcp";
 /// This build's package version; [`version`] is what it reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Protocol versions served, oldest first: the handshake era and the stateless 2026-07-28
+/// ([`McpServer`] negotiates them; `server_info` reports them).
+pub const SUPPORTED_PROTOCOL_VERSIONS: [rmcp::model::ProtocolVersion; 4] = [
+    rmcp::model::ProtocolVersion::V_2025_03_26,
+    rmcp::model::ProtocolVersion::V_2025_06_18,
+    rmcp::model::ProtocolVersion::V_2025_11_25,
+    rmcp::model::ProtocolVersion::V_2026_07_28,
+];
 
 /// The build stamp: [`BUILD_STAMP_MARKER`] and 24 ASCII digits, all `0` in a plain build. The
 /// digits may be overwritten in a built binary (a packager's build number; the tests make a
@@ -167,12 +190,18 @@ impl Access {
         self.owner
     }
 
-    pub(crate) fn sessions(&self) -> &tools::process::engine::sessions::Sessions {
-        self.runtime.sessions()
-    }
-
-    pub(crate) fn scratch(&self) -> &tools::process::engine::env::Scratch {
-        self.runtime.scratch()
+    /// The state a tool family keeps in this runtime (see [`tools::family`]): one lookup by
+    /// type, no lock.
+    ///
+    /// # Errors
+    /// `internal_error` when no family keeps a state of type `S` (it is not registered).
+    pub(crate) fn state<S: FamilyState>(&self) -> ToolResult<&S> {
+        self.runtime.state::<S>().ok_or_else(|| {
+            ToolError::internal(format!(
+                "this runtime keeps no {}",
+                std::any::type_name::<S>()
+            ))
+        })
     }
 
     pub(crate) fn default_yield_after(&self) -> Option<Duration> {
@@ -199,11 +228,6 @@ impl Access {
         }
     }
 
-    /// The job store, when the runtime has a state directory.
-    pub(crate) fn jobs(&self) -> Option<&tools::jobs::engine::store::JobStore> {
-        self.runtime.jobs.as_ref()
-    }
-
     /// Whether the runtime is shutting down ([`Runtime::shutdown`] has begun).
     pub(crate) fn shutting_down(&self) -> bool {
         self.runtime
@@ -211,35 +235,9 @@ impl Access {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// The delegation manager (issue 19), started on first use; `unavailable` without a state
-    /// directory.
-    pub(crate) async fn delegations(
-        &self,
-    ) -> Result<Arc<tools::delegation::engine::Manager>, ToolError> {
-        self.runtime.delegations().await.ok_or_else(|| {
-            ToolError::new(
-                ToolErrorCode::Unavailable,
-                "delegation needs a state directory, and this server has none",
-            )
-        })
-    }
-
-    /// The local resource registry, when the runtime has a state directory.
-    pub(crate) fn resources(&self) -> Option<&tools::resources::engine::Registry> {
-        self.runtime.resources.as_ref()
-    }
-
     /// What the runtime is doing and holding (`server_info`'s `activity`).
     pub(crate) fn activity(&self) -> RuntimeActivity {
-        let rt = &self.runtime;
-        RuntimeActivity {
-            calls_in_flight: protocol::limits::CONCURRENT_TOOL_CALLS - rt.calls.available_permits(),
-            running_process_sessions: rt.sessions.running(),
-            kept_process_sessions: rt.sessions.kept(),
-            working_tasks: rt.tasks.working(),
-            kept_tasks: rt.tasks.kept(),
-            active_delegations: rt.active_delegations(),
-        }
+        self.runtime.activity()
     }
 
     pub(crate) fn ignore_cache(&self) -> &Arc<primitives::ignores::IgnoreCache> {
@@ -251,21 +249,23 @@ impl Access {
     }
 }
 
-/// What a runtime is doing and holding ([`Access::activity`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RuntimeActivity {
-    /// Tool calls running (the asking call included).
-    pub(crate) calls_in_flight: usize,
+/// What a runtime is doing and holding ([`Runtime::activity`]): its calls and tasks, and what
+/// the tool families report (their `FamilyState::activity`). Counts at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuntimeActivity {
+    /// Tool calls running (an asking call included).
+    pub calls_in_flight: usize,
     /// Process sessions whose process runs.
-    pub(crate) running_process_sessions: usize,
-    /// Process sessions kept: running, or exited and still readable.
-    pub(crate) kept_process_sessions: usize,
+    pub running_process_sessions: usize,
+    /// Process sessions kept: running, or exited and still readable (for the retention after
+    /// exit, DESIGN §7).
+    pub kept_process_sessions: usize,
     /// Tasks still working.
-    pub(crate) working_tasks: usize,
+    pub working_tasks: usize,
     /// Tasks kept: working, or finished and still readable.
-    pub(crate) kept_tasks: usize,
+    pub kept_tasks: usize,
     /// Delegations of this process queued or running.
-    pub(crate) active_delegations: usize,
+    pub active_delegations: usize,
 }
 
 /// What a runtime is built from.
@@ -283,8 +283,9 @@ pub struct RuntimeConfig {
     /// keeps to [`protocol::limits::READ_REMOTE_MAX_BYTES`] and `server_info` reports it, and
     /// the frame size as the largest message. `false`: stdio.
     pub remote: bool,
-    /// The state directory of managed jobs and local resources (`STATE_DIR/jobs`,
-    /// `STATE_DIR/resources.json`). `None`: the job and resource tools answer `unavailable`.
+    /// The state directory of managed jobs, local resources and delegations (`STATE_DIR/jobs`,
+    /// `STATE_DIR/resources.json`, `STATE_DIR/delegations`). `None`: the job, resource and
+    /// delegation tools answer `unavailable`.
     pub state_dir: Option<PathBuf>,
 }
 
@@ -302,28 +303,15 @@ pub struct Runtime {
     ignore_cache: Arc<primitives::ignores::IgnoreCache>,
     default_yield_after: Option<Duration>,
     remote: bool,
-    sessions: tools::process::engine::sessions::Sessions,
     tasks: mcp::tasks::Tasks,
-    scratch: tools::process::engine::env::Scratch,
     /// Per-file write locks shared by every session (see [`primitives::write_lock`]).
     write_locks: Arc<primitives::write_lock::WriteLocks>,
-    /// Managed jobs ([`RuntimeConfig::state_dir`]).
-    jobs: Option<tools::jobs::engine::store::JobStore>,
     /// Set by [`Runtime::shutdown`] before it cancels the tasks: a task cancelled then is not
     /// cancelled by its client (a `start_job` task then leaves its job running).
     shutting_down: std::sync::atomic::AtomicBool,
-    /// Local resources ([`RuntimeConfig::state_dir`]).
-    resources: Option<tools::resources::engine::Registry>,
-    /// The state directory and the delegation manager, created on first use inside the Tokio
-    /// runtime ([`RuntimeConfig::state_dir`]). Unwind-safe as asserted: a panic while it is
-    /// initialized leaves it uninitialized, and the manager keeps no invariant a panic breaks.
-    #[allow(clippy::type_complexity)]
-    delegations: Option<(
-        PathBuf,
-        std::panic::AssertUnwindSafe<
-            tokio::sync::OnceCell<Arc<tools::delegation::engine::Manager>>,
-        >,
-    )>,
+    /// What each tool family keeps (process sessions, the job store, delegations, ...), made
+    /// by the families themselves from the configuration ([`tools::family`]).
+    families: States,
 }
 
 impl Runtime {
@@ -337,7 +325,7 @@ impl Runtime {
             !config.policy.unrestricted_paths(),
             config.policy.absolute_paths(),
         )?;
-        let scratch = std::env::temp_dir().join(format!("machine-mcp-{}", std::process::id()));
+        let families = States::new(&tools::FAMILIES, &config);
         Ok(Self {
             workspace,
             policy: config.policy,
@@ -350,81 +338,49 @@ impl Runtime {
             ignore_cache: Arc::default(),
             default_yield_after: config.default_yield_after,
             remote: config.remote,
-            sessions: tools::process::engine::sessions::Sessions::default(),
             tasks: mcp::tasks::Tasks::default(),
-            scratch: tools::process::engine::env::Scratch::new(scratch),
             write_locks: Arc::default(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
-            jobs: config.state_dir.as_deref().map(|d| {
-                let exe = std::env::current_exe().unwrap_or_else(|_| "machine-mcp".into());
-                tools::jobs::engine::store::JobStore::new(d, exe)
-            }),
-            resources: config
-                .state_dir
-                .as_deref()
-                .map(tools::resources::engine::Registry::new),
-            delegations: config.state_dir.clone().map(|d| {
-                (
-                    d,
-                    std::panic::AssertUnwindSafe(tokio::sync::OnceCell::new()),
-                )
-            }),
+            families,
         })
     }
 
-    /// Terminates every process session (SIGTERM, 2 s grace, SIGKILL) and removes the scratch
-    /// directory of isolated children. Call once when the process is about to exit.
+    /// Stops what must not outlive the process. Call once when the process is about to exit.
     ///
-    /// Delegations run by this process end with it (their trees are terminated): their receipts
-    /// say so honestly — a running one becomes `failed`, delivery `sent`, diagnostic
-    /// `server_stopped` (the agent got the prompt and was stopped before it answered; what it
-    /// changed so far stays; nothing is re-run), a queued one `failed`/`not_sent`.
+    /// The calls that became tasks are cancelled first (their process trees end with them;
+    /// a `start_job` task leaves its job running), then each tool family's shutdown runs, in
+    /// reverse listing order: delegations run by this process end and their receipts say so
+    /// (a running one `failed`/`server_stopped`, nothing re-run), every process session is
+    /// terminated (SIGTERM, 2 s grace, SIGKILL) and the scratch directory of isolated children
+    /// removed.
     pub async fn shutdown(&self) {
         self.shutting_down
             .store(true, std::sync::atomic::Ordering::Release);
-        if let Some((_, cell)) = &self.delegations
-            && let Some(m) = cell.get()
-        {
-            m.shutdown().await;
-        }
         self.tasks.cancel_all();
-        self.sessions.shutdown().await;
-        let _ = std::fs::remove_dir_all(self.scratch.root());
+        for state in self.families.iter().rev() {
+            state.shutdown().await;
+        }
     }
 
-    /// The delegation manager of the state directory ([`RuntimeConfig::state_dir`]), started
-    /// on first use (it must be called inside a Tokio runtime); `None` without a state
-    /// directory.
-    pub async fn delegations(&self) -> Option<Arc<tools::delegation::engine::Manager>> {
-        let (dir, cell) = self.delegations.as_ref()?;
-        let m = cell
-            .get_or_init(|| tools::delegation::engine::Manager::start(dir, Default::default()))
-            .await;
-        Some(m.clone())
+    /// What the runtime is doing and holding now: its calls and tasks, and what each tool
+    /// family reports (process sessions, delegations).
+    pub fn activity(&self) -> RuntimeActivity {
+        let mut activity = RuntimeActivity {
+            calls_in_flight: protocol::limits::CONCURRENT_TOOL_CALLS
+                - self.calls.available_permits(),
+            working_tasks: self.tasks.working(),
+            kept_tasks: self.tasks.kept(),
+            ..RuntimeActivity::default()
+        };
+        for state in self.families.iter() {
+            state.activity(&mut activity);
+        }
+        activity
     }
 
-    /// Delegations of this process queued or running (0 when none was ever started).
-    pub fn active_delegations(&self) -> usize {
-        self.delegations
-            .as_ref()
-            .and_then(|(_, cell)| cell.get())
-            .map_or(0, |m| m.active())
-    }
-
-    /// The job store, when the runtime has a state directory ([`RuntimeConfig::state_dir`]).
-    pub fn jobs(&self) -> Option<&tools::jobs::engine::store::JobStore> {
-        self.jobs.as_ref()
-    }
-
-    /// Process sessions still running.
-    pub fn running_sessions(&self) -> usize {
-        self.sessions.running()
-    }
-
-    /// Process sessions kept: running, or exited and still readable (for the retention after
-    /// exit, DESIGN §7).
-    pub fn kept_sessions(&self) -> usize {
-        self.sessions.kept()
+    /// The state of type `S` a tool family keeps in this runtime ([`tools::family`]).
+    pub(crate) fn state<S: FamilyState>(&self) -> Option<&S> {
+        self.families.get::<S>()
     }
 
     /// The workspace and its path rules.
@@ -492,14 +448,6 @@ impl Runtime {
     pub(crate) fn call_ended(&self) {
         self.idle_trim
             .call_ended(&self.calls, protocol::limits::CONCURRENT_TOOL_CALLS);
-    }
-
-    pub(crate) fn sessions(&self) -> &tools::process::engine::sessions::Sessions {
-        &self.sessions
-    }
-
-    pub(crate) fn scratch(&self) -> &tools::process::engine::env::Scratch {
-        &self.scratch
     }
 
     /// The tasks of every session of this runtime (see [`mcp::tasks`]).

@@ -21,7 +21,7 @@ use std::{
 use tokio::sync::Semaphore;
 
 /// How long the server must be idle (no call started, none running) before the trim.
-pub(crate) const IDLE_DELAY: Duration = Duration::from_secs(1);
+pub const IDLE_DELAY: Duration = Duration::from_secs(1);
 
 /// Schedules one trim after the last call of a burst (see the module docs).
 #[derive(Debug, Default)]
@@ -103,7 +103,7 @@ pub fn limit_arenas() {
 /// With [`limit_arenas`], the workspace's only `unsafe` (the lint is `deny`; this module is
 /// the one allowed place): neither `libc` nor `nix` has a safe binding of these calls.
 #[allow(unsafe_code)]
-pub(crate) fn trim() {
+pub fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists under its arena locks; it
     // has no preconditions and is safe to call from any thread at any time.

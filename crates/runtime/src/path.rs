@@ -29,7 +29,7 @@ use std::{
     sync::Arc,
 };
 
-use crate::mcp::error::{ToolError, ToolErrorCode, ToolResult};
+use crate::call::error::{ToolError, ToolErrorCode, ToolResult};
 
 pub mod beneath;
 

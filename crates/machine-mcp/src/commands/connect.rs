@@ -110,9 +110,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     let binary_nudge = Arc::new(tokio::sync::Notify::new());
     let (upgrade_tx, mut upgrades) = tokio::sync::mpsc::channel(1);
     tokio::spawn(upgrade::watch(
-        runtime::mcp::stdio::supervisor::binary::invoked_path(
-            &std::env::args_os().next().unwrap_or_default(),
-        ),
+        supervisor::binary::invoked_path(&std::env::args_os().next().unwrap_or_default()),
         binary_nudge.clone(),
         upgrade_tx,
     ));
@@ -306,7 +304,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
             Some(new) if probed.is_some() && !stop.is_cancelled() && r.is_ok() => {
                 if new.workspace != served.workspace || new.policy_flags() != served.policy_flags()
                 {
-                    let ending = rt.running_sessions();
+                    let ending = rt.activity().running_process_sessions;
                     if ending > 0 {
                         tracing::warn!(
                             process_sessions = ending,

@@ -1,15 +1,13 @@
 //! `machine-mcp delegation ...`: the receipts of the `delegate` tool from the machine's own
-//! shell, as the machine's owner (who sees every receipt). `drain` reaches the running servers
-//! through a marker file (`STATE_DIR/delegations/draining`) that every server checks before it
-//! admits a request; `resume` removes it.
+//! shell, as the machine's owner (who sees every receipt), through the delegation family's
+//! entry point for it (`runtime::tools::delegation::admin`): `drain` reaches the running
+//! servers through a marker file (`STATE_DIR/delegations/draining`) that every server checks
+//! before it admits a request; `resume` removes it.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use runtime::tools::delegation::{
-    engine::{ReceiptSummary, list_store, store::Store, unfinished},
-    summary_line,
-};
+use runtime::tools::delegation::admin::{self, ReceiptSummary, Receipts, summary_line};
 use serde_json::json;
 
 use crate::cli::{DelegationCommand, JobOut};
@@ -35,7 +33,7 @@ pub(crate) async fn run(cmd: DelegationCommand) -> Result<()> {
         }
         DelegationCommand::Resume { state } => {
             let dir = super::state_dir(&state)?;
-            Store::new(&dir).set_draining(false).with_context(|| {
+            Receipts::open(&dir).resume().with_context(|| {
                 format!("cannot remove the draining marker in {}", dir.display())
             })?;
             out!("delegations are accepted again");
@@ -48,7 +46,13 @@ pub(crate) async fn run(cmd: DelegationCommand) -> Result<()> {
 /// `delegation worker-mcp`: serves a worker's MCP on stdio until stdin ends. Without the run's
 /// variables it says so and exits 2 (a usage error); when the socket refuses it, 1.
 async fn worker_mcp() -> Result<()> {
-    match runtime::tools::delegation::worker_mcp::serve_worker_mcp().await {
+    let served = match admin::worker_mcp().await {
+        Ok(tools) => runtime::mcp::stdio::serve_tool_set(std::sync::Arc::new(tools))
+            .await
+            .map_err(|e| admin::WorkerMcpError::Protocol(format!("cannot write to stdout: {e}"))),
+        Err(e) => Err(e),
+    };
+    match served {
         Ok(()) => Ok(()),
         Err(e) => {
             eprintln!("machine-mcp: {}", super::printable(&e.to_string()));
@@ -62,7 +66,7 @@ async fn worker_mcp() -> Result<()> {
 /// text says so (listing never creates it).
 fn list(out: &JobOut) -> Result<()> {
     let dir = super::state_dir(&out.state)?;
-    let store = Store::new(&dir);
+    let store = Receipts::open(&dir);
     for d in [dir.as_path(), store.root()] {
         if let Ok(m) = std::fs::metadata(d)
             && !m.is_dir()
@@ -74,7 +78,8 @@ fn list(out: &JobOut) -> Result<()> {
     let all = if missing {
         Vec::new()
     } else {
-        list_store(&store)
+        store
+            .list()
             .with_context(|| format!("cannot read the receipts in {}", store.root().display()))?
     };
     if out.json {
@@ -103,14 +108,13 @@ fn list(out: &JobOut) -> Result<()> {
 /// # Errors
 /// The marker cannot be written (the directory is not writable).
 pub(crate) fn drain(dir: &Path) -> Result<Vec<ReceiptSummary>> {
-    let store = Store::new(dir);
-    store.set_draining(true).with_context(|| {
+    let store = Receipts::open(dir);
+    store.drain().with_context(|| {
         format!(
             "cannot write the draining marker in {}",
             store.root().display()
         )
-    })?;
-    Ok(unfinished(&store))
+    })
 }
 
 /// Prints the delegations a drain leaves running, one line each, or that none is left.

@@ -189,7 +189,7 @@ pub(crate) async fn serve_status(
     let report_link = link.clone();
     let report: Arc<dyn Fn() -> Value + Send + Sync> = Arc::new(move || {
         let (sessions_open, calls) = sessions.counts();
-        let jobs_running = runtime.jobs().map_or(0, |s| {
+        let jobs_running = runtime::tools::jobs::store(&runtime).map_or(0, |s| {
             s.list()
                 .iter()
                 .filter(|(_, l)| {
@@ -210,7 +210,7 @@ pub(crate) async fn serve_status(
             "sessions": sessions_open,
             "calls_in_flight": calls,
             "requests_in_flight": sessions.requests_in_flight(),
-            "process_sessions": runtime.running_sessions(),
+            "process_sessions": runtime.activity().running_process_sessions,
             "jobs_running": jobs_running,
             "workspace": runtime.workspace().root().display().to_string(),
             "policy": runtime.policy().name(),

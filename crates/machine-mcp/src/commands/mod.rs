@@ -73,7 +73,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         }
         // `main` runs it before building the async runtime; kept here for a complete match.
         Command::Watchdog { instance } => {
-            runtime::watchdog::run(&instance);
+            runtime::tools::process::watchdog::run(&instance);
             Ok(())
         }
     }
@@ -220,7 +220,7 @@ pub(crate) fn build_runtime(
         )
     })?;
     // Jobs whose runner died while no server was up are taken care of now (issue 16 item 4).
-    if let Some(jobs) = runtime.jobs() {
+    if let Some(jobs) = runtime::tools::jobs::store(&runtime) {
         let started = jobs.recover();
         if started > 0 {
             tracing::info!(started, "started runners for jobs whose runner had died");

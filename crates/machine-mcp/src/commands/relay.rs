@@ -4,7 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use relay::{
-    RelayConfig, SqliteStorage, auth::Role, oauth::password, storage::accounts::AccountChange,
+    RelayConfig,
+    auth::Role,
+    oauth::password,
+    storage::{Store, accounts::AccountChange},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -43,9 +46,9 @@ fn store_flags(s: &StoreArgs) -> String {
 }
 
 /// Opens the store, creating it when missing (`relay serve`, `relay bridge add`).
-async fn open(s: &StoreArgs) -> Result<SqliteStorage> {
+async fn open(s: &StoreArgs) -> Result<Store> {
     let path = store_path(s)?;
-    SqliteStorage::open(&path)
+    relay::storage::open(&path)
         .await
         .with_context(|| format!("cannot open the relay store {}", path.display()))
 }
@@ -56,7 +59,7 @@ async fn open(s: &StoreArgs) -> Result<SqliteStorage> {
 /// # Errors
 /// No store at the path (with a hint at `--up` when the store of `machine-mcp up` exists), or
 /// it cannot be opened.
-async fn open_existing(s: &StoreArgs) -> Result<SqliteStorage> {
+async fn open_existing(s: &StoreArgs) -> Result<Store> {
     let path = store_path(s)?;
     if !path.exists() {
         let up_store = super::state_dir(&s.state)
@@ -115,7 +118,7 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
             .context("bad bound address")?;
         config.public_url = public_url.clone();
     }
-    let bridges = storage.bridges().await.unwrap_or_default();
+    let bridges = storage.bridges().bridges().await.unwrap_or_default();
     eprintln!(
         "machine-mcp relay listening on {bound} (public URL {public_url}); bridges: {}",
         if bridges.is_empty() {
@@ -163,11 +166,13 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
             relay::storage::accounts::check_account_name(&owner).map_err(anyhow::Error::msg)?;
             let s = open(&store).await?;
             let had_keys = s
+                .bridges()
                 .device_keys(Some(&name))
                 .await?
                 .iter()
                 .any(|k| k.revoked_at.is_none());
             let code = s
+                .bridges()
                 .add_bridge_code(&name, code_ttl_minutes.max(1) * 60, keep_existing)
                 .await?;
             let first_owner = ensure_owner(&s, &name, &owner).await?;
@@ -206,13 +211,13 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
         BridgeCommand::List { store } => {
             let s = open_existing(&store).await?;
             outln!("BRIDGE");
-            for b in s.bridges().await? {
+            for b in s.bridges().bridges().await? {
                 outln!("{b}");
             }
         }
         BridgeCommand::Remove { name, store } => {
             let s = open_existing(&store).await?;
-            s.remove_bridge(&name).await?;
+            s.bridges().remove_bridge(&name).await?;
             eprintln!(
                 "bridge {name} removed with its device keys, tokens, accounts and grants; a running relay disconnects its daemon within a second"
             );
@@ -231,7 +236,10 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
         } => {
             let role = Role::parse(&role).map_err(anyhow::Error::msg)?;
             let s = open_existing(&store).await?;
-            let (rec, token) = s.create_token(&bridge, role, label.as_deref()).await?;
+            let (rec, token) = s
+                .accounts()
+                .create_token(&bridge, role, label.as_deref())
+                .await?;
             outln!("{token}");
             eprintln!(
                 "token {} for bridge {} with role {}: shown once above; send it as `Authorization: Bearer <token>`.",
@@ -243,7 +251,7 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
         TokenCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
             outln!("ID\tBRIDGE\tROLE\tSTATE\tLABEL");
-            for t in s.tokens(bridge.as_deref()).await? {
+            for t in s.accounts().tokens(bridge.as_deref()).await? {
                 outln!(
                     "{}\t{}\t{}\t{}\t{}",
                     t.id,
@@ -260,7 +268,7 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
         }
         TokenCommand::Revoke { id, store } => {
             let s = open_existing(&store).await?;
-            s.revoke_token(&id).await?;
+            s.accounts().revoke_token(&id).await?;
             eprintln!("token {id} revoked");
         }
     }
@@ -272,17 +280,15 @@ pub(crate) async fn token(cmd: TokenCommand) -> Result<()> {
 ///
 /// # Errors
 /// The store fails, or the password cannot be hashed.
-pub(crate) async fn ensure_owner(
-    s: &SqliteStorage,
-    bridge: &str,
-    owner: &str,
-) -> Result<Option<String>> {
-    if s.account_count(bridge).await? > 0 {
+pub(crate) async fn ensure_owner(s: &Store, bridge: &str, owner: &str) -> Result<Option<String>> {
+    if s.accounts().account_count(bridge).await? > 0 {
         return Ok(None);
     }
     let pw = password::generate();
     let hash = hash_password(pw.clone()).await?;
-    s.create_account(bridge, owner, Role::Owner, &hash).await?;
+    s.accounts()
+        .create_account(bridge, owner, Role::Owner, &hash)
+        .await?;
     Ok(Some(pw))
 }
 
@@ -316,9 +322,9 @@ fn new_password(from_stdin: bool) -> Result<(String, bool)> {
 
 /// The bridge an account command is about: `--bridge`, else `local` with `--up`, else the
 /// store's only bridge.
-async fn bridge_of(s: &SqliteStorage, at: &AccountArgs) -> Result<String> {
+async fn bridge_of(s: &Store, at: &AccountArgs) -> Result<String> {
     if let Some(b) = &at.bridge {
-        if !s.bridge_exists(b).await? {
+        if !s.bridges().bridge_exists(b).await? {
             bail!("no bridge {b} (machine-mcp relay bridge list)");
         }
         return Ok(b.clone());
@@ -326,7 +332,7 @@ async fn bridge_of(s: &SqliteStorage, at: &AccountArgs) -> Result<String> {
     if at.store.up {
         return Ok("local".into());
     }
-    let bridges = s.bridges().await?;
+    let bridges = s.bridges().bridges().await?;
     match bridges.as_slice() {
         [only] => Ok(only.clone()),
         [] => bail!(
@@ -356,7 +362,10 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
             let bridge = bridge_of(&s, &at).await?;
             let (pw, generated) = new_password(password_stdin)?;
             let hash = hash_password(pw.clone()).await?;
-            let a = s.create_account(&bridge, &name, role, &hash).await?;
+            let a = s
+                .accounts()
+                .create_account(&bridge, &name, role, &hash)
+                .await?;
             if generated {
                 outln!("{pw}");
             }
@@ -380,7 +389,7 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
                 None => None,
             };
             outln!("NAME\tBRIDGE\tROLE\tSTATE");
-            for a in s.accounts(bridge.as_deref()).await? {
+            for a in s.accounts().accounts(bridge.as_deref()).await? {
                 outln!(
                     "{}\t{}\t{}\t{}",
                     a.name,
@@ -395,6 +404,7 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
             let s = open_existing(&at.store).await?;
             let bridge = bridge_of(&s, &at).await?;
             let a = s
+                .accounts()
                 .update_account(&bridge, &name, AccountChange::Role(role))
                 .await?;
             eprintln!(
@@ -405,14 +415,16 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
         AccountCommand::Disable { name, at } => {
             let s = open_existing(&at.store).await?;
             let bridge = bridge_of(&s, &at).await?;
-            s.update_account(&bridge, &name, AccountChange::Disable)
+            s.accounts()
+                .update_account(&bridge, &name, AccountChange::Disable)
                 .await?;
             eprintln!("account {name} of bridge {bridge} disabled; its tokens were revoked");
         }
         AccountCommand::Enable { name, at } => {
             let s = open_existing(&at.store).await?;
             let bridge = bridge_of(&s, &at).await?;
-            s.update_account(&bridge, &name, AccountChange::Enable)
+            s.accounts()
+                .update_account(&bridge, &name, AccountChange::Enable)
                 .await?;
             eprintln!("account {name} of bridge {bridge} enabled (clients sign in again)");
         }
@@ -423,12 +435,13 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
         } => {
             let s = open_existing(&at.store).await?;
             let bridge = bridge_of(&s, &at).await?;
-            if s.account(&bridge, &name).await?.is_none() {
+            if s.accounts().account(&bridge, &name).await?.is_none() {
                 bail!("bridge {bridge} has no account {name} (machine-mcp relay account list)");
             }
             let (pw, generated) = new_password(password_stdin)?;
             let hash = hash_password(pw.clone()).await?;
-            s.update_account(&bridge, &name, AccountChange::Password(hash))
+            s.accounts()
+                .update_account(&bridge, &name, AccountChange::Password(hash))
                 .await?;
             if generated {
                 outln!("{pw}");
@@ -445,7 +458,7 @@ pub(crate) async fn account(cmd: AccountCommand) -> Result<()> {
         AccountCommand::Remove { name, at } => {
             let s = open_existing(&at.store).await?;
             let bridge = bridge_of(&s, &at).await?;
-            s.remove_account(&bridge, &name).await?;
+            s.accounts().remove_account(&bridge, &name).await?;
             eprintln!("account {name} of bridge {bridge} removed, with its grants");
         }
     }
@@ -457,7 +470,7 @@ pub(crate) async fn client(cmd: ClientCommand) -> Result<()> {
         ClientCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
             outln!("CLIENT_ID\tKIND\tSTATE\tGRANTS\tBRIDGES\tNAME");
-            for c in s.clients(bridge.as_deref()).await? {
+            for c in s.oauth().clients(bridge.as_deref()).await? {
                 let name = serde_json::from_str::<serde_json::Value>(&c.record.metadata)
                     .ok()
                     .and_then(|m| {
@@ -487,7 +500,7 @@ pub(crate) async fn client(cmd: ClientCommand) -> Result<()> {
         }
         ClientCommand::Revoke { client_id, store } => {
             let s = open_existing(&store).await?;
-            let ended = s.revoke_client(&client_id).await?;
+            let ended = s.oauth().revoke_client(&client_id).await?;
             eprintln!("client {client_id} revoked; {ended} grants ended");
         }
     }
@@ -499,7 +512,7 @@ pub(crate) async fn device(cmd: DeviceCommand) -> Result<()> {
         DeviceCommand::List { bridge, store } => {
             let s = open_existing(&store).await?;
             outln!("KEY_ID\tBRIDGE\tREGISTERED\tSTATE");
-            for k in s.device_keys(bridge.as_deref()).await? {
+            for k in s.bridges().device_keys(bridge.as_deref()).await? {
                 outln!(
                     "{}\t{}\t{}\t{}",
                     k.key_id,
@@ -515,7 +528,7 @@ pub(crate) async fn device(cmd: DeviceCommand) -> Result<()> {
         }
         DeviceCommand::Revoke { key_id, store } => {
             let s = open_existing(&store).await?;
-            s.revoke_device_key(&key_id).await?;
+            s.bridges().revoke_device_key(&key_id).await?;
             eprintln!(
                 "device key {key_id} revoked; a running relay disconnects its daemon within a second"
             );

@@ -29,31 +29,31 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
     outcome
 }
 
-/// `machine-mcp stdio` as a supervisor of a worker process (`runtime::mcp::stdio::supervisor`).
+/// `machine-mcp stdio` as a supervisor of a worker process (the `supervisor` crate).
 /// The workspace is checked here first, so that mistake is reported once, before any worker
 /// starts.
 async fn supervise(args: &StdioArgs) -> Result<()> {
     super::workspace_dir(args.workspace.as_deref())?;
     let mut argv = std::env::args_os();
     let argv0 = argv.next().unwrap_or_else(|| "machine-mcp".into());
-    let config = runtime::mcp::stdio::supervisor::SupervisorConfig {
-        binary: runtime::mcp::stdio::supervisor::invoked_path(&argv0),
+    let config = supervisor::SupervisorConfig {
+        binary: supervisor::invoked_path(&argv0),
         args: argv.collect(),
     };
-    runtime::mcp::stdio::supervisor::supervise(config)
+    supervisor::supervise(config)
         .await
         .context("the stdio supervisor failed")
 }
 
 /// `machine-mcp reload`: SIGHUP to each running `machine-mcp stdio` supervisor of this user
-/// (they announce themselves: `runtime::mcp::stdio::supervisor::running_supervisors`), or to
+/// (they announce themselves: `supervisor::running_supervisors`), or to
 /// the one `--pid` names.
 ///
 /// # Errors
 /// No supervisor runs, `--pid` is not one (the message says what that process is), or a
 /// signal could not be sent.
 pub(crate) fn reload(args: &ReloadArgs) -> Result<()> {
-    let running = runtime::mcp::stdio::supervisor::running_supervisors();
+    let running = supervisor::running_supervisors();
     let targets: Vec<u32> = match args.pid {
         Some(pid) if running.contains(&pid) => vec![pid],
         Some(pid) => anyhow::bail!(describe_other(pid)),

@@ -9,7 +9,7 @@ use daemon::{
     sessions::HostedSessions,
     status::LinkStatus,
 };
-use relay::{RelayConfig, SqliteStorage, auth::Role, config::AuthMode};
+use relay::{RelayConfig, auth::Role, config::AuthMode, storage::Store};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -78,7 +78,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         }
     };
     let lock = Arc::new(lock);
-    let storage = SqliteStorage::open(&dir.join("relay.db"))
+    let storage = relay::storage::open(&dir.join("relay.db"))
         .await
         .with_context(|| format!("cannot open the relay store in {}", dir.display()))?;
     let bound = listener
@@ -102,13 +102,14 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         .parse()
         .context("bad bound address")?;
     // Enroll our own daemon: the bridge, its device key, and (with token auth) an owner token.
-    if !storage.bridge_exists(BRIDGE).await? {
-        storage.add_bridge(BRIDGE, 1).await?;
+    if !storage.bridges().bridge_exists(BRIDGE).await? {
+        storage.bridges().add_bridge(BRIDGE, 1).await?;
     }
     let key = Arc::new(DeviceKey::load_or_create(&dir.join("daemon"))?);
     let enrollment = match Enrollment::load(&dir.join("daemon"))? {
         Some(e)
             if storage
+                .bridges()
                 .device_key(&e.key_id)
                 .await?
                 .is_some_and(|k| k.public_key == key.public_key()) =>
@@ -116,7 +117,10 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
             e
         }
         _ => {
-            let key_id = storage.register_key(BRIDGE, &key.public_key()).await?;
+            let key_id = storage
+                .bridges()
+                .register_key(BRIDGE, &key.public_key())
+                .await?;
             let e = Enrollment {
                 relay: public_url.to_string(),
                 bridge: BRIDGE.into(),
@@ -249,11 +253,12 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
 
 /// The owner token of `up`'s bridge, kept in `dir/token` (0600) so restarts keep client configs
 /// working; a token revoked or missing from the store is replaced.
-async fn owner_token(storage: &SqliteStorage, dir: &Path) -> Result<String> {
+async fn owner_token(storage: &Store, dir: &Path) -> Result<String> {
     let path = dir.join("token");
     if let Ok(t) = std::fs::read_to_string(&path) {
         let t = t.trim().to_owned();
         if storage
+            .accounts()
             .token_by_hash(&relay::auth::sha256_hex(&t))
             .await?
             .is_some()
@@ -262,6 +267,7 @@ async fn owner_token(storage: &SqliteStorage, dir: &Path) -> Result<String> {
         }
     }
     let (_, token) = storage
+        .accounts()
         .create_token(BRIDGE, Role::Owner, Some("machine-mcp up"))
         .await?;
     let mut f = std::fs::OpenOptions::new()

@@ -15,6 +15,7 @@ mod era;
 mod faults;
 mod git;
 mod hardening;
+mod hosts;
 mod jobs;
 mod knowledge;
 mod net;

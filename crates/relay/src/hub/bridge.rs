@@ -81,9 +81,8 @@ impl LinkTx {
         }
     }
 
-    /// Completes once [`LinkTx::close`] was called: the socket's reader stops reading then
-    /// (issue 12 item 4: a replaced socket's frames were still routed, and each one kept it
-    /// alive).
+    /// Completes once [`LinkTx::close`] was called: the socket's reader stops reading then (a
+    /// replaced socket's frames are not routed, and cannot keep it alive).
     pub(crate) async fn closing(&self) {
         self.closing.cancelled().await;
     }
@@ -211,7 +210,7 @@ impl Hub {
     /// Stores a verified daemon's catalog.
     pub(crate) async fn set_catalog(&self, bridge: &Bridge, servers: Vec<ServerInfo>) {
         if let Ok(text) = serde_json::to_string(&servers)
-            && let Err(e) = self.storage.set_catalog(&bridge.name, &text).await
+            && let Err(e) = self.store.bridges().set_catalog(&bridge.name, &text).await
         {
             tracing::warn!(bridge = %bridge.name, error = %e, "could not store the daemon catalog");
         }

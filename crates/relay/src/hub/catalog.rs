@@ -1,5 +1,7 @@
 //! Daemon catalogs as the relay keeps them: compact JSON text, interned across bridges, parsed
-//! only for the answers the relay makes itself (offline, or for a daemon older than revision 2).
+//! only for the answers the relay makes itself (offline, or for a daemon older than revision 2),
+//! and the `x-mcp-header` annotations of their tools ([`param_headers`]), derived once per
+//! catalog.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -10,7 +12,7 @@ use serde_json::Value;
 
 use protocol::frame::ServerInfo;
 
-use crate::{lock::Lock, stateless::ParamHeader};
+use crate::lock::Lock;
 
 /// The catalog a daemon announced: its servers by name.
 pub(crate) type Catalog = HashMap<String, CachedServer>;
@@ -22,6 +24,9 @@ pub(crate) type Catalog = HashMap<String, CachedServer>;
 pub(crate) struct CachedServer {
     /// The server's `initialize` result (a JSON object).
     pub(crate) initialize: Arc<str>,
+    /// Its `initialize` result per handshake-era version, when the daemon announced them (the
+    /// built-in runtime's).
+    pub(crate) initialize_by_version: BTreeMap<String, Arc<str>>,
     /// The server's `server/discover` result, when the daemon announced one (link revision 2).
     pub(crate) discover: Option<Arc<str>>,
     /// `tools/list` results (JSON objects) by role name.
@@ -35,6 +40,25 @@ impl CachedServer {
     /// The `initialize` result, parsed.
     pub(crate) fn initialize(&self) -> Value {
         serde_json::from_str(&self.initialize).unwrap_or(Value::Null)
+    }
+
+    /// The `initialize` result for a client that negotiated `version`: the daemon's own for that
+    /// version when it announced one (what a stdio client of the version gets), else
+    /// [`Self::initialize`] naming `version`.
+    pub(crate) fn initialize_for(&self, version: &str) -> Value {
+        if let Some(v) = self
+            .initialize_by_version
+            .get(version)
+            .and_then(|t| serde_json::from_str::<Value>(t).ok())
+            .filter(Value::is_object)
+        {
+            return v;
+        }
+        let mut v = self.initialize();
+        if v.is_object() {
+            v["protocolVersion"] = Value::from(version);
+        }
+        v
     }
 
     /// The announced `server/discover` result, parsed.
@@ -79,18 +103,81 @@ impl TextCache {
             .map(|s| {
                 let cached = CachedServer {
                     initialize: self.intern(&s.initialize),
+                    initialize_by_version: s
+                        .initialize_by_version
+                        .iter()
+                        .map(|(v, i)| (v.clone(), self.intern(i)))
+                        .collect(),
                     discover: s.discover.as_ref().map(|d| self.intern(d)),
                     tools: s
                         .tools
                         .iter()
                         .map(|(role, t)| (role.clone(), self.intern(t)))
                         .collect(),
-                    param_headers: Arc::new(crate::stateless::param_headers(s.tools.values())),
+                    param_headers: Arc::new(param_headers(s.tools.values())),
                 };
                 (s.name, cached)
             })
             .collect()
     }
+}
+
+/// One `x-mcp-header` annotation of a tool's `inputSchema`: the property path (names through
+/// `properties` from the root) and the header name after `Mcp-Param-`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ParamHeader {
+    /// Property names from the schema root.
+    pub(crate) path: Vec<String>,
+    /// The `{name}` of `Mcp-Param-{name}`.
+    pub(crate) header: String,
+}
+
+/// The `x-mcp-header` annotations of every tool in `tools/list` results, by tool name (MCP
+/// 2026-07-28 Server › Tools § `x-mcp-header`; only annotations on a `properties` chain count).
+pub(crate) fn param_headers<'a>(
+    lists: impl IntoIterator<Item = &'a Value>,
+) -> HashMap<String, Vec<ParamHeader>> {
+    fn walk(props: Option<&Value>, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
+        let Some(Value::Object(props)) = props else {
+            return;
+        };
+        for (name, schema) in props {
+            path.push(name.clone());
+            if let Some(h) = schema.get("x-mcp-header").and_then(Value::as_str)
+                && !h.is_empty()
+            {
+                out.push(ParamHeader {
+                    path: path.clone(),
+                    header: h.to_owned(),
+                });
+            }
+            walk(schema.get("properties"), path, out);
+            path.pop();
+        }
+    }
+    let mut map = HashMap::new();
+    for list in lists {
+        for tool in list
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let mut found = Vec::new();
+            walk(
+                tool.get("inputSchema").and_then(|s| s.get("properties")),
+                &mut Vec::new(),
+                &mut found,
+            );
+            if !found.is_empty() {
+                map.insert(name.to_owned(), found);
+            }
+        }
+    }
+    map
 }
 
 #[cfg(test)]
@@ -103,6 +190,7 @@ mod tests {
         ServerInfo {
             name: "machine".into(),
             initialize: json!({"protocolVersion": "2025-11-25"}),
+            initialize_by_version: BTreeMap::new(),
             discover: None,
             tools: [
                 ("owner".to_owned(), tools.clone()),
@@ -132,5 +220,26 @@ mod tests {
         drop((a, b));
         cache.intern(&json!("something else"));
         assert_eq!(cache.0.lock().len(), 1, "only the new text is left");
+    }
+
+    #[test]
+    fn initialize_is_answered_per_version_when_the_daemon_announced_it() {
+        let cache = TextCache::default();
+        let mut info = server(json!({"tools": []}));
+        info.initialize = json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}});
+        let a = cache.catalog(vec![info.clone()]);
+        // An older daemon (or an upstream server): its one answer, naming the version.
+        assert_eq!(
+            a["machine"].initialize_for("2025-06-18"),
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}})
+        );
+        let older = json!({"protocolVersion": "2025-03-26", "capabilities": {"tools": {"listChanged": true}}});
+        info.initialize_by_version = [("2025-03-26".to_owned(), older.clone())].into();
+        let b = cache.catalog(vec![info]);
+        assert_eq!(b["machine"].initialize_for("2025-03-26"), older);
+        assert_eq!(
+            b["machine"].initialize_for("2025-11-25")["capabilities"],
+            json!({"tools": {}})
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Delivery confirmation (link revision 4, issue 15 item 3): a request sent to a daemon of
+//! Delivery confirmation (link revision 4): a request sent to a daemon of
 //! revision 4 carries `deliver_by` and waits for the daemon's `accepted`; one not accepted within
 //! [`DELIVERY_WINDOW`] + [`DELIVERY_MARGIN`] of being sent is retracted — taken off the pending
 //! requests and answered with a retryable "not delivered" error — so that a frozen or sleeping

@@ -1,11 +1,18 @@
 //! The relay's node-local state: bridges and their daemon links, MCP sessions, pending requests,
 //! and the routing of every message between an HTTP client and a daemon.
 //!
+//! The HTTP layer reaches it only through the routing seam, [`Router`] (`router`: the trait, its
+//! contract and the handles it deals in; `reply`: the reply sink of one request), which [`Hub`]
+//! implements for the daemons connected to this node (`local`). The daemon socket route
+//! (`crate::link`) drives the hub's own transitions. This module imports neither the HTTP layer
+//! nor OAuth (the tidy test checks it).
+//!
 //! One file per concern: `bridge` (bridges, daemon links, promotion and loss of a link, what
 //! `resume` names), `link_state` (the link state machine), `session` (sessions, calls,
 //! requests in flight, how a session ends), `routing` (client → daemon and daemon → client),
 //! `sweep` (grace expiry, deadlines, idle sessions), `catalog` (daemon catalogs), `delivery`
-//! (link revision 4: `deliver_by`, `accepted`, retraction of requests the daemon did not take).
+//! (link revision 4: `deliver_by`, `accepted`, retraction of requests the daemon did not take),
+//! `restore` (what a restarted relay takes back from its store).
 //!
 //! Rules this module keeps (DESIGN §4, §5, §8):
 //! - A session is opened on a daemon lazily, with the client's original `initialize` (and
@@ -43,7 +50,10 @@ mod bridge;
 mod catalog;
 mod delivery;
 mod link_state;
+mod local;
+mod reply;
 mod restore;
+mod router;
 mod routing;
 mod session;
 mod sweep;
@@ -61,40 +71,42 @@ use std::{
 use protocol::{frame::ServerInfo, ids::SessionId};
 
 pub(crate) use bridge::{Bridge, Link, LinkSendError, LinkTx, Outbound};
-pub(crate) use catalog::{CachedServer, Catalog};
+#[cfg(test)]
+pub(crate) use catalog::param_headers;
+pub(crate) use catalog::{CachedServer, Catalog, ParamHeader};
+pub(crate) use reply::{Reply, ReplySink};
+pub(crate) use router::{BridgeRef, Route, Router, SessionRef};
 pub(crate) use routing::{Delivery, LinkOrigin};
-pub(crate) use session::{SendError, Session, Sink, kept_initialize};
+pub(crate) use session::{SendError, Session, kept_initialize};
 
 use crate::{
     auth::SessionKeys,
     config::RelayConfig,
     lock::Lock,
     metrics::Metrics,
-    storage::{SqliteStorage, StorageError, StoreWriter},
+    storage::{StorageError, Store, StoreWriter},
     stream::SseStreams,
 };
 use catalog::TextCache;
 use session::Pending;
 
-/// The node-local relay state.
+/// The bridges' routing state on this node: the local router (`Router`). Its fields are its own; the
+/// HTTP layer reaches it through the router trait, the daemon socket route through the
+/// transitions of `bridge.rs`, `routing.rs`, `session.rs` and `delivery.rs`.
 #[derive(Debug)]
-pub struct Hub {
-    /// Durable state.
-    pub(crate) storage: SqliteStorage,
-    /// Configuration.
-    pub(crate) config: Arc<RelayConfig>,
+pub(crate) struct Hub {
+    /// Durable state (catalogs, what a restart restores).
+    store: Store,
+    /// Configuration (the reconnect grace, the in-flight bound).
+    config: Arc<RelayConfig>,
     /// Session id keys.
-    pub(crate) keys: SessionKeys,
+    keys: SessionKeys,
     /// SSE streams (resumable in the session era).
-    pub(crate) streams: SseStreams,
+    streams: SseStreams,
     /// Metrics.
-    pub(crate) metrics: Metrics,
-    /// The OAuth authorization server's in-memory state.
-    pub(crate) oauth: crate::oauth::OAuth,
-    /// Daemon sockets that have not authenticated yet.
-    pub(crate) unverified: crate::link::Unverified,
+    metrics: Arc<Metrics>,
     /// The write-behind queue of durable sessions and streams (`None`: kept in memory only).
-    pub(crate) durable: Option<StoreWriter>,
+    durable: Option<StoreWriter>,
     bridges: Lock<HashMap<String, Arc<Bridge>>>,
     sessions: Lock<HashMap<SessionId, Arc<Session>>>,
     next_link: AtomicU64,
@@ -107,50 +119,54 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// A hub over `storage` whose sessions and streams live in memory only, with a random
-    /// session id key (tests).
-    pub fn new(storage: SqliteStorage, config: RelayConfig) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self::build(me.clone(), storage, config, SessionKeys::new(), None))
+    /// A hub over `store` whose sessions and streams live in memory only, with a random
+    /// session id key (tests), counting in `metrics`.
+    #[cfg(test)]
+    pub(crate) fn new(store: Store, config: Arc<RelayConfig>, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new_cyclic(|me| {
+            Self::build(me.clone(), store, config, metrics, SessionKeys::new(), None)
+        })
     }
 
-    /// The hub of a serving relay: the session id key comes from the store (generated once),
-    /// session-era sessions and their POST streams are persisted write-behind, and what a
-    /// previous process left is restored (`Hub::restore`). Spawns the write-behind task (on
-    /// the current tokio runtime), which ends once the hub is dropped.
+    /// The hub of a serving relay, counting in `metrics`: the session id key comes from the
+    /// store (generated once), session-era sessions and their POST streams are persisted
+    /// write-behind, and what a previous process left is restored (`Hub::restore`). Spawns the
+    /// write-behind task (on the current tokio runtime), which ends once the hub is dropped.
     ///
     /// # Errors
     /// The store cannot be read, or holds unreadable session state (`Corrupt`, invariant 9:
     /// the relay does not start rather than silently drop or replace it).
-    pub async fn open(
-        storage: SqliteStorage,
-        config: RelayConfig,
+    pub(crate) async fn open(
+        store: Store,
+        config: Arc<RelayConfig>,
+        metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, StorageError> {
-        let keys = SessionKeys::from_key(storage.session_key().await?);
-        let writer = StoreWriter::spawn(storage.clone());
-        let hub =
-            Arc::new_cyclic(|me| Self::build(me.clone(), storage, config, keys, Some(writer)));
+        let keys = SessionKeys::from_key(store.sessions().session_key().await?);
+        let writer = store.spawn_writer();
+        let hub = Arc::new_cyclic(|me| {
+            Self::build(me.clone(), store, config, metrics, keys, Some(writer))
+        });
         hub.restore().await?;
         Ok(hub)
     }
 
     fn build(
         me: std::sync::Weak<Self>,
-        storage: SqliteStorage,
-        config: RelayConfig,
+        store: Store,
+        config: Arc<RelayConfig>,
+        metrics: Arc<Metrics>,
         keys: SessionKeys,
         durable: Option<StoreWriter>,
     ) -> Self {
         Self {
             me,
             retracted: Lock::new(Default::default()),
-            storage,
-            oauth: crate::oauth::OAuth::new(config.oauth),
-            unverified: Default::default(),
-            config: Arc::new(config),
+            store,
+            config,
             keys,
             streams: durable.clone().map(SseStreams::durable).unwrap_or_default(),
             durable,
-            metrics: Metrics::default(),
+            metrics,
             bridges: Lock::new(HashMap::new()),
             texts: TextCache::default(),
             sessions: Lock::new(HashMap::new()),
@@ -172,12 +188,23 @@ impl Hub {
         self.next_link.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The write-behind queue of durable sessions and streams, when this hub keeps them
+    /// (`None`: in memory only).
+    pub(crate) fn durable(&self) -> Option<&StoreWriter> {
+        self.durable.as_ref()
+    }
+
+    /// The live state of bridge `name` when it was made already.
+    fn loaded(&self, name: &str) -> Option<Arc<Bridge>> {
+        self.bridges.lock().get(name).cloned()
+    }
+
     /// The live state of bridge `name` (created on first use, with its stored catalog).
     pub(crate) async fn bridge(&self, name: &str) -> Arc<Bridge> {
-        if let Some(b) = self.bridges.lock().get(name).cloned() {
+        if let Some(b) = self.loaded(name) {
             return b;
         }
-        let catalog = match self.storage.catalog(name).await {
+        let catalog = match self.store.bridges().catalog(name).await {
             Ok(Some(text)) => serde_json::from_str::<Vec<ServerInfo>>(&text)
                 .ok()
                 .map(|v| Arc::new(self.texts.catalog(v))),

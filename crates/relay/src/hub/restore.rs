@@ -1,4 +1,4 @@
-//! What a restarted relay takes back from its store (issue 15 items 1 and 2): the session-era
+//! What a restarted relay takes back from its store: the session-era
 //! MCP sessions of the previous process and their POST streams.
 //!
 //! A session is restored when its credential is still live and its id still verifies for its
@@ -89,7 +89,8 @@ impl Hub {
         };
         let now = unix_now();
         let (records, streams) = self
-            .storage
+            .store
+            .sessions()
             .load_durable(now, SESSION_IDLE.as_secs() as i64)
             .await?;
         // Records come least recently active first: a bridge is bound to the instance of its
@@ -110,7 +111,11 @@ impl Hub {
             let alive = match live.get(&r.credential) {
                 Some(ok) => *ok,
                 None => {
-                    let ok = self.storage.credential_live(&r.credential).await?;
+                    let ok = self
+                        .store
+                        .revocations()
+                        .credential_live(&r.credential)
+                        .await?;
                     live.insert(r.credential.clone(), ok);
                     ok
                 }
@@ -240,7 +245,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{RelayConfig, SqliteStorage};
+    use crate::{
+        RelayConfig,
+        storage::{self, Store},
+    };
 
     async fn flushed(hub: &Hub) {
         let q = &hub.durable.as_ref().unwrap().queued;
@@ -259,26 +267,28 @@ mod tests {
     }
 
     /// The next relay process on the same store.
-    async fn reopen(storage: &SqliteStorage) -> Arc<Hub> {
-        Hub::open(storage.clone(), RelayConfig::for_tests())
-            .await
-            .unwrap()
+    async fn reopen(storage: &Store) -> Arc<Hub> {
+        Hub::open(
+            storage.clone(),
+            Arc::new(RelayConfig::for_tests()),
+            Arc::default(),
+        )
+        .await
+        .unwrap()
     }
 
     /// A hub on a store in `dir` with one bridge `b1`, an owner token and an initialized session
     /// opened on instance `i1`.
     async fn hub_with_session(
         dir: &std::path::Path,
-    ) -> (
-        SqliteStorage,
-        Arc<Hub>,
-        Arc<Session>,
-        BridgePrincipal,
-        Value,
-    ) {
-        let storage = SqliteStorage::open(&dir.join("relay.db")).await.unwrap();
-        storage.add_bridge("b1", 60).await.unwrap();
-        let (tok, _) = storage.create_token("b1", Role::Owner, None).await.unwrap();
+    ) -> (Store, Arc<Hub>, Arc<Session>, BridgePrincipal, Value) {
+        let storage = storage::open(&dir.join("relay.db")).await.unwrap();
+        storage.bridges().add_bridge("b1", 60).await.unwrap();
+        let (tok, _) = storage
+            .accounts()
+            .create_token("b1", Role::Owner, None)
+            .await
+            .unwrap();
         let principal = BridgePrincipal {
             id: tok.id.clone(),
             bridge: "b1".into(),
@@ -334,13 +344,12 @@ mod tests {
         )
         .unwrap();
         flushed(&hub).await;
-        sqlx::query(
-            "UPDATE sse_events SET data = replace(data, 'original', 'tampered') WHERE stream = ?",
-        )
-        .bind(damaged.id())
-        .execute(storage.pool())
-        .await
-        .unwrap();
+        storage
+            .execute_sql(
+                "UPDATE sse_events SET data = replace(data, 'original', 'tampered') WHERE stream = ?",
+                &[damaged.id()],
+            )
+            .await;
 
         // The next process on the same store.
         let hub2 = reopen(&storage).await;
@@ -418,18 +427,12 @@ mod tests {
                 .is_none()
         );
         for table in ["mcp_sessions", "sse_streams", "sse_events"] {
-            let n: i64 = sqlx::Row::get(
-                &sqlx::query(&format!("SELECT count(*) FROM {table}"))
-                    .fetch_one(storage.pool())
-                    .await
-                    .unwrap(),
-                0,
-            );
+            let n = storage.count_rows(table).await;
             assert_eq!(n, 0, "{table}");
         }
     }
 
-    /// Regression (stop 26's note): events that are not stored (a progress message over
+    /// Regression: events that are not stored (a progress message over
     /// `STORED_EVENT_MAX_BYTES`) still count. A client that received them live and resumes
     /// after the last one must get the restart error, numbered after it, not an empty end.
     #[tokio::test]
@@ -466,7 +469,7 @@ mod tests {
         );
     }
 
-    /// Regression (review of stop 27): the standalone stream is not stored, so a client that
+    /// Regression: the standalone stream is not stored, so a client that
     /// resumed its `GET` after a restart named a stream the relay did not know and got 404 —
     /// which tells a client its session is gone. It gets the session's standalone stream,
     /// told that messages may have been lost.
@@ -499,7 +502,7 @@ mod tests {
         ));
     }
 
-    /// Regression (review of stop 27): events still in the write-behind queue when the relay
+    /// Regression: events still in the write-behind queue when the relay
     /// died are not stored, yet a client may have had them live.
     #[tokio::test]
     async fn an_interrupted_stream_ends_after_events_the_store_never_got() {
@@ -519,10 +522,9 @@ mod tests {
         }
         flushed(&hub).await;
         // Event 3's write was still queued when the process was killed.
-        sqlx::query("DELETE FROM sse_events WHERE seq = 3")
-            .execute(storage.pool())
-            .await
-            .unwrap();
+        storage
+            .execute_sql("DELETE FROM sse_events WHERE seq = 3", &[])
+            .await;
         let hub2 = reopen(&storage).await;
         let (events, finished) = read(&hub2, &st, 3, &s);
         assert!(finished);

@@ -1,5 +1,5 @@
 //! Routing between HTTP clients and daemons: a client request is registered (bounded per
-//! bridge, answered to its [`Sink`]) and sent, opening the session on the daemon first when it
+//! bridge, answered to its [`ReplySink`]) and sent, opening the session on the daemon first when it
 //! is not open there; a daemon message goes to exactly one place (see [`Hub::deliver`]).
 
 use std::sync::{Arc, atomic::Ordering};
@@ -18,7 +18,9 @@ use protocol::{
     mcp::SUBSCRIPTIONS_LISTEN,
 };
 
-use super::{Hub, Link, LinkSendError, Pending, SendError, Session, Sink, delivery::Acceptance};
+use super::{
+    Hub, Link, LinkSendError, Pending, ReplySink, SendError, Session, delivery::Acceptance,
+};
 use crate::{metrics::Metrics, stream::SseStream};
 
 /// Client messages queued for a daemon that is away.
@@ -43,8 +45,8 @@ pub(crate) enum Delivery {
 }
 
 /// The verified daemon socket a frame came from: its bridge and daemon instance. A daemon's
-/// frames reach only the sessions of its own bridge that are open on its own instance (issue 12
-/// item 3: a daemon of bridge B answered and closed bridge A's sessions).
+/// frames reach only the sessions of its own bridge that are open on its own instance (a daemon
+/// of bridge B can neither answer nor close bridge A's sessions).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LinkOrigin<'a> {
     /// The bridge the socket's hello was verified for.
@@ -82,12 +84,12 @@ impl Hub {
     /// # Errors
     /// [`SendError::TooMany`] over the bridge's in-flight (or subscription) limit;
     /// [`SendError::Ended`] for an ended session; [`SendError::DuplicateId`].
-    pub(crate) fn register(
+    pub(super) fn register(
         &self,
         s: &Session,
         id: &Value,
         message: &Value,
-        sink: Sink,
+        sink: ReplySink,
     ) -> Result<(), SendError> {
         self.settle_overdue(s, Instant::now());
         let key = IdKey::of(id);
@@ -155,12 +157,12 @@ impl Hub {
         Ok(())
     }
 
-    /// Withdraws a registered request without an answer (it could not be sent); its sink is
-    /// dropped, which is how its waiter learns.
-    pub(crate) fn unregister(&self, s: &Session, id: &Value) {
+    /// Withdraws a registered request without an answer (it could not be sent): its sink is
+    /// finished without a message (a stream ends; a JSON waiter learns from the dropped sender).
+    pub(super) fn unregister(&self, s: &Session, id: &Value) {
         let p = s.state.lock().pending.remove(&IdKey::of(id));
         if let Some(p) = p {
-            self.release(s, &p);
+            self.finish_pending(s, p, None);
         }
     }
 
@@ -171,7 +173,7 @@ impl Hub {
     /// [`SendError::TooLarge`] when a frame would be over the relay frame limit (nothing of it
     /// is sent); [`SendError::Busy`] when the link's queue is full or closed; [`SendError::Ended`] for an
     /// ended session, or a call already opened on another instance.
-    pub(crate) fn send(&self, s: &Session, link: &Link, message: Value) -> Result<(), SendError> {
+    pub(super) fn send(&self, s: &Session, link: &Link, message: Value) -> Result<(), SendError> {
         let busy = |e| match e {
             LinkSendError::TooLarge(_) => SendError::TooLarge(e),
             _ => SendError::Busy(s.bridge.name.clone()),
@@ -246,7 +248,7 @@ impl Hub {
     ///
     /// # Errors
     /// [`OutboxFull`] when [`OUTBOX_MAX`] messages are queued already.
-    pub(crate) fn queue(&self, s: &Session, message: Value) -> Result<(), OutboxFull> {
+    pub(super) fn queue(&self, s: &Session, message: Value) -> Result<(), OutboxFull> {
         let mut g = s.state.lock();
         if g.outbox.len() >= OUTBOX_MAX {
             return Err(OutboxFull);
@@ -264,7 +266,7 @@ impl Hub {
 
     /// The client cancelled request `id`: its stream ends without a response (the server sends
     /// none for a cancelled request).
-    pub(crate) fn cancelled(&self, s: &Session, id: &Value) {
+    pub(super) fn cancelled(&self, s: &Session, id: &Value) {
         let p = s.state.lock().pending.remove(&IdKey::of(id));
         if let Some(p) = p {
             self.finish_pending(s, p, None);
@@ -336,14 +338,14 @@ impl Hub {
                             .then(|| g.pending.keys().next().cloned())
                             .flatten()
                     });
-                match key.and_then(|k| g.pending.get(&k)) {
-                    Some(Pending {
-                        sink: Sink::Stream(st),
-                        ..
-                    }) => Target::Stream(st.clone()),
+                match key
+                    .and_then(|k| g.pending.get(&k))
+                    .and_then(|p| p.sink.related())
+                {
+                    Some(st) => Target::Stream(st.clone()),
                     // A call's client reads only its request's response (no standalone stream).
-                    _ if s.call => Target::Unmatched,
-                    _ => Target::Standalone,
+                    None if s.call => Target::Unmatched,
+                    None => Target::Standalone,
                 }
             }
         };
@@ -379,7 +381,7 @@ impl Hub {
         Delivery::Routed
     }
 
-    /// Adds `message` to the standalone stream of `s` (bounded in bytes, issue 12 item 9).
+    /// Adds `message` to the standalone stream of `s` (bounded in bytes).
     fn push_standalone(&self, s: &Session, message: &Value) {
         if let Ok(lost) = s.standalone.push(message, false) {
             self.count_lost(s, lost);

@@ -1,6 +1,6 @@
 //! MCP sessions and calls ([`Session`]), the requests in flight in them ([`Pending`], answered to
-//! a [`Sink`]), and how a session ends: every request still in flight gets an error, its streams
-//! finish, and the daemon is told to close it.
+//! a [`ReplySink`]), and how a session ends: every request still in flight gets an error, its
+//! streams finish, and the daemon is told to close it.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -11,7 +11,7 @@ use std::{
 };
 
 use serde_json::Value;
-use tokio::{sync::oneshot, time::Instant};
+use tokio::time::Instant;
 
 use protocol::{
     frame::RelayFrame,
@@ -19,7 +19,7 @@ use protocol::{
     jsonrpc::{self, IdKey, code},
 };
 
-use super::{Bridge, Hub, delivery::Acceptance, routing::LinkOrigin};
+use super::{Bridge, Hub, ReplySink, delivery::Acceptance, routing::LinkOrigin};
 use crate::{
     auth::BridgePrincipal,
     lock::Lock,
@@ -37,20 +37,11 @@ use protocol::limits::{
     OWNER_RESERVED_SESSIONS, SESSION_INITIALIZE_MAX_BYTES, SESSIONS_PER_PRINCIPAL,
 };
 
-/// Where the answer to one client request goes.
-#[derive(Debug)]
-pub(crate) enum Sink {
-    /// An SSE stream (the POST's; resumable in the session era).
-    Stream(Arc<SseStream>),
-    /// A plain JSON response waiting for the terminal message.
-    Json(oneshot::Sender<Value>),
-}
-
 /// A client request in flight.
 #[derive(Debug)]
 pub(super) struct Pending {
     pub(super) id: Value,
-    pub(super) sink: Sink,
+    pub(super) sink: ReplySink,
     /// Past it the sweep cancels the request; never extended by reconnecting (invariant 4).
     pub(super) deadline: Instant,
     pub(super) progress_token: Option<IdKey>,
@@ -119,6 +110,17 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// The handshake-era version this session negotiated at `initialize` (from the kept
+    /// request, so a session restored after a relay restart has it too).
+    pub(crate) fn protocol_version(&self) -> &'static str {
+        protocol::mcp::negotiate_session_version(
+            self.initialize
+                .pointer("/params/protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        )
+    }
+
     /// The record the store keeps of this session.
     pub(super) fn record(&self, g: &SessionState) -> SessionRecord {
         SessionRecord {
@@ -192,7 +194,7 @@ impl Hub {
     /// fewer than [`OWNER_RESERVED_SESSIONS`] to owners. `initialize` is what
     /// [`kept_initialize`] kept of the client's request. Nothing is registered when it is
     /// refused.
-    pub(crate) fn create_session(
+    pub(super) fn create_session(
         &self,
         bridge: Arc<Bridge>,
         server: &str,
@@ -291,7 +293,7 @@ impl Hub {
     /// is `c` + 256 random bits (session ids always hold a `.`, so the two never meet). Calls are
     /// bounded by the bridge's in-flight limit when their request is registered, not by
     /// [`SESSIONS_PER_BRIDGE`].
-    pub(crate) fn create_call(
+    pub(super) fn create_call(
         &self,
         bridge: Arc<Bridge>,
         server: &str,
@@ -315,7 +317,7 @@ impl Hub {
     }
 
     /// The session `sid` if it exists and was issued to `principal`.
-    pub(crate) fn session(&self, sid: &str, principal: &BridgePrincipal) -> Option<Arc<Session>> {
+    pub(super) fn session(&self, sid: &str, principal: &BridgePrincipal) -> Option<Arc<Session>> {
         if !self.keys.verify(sid, &principal.id) {
             return None;
         }
@@ -327,8 +329,8 @@ impl Hub {
         self.sessions.lock().get(sid).cloned()
     }
 
-    /// Session `sid` when it is one of `from`'s: of its bridge and open on its daemon instance
-    /// (issue 12 item 3). Another bridge's session, or one the socket's instance never opened,
+    /// Session `sid` when it is one of `from`'s: of its bridge and open on its daemon instance.
+    /// Another bridge's session, or one the socket's instance never opened,
     /// is `None`, like a session that does not exist (the daemon learns nothing of it).
     pub(crate) fn session_from(
         &self,
@@ -342,7 +344,7 @@ impl Hub {
 
     /// The live call of `principal` on `bridge`/`server` whose request has id `id`, if exactly
     /// one matches (for a `notifications/cancelled` a 2026-07-28 client POSTs).
-    pub(crate) fn find_call(
+    pub(super) fn find_call(
         &self,
         bridge: &str,
         server: &str,
@@ -364,7 +366,7 @@ impl Hub {
     /// Streamable HTTP § Cancellation: closing the response stream cancels the request): the
     /// daemon gets `notifications/cancelled` for the request and `close` for the call. Nothing
     /// happens when the call was already answered.
-    pub(crate) fn cancel_call(&self, s: &Session, id: &Value, reason: &str) {
+    pub(super) fn cancel_call(&self, s: &Session, id: &Value, reason: &str) {
         let Some(p) = s.state.lock().pending.remove(&IdKey::of(id)) else {
             return;
         };
@@ -455,17 +457,7 @@ impl Hub {
     /// one (a cancelled request gets no response).
     pub(super) fn finish_pending(&self, s: &Session, p: Pending, terminal: Option<Value>) {
         self.release(s, &p);
-        match (p.sink, terminal) {
-            (Sink::Stream(st), Some(msg)) => {
-                let _ = st.push(&msg, true);
-            }
-            (Sink::Stream(st), None) => st.finish(),
-            (Sink::Json(tx), Some(msg)) => {
-                // The client may be gone; its answer is then not owed to anyone.
-                let _ = tx.send(msg);
-            }
-            (Sink::Json(_), None) => {}
-        }
+        p.sink.finish(terminal);
     }
 
     /// Gives back the bridge slot of request `p`, no longer pending, and takes it off the

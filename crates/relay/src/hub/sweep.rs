@@ -62,7 +62,7 @@ impl Hub {
     /// their retraction time ([`Hub::retract_due`]), subscriptions past their longest lifetime
     /// (closed gracefully) and requests past their deadline (cancelled on the daemon, answered
     /// with -32000). Called by the sweep every second and on every event of the session (a
-    /// daemon message, a new request: issue 15 item 4), so nothing stays pending past its
+    /// daemon message, a new request), so nothing stays pending past its
     /// bound. Returns whether anything was settled.
     pub(super) fn settle_overdue(&self, s: &Session, now: Instant) -> bool {
         let retracting = self.retract_due(s, now);

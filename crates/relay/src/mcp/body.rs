@@ -1,5 +1,5 @@
 //! A POST body to the one JSON-RPC message it carries, without letting a large body hold the
-//! relay's async workers (issue 12: 1,000 `initialize` requests of 8 MB from one token, parsed
+//! relay's async workers (measured: 1,000 `initialize` requests of 8 MB from one token, parsed
 //! whole on the two workers, took a legitimate client's `ping` p99 through the relay to 88–145
 //! ms, and ten 8 MB bodies of small members to 5.4 s and 557 MiB).
 //!
@@ -167,7 +167,7 @@ mod tests {
         (status, serde_json::from_slice(&bytes).unwrap())
     }
 
-    /// Regression (issue 12, abuse benchmark): a large body was parsed inside the request's
+    /// Regression (the abuse benchmark): a large body was parsed inside the request's
     /// task, so the worker thread ran nothing else until the parse ended. On a runtime with one
     /// thread, a task that only counts its turns got none while an 8 MB body was being parsed;
     /// now the parse runs on the blocking pool and the thread keeps running other tasks.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::{
     body::Bytes,
-    extract::{FromRequest, FromRequestParts, Path, Request, rejection::PathRejection},
+    extract::{FromRef, FromRequest, FromRequestParts, Path, Request, rejection::PathRejection},
     http::{HeaderMap, Method, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
@@ -32,13 +32,14 @@ use protocol::{
     mcp::{ALL_VERSIONS, is_session_era},
 };
 
-use super::{SESSION_HEADER, VERSION_HEADER, plain};
+use super::plain;
 use crate::{
-    auth::{BridgePrincipal, Role},
-    config::AuthMode,
+    admission::Admission,
+    auth::BridgePrincipal,
     error::HttpError,
-    hub::{Bridge, Hub, Session},
+    hub::{BridgeRef, Router, SessionRef},
     stateless,
+    streamable::{SESSION_HEADER, VERSION_HEADER, wants_sse},
 };
 
 /// The endpoint a request is for: `/b/{bridge}/mcp` (the built-in runtime, [`RUNTIME_SERVER`])
@@ -74,24 +75,28 @@ impl<S: Send + Sync> FromRequestParts<S> for Endpoint {
 pub(crate) struct Admitted {
     /// Who is calling.
     pub(crate) principal: BridgePrincipal,
-    /// The bridge's live state.
-    pub(crate) bridge: Arc<Bridge>,
+    /// The bridge, as the router knows it.
+    pub(crate) bridge: BridgeRef,
     /// The served server.
     pub(crate) server: String,
 }
 
 impl Admitted {
-    /// Runs the shared checks for a request of `method` to `endpoint`. `method` is the route's
-    /// (a `HEAD` served by the GET route is checked as GET, as before).
+    /// Runs the shared checks for a request of `method` to `endpoint` ([`Admission::admit`]),
+    /// then takes the bridge from the router. `method` is the route's (a `HEAD` served by the
+    /// GET route is checked as GET, as before).
     async fn check(
-        hub: &Hub,
+        admission: &Admission,
+        router: &dyn Router,
         endpoint: Endpoint,
         method: &Method,
         headers: &HeaderMap,
     ) -> Result<Self, Response> {
-        let (principal, bridge) = admit(hub, &endpoint.bridge, &endpoint.server, method, headers)
+        let principal = admission
+            .admit(&endpoint.bridge, &endpoint.server, method, headers)
             .await
             .map_err(IntoResponse::into_response)?;
+        let bridge = router.bridge(&endpoint.bridge).await;
         Ok(Self {
             principal,
             bridge,
@@ -112,18 +117,26 @@ pub(crate) struct McpPost {
     pub(crate) message: Value,
 }
 
-impl FromRequest<Arc<Hub>> for McpPost {
+impl<S> FromRequest<S> for McpPost
+where
+    S: Send + Sync,
+    Arc<Admission>: FromRef<S>,
+    Arc<dyn Router>: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request(request: Request, hub: &Arc<Hub>) -> Result<Self, Response> {
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let admission = Arc::<Admission>::from_ref(state);
+        let router = Arc::<dyn Router>::from_ref(state);
         let (mut parts, body) = request.into_parts();
-        let endpoint = Endpoint::from_request_parts(&mut parts, hub)
+        let endpoint = Endpoint::from_request_parts(&mut parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
         let headers = parts.headers.clone();
-        // The headers authenticate the request before its body is read (issue 12 item 1:
-        // unauthenticated bodies were buffered first), and the body has its own time.
-        let admitted = Admitted::check(hub, endpoint, &Method::POST, &headers).await?;
+        // The headers authenticate the request before its body is read (no unauthenticated body
+        // is buffered), and the body has its own time.
+        let admitted =
+            Admitted::check(&admission, &*router, endpoint, &Method::POST, &headers).await?;
         let body = read_body(body).await.map_err(IntoResponse::into_response)?;
         let ct_ok = headers
             .get(header::CONTENT_TYPE)
@@ -155,22 +168,28 @@ impl FromRequest<Arc<Hub>> for McpPost {
 /// A session-era GET that passed its checks (module docs).
 #[derive(Debug)]
 pub(crate) struct McpGet {
-    /// Who is calling.
-    pub(crate) principal: BridgePrincipal,
     /// The request's headers (`Last-Event-ID`).
     pub(crate) headers: HeaderMap,
-    /// The session named by `MCP-Session-Id`.
-    pub(crate) session: Arc<Session>,
+    /// The session named by `MCP-Session-Id`, of the caller.
+    pub(crate) session: SessionRef,
 }
 
-impl FromRequestParts<Arc<Hub>> for McpGet {
+impl<S> FromRequestParts<S> for McpGet
+where
+    S: Send + Sync,
+    Arc<Admission>: FromRef<S>,
+    Arc<dyn Router>: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, hub: &Arc<Hub>) -> Result<Self, Response> {
-        let endpoint = Endpoint::from_request_parts(parts, hub)
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let admission = Arc::<Admission>::from_ref(state);
+        let router = Arc::<dyn Router>::from_ref(state);
+        let endpoint = Endpoint::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let a = Admitted::check(hub, endpoint, &Method::GET, &parts.headers).await?;
+        let a =
+            Admitted::check(&admission, &*router, endpoint, &Method::GET, &parts.headers).await?;
         if let Some(refused) = outside_session_era(&parts.headers) {
             return Err(refused);
         }
@@ -180,10 +199,9 @@ impl FromRequestParts<Arc<Hub>> for McpGet {
                 "GET needs Accept: text/event-stream",
             ));
         }
-        let session = session_of(hub, &parts.headers, &a.principal, &a.server)
+        let session = session_of(&*router, &parts.headers, &a.principal, &a.server)
             .map_err(IntoResponse::into_response)?;
         Ok(Self {
-            principal: a.principal,
             headers: parts.headers.clone(),
             session,
         })
@@ -193,22 +211,36 @@ impl FromRequestParts<Arc<Hub>> for McpGet {
 /// A session-era DELETE that passed its checks (module docs).
 #[derive(Debug)]
 pub(crate) struct McpDelete {
-    /// The session named by `MCP-Session-Id`.
-    pub(crate) session: Arc<Session>,
+    /// The session named by `MCP-Session-Id`, of the caller.
+    pub(crate) session: SessionRef,
 }
 
-impl FromRequestParts<Arc<Hub>> for McpDelete {
+impl<S> FromRequestParts<S> for McpDelete
+where
+    S: Send + Sync,
+    Arc<Admission>: FromRef<S>,
+    Arc<dyn Router>: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, hub: &Arc<Hub>) -> Result<Self, Response> {
-        let endpoint = Endpoint::from_request_parts(parts, hub)
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let admission = Arc::<Admission>::from_ref(state);
+        let router = Arc::<dyn Router>::from_ref(state);
+        let endpoint = Endpoint::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let a = Admitted::check(hub, endpoint, &Method::DELETE, &parts.headers).await?;
+        let a = Admitted::check(
+            &admission,
+            &*router,
+            endpoint,
+            &Method::DELETE,
+            &parts.headers,
+        )
+        .await?;
         if let Some(refused) = outside_session_era(&parts.headers) {
             return Err(refused);
         }
-        let session = session_of(hub, &parts.headers, &a.principal, &a.server)
+        let session = session_of(&*router, &parts.headers, &a.principal, &a.server)
             .map_err(IntoResponse::into_response)?;
         Ok(Self { session })
     }
@@ -222,47 +254,6 @@ fn outside_session_era(headers: &HeaderMap) -> Option<Response> {
             .err()
             .map(IntoResponse::into_response)
     })
-}
-
-/// Host, Origin, credentials and bridge checks shared by every method and both eras.
-async fn admit(
-    hub: &Hub,
-    bridge: &str,
-    server: &str,
-    method: &Method,
-    headers: &HeaderMap,
-) -> Result<(BridgePrincipal, Arc<Bridge>), HttpError> {
-    hub.metrics
-        .http_requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !host_allowed(hub, headers) {
-        return Err(HttpError::new(
-            StatusCode::FORBIDDEN,
-            "Host header not allowed on this listener",
-        ));
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| origin_allowed(hub, o));
-        if !ok {
-            return Err(HttpError::new(StatusCode::FORBIDDEN, "Origin not allowed"));
-        }
-    }
-    let principal = match hub.config.auth {
-        AuthMode::None => BridgePrincipal {
-            id: "anonymous".into(),
-            bridge: bridge.to_owned(),
-            role: Role::Owner,
-            credential: "anonymous".into(),
-        },
-        AuthMode::Token | AuthMode::OAuth => {
-            let server = (server != protocol::frame::RUNTIME_SERVER).then_some(server);
-            crate::oauth::bearer::principal(hub, bridge, server, method, headers).await?
-        }
-    };
-    if !hub.storage.bridge_exists(bridge).await.unwrap_or(false) {
-        return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
-    }
-    Ok((principal, hub.bridge(bridge).await))
 }
 
 /// The session era's `MCP-Protocol-Version` check (MCP 2025-11-25 Transports § Protocol Version
@@ -288,88 +279,23 @@ pub(crate) fn legacy_version(headers: &HeaderMap) -> Result<(), HttpError> {
     }
 }
 
-/// Whether the `Host` is acceptable: on a loopback listener only loopback names and the public
-/// URL's host (MCP 2025-11-25 Transports › Security Warning: DNS rebinding); anything elsewhere.
-pub(crate) fn host_allowed(hub: &Hub, headers: &HeaderMap) -> bool {
-    if !crate::config::is_loopback(&hub.config.listen) {
-        return true;
-    }
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
-    let name = match host.rsplit_once(':') {
-        Some((n, p)) if p.chars().all(|c| c.is_ascii_digit()) => n,
-        _ => host,
-    };
-    let public = hub.config.public_url.host_str().unwrap_or("");
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.eq_ignore_ascii_case(public)
-}
-
-/// Browser origins of the hosted assistants whose web apps call MCP servers and the OAuth
-/// endpoints directly (DESIGN §6, issue 10 "Browsers").
-pub(crate) const HOST_ORIGINS: [&str; 3] = [
-    "https://chatgpt.com",
-    "https://claude.ai",
-    "https://claude.com",
-];
-
-/// Whether `origin` is the relay's own: its public origin, or on a loopback listener a loopback
-/// name with the listener's port.
-pub(crate) fn own_origin(hub: &Hub, origin: &str) -> bool {
-    if origin.eq_ignore_ascii_case(&hub.config.origin()) {
-        return true;
-    }
-    if crate::config::is_loopback(&hub.config.listen)
-        && let Ok(u) = url::Url::parse(origin)
-    {
-        let port = hub.config.listen.port();
-        return matches!(u.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
-            && u.port_or_known_default() == Some(port);
-    }
-    false
-}
-
-/// Whether a request with `Origin: origin` may reach the MCP and OAuth endpoints: the relay's
-/// own origin, the hosted assistants' ([`HOST_ORIGINS`]) and `--allowed-origin`s; never any
-/// origin (MCP 2025-11-25 Transports › Security Warning).
-pub(crate) fn origin_allowed(hub: &Hub, origin: &str) -> bool {
-    own_origin(hub, origin)
-        || HOST_ORIGINS.iter().any(|o| o.eq_ignore_ascii_case(origin))
-        || hub.config.allowed_origins.iter().any(|o| o == origin)
-}
-
-/// Whether the client's `Accept` admits `text/event-stream` (not with `q=0`).
-pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|part| {
-            let mut it = part.split(';');
-            let mime = it.next().unwrap_or("").trim();
-            let q_zero = it.any(|p| matches!(p.trim().strip_prefix("q="), Some(q) if q.trim().parse::<f32>().is_ok_and(|q| q == 0.0)));
-            mime.eq_ignore_ascii_case("text/event-stream") && !q_zero
-        })
-}
-
 /// The session `MCP-Session-Id` names, if it was issued to `principal` for `server` (MCP
 /// 2025-11-25 Streamable HTTP § Session Management: missing → 400, unknown or ended → 404).
 pub(crate) fn session_of(
-    hub: &Hub,
+    router: &dyn Router,
     headers: &HeaderMap,
     principal: &BridgePrincipal,
     server: &str,
-) -> Result<Arc<Session>, HttpError> {
+) -> Result<SessionRef, HttpError> {
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(HttpError::new(
             StatusCode::BAD_REQUEST,
             "MCP-Session-Id header is required (send initialize first)",
         ));
     };
-    match hub.session(sid, principal) {
-        Some(s) if s.server == server && s.bridge.name == principal.bridge => Ok(s),
-        _ => Err(HttpError::rpc(
+    match router.session(sid, principal, server) {
+        Some(s) => Ok(s),
+        None => Err(HttpError::rpc(
             StatusCode::NOT_FOUND,
             Value::Null,
             code::SESSION_NOT_FOUND,

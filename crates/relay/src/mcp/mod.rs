@@ -12,11 +12,17 @@
 //! which lists every served version) and the session (`MCP-Session-Id` missing → 400, unknown or
 //! ended → 404, the client's cue to re-initialize).
 //! `POST` carries one JSON-RPC message: a request is answered as SSE when `Accept` allows it
-//! (priming event at once, keepalive comments, the response last) else as JSON; notifications and
-//! responses get 202. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and
-//! continues a stream. `DELETE` ends the session. While the bridge's daemon is offline,
+//! (framed as the session's version defines, [`Framing::session`]: from 2025-11-25 a priming
+//! event at once; keepalive comments, the response last) else as JSON; notifications and
+//! responses get 202. The `initialize` answer is the daemon's for the negotiated version
+//! ([`crate::hub::CachedServer::initialize_for`]), the one a stdio client of that version
+//! gets. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and continues a
+//! stream. `DELETE` ends the session. While the bridge's daemon is offline,
 //! `initialize` and `tools/list` are answered from the catalog it sent at hello, and other calls
 //! fail within the offline wait with a retryable error.
+//!
+//! After admission, the handlers reach bridges, sessions and streams only through the router
+//! ([`Router`]): they never hold the routing state itself.
 
 use std::sync::Arc;
 
@@ -30,30 +36,27 @@ use serde_json::{Value, json};
 use protocol::{
     error_code::ToolErrorCode,
     jsonrpc::{self, Kind, code},
-    mcp::{LATEST_SESSION_VERSION, is_session_era},
+    mcp::negotiate_session_version,
     tool_error::ToolError,
 };
 
 use crate::{
     auth::BridgePrincipal,
+    config::{RelayConfig, RelayTiming},
     error::HttpError,
-    hub::{Bridge, Hub, SendError, Session, Sink},
+    hub::{BridgeRef, Reply, Router, SendError, SessionRef},
     stateless::{self, Era},
-    stream::{
-        Resume, SseStream,
+    stream::SseStream,
+    streamable::{
+        SESSION_HEADER,
         sse::{self, Framing},
+        wants_sse,
     },
 };
 mod body;
 mod checks;
 
 use checks::{Admitted, McpDelete, McpGet, McpPost, legacy_version, session_of};
-pub(crate) use checks::{host_allowed, origin_allowed, own_origin, wants_sse};
-
-/// Header carrying the session id.
-pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
-/// Header carrying the negotiated protocol version.
-pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     HttpError::rpc(status, id, code, message).into_response()
@@ -66,7 +69,8 @@ fn plain(status: StatusCode, message: &str) -> Response {
 /// POST on either endpoint: one JSON-RPC message that passed the checks of [`McpPost`]; the era
 /// decides the rest ([`stateless::era`]).
 pub(crate) async fn post(
-    State(hub): State<Arc<Hub>>,
+    State(router): State<Arc<dyn Router>>,
+    State(config): State<Arc<RelayConfig>>,
     McpPost {
         admitted:
             Admitted {
@@ -78,36 +82,43 @@ pub(crate) async fn post(
         message,
     }: McpPost,
 ) -> Response {
+    let timing = &config.timing;
     if stateless::era(&headers, &message) == Era::Modern {
-        return stateless::post(&hub, b, &server, principal, &headers, message).await;
+        return stateless::post(&router, timing, &b, &server, principal, &headers, message).await;
     }
     if let Err(e) = legacy_version(&headers) {
         return e.into_response();
     }
     let kind = jsonrpc::kind(&message);
     if matches!(&kind, Kind::Request { method, .. } if method == "initialize") {
-        return initialize(&hub, b, &server, principal, &headers, message).await;
+        return initialize(&*router, timing, &b, &server, principal, &headers, message).await;
     }
-    let session = match session_of(&hub, &headers, &principal, &server) {
+    let session = match session_of(&*router, &headers, &principal, &server) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
     match kind {
         Kind::Request { method, id } => {
             let sse = wants_sse(&headers);
-            request(&hub, &session, &method, id.into_value(), message, sse).await
+            let to = Target {
+                bridge: &b,
+                server: &server,
+                principal: &principal,
+                session: &session,
+            };
+            request(&*router, timing, to, &method, id.into_value(), message, sse).await
         }
         Kind::Notification { method } => {
             if method == "notifications/cancelled"
                 && let Some(rid) = message.pointer("/params/requestId")
             {
-                hub.cancelled(&session, rid);
+                router.cancelled(&session, rid);
             }
-            forward_or_queue(&hub, &session, message);
+            router.notify(&session, message);
             StatusCode::ACCEPTED.into_response()
         }
         Kind::Response { .. } => {
-            forward_or_queue(&hub, &session, message);
+            router.notify(&session, message);
             StatusCode::ACCEPTED.into_response()
         }
         Kind::Neither => rpc_error(
@@ -119,24 +130,10 @@ pub(crate) async fn post(
     }
 }
 
-fn forward_or_queue(hub: &Hub, s: &Session, message: Value) {
-    match s.bridge.active() {
-        Some(link) => {
-            if hub.send(s, &link, message.clone()).is_err() && hub.queue(s, message).is_err() {
-                tracing::warn!(bridge = %s.bridge.name, "dropped a client message: the daemon link is congested");
-            }
-        }
-        None => {
-            if hub.queue(s, message).is_err() {
-                tracing::warn!(bridge = %s.bridge.name, "dropped a client message: too many queued while the daemon is away");
-            }
-        }
-    }
-}
-
 async fn initialize(
-    hub: &Arc<Hub>,
-    b: Arc<Bridge>,
+    router: &dyn Router,
+    timing: &RelayTiming,
+    b: &BridgeRef,
     server: &str,
     principal: BridgePrincipal,
     headers: &HeaderMap,
@@ -151,10 +148,10 @@ async fn initialize(
             "initialize must not carry MCP-Session-Id",
         );
     }
-    let mut catalog = b.catalog();
+    let mut catalog = router.catalog(b);
     if catalog.is_none() {
-        b.wait_ready(hub.config.timing.offline_wait).await;
-        catalog = b.catalog();
+        router.route(b, timing.offline_wait).await;
+        catalog = router.catalog(b);
     }
     let Some(catalog) = catalog else {
         return rpc_error(
@@ -169,26 +166,22 @@ async fn initialize(
             StatusCode::NOT_FOUND,
             id,
             code::METHOD_NOT_FOUND,
-            &format!("bridge {} serves no server {server:?}", b.name),
+            &format!("bridge {} serves no server {server:?}", b.name()),
         );
     };
-    let asked = message
-        .pointer("/params/protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let version = if is_session_era(asked) {
-        asked.to_owned()
-    } else {
-        LATEST_SESSION_VERSION.to_owned()
-    };
-    let mut result = info.initialize();
-    result["protocolVersion"] = json!(version);
+    let version = negotiate_session_version(
+        message
+            .pointer("/params/protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+    );
+    let result = info.initialize_for(version);
     let kept = match crate::hub::kept_initialize(&message) {
         Ok(k) => k,
         Err(why) => return rpc_error(StatusCode::BAD_REQUEST, id, code::INVALID_PARAMS, &why),
     };
     drop(message);
-    let Some(session) = hub.create_session(b, server, principal, kept) else {
+    let Some(session) = router.open_session(b, server, principal, kept) else {
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
@@ -198,10 +191,8 @@ async fn initialize(
     };
     let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
     let mut resp = if wants_sse(headers) {
-        let st = SseStream::new(&session.sid, &session.principal.id, &session.bridge.name);
-        let _ = st.push(&reply, true); // a new stream is not finished
-        hub.streams.insert_durable(st.clone(), &id);
-        sse_response(hub, st, None)
+        let st = router.answer(&session, &id, &reply);
+        sse_response(timing, st, None, version)
     } else {
         (
             [(header::CONTENT_TYPE, "application/json")],
@@ -209,43 +200,38 @@ async fn initialize(
         )
             .into_response()
     };
-    if let Ok(v) = HeaderValue::from_str(session.sid.as_str()) {
+    if let Ok(v) = HeaderValue::from_str(session.sid().as_str()) {
         resp.headers_mut().insert(SESSION_HEADER, v);
     }
     resp
 }
 
+/// Who a session-era request is for: the admitted bridge, server and principal, and the session
+/// that names them.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    bridge: &'a BridgeRef,
+    server: &'a str,
+    principal: &'a BridgePrincipal,
+    session: &'a SessionRef,
+}
+
 async fn request(
-    hub: &Arc<Hub>,
-    s: &Arc<Session>,
+    router: &dyn Router,
+    timing: &RelayTiming,
+    to: Target<'_>,
     method: &str,
     id: Value,
     message: Value,
     sse: bool,
 ) -> Response {
-    let link = match s.bridge.active() {
-        Some(l) => Some(l),
-        None => s.bridge.wait_ready(hub.config.timing.offline_wait).await,
+    let Some(route) = router.route(to.bridge, timing.offline_wait).await else {
+        return offline_answer(router, to, method, id);
     };
-    let Some(link) = link else {
-        return offline_answer(s, method, id);
-    };
-    tracing::debug!(method, instance = %link.instance_id, "relaying a request");
-    // The stream is registered (made replayable) only once the request is admitted: a refused
-    // request left its stream registered forever (issue 12 item 7).
-    let (sink, stream, waiter) = if sse {
-        let st = SseStream::new(&s.sid, &s.principal.id, &s.bridge.name);
-        (Sink::Stream(st.clone()), Some(st), None)
-    } else {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        (Sink::Json(tx), None, Some(rx))
-    };
-    match hub.register(s, &id, &message, sink) {
-        Ok(()) => {
-            if let Some(st) = &stream {
-                hub.streams.insert_durable(st.clone(), &id);
-            }
-        }
+    tracing::debug!(method, instance = %route.instance(), "relaying a request");
+    let (sink, reply) = to.session.reply(sse);
+    match router.request(to.session, &route, &id, message, sink) {
+        Ok(()) => {}
         Err(SendError::TooMany(n)) => {
             return rpc_error(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -262,7 +248,7 @@ async fn request(
                 "MCP session not found: initialize again",
             );
         }
-        Err(e) => {
+        Err(e @ SendError::DuplicateId) => {
             return rpc_error(
                 StatusCode::CONFLICT,
                 id,
@@ -270,21 +256,7 @@ async fn request(
                 &e.to_string(),
             );
         }
-    }
-    if let Err(e) = hub.send(s, &link, message) {
-        hub.unregister(s, &id);
-        if let Some(st) = &stream {
-            st.finish();
-        }
-        if matches!(e, SendError::Ended) {
-            return rpc_error(
-                StatusCode::NOT_FOUND,
-                id,
-                code::SESSION_NOT_FOUND,
-                "MCP session not found: initialize again",
-            );
-        }
-        if matches!(e, SendError::TooLarge(_)) {
+        Err(e @ SendError::TooLarge(_)) => {
             return rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 id,
@@ -292,16 +264,18 @@ async fn request(
                 &e.to_string(),
             );
         }
-        return rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            code::UNAVAILABLE,
-            &format!("{e}; retry shortly"),
-        );
+        Err(e @ SendError::Busy(_)) => {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                code::UNAVAILABLE,
+                &format!("{e}; retry shortly"),
+            );
+        }
     }
-    match (stream, waiter) {
-        (Some(st), _) => sse_response(hub, st, None),
-        (None, Some(rx)) => match rx.await {
+    match reply {
+        Reply::Stream(st) => sse_response(timing, st, None, to.session.protocol_version()),
+        Reply::Json(rx) => match rx.await {
             Ok(reply) => (
                 [(header::CONTENT_TYPE, "application/json")],
                 reply.to_string(),
@@ -310,23 +284,22 @@ async fn request(
             // Cancelled by the client: no response is owed.
             Err(_) => StatusCode::ACCEPTED.into_response(),
         },
-        (None, None) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
-fn offline_answer(s: &Session, method: &str, id: Value) -> Response {
+fn offline_answer(router: &dyn Router, to: Target<'_>, method: &str, id: Value) -> Response {
     let json_reply =
         |v: Value| ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response();
     let offline = format!(
         "the machine behind bridge {} is offline (its daemon is not connected); retry when it reconnects",
-        s.bridge.name
+        to.bridge.name()
     );
     match method {
         "ping" => json_reply(json!({"jsonrpc": "2.0", "id": id, "result": {}})),
         "tools/list" => {
-            let tools = s.bridge.catalog().and_then(|c| {
-                c.get(&s.server)
-                    .and_then(|i| i.tools_for(s.principal.role.as_str()))
+            let tools = router.catalog(to.bridge).and_then(|c| {
+                c.get(to.server)
+                    .and_then(|i| i.tools_for(to.principal.role.as_str()))
             });
             match tools {
                 Some(t) => json_reply(json!({"jsonrpc": "2.0", "id": id, "result": t})),
@@ -354,57 +327,43 @@ fn offline_answer(s: &Session, method: &str, id: Value) -> Response {
 /// GET on either endpoint: the session's standalone stream or, with `Last-Event-ID`, a replay
 /// that continues a stream (never a re-execution, invariant 6).
 pub(crate) async fn get(
-    State(hub): State<Arc<Hub>>,
-    McpGet {
-        principal,
-        headers,
-        session,
-    }: McpGet,
+    State(router): State<Arc<dyn Router>>,
+    State(config): State<Arc<RelayConfig>>,
+    McpGet { headers, session }: McpGet,
 ) -> Response {
-    if let Some(last) = headers.get("last-event-id") {
-        // Event ids the relay issues are ASCII: any other value names no stream.
-        let last = last.to_str().unwrap_or("");
-        return match hub
-            .streams
-            .resume(last, &session.sid, &principal.id, &session.standalone)
-        {
-            Resume::Replay(st, seq) => {
-                // The client has every event up to its cursor: the store forgets them.
-                hub.streams.acknowledge(&st, seq);
-                sse_response(&hub, st, Some(seq))
-            }
-            Resume::Standalone => {
-                let after = session.standalone.unsent_cursor();
-                sse_response(&hub, session.standalone.clone(), after)
-            }
-            Resume::Unknown => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
-        };
+    let version = session.protocol_version();
+    // Event ids the relay issues are ASCII: any other value names no stream.
+    let last = headers
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or(""));
+    match router.resume(&session, last) {
+        Some((st, after)) => sse_response(&config.timing, st, after, version),
+        None => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
     }
-    let after = session.standalone.unsent_cursor();
-    sse_response(&hub, session.standalone.clone(), after)
 }
 
 /// DELETE on either endpoint: ends the session.
 pub(crate) async fn delete(
-    State(hub): State<Arc<Hub>>,
+    State(router): State<Arc<dyn Router>>,
     McpDelete { session }: McpDelete,
 ) -> Response {
-    hub.end_session(
-        &session.sid,
-        code::UNAVAILABLE,
-        "the session was deleted",
-        true,
-    );
+    router.end(&session);
     StatusCode::OK.into_response()
 }
 
-/// An SSE response reading `st` after event `after` (from the priming event when `None`).
-fn sse_response(hub: &Hub, st: Arc<SseStream>, after: Option<u64>) -> Response {
+/// An SSE response reading `st` after event `after` (from its start when `None`), framed as
+/// the session's `version` defines ([`Framing::session`]: the priming event from 2025-11-25).
+fn sse_response(
+    timing: &RelayTiming,
+    st: Arc<SseStream>,
+    after: Option<u64>,
+    version: &str,
+) -> Response {
     sse::response(
         st,
         after,
-        hub.config.timing.sse_keepalive,
-        Framing::Resumable,
+        timing.sse_keepalive,
+        Framing::session(version),
         (),
     )
 }

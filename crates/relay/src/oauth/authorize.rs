@@ -10,7 +10,7 @@
 //! `resource` (RFC 8707) per grant, an MCP URL of this relay or the relay itself; an omitted
 //! `scope` gets `mcp`; `dpop_jkt` (RFC 9449 §10) binds the code to a DPoP key.
 //!
-//! The open request travels in the form, signed with the relay's form key and bound to a
+//! The open request travels in the form, signed with the store's form key and bound to a
 //! browser cookie (so a form posted from another site, or another browser, is refused); the
 //! relay keeps no state for a page until it is approved. Failed sign-ins count per account and
 //! per client address ([`protocol::limits::SIGN_IN_FAILURES_PER_ACCOUNT`],
@@ -40,7 +40,6 @@ use super::{
 };
 use crate::{
     auth::{random_secret, sha256_hex},
-    hub::Hub,
     storage::{
         now,
         oauth::{ClientKind, NewCode},
@@ -89,7 +88,7 @@ impl OAuth {
         format!("{payload}.{sig}")
     }
 
-    fn open(&self, sealed: &str, browser: Option<&str>) -> Option<Pending> {
+    fn unseal(&self, sealed: &str, browser: Option<&str>) -> Option<Pending> {
         let (payload, sig) = sealed.split_once('.')?;
         let expected = self.sign(payload);
         if !bool::from(expected.as_bytes().ct_eq(sig.as_bytes())) {
@@ -141,13 +140,13 @@ fn redirect(redirect_uri: &str, params: &[(&str, &str)]) -> Response {
 /// An error redirect (RFC 6749 §4.1.2.1) with `state` and `iss` (RFC 9207 §2: error responses
 /// too).
 fn redirect_error(
-    hub: &Hub,
+    oauth: &OAuth,
     redirect_uri: &str,
     state: Option<&str>,
     error: &str,
     description: &str,
 ) -> Response {
-    let iss = resource::issuer(&hub.config);
+    let iss = resource::issuer(&oauth.config);
     let mut params = vec![("error", error), ("error_description", description)];
     if let Some(s) = state {
         params.push(("state", s));
@@ -193,7 +192,7 @@ fn redirect_host(uri: &str) -> String {
 
 /// Validated request: the client and the pending authorization, or the response that refuses it.
 async fn validate(
-    hub: &Hub,
+    oauth: &OAuth,
     form: &Form,
     address: &str,
     browser: &str,
@@ -202,7 +201,7 @@ async fn validate(
     let Some(client_id) = form.get("client_id") else {
         return Err(page_err("the request has no client_id"));
     };
-    let client = clients::find(hub, client_id, address)
+    let client = clients::find(oauth, client_id, address)
         .await
         .map_err(|e| consent::error_page(e.status, &e.description))?;
     let redirect_uri = match form.get("redirect_uri") {
@@ -220,7 +219,7 @@ async fn validate(
     }
     let state = form.get("state");
     let fail = |error: &str, description: &str| {
-        redirect_error(hub, &redirect_uri, state, error, description)
+        redirect_error(oauth, &redirect_uri, state, error, description)
     };
     match form.get("response_type") {
         Some("code") => {}
@@ -252,7 +251,7 @@ async fn validate(
     }
     let target = match form.get("resource") {
         None => Target::Relay,
-        Some(r) => match resource::parse(&hub.config, r) {
+        Some(r) => match resource::parse(&oauth.config, r) {
             Some(t) => t,
             None => {
                 return Err(fail(
@@ -280,7 +279,7 @@ async fn validate(
             redirect_uri,
             state: state.map(str::to_owned),
             code_challenge: challenge.to_owned(),
-            resource: resource::resource(&hub.config, &target),
+            resource: resource::resource(&oauth.config, &target),
             bridge,
             scope: granted_scope(form.get("scope")),
             dpop_jkt,
@@ -311,7 +310,7 @@ fn view<'a>(
 
 /// `GET /oauth/authorize`: validates the request and renders the consent page.
 pub async fn show(
-    State(hub): State<Arc<Hub>>,
+    State(oauth): State<Arc<OAuth>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
@@ -335,11 +334,11 @@ pub async fn show(
         Some(c) => (c.to_owned(), false),
         None => (random_secret(""), true),
     };
-    let (client, pending) = match validate(&hub, &form, &address, &browser).await {
+    let (client, pending) = match validate(&oauth, &form, &address, &browser).await {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let sealed = hub.oauth.seal(&pending);
+    let sealed = oauth.seal(&pending);
     let name = client.display_name();
     let host = redirect_host(&pending.redirect_uri);
     let mut r = consent::page(
@@ -347,7 +346,7 @@ pub async fn show(
         StatusCode::OK,
     );
     if new_cookie {
-        let secure = if hub.config.public_url.scheme() == "https" {
+        let secure = if oauth.config.public_url.scheme() == "https" {
             "; Secure"
         } else {
             ""
@@ -368,7 +367,7 @@ pub async fn show(
 /// (loopback aliases of it on a loopback listener), and not a cross-site fetch. `Origin: null`
 /// (what a browser sends under a strict referrer policy, or from a privacy-sensitive context)
 /// passes only with `Sec-Fetch-Site: same-origin` (Fetch Metadata, which pages cannot forge).
-fn same_origin(hub: &Hub, headers: &HeaderMap) -> bool {
+fn same_origin(oauth: &OAuth, headers: &HeaderMap) -> bool {
     let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
     if matches!(site, Some("cross-site" | "same-site")) {
         return false;
@@ -376,7 +375,7 @@ fn same_origin(hub: &Hub, headers: &HeaderMap) -> bool {
     match headers.get(header::ORIGIN).map(|v| v.to_str()) {
         None => true,
         Some(Ok("null")) => site == Some("same-origin"),
-        Some(Ok(o)) => crate::mcp::own_origin(hub, o),
+        Some(Ok(o)) => crate::origin::own_origin(&oauth.config, o),
         Some(Err(_)) => false,
     }
 }
@@ -384,7 +383,7 @@ fn same_origin(hub: &Hub, headers: &HeaderMap) -> bool {
 /// `POST /oauth/authorize`: the consent form. Signs the account in and redirects with a code
 /// (approve) or `access_denied` (deny); a failed sign-in shows the page again with the reason.
 pub async fn approve(
-    State(hub): State<Arc<Hub>>,
+    State(oauth): State<Arc<OAuth>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: axum::body::Body,
@@ -397,7 +396,7 @@ pub async fn approve(
             "the form must be sent as application/x-www-form-urlencoded",
         );
     }
-    if !same_origin(&hub, &headers) {
+    if !same_origin(&oauth, &headers) {
         return consent::error_page(StatusCode::FORBIDDEN, "the form was sent from another site");
     }
     let body = match crate::server::read_body(body, OAUTH_FORM_MAX_BYTES).await {
@@ -423,14 +422,14 @@ pub async fn approve(
     };
     let Some(pending) = form
         .get("request")
-        .and_then(|r| hub.oauth.open(r, cookie(&headers, COOKIE)))
+        .and_then(|r| oauth.unseal(r, cookie(&headers, COOKIE)))
     else {
         return consent::error_page(
             StatusCode::BAD_REQUEST,
             "this sign-in page has expired, was opened in another browser, or the relay restarted since it was opened",
         );
     };
-    let client = match clients::find(&hub, &pending.client_id, &address).await {
+    let client = match clients::find(&oauth, &pending.client_id, &address).await {
         Ok(c) if c.redirect_uri(&pending.redirect_uri).is_some() => c,
         Ok(_) => {
             return consent::error_page(
@@ -443,7 +442,7 @@ pub async fn approve(
     let state = pending.state.as_deref();
     if form.get("action") != Some("approve") {
         return redirect_error(
-            &hub,
+            &oauth,
             &pending.redirect_uri,
             state,
             "access_denied",
@@ -469,7 +468,12 @@ pub async fn approve(
             "Enter the account name and its password.",
         );
     };
-    let found = match hub.storage.account_with_password(bridge, account).await {
+    let found = match oauth
+        .store
+        .accounts()
+        .account_with_password(bridge, account)
+        .await
+    {
         Ok(f) => f,
         Err(e) => return OAuthError::from(e).into_response(),
     };
@@ -481,14 +485,22 @@ pub async fn approve(
         None => format!("account {bridge}/{}", account.to_lowercase()),
     };
     let address_key = format!("address {address}");
-    let throttle = &hub.oauth.throttle;
-    let taken = throttle
+    let guards = oauth.store.guards();
+    let taken = match guards
         .take(&account_key, SIGN_IN_FAILURES_PER_ACCOUNT)
-        .and_then(|()| {
-            throttle
+        .await
+    {
+        Ok(()) => {
+            let by_address = guards
                 .take(&address_key, SIGN_IN_FAILURES_PER_ADDRESS)
-                .inspect_err(|_| throttle.forgive(&account_key))
-        });
+                .await;
+            if by_address.is_err() {
+                guards.forgive(&account_key).await;
+            }
+            by_address
+        }
+        refused => refused,
+    };
     if let Err(wait) = taken {
         return again(
             StatusCode::TOO_MANY_REQUESTS,
@@ -499,7 +511,7 @@ pub async fn approve(
         );
     }
     let ok = {
-        let Ok(_permit) = hub.oauth.password_checks.acquire().await else {
+        let Ok(_permit) = oauth.password_checks.acquire().await else {
             return OAuthError::unavailable().into_response();
         };
         let stored = found.as_ref().map(|(_, h)| h.clone());
@@ -512,13 +524,13 @@ pub async fn approve(
         tracing::info!(bridge, "a sign-in on the consent page failed");
         return again(StatusCode::UNAUTHORIZED, "Wrong account name or password.");
     };
-    throttle.clear(&account_key);
-    throttle.forgive(&address_key);
+    guards.clear(&account_key).await;
+    guards.forgive(&address_key).await;
     if account_row.disabled {
         return again(StatusCode::FORBIDDEN, "This account is disabled.");
     }
     if client.kind == ClientKind::Document
-        && let Err(e) = clients::remember_document(&hub, &client).await
+        && let Err(e) = clients::remember_document(&oauth, &client).await
     {
         return e.into_response();
     }
@@ -535,12 +547,12 @@ pub async fn approve(
         dpop_jkt: pending.dpop_jkt.clone(),
         expires_at: now() + AUTHORIZATION_CODE_LIFETIME.as_secs() as i64,
     };
-    if let Err(e) = hub.storage.insert_code(&record).await {
+    if let Err(e) = oauth.store.oauth().insert_code(&record).await {
         return OAuthError::from(e).into_response();
     }
-    let _ = hub.storage.touch_client(&client.id).await;
+    let _ = oauth.store.oauth().touch_client(&client.id).await;
     tracing::info!(client = %client.id, bridge, account = %account_row.name, "an OAuth grant was approved");
-    let iss = resource::issuer(&hub.config);
+    let iss = resource::issuer(&oauth.config);
     let mut params = vec![("code", code.as_str())];
     if let Some(s) = state {
         params.push(("state", s));
@@ -563,9 +575,12 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_sealed_form_opens_only_unchanged_in_its_browser_and_in_time() {
-        let o = OAuth::new(Default::default());
+    #[tokio::test]
+    async fn a_sealed_form_opens_only_unchanged_in_its_browser_and_in_time() {
+        let store = crate::storage::memory().await.unwrap();
+        let config = Arc::new(crate::config::RelayConfig::for_tests());
+        let with_key = |key| OAuth::new(config.clone(), store.clone(), key);
+        let o = with_key([1; 32]);
         let p = Pending {
             client_id: "c".into(),
             redirect_uri: "http://127.0.0.1/cb".into(),
@@ -579,27 +594,32 @@ mod tests {
             expires: now() + 60,
         };
         let sealed = o.seal(&p);
-        assert_eq!(o.open(&sealed, Some(&"b".repeat(43))), Some(p.clone()));
+        assert_eq!(o.unseal(&sealed, Some(&"b".repeat(43))), Some(p.clone()));
         assert_eq!(
-            o.open(&sealed, Some(&"c".repeat(43))),
+            o.unseal(&sealed, Some(&"c".repeat(43))),
             None,
             "another browser"
         );
-        assert_eq!(o.open(&sealed, None), None);
+        assert_eq!(o.unseal(&sealed, None), None);
         let (payload, _) = sealed.split_once('.').unwrap();
         assert_eq!(
-            o.open(&format!("{payload}.AAAA"), Some(&"b".repeat(43))),
+            o.unseal(&format!("{payload}.AAAA"), Some(&"b".repeat(43))),
             None
         );
         let expired = o.seal(&Pending {
             expires: now() - 1,
             ..p.clone()
         });
-        assert_eq!(o.open(&expired, Some(&"b".repeat(43))), None);
+        assert_eq!(o.unseal(&expired, Some(&"b".repeat(43))), None);
         assert_eq!(
-            OAuth::new(Default::default()).open(&sealed, Some(&"b".repeat(43))),
+            with_key([2; 32]).unseal(&sealed, Some(&"b".repeat(43))),
             None,
-            "another relay's key"
+            "another store's key"
+        );
+        assert_eq!(
+            with_key([1; 32]).unseal(&sealed, Some(&"b".repeat(43))),
+            Some(p.clone()),
+            "another process on the same store"
         );
     }
 

@@ -14,9 +14,9 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use super::{jwt, resource, token::htu_is};
 use crate::{
     auth::{self, BridgePrincipal},
-    config::AuthMode,
+    config::{AuthMode, RelayConfig},
     error::HttpError,
-    hub::Hub,
+    storage::Store,
 };
 
 /// The refusal of an `Authorization` header without the Bearer (or DPoP) scheme (the scheme's
@@ -51,9 +51,14 @@ fn credential(headers: &HeaderMap) -> Result<Option<Credential<'_>>, &'static st
 /// The 401 for MCP path `path`, with `invalid` naming why a presented token was refused. With
 /// `dpop` (the request used the DPoP scheme, or the token is DPoP-bound) the challenge is the
 /// DPoP scheme's (RFC 9449 §7.1: `DPoP error="invalid_token", algs="ES256"`).
-pub fn unauthorized(hub: &Hub, path: &str, dpop: bool, invalid: Option<&str>) -> HttpError {
+pub fn unauthorized(
+    config: &RelayConfig,
+    path: &str,
+    dpop: bool,
+    invalid: Option<&str>,
+) -> HttpError {
     let message = invalid.unwrap_or("authorization is required");
-    let challenge = match hub.config.auth {
+    let challenge = match config.auth {
         AuthMode::OAuth if dpop => {
             let why: String = message
                 .chars()
@@ -61,10 +66,10 @@ pub fn unauthorized(hub: &Hub, path: &str, dpop: bool, invalid: Option<&str>) ->
                 .collect();
             format!(
                 "DPoP error=\"invalid_token\", error_description=\"{why}\", algs=\"ES256\", resource_metadata=\"{}\"",
-                resource::metadata_url(&hub.config, path)
+                resource::metadata_url(config, path)
             )
         }
-        AuthMode::OAuth => resource::challenge(&hub.config, path, invalid),
+        AuthMode::OAuth => resource::challenge(config, path, invalid),
         _ => match invalid {
             Some(_) => "Bearer realm=\"machine-mcp\", error=\"invalid_token\"".to_owned(),
             None => "Bearer realm=\"machine-mcp\"".to_owned(),
@@ -82,7 +87,8 @@ pub fn unauthorized(hub: &Hub, path: &str, dpop: bool, invalid: Option<&str>) ->
 /// 401 (see the module) for a missing, unknown, expired, revoked, foreign-resource or wrongly
 /// presented token; 403 for a static token of another bridge; 503 when the store fails.
 pub async fn principal(
-    hub: &Hub,
+    config: &RelayConfig,
+    store: &Store,
     bridge: &str,
     server: Option<&str>,
     method: &Method,
@@ -95,23 +101,23 @@ pub async fn principal(
             "the relay store is unavailable",
         )
     };
-    let presented = credential(headers).map_err(|e| unauthorized(hub, &path, false, Some(e)))?;
+    let presented = credential(headers).map_err(|e| unauthorized(config, &path, false, Some(e)))?;
     let Some(presented) = presented else {
-        return Err(unauthorized(hub, &path, false, None));
+        return Err(unauthorized(config, &path, false, None));
     };
     let mut dpop = matches!(presented, Credential::Dpop(_));
     let token = match presented {
         Credential::Bearer(t) | Credential::Dpop(t) => t,
     };
-    if hub.config.auth == AuthMode::OAuth && token.starts_with("mba_") {
-        let grant = hub
-            .storage
+    if config.auth == AuthMode::OAuth && token.starts_with("mba_") {
+        let grant = store
+            .oauth()
             .access_grant(&auth::sha256_hex(token))
             .await
             .map_err(unavailable)?
             .ok_or_else(|| {
                 unauthorized(
-                    hub,
+                    config,
                     &path,
                     dpop,
                     Some("the access token is invalid, expired or revoked"),
@@ -122,11 +128,11 @@ pub async fn principal(
             bridge: bridge.to_owned(),
             server: server.map(str::to_owned),
         };
-        let for_this = grant.resource == resource::resource(&hub.config, &target)
-            || grant.resource == resource::issuer(&hub.config);
+        let for_this = grant.resource == resource::resource(config, &target)
+            || grant.resource == resource::issuer(config);
         if !for_this || grant.account.bridge != bridge {
             return Err(unauthorized(
-                hub,
+                config,
                 &path,
                 dpop,
                 Some("the access token was issued for another resource"),
@@ -136,7 +142,7 @@ pub async fn principal(
             (None, Credential::Bearer(_)) => {}
             (None, Credential::Dpop(_)) => {
                 return Err(unauthorized(
-                    hub,
+                    config,
                     &path,
                     dpop,
                     Some("the access token is not DPoP-bound: send it as Bearer"),
@@ -144,7 +150,7 @@ pub async fn principal(
             }
             (Some(_), Credential::Bearer(_)) => {
                 return Err(unauthorized(
-                    hub,
+                    config,
                     &path,
                     dpop,
                     Some("the access token is DPoP-bound: send it as DPoP with a proof"),
@@ -155,25 +161,26 @@ pub async fn principal(
                     .get("dpop")
                     .and_then(|v| v.to_str().ok())
                     .ok_or_else(|| {
-                        unauthorized(hub, &path, dpop, Some("a DPoP proof is required"))
+                        unauthorized(config, &path, dpop, Some("a DPoP proof is required"))
                     })?;
                 let v = jwt::verify_dpop(
                     proof,
                     method.as_str(),
-                    |htu| htu_is(hub, htu, &path),
+                    |htu| htu_is(config, htu, &path),
                     Some(token),
                 )
-                .map_err(|e| unauthorized(hub, &path, dpop, Some(&e)))?;
+                .map_err(|e| unauthorized(config, &path, dpop, Some(&e)))?;
                 if &v.jkt != jkt {
                     return Err(unauthorized(
-                        hub,
+                        config,
                         &path,
                         dpop,
                         Some("the DPoP proof is signed with another key"),
                     ));
                 }
-                jwt::consume(&v, &hub.oauth.seen)
-                    .map_err(|e| unauthorized(hub, &path, dpop, Some(&e)))?;
+                jwt::consume(&v, store.guards())
+                    .await
+                    .map_err(|e| unauthorized(config, &path, dpop, Some(&e)))?;
             }
         }
         return Ok(BridgePrincipal {
@@ -185,20 +192,20 @@ pub async fn principal(
     }
     let Credential::Bearer(token) = presented else {
         return Err(unauthorized(
-            hub,
+            config,
             &path,
             false,
             Some("static tokens are sent as Bearer"),
         ));
     };
-    let rec = hub
-        .storage
+    let rec = store
+        .accounts()
         .token_by_hash(&auth::sha256_hex(token))
         .await
         .map_err(unavailable)?
         .ok_or_else(|| {
             unauthorized(
-                hub,
+                config,
                 &path,
                 dpop,
                 Some("the bearer token is unknown or revoked"),

@@ -562,11 +562,11 @@ fn parse_basic(creds: &str) -> Result<(String, String), OAuthError> {
 /// (the message says which); 429 past [`protocol::limits::CLIENT_METADATA_FETCHES_PER_ADDRESS`]
 /// fetches from `address`; 503 when the store fails.
 pub async fn find(
-    hub: &crate::hub::Hub,
+    oauth: &super::OAuth,
     client_id: &str,
     address: &str,
 ) -> Result<Client, OAuthError> {
-    let stored = hub.storage.client(client_id).await?;
+    let stored = oauth.store.oauth().client(client_id).await?;
     if let Some(r) = &stored {
         if r.revoked {
             return Err(OAuthError::invalid_client(
@@ -580,7 +580,7 @@ pub async fn find(
             return Client::from_record(r);
         }
     }
-    let fetcher = &hub.oauth.fetcher;
+    let fetcher = &oauth.fetcher;
     if !fetcher.is_document_url(client_id) {
         return Err(OAuthError::invalid_client(
             "unknown client_id: register again, or use an https client ID metadata document URL",
@@ -589,13 +589,13 @@ pub async fn find(
     if fetcher.fresh_for(client_id).is_zero() {
         let key = format!("fetch {address}");
         let limit = protocol::limits::CLIENT_METADATA_FETCHES_PER_ADDRESS;
-        if hub.oauth.throttle.blocked(&key, limit).is_some() {
+        if oauth.store.guards().blocked(&key, limit).await.is_some() {
             return Err(OAuthError::invalid_client(
                 "too many client metadata documents fetched for this address; try again later",
             )
             .with_status(axum::http::StatusCode::TOO_MANY_REQUESTS));
         }
-        hub.oauth.throttle.record(&key);
+        oauth.store.guards().record(&key).await;
     }
     let doc = fetcher
         .document(client_id)
@@ -614,7 +614,7 @@ pub async fn find(
         secret_hash: None,
     };
     if stored.is_some() {
-        remember_document(hub, &client).await?;
+        remember_document(oauth, &client).await?;
     }
     Ok(client)
 }
@@ -624,11 +624,13 @@ pub async fn find(
 ///
 /// # Errors
 /// 503 when the store fails.
-pub async fn remember_document(hub: &crate::hub::Hub, client: &Client) -> Result<(), OAuthError> {
-    let secs = hub.oauth.fetcher.fresh_for(&client.id).as_secs() as i64;
+pub async fn remember_document(oauth: &super::OAuth, client: &Client) -> Result<(), OAuthError> {
+    let secs = oauth.fetcher.fresh_for(&client.id).as_secs() as i64;
     let metadata =
         serde_json::to_string(&client.metadata).map_err(|_| OAuthError::unavailable())?;
-    hub.storage
+    oauth
+        .store
+        .oauth()
         .store_document_client(&client.id, &metadata, crate::storage::now() + secs)
         .await?;
     Ok(())

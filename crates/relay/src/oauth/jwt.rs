@@ -1,24 +1,22 @@
 //! Signed JWTs the relay verifies: DPoP proofs (RFC 9449 §4) and `private_key_jwt` client
 //! assertions (RFC 7523 §3), with `jsonwebtoken` doing the signature checks.
 //!
-//! Both are single-use: their `jti` is remembered ([`SeenIds`]) for as long as they could be
-//! accepted. Callers verify first and [`consume`] the id once everything else about the request
+//! Both are single-use: their `jti` is remembered ([`GuardStore::first_use`]) for as long as
+//! they could be accepted. Callers verify first and [`consume`] the id once everything else about the request
 //! held, so refused requests cannot fill the set.
 
 use std::collections::HashSet;
 
+use crate::storage::{GuardStore, Seen};
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use jsonwebtoken::{
     Algorithm, DecodingKey, Validation, decode, decode_header,
     jwk::{AlgorithmParameters, EllipticCurve, Jwk, ThumbprintHash},
 };
+use protocol::limits::{PROOF_CLOCK_SKEW, PROOF_MAX_AGE};
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
-
-use super::limiter::{Seen, SeenIds};
-use protocol::limits::{PROOF_CLOCK_SKEW, PROOF_MAX_AGE};
 
 /// A verified JWT whose id still has to be recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,9 +31,9 @@ pub struct Verified {
 ///
 /// # Errors
 /// A message when the id was used before (a replay) or too many recent ids are remembered.
-pub fn consume(v: &Verified, seen: &SeenIds) -> Result<(), String> {
-    let until = Instant::now() + std::time::Duration::from_secs(v.until_secs);
-    match seen.first_use(&v.key, until) {
+pub async fn consume(v: &Verified, guards: &dyn GuardStore) -> Result<(), String> {
+    let ttl = std::time::Duration::from_secs(v.until_secs);
+    match guards.first_use(&v.key, ttl).await {
         Seen::First => Ok(()),
         Seen::Again => Err("this proof was used before (jti replay)".into()),
         Seen::Full => Err("the relay cannot take more proofs right now; retry in a minute".into()),
@@ -258,16 +256,16 @@ pub(crate) mod tests {
         encode(&h, &claims, key).unwrap()
     }
 
-    #[test]
-    fn a_dpop_proof_verifies_once_and_binds_its_key() {
+    #[tokio::test]
+    async fn a_dpop_proof_verifies_once_and_binds_its_key() {
         let (key, jwk) = es256_key();
         let p = proof(&key, &jwk, "POST", "https://r.example/oauth/token", None);
         let ok = |u: &str| u == "https://r.example/oauth/token";
         let v = verify_dpop(&p, "POST", ok, None).unwrap();
         assert_eq!(v.jkt.len(), 43);
-        let seen = SeenIds::new(10);
-        consume(&v, &seen).unwrap();
-        assert!(consume(&v, &seen).unwrap_err().contains("replay"));
+        let guards = crate::storage::MemoryGuards::default();
+        consume(&v, &guards).await.unwrap();
+        assert!(consume(&v, &guards).await.unwrap_err().contains("replay"));
         assert!(
             verify_dpop(&p, "GET", ok, None)
                 .unwrap_err()

@@ -13,7 +13,7 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{clients::AuthMethod, jwt::ASSERTION_ALGORITHMS, resource};
-use crate::{config::RelayConfig, hub::Hub};
+use crate::config::RelayConfig;
 
 fn cacheable(v: Value) -> Response {
     let mut r = Json(v).into_response();
@@ -51,9 +51,9 @@ pub fn protected_resource_document(config: &RelayConfig, target: &resource::Targ
 /// `GET /.well-known/oauth-protected-resource`: the metadata of the relay as a whole (RFC 9728
 /// §3: the well-known URL of a resource without a path). A token for it is good for every MCP
 /// URL of the signing-in account's bridge.
-pub async fn protected_resource_root(State(hub): State<Arc<Hub>>) -> Response {
+pub async fn protected_resource_root(State(config): State<Arc<RelayConfig>>) -> Response {
     cacheable(protected_resource_document(
-        &hub.config,
+        &config,
         &resource::Target::Relay,
     ))
 }
@@ -61,11 +61,14 @@ pub async fn protected_resource_root(State(hub): State<Arc<Hub>>) -> Response {
 /// `GET /.well-known/oauth-protected-resource/{path}`: the metadata of the MCP URL `/{path}`
 /// (RFC 9728 §3.1, path insertion). Unknown bridges get a document too, so the answer says
 /// nothing about which bridges exist; other paths get 404.
-pub async fn protected_resource(State(hub): State<Arc<Hub>>, Path(path): Path<String>) -> Response {
-    let full = format!("{}/{path}", resource::issuer(&hub.config));
-    match resource::parse(&hub.config, &full) {
+pub async fn protected_resource(
+    State(config): State<Arc<RelayConfig>>,
+    Path(path): Path<String>,
+) -> Response {
+    let full = format!("{}/{path}", resource::issuer(&config));
+    match resource::parse(&config, &full) {
         Some(target @ resource::Target::Endpoint { .. }) => {
-            cacheable(protected_resource_document(&hub.config, &target))
+            cacheable(protected_resource_document(&config, &target))
         }
         _ => (
             StatusCode::NOT_FOUND,
@@ -105,16 +108,16 @@ pub fn authorization_server_document(config: &RelayConfig) -> Value {
 }
 
 /// `GET /.well-known/oauth-authorization-server`.
-pub async fn authorization_server(State(hub): State<Arc<Hub>>) -> Response {
-    cacheable(authorization_server_document(&hub.config))
+pub async fn authorization_server(State(config): State<Arc<RelayConfig>>) -> Response {
+    cacheable(authorization_server_document(&config))
 }
 
 /// `GET /.well-known/openid-configuration`: the same metadata with the members OpenID Connect
 /// Discovery 1.0 §3 requires. The relay issues no ID tokens (it does not grant `openid`); the
 /// JWK Set it names is empty.
-pub async fn openid_configuration(State(hub): State<Arc<Hub>>) -> Response {
-    let mut doc = authorization_server_document(&hub.config);
-    doc["jwks_uri"] = json!(resource::url(&hub.config, resource::JWKS_PATH));
+pub async fn openid_configuration(State(config): State<Arc<RelayConfig>>) -> Response {
+    let mut doc = authorization_server_document(&config);
+    doc["jwks_uri"] = json!(resource::url(&config, resource::JWKS_PATH));
     doc["subject_types_supported"] = json!(["public"]);
     doc["id_token_signing_alg_values_supported"] = json!(["ES256"]);
     cacheable(doc)

@@ -10,15 +10,18 @@
 //! - Authorization ([`authorize`], [`consent`]): a consent page where a bridge account signs in
 //!   and approves with one form POST; PKCE S256, exact redirect URIs (any port on loopback), a
 //!   resource indicator (RFC 8707) per grant, `iss` in the response (RFC 9207); failed sign-ins
-//!   throttled ([`limiter`]), passwords as argon2id hashes ([`password`]).
+//!   throttled (the store's guards, [`crate::storage::GuardStore`]), passwords as argon2id
+//!   hashes ([`password`]).
 //! - Tokens ([`token`]): single-use codes, opaque access tokens and rotating refresh tokens with
 //!   a retry grace and family revocation, RFC 7009 revocation, optional DPoP (RFC 9449).
 //! - The resource server ([`bearer`]): every MCP request's token checked against the grant, its
 //!   account, client, resource and DPoP key.
 //!
-//! Everything durable is in the relay store ([`crate::storage::oauth`]); what is here in memory
-//! (throttles, proof ids, the document cache, the consent form key) is bounded and may be lost
-//! on restart without losing a grant.
+//! Everything durable is in the relay store ([`crate::storage::oauth`]), and so are the replay
+//! guards and sign-in throttles ([`crate::storage::GuardStore`]) and the consent form key
+//! ([`crate::storage::OAuthStore::form_key`]: a form rendered by one relay process is accepted
+//! by another on the same store); what is here in memory (the document cache) is bounded and may
+//! be lost on restart without losing a grant.
 
 pub mod authorize;
 pub mod bearer;
@@ -28,92 +31,85 @@ pub mod document;
 pub mod error;
 pub mod form;
 pub mod jwt;
-pub mod limiter;
 pub mod metadata;
 pub mod password;
 pub mod register;
 pub mod resource;
 pub mod token;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
-    extract::ConnectInfo,
+    extract::{ConnectInfo, FromRef},
     http::{HeaderMap, header},
     routing::{get, post},
 };
-use rand::RngCore;
 
+pub use crate::config::OAuthSettings;
 pub use error::OAuthError;
 
-use crate::hub::Hub;
-use protocol::limits::{
-    ACCESS_TOKEN_LIFETIME, PASSWORD_CHECKS_CONCURRENT, PROOF_IDS_REMEMBERED, REFRESH_REUSE_GRACE,
-    SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW,
+use crate::{
+    config::RelayConfig,
+    storage::{StorageError, Store},
 };
+use protocol::limits::PASSWORD_CHECKS_CONCURRENT;
 
-/// OAuth settings of one relay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OAuthSettings {
-    /// Lifetime of access tokens ([`ACCESS_TOKEN_LIFETIME`]; shorter in tests).
-    pub access_token_lifetime: Duration,
-    /// How long a rotated refresh token may be presented again ([`REFRESH_REUSE_GRACE`];
-    /// shorter in tests).
-    pub refresh_reuse_grace: Duration,
-    /// Test switch: fetch client ID metadata documents and JWK Sets over plain `http` and from
-    /// loopback and private addresses. Never on in production: it opens the SSRF protection.
-    pub insecure_client_documents: bool,
-}
-
-impl Default for OAuthSettings {
-    fn default() -> Self {
-        Self {
-            access_token_lifetime: ACCESS_TOKEN_LIFETIME,
-            refresh_reuse_grace: REFRESH_REUSE_GRACE,
-            insecure_client_documents: false,
-        }
-    }
-}
-
-/// The authorization server's in-memory state.
+/// The authorization server: its settings and in-memory state, over the relay's configuration
+/// (its URLs) and store. The OAuth endpoints extract it (and nothing of the bridges).
 #[derive(Debug)]
 pub struct OAuth {
     /// Settings.
     pub settings: OAuthSettings,
-    /// HMAC key of consent forms (a restart invalidates open forms, nothing else).
+    /// HMAC key of consent forms: the store's ([`crate::storage::OAuthStore::form_key`]), so
+    /// every relay process on the store accepts a form another rendered.
     form_key: [u8; 32],
-    /// Failed sign-ins per account and per address, registrations and document fetches per
-    /// address.
-    pub throttle: limiter::Throttle,
-    /// Ids of DPoP proofs and client assertions already used.
-    pub seen: limiter::SeenIds,
     /// Client documents and JWK Sets.
     pub fetcher: document::Fetcher,
     /// Bounds concurrent argon2id checks.
     pub password_checks: tokio::sync::Semaphore,
+    /// The relay's configuration.
+    pub(crate) config: Arc<RelayConfig>,
+    /// The relay's store.
+    pub(crate) store: Store,
 }
 
 impl OAuth {
-    /// The state for `settings`.
-    pub fn new(settings: OAuthSettings) -> Self {
-        let mut form_key = [0u8; 32];
-        rand::thread_rng().fill_bytes(&mut form_key);
+    /// The authorization server of a relay with `config` over `store`, signing consent forms
+    /// with `form_key` (the store's: [`OAuth::open`]).
+    pub fn new(config: Arc<RelayConfig>, store: Store, form_key: [u8; 32]) -> Self {
+        let settings = config.oauth;
         Self {
             settings,
             form_key,
-            throttle: limiter::Throttle::new(SIGN_IN_WINDOW, SIGN_IN_THROTTLE_ENTRIES),
-            seen: limiter::SeenIds::new(PROOF_IDS_REMEMBERED),
             fetcher: document::Fetcher::new(settings.insecure_client_documents),
             password_checks: tokio::sync::Semaphore::new(PASSWORD_CHECKS_CONCURRENT),
+            config,
+            store,
         }
+    }
+
+    /// The authorization server of a relay with `config` over `store`, with the store's consent
+    /// form key ([`crate::storage::OAuthStore::form_key`]).
+    ///
+    /// # Errors
+    /// The store fails, or holds a damaged key (`Corrupt`).
+    pub async fn open(config: Arc<RelayConfig>, store: Store) -> Result<Self, StorageError> {
+        let form_key = store.oauth().form_key().await?;
+        Ok(Self::new(config, store, form_key))
     }
 }
 
 /// The authorization server's routes (mounted only in `--auth oauth` mode), behind the same
 /// `Host` check as the MCP endpoints (a page on a rebound DNS name cannot reach them on a
-/// loopback listener).
-pub fn routes(hub: &Arc<Hub>) -> Router<Arc<Hub>> {
+/// loopback listener). Their handlers extract the [`OAuth`] state and the configuration from
+/// the application state `S`.
+pub fn routes<S>(config: Arc<RelayConfig>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<OAuth>: FromRef<S>,
+    Arc<RelayConfig>: FromRef<S>,
+{
     Router::new()
         .route(
             resource::PRM_WELL_KNOWN,
@@ -139,19 +135,16 @@ pub fn routes(hub: &Arc<Hub>) -> Router<Arc<Hub>> {
         )
         .route(resource::TOKEN_PATH, post(token::token))
         .route(resource::REVOKE_PATH, post(token::revoke))
-        .route_layer(axum::middleware::from_fn_with_state(
-            hub.clone(),
-            check_host,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(config, check_host))
 }
 
 async fn check_host(
-    axum::extract::State(hub): axum::extract::State<Arc<Hub>>,
+    axum::extract::State(config): axum::extract::State<Arc<RelayConfig>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    if !crate::mcp::host_allowed(&hub, request.headers()) {
+    if !crate::origin::host_allowed(&config, request.headers()) {
         return OAuthError::invalid_request("Host header not allowed on this listener")
             .with_status(axum::http::StatusCode::FORBIDDEN)
             .into_response();

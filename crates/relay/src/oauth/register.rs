@@ -18,11 +18,10 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    OAuthError, client_address, clients::ClientMetadata, content_type_is, error::no_store,
+    OAuth, OAuthError, client_address, clients::ClientMetadata, content_type_is, error::no_store,
 };
 use crate::{
     auth::{random_id, random_secret, sha256_hex},
-    hub::Hub,
     storage::{StorageError, oauth::ClientKind},
 };
 use protocol::limits::{
@@ -38,29 +37,30 @@ use protocol::limits::{
 /// [`REGISTRATION_BODY_MAX_BYTES`], 429 past [`REGISTRATIONS_PER_ADDRESS`] per window from one
 /// address, 503 when [`REGISTERED_CLIENTS_MAX`] clients are kept. Nothing is stored on an error.
 pub async fn register(
-    State(hub): State<Arc<Hub>>,
+    State(oauth): State<Arc<OAuth>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
-    match register_inner(&hub, &address, &headers, body).await {
+    match register_inner(&oauth, &address, &headers, body).await {
         Ok(v) => (StatusCode::CREATED, no_store(), Json(v)).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
 async fn register_inner(
-    hub: &Hub,
+    oauth: &OAuth,
     address: &str,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Value, OAuthError> {
     let key = format!("register {address}");
-    if hub
-        .oauth
-        .throttle
+    if oauth
+        .store
+        .guards()
         .blocked(&key, REGISTRATIONS_PER_ADDRESS)
+        .await
         .is_some()
     {
         return Err(OAuthError::bad(
@@ -89,15 +89,16 @@ async fn register_inner(
         )
     })?;
     let metadata = ClientMetadata::validate(&request, ClientKind::Registered)?;
-    hub.oauth.throttle.record(&key);
+    oauth.store.guards().record(&key).await;
     let client_id = random_id("mbc_");
     let secret = metadata
         .token_endpoint_auth_method
         .uses_secret()
         .then(|| random_secret("mbs_"));
     let stored = serde_json::to_string(&metadata).map_err(|_| OAuthError::unavailable())?;
-    match hub
-        .storage
+    match oauth
+        .store
+        .oauth()
         .register_client(
             &client_id,
             &stored,

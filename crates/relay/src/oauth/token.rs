@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{
-    OAuthError, client_address,
+    OAuth, OAuthError, client_address,
     clients::{self, AuthMethod, Client, Presented},
     content_type_is,
     error::no_store,
@@ -31,7 +31,7 @@ use super::{
 };
 use crate::{
     auth::{random_secret, sha256_hex},
-    hub::Hub,
+    config::RelayConfig,
     storage::{
         now,
         oauth::{Grant, NewTokens, Redemption, Rotation, RotationRules},
@@ -67,7 +67,7 @@ async fn read_form(headers: &HeaderMap, body: Body) -> Result<Form, OAuthError> 
 /// register, a wrong secret or an assertion that does not verify; 400 `invalid_request` for a
 /// malformed authentication.
 async fn authenticate(
-    hub: &Hub,
+    oauth: &OAuth,
     headers: &HeaderMap,
     form: &Form,
     address: &str,
@@ -92,13 +92,15 @@ async fn authenticate(
     else {
         return Err(fail("client_id is required"));
     };
-    let client = clients::find(hub, &client_id, address).await.map_err(|e| {
-        if e.error == "invalid_client" && basic {
-            fail(&e.description)
-        } else {
-            e
-        }
-    })?;
+    let client = clients::find(oauth, &client_id, address)
+        .await
+        .map_err(|e| {
+            if e.error == "invalid_client" && basic {
+                fail(&e.description)
+            } else {
+                e
+            }
+        })?;
     let method = presented.method();
     if !client.metadata.allows(method) {
         return Err(fail(&format!(
@@ -119,7 +121,7 @@ async fn authenticate(
             let set = match (&client.metadata.jwks, &client.metadata.jwks_uri) {
                 (Some(set), _) => set.clone(),
                 (None, Some(uri)) => {
-                    hub.oauth
+                    oauth
                         .fetcher
                         .fetch(uri, CLIENT_JWKS_MAX_BYTES)
                         .await
@@ -129,9 +131,9 @@ async fn authenticate(
                 (None, None) => return Err(fail("the client has no JWK Set")),
             };
             let audiences = vec![
-                resource::url(&hub.config, resource::TOKEN_PATH),
-                resource::issuer(&hub.config),
-                resource::url(&hub.config, resource::REVOKE_PATH),
+                resource::url(&oauth.config, resource::TOKEN_PATH),
+                resource::issuer(&oauth.config),
+                resource::url(&oauth.config, resource::REVOKE_PATH),
             ];
             Some(
                 jwt::verify_assertion(a, &client.id, &jwt::usable_keys(&set), &audiences)
@@ -153,36 +155,33 @@ fn assertion_subject(assertion: &str) -> Option<String> {
 
 /// Whether a DPoP proof's `htu` names `path` of this relay (its public URL; on a loopback
 /// listener a loopback alias of it too).
-pub fn htu_is(hub: &Hub, htu: &str, path: &str) -> bool {
+pub fn htu_is(config: &RelayConfig, htu: &str, path: &str) -> bool {
     let Ok(u) = url::Url::parse(htu) else {
         return false;
     };
     let origin = u.origin().ascii_serialization();
-    let expected_path = format!(
-        "{}{path}",
-        hub.config.public_url.path().trim_end_matches('/')
-    );
-    u.path() == expected_path && crate::mcp::own_origin(hub, &origin)
+    let expected_path = format!("{}{path}", config.public_url.path().trim_end_matches('/'));
+    u.path() == expected_path && crate::origin::own_origin(config, &origin)
 }
 
-fn new_tokens(hub: &Hub) -> (String, String, NewTokens) {
+fn new_tokens(oauth: &OAuth) -> (String, String, NewTokens) {
     let access = random_secret("mba_");
     let refresh = random_secret("mbr_");
     let t = now();
     let hashes = NewTokens {
         access_hash: sha256_hex(&access),
-        access_expires_at: t + hub.oauth.settings.access_token_lifetime.as_secs() as i64,
+        access_expires_at: t + oauth.settings.access_token_lifetime.as_secs() as i64,
         refresh_hash: sha256_hex(&refresh),
         refresh_expires_at: t + REFRESH_TOKEN_LIFETIME.as_secs() as i64,
     };
     (access, refresh, hashes)
 }
 
-fn token_answer(hub: &Hub, grant: &Grant, access: &str, refresh: Option<&str>) -> Response {
+fn token_answer(oauth: &OAuth, grant: &Grant, access: &str, refresh: Option<&str>) -> Response {
     let mut v = json!({
         "access_token": access,
         "token_type": if grant.dpop_jkt.is_some() { "DPoP" } else { "Bearer" },
-        "expires_in": hub.oauth.settings.access_token_lifetime.as_secs(),
+        "expires_in": oauth.settings.access_token_lifetime.as_secs(),
         "scope": grant.scope,
     });
     if let Some(r) = refresh {
@@ -192,7 +191,7 @@ fn token_answer(hub: &Hub, grant: &Grant, access: &str, refresh: Option<&str>) -
 }
 
 /// The DPoP proof of a token request, verified (RFC 9449 §5), if the request carries one.
-fn dpop_proof(hub: &Hub, headers: &HeaderMap) -> Result<Option<jwt::Verified>, OAuthError> {
+fn dpop_proof(oauth: &OAuth, headers: &HeaderMap) -> Result<Option<jwt::Verified>, OAuthError> {
     let mut proofs = headers.get_all("dpop").iter();
     let Some(proof) = proofs.next() else {
         return Ok(None);
@@ -209,16 +208,18 @@ fn dpop_proof(hub: &Hub, headers: &HeaderMap) -> Result<Option<jwt::Verified>, O
     jwt::verify_dpop(
         proof,
         "POST",
-        |htu| htu_is(hub, htu, resource::TOKEN_PATH),
+        |htu| htu_is(&oauth.config, htu, resource::TOKEN_PATH),
         None,
     )
     .map(Some)
     .map_err(|e| OAuthError::bad("invalid_dpop_proof", e))
 }
 
-fn consume_all(hub: &Hub, proofs: &[&Option<jwt::Verified>]) -> Result<(), OAuthError> {
+async fn consume_all(oauth: &OAuth, proofs: &[&Option<jwt::Verified>]) -> Result<(), OAuthError> {
     for v in proofs.iter().filter_map(|p| p.as_ref()) {
-        jwt::consume(v, &hub.oauth.seen).map_err(OAuthError::invalid_client)?;
+        jwt::consume(v, oauth.store.guards())
+            .await
+            .map_err(OAuthError::invalid_client)?;
     }
     Ok(())
 }
@@ -235,27 +236,27 @@ fn consume_all(hub: &Hub, proofs: &[&Option<jwt::Verified>]) -> Result<(), OAuth
 /// `invalid_dpop_proof`. Nothing is issued or stored on an error, except that a replayed code
 /// or refresh token revokes the grant it belongs to.
 pub async fn token(
-    State(hub): State<Arc<Hub>>,
+    State(oauth): State<Arc<OAuth>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
-    match token_inner(&hub, &headers, body, &address).await {
+    match token_inner(&oauth, &headers, body, &address).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
 async fn token_inner(
-    hub: &Hub,
+    oauth: &OAuth,
     headers: &HeaderMap,
     body: Body,
     address: &str,
 ) -> Result<Response, OAuthError> {
     let form = read_form(headers, body).await?;
-    let (client, assertion) = authenticate(hub, headers, &form, address).await?;
-    let dpop = dpop_proof(hub, headers)?;
+    let (client, assertion) = authenticate(oauth, headers, &form, address).await?;
+    let dpop = dpop_proof(oauth, headers)?;
     let jkt = dpop.as_ref().map(|d| d.jkt.clone());
     match form.get("grant_type") {
         Some("authorization_code") => {
@@ -274,7 +275,7 @@ async fn token_inner(
                     "code_verifier must be 43-128 unreserved characters (RFC 7636 §4.1)",
                 ));
             }
-            let redeemed = match hub.storage.redeem_code(&sha256_hex(code)).await? {
+            let redeemed = match oauth.store.oauth().redeem_code(&sha256_hex(code)).await? {
                 Redemption::Redeemed(c) => *c,
                 Redemption::Replayed => {
                     tracing::warn!(client = %client.id, "an authorization code was presented twice; its grant is revoked");
@@ -312,7 +313,7 @@ async fn token_inner(
                 ));
             }
             if let Some(r) = form.get("resource")
-                && resource::parse(&hub.config, r).map(|t| resource::resource(&hub.config, &t))
+                && resource::parse(&oauth.config, r).map(|t| resource::resource(&oauth.config, &t))
                     != Some(redeemed.resource.clone())
             {
                 return Err(OAuthError::bad(
@@ -328,10 +329,11 @@ async fn token_inner(
                     "the code is bound to a DPoP key: send a proof signed with it",
                 ));
             }
-            consume_all(hub, &[&assertion, &dpop])?;
-            let (access, refresh, hashes) = new_tokens(hub);
-            let Some(grant) = hub
-                .storage
+            consume_all(oauth, &[&assertion, &dpop]).await?;
+            let (access, refresh, hashes) = new_tokens(oauth);
+            let Some(grant) = oauth
+                .store
+                .oauth()
                 .create_grant(&redeemed, jkt.as_deref(), &hashes)
                 .await?
             else {
@@ -339,12 +341,12 @@ async fn token_inner(
                     "the account changed or was disabled since the code was issued; sign in again",
                 ));
             };
-            let _ = hub.storage.touch_client(&client.id).await;
+            let _ = oauth.store.oauth().touch_client(&client.id).await;
             let refresh = client
                 .metadata
                 .wants_refresh_tokens()
                 .then_some(refresh.as_str());
-            Ok(token_answer(hub, &grant, &access, refresh))
+            Ok(token_answer(oauth, &grant, &access, refresh))
         }
         Some("refresh_token") => {
             if !client.metadata.wants_refresh_tokens() {
@@ -356,15 +358,16 @@ async fn token_inner(
             let token = form
                 .get("refresh_token")
                 .ok_or_else(|| OAuthError::invalid_request("refresh_token is required"))?;
-            let (access, refresh, hashes) = new_tokens(hub);
+            let (access, refresh, hashes) = new_tokens(oauth);
             let rules = RotationRules {
                 client_id: &client.id,
                 dpop_jkt: jkt.as_deref(),
-                grace_secs: hub.oauth.settings.refresh_reuse_grace.as_secs() as i64,
+                grace_secs: oauth.settings.refresh_reuse_grace.as_secs() as i64,
                 max_reissues: REFRESH_REISSUES_MAX,
             };
-            let grant = match hub
-                .storage
+            let grant = match oauth
+                .store
+                .oauth()
                 .rotate_refresh(&sha256_hex(token), rules, &hashes)
                 .await?
             {
@@ -378,7 +381,7 @@ async fn token_inner(
                 Rotation::Invalid(why) => return Err(OAuthError::invalid_grant(why)),
             };
             if let Some(r) = form.get("resource")
-                && resource::parse(&hub.config, r).map(|t| resource::resource(&hub.config, &t))
+                && resource::parse(&oauth.config, r).map(|t| resource::resource(&oauth.config, &t))
                     != Some(grant.resource.clone())
             {
                 return Err(OAuthError::bad(
@@ -386,9 +389,9 @@ async fn token_inner(
                     "resource differs from the grant's",
                 ));
             }
-            consume_all(hub, &[&assertion, &dpop])?;
-            let _ = hub.storage.touch_client(&client.id).await;
-            Ok(token_answer(hub, &grant, &access, Some(&refresh)))
+            consume_all(oauth, &[&assertion, &dpop]).await?;
+            let _ = oauth.store.oauth().touch_client(&client.id).await;
+            Ok(token_answer(oauth, &grant, &access, Some(&refresh)))
         }
         Some(other) => Err(OAuthError::bad(
             "unsupported_grant_type",
@@ -403,7 +406,7 @@ async fn token_inner(
 /// redirect URI. Answers 200 with an empty body whether or not the token was known (§2.2);
 /// `invalid_client` (401) and `invalid_request` as at the token endpoint.
 pub async fn revoke(
-    State(hub): State<Arc<Hub>>,
+    State(oauth): State<Arc<OAuth>>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Body,
@@ -411,13 +414,14 @@ pub async fn revoke(
     let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
     let run = async {
         let form = read_form(&headers, body).await?;
-        let (client, assertion) = authenticate(&hub, &headers, &form, &address).await?;
+        let (client, assertion) = authenticate(&oauth, &headers, &form, &address).await?;
         let token = form
             .get("token")
             .ok_or_else(|| OAuthError::invalid_request("token is required"))?;
-        consume_all(&hub, &[&assertion])?;
-        let ended = hub
-            .storage
+        consume_all(&oauth, &[&assertion]).await?;
+        let ended = oauth
+            .store
+            .oauth()
             .revoke_by_token(&sha256_hex(token), &client.id)
             .await?;
         if ended > 0 {

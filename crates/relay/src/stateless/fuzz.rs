@@ -17,7 +17,13 @@ use protocol::{
 };
 
 use super::{
-    METHOD_HEADER, ParamHeader, VERSION_HEADER, decode_header_value, era, param_headers, validate,
+    checks::validate,
+    era,
+    headers::{METHOD_HEADER, decode_header_value},
+};
+use crate::{
+    hub::{ParamHeader, param_headers},
+    streamable::VERSION_HEADER,
 };
 
 /// Time each target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or

@@ -29,7 +29,7 @@ pub struct Account {
     pub created_at: i64,
 }
 
-/// How an account changes ([`SqliteStorage::update_account`]).
+/// How an account changes ([`super::AccountStore::update_account`]).
 #[derive(Debug, Clone)]
 pub enum AccountChange {
     /// A new role; ends its tokens.
@@ -82,7 +82,7 @@ impl SqliteStorage {
     /// # Errors
     /// `NotFound` for an unknown bridge, `Conflict` when the name is taken on that bridge, a
     /// malformed name (`Conflict` with the rule), database failure.
-    pub async fn create_account(
+    pub(crate) async fn create_account(
         &self,
         bridge: &str,
         name: &str,
@@ -128,7 +128,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; a stored role this build does not know (`Corrupt`).
-    pub async fn account_with_password(
+    pub(crate) async fn account_with_password(
         &self,
         bridge: &str,
         name: &str,
@@ -147,7 +147,11 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// As [`SqliteStorage::account_with_password`].
-    pub async fn account(&self, bridge: &str, name: &str) -> Result<Option<Account>, StorageError> {
+    pub(crate) async fn account(
+        &self,
+        bridge: &str,
+        name: &str,
+    ) -> Result<Option<Account>, StorageError> {
         Ok(self
             .account_with_password(bridge, name)
             .await?
@@ -158,7 +162,10 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn accounts(&self, bridge: Option<&str>) -> Result<Vec<Account>, StorageError> {
+    pub(crate) async fn accounts(
+        &self,
+        bridge: Option<&str>,
+    ) -> Result<Vec<Account>, StorageError> {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM accounts WHERE ?1 IS NULL OR bridge = ?1 ORDER BY bridge, name"
         ))
@@ -172,7 +179,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// `NotFound` for an unknown account; database failure.
-    pub async fn update_account(
+    pub(crate) async fn update_account(
         &self,
         bridge: &str,
         name: &str,
@@ -212,7 +219,11 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// `NotFound` for an unknown account; database failure.
-    pub async fn remove_account(&self, bridge: &str, name: &str) -> Result<(), StorageError> {
+    pub(crate) async fn remove_account(
+        &self,
+        bridge: &str,
+        name: &str,
+    ) -> Result<(), StorageError> {
         let r = sqlx::query("DELETE FROM accounts WHERE bridge = ? AND name = ? COLLATE NOCASE")
             .bind(bridge)
             .bind(name)
@@ -228,7 +239,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn account_count(&self, bridge: &str) -> Result<i64, StorageError> {
+    pub(crate) async fn account_count(&self, bridge: &str) -> Result<i64, StorageError> {
         Ok(
             sqlx::query("SELECT COUNT(*) FROM accounts WHERE bridge = ?")
                 .bind(bridge)

@@ -1,8 +1,12 @@
 //! Durable relay state: bridges, enrollment codes, device keys, bearer tokens, and (in
-//! [`accounts`] and [`oauth`]) the accounts, clients, codes and tokens of OAuth 2.1.
+//! [`accounts`] and [`oauth`]) the accounts, clients, codes and tokens of OAuth 2.1, the durable
+//! MCP sessions and stream events ([`durable`]), revocations ([`revocation`]).
 //!
 //! This module is the storage seam (DESIGN §6: an embedded SQLite implementation now, PostgreSQL
-//! later); [`SqliteStorage`] keeps everything in one database file in WAL mode, so the CLI (`relay token
+//! later). Callers hold a [`Store`] ([`open`], [`memory`]) and reach each aggregate through its
+//! trait ([`traits`]: [`BridgeStore`], [`AccountStore`], [`OAuthStore`], [`SessionStore`],
+//! [`RevocationStore`], [`GuardStore`]); no SQLite or `sqlx` type is named outside this module. The SQLite
+//! implementation keeps everything in one database file in WAL mode, so the CLI (`relay token
 //! create`, `relay bridge add`) and a running relay can use it at once. Secrets — enrollment codes
 //! and tokens — are stored only as SHA-256 hashes. Unreadable or corrupt state is an error, never
 //! silently replaced (invariant 9).
@@ -18,12 +22,24 @@ use crate::auth::Role;
 
 pub mod accounts;
 pub mod durable;
+pub mod guards;
 pub mod oauth;
 pub mod revocation;
+mod secrets;
+mod sqlite;
+mod store;
+pub mod traits;
 pub mod writer;
 
 pub use accounts::Account;
 pub use durable::{Payload, SessionRecord, StoreWrite, StoredEvent, StreamRecord};
+pub use guards::{MemoryGuards, Seen};
+pub use revocation::DeviceKeyRecord;
+pub use store::{Store, memory, open};
+pub use traits::{
+    AccountStore, BridgeStore, GuardFuture, GuardStore, OAuthStore, RevocationStore, SessionStore,
+    StoreFuture,
+};
 pub use writer::StoreWriter;
 
 /// A storage failure.
@@ -74,9 +90,10 @@ pub struct DeviceKey {
     pub public_key: String,
 }
 
-/// Durable relay state.
+/// The SQLite implementation of the store: one database file (or memory), a pool of four
+/// connections.
 #[derive(Debug, Clone)]
-pub struct SqliteStorage {
+pub(crate) struct SqliteStorage {
     pool: SqlitePool,
 }
 
@@ -93,7 +110,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// The file cannot be opened or created, or the schema cannot be applied.
-    pub async fn open(path: &Path) -> Result<Self, StorageError> {
+    pub(crate) async fn open(path: &Path) -> Result<Self, StorageError> {
         if let Some(dir) = path.parent() {
             // Owner-only, for the directories created here (an existing one is left as it is).
             use std::os::unix::fs::DirBuilderExt;
@@ -131,7 +148,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// As [`SqliteStorage::open`].
-    pub async fn memory() -> Result<Self, StorageError> {
+    pub(crate) async fn memory() -> Result<Self, StorageError> {
         let opts = SqliteConnectOptions::from_str("sqlite::memory:")?.foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
@@ -146,7 +163,11 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn add_bridge(&self, bridge: &str, ttl_secs: i64) -> Result<String, StorageError> {
+    pub(crate) async fn add_bridge(
+        &self,
+        bridge: &str,
+        ttl_secs: i64,
+    ) -> Result<String, StorageError> {
         self.add_bridge_code(bridge, ttl_secs, false).await
     }
 
@@ -155,7 +176,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn add_bridge_code(
+    pub(crate) async fn add_bridge_code(
         &self,
         bridge: &str,
         ttl_secs: i64,
@@ -183,7 +204,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn bridges(&self) -> Result<Vec<String>, StorageError> {
+    pub(crate) async fn bridges(&self) -> Result<Vec<String>, StorageError> {
         let rows = sqlx::query("SELECT name FROM bridges ORDER BY name")
             .fetch_all(&self.pool)
             .await?;
@@ -194,7 +215,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn bridge_exists(&self, bridge: &str) -> Result<bool, StorageError> {
+    pub(crate) async fn bridge_exists(&self, bridge: &str) -> Result<bool, StorageError> {
         Ok(sqlx::query("SELECT 1 FROM bridges WHERE name = ?")
             .bind(bridge)
             .fetch_optional(&self.pool)
@@ -209,7 +230,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// `NotFound` for an unknown, used or expired code; database failure.
-    pub async fn enroll(
+    pub(crate) async fn enroll(
         &self,
         code: &str,
         public_key: &str,
@@ -265,7 +286,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Unknown bridge; database failure.
-    pub async fn register_key(
+    pub(crate) async fn register_key(
         &self,
         bridge: &str,
         public_key: &str,
@@ -290,7 +311,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn device_key(&self, key_id: &str) -> Result<Option<DeviceKey>, StorageError> {
+    pub(crate) async fn device_key(&self, key_id: &str) -> Result<Option<DeviceKey>, StorageError> {
         let row = sqlx::query(
             "SELECT key_id, bridge, public_key FROM device_keys WHERE key_id = ? AND revoked_at IS NULL",
         )
@@ -308,7 +329,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Unknown bridge; database failure.
-    pub async fn create_token(
+    pub(crate) async fn create_token(
         &self,
         bridge: &str,
         role: Role,
@@ -346,7 +367,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; a stored role this build does not know (`Corrupt`).
-    pub async fn token_by_hash(
+    pub(crate) async fn token_by_hash(
         &self,
         token_hash: &str,
     ) -> Result<Option<TokenRecord>, StorageError> {
@@ -363,7 +384,10 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn tokens(&self, bridge: Option<&str>) -> Result<Vec<TokenRecord>, StorageError> {
+    pub(crate) async fn tokens(
+        &self,
+        bridge: Option<&str>,
+    ) -> Result<Vec<TokenRecord>, StorageError> {
         let rows = sqlx::query(
             "SELECT id, bridge, role, label, created_at, revoked_at FROM tokens WHERE ?1 IS NULL OR bridge = ?1 ORDER BY created_at, id",
         )
@@ -377,7 +401,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// `NotFound` for an unknown or already revoked id; database failure.
-    pub async fn revoke_token(&self, id: &str) -> Result<(), StorageError> {
+    pub(crate) async fn revoke_token(&self, id: &str) -> Result<(), StorageError> {
         let r = sqlx::query("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
             .bind(now())
             .bind(id)
@@ -393,7 +417,11 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn set_catalog(&self, bridge: &str, catalog: &str) -> Result<(), StorageError> {
+    pub(crate) async fn set_catalog(
+        &self,
+        bridge: &str,
+        catalog: &str,
+    ) -> Result<(), StorageError> {
         sqlx::query("UPDATE bridges SET catalog = ? WHERE name = ?")
             .bind(catalog)
             .bind(bridge)
@@ -406,7 +434,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn catalog(&self, bridge: &str) -> Result<Option<String>, StorageError> {
+    pub(crate) async fn catalog(&self, bridge: &str) -> Result<Option<String>, StorageError> {
         let row = sqlx::query("SELECT catalog FROM bridges WHERE name = ?")
             .bind(bridge)
             .fetch_optional(&self.pool)

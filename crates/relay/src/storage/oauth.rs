@@ -155,7 +155,7 @@ pub enum Rotation {
     Invalid(&'static str),
 }
 
-/// Rules of one refresh ([`SqliteStorage::rotate_refresh`]).
+/// Rules of one refresh ([`super::OAuthStore::rotate_refresh`]).
 #[derive(Debug, Clone, Copy)]
 pub struct RotationRules<'a> {
     /// The authenticated client presenting the token.
@@ -215,13 +215,26 @@ fn client_row(r: &sqlx::sqlite::SqliteRow) -> Result<ClientRecord, StorageError>
 const CLIENT_COLUMNS: &str = "client_id, kind, metadata, secret_hash, created_at, last_used_at, \
      document_expires_at, revoked_at";
 
+/// The name of the consent form key among the store's secrets.
+const FORM_KEY: &str = "consent_form_key";
+
 impl SqliteStorage {
+    /// The HMAC key consent forms are signed with ([`super::OAuthStore::form_key`]): 32 random
+    /// bytes generated the first time and kept in the store from then on.
+    ///
+    /// # Errors
+    /// Database failure; a stored key that is not 32 bytes (`Corrupt`: refused, never
+    /// replaced).
+    pub(crate) async fn form_key(&self) -> Result<[u8; 32], StorageError> {
+        self.secret(FORM_KEY, "consent form key").await
+    }
+
     /// Stores a dynamically registered client (RFC 7591 §3.2.1).
     ///
     /// # Errors
     /// `Conflict` when the relay already keeps `max_clients` registered clients (new
     /// registrations wait until unused ones expire); database failure.
-    pub async fn register_client(
+    pub(crate) async fn register_client(
         &self,
         client_id: &str,
         metadata: &str,
@@ -255,7 +268,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn store_document_client(
+    pub(crate) async fn store_document_client(
         &self,
         client_id: &str,
         metadata: &str,
@@ -282,7 +295,10 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn client(&self, client_id: &str) -> Result<Option<ClientRecord>, StorageError> {
+    pub(crate) async fn client(
+        &self,
+        client_id: &str,
+    ) -> Result<Option<ClientRecord>, StorageError> {
         let row = sqlx::query(&format!(
             "SELECT {CLIENT_COLUMNS} FROM oauth_clients WHERE client_id = ?"
         ))
@@ -297,7 +313,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn touch_client(&self, client_id: &str) -> Result<(), StorageError> {
+    pub(crate) async fn touch_client(&self, client_id: &str) -> Result<(), StorageError> {
         sqlx::query("UPDATE oauth_clients SET last_used_at = ? WHERE client_id = ?")
             .bind(now())
             .bind(client_id)
@@ -310,7 +326,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// `NotFound` for an unknown or already revoked client; database failure.
-    pub async fn revoke_client(&self, client_id: &str) -> Result<u64, StorageError> {
+    pub(crate) async fn revoke_client(&self, client_id: &str) -> Result<u64, StorageError> {
         let mut tx = self.pool.begin().await?;
         let t = now();
         let r = sqlx::query(
@@ -344,7 +360,10 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn clients(&self, bridge: Option<&str>) -> Result<Vec<ClientSummary>, StorageError> {
+    pub(crate) async fn clients(
+        &self,
+        bridge: Option<&str>,
+    ) -> Result<Vec<ClientSummary>, StorageError> {
         let rows = sqlx::query(&format!(
             "SELECT {CLIENT_COLUMNS}, \
              (SELECT COUNT(*) FROM oauth_families f WHERE f.client_id = c.client_id AND f.revoked_at IS NULL), \
@@ -378,7 +397,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn insert_code(&self, code: &NewCode) -> Result<(), StorageError> {
+    pub(crate) async fn insert_code(&self, code: &NewCode) -> Result<(), StorageError> {
         sqlx::query(
             "INSERT INTO oauth_codes (code_hash, client_id, account_id, account_version, redirect_uri, \
              code_challenge, resource, scope, dpop_jkt, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -403,7 +422,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn redeem_code(&self, code_hash: &str) -> Result<Redemption, StorageError> {
+    pub(crate) async fn redeem_code(&self, code_hash: &str) -> Result<Redemption, StorageError> {
         let mut tx = self.pool.begin().await?;
         let t = now();
         let row = sqlx::query(
@@ -455,7 +474,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn create_grant(
+    pub(crate) async fn create_grant(
         &self,
         code: &NewCode,
         dpop_jkt: Option<&str>,
@@ -504,7 +523,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn rotate_refresh(
+    pub(crate) async fn rotate_refresh(
         &self,
         refresh_hash: &str,
         rules: RotationRules<'_>,
@@ -602,7 +621,10 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure; unreadable rows.
-    pub async fn access_grant(&self, access_hash: &str) -> Result<Option<Grant>, StorageError> {
+    pub(crate) async fn access_grant(
+        &self,
+        access_hash: &str,
+    ) -> Result<Option<Grant>, StorageError> {
         let row = sqlx::query(&format!(
             "SELECT {GRANT_COLUMNS} FROM oauth_access_tokens t \
              JOIN oauth_families f ON f.id = t.family_id AND f.revoked_at IS NULL {LIVE_GRANT} \
@@ -623,7 +645,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn revoke_by_token(
+    pub(crate) async fn revoke_by_token(
         &self,
         token_hash: &str,
         client_id: &str,
@@ -655,7 +677,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn sweep_oauth(
+    pub(crate) async fn sweep_oauth(
         &self,
         unused_expiry_secs: i64,
         idle_expiry_secs: i64,

@@ -3,8 +3,8 @@
 //! The CLI and the relay are different processes over one store, so a revocation made with the
 //! CLI reaches the relay through the store: every change that revokes something (a token, a
 //! client or grant, an account change, a device key, a bridge) increments one counter,
-//! [`SqliteStorage::revocation_epoch`], which the relay polls every second and, when it moved,
-//! re-checks the daemon sockets and sessions it holds (issue 12 items 6 and 8).
+//! [`super::RevocationStore::revocation_epoch`], which the relay polls every second and, when it moved,
+//! re-checks the daemon sockets and sessions it holds.
 
 use sqlx::Row;
 
@@ -39,7 +39,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn revocation_epoch(&self) -> Result<i64, StorageError> {
+    pub(crate) async fn revocation_epoch(&self) -> Result<i64, StorageError> {
         Ok(
             sqlx::query("SELECT value FROM relay_state WHERE name = 'revocations'")
                 .fetch_one(&self.pool)
@@ -52,7 +52,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn bump_revocations(&self) -> Result<(), StorageError> {
+    pub(crate) async fn bump_revocations(&self) -> Result<(), StorageError> {
         let mut c = self.pool.acquire().await?;
         bump_in(&mut c).await
     }
@@ -64,7 +64,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn credential_live(&self, credential: &str) -> Result<bool, StorageError> {
+    pub(crate) async fn credential_live(&self, credential: &str) -> Result<bool, StorageError> {
         if credential == "anonymous" {
             return Ok(true);
         }
@@ -87,7 +87,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// Database failure.
-    pub async fn device_keys(
+    pub(crate) async fn device_keys(
         &self,
         bridge: Option<&str>,
     ) -> Result<Vec<DeviceKeyRecord>, StorageError> {
@@ -114,7 +114,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// `NotFound` for an unknown or already revoked key; database failure.
-    pub async fn revoke_device_key(&self, key_id: &str) -> Result<(), StorageError> {
+    pub(crate) async fn revoke_device_key(&self, key_id: &str) -> Result<(), StorageError> {
         let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
             "UPDATE device_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
@@ -138,7 +138,7 @@ impl SqliteStorage {
     ///
     /// # Errors
     /// `NotFound` for an unknown bridge; database failure.
-    pub async fn remove_bridge(&self, name: &str) -> Result<(), StorageError> {
+    pub(crate) async fn remove_bridge(&self, name: &str) -> Result<(), StorageError> {
         let mut tx = self.pool.begin().await?;
         let r = sqlx::query("DELETE FROM bridges WHERE name = ?")
             .bind(name)

@@ -22,7 +22,7 @@ use std::sync::{
 
 use tokio::sync::mpsc;
 
-use super::{SqliteStorage, durable::StoreWrite};
+use super::{durable::StoreWrite, traits::SessionStore};
 
 /// The write-behind task's end of the queue.
 pub(crate) type Queue = mpsc::UnboundedReceiver<StoreWrite>;
@@ -62,8 +62,8 @@ pub struct StoreWriter {
 }
 
 impl StoreWriter {
-    /// Starts the write-behind task over `storage`.
-    pub fn spawn(storage: SqliteStorage) -> Self {
+    /// Starts the write-behind task over `storage` ([`super::Store::spawn_writer`]).
+    pub fn spawn(storage: Arc<dyn SessionStore>) -> Self {
         let (w, mut rx) = Self::channel();
         let (queued, bytes, dropped) =
             (w.queued.clone(), w.queued_bytes.clone(), w.dropped.clone());
@@ -195,7 +195,7 @@ mod tests {
         out
     }
 
-    /// Regression (stop 26's note): a reliable write sent when the queue was full must not be
+    /// Regression: a reliable write sent when the queue was full must not be
     /// overtaken by a later one (a session's end applied before its start would bring it back
     /// after a restart).
     #[tokio::test(flavor = "current_thread")]

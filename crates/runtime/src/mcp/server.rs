@@ -3,7 +3,14 @@
 //! Protocol rules it implements (MCP 2025-11-25 unless noted). Both eras are served, decided per
 //! request by rmcp (`_meta["io.modelcontextprotocol/protocolVersion"]`), never per connection:
 //! - Handshake era: `2025-11-25`, `2025-06-18`, `2025-03-26` are negotiated at `initialize`: the
-//!   client's version when supported, else the newest (Lifecycle §Version Negotiation).
+//!   client's version when supported, else the newest (Lifecycle §Version Negotiation). The
+//!   answer depends on the negotiated version alone and is built in one place
+//!   ([`McpServer::initialize_value`]), which a relay's answers come from too, so a version gets
+//!   one answer whatever the transport: the capabilities without the tasks extension (SEP-2663
+//!   defines it for 2026-07-28 only) and with `tools.listChanged`. A session never keeps a
+//!   stale tool list: where the list can change within a session (the stdio supervisor swaps
+//!   in a build with other tools) the notification is sent; elsewhere it cannot (a daemon with
+//!   another build or policy is a new instance, whose sessions end).
 //! - Stateless era: `server/discover` (MCP 2026-07-28 Server › Discover) answers the supported
 //!   versions, capabilities, `serverInfo` and instructions; a request carrying the per-request
 //!   `_meta` fields (2026-07-28 Basic §Per-request protocol fields) is served without
@@ -11,8 +18,9 @@
 //!   Utilities › Caching; rmcp fills `0`/`private`: a tool list depends on the caller's
 //!   authority). A probe with `server/discover` followed by `initialize` on one connection works.
 //! - `subscriptions/listen` (2026-07-28 Basic › Patterns › Subscriptions) is acknowledged with
-//!   an empty filter: the runtime's tool list is fixed for the life of the process, so it
-//!   advertises no `listChanged` and sends no notification. (Carried upstreams whose lists do
+//!   an empty filter: the runtime's tool list is fixed for the life of the process, so its
+//!   `server/discover` advertises no `listChanged` and it sends no notification (the stdio
+//!   supervisor, which can change the list, adds both). (Carried upstreams whose lists do
 //!   change are bridged by the daemon.) No server→client request is ever sent, in either era.
 //! - Tasks (extension `io.modelcontextprotocol/tasks`, SEP-2663; 2026-07-28 only): a call of a
 //!   [`tasks::TASK_TOOLS`] tool from a client that declared the extension in the request's
@@ -21,10 +29,11 @@
 //!   `tasks/cancel` (which kills its process tree). Tasks live in the [`crate::Runtime`] and belong
 //!   to the principal (see [`crate::mcp::tasks`]).
 //! - Resources and prompts (issue 18): `resources/list`, `resources/templates/list` and
-//!   `resources/read` serve the instruction files (`machine://context/...`,
-//!   `tools::context`); `prompts/list` and `prompts/get` the skills
-//!   (`tools::skills`). Both are read-only and follow the caller's path rules. Their
-//!   lists can change with the files but advertise no `listChanged` (no notification is sent).
+//!   `resources/read` serve what the tool families serve as resources (the instruction files,
+//!   `machine://context/...`), `prompts/list` and `prompts/get` what they serve as prompts (the
+//!   skills), through the registry (`tools::resource_list`, `tools::prompt_list`, ...), off
+//!   the async threads. Both are read-only and follow the caller's path rules. Their lists can
+//!   change with the files but advertise no `listChanged` (no notification is sent).
 //! - `tools/list` returns what the effective policy allows; `tools/call` on an unknown tool is a
 //!   JSON-RPC error (-32602), a disallowed one a `policy_denied` tool error, bad arguments an
 //!   `invalid_request` tool error (Tools §Error Handling).
@@ -60,7 +69,7 @@ struct CallPermit {
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
         CreateTaskResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
         GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult,
         Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
@@ -76,32 +85,21 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use protocol::limits::{
-    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, ERROR_TEXT_MAX_CHARS,
-    JSONRPC_ERROR_MESSAGE_MAX_CHARS, OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
+    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, JSONRPC_ERROR_MESSAGE_MAX_CHARS,
+    OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
 };
 
 use crate::{
-    Access, SERVER_NAME,
-    mcp::{
-        catalog::Reply,
+    Access, SERVER_NAME, SUPPORTED_PROTOCOL_VERSIONS,
+    call::{
         context::{CallContext, ProgressSink, ProgressUpdate},
         error::{ToolError, ToolErrorCode},
-        tasks::{self, TaskEntry},
+        result::{error_result, reply_result},
     },
+    mcp::tasks::{self, TaskEntry},
     policy::Principal,
     tools,
 };
-
-/// Protocol versions served, oldest first: the handshake era and the stateless 2026-07-28.
-pub const SUPPORTED_PROTOCOL_VERSIONS: [ProtocolVersion; 4] = [
-    ProtocolVersion::V_2025_03_26,
-    ProtocolVersion::V_2025_06_18,
-    ProtocolVersion::V_2025_11_25,
-    ProtocolVersion::V_2026_07_28,
-];
-
-/// The MIME type of the context resources and skill texts.
-const MARKDOWN: &str = "text/markdown";
 
 /// Queued progress reports per call; more are dropped (progress is advisory).
 const PROGRESS_QUEUE: usize = 16;
@@ -151,6 +149,20 @@ impl McpServer {
             self.get_info(),
         ))
         .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `initialize` result (MCP 2025-11-25 Lifecycle § Initialization) this server gives a
+    /// client whose handshake negotiated `version`, as JSON; `None` when `version` is not a
+    /// handshake-era version this server supports. The one place the answer is built: the
+    /// handshake itself ([`ServerHandler::initialize`]) and a relay (through the daemon's
+    /// catalog) answer with it.
+    pub fn initialize_value(&self, version: &str) -> Option<serde_json::Value> {
+        let version = SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .find(|v| v.as_str() == version && v.has_initialize())?;
+        let mut info = self.get_info();
+        info.protocol_version = version.clone();
+        serde_json::to_value(handshake_answer(info)).ok()
     }
 
     /// A progress sink for one call: `notifications/progress` to the client while `foreground`
@@ -344,9 +356,7 @@ impl McpServer {
         .await;
         runtime.call_ended();
         Ok(match outcome {
-            Ok(Ok(Reply::Structured { value, text })) => structured_result(value, text),
-            Ok(Ok(Reply::Content(blocks))) => CallToolResult::success(blocks),
-            Ok(Err(e)) => error_result(&e),
+            Ok(reply) => reply_result(reply),
             Err(join) => {
                 tracing::error!(tool = name, error = %join, "tool handler panicked");
                 error_result(&ToolError::internal(format!("{name} failed unexpectedly")))
@@ -358,7 +368,7 @@ impl McpServer {
 /// The message of `e` for a JSON-RPC error, cut to [`JSONRPC_ERROR_MESSAGE_MAX_CHARS`] (it may
 /// echo a long URI or prompt name).
 fn short_message(e: &ToolError) -> String {
-    crate::mcp::text::cut(e.message().to_owned(), JSONRPC_ERROR_MESSAGE_MAX_CHARS, "…")
+    crate::call::text::cut(e.message().to_owned(), JSONRPC_ERROR_MESSAGE_MAX_CHARS, "…")
 }
 
 /// The answer to a call whose work ended while the request still waited.
@@ -386,84 +396,26 @@ fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
             .is_some_and(|c| c.supports_tasks())
 }
 
-/// A successful structured result: `structuredContent` and its readable `text` as the one text
-/// block ([`crate::mcp::text`]), which MCP 2025-11-25 (Server Features › Tools › Structured
-/// Content) says a server SHOULD send for clients without structured content support.
-#[must_use]
-pub(crate) fn structured_result(value: serde_json::Value, text: String) -> CallToolResult {
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(value);
-    result
-}
-
-/// Renders a [`ToolError`] as an `isError: true` result (no `structuredContent`): one text
-/// block, the error's JSON object ([`ToolError::to_json`]) with the code first, shorter than
-/// [`ERROR_TEXT_MAX_CHARS`] ([`error_text`]).
-#[must_use]
-pub fn error_result(e: &ToolError) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(error_text(e))])
-}
-
-/// The text of an error result: `{"code", "message", "retryable", "side_effects_started",
-/// ...details}` in that order, shorter than [`ERROR_TEXT_MAX_CHARS`] (Claude Code cuts error
-/// text at about 11,000 characters). A message too long for it is cut (ending in `…`); details
-/// that still do not fit are left out, largest first, and `"details_cut": true` says so.
-#[must_use]
-pub fn error_text(e: &ToolError) -> String {
-    use serde_json::Value;
-    const FIXED: [&str; 4] = ["code", "message", "retryable", "side_effects_started"];
-    /// Room kept for the message when details are many.
-    const MESSAGE_MIN: usize = 1_000;
-    let json = e.to_json();
-    let mut details: Vec<(String, String)> = json
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| !FIXED.contains(&k.as_str()))
-        .map(|(k, v)| (Value::from(k.as_str()).to_string(), v.to_string()))
-        .collect();
-    let write = |message: &str, details: &[(String, String)], cut_details: bool| {
-        let mut t = format!(
-            "{{\"code\":{},\"message\":{},\"retryable\":{},\"side_effects_started\":{}",
-            Value::from(e.code().as_str()),
-            Value::from(message),
-            e.is_retryable(),
-            e.side_effects_started()
-        );
-        for (k, v) in details {
-            t.push_str(&format!(",{k}:{v}"));
-        }
-        if cut_details {
-            t.push_str(",\"details_cut\":true");
-        }
-        t.push('}');
-        t
-    };
-    let full = write(e.message(), &details, false);
-    if full.len() < ERROR_TEXT_MAX_CHARS {
-        return full;
+/// `info` (this server's [`ServerHandler::get_info`] with the negotiated version) as that
+/// version's `initialize` answer; for a handshake-era version: without the tasks extension
+/// (SEP-2663 defines it for 2026-07-28 only, so a session is never offered what it cannot use;
+/// `server/discover` still lists it), and with `tools.listChanged` (module docs: a session
+/// never keeps a stale list).
+fn handshake_answer(mut info: InitializeResult) -> InitializeResult {
+    if !info.protocol_version.has_initialize() {
+        return info;
     }
-    let mut cut_details = false;
-    let details_len =
-        |d: &[(String, String)]| -> usize { d.iter().map(|(k, v)| k.len() + v.len() + 2).sum() };
-    while !details.is_empty() && details_len(&details) + MESSAGE_MIN + 200 > ERROR_TEXT_MAX_CHARS {
-        let largest = (0..details.len())
-            .max_by_key(|&i| details[i].1.len())
-            .unwrap_or(0);
-        details.remove(largest);
-        cut_details = true;
-    }
-    let mut message = e.message().to_owned();
-    loop {
-        let t = write(&message, &details, cut_details);
-        if t.len() < ERROR_TEXT_MAX_CHARS || message.is_empty() {
-            return t;
+    if let Some(extensions) = info.capabilities.extensions.as_mut() {
+        extensions.remove(TASKS_EXTENSION_ID);
+        if extensions.is_empty() {
+            info.capabilities.extensions = None;
         }
-        // Escaping may make the message longer in JSON than in bytes: cut by the excess.
-        let over = t.len() + 1 - ERROR_TEXT_MAX_CHARS;
-        let keep = message.len().saturating_sub(over + "…".len());
-        message = crate::mcp::text::cut(message, keep + "…".len(), "…");
     }
+    info.capabilities
+        .tools
+        .get_or_insert_with(Default::default)
+        .list_changed = Some(true);
+    info
 }
 
 impl ServerHandler for McpServer {
@@ -495,25 +447,15 @@ impl ServerHandler for McpServer {
         ))
     }
 
-    /// The handshake (2025-11-25 Lifecycle § Initialization), as rmcp negotiates it, without the
-    /// tasks extension in the capabilities: SEP-2663 defines it for 2026-07-28 only, so a session
-    /// is never offered what it cannot use (`server/discover` still lists it).
+    /// The handshake (2025-11-25 Lifecycle § Initialization): the version as rmcp negotiates
+    /// it, the answer for that version (built as [`McpServer::initialize_value`] builds it).
     async fn initialize(
         &self,
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
-        let mut result = self.negotiate_initialize(&request)?;
-        if result.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
-            && let Some(extensions) = result.capabilities.extensions.as_mut()
-        {
-            extensions.remove(TASKS_EXTENSION_ID);
-            if extensions.is_empty() {
-                result.capabilities.extensions = None;
-            }
-        }
-        Ok(result)
+        Ok(handshake_answer(self.negotiate_initialize(&request)?))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -606,7 +548,7 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let access = self.access.clone();
-        let list = tools::blocking::blocking(move || Ok(tools::context::resource_list(&access)))
+        let list = tools::blocking::blocking(move || Ok(tools::resource_list(&access)))
             .await
             .unwrap_or_default();
         Ok(ListResourcesResult::with_all_items(
@@ -614,7 +556,7 @@ impl ServerHandler for McpServer {
                 .map(|r| {
                     let mut res = Resource::new(r.uri, r.name)
                         .with_description(r.description)
-                        .with_mime_type(MARKDOWN);
+                        .with_mime_type(r.mime_type);
                     if let Some(size) = r.size {
                         res = res.with_size(size);
                     }
@@ -629,17 +571,20 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let (uri_template, name, description) = tools::context::RESOURCE_TEMPLATE;
-        Ok(ListResourceTemplatesResult::with_all_items(vec![
-            ResourceTemplate::new(uri_template, name)
-                .with_description(description)
-                .with_mime_type(MARKDOWN),
-        ]))
+        Ok(ListResourceTemplatesResult::with_all_items(
+            tools::resource_templates()
+                .map(|t| {
+                    ResourceTemplate::new(t.uri_template, t.name)
+                        .with_description(t.description)
+                        .with_mime_type(t.mime_type)
+                })
+                .collect(),
+        ))
     }
 
-    /// `resources/read` of a context resource (`machine://context/...`). A URI that is not one
-    /// this caller may read is -32002 (MCP 2025-11-25 Resources § Error Handling), which rmcp
-    /// turns into -32602 for 2026-07-28 requests.
+    /// `resources/read` of a resource a tool family serves (`machine://context/...`). A URI that
+    /// is not one this caller may read is -32002 (MCP 2025-11-25 Resources § Error Handling),
+    /// which rmcp turns into -32602 for 2026-07-28 requests.
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
@@ -647,23 +592,24 @@ impl ServerHandler for McpServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let access = self.access.clone();
         let uri = request.uri.clone();
-        let read = tools::blocking::blocking(move || tools::context::resource_read(&access, &uri))
+        let read = tools::blocking::blocking(move || tools::resource_read(&access, &uri))
             .await
             .map_err(|e| ErrorData::resource_not_found(short_message(&e), None))?;
         Ok(ReadResourceResult::new(vec![
-            ResourceContents::text(read.text, read.uri).with_mime_type(MARKDOWN),
+            ResourceContents::text(read.text, read.uri).with_mime_type(read.mime_type),
         ])
         .into())
     }
 
-    /// `prompts/list`: each skill of the workspace root (issue 18 item 3), no arguments.
+    /// `prompts/list`: what the tool families serve as prompts (each skill of the workspace
+    /// root, issue 18 item 3), no arguments.
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let access = self.access.clone();
-        let list = tools::blocking::blocking(move || Ok(tools::skills::prompt_list(&access)))
+        let list = tools::blocking::blocking(move || Ok(tools::prompt_list(&access)))
             .await
             .unwrap_or_default();
         Ok(ListPromptsResult::with_all_items(
@@ -677,8 +623,8 @@ impl ServerHandler for McpServer {
         ))
     }
 
-    /// `prompts/get` of a skill: one user message with its text. An unknown name is -32602
-    /// (MCP 2025-11-25 Prompts § Error Handling).
+    /// `prompts/get` of a prompt (a skill): one user message with its text. An unknown name is
+    /// -32602 (MCP 2025-11-25 Prompts § Error Handling).
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
@@ -686,7 +632,7 @@ impl ServerHandler for McpServer {
     ) -> Result<GetPromptResponse, ErrorData> {
         let access = self.access.clone();
         let name = request.name.clone();
-        let got = tools::blocking::blocking(move || tools::skills::prompt_get(&access, &name))
+        let got = tools::blocking::blocking(move || tools::prompt_get(&access, &name))
             .await
             .map_err(|e| ErrorData::invalid_params(short_message(&e), None))?;
         Ok(
@@ -720,26 +666,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_text_puts_the_code_first_and_stays_under_the_bound() {
-        let e = ToolError::conflict("short").detail("bytes_written", 3);
-        let t = error_text(&e);
-        assert!(
-            t.starts_with("{\"code\":\"conflict\",\"message\":\"short\""),
-            "{t}"
+    fn each_handshake_version_has_one_initialize_answer_without_the_tasks_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Arc::new(
+            crate::Runtime::new(crate::RuntimeConfig {
+                workspace: dir.path().into(),
+                policy: crate::policy::Policy::profile(crate::policy::Profile::Review),
+                default_yield_after: None,
+                remote: false,
+                state_dir: None,
+            })
+            .unwrap(),
         );
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        assert_eq!(v["bytes_written"], 3);
-
-        let long = "\"quoted\" é\n".repeat(5_000);
-        let e = ToolError::invalid(long)
-            .detail("path", "p".repeat(20_000))
-            .detail("total_lines", 7);
-        let t = error_text(&e);
-        assert!(t.len() < ERROR_TEXT_MAX_CHARS, "{}", t.len());
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        assert_eq!(v["code"], "invalid_request");
-        assert_eq!(v["details_cut"], true);
-        assert_eq!(v["total_lines"], 7, "small details stay");
-        assert!(v["message"].as_str().unwrap().ends_with('…'));
+        let server = McpServer::new(runtime.access(None), Principal::local());
+        for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
+            let v = server.initialize_value(version).unwrap();
+            assert_eq!(v["protocolVersion"], version);
+            assert_eq!(v["capabilities"]["tools"]["listChanged"], true, "{v}");
+            assert!(v["capabilities"].get("extensions").is_none(), "{v}");
+            assert_eq!(v["serverInfo"]["name"], SERVER_NAME);
+        }
+        // 2026-07-28 has no handshake; 2024-11-05 is not served.
+        assert!(server.initialize_value("2026-07-28").is_none());
+        assert!(server.initialize_value("2024-11-05").is_none());
+        // The tasks extension stays in what `server/discover` derives from.
+        assert!(server.get_info().capabilities.supports_tasks());
     }
 }

@@ -5,7 +5,7 @@
 use std::{os::unix::fs::symlink, path::Path, time::Duration};
 
 use super::{Component, Workspace, WorkspacePath};
-use crate::mcp::error::ToolResult;
+use crate::call::error::ToolResult;
 
 /// Time the target gets in the test suite (unless `BOLERO_RANDOM_TEST_TIME_MS` or
 /// `BOLERO_RANDOM_ITERATIONS` is set).

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    mcp::error::{ToolError, ToolErrorCode, ToolResult},
+    call::error::{ToolError, ToolErrorCode, ToolResult},
     path::Workspace,
 };
 

@@ -18,7 +18,7 @@ use std::{
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use crate::{
-    mcp::error::{ToolError, ToolResult},
+    call::error::{ToolError, ToolResult},
     path::{At, Workspace},
     primitives::text::sha256_hex,
 };
@@ -129,7 +129,7 @@ impl Drop for Staged {
 pub(crate) fn check_sha256(at: &At, display: &str, expected: &str) -> ToolResult<()> {
     let actual = match read_bounded(at, display, u64::MAX) {
         Ok(bytes) => sha256_hex(&bytes),
-        Err(e) if e.code() == crate::mcp::error::ToolErrorCode::NotFound => {
+        Err(e) if e.code() == crate::call::error::ToolErrorCode::NotFound => {
             return Err(ToolError::conflict(format!(
                 "{display}: expected_sha256 was given but the file does not exist"
             ))
@@ -278,12 +278,12 @@ mod tests {
         let a = at(dir.path(), "f.txt");
         let staged = Staged::write(&a, "f.txt", b"new", None).unwrap();
         let e = staged.commit(&Precondition::Absent).unwrap_err();
-        assert_eq!(e.code(), crate::mcp::error::ToolErrorCode::Conflict);
+        assert_eq!(e.code(), crate::call::error::ToolErrorCode::Conflict);
         let staged = Staged::write(&a, "f.txt", b"new", None).unwrap();
         let e = staged
             .commit(&Precondition::Sha256(sha256_hex(b"other")))
             .unwrap_err();
-        assert_eq!(e.code(), crate::mcp::error::ToolErrorCode::Conflict);
+        assert_eq!(e.code(), crate::call::error::ToolErrorCode::Conflict);
         assert_eq!(fs::read(&p).unwrap(), b"old");
         assert_eq!(
             fs::read_dir(dir.path()).unwrap().count(),

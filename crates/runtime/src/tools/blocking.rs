@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::{
     Access,
-    mcp::error::{ToolError, ToolErrorCode, ToolResult},
+    call::error::{ToolError, ToolErrorCode, ToolResult},
     primitives::write_lock::{LockError, WriteGuard},
 };
 

@@ -6,7 +6,7 @@
 use base64::Engine;
 use serde_json::Value;
 
-use crate::mcp::error::{ToolError, ToolResult};
+use crate::call::error::{ToolError, ToolResult};
 
 /// `fields` as a cursor.
 pub(crate) fn encode(fields: &Value) -> String {

@@ -7,17 +7,20 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits;
 
+use crate::tools::family::Family;
 use crate::{
-    Access, SERVER_NAME,
-    mcp::{
+    Access, SERVER_NAME, SUPPORTED_PROTOCOL_VERSIONS,
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::ToolResult,
-        server::SUPPORTED_PROTOCOL_VERSIONS,
         text::TextView,
     },
     policy::{Capability, PolicyView},
 };
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(

@@ -23,10 +23,8 @@ use std::{
 };
 
 use protocol::limits::{UPGRADE_CHECK_INTERVAL, UPGRADE_ENDED_GRACE, VERSION_PROBE_TIMEOUT};
-use runtime::{
-    Runtime,
-    mcp::stdio::supervisor::binary::{FileId, probe_version},
-};
+use runtime::Runtime;
+use supervisor::binary::{FileId, probe_version};
 use tokio::{
     sync::{Notify, mpsc},
     time::Instant,
@@ -144,15 +142,16 @@ pub(super) struct Holding {
 impl Holding {
     /// What `sessions` and `runtime` hold now.
     pub(super) fn now(sessions: &HostedSessions, runtime: &Runtime) -> Self {
-        let running_sessions = runtime.running_sessions();
-        let working_tasks = runtime.tasks().working();
+        let a = runtime.activity();
         Self {
             calls: sessions.requests_in_flight(),
-            running_sessions,
-            working_tasks,
-            delegations: runtime.active_delegations(),
-            ended_sessions: runtime.kept_sessions().saturating_sub(running_sessions),
-            ended_tasks: runtime.tasks().kept().saturating_sub(working_tasks),
+            running_sessions: a.running_process_sessions,
+            working_tasks: a.working_tasks,
+            delegations: a.active_delegations,
+            ended_sessions: a
+                .kept_process_sessions
+                .saturating_sub(a.running_process_sessions),
+            ended_tasks: a.kept_tasks.saturating_sub(a.working_tasks),
             unacknowledged: sessions.unacknowledged(),
         }
     }

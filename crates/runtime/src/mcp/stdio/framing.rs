@@ -58,9 +58,10 @@ pub(super) async fn read_bounded_line<R: AsyncBufRead + Unpin>(
 }
 
 /// One line being read from a buffered input, chunk by chunk: what both the async reader
-/// ([`read_bounded_line`]) and a blocking one (the supervisor's stdin thread) do with a chunk.
+/// (`read_bounded_line`) and a blocking one (the stdio supervisor's stdin thread) do with a
+/// chunk, so both bound a line the same way.
 #[derive(Debug, Default)]
-pub(super) struct LineAssembly {
+pub struct LineAssembly {
     over: bool,
     read_any: bool,
 }
@@ -70,7 +71,7 @@ impl LineAssembly {
     /// it once the line is longer than `max`. Returns how many bytes to consume and, when the
     /// line is complete, the outcome: `None` at end of input with nothing read, `Some(true)`
     /// for a line over `max`, `Some(false)` for a line in `buf`.
-    pub(super) fn take(
+    pub fn take(
         &mut self,
         chunk: &[u8],
         buf: &mut Vec<u8>,

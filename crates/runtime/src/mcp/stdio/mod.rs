@@ -38,19 +38,24 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::limits::STDIO_LINE_MAX_BYTES;
 
-use crate::{Runtime, mcp::server::McpServer, policy::Principal};
+use crate::{
+    Runtime,
+    call::tool_set::ToolSet,
+    mcp::{server::McpServer, tool_set::ToolSetServer},
+    policy::Principal,
+};
 
 mod framing;
-pub mod supervisor;
 mod writer;
 
-pub use writer::OutputClosed;
+pub use framing::LineAssembly;
+pub use writer::{OutputClosed, raw_stdout};
 
 use framing::{
     Frame, Kind, cancelled_request, classify, error_line, is_discover, read_bounded_line,
     request_id,
 };
-use writer::{OutQueue, Outgoing, raw_stdout, widen_stdout_pipe, write_loop, write_thread};
+use writer::{OutQueue, Outgoing, widen_stdout_pipe, write_loop, write_thread};
 
 /// Outgoing messages queued for the writer.
 const OUTGOING_QUEUE: usize = 256;
@@ -86,14 +91,34 @@ pub async fn serve_process_stdio(runtime: Arc<Runtime>) -> io::Result<()> {
     served
 }
 
-/// This process's stdin and stdout as a [`StdioTransport`] the way [`serve_process_stdio`] uses
-/// them (each answer written straight into file descriptor 1 by a thread; the pipe widened),
-/// and that writer thread, for [`finish_process_stdout`] once the session is over. For other
-/// servers on this process's stdio (`machine-mcp delegation worker-mcp`).
+/// Serves `set` ([`ToolSet`]: tools without a runtime, the delegation worker's) on this
+/// process's stdin and stdout until stdin ends, written as [`serve_process_stdio`] writes. At
+/// the end of input, calls still running are answered before it returns (rmcp waits up to 5 s
+/// for them; their answers are then written out).
 ///
 /// # Errors
 /// Stdout cannot be duplicated.
-pub(crate) fn process_transport() -> io::Result<(StdioTransport, std::thread::JoinHandle<()>)> {
+pub async fn serve_tool_set(set: Arc<dyn ToolSet>) -> io::Result<()> {
+    let (transport, writer) = process_transport()?;
+    // The process exits when this returns: the answers of calls still running at the end of
+    // input (rmcp drains them for a few seconds) are written before it does.
+    match ToolSetServer::new(set).serve(transport).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
+        }
+        Err(e) => tracing::info!(error = %e, "the MCP session ended before it started"),
+    }
+    finish_process_stdout(writer).await;
+    Ok(())
+}
+
+/// This process's stdin and stdout as a [`StdioTransport`] (each answer written straight into
+/// file descriptor 1 by a thread; the pipe widened), and that writer thread, for
+/// [`finish_process_stdout`] once the session is over.
+///
+/// # Errors
+/// Stdout cannot be duplicated.
+fn process_transport() -> io::Result<(StdioTransport, std::thread::JoinHandle<()>)> {
     widen_stdout_pipe();
     Ok(StdioTransport::blocking(tokio::io::stdin(), raw_stdout()?))
 }
@@ -102,7 +127,7 @@ pub(crate) fn process_transport() -> io::Result<(StdioTransport, std::thread::Jo
 /// dropped): waits, at most [`STDOUT_DRAIN_WAIT`], for its writer thread to write the lines
 /// still queued (a result that was running when stdin ended), unless the client stopped
 /// reading. Without it a process that exits right after its session can lose those answers.
-pub(crate) async fn finish_process_stdout(writer: std::thread::JoinHandle<()>) {
+async fn finish_process_stdout(writer: std::thread::JoinHandle<()>) {
     let drained = tokio::task::spawn_blocking(move || writer.join());
     if tokio::time::timeout(STDOUT_DRAIN_WAIT, drained)
         .await

@@ -55,7 +55,10 @@ pub struct OutputClosed;
 /// A writer to file descriptor 1 without `std::io::Stdout`'s line buffering, which scans every
 /// write for its last newline (a megabyte per result); the writer thread buffers by itself.
 /// Nothing else writes to stdout in a stdio session (see [`super`]).
-pub(super) fn raw_stdout() -> io::Result<std::fs::File> {
+///
+/// # Errors
+/// Duplicating file descriptor 1 failed.
+pub fn raw_stdout() -> io::Result<std::fs::File> {
     use std::os::fd::AsFd;
     Ok(std::fs::File::from(
         io::stdout().as_fd().try_clone_to_owned()?,
@@ -64,7 +67,7 @@ pub(super) fn raw_stdout() -> io::Result<std::fs::File> {
 
 pub(super) fn widen_stdout_pipe() {
     use std::os::fd::AsFd;
-    crate::tools::process::engine::widen_pipe(io::stdout().as_fd());
+    crate::pipe::widen(io::stdout().as_fd());
 }
 
 /// How long a writer keeps its line buffer after the last message (see [`Lines`]).
@@ -84,7 +87,7 @@ impl Lines {
         match msg {
             Outgoing::Raw(s) => self.0.extend_from_slice(s.as_bytes()),
             Outgoing::Message(m) => {
-                if let Err(e) = crate::mcp::json::to_writer(&mut self.0, &m) {
+                if let Err(e) = crate::call::json::to_writer(&mut self.0, &m) {
                     tracing::error!(error = %e, "could not serialize an outgoing message");
                     return None;
                 }

@@ -2,7 +2,7 @@
 //! server is, the policy in one line, project facts and the instructions within a budget) and
 //! `agent_context` (the whole chain with provenance and a fingerprint). The chain itself is the
 //! [`engine`]; the same sources are MCP resources (`machine://context/...`, see
-//! [`resource_list`] and [`resource_read`]).
+//! [`resource_list`] and [`resource_read`]), which the registry serves.
 //!
 //! The user-level instructions file (`[context] instructions` of the user configuration,
 //! [`crate::config`]) is read only for callers whose paths are unrestricted: a caller confined
@@ -26,22 +26,35 @@ use protocol::limits::{
 
 use crate::{
     Access, SERVER_NAME,
-    config::UserConfig,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
         text::{self, TextView, body_limit},
     },
+    config::UserConfig,
     path::Workspace,
     policy::{Capability, ExecMode},
     primitives::{project::target_dir, uri},
-    tools::{blocking::blocking, cursor},
+    tools::{
+        blocking::blocking,
+        cursor,
+        family::{Family, ResourceEntry, ResourceTemplate, ResourceText, Resources},
+    },
 };
 
 pub(crate) mod engine;
 
 use engine::{Chain, SourceKind};
+
+/// The family's entry in the registry: `session_bootstrap`, `agent_context`, and the context
+/// resources (`machine://context/...`).
+pub(crate) const FAMILY: Family = Family {
+    specs,
+    state: None,
+    resources: Some(&RESOURCES),
+    prompts: None,
+};
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -643,39 +656,26 @@ const USER_URI: &str = "machine://context/user-instructions";
 /// One instruction file, by its path as the caller sees it, percent-encoded.
 const FILE_URI_PREFIX: &str = "machine://context/file/";
 
-/// The resource template of [`FILE_URI_PREFIX`] (RFC 6570 reserved expansion): URI template,
-/// name and description.
-pub(crate) const RESOURCE_TEMPLATE: (&str, &str, &str) = (
-    "machine://context/file/{+path}",
-    "instruction-file",
-    "An instruction file (AGENTS.md, AGENTS.override.md or CLAUDE.md) by its path in the workspace",
-);
+/// The MIME type of the context resources.
+const MARKDOWN: &str = "text/markdown";
 
-/// One context resource as `resources/list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ContextResource {
-    /// `machine://context/...`.
-    pub(crate) uri: String,
-    /// A short name.
-    pub(crate) name: String,
-    /// What it is.
-    pub(crate) description: String,
-    /// Its size in bytes, when it is a file.
-    pub(crate) size: Option<u64>,
-}
-
-/// The text of a context resource (`text/markdown`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ResourceText {
-    /// The URI read.
-    pub(crate) uri: String,
-    /// The text.
-    pub(crate) text: String,
-}
+/// The context resources, as the registry serves them.
+static RESOURCES: Resources = Resources {
+    prefix: URI_PREFIX,
+    templates: &[ResourceTemplate {
+        // RFC 6570 reserved expansion of FILE_URI_PREFIX's path.
+        uri_template: "machine://context/file/{+path}",
+        name: "instruction-file",
+        description: "An instruction file (AGENTS.md, AGENTS.override.md or CLAUDE.md) by its path in the workspace",
+        mime_type: MARKDOWN,
+    }],
+    list: resource_list,
+    read: resource_read,
+};
 
 /// The context resources of the workspace root for `rt`'s caller (blocking): the whole chain,
 /// then each of its instruction files, lowest precedence first.
-pub(crate) fn resource_list(rt: &Access) -> Vec<ContextResource> {
+fn resource_list(rt: &Access) -> Vec<ResourceEntry> {
     let ws = rt.workspace();
     let (chain, _) = chain_for(
         rt,
@@ -683,10 +683,11 @@ pub(crate) fn resource_list(rt: &Access) -> Vec<ContextResource> {
         INSTRUCTION_FILE_MAX_BYTES,
         INSTRUCTIONS_TOTAL_MAX_BYTES,
     );
-    let mut out = vec![ContextResource {
+    let mut out = vec![ResourceEntry {
         uri: CHAIN_URI.to_owned(),
         name: "instruction-chain".to_owned(),
         description: "The agent instructions that apply to the workspace root, lowest precedence first (as agent_context)".to_owned(),
+        mime_type: MARKDOWN,
         size: None,
     }];
     for s in &chain.sources {
@@ -698,9 +699,10 @@ pub(crate) fn resource_list(rt: &Access) -> Vec<ContextResource> {
                 uri::encode_path(std::ffi::OsStr::new(&path))
             ),
         };
-        out.push(ContextResource {
+        out.push(ResourceEntry {
             uri,
             name: path.clone(),
+            mime_type: MARKDOWN,
             description: match &s.dir {
                 Some(d) => format!("{} for {}", s.kind.label(), ws.display(d)),
                 None => "The user's own instructions".to_owned(),
@@ -718,12 +720,13 @@ pub(crate) fn resource_list(rt: &Access) -> Vec<ContextResource> {
 /// the user's file for a restricted caller or when none is configured, a file whose name is not
 /// an instruction file's; the path errors of [`Workspace::resolve`] (`path_boundary`, ...); a
 /// file that is empty, binary or unreadable (`not_found`, naming why).
-pub(crate) fn resource_read(rt: &Access, uri: &str) -> ToolResult<ResourceText> {
+fn resource_read(rt: &Access, uri: &str) -> ToolResult<ResourceText> {
     let ws = rt.workspace();
     let missing = |why: &str| ToolError::new(ToolErrorCode::NotFound, format!("{uri}: {why}"));
     let found = |text: String| {
         Ok(ResourceText {
             uri: uri.to_owned(),
+            mime_type: MARKDOWN,
             text,
         })
     };

@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
+use crate::tools::family::Family;
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
@@ -33,6 +34,9 @@ use crate::{
 pub(super) mod engine;
 
 use engine::EditError;
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -160,7 +164,7 @@ async fn write_file(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if !args.create_dirs {
                     return Err(ToolError::new(
-                        crate::mcp::error::ToolErrorCode::NotFound,
+                        crate::call::error::ToolErrorCode::NotFound,
                         format!(
                             "{display}: the parent directory does not exist (create_dirs is false)"
                         ),
@@ -246,7 +250,7 @@ impl TextView for EditFileOutput {
         format!(
             "edit_file {}: {} from line {}{} (sha256 {} -> {}); {}",
             self.path,
-            crate::mcp::text::count(self.replacements as u64, "replacement", "replacements"),
+            crate::call::text::count(self.replacements as u64, "replacement", "replacements"),
             self.first_line,
             if self.dry_run {
                 ", dry run: nothing written"

@@ -15,9 +15,10 @@ use protocol::limits::{
     RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
+use crate::tools::family::Family;
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
@@ -37,6 +38,9 @@ use crate::{
 mod engine;
 
 use engine::{Next, ReadError, Span};
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -382,12 +386,12 @@ impl TextView for ListFilesOutput {
         let mut s = format!(
             "list_files {}: {}",
             self.path,
-            crate::mcp::text::count(self.files.len() as u64, "file", "files")
+            crate::call::text::count(self.files.len() as u64, "file", "files")
         );
         if self.skipped_count > 0 {
             s.push_str(&format!(
                 ", {} could not be read (listed at the end)",
-                crate::mcp::text::count(self.skipped_count as u64, "path", "paths")
+                crate::call::text::count(self.skipped_count as u64, "path", "paths")
             ));
         }
         s.push_str(&crate::primitives::ignores::left_out(self.ignored_count));
@@ -404,7 +408,7 @@ impl TextView for ListFilesOutput {
             out.push_str(f);
             out.push('\n');
         }
-        crate::mcp::text::skipped_trailer(out, &self.skipped, &self.notes);
+        crate::call::text::skipped_trailer(out, &self.skipped, &self.notes);
     }
 
     fn text_limit(&self) -> usize {
@@ -500,7 +504,7 @@ async fn list_files(
         let mut truncated = false;
         let mut skipped = SkipList::default();
         let mut budget =
-            Budget::new(body_limit(limit).saturating_sub(crate::mcp::text::TRAILER_RESERVE));
+            Budget::new(body_limit(limit).saturating_sub(crate::call::text::TRAILER_RESERVE));
         for entry in wb.build() {
             if cx.cancel.is_cancelled() {
                 return Err(ToolError::cancelled());

@@ -10,7 +10,7 @@ use protocol::limits::{GIT_DIFF_DEFAULT_BYTES, GIT_DIFF_MAX_BYTES, RESULT_SUMMAR
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::{ToolError, ToolResult},
         text::{self, TextView},

@@ -71,7 +71,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    mcp::error::{ToolError, ToolErrorCode, ToolResult},
+    call::error::{ToolError, ToolErrorCode, ToolResult},
     path::Workspace,
 };
 

@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     Access,
-    mcp::error::{ToolError, ToolErrorCode, ToolResult},
+    call::error::{ToolError, ToolErrorCode, ToolResult},
     policy::Capability,
 };
 

@@ -12,7 +12,7 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::{ToolError, ToolResult},
         text::{self, Budget, TextView, body_limit},

@@ -4,9 +4,10 @@
 
 use std::ffi::OsString;
 
+use crate::tools::family::Family;
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
@@ -24,6 +25,9 @@ mod show;
 mod status;
 
 use engine::Repo;
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    mcp::error::{ToolError, ToolResult},
+    call::error::{ToolError, ToolResult},
     primitives::text::{lossy, sha256_hex},
     tools::{cursor, process::engine::output::complete_utf8_prefix},
 };

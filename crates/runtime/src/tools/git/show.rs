@@ -10,7 +10,7 @@ use protocol::limits::{GIT_DIFF_DEFAULT_BYTES, GIT_DIFF_MAX_BYTES};
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
         text::{self, TextView},

@@ -12,7 +12,7 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::ToolResult,
         text::{Budget, TextView, body_limit},

@@ -14,17 +14,21 @@ use protocol::limits::{JOB_READ_WAIT_MAX, RESULT_TEXT_DEFAULT_CHARS};
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
         text::{TextView, body_limit},
     },
     policy::Capability,
-    tools::blocking::blocking,
+    tools::{blocking::blocking, family::Family},
 };
 
 pub mod engine;
+mod state;
+
+pub(crate) use state::JobsState;
+pub use state::store;
 
 use engine::{
     JobView,
@@ -43,6 +47,14 @@ const START_HINTS: Hints = Hints {
     destructive: true,
     idempotent: true,
     open_world: true,
+};
+
+/// The family's entry in the registry: the five job tools and the job store ([`JobsState`]).
+pub(crate) const FAMILY: Family = Family {
+    specs,
+    state: Some(JobsState::make),
+    resources: None,
+    prompts: None,
 };
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
@@ -132,7 +144,7 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
 
 /// The store, or why jobs are not available.
 fn job_store(rt: &Access) -> ToolResult<JobStore> {
-    rt.jobs().cloned().ok_or_else(|| {
+    rt.state::<JobsState>()?.store.clone().ok_or_else(|| {
         ToolError::new(
             ToolErrorCode::Unavailable,
             "managed jobs need a state directory, and this server has none",
@@ -254,7 +266,7 @@ async fn accept(
     staged: bool,
 ) -> ToolResult<JobStarted> {
     let store = job_store(&rt)?;
-    let registry = rt.resources().cloned().ok_or_else(|| {
+    let registry = super::resources::registry(&rt)?.ok_or_else(|| {
         ToolError::new(
             ToolErrorCode::Unavailable,
             "this server has no state directory",

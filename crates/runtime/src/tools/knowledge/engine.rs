@@ -23,7 +23,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    mcp::error::ToolError,
+    call::error::ToolError,
     path::quote,
     primitives::{text, uri},
 };
@@ -287,7 +287,7 @@ pub(crate) fn id_path(id: &str) -> Result<Cow<'_, str>, ToolError> {
     Ok(Cow::Borrowed(id))
 }
 
-/// Bytes `c` takes inside a JSON string as `serde_json` (and `mcp::json`) writes it: `"` `\`
+/// Bytes `c` takes inside a JSON string as `serde_json` (and `call::json`) writes it: `"` `\`
 /// and the control characters with a short escape take 2, other control characters 6
 /// (`\u00XX`), everything else its UTF-8 length.
 fn json_char_len(c: char) -> usize {

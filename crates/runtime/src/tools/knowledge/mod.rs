@@ -34,9 +34,10 @@ use protocol::limits::{
     SEARCH_LINE_MAX_BYTES,
 };
 
+use crate::tools::family::Family;
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
@@ -62,6 +63,9 @@ use engine::{Facts, Fit, Rest, Terms};
 /// Bytes of a file `fetch` reads for its text: escaping never makes text shorter, so a result
 /// never holds more. `search` checks the same bytes, so it never offers a file `fetch` refuses.
 const FETCH_READ_BYTES: usize = RESULT_TEXT_DEFAULT_CHARS;
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

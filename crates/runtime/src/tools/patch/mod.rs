@@ -24,9 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
 
+use crate::tools::family::Family;
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
@@ -48,6 +49,9 @@ use crate::{
 mod engine;
 
 use engine::FileOp;
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(
@@ -134,7 +138,7 @@ impl TextView for ApplyPatchOutput {
     fn summary(&self) -> String {
         format!(
             "apply_patch: {}{}; the files follow, then {}",
-            crate::mcp::text::count(self.files.len() as u64, "file", "files"),
+            crate::call::text::count(self.files.len() as u64, "file", "files"),
             if self.dry_run {
                 ", dry run: nothing written"
             } else {
@@ -147,8 +151,8 @@ impl TextView for ApplyPatchOutput {
     fn body(&self, out: &mut String) {
         // The file list and the diff share the default body; the diff is already cut to
         // EDIT_DIFF_MAX_BYTES, the list gets the rest.
-        let mut budget = crate::mcp::text::Budget::new(
-            crate::mcp::text::body_limit(self.text_limit()).saturating_sub(self.diff.len() + 100),
+        let mut budget = crate::call::text::Budget::new(
+            crate::call::text::body_limit(self.text_limit()).saturating_sub(self.diff.len() + 100),
         );
         let mut shown = 0;
         for f in &self.files {

@@ -7,8 +7,9 @@
 //! process keeps its deadline. Cancellation terminates the tree. Long calls with a progress token
 //! report the elapsed time and the newest output line.
 //!
-//! The process session tools (`start_process`, ...) are in [`session`]; spawning, capture, tree
-//! termination and the session table are the [`engine`].
+//! The process session tools (`start_process`, ...) are in `session`; spawning, capture, tree
+//! termination and the session table are the `engine`; what the runtime keeps for them is
+//! `state` (`Processes`). The [`watchdog`] is public: the binary runs it.
 
 use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
 
@@ -23,20 +24,41 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
         text::{TextView, body_limit},
     },
     policy::Capability,
+    tools::family::Family,
 };
 
 pub(crate) mod engine;
 pub(super) mod session;
+mod state;
 
 pub(crate) use engine::check_argv;
-use engine::{Proc, Spawn, env};
+/// The watchdog that ends what a server started when the server is gone (see the module).
+pub use engine::watchdog;
+use engine::{Proc, Spawn, env, sessions::Sessions};
+pub(crate) use state::Processes;
+
+/// The family's entry in the registry: `run_process`, `exec_command` and the process session
+/// tools ([`session`]), and what the runtime keeps for them ([`Processes`]).
+pub(crate) const FAMILY: Family = Family {
+    specs: all_specs,
+    state: Some(Processes::make),
+    resources: None,
+    prompts: None,
+};
+
+/// The family's catalog entries: the one-shot tools, then the process session tools.
+fn all_specs() -> Vec<ToolSpec> {
+    let mut v = specs();
+    v.extend(session::specs());
+    v
+}
 
 /// Hints of tools that run arbitrary programs.
 pub(crate) const EXEC_HINTS: Hints = Hints {
@@ -347,7 +369,7 @@ pub(crate) fn spawn_spec(
     }
     let env = env::child_env(
         rt.policy().full_env(),
-        rt.scratch(),
+        Processes::of(rt)?.scratch(),
         pty.is_some(),
         env_additions,
     )
@@ -424,6 +446,7 @@ pub(crate) async fn run(
         return Err(ToolError::invalid("max_output_bytes must be at least 1"));
     }
     let max_output = common.max_output_bytes;
+    let sessions = Processes::of(&rt)?.sessions();
     let spec = spawn_spec(&rt, argv, common.cwd.as_deref(), &common.env, None)?;
     let proc = Proc::spawn(&spec, stdin, false).map_err(|e| spawn_error(&display[0], &e))?;
     let started = proc.started();
@@ -431,7 +454,7 @@ pub(crate) async fn run(
     let yield_at = yield_after.map(|d| started + d).filter(|&y| y < deadline);
     let one_shot = OneShot {
         tool: common.tool,
-        rt: &rt,
+        sessions,
         cx: &cx,
         max_output_bytes: max_output,
         display: &display,
@@ -453,7 +476,7 @@ pub(crate) async fn run(
                 return Err(ToolError::cancelled());
             }
             _ = tokio::time::sleep_until(yield_at.unwrap_or(deadline)), if yield_at.is_some() && !yield_refused => {
-                match rt.sessions().insert(cx.principal.clone(), proc.clone(), display.clone(), Some(deadline)) {
+                match sessions.insert(cx.principal.clone(), proc.clone(), display.clone(), Some(deadline)) {
                     Ok(session) => return Ok(result(&one_shot, &proc, None, false, Some(session.id.clone()))),
                     Err(_) => {
                         tracing::info!("process session table full; the call stays in the foreground");
@@ -480,7 +503,7 @@ pub(crate) async fn run(
 /// What a one-shot call's result needs from the call.
 struct OneShot<'a> {
     tool: &'static str,
-    rt: &'a Access,
+    sessions: &'a Sessions,
     cx: &'a CallContext,
     max_output_bytes: Option<usize>,
     display: &'a [String],
@@ -499,8 +522,8 @@ fn result(
     timed_out: bool,
     session: Option<String>,
 ) -> ProcessResult {
-    let (rt, cx, max_output_bytes, display) =
-        (call.rt, call.cx, call.max_output_bytes, call.display);
+    let (sessions, cx, max_output_bytes, display) =
+        (call.sessions, call.cx, call.max_output_bytes, call.display);
     let totals = (
         proc.stdout.with(|b| b.total()).unwrap_or(0),
         proc.stderr.with(|b| b.total()).unwrap_or(0),
@@ -520,8 +543,7 @@ fn result(
     let cut = stdout_truncated || stderr_truncated;
     let session = match session {
         Some(id) => Some(id),
-        None if cut => rt
-            .sessions()
+        None if cut => sessions
             .insert(cx.principal.clone(), proc.clone(), display.to_vec(), None)
             .ok()
             .map(|s| s.id.clone()),

@@ -15,7 +15,7 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
@@ -25,7 +25,7 @@ use crate::{
 };
 
 use super::{
-    EXEC_HINTS, check_argv,
+    EXEC_HINTS, Processes, check_argv,
     engine::{
         Proc, StdinError, Stream,
         sessions::{Missing, Session},
@@ -185,14 +185,14 @@ async fn start_process(
                 .clamp(PTY_COLS_MIN, PTY_SIDE_MAX),
         )
     });
-    if rt.sessions().running() >= PROCESS_SESSIONS_MAX {
+    let sessions = Processes::of(&rt)?.sessions();
+    if sessions.running() >= PROCESS_SESSIONS_MAX {
         return Err(full());
     }
     let argv: Vec<OsString> = args.argv.iter().map(OsString::from).collect();
     let spec = spawn_spec(&rt, argv, args.cwd.as_deref(), &args.env, size)?;
     let proc = Proc::spawn(&spec, None, true).map_err(|e| spawn_error(&args.argv[0], &e))?;
-    let session = rt
-        .sessions()
+    let session = sessions
         .insert(cx.principal.clone(), proc.clone(), args.argv, None)
         .map_err(|_| full())?;
     Ok(StartProcessOutput {
@@ -227,7 +227,7 @@ fn full() -> ToolError {
 
 /// `not_found` for a session the caller cannot see, saying why when it is known.
 fn session(rt: &Access, id: &str, cx: &CallContext) -> ToolResult<Arc<Session>> {
-    rt.sessions().get(id, &cx.principal).map_err(|why| {
+    Processes::of(rt)?.sessions().get(id, &cx.principal).map_err(|why| {
         let retention = SESSION_RETENTION_AFTER_EXIT.as_secs() / 60;
         let message = match why {
             Missing::Unknown => format!(
@@ -690,7 +690,7 @@ impl TextView for ListProcessesOutput {
     fn summary(&self) -> String {
         format!(
             "list_processes: {} (session, pid, state, stdout bytes, stderr bytes, command)",
-            crate::mcp::text::count(self.sessions.len() as u64, "session", "sessions")
+            crate::call::text::count(self.sessions.len() as u64, "session", "sessions")
         )
     }
 
@@ -702,7 +702,7 @@ impl TextView for ListProcessesOutput {
                 (false, None, Some(sig)) => sig.clone(),
                 (false, None, None) => "ended".to_owned(),
             };
-            let command = crate::mcp::text::cut(s.command.join(" "), 200, "…");
+            let command = crate::call::text::cut(s.command.join(" "), 200, "…");
             out.push_str(&format!(
                 "{}\t{}\t{state}\t{}\t{}\t{command}\n",
                 s.session_id, s.pid, s.stdout_bytes, s.stderr_bytes
@@ -716,7 +716,7 @@ async fn list_processes(
     _args: ListProcessesArgs,
     cx: CallContext,
 ) -> ToolResult<ListProcessesOutput> {
-    let sessions = rt
+    let sessions = Processes::of(&rt)?
         .sessions()
         .list(&cx.principal)
         .into_iter()

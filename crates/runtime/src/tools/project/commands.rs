@@ -13,7 +13,7 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
         text::{Budget, TRAILER_RESERVE, TextView, body_limit, count, cut, trailer},

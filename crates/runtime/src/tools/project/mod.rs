@@ -15,9 +15,10 @@ use std::{
 
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::family::Family;
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         error::ToolResult,
         text::{count, cut},
@@ -38,6 +39,9 @@ use engine::{
     manifest::{Registry, registry},
     repo::RepoFacts,
 };
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

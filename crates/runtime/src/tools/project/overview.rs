@@ -10,7 +10,7 @@ use protocol::limits::{COMMANDS_MAX, PROJECT_OVERVIEW_MAX_BYTES};
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         context::CallContext,
         error::{ToolError, ToolResult},
         text::{TextView, body_limit, count},

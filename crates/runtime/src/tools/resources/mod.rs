@@ -10,19 +10,58 @@ use serde::Serialize;
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
         text::TextView,
     },
     policy::Capability,
-    tools::{blocking::blocking, info::NoArgs},
+    tools::{
+        blocking::blocking,
+        family::{Family, FamilyState},
+        info::NoArgs,
+    },
 };
 
 pub mod engine;
 
-use engine::Validity;
+use engine::{Registry, Validity};
+
+/// The family's entry in the registry: `list_local_resources` and the registry it reads
+/// ([`ResourcesState`]).
+pub(crate) const FAMILY: Family = Family {
+    specs,
+    state: Some(ResourcesState::make),
+    resources: None,
+    prompts: None,
+};
+
+/// What a runtime keeps for local resources: the registry of its state directory
+/// ([`RuntimeConfig::state_dir`](crate::RuntimeConfig::state_dir); none without one).
+#[derive(Debug)]
+pub(crate) struct ResourcesState {
+    registry: Option<Registry>,
+}
+
+impl ResourcesState {
+    fn make(config: &crate::RuntimeConfig) -> Box<dyn FamilyState> {
+        Box::new(Self {
+            registry: config.state_dir.as_deref().map(Registry::new),
+        })
+    }
+}
+
+impl FamilyState for ResourcesState {}
+
+/// The registry of `rt`'s runtime; `None` without a state directory (the job tools check a
+/// plan's resources against it).
+///
+/// # Errors
+/// `internal_error` when the runtime keeps no state for this family.
+pub(crate) fn registry(rt: &Access) -> ToolResult<Option<Registry>> {
+    Ok(rt.state::<ResourcesState>()?.registry.clone())
+}
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec::structured(
@@ -82,7 +121,7 @@ async fn list_local_resources(
     _args: NoArgs,
     _cx: CallContext,
 ) -> ToolResult<ListResources> {
-    let registry = rt.resources().cloned().ok_or_else(|| {
+    let registry = registry(&rt)?.ok_or_else(|| {
         ToolError::new(
             ToolErrorCode::Unavailable,
             "local resources need a state directory, and this server has none",

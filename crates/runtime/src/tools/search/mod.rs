@@ -14,9 +14,10 @@ use protocol::limits::{
     SEARCH_LINE_MAX_BYTES, SEARCH_MAX_CONTEXT_LINES, SEARCH_MAX_MATCHES,
 };
 
+use crate::tools::family::Family;
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolResult},
@@ -30,6 +31,9 @@ use crate::{
 pub(crate) mod engine;
 
 use engine::{Cursor, Run, Scope};
+
+/// The family's entry in the registry: its catalog entries.
+pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
@@ -273,7 +277,7 @@ async fn search_text(
         let root = ws.resolve(&args.path)?;
         if !root.exists() {
             return Err(ToolError::new(
-                crate::mcp::error::ToolErrorCode::NotFound,
+                crate::call::error::ToolErrorCode::NotFound,
                 format!("{}: no such file or directory", args.path),
             ));
         }

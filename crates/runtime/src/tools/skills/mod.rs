@@ -1,5 +1,6 @@
 //! Skills (issue 18 item 3): `list_skills`, `load_skill`, and each skill as an MCP prompt
-//! ([`prompt_list`], [`prompt_get`], which the server's `prompts/list` and `prompts/get` use).
+//! ([`prompt_list`], [`prompt_get`], which the registry serves as `prompts/list` and
+//! `prompts/get`).
 //!
 //! Where skills live, how a `SKILL.md` is read and checked, and the bounds: the [`engine`].
 //! Both tools are read-only and available to every role; a caller whose paths are restricted
@@ -17,7 +18,7 @@ use protocol::limits::{
 
 use crate::{
     Access,
-    mcp::{
+    call::{
         catalog::{Hints, ToolMeta, ToolSpec},
         context::CallContext,
         error::{ToolError, ToolErrorCode, ToolResult},
@@ -26,12 +27,24 @@ use crate::{
     path::Workspace,
     policy::Capability,
     primitives::project::target_dir,
-    tools::blocking::blocking,
+    tools::{
+        blocking::blocking,
+        family::{Family, PromptEntry, PromptText, Prompts},
+    },
 };
 
 pub(crate) mod engine;
 
 use engine::{Bounds, InventoryFile, ProblemKind, Scan, Scope, Skill};
+
+/// The family's entry in the registry: `list_skills`, `load_skill`, and each skill as an MCP
+/// prompt.
+pub(crate) const FAMILY: Family = Family {
+    specs,
+    state: None,
+    resources: None,
+    prompts: Some(&PROMPTS),
+};
 
 /// The catalog entries of the family: `list_skills`, `load_skill`.
 pub(crate) fn specs() -> Vec<ToolSpec> {
@@ -521,41 +534,21 @@ async fn load_skill(
 
 // === MCP prompts ===
 
-/// A skill as an MCP prompt (`prompts/list`): one per usable skill of the workspace root.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SkillPrompt {
-    /// The prompt name: the skill's `name` (at most 64 characters; the argument of
-    /// [`prompt_get`]).
-    pub(crate) name: String,
-    /// A display title; `None`, as the front matter has none (hosts then show the name).
-    pub(crate) title: Option<String>,
-    /// The skill's `description` (at most 1024 characters).
-    pub(crate) description: String,
-}
-
-/// A skill's prompt text (`prompts/get`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SkillPromptText {
-    /// The skill's `name`.
-    pub(crate) name: String,
-    /// The skill's `description`.
-    pub(crate) description: String,
-    /// What a host puts in front of the model, as one user message: a line naming the skill and
-    /// its path, the text of its SKILL.md (at most 32768 bytes, with a note when cut), then its
-    /// bundle's files (paths relative to the skill's path, at most 200, with a line counting
-    /// the rest).
-    pub(crate) text: String,
-}
+/// The skills as MCP prompts, as the registry serves them.
+static PROMPTS: Prompts = Prompts {
+    list: prompt_list,
+    get: prompt_get,
+};
 
 /// The skills of the workspace root that `access`'s caller may read, as MCP prompts, in
 /// `list_skills` order (precedence, then name). Skills with problems are not prompts. Blocking
 /// (a bounded filesystem scan, as `list_skills`): call it off the async threads.
-pub(crate) fn prompt_list(access: &Access) -> Vec<SkillPrompt> {
+fn prompt_list(access: &Access) -> Vec<PromptEntry> {
     let ws = access.workspace();
     scan_for(ws, ws.root())
         .skills
         .into_iter()
-        .map(|s| SkillPrompt {
+        .map(|s| PromptEntry {
             name: s.name,
             title: None,
             description: s.description,
@@ -563,14 +556,16 @@ pub(crate) fn prompt_list(access: &Access) -> Vec<SkillPrompt> {
         .collect()
 }
 
-/// The prompt of the skill `name` of the workspace root ([`SkillPromptText::text`]). Blocking,
-/// as [`prompt_list`].
+/// The prompt of the skill `name` of the workspace root, as one user message: a line naming
+/// the skill and its path, the text of its SKILL.md (at most 32768 bytes, with a note when
+/// cut), then its bundle's files (paths relative to the skill's path, at most 200, with a line
+/// counting the rest). Blocking, as [`prompt_list`].
 ///
 /// # Errors
 /// - `not_found`: no usable skill has that name (the message names up to 20 that exist).
 /// - As `load_skill` when its SKILL.md changed since the scan: `path_boundary`, `not_found`,
 ///   `invalid_request` (no longer usable).
-pub(crate) fn prompt_get(access: &Access, name: &str) -> ToolResult<SkillPromptText> {
+fn prompt_get(access: &Access, name: &str) -> ToolResult<PromptText> {
     let ws = access.workspace();
     let scan = scan_for(ws, ws.root());
     let skill = find(&scan, name, ".")?;
@@ -595,7 +590,7 @@ pub(crate) fn prompt_get(access: &Access, name: &str) -> ToolResult<SkillPromptT
         view.name, view.path, view.path
     );
     view.body(&mut text);
-    Ok(SkillPromptText {
+    Ok(PromptText {
         name: view.name,
         description: view.description,
         text,
@@ -641,7 +636,7 @@ mod tests {
         let access = rt.access(None);
         assert_eq!(
             prompt_list(&access),
-            vec![SkillPrompt {
+            vec![PromptEntry {
                 name: "review".into(),
                 title: None,
                 description: "Review a change".into()

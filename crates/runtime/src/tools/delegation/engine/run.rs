@@ -14,7 +14,7 @@ use super::{
     Manager, Pending, agent_env,
     agents::{self, OutputParser},
     store::{DelegationStatus, DeliveryState},
-    worker::Grant,
+    workers::Grant,
 };
 use crate::{
     primitives::text::{cut, lossy},

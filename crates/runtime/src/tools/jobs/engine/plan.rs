@@ -16,7 +16,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    mcp::error::{ToolError, ToolErrorCode, ToolResult},
+    call::error::{ToolError, ToolErrorCode, ToolResult},
     path::Workspace,
     policy::ExecMode,
     primitives::text::sha256_hex,

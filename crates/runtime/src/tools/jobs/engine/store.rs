@@ -28,7 +28,7 @@ use super::{
     state::{JobError, JobState, Phase, RunnerId, Status},
 };
 use crate::{
-    mcp::error::{ToolError, ToolErrorCode, ToolResult},
+    call::error::{ToolError, ToolErrorCode, ToolResult},
     policy::ExecMode,
     primitives::{private, text::sha256_hex},
     tools::{process::engine::tree, resources::engine::Entry},

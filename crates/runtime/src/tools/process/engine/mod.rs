@@ -36,34 +36,12 @@ use protocol::limits::{
 
 use output::StreamBuf;
 
-use crate::mcp::error::{ToolError, ToolResult};
+use crate::call::error::{ToolError, ToolResult};
 
 /// How long the pipes may stay open after the leader exited before the tree is cleaned up.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 /// Read size of the output pumps.
 const PUMP_CHUNK: usize = 64 * 1024;
-/// Pipe capacity asked for on the pipes that carry bulk output: a child's stdout and stderr,
-/// and the stdio server's own stdout. Linux's default `pipe-max-size`, the most an unprivileged
-/// process may set; the kernel allocates the pages only as data waits in the pipe.
-pub(crate) const PIPE_BYTES: usize = 1 << 20;
-
-/// Raises the capacity of the pipe `fd` to [`PIPE_BYTES`] (Linux `F_SETPIPE_SZ`), so a fast
-/// writer blocks, and its reader wakes, once per megabyte instead of once per 64 KiB (measured
-/// on a 100 MB session stream: the server's context switches fell from ~3,400 to ~1,250 and
-/// its CPU time by ~15%). Best effort: `fd` not being a pipe, the per-user pipe memory limit,
-/// or another system leaves the capacity as it was.
-pub(crate) fn widen_pipe(fd: std::os::fd::BorrowedFd<'_>) {
-    #[cfg(target_os = "linux")]
-    {
-        let size = i32::try_from(PIPE_BYTES).unwrap_or(i32::MAX);
-        if let Err(e) = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(size)) {
-            tracing::debug!(error = %e, "a pipe keeps its capacity");
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = fd;
-}
-
 /// How long a stdin write waits for the process to take the data (a full pipe or terminal
 /// buffer means the process is not reading).
 pub(crate) const STDIN_WRITE_WAIT: Duration = Duration::from_secs(5);
@@ -262,11 +240,11 @@ impl Proc {
         let (exit_tx, exit_rx) = watch::channel(None);
         let mut pumps = Vec::new();
         if let Some(out) = child.stdout.take() {
-            widen_pipe(out.as_fd());
+            crate::pipe::widen(out.as_fd());
             pumps.push(tokio::spawn(pump_async(out, stdout.clone(), tap)));
         }
         if let Some(err) = child.stderr.take() {
-            widen_pipe(err.as_fd());
+            crate::pipe::widen(err.as_fd());
             pumps.push(tokio::spawn(pump_async(err, stderr.clone(), None)));
         }
         let mut sink = child.stdin.take();

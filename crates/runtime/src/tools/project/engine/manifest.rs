@@ -40,7 +40,7 @@ use protocol::limits::{
     COMMANDS_MAX, PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN,
 };
 
-use crate::mcp::error::{ToolError, ToolErrorCode};
+use crate::call::error::{ToolError, ToolErrorCode};
 
 use super::{Problem, ProjectDir, detect::Facts, one_line, toml_error};
 

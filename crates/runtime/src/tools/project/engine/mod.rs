@@ -20,7 +20,7 @@ use serde::Serialize;
 use protocol::limits::PROJECT_FILE_MAX_BYTES;
 
 use crate::{
-    mcp::error::{ToolError, ToolErrorCode},
+    call::error::{ToolError, ToolErrorCode},
     path::Workspace,
 };
 

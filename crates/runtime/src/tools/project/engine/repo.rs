@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::{mcp::error::ToolErrorCode, path::Workspace, tools::git::engine};
+use crate::{call::error::ToolErrorCode, path::Workspace, tools::git::engine};
 
 use super::one_line;
 

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::{
-    mcp::error::{ToolError, ToolResult},
+    call::error::{ToolError, ToolResult},
     path::{At, Kind, Workspace, quote},
 };
 

@@ -53,7 +53,7 @@ use protocol::limits::{
 };
 
 use crate::{
-    mcp::error::{ToolError, ToolErrorCode},
+    call::error::{ToolError, ToolErrorCode},
     path::{At, Kind, Workspace, quote},
     primitives::project,
 };

@@ -1,0 +1,394 @@
+//! MCP 2026-07-28 on the relay's MCP endpoints (`/b/{bridge}/mcp`, `/b/{bridge}/s/{server}/mcp`):
+//! requests served without an MCP session, next to the session era of [`crate::mcp`] on the same
+//! URLs, the era decided per request (MCP 2026-07-28 Basic › Versioning § Backward Compatibility
+//! with Initialization-Based Versions: "a request carrying modern per-request `_meta` is served
+//! statelessly"; "an `initialize` request selects legacy semantics").
+//!
+//! A modern request passes the same Host, Origin, credential and bridge checks as any other
+//! (`crate::mcp`'s), then:
+//! 0. a method 2026-07-28 removed (`initialize`, `ping`, `logging/setLevel`; changelog, SEP-2575)
+//!    → 404 with `-32601` and the request's id ([`removed_method`]; Streamable HTTP § Protocol
+//!    Version Header);
+//! 1. its per-request `_meta` (Basic § `_meta`, Per-request protocol fields): a missing
+//!    `io.modelcontextprotocol/protocolVersion` or `io.modelcontextprotocol/clientCapabilities` →
+//!    400 with `-32602`; a version the relay does not serve → 400 with `-32022`
+//!    (`UnsupportedProtocolVersionError`, `data.supported` lists what the endpoint's
+//!    `server/discover` reports, `answer::endpoint_versions`);
+//! 2. its headers (Basic › Transports › Streamable HTTP § Request Metadata, § Server Validation):
+//!    `MCP-Protocol-Version` must be present and equal the `_meta` version, `Mcp-Method` must equal
+//!    the body's method, `Mcp-Name` must equal `params.name` (`tools/call`, `prompts/get`) or
+//!    `params.uri` (`resources/read`) after Base64-sentinel decoding, or `params.taskId`
+//!    (`tasks/get`, `tasks/update`, `tasks/cancel`; SEP-2663 § Streamable HTTP: Routing Headers),
+//!    and the `Mcp-Param-*` headers of a `tools/call` must match the
+//!    arguments its tool's `x-mcp-header` annotations name → otherwise 400 with `-32020`
+//!    (`HeaderMismatch`);
+//! 3. a stray `MCP-Session-Id` is ignored and none is issued (§ Backward Compatibility).
+//!
+//! It then goes to the bridge's daemon as one `call` frame (link revision 2,
+//! `docs/relay-protocol.md`) and is answered on its own POST: as one JSON body when the response
+//! arrives within [`STATELESS_RESPONSE_HOLD`] with nothing before it (its HTTP status from its
+//! error code: 400 for `-32020`/`-32021`/`-32022`, 404 for `-32601`), else as an SSE stream of
+//! the related notifications and the response, without event ids (streams are not resumable in
+//! 2026-07-28). Closing that stream (or dropping a JSON request) cancels the request (§
+//! Cancellation; Basic › Patterns › Cancellation § Transport-Specific Cancellation): the daemon
+//! gets `notifications/cancelled` and `close`. A daemon that is offline (after the offline wait)
+//! or older than link revision 2 gets `server/discover` and `tools/list` answered from the
+//! catalog it announced, everything else a clear error.
+//!
+//! One file per concern: this one decides the era and serves the POST (through the router,
+//! `crate::hub::Router`, as a call); `checks` holds the `_meta` and header checks, `headers` how
+//! the mirrored headers are read, `answer` what the relay answers itself from a cached catalog
+//! and how an answer's status is chosen.
+
+mod answer;
+mod checks;
+mod headers;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::Value;
+
+use protocol::{
+    jsonrpc::{
+        self, Kind,
+        code::{INVALID_REQUEST, METHOD_NOT_FOUND, UNAVAILABLE},
+    },
+    limits::STATELESS_RESPONSE_HOLD,
+    mcp::{META_PROTOCOL_VERSION, SUBSCRIPTIONS_LISTEN, is_modern, is_session_era},
+};
+
+use answer::{Away, catalog_answer, endpoint_versions, hold, json_body, rpc_error, status_of};
+use checks::validate;
+
+use crate::{
+    auth::BridgePrincipal,
+    config::RelayTiming,
+    error::HttpError,
+    hub::{BridgeRef, Reply, Route, Router, SendError, SessionRef},
+    stream::SseStream,
+    streamable::{
+        SESSION_HEADER, VERSION_HEADER, accepts_json,
+        sse::{self, Framing},
+        wants_sse,
+    },
+};
+
+/// Which era serves a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// `initialize` and MCP sessions (2025-11-25, 2025-06-18, 2025-03-26).
+    Legacy,
+    /// Per-request metadata, no session (2026-07-28).
+    Modern,
+}
+
+/// The era of one POSTed message (MCP 2026-07-28 Basic › Versioning § Backward Compatibility):
+/// `initialize` is legacy unless its `MCP-Protocol-Version` header or its `_meta` protocol
+/// version names a 2026-07-28 version (then it is a modern request for a method that era does
+/// not have, answered by [`removed_method`]); `server/discover` is modern; so is a message whose
+/// `_meta` names a protocol version (unless it names a legacy version inside a session) or whose
+/// `MCP-Protocol-Version` header names a version that is not a legacy one (an unknown one is then
+/// refused with the modern `UnsupportedProtocolVersionError`). Everything else — session traffic,
+/// notifications and responses of legacy clients — is legacy.
+pub(crate) fn era(headers: &HeaderMap, message: &Value) -> Era {
+    let method = message.get("method").and_then(Value::as_str);
+    match method {
+        Some("initialize") => {
+            return if names_modern(headers, message) {
+                Era::Modern
+            } else {
+                Era::Legacy
+            };
+        }
+        Some("server/discover") => return Era::Modern,
+        _ => {}
+    }
+    if let Some(v) = message
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+    {
+        let legacy = v.as_str().is_some_and(is_session_era);
+        if !legacy || !headers.contains_key(SESSION_HEADER) {
+            return Era::Modern;
+        }
+    }
+    match headers.get(VERSION_HEADER) {
+        Some(h) => match h.to_str() {
+            Ok(v) if is_session_era(v) => Era::Legacy,
+            _ => Era::Modern,
+        },
+        None => Era::Legacy,
+    }
+}
+
+/// Methods of the handshake era that MCP 2026-07-28 removed (changelog items 2 and 5, SEP-2575),
+/// with what a client does instead.
+pub(crate) const REMOVED_METHODS: [(&str, &str); 3] = [
+    (
+        "initialize",
+        "use server/discover, or send initialize without the 2026-07-28 header for the 2025-11-25 era",
+    ),
+    (
+        "ping",
+        "any request shows the server is reachable (server/discover is the cheapest)",
+    ),
+    (
+        "logging/setLevel",
+        "set _meta[\"io.modelcontextprotocol/logLevel\"] on each request instead",
+    ),
+];
+
+/// The refusal of a 2026-07-28 request for a method that era does not have ([`REMOVED_METHODS`]):
+/// HTTP 404 with JSON-RPC `-32601` (Method not found) and the request's `id` (MCP 2026-07-28
+/// Basic › Transports › Streamable HTTP § Protocol Version Header: "If the server does not
+/// implement the requested RPC method, it MUST respond with `404 Not Found` and a JSON-RPC error
+/// with code `-32601`"). `None` for any other method.
+pub(crate) fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
+    let (_, instead) = REMOVED_METHODS.iter().find(|(m, _)| *m == method)?;
+    Some(HttpError::rpc(
+        StatusCode::NOT_FOUND,
+        id.clone(),
+        METHOD_NOT_FOUND,
+        format!("{method} is not part of MCP 2026-07-28; {instead}"),
+    ))
+}
+
+/// Whether a message names a 2026-07-28 version ([`protocol::mcp::MODERN_VERSIONS`]) in its
+/// `MCP-Protocol-Version` header or its `_meta` protocol version.
+fn names_modern(headers: &HeaderMap, message: &Value) -> bool {
+    let modern = |v: Option<&str>| v.is_some_and(is_modern);
+    modern(headers.get(VERSION_HEADER).and_then(|h| h.to_str().ok()))
+        || modern(
+            message
+                .pointer("/params/_meta")
+                .and_then(|m| m.get(META_PROTOCOL_VERSION))
+                .and_then(Value::as_str),
+        )
+}
+
+/// Serves one POSTed modern message (already admitted, `Content-Type` checked, parsed) to
+/// `server` on bridge `b`, through `router`.
+pub(crate) async fn post(
+    router: &Arc<dyn Router>,
+    timing: &RelayTiming,
+    b: &BridgeRef,
+    server: &str,
+    principal: BridgePrincipal,
+    headers: &HeaderMap,
+    message: Value,
+) -> Response {
+    let answers_nothing = |id: Value| {
+        rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            INVALID_REQUEST,
+            "MCP 2026-07-28 clients send requests only: there are no server requests to answer",
+        )
+    };
+    let (method, id) = match jsonrpc::kind(&message) {
+        Kind::Request { method, id } => (method, id.into_value()),
+        Kind::Notification { method } => {
+            return notification(&**router, b, server, &principal, &method, &message);
+        }
+        Kind::Response { id } => return answers_nothing(id.into_value()),
+        Kind::Neither => return answers_nothing(Value::Null),
+    };
+    // Only for a request of 2026-07-28: another version gets its version error from `validate`.
+    if names_modern(headers, &message)
+        && let Some(e) = removed_method(&method, &id)
+    {
+        tracing::debug!(bridge = %b.name(), method, "refused a method MCP 2026-07-28 does not have");
+        return e.into_response();
+    }
+    let catalog = router.catalog(b);
+    let cached = catalog.as_ref().and_then(|c| c.get(server));
+    let supported = endpoint_versions(cached);
+    let annotations = |tool: &str| cached.and_then(|i| i.param_headers.get(tool).cloned());
+    if let Err(e) = validate(headers, &message, &supported, annotations) {
+        tracing::debug!(bridge = %b.name(), method, error = %e.message, "refused an MCP 2026-07-28 request");
+        return e.into_response();
+    }
+    let route = router.route(b, timing.offline_wait).await;
+    let Some(catalog) = router.catalog(b) else {
+        return rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            UNAVAILABLE,
+            "this bridge's daemon has never connected; start `machine-mcp connect`",
+        );
+    };
+    let Some(info) = catalog.get(server) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            METHOD_NOT_FOUND,
+            &format!("bridge {} serves no server {server:?}", b.name()),
+        );
+    };
+    match route {
+        Some(route) if route.serves_calls() => {
+            let to = CallTarget {
+                bridge: b,
+                server,
+                route: &route,
+            };
+            call(router, timing, to, principal, &method, id, message, headers).await
+        }
+        Some(_) => catalog_answer(b, info, &principal, &method, id, Away::TooOld),
+        None => catalog_answer(b, info, &principal, &method, id, Away::Offline),
+    }
+}
+
+/// A modern notification: `notifications/cancelled` cancels the principal's matching call (HTTP
+/// clients cancel by closing the stream; this serves clients that send the notification anyway),
+/// every notification gets 202 (Streamable HTTP § Sending Messages).
+fn notification(
+    router: &dyn Router,
+    b: &BridgeRef,
+    server: &str,
+    principal: &BridgePrincipal,
+    method: &str,
+    message: &Value,
+) -> Response {
+    if method == "notifications/cancelled"
+        && let Some(rid) = message.pointer("/params/requestId")
+    {
+        let reason = message
+            .pointer("/params/reason")
+            .and_then(Value::as_str)
+            .unwrap_or("cancelled by the client");
+        router.cancel_matching_call(b, server, principal, rid, reason);
+    }
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// Cancels its call when dropped before the call was answered: the POST's response (stream or
+/// JSON wait) is gone, which is the client's cancellation (Streamable HTTP § Cancellation).
+struct CallGuard {
+    router: Arc<dyn Router>,
+    call: SessionRef,
+    id: Value,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.router.cancel_call(
+            &self.call,
+            &self.id,
+            "the client closed the request's response",
+        );
+    }
+}
+
+/// Where a call goes: the server on the bridge, over the route the daemon was found on.
+#[derive(Clone, Copy)]
+struct CallTarget<'a> {
+    bridge: &'a BridgeRef,
+    server: &'a str,
+    route: &'a Route,
+}
+
+/// Sends the request to the daemon as a `call` and answers the POST with its outcome.
+#[allow(clippy::too_many_arguments)]
+async fn call(
+    router: &Arc<dyn Router>,
+    timing: &RelayTiming,
+    to: CallTarget<'_>,
+    principal: BridgePrincipal,
+    method: &str,
+    id: Value,
+    message: Value,
+    headers: &HeaderMap,
+) -> Response {
+    let listen = method == SUBSCRIPTIONS_LISTEN;
+    // A subscription is a stream by nature; clients accept both forms (§ Sending Messages).
+    let streamed = listen || wants_sse(headers);
+    tracing::debug!(method, instance = %to.route.instance(), "relaying an MCP 2026-07-28 request as a call");
+    let called = router.call(
+        to.bridge, to.server, principal, to.route, &id, message, streamed,
+    );
+    let (call, reply) = match called {
+        Ok(x) => x,
+        Err(SendError::TooMany(n)) => {
+            return rpc_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                id,
+                UNAVAILABLE,
+                &format!("{n} requests are already in flight on this bridge; retry shortly"),
+            );
+        }
+        Err(e @ SendError::TooLarge(_)) => {
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                id,
+                jsonrpc::code::INVALID_REQUEST,
+                &e.to_string(),
+            );
+        }
+        Err(e) => {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                UNAVAILABLE,
+                &format!("{e}; retry shortly"),
+            );
+        }
+    };
+    let guard = CallGuard {
+        router: router.clone(),
+        call,
+        id: id.clone(),
+    };
+    match reply {
+        Reply::Stream(st) => {
+            if !listen
+                && accepts_json(headers)
+                && let Some(reply) = hold(&st, STATELESS_RESPONSE_HOLD).await
+            {
+                drop(guard);
+                return json_body(status_of(&reply), &reply);
+            }
+            sse_response(st, timing.sse_keepalive, guard)
+        }
+        Reply::Json(rx) => {
+            let reply = rx.await;
+            drop(guard);
+            match reply {
+                Ok(reply) => json_body(status_of(&reply), &reply),
+                Err(_) => rpc_error(StatusCode::OK, id, UNAVAILABLE, "the request was cancelled"),
+            }
+        }
+    }
+}
+
+/// `GET` or `DELETE` by a client naming a 2026-07-28 version: that revision has neither (MCP
+/// 2026-07-28 Streamable HTTP § Backward Compatibility, Earlier Streamable HTTP Revisions: 405).
+pub(crate) fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
+    let v = headers.get(VERSION_HEADER)?.to_str().ok()?;
+    is_modern(v).then(|| {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "MCP 2026-07-28 has no GET or DELETE on the MCP endpoint",
+        )
+            .into_response()
+    })
+}
+
+/// An SSE response of `st`'s messages in the 2026-07-28 framing ([`Framing::Plain`]: no event
+/// ids, streams are not resumable, Streamable HTTP § Receiving Messages). The guard goes with
+/// the body: a client that closes the stream before the response cancels the call.
+fn sse_response(st: Arc<SseStream>, keepalive: Duration, guard: CallGuard) -> Response {
+    sse::response(st, None, keepalive, Framing::Plain, guard)
+}
+
+#[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,275 @@
+//! Writing an [`SseStream`] to an HTTP response (`text/event-stream`), in the framing the
+//! client's protocol version defines, and nothing newer. A response is one reader of the stream:
+//! the stream goes on collecting when it ends.
+//!
+//! - 2025-11-25: event ids, and the stream opens with the priming event: its id, a `retry`
+//!   hint and an empty `data:` field (Streamable HTTP § Resumability and Redelivery, which
+//!   introduced it).
+//! - 2025-06-18 and 2025-03-26: event ids (§ Resumability and Redelivery: servers MAY attach
+//!   an id), no priming event and no `retry`: those revisions define no event without a
+//!   message, and their clients may parse every `data:` line as a JSON-RPC message (the
+//!   TypeScript SDK bundled by Gemini CLI 0.61 does, and then drops the server).
+//! - 2026-07-28: `data:` lines only (streams are not resumable).
+//!
+//! Written by hand rather than with axum's `Sse` so that the priming event carries an id, an
+//! empty `data:` field and a `retry` hint, and so a keepalive comment follows every quiet
+//! interval.
+
+use std::{collections::VecDeque, convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    body::{Body, Bytes},
+    http::header,
+    response::{IntoResponse, Response},
+};
+use futures_util::Stream as FuturesStream;
+use tokio::sync::watch;
+
+use crate::stream::{Event, SseStream};
+
+/// Reconnection delay suggested to clients in the priming event (SSE `retry`, ms).
+const SSE_RETRY_MS: u64 = 1000;
+
+/// The first protocol version whose streams open with the priming event (MCP 2025-11-25
+/// Streamable HTTP § Resumability and Redelivery). Versions are dated `YYYY-MM-DD`, so they
+/// order as strings.
+const PRIMING_SINCE: &str = "2025-11-25";
+
+/// How events are framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// The session era (Streamable HTTP § Resumability and Redelivery): every event has an
+    /// `id: <stream>-<n>` a client may resume after with `Last-Event-ID`, keepalives are
+    /// `: keepalive` comments, and what was written is recorded ([`SseStream::note_sent`]).
+    /// With `priming` (2025-11-25 on) a stream read from its start opens with the priming event
+    /// (event 0: its id, `retry`, an empty `data:`); without it event 0 is never written.
+    Resumable {
+        /// Whether the priming event is written.
+        priming: bool,
+    },
+    /// MCP 2026-07-28 (Streamable HTTP § Receiving Messages: streams are not resumable): `data:`
+    /// lines only, no priming event, keepalives are empty `:` comments.
+    Plain,
+}
+
+impl Framing {
+    /// The framing of the streams of a session that negotiated `version` (a handshake-era
+    /// version): the priming event only from [`PRIMING_SINCE`].
+    pub(crate) fn session(version: &str) -> Self {
+        Self::Resumable {
+            priming: version >= PRIMING_SINCE,
+        }
+    }
+
+    fn keepalive(self) -> &'static [u8] {
+        match self {
+            Self::Resumable { .. } => b": keepalive\n\n",
+            Self::Plain => b":\n\n",
+        }
+    }
+
+    fn resumable(self) -> bool {
+        matches!(self, Self::Resumable { .. })
+    }
+
+    /// Where a reader asked to start after `after` starts: from event 1 (past the priming
+    /// event) when the priming event is not written.
+    fn start(self, after: Option<u64>) -> Option<u64> {
+        match self {
+            Self::Resumable { priming: true } => after,
+            _ => Some(after.unwrap_or(0)),
+        }
+    }
+}
+
+/// An SSE response reading `st` after event `after` (from the first event when `None`; the
+/// priming event, event 0, is written only when `framing` has it), with a keepalive comment
+/// after every quiet `keepalive`. `guard` goes with the body and is dropped when the client
+/// closes the stream or the stream ends (a 2026-07-28 call is cancelled by it).
+pub(crate) fn response<G: Send + 'static>(
+    st: Arc<SseStream>,
+    after: Option<u64>,
+    keepalive: Duration,
+    framing: Framing,
+    guard: G,
+) -> Response {
+    let body = Body::from_stream(events(st, after, keepalive, framing, guard));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// One event as bytes: in [`Framing::Resumable`] `id: <event id>` first (and for the priming
+/// event `retry` and one empty `data:`), then a `data:` line per line of `e.data`.
+fn encode(st: &SseStream, e: &Event, framing: Framing) -> Bytes {
+    let mut s = String::with_capacity(e.data.len() + 48);
+    if framing.resumable() {
+        s.push_str("id: ");
+        s.push_str(&st.event_id(e.seq));
+        s.push('\n');
+        if e.seq == 0 {
+            s.push_str(&format!("retry: {SSE_RETRY_MS}\ndata: \n\n"));
+            return Bytes::from(s);
+        }
+    }
+    for line in e.data.split('\n') {
+        s.push_str("data: ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn events<G: Send + 'static>(
+    st: Arc<SseStream>,
+    after: Option<u64>,
+    keepalive: Duration,
+    framing: Framing,
+    guard: G,
+) -> impl FuturesStream<Item = Result<Bytes, Infallible>> {
+    struct State<G> {
+        st: Arc<SseStream>,
+        cursor: Option<u64>,
+        rx: watch::Receiver<u64>,
+        buf: VecDeque<Event>,
+        done: bool,
+        keepalive: Duration,
+        framing: Framing,
+        _guard: G,
+    }
+    let rx = st.subscribe();
+    let state = State {
+        st,
+        cursor: framing.start(after),
+        rx,
+        buf: VecDeque::new(),
+        done: false,
+        keepalive,
+        framing,
+        _guard: guard,
+    };
+    futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(e) = s.buf.pop_front() {
+                s.cursor = Some(e.seq);
+                if s.framing.resumable() {
+                    s.st.note_sent(e.seq);
+                }
+                let bytes = encode(&s.st, &e, s.framing);
+                return Some((Ok(bytes), s));
+            }
+            if s.done {
+                return None;
+            }
+            s.rx.borrow_and_update();
+            let (evs, done) = s.st.read_after(s.cursor);
+            s.done = done;
+            if !evs.is_empty() {
+                s.buf.extend(evs);
+                continue;
+            }
+            if done {
+                return None;
+            }
+            tokio::select! {
+                r = s.rx.changed() => if r.is_err() { return None },
+                _ = tokio::time::sleep(s.keepalive) => {
+                    return Some((Ok(Bytes::from_static(s.framing.keepalive())), s));
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+    use protocol::ids::SessionId;
+    use serde_json::json;
+
+    use super::*;
+
+    async fn written(framing: Framing, after: Option<u64>) -> Vec<String> {
+        let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
+        st.push(&json!({"a": "x\ny"}), false).unwrap();
+        st.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        events(st, after, Duration::from_secs(10), framing, ())
+            .map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap())
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn the_session_era_writes_ids_and_a_priming_event_and_2026_writes_data_only() {
+        let r = written(Framing::session("2025-11-25"), None).await;
+        assert_eq!(r.len(), 3);
+        assert!(r[0].starts_with("id: st") && r[0].ends_with("-0\nretry: 1000\ndata: \n\n"));
+        assert!(
+            r[1].ends_with("-1\ndata: {\"a\":\"x\\ny\"}\n\n"),
+            "{}",
+            r[1]
+        );
+        let p = written(Framing::Plain, None).await;
+        assert_eq!(
+            p,
+            [
+                "data: {\"a\":\"x\\ny\"}\n\n",
+                "data: {\"id\":1,\"result\":{}}\n\n"
+            ]
+        );
+        let resumed = written(Framing::session("2025-11-25"), Some(1)).await;
+        assert_eq!(resumed.len(), 1);
+        assert!(resumed[0].contains("\"result\""));
+    }
+
+    /// A client of a version before 2025-11-25 may parse every `data:` line as JSON: its
+    /// streams carry ids but no priming event (empty `data:`) and no `retry`.
+    #[tokio::test]
+    async fn sessions_before_2025_11_25_get_ids_and_no_priming_event() {
+        for version in ["2025-06-18", "2025-03-26"] {
+            let r = written(Framing::session(version), None).await;
+            assert_eq!(r.len(), 2, "{version}: {r:?}");
+            for e in &r {
+                assert!(e.starts_with("id: st"), "{version}: {e}");
+                assert!(!e.contains("retry:"), "{version}: {e}");
+                let data = e.split_once("\ndata: ").map(|(_, d)| d.trim_end());
+                assert!(
+                    data.is_some_and(|d| serde_json::from_str::<serde_json::Value>(d).is_ok()),
+                    "{version}: {e}"
+                );
+            }
+            assert!(
+                r[0].ends_with("-1\ndata: {\"a\":\"x\\ny\"}\n\n"),
+                "{}",
+                r[0]
+            );
+            let resumed = written(Framing::session(version), Some(1)).await;
+            assert_eq!(resumed.len(), 1);
+            assert!(resumed[0].contains("\"result\""));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_gets_keepalive_comments() {
+        for (framing, comment) in [
+            (Framing::session("2025-11-25"), ": keepalive\n\n"),
+            (Framing::session("2025-06-18"), ": keepalive\n\n"),
+            (Framing::Plain, ":\n\n"),
+        ] {
+            let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
+            let mut ev = Box::pin(events(st, None, Duration::from_secs(10), framing, ()));
+            if framing == (Framing::Resumable { priming: true }) {
+                ev.next().await; // the priming event
+            }
+            let b = ev.next().await.unwrap().unwrap();
+            assert_eq!(&b[..], comment.as_bytes());
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The stdio supervisor (issue 20): `machine-mcp stdio` owns the host's stdin and stdout and runs
+//! the MCP server as a worker process (`machine-mcp stdio --worker`, the in-process server of
+//! `runtime::mcp::stdio::serve_process_stdio`) that it can replace without the host noticing.
+//! A process manager, not MCP plumbing: it depends on `protocol` and on the runtime's public
+//! items only (its version, heap trimming, `/proc` facts, pipe widening, the stdio line
+//! bound), never on a tool family.
+//!
+//! - **Forwarding.** Client lines go to the active worker as they came; worker lines go to the
+//!   client as they came. The supervisor reads only what routing needs (`message.rs`): ids, the
+//!   method, the tool, and the process session or task a request names. It answers a duplicate
+//!   id of a request still in flight with -32600 itself (ids are per connection, workers come
+//!   and go). The thread that read a line routes it and writes it on: the client's `stdin-reader`
+//!   thread writes to the worker's pipe, each worker's reader thread to stdout, under one lock
+//!   of the routing state (`State`, `state/`) that is never held during I/O. So a round trip costs the two
+//!   pipe crossings and two thread wake-ups, not a chain of task hand-offs; the async control
+//!   task only runs timers, signals and version probes.
+//! - **Upgrade.** Every [`UPGRADE_CHECK_INTERVAL`] it looks at the binary the host started (by
+//!   path: device, inode, size, mtime, `binary.rs`); when it changed and `BINARY --version`
+//!   answers — or on SIGHUP (`machine-mcp reload`) — it starts a candidate worker, initializes it
+//!   with the client's saved `initialize` parameters, lists its tools and makes it active: new
+//!   requests go to it. The old worker is retired: it finishes its calls in flight and keeps
+//!   serving its process sessions and tasks by id until it has no more work (asked every
+//!   [`RETIRED_WORKER_POLL`] through `server_info`'s `activity`), or for at most
+//!   [`RETIRED_WORKER_GRACE`]; a request for one of its handles after that is answered as ended
+//!   by the upgrade. A candidate that fails to start is discarded and the old worker stays;
+//!   the failure is in `server_info` and the log. When the tool list changed, a client that
+//!   initialized (handshake era) gets `notifications/tools/list_changed` — the supervisor says
+//!   `tools.listChanged` in the `initialize` result it forwards — and nobody else.
+//! - **Crash recovery.** A worker that exits unexpectedly is restarted after
+//!   [`WORKER_RESTART_BACKOFF_MIN`], doubling to [`WORKER_RESTART_BACKOFF_MAX`], at most
+//!   [`WORKER_RESTARTS_MAX`] times. Its requests in flight are answered -32003 with
+//!   `delivery_state: "unknown"` (they may have run; never retried, invariant 7); requests
+//!   arriving meanwhile wait, at most [`SUPERVISOR_QUEUE_MAX`] of them and
+//!   [`SUPERVISOR_QUEUE_MAX_BYTES`], the rest answered -32000 with `delivery_state: "not_sent"`;
+//!   the waiting ones are sent on at most [`CONCURRENT_TOOL_CALLS`] tool calls at a time, so that
+//!   having waited never makes them run into the worker's call limit.
+//!   `ping` and `server_info` are answered by the supervisor itself while no worker is up.
+//! - **Status.** `server_info` answers gain `supervisor` ([`SupervisorInfo`]).
+//!
+//! Files: this one the entry points and the client's reader; `shared.rs` what routing decided
+//! and who does it (`Out`, `Shared`); `state/` the routing state (`mod.rs` its types and
+//! workers, `from_client.rs`, `from_worker.rs`, `lifecycle.rs` starts, exits, reloads and
+//! timers, `status.rs`); `message.rs` the message heads; `worker.rs` a worker process;
+//! `binary.rs` the watched binary; `output.rs` stdout; `registry.rs` the running supervisors.
+//!
+//! [`UPGRADE_CHECK_INTERVAL`]: protocol::limits::UPGRADE_CHECK_INTERVAL
+//! [`RETIRED_WORKER_POLL`]: protocol::limits::RETIRED_WORKER_POLL
+//! [`RETIRED_WORKER_GRACE`]: protocol::limits::RETIRED_WORKER_GRACE
+//! [`WORKER_RESTART_BACKOFF_MIN`]: protocol::limits::WORKER_RESTART_BACKOFF_MIN
+//! [`WORKER_RESTART_BACKOFF_MAX`]: protocol::limits::WORKER_RESTART_BACKOFF_MAX
+//! [`WORKER_RESTARTS_MAX`]: protocol::limits::WORKER_RESTARTS_MAX
+//! [`SUPERVISOR_QUEUE_MAX`]: protocol::limits::SUPERVISOR_QUEUE_MAX
+//! [`SUPERVISOR_QUEUE_MAX_BYTES`]: protocol::limits::SUPERVISOR_QUEUE_MAX_BYTES
+//! [`CONCURRENT_TOOL_CALLS`]: protocol::limits::CONCURRENT_TOOL_CALLS
+//! [`SupervisorInfo`]: runtime::tools::info::SupervisorInfo
+
+use std::{
+    ffi::OsString,
+    io,
+    path::PathBuf,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
+
+use protocol::{jsonrpc::code, limits::STDIO_LINE_MAX_BYTES};
+
+pub mod binary;
+mod message;
+mod output;
+mod registry;
+mod shared;
+mod state;
+mod worker;
+
+pub use registry::running as running_supervisors;
+
+use output::ClientOut;
+use shared::{IdleTrim, Probe, Shared};
+use state::State;
+
+/// How the supervisor was started.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    /// The binary workers are started from, as the host started it ([`invoked_path`]): watched
+    /// for upgrades.
+    pub binary: PathBuf,
+    /// This process's arguments without argv0; a worker gets them with `--worker` after
+    /// `stdio`.
+    pub args: Vec<OsString>,
+}
+
+/// The path the host started this binary by (argv0 made absolute, or found in `PATH`).
+pub fn invoked_path(argv0: &std::ffi::OsStr) -> PathBuf {
+    binary::invoked_path(argv0)
+}
+
+/// Runs the supervisor on this process's stdin and stdout until stdin ends or SIGINT/SIGTERM;
+/// SIGHUP reloads (a new worker from the binary now at the path).
+///
+/// # Errors
+/// The first worker could not be started, or stdout, the signal handlers or the stdin thread
+/// could not be set up.
+pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
+    let (probe_tx, mut probes) = tokio::sync::mpsc::unbounded_channel::<Probe>();
+    let out = ClientOut::stdout()?;
+    let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
+        state: Mutex::new(State::new(config, me.clone())),
+        out,
+        lines: std::sync::atomic::AtomicU64::new(0),
+        probes: probe_tx,
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let first = shared.lock().start_first();
+    shared.run(first?);
+    let _announced = registry::Registration::announce();
+    let (eof_tx, mut eof) = tokio::sync::oneshot::channel::<()>();
+    read_client(shared.clone(), eof_tx)?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle = IdleTrim::default();
+    // Signalled: the workers are stopped as the signal would stop a server; at end of input
+    // they finish what they run and answer it.
+    let signalled = loop {
+        tokio::select! {
+            _ = &mut eof => break false,
+            Some(p) = probes.recv() => { let o = shared.lock().probed(p); shared.run(o); }
+            _ = hup.recv() => { let o = shared.lock().reload("SIGHUP"); shared.run(o); }
+            _ = tick.tick() => {
+                let o = shared.lock().on_tick();
+                shared.run(o);
+                if idle.due(shared.lines.load(std::sync::atomic::Ordering::Relaxed)) {
+                    let _ = tokio::task::spawn_blocking(runtime::memory::trim).await;
+                }
+            }
+            _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted; stopping the worker"); break true; }
+            _ = term.recv() => { tracing::info!("terminated; stopping the worker"); break true; }
+        }
+        if shared.closed() {
+            tracing::info!("stdout closed; stopping the worker");
+            break false;
+        }
+    };
+    shared.shutdown(signalled).await;
+    Ok(())
+}
+
+/// Reads the client's lines from stdin on a thread of its own and routes each one there (a
+/// blocking read wakes it at once; Tokio's stdin would hand every read to the blocking pool);
+/// signals `eof` at end of input.
+fn read_client(shared: Arc<Shared>, eof: tokio::sync::oneshot::Sender<()>) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("stdin-reader".into())
+        .spawn(move || {
+            let mut stdin = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin().lock());
+            loop {
+                let mut buf = Vec::new();
+                match read_line_blocking(&mut stdin, &mut buf, STDIO_LINE_MAX_BYTES) {
+                    Ok(Some(false)) => {
+                        let o = shared.lock().client_message(buf, false);
+                        shared.run_here(o);
+                    }
+                    Ok(Some(true)) => shared.send_client(
+                        message::error_line(
+                            &serde_json::Value::Null,
+                            code::INVALID_REQUEST,
+                            &format!("message longer than {STDIO_LINE_MAX_BYTES} bytes"),
+                        )
+                        .as_bytes(),
+                    ),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            let _ = eof.send(());
+        })
+        .map(drop)
+}
+
+/// One `\n`-terminated line of a blocking reader into `buf` (without the `\n`); `None` at end of
+/// input, `Some(true)` when the line was longer than `max` (its bytes are discarded).
+pub(crate) fn read_line_blocking<R: std::io::BufRead>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<bool>> {
+    let mut line = runtime::mcp::stdio::LineAssembly::default();
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (take, result) = line.take(chunk, buf, max);
+        input.consume(take);
+        if let Some(r) = result {
+            return Ok(r);
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! What the supervisor reads of the messages it forwards — only what routing needs — and the
+//! messages it writes itself. A forwarded message is passed on as the bytes it came as; only
+//! `initialize` and `server_info` answers are rewritten (the supervisor adds what it knows).
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use protocol::{
+    jsonrpc::{self, code},
+    tool_error::ToolError,
+};
+
+/// The fields of a client message that decide where it goes. Everything else (a tool's
+/// arguments but a session id, a file's content) is skipped while parsing, not kept.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ClientHead {
+    /// The id of a request (or of a response to the server).
+    #[serde(default)]
+    pub(super) id: Option<Value>,
+    /// The method of a request or notification.
+    #[serde(default)]
+    pub(super) method: Option<String>,
+    #[serde(default)]
+    params: Option<ParamsHead>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ParamsHead {
+    /// `tools/call`, `prompts/get`: the name.
+    #[serde(default)]
+    name: Option<Value>,
+    #[serde(default)]
+    arguments: Option<ArgsHead>,
+    /// `tasks/get`, `tasks/cancel`, `tasks/update`, `tasks/result`.
+    #[serde(default, rename = "taskId")]
+    task_id: Option<Value>,
+    /// `notifications/cancelled`.
+    #[serde(default, rename = "requestId")]
+    request_id: Option<Value>,
+    /// `subscriptions/listen`: the notification categories asked for.
+    #[serde(default)]
+    notifications: Option<FilterHead>,
+    /// The per-request fields of MCP 2026-07-28.
+    #[serde(default, rename = "_meta")]
+    meta: Option<MetaHead>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct FilterHead {
+    #[serde(default, rename = "toolsListChanged")]
+    tools_list_changed: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct MetaHead {
+    #[serde(default, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ArgsHead {
+    #[serde(default)]
+    session_id: Option<Value>,
+}
+
+impl ClientHead {
+    /// Reads `line`; `None` when it is not a JSON object (the worker answers it).
+    pub(super) fn parse(line: &[u8]) -> Option<Self> {
+        serde_json::from_slice(line).ok()
+    }
+
+    /// Whether this is a request (a method and an id).
+    pub(super) fn is_request(&self) -> bool {
+        self.method.is_some() && self.id.is_some()
+    }
+
+    /// The tool a `tools/call` names.
+    pub(super) fn tool(&self) -> Option<&str> {
+        if self.method.as_deref() != Some("tools/call") {
+            return None;
+        }
+        self.params.as_ref()?.name.as_ref()?.as_str()
+    }
+
+    /// The process session (`arguments.session_id` of a `tools/call`) or task (`taskId` of a
+    /// `tasks/*` request) this message names: the handle that belongs to one worker.
+    pub(super) fn handle(&self) -> Option<String> {
+        let p = self.params.as_ref()?;
+        let v = if self.tool().is_some() {
+            p.arguments.as_ref()?.session_id.as_ref()?
+        } else if self
+            .method
+            .as_deref()
+            .is_some_and(|m| m.starts_with("tasks/"))
+        {
+            p.task_id.as_ref()?
+        } else {
+            return None;
+        };
+        v.as_str().map(str::to_owned)
+    }
+
+    /// Whether this is a request of the MCP 2026-07-28 era other than `server/discover` (one
+    /// carrying the per-request protocol version): after one, the client speaks that era. A
+    /// `server/discover` alone says nothing: a client may probe with it and then `initialize`.
+    pub(super) fn is_modern(&self) -> bool {
+        self.method.as_deref() != Some("server/discover")
+            && self
+                .params
+                .as_ref()
+                .and_then(|p| p.meta.as_ref())
+                .is_some_and(|m| m.protocol_version.is_some())
+    }
+
+    /// Whether a `subscriptions/listen` asks for `toolsListChanged`.
+    pub(super) fn wants_tools_list_changed(&self) -> bool {
+        self.method.as_deref() == Some("subscriptions/listen")
+            && self
+                .params
+                .as_ref()
+                .and_then(|p| p.notifications.as_ref())
+                .and_then(|n| n.tools_list_changed)
+                == Some(true)
+    }
+
+    /// The request a `notifications/cancelled` cancels.
+    pub(super) fn cancels(&self) -> Option<&Value> {
+        if self.method.as_deref() != Some("notifications/cancelled") {
+            return None;
+        }
+        self.params.as_ref()?.request_id.as_ref()
+    }
+}
+
+/// The fields of a worker message the supervisor needs: its id and whether it has a method
+/// (a request or notification of the worker, rather than an answer).
+#[derive(Debug, Default)]
+pub(super) struct WorkerHead {
+    pub(super) id: Option<Value>,
+    pub(super) has_method: bool,
+}
+
+impl WorkerHead {
+    /// Reads the top-level keys of `line` without parsing the values it does not need (an
+    /// answer may carry megabytes of output).
+    pub(super) fn parse(line: &[u8]) -> Self {
+        let mut head = Self::default();
+        for pair in sonic_rs::to_object_iter(line) {
+            let Ok((key, value)) = pair else { break };
+            match &*key {
+                "id" => head.id = serde_json::from_str(value.as_raw_str()).ok(),
+                "method" => head.has_method = true,
+                _ => {}
+            }
+        }
+        head
+    }
+}
+
+/// A handle a worker's answer created: the `session_id` of a result (a process session) or
+/// the `taskId` of the task the call became (a `CreateTaskResult`, SEP-2663: `resultType`
+/// `"task"` with the task's fields at the top of the result).
+pub(super) fn created_handle(line: &[u8]) -> Option<String> {
+    let text = |path: &[&str]| {
+        sonic_rs::get_from_slice(line, path)
+            .ok()
+            .and_then(|v| serde_json::from_str::<String>(v.as_raw_str()).ok())
+    };
+    if text(&["result", "resultType"]).as_deref() == Some("task") {
+        return text(&["result", "taskId"]);
+    }
+    text(&["result", "structuredContent", "session_id"])
+}
+
+/// The subscription a notification belongs to (`_meta` `io.modelcontextprotocol/subscriptionId`,
+/// MCP 2026-07-28 Basic › Patterns › Subscriptions), when `line` is
+/// `notifications/subscriptions/acknowledged`.
+pub(super) fn acknowledged_subscription(line: &[u8]) -> Option<Value> {
+    let method = sonic_rs::get_from_slice(line, ["method"]).ok()?;
+    if method.as_raw_str() != "\"notifications/subscriptions/acknowledged\"" {
+        return None;
+    }
+    let id = sonic_rs::get_from_slice(
+        line,
+        ["params", "_meta", "io.modelcontextprotocol/subscriptionId"],
+    )
+    .ok()?;
+    serde_json::from_str(id.as_raw_str()).ok()
+}
+
+/// `line`, a subscription's acknowledgement, accepting `toolsListChanged` too (the supervisor
+/// sends it after an upgrade that changed the tools).
+pub(super) fn acknowledging_tools(line: &[u8]) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(line).ok()?;
+    let filter = v
+        .get_mut("params")?
+        .as_object_mut()?
+        .entry("notifications")
+        .or_insert_with(|| json!({}));
+    filter
+        .as_object_mut()?
+        .insert("toolsListChanged".into(), json!(true));
+    serde_json::to_vec(&v).ok()
+}
+
+/// `notifications/tools/list_changed` for the 2026-07-28 subscription `subscription`.
+pub(super) fn list_changed_for(subscription: &Value) -> Vec<u8> {
+    jsonrpc::notification(
+        "notifications/tools/list_changed",
+        json!({"_meta": {"io.modelcontextprotocol/subscriptionId": subscription}}),
+    )
+    .to_string()
+    .into_bytes()
+}
+
+/// The answer to request `id` that a worker took and then exited without answering: it may
+/// have run (invariant 7), so it is not sent again.
+pub(super) fn outcome_unknown(id: &Value, why: &str) -> Vec<u8> {
+    jsonrpc::error(
+        id,
+        code::OUTCOME_UNKNOWN,
+        &format!(
+            "the server worker exited while it handled this request ({why}); it may have had \
+             effects, so it is not retried — check before you repeat it"
+        ),
+        Some(
+            json!({"delivery_state": "unknown", "side_effects_started": true, "retryable": false}),
+        ),
+    )
+    .to_string()
+    .into_bytes()
+}
+
+/// The answer to request `id` that no worker received. `retryable` says whether trying again
+/// may succeed (a restart is under way) or not (the restarts ran out: only `machine-mcp
+/// reload` helps).
+pub(super) fn not_sent(id: &Value, why: &str, retryable: bool) -> Vec<u8> {
+    jsonrpc::error(
+        id,
+        code::UNAVAILABLE,
+        &format!("{why}; the request was not sent to a server worker and had no effects"),
+        Some(json!({
+            "delivery_state": "not_sent",
+            "side_effects_started": false,
+            "retryable": retryable,
+        })),
+    )
+    .to_string()
+    .into_bytes()
+}
+
+/// The answer to a request the supervisor answers itself: `result` for request `id`.
+pub(super) fn result(id: &Value, result: Value) -> Vec<u8> {
+    jsonrpc::result(id, result).to_string().into_bytes()
+}
+
+/// A `tools/call` answer that is the tool error `e` (what a handler returns: an `isError`
+/// result whose one text content is the error's JSON).
+pub(super) fn tool_error(id: &Value, e: &ToolError) -> Vec<u8> {
+    result(
+        id,
+        json!({"content": [{"type": "text", "text": e.to_json().to_string()}], "isError": true}),
+    )
+}
+
+/// `line`, a worker's `initialize` or `server/discover` result, saying that the server sends
+/// `notifications/tools/list_changed` (the supervisor does, after an upgrade that changed the
+/// tools); `None` when it is not such a successful result.
+pub(super) fn with_list_changed(line: &[u8]) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(line).ok()?;
+    let caps = v.get_mut("result")?.get_mut("capabilities")?;
+    let tools = caps
+        .as_object_mut()?
+        .entry("tools")
+        .or_insert_with(|| json!({}));
+    tools
+        .as_object_mut()?
+        .insert("listChanged".into(), json!(true));
+    serde_json::to_vec(&v).ok()
+}
+
+/// `line`, a worker's `server_info` answer, with `status` as its `supervisor` (in
+/// `structuredContent`, and as lines at the end of the text).
+pub(super) fn with_supervisor(line: &[u8], status: &Value, text: &str) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(line).ok()?;
+    let result = v.get_mut("result")?;
+    if result.get("isError") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    result
+        .get_mut("structuredContent")?
+        .as_object_mut()?
+        .insert("supervisor".into(), status.clone());
+    if let Some(Value::String(t)) = result
+        .get_mut("content")
+        .and_then(|c| c.get_mut(0))
+        .and_then(|c| c.get_mut("text"))
+    {
+        t.push_str(text);
+    }
+    serde_json::to_vec(&v).ok()
+}
+
+/// The `notifications/tools/list_changed` line.
+pub(super) fn list_changed() -> Vec<u8> {
+    jsonrpc::notification("notifications/tools/list_changed", json!({}))
+        .to_string()
+        .into_bytes()
+}
+
+/// A JSON-RPC error answer to `id` (no `data`), as the text of one line.
+pub(super) fn error_line(id: &Value, code: i64, message: &str) -> String {
+    jsonrpc::error(id, code, message, None).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_of_a_message_names_its_route() {
+        let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_process","arguments":{"session_id":"proc-1","max_bytes":9}}}"#;
+        let h = ClientHead::parse(call).unwrap();
+        assert!(h.is_request());
+        assert_eq!(h.tool(), Some("read_process"));
+        assert_eq!(h.handle().as_deref(), Some("proc-1"));
+        let task = br#"{"jsonrpc":"2.0","id":"a","method":"tasks/get","params":{"taskId":"t-9"}}"#;
+        assert_eq!(
+            ClientHead::parse(task).unwrap().handle().as_deref(),
+            Some("t-9")
+        );
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#;
+        let c = ClientHead::parse(cancel).unwrap();
+        assert!(!c.is_request());
+        assert_eq!(c.cancels(), Some(&json!(7)));
+        assert!(ClientHead::parse(b"[1,2]").is_none());
+    }
+
+    #[test]
+    fn a_worker_answer_is_read_by_its_keys_only() {
+        let line = br#"{"jsonrpc":"2.0","id":"x","result":{"structuredContent":{"session_id":"proc-2","stdout":"..."},"content":[]}}"#;
+        let h = WorkerHead::parse(line);
+        assert_eq!(h.id, Some(json!("x")));
+        assert!(!h.has_method);
+        assert_eq!(created_handle(line).as_deref(), Some("proc-2"));
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#;
+        assert!(WorkerHead::parse(note).has_method);
+        // A CreateTaskResult (SEP-2663): the task's fields at the top of the result.
+        let task = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working"}}"#;
+        assert_eq!(created_handle(task).as_deref(), Some("t1"));
+        let sub = br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{},"_meta":{"io.modelcontextprotocol/subscriptionId":"s1"}}}"#;
+        assert_eq!(acknowledged_subscription(sub), Some(json!("s1")));
+        let v: Value = serde_json::from_slice(&acknowledging_tools(sub).unwrap()).unwrap();
+        assert_eq!(v["params"]["notifications"]["toolsListChanged"], true);
+    }
+
+    #[test]
+    fn initialize_results_announce_list_changed_and_server_info_gains_the_supervisor() {
+        let init = br#"{"jsonrpc":"2.0","id":0,"result":{"capabilities":{"tools":{}},"protocolVersion":"2025-11-25"}}"#;
+        let v: Value = serde_json::from_slice(&with_list_changed(init).unwrap()).unwrap();
+        assert_eq!(v["result"]["capabilities"]["tools"]["listChanged"], true);
+        let info = br#"{"jsonrpc":"2.0","id":3,"result":{"structuredContent":{"name":"machine-mcp"},"content":[{"type":"text","text":"server_info: ...\n"}]}}"#;
+        let out = with_supervisor(info, &json!({"pid": 1}), "supervisor: pid 1\n").unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"]["structuredContent"]["supervisor"]["pid"], 1);
+        assert!(
+            v["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .ends_with("pid 1\n")
+        );
+    }
+}
