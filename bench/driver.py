@@ -233,7 +233,6 @@ def rg_argv(rg, q, sort=False):
     argv = [
         rg,
         "--hidden",
-        "--no-require-git",
         "-g",
         "!.git",
         "--no-heading",

@@ -217,7 +217,10 @@ if [ -n "$NEED_TREE" ]; then
         echo "$KERNEL_PKG $ver" >"$TREE_MARK"
     fi
     read -r _ TREE_VERSION <"$TREE_MARK"
-    NFILES=$(find "$TREE" -type f | wc -l)
+    # A .gitignore applies only inside a repository (git, rg and search_text agree): make the
+    # tree one, so the kernel's own .gitignore files apply to both sides.
+    [ -e "$TREE/.git" ] || git -C "$TREE" init -q
+    NFILES=$(find "$TREE" -path "$TREE/.git" -prune -o -type f -print | wc -l)
     TREE_MIB=$(du -sm "$TREE" | cut -f1)
     TREE_DESC="Linux kernel sources from Debian package \`$KERNEL_PKG\` $TREE_VERSION (apt-get download, unpacked): $NFILES files, $TREE_MIB MiB on disk; the kernel's own .gitignore files apply to both sides"
     say "tree: $TREE ($NFILES files, $TREE_MIB MiB)"

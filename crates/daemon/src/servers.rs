@@ -247,9 +247,19 @@ async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(
 
 /// Starts an upstream server with piped stdio in its own process group, tagged so that the
 /// runtime's watchdog ends it (and what it started) if the daemon is killed.
+///
+/// The command is resolved by `runtime::programs::find` (never from a writable workspace).
 pub(crate) fn spawn(spec: &UpstreamSpec) -> std::io::Result<tokio::process::Child> {
     let (tree_key, tree_value) = runtime::tools::process::watchdog::tag_env();
-    tokio::process::Command::new(&spec.command)
+    let named = std::path::Path::new(&spec.command);
+    let command = if named.is_relative() && named.components().count() > 1 {
+        spec.cwd.join(named).into_os_string()
+    } else {
+        named.as_os_str().to_owned()
+    };
+    let program = runtime::programs::find(&command, std::env::var_os("PATH").as_deref())
+        .map_err(|why| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why))?;
+    tokio::process::Command::new(program)
         .args(&spec.args)
         .envs(&spec.env)
         .env(tree_key, tree_value)

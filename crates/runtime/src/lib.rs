@@ -67,6 +67,7 @@ pub mod pipe;
 pub mod policy;
 mod primitives;
 pub mod procs;
+pub mod programs;
 pub mod tools;
 
 pub use call::{
@@ -325,6 +326,9 @@ impl Runtime {
             !config.policy.unrestricted_paths(),
             config.policy.absolute_paths(),
         )?;
+        if programs::guards(&config.policy, config.remote) {
+            programs::guard_workspace(workspace.root());
+        }
         let families = States::new(&tools::FAMILIES, &config);
         Ok(Self {
             workspace,

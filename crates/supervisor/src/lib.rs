@@ -35,6 +35,10 @@
 //!   the waiting ones are sent on at most [`CONCURRENT_TOOL_CALLS`] tool calls at a time, so that
 //!   having waited never makes them run into the worker's call limit.
 //!   `ping` and `server_info` are answered by the supervisor itself while no worker is up.
+//! - **Automatic swap off.** When the binary lies in a workspace a caller may write without
+//!   exec ([`SupervisorConfig::automatic_swap_off`]), a changed file is never noticed, workers
+//!   start from the supervisor's own running file, and only the user's reload takes the file
+//!   at the path; `server_info` says so and why.
 //! - **Status.** `server_info` answers gain `supervisor` ([`SupervisorInfo`]).
 //!
 //! Files: this one the entry points and the client's reader; `shared.rs` what routing decided
@@ -87,6 +91,12 @@ pub struct SupervisorConfig {
     /// This process's arguments without argv0; a worker gets them with `--worker` after
     /// `stdio`.
     pub args: Vec<OsString>,
+    /// Why the binary at [`Self::binary`] is not swapped in automatically (it lies where a
+    /// caller that may write but not run programs could replace it); `None`: it is. While off,
+    /// the path is not watched, and the first worker and every restart run the supervisor's own
+    /// file (`runtime::programs::OWN_EXE`); a reload by the user (SIGHUP, `machine-mcp
+    /// reload`) still starts the binary at the path.
+    pub automatic_swap_off: Option<String>,
 }
 
 /// The path the host started this binary by (argv0 made absolute, or found in `PATH`).

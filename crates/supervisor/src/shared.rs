@@ -95,7 +95,7 @@ impl Shared {
                 }
                 Out::Probe(purpose, why) => {
                     let tx = self.probes.clone();
-                    let binary = self.lock().config.binary.clone();
+                    let binary = self.lock().program(purpose);
                     self.runtime.spawn(async move {
                         let file = FileId::of(&binary);
                         let result = binary::probe_version(&binary).await;

@@ -109,6 +109,13 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     )?;
     let mut runtime: Option<Arc<Runtime>> = None;
     let mut probed: Option<ProbedUpstreams> = None;
+    // The workspace is guarded before the watcher's first look (`runtime::programs`): the
+    // runtime that registers it is built later.
+    if runtime::programs::guards(&super::policy(&args.policy), true)
+        && let Ok(ws) = super::workspace_dir(args.workspace.as_deref())
+    {
+        runtime::programs::guard_workspace(&ws);
+    }
     // The binary swap: a watcher of the path this daemon was started by, nudged by SIGHUP.
     let binary_nudge = Arc::new(tokio::sync::Notify::new());
     let (upgrade_tx, mut upgrades) = tokio::sync::mpsc::channel(1);

@@ -34,12 +34,29 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
 /// The workspace is checked here first, so that mistake is reported once, before any worker
 /// starts.
 async fn supervise(args: &StdioArgs) -> Result<()> {
-    super::workspace_dir(args.workspace.as_deref())?;
+    let workspace = super::workspace_dir(args.workspace.as_deref())?;
     let mut argv = std::env::args_os();
     let argv0 = argv.next().unwrap_or_else(|| "machine-mcp".into());
+    let binary = supervisor::invoked_path(&argv0);
+    // A binary a caller of the workers could replace (the workspace is writable without exec
+    // and holds it) is never swapped in automatically (`runtime::programs`).
+    let automatic_swap_off = if runtime::programs::guards(&super::policy(&args.policy), false) {
+        runtime::programs::refusal_in(&binary, std::slice::from_ref(&workspace)).map(|_| {
+            format!(
+                "the binary {} lies in the writable workspace {} (a caller that may write there \
+                 but not run programs could replace it), so a changed binary is swapped in only \
+                 by `machine-mcp reload`",
+                binary.display(),
+                workspace.display()
+            )
+        })
+    } else {
+        None
+    };
     let config = supervisor::SupervisorConfig {
-        binary: supervisor::invoked_path(&argv0),
+        binary,
         args: argv.collect(),
+        automatic_swap_off,
     };
     supervisor::supervise(config)
         .await

@@ -332,7 +332,9 @@ fn a_server_killed_while_an_agent_runs_leaves_an_unknown_receipt_never_rerun() {
 #[test]
 fn an_unauthenticated_agent_is_reported_and_refused() {
     let setup = Setup::new();
-    let mut s = setup.server(&[("STUB_AUTH_MISSING", "1")]);
+    // Codex's own variable: the status probe runs in the isolated environment, which keeps
+    // what an agent signs in with and nothing else of the server's.
+    let mut s = setup.server(&[("CODEX_STUB_AUTH_MISSING", "1")]);
     let status = s.call("agents_status", json!({}));
     let agents = status.ok()["agents"].as_array().unwrap().clone();
     let codex = agents.iter().find(|a| a["agent"] == "codex").unwrap();

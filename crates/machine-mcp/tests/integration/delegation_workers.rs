@@ -17,7 +17,9 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::util::{RESPONSE_TIMEOUT, Server, Tree, bin, parse_reply};
+use crate::util::{
+    RESPONSE_TIMEOUT, Server, Tree, bin, link_or_copy, parse_reply, reachable_by_others,
+};
 
 const SOCKET_VAR: &str = "MACHINE_MCP_DELEGATION_SOCKET";
 const REQUEST_VAR: &str = "MACHINE_MCP_DELEGATION_REQUEST";
@@ -54,11 +56,15 @@ struct Setup {
 
 impl Setup {
     fn new() -> Self {
+        Self::with_state(tempfile::tempdir().unwrap())
+    }
+
+    /// [`Setup::new`] with the state directory `state`.
+    fn with_state(state: tempfile::TempDir) -> Self {
         let ws = Tree::new();
         ws.write("proj/sub/README", "sub");
         ws.write("other/README", "elsewhere");
         std::os::unix::fs::symlink("../other", ws.path().join("proj/out")).unwrap();
-        let state = tempfile::tempdir().unwrap();
         let config = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(config.path().join("machine-mcp")).unwrap();
         std::fs::write(
@@ -445,7 +451,12 @@ fn forged_expired_and_out_of_project_requests_are_refused() {
 
 /// `machine-mcp delegation worker-mcp` with `w`'s variables only (and a PATH).
 fn worker_mcp_command(w: &Worker) -> Command {
-    let mut c = Command::new(bin());
+    worker_mcp_command_of(&bin(), w)
+}
+
+/// [`worker_mcp_command`] with the binary at `program`.
+fn worker_mcp_command_of(program: &Path, w: &Worker) -> Command {
+    let mut c = Command::new(program);
     c.args(["delegation", "worker-mcp"])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -599,10 +610,13 @@ fn a_connection_of_another_user_is_refused() {
         "0",
         "this test must run as root: it connects to the socket as uid 65534"
     );
-    let mut s = Setup::new();
+    // The state directory (the socket's) and the program run as uid 65534 sit in a directory
+    // it can reach whatever the modes above the clone or TMPDIR (a 0700 directory there made
+    // this test fail), so that only the uid check stands in its way.
+    let shared = reachable_by_others();
+    let mut s = Setup::with_state(tempfile::tempdir_in(shared.path()).unwrap());
     let (root, _) = s.delegate("codex", "HANG", "proj");
     let w = s.hanging_worker();
-    // Let uid 65534 reach the socket, so that only the uid check stands in its way.
     let socket = PathBuf::from(&w.socket);
     let mut dir = socket.parent().unwrap().to_owned();
     while dir.starts_with(s.state.path()) {
@@ -610,8 +624,9 @@ fn a_connection_of_another_user_is_refused() {
         dir = dir.parent().unwrap().to_owned();
     }
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let program = link_or_copy(&bin(), &shared.path().join("machine-mcp"));
 
-    let out = worker_mcp_command(&w)
+    let out = worker_mcp_command_of(&program, &w)
         .uid(65534)
         .gid(65534)
         .stdin(Stdio::null())

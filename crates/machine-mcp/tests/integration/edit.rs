@@ -233,6 +233,136 @@ fn concurrent_edits_of_one_file_are_all_kept() {
     assert_eq!(String::from_utf8(t.read("f.txt")).unwrap(), expected);
 }
 
+/// Two servers on one workspace (two hosts open on one repository, or a stdio server beside the
+/// daemon of `up`) each append lines with `edit_file` against the file's current content: every
+/// edit either server reports successful is in the file. Each server serialized its own writers
+/// only, so an edit of the other committed between one's SHA-256 check and its rename was lost.
+#[test]
+fn two_servers_appending_to_one_file_lose_no_reported_edit() {
+    const ROUNDS: usize = 12;
+    let t = Tree::new();
+    t.write("log.txt", "END\n");
+    let servers = ["a", "b"].map(|tag| {
+        let s = Server::start(t.path(), &["--profile", "edit"]);
+        (tag, s)
+    });
+    let start = std::sync::Arc::new(std::sync::Barrier::new(servers.len()));
+    let workers: Vec<_> = servers
+        .into_iter()
+        .map(|(tag, mut s)| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let mut kept = Vec::new();
+                let mut refused = 0;
+                for round in 0..ROUNDS {
+                    let lines: Vec<String> =
+                        (0..BURST).map(|k| format!("{tag}-{round}-{k}")).collect();
+                    let calls = lines
+                        .iter()
+                        .map(|l| json!({"path": "log.txt", "old_text": "END\n", "new_text": format!("{l}\nEND\n")}))
+                        .collect();
+                    for (line, r) in lines.into_iter().zip(s.call_all("edit_file", calls)) {
+                        if r.is_error {
+                            assert_eq!(r.code(), "conflict", "{line}: {}", r.error);
+                            refused += 1;
+                        } else {
+                            kept.push(line);
+                        }
+                    }
+                }
+                (kept, refused)
+            })
+        })
+        .collect();
+    let results: Vec<(Vec<String>, usize)> =
+        workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let on_disk = String::from_utf8(t.read("log.txt")).unwrap();
+    let in_file: std::collections::HashSet<&str> = on_disk.lines().collect();
+    let reported: Vec<&String> = results.iter().flat_map(|(kept, _)| kept).collect();
+    let lost: Vec<&&String> = reported
+        .iter()
+        .filter(|l| !in_file.contains(l.as_str()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} edits reported successful are not in the file: {lost:?}",
+        lost.len(),
+        reported.len()
+    );
+    let refused: usize = results.iter().map(|(_, r)| r).sum();
+    assert_eq!(
+        refused, 0,
+        "appends against the current content were refused as conflicts"
+    );
+    assert_eq!(on_disk.lines().count(), reported.len() + 1, "{on_disk}");
+}
+
+/// The lock another process holds is waited for a bounded time, then the write is refused as a
+/// retryable conflict that changed nothing; a holder that dies releases it (the kernel drops a
+/// `flock` with its process), and the lock file is gone after the next write.
+#[test]
+fn a_lock_held_by_another_process_is_waited_for_boundedly_and_a_dead_holder_releases_it() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let t = Tree::new();
+    t.write("f.txt", "before\n");
+    let runtime = tempfile::tempdir().unwrap();
+    let locks = runtime.path().join("machine-mcp/locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    let real = std::fs::canonicalize(t.path()).unwrap().join("f.txt");
+    let lock = locks.join(format!(
+        "{}.lock",
+        sha(std::os::unix::ffi::OsStrExt::as_bytes(real.as_os_str()))
+    ));
+    // The holder is one process (the shell becomes `sleep` holding the locked descriptor), so
+    // killing it is the holder dying.
+    let mut holder = Command::new("sh")
+        .args(["-c", r#"exec 9>"$1" && flock 9 && exec sleep 600"#, "sh"])
+        .arg(&lock)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while Command::new("flock")
+        .args(["-n".as_ref(), lock.as_os_str(), "true".as_ref()])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            Instant::now() < end,
+            "flock did not take {}",
+            lock.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let runtime_dir = runtime.path().to_str().unwrap();
+    let mut s = Server::start_with_env(
+        t.path(),
+        &["--profile", "edit"],
+        &[("XDG_RUNTIME_DIR", runtime_dir)],
+    );
+    let r = s.call("write_file", json!({"path": "f.txt", "content": "after\n"}));
+    assert_eq!(r.code(), "conflict", "{}", r.error);
+    assert_eq!(r.error["retryable"], true, "{}", r.error);
+    assert_eq!(r.error["path"], "f.txt", "{}", r.error);
+    assert_eq!(t.read("f.txt"), b"before\n", "nothing was changed");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let r = s.call(
+        "edit_file",
+        json!({"path": "f.txt", "old_text": "before", "new_text": "after"}),
+    );
+    r.ok();
+    assert_eq!(t.read("f.txt"), b"after\n");
+    assert_eq!(
+        std::fs::read_dir(&locks).unwrap().count(),
+        0,
+        "the lock file a dead holder left is removed by the next writer"
+    );
+}
+
 #[test]
 fn racing_writers_with_one_expected_sha256_exactly_one_wins() {
     // Issue 11 item 3: the expected_sha256 check and the rename were two steps, so several

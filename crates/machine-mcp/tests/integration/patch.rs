@@ -181,3 +181,26 @@ fn a_cut_diff_names_its_real_size_in_the_summary() {
         r.summary()
     );
 }
+
+/// A file whose lines end with a lone CR (old Mac files) is patched as `edit_file` edits it:
+/// one line model for both tools (a line ends at LF, CRLF or a lone CR, as their diffs show
+/// it), each line keeping its own ending. `apply_patch` read the whole file as one line and
+/// found no hunk.
+#[test]
+fn a_file_with_lone_cr_line_endings_is_patched_as_edit_file_edits_it() {
+    let t = Tree::new();
+    t.write("mac.txt", "one\rtwo\rthree\r");
+    t.write("mac2.txt", "one\rtwo\rthree\r");
+    let mut s = Server::start(t.path(), &["--profile", "edit"]);
+    let patch = "*** Begin Patch\n*** Update File: mac.txt\n@@\n one\n-two\n+TWO\n+2\n three\n*** End Patch\n";
+    let r = s.call("apply_patch", json!({"patch": patch}));
+    let diff = r.ok()["diff"].as_str().unwrap().to_owned();
+    assert_eq!(t.read("mac.txt"), b"one\rTWO\r2\rthree\r");
+    assert!(diff.contains("-two\r\n+TWO\r\n+2\r\n"), "{diff:?}");
+    let r = s.call(
+        "edit_file",
+        json!({"path": "mac2.txt", "old_text": "one\ntwo\n", "new_text": "one\nTWO\n2\n"}),
+    );
+    assert_eq!(r.ok()["first_line"], 1);
+    assert_eq!(t.read("mac2.txt"), t.read("mac.txt"), "both tools agree");
+}

@@ -98,6 +98,8 @@ fn cursors_page_through_every_match_once() {
 #[test]
 fn filters_case_and_context() {
     let t = Tree::new();
+    // A repository, where a `.gitignore` applies.
+    std::fs::create_dir(t.path().join(".git")).unwrap();
     t.write(".gitignore", "ignored/\n");
     t.write("src/a.rs", "fn Alpha() {}\nlet x = 1;\nfn beta() {}\n");
     t.write("src/b.py", "def alpha(): pass\n");
@@ -213,6 +215,8 @@ fn an_oversized_gitignore_is_applied_up_to_the_cap_with_a_note_and_bounded_memor
     let t = Tree::new();
     let mut gitignore: String = (0..100_000).map(|i| format!("build-{i}/*.log\n")).collect();
     gitignore.push_str("late.txt\n");
+    // A repository, where a `.gitignore` applies.
+    std::fs::create_dir(t.path().join(".git")).unwrap();
     t.write(".gitignore", gitignore);
     t.write("src/a.txt", "needle\n");
     t.write("build-1/x.log", "needle\n");
@@ -270,4 +274,74 @@ fn an_oversized_gitignore_is_applied_up_to_the_cap_with_a_note_and_bounded_memor
         "peak RSS {} MiB (before the fix: ~1.6 GiB per call)",
         peak >> 20
     );
+}
+
+/// A `.gitignore` applies only inside a git repository, as git and ripgrep apply it; `.ignore`
+/// files apply anywhere. An unpacked source tarball whose top `.gitignore` ignores `/*` was
+/// answered "0 files searched; complete". And when ignore rules leave entries out, both tools
+/// say how many and which argument includes them.
+#[test]
+fn a_gitignore_outside_any_repository_is_not_applied_and_left_out_entries_are_counted() {
+    let t = Tree::new();
+    t.write(".gitignore", "/*\n");
+    t.write("README", "needle\n");
+    t.write("src/a.c", "needle\n");
+    t.write("gen/.ignore", "*.o\n");
+    t.write("gen/x.o", "needle\n");
+    t.write("gen/y.c", "needle\n");
+    let mut s = Server::start(t.path(), &["--profile", "edit"]);
+    let listed = |s: &mut Server, args: Value| {
+        let r = s.call("list_files", args);
+        let files: Vec<String> = r.ok()["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_owned())
+            .collect();
+        (files, r)
+    };
+    let r = s.call("search_text", json!({"pattern": "needle"}));
+    let found: Vec<String> = matches(r.ok()).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(found, ["README", "gen/y.c", "src/a.c"], "{}", r.text);
+    assert_eq!(r.ok()["ignored_count"], 1, "gen/x.o, by gen/.ignore");
+    assert!(
+        r.summary().contains("1 entry left out by ignore rules")
+            && r.summary().contains(r#""include_ignored": true"#),
+        "{}",
+        r.summary()
+    );
+    let (files, r) = listed(&mut s, json!({}));
+    assert_eq!(
+        files,
+        [".gitignore", "README", "gen/.ignore", "gen/y.c", "src/a.c"]
+    );
+    assert_eq!(r.ok()["ignored_count"], 1);
+    assert!(
+        r.summary().contains(r#""include_ignored": true"#),
+        "{}",
+        r.summary()
+    );
+
+    // Inside a repository the same `.gitignore` applies (`.git` itself is never listed).
+    std::fs::create_dir(t.path().join(".git")).unwrap();
+    let (files, r) = listed(&mut s, json!({}));
+    assert!(files.is_empty(), "{files:?}");
+    assert_eq!(r.ok()["ignored_count"], 4, "the four top-level entries");
+    assert!(
+        r.summary().contains("4 entries left out by ignore rules"),
+        "{}",
+        r.summary()
+    );
+    let r = s.call("search_text", json!({"pattern": "needle"}));
+    assert_eq!(r.ok()["files_searched"], 0);
+    assert_eq!(r.ok()["ignored_count"], 4);
+    assert!(
+        r.summary().contains(r#""include_ignored": true"#),
+        "an empty answer says how to include what was left out: {}",
+        r.summary()
+    );
+    let (files, r) = listed(&mut s, json!({"include_ignored": true}));
+    assert_eq!(files.len(), 6, "{files:?}");
+    assert_eq!(r.ok()["ignored_count"], 0);
+    assert!(!r.summary().contains("left out"), "{}", r.summary());
 }

@@ -1271,3 +1271,50 @@ fn the_reload_command_finds_a_supervisor_started_by_another_name_and_says_what_o
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--no-supervisor"), "{err}");
 }
+
+#[test]
+fn a_binary_an_edit_caller_overwrote_in_the_workspace_is_not_swapped_in() {
+    // The binary lies in the workspace (as `cargo install` puts it in a home's ~/.cargo/bin);
+    // a write replaces the file by a rename, so the built binary it links stays as it is.
+    let inst = Install::new();
+    let marker = inst.dir.path().join("ran");
+    let mut s = inst.start(inst.dir.path(), &["--profile", "edit"]);
+    let (_, old_worker) = first_info(&mut s, &inst);
+    let body = format!(
+        "#!/bin/sh\necho written > '{}'\nexec '{}' \"$@\"\n",
+        marker.display(),
+        bin().display()
+    );
+    s.call(
+        "write_file",
+        json!({"path": "bin/machine-mcp", "content": body}),
+    )
+    .ok();
+    // Two checks of the binary and a probe's time pass without a swap.
+    let end = Instant::now() + UPGRADE_CHECK_INTERVAL * 2 + Duration::from_secs(3);
+    while Instant::now() < end {
+        let i = info(&mut s);
+        assert_eq!(
+            i["supervisor"]["worker_pid"], old_worker,
+            "{}",
+            i["supervisor"]
+        );
+        assert!(!marker.exists(), "the written binary ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // server_info says automatic swap is off and why.
+    let after = info(&mut s);
+    let swap = &after["supervisor"]["automatic_swap"];
+    assert_eq!(swap["enabled"], false, "{}", after["supervisor"]);
+    assert!(
+        swap["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("writable workspace") && r.contains("machine-mcp reload")),
+        "{}",
+        after["supervisor"]
+    );
+    // The user's reload still takes the binary at the path.
+    signal(u64::from(s.pid()), "HUP");
+    wait_generation(&mut s, &inst, 2);
+    assert!(marker.exists());
+}

@@ -19,6 +19,38 @@ pub(crate) fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_machine-mcp"))
 }
 
+/// A fresh 0711 directory in the first of TMPDIR, `/tmp`, `/var/tmp` and `/dev/shm` whose
+/// every ancestor other users can traverse: what a test that runs a program as another user
+/// needs, wherever the clone lies and whatever the modes above it or TMPDIR.
+pub(crate) fn reachable_by_others() -> tempfile::TempDir {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let bases = [
+        std::env::temp_dir(),
+        "/tmp".into(),
+        "/var/tmp".into(),
+        "/dev/shm".into(),
+    ];
+    let base = bases
+        .iter()
+        .find(|b| {
+            b.ancestors()
+                .all(|a| std::fs::metadata(a).is_ok_and(|m| m.mode() & 0o001 != 0))
+        })
+        .expect("a temporary directory other users can traverse");
+    let d = tempfile::tempdir_in(base).unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    d
+}
+
+/// `to`, a hard link to the program `from` (a copy across file systems), so the program can be
+/// run from a directory of [`reachable_by_others`].
+pub(crate) fn link_or_copy(from: &Path, to: &Path) -> PathBuf {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap();
+    }
+    to.to_owned()
+}
+
 /// A running `machine-mcp stdio`.
 pub(crate) struct Server {
     child: Child,

@@ -7,17 +7,26 @@
 //! reads each file up to [`IGNORE_FILE_MAX_BYTES`] and [`IGNORE_FILE_MAX_PATTERNS`] and takes
 //! compiled matchers from the runtime's [`IgnoreCache`], so concurrent calls share one.
 //!
-//! Matching follows the crate's rules with `require_git(false)` and `parents(true)`: an
-//! override (include/exclude glob) that matches decides alone; otherwise the nearest `.ignore`
-//! match wins, then the nearest `.gitignore` match, then the nearest `.git/info/exclude` match,
-//! then the global excludes file; within one file the last matching pattern wins.
+//! Matching follows the crate's rules with `require_git(true)` (ripgrep's default, git's own
+//! rule) and `parents(true)`: `.ignore` files apply anywhere; `.gitignore` files,
+//! `.git/info/exclude` and the global excludes file apply only inside a repository (a directory
+//! holding `.git` or `.jj`, at or above the entry), and only from the entry's directory up to the
+//! nearest repository root, never above it. An override (include/exclude glob) that matches
+//! decides alone; otherwise the nearest `.ignore` match wins, then the nearest `.gitignore` match,
+//! then the nearest `.git/info/exclude` match, then the global excludes file; within one file the
+//! last matching pattern wins. A filter counts the entries it leaves out ([`IgnoreFilter::ignored`]:
+//! a directory once, its contents are not walked), so a tool can say how many and how to include
+//! them.
 
 use std::{
     collections::HashMap,
     fs::{self, File},
     io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, Weak},
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::SystemTime,
 };
 
@@ -155,8 +164,14 @@ fn compile(root: &Path, file: &Path) -> Option<Rules> {
 #[derive(Debug)]
 struct Level {
     ignore: Option<Arc<Rules>>,
+    /// Read only inside a repository (`in_repo`).
     gitignore: Option<Arc<Rules>>,
     exclude: Option<Arc<Rules>>,
+    /// The directory holds `.git` (a directory, or a file naming one) or `.jj`: a repository's
+    /// root, above which its entries' `.gitignore` rules are not looked for.
+    has_git: bool,
+    /// This directory or one above it is a repository's root.
+    in_repo: bool,
     parent: Option<Arc<Level>>,
 }
 
@@ -172,6 +187,8 @@ pub(crate) struct IgnoreFilter {
     global: Option<Arc<Rules>>,
     levels: Mutex<HashMap<PathBuf, Arc<Level>>>,
     capped: Mutex<Vec<(PathBuf, Cap)>>,
+    /// Entries [`IgnoreFilter::keep`] left out.
+    ignored: AtomicUsize,
 }
 
 impl IgnoreFilter {
@@ -186,6 +203,7 @@ impl IgnoreFilter {
             global: None,
             levels: Mutex::default(),
             capped: Mutex::default(),
+            ignored: AtomicUsize::new(0),
         };
         let cwd = std::env::current_dir().unwrap_or_else(|_| root.to_owned());
         f.global = ignore::gitignore::gitconfig_excludes_path()
@@ -199,8 +217,23 @@ impl IgnoreFilter {
         f
     }
 
-    /// Whether the walk keeps `entry` (the crate has applied the overrides already).
+    /// Whether the walk keeps `entry` (the crate has applied the overrides already); an entry
+    /// left out is counted ([`IgnoreFilter::ignored`]).
     pub(crate) fn keep(&self, entry: &DirEntry) -> bool {
+        let keep = self.decide(entry);
+        if !keep {
+            self.ignored.fetch_add(1, Ordering::Relaxed);
+        }
+        keep
+    }
+
+    /// How many entries [`IgnoreFilter::keep`] left out so far: files and directories (a
+    /// directory counts once; what is under it is not walked).
+    pub(crate) fn ignored(&self) -> usize {
+        self.ignored.load(Ordering::Relaxed)
+    }
+
+    fn decide(&self, entry: &DirEntry) -> bool {
         if entry.depth() == 0 {
             return true;
         }
@@ -213,7 +246,10 @@ impl IgnoreFilter {
             return true;
         };
         let level = self.level_of(dir);
+        let in_repo = level.as_ref().is_some_and(|l| l.in_repo);
         let (mut m_ignore, mut m_gi, mut m_exclude) = (Match::None, Match::None, Match::None);
+        // Git's rules come from the entry's directory up to the nearest repository root only.
+        let mut saw_git = false;
         let mut at = level.as_ref();
         while let Some(l) = at {
             let matched = |r: &Option<Arc<Rules>>| {
@@ -223,22 +259,24 @@ impl IgnoreFilter {
             if m_ignore.is_none() {
                 m_ignore = matched(&l.ignore);
             }
-            if m_gi.is_none() {
+            if !saw_git && m_gi.is_none() {
                 m_gi = matched(&l.gitignore);
             }
-            if m_exclude.is_none() {
+            if !saw_git && m_exclude.is_none() {
                 m_exclude = matched(&l.exclude);
             }
+            saw_git |= l.has_git;
             at = l.parent.as_ref();
         }
         let m = m_ignore.or(m_gi).or(m_exclude);
         if !m.is_none() {
             return !m.is_ignore();
         }
-        !self
-            .global
-            .as_ref()
-            .is_some_and(|r| r.matcher.matched(path, is_dir).is_ignore())
+        !(in_repo
+            && self
+                .global
+                .as_ref()
+                .is_some_and(|r| r.matcher.matched(path, is_dir).is_ignore()))
     }
 
     /// The ignore files that went past a cap, in path order (at most [`IGNORE_NOTES_MAX`]).
@@ -276,14 +314,19 @@ impl IgnoreFilter {
             rules
         };
         let dot_git = dir.join(".git");
-        let exclude = fs::metadata(&dot_git)
-            .ok()
+        let git = fs::metadata(&dot_git).ok();
+        let has_git = git.is_some() || dir.join(".jj").exists();
+        let in_repo = has_git || parent.as_ref().is_some_and(|p| p.in_repo);
+        let exclude = git
             .and_then(|m| git_common_dir(&dot_git, m.is_file()))
             .and_then(|common| load(dir, common.join("info/exclude")));
         Arc::new(Level {
             ignore: load(dir, dir.join(".ignore")),
-            gitignore: load(dir, dir.join(".gitignore")),
+            // Outside a repository a `.gitignore` applies to nothing (git and ripgrep agree).
+            gitignore: in_repo.then(|| load(dir, dir.join(".gitignore"))).flatten(),
             exclude,
+            has_git,
+            in_repo,
             parent,
         })
     }
@@ -319,6 +362,19 @@ fn git_common_dir(dot_git: &Path, is_file: bool) -> Option<PathBuf> {
     } else {
         PathBuf::from(common)
     })
+}
+
+/// What a walk's summary says when ignore rules left `count` entries out (nothing when none):
+/// how many, and the argument that includes them.
+pub(crate) fn left_out(count: usize) -> String {
+    match count {
+        0 => String::new(),
+        1 => r#", 1 entry left out by ignore rules (add "include_ignored": true to include it)"#
+            .to_owned(),
+        n => format!(
+            r#", {n} entries left out by ignore rules (add "include_ignored": true to include them)"#
+        ),
+    }
 }
 
 /// The `notes` a tool returns for the capped ignore files of a walk. A file outside the
@@ -379,11 +435,11 @@ mod tests {
         (files(&wb, root), filter.capped())
     }
 
-    /// The same walk with the crate reading the ignore files itself.
+    /// The same walk with the crate reading the ignore files itself (ripgrep's defaults:
+    /// git's rules only inside a repository).
     fn crate_walk(root: &Path, glob: Option<&str>) -> Vec<String> {
         let mut wb = WalkBuilder::new(root);
         wb.hidden(false)
-            .require_git(false)
             .overrides(overrides(root, glob))
             .filter_entry(|e| e.file_name() != ".git");
         files(&wb, root)
@@ -442,11 +498,13 @@ mod tests {
             write(&root, f, "");
         }
         let cache = Arc::new(IgnoreCache::default());
+        // `ws` is a repository (`.git`): the `.gitignore` above its root does not apply.
         assert_eq!(
             walk(&cache, &root, None),
             [
                 ".gitignore",
                 ".ignore",
+                "a.outer",
                 "a.txt",
                 "keep.log",
                 "sub/.gitignore",
@@ -467,6 +525,58 @@ mod tests {
     }
 
     #[test]
+    fn gitignore_applies_only_inside_a_repository_and_ignore_files_anywhere() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        // An unpacked tarball: no repository, a top `.gitignore` that ignores everything.
+        write(&root, ".gitignore", "/*\n");
+        write(&root, ".ignore", "*.tmp\n");
+        write(&root, "a.txt", "");
+        write(&root, "a.tmp", "");
+        // A repository inside it: its own `.gitignore` applies within it, the outer one not.
+        write(&root, "repo/.git/HEAD", "");
+        write(&root, "repo/.gitignore", "*.log\n");
+        write(&root, "repo/b.log", "");
+        write(&root, "repo/b.txt", "");
+        write(&root, "repo/b.tmp", "");
+        // A `.gitignore` in a plain directory is nothing either.
+        write(&root, "plain/.gitignore", "*\n");
+        write(&root, "plain/c.txt", "");
+        let cache = Arc::new(IgnoreCache::default());
+        let expected = [
+            ".gitignore",
+            ".ignore",
+            "a.txt",
+            "plain/.gitignore",
+            "plain/c.txt",
+            "repo/.git/HEAD",
+            "repo/.gitignore",
+            "repo/b.txt",
+        ];
+        let kept = walk_with_git(&cache, &root);
+        assert_eq!(kept.0, expected);
+        assert_eq!(kept.1, 3, "a.tmp, repo/b.log, repo/b.tmp were left out");
+        let mut by_crate = WalkBuilder::new(&root);
+        by_crate.hidden(false);
+        assert_eq!(files(&by_crate, &root), expected, "as ripgrep's walker");
+        // Once the top is a repository, its `.gitignore` applies to everything under it.
+        write(&root, ".git/HEAD", "");
+        let kept = walk(&cache, &root, None);
+        assert!(kept.is_empty(), "{kept:?}");
+    }
+
+    /// A walk that does not skip `.git`, and the number of entries the filter left out.
+    fn walk_with_git(cache: &Arc<IgnoreCache>, root: &Path) -> (Vec<String>, usize) {
+        let overrides = overrides(root, None);
+        let filter = Arc::new(IgnoreFilter::new(cache.clone(), root, overrides.clone()));
+        let keep = filter.clone();
+        let mut wb = WalkBuilder::new(root);
+        wb.standard_filters(false).overrides(overrides);
+        wb.filter_entry(move |e| keep.keep(e));
+        (files(&wb, root), filter.ignored())
+    }
+
+    #[test]
     fn a_file_past_the_pattern_cap_applies_its_first_patterns_and_is_reported() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().canonicalize().unwrap();
@@ -476,6 +586,8 @@ mod tests {
         }
         body.push_str("first.txt\nlast.txt\n");
         write(&root, ".gitignore", &body);
+        // A repository, where a `.gitignore` applies.
+        fs::create_dir(root.join(".git")).unwrap();
         write(&root, "first.txt", "");
         write(&root, "last.txt", "");
         let cache = Arc::new(IgnoreCache::default());

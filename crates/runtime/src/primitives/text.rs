@@ -1,4 +1,6 @@
-//! Byte-level text facts shared by the file tools: BOM, line endings, binary sniffing, hashing.
+//! Byte-level text facts shared by the file tools: BOM, line endings, binary sniffing, hashing,
+//! and the line model of the tools that rewrite text ([`lines`]: a line ends at `\r\n`, `\n` or a
+//! lone `\r`).
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -56,26 +58,33 @@ pub enum LineEnding {
     Mixed,
 }
 
-/// Counts of each line-break kind in a byte string.
+/// Counts of each line-break kind in a byte string, in the line model of the rewriting tools
+/// ([`lines`]): `\r\n`, `\n`, and a lone `\r`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct EolCounts {
     pub(crate) lf: usize,
     pub(crate) crlf: usize,
+    /// A `\r` not followed by `\n`.
+    pub(crate) cr: usize,
 }
 
 impl EolCounts {
     pub(crate) fn of(bytes: &[u8]) -> Self {
         let mut c = EolCounts::default();
-        for i in memchr::memchr_iter(b'\n', bytes) {
-            if i > 0 && bytes[i - 1] == b'\r' {
-                c.crlf += 1;
-            } else {
-                c.lf += 1;
+        for i in memchr::memchr2_iter(b'\r', b'\n', bytes) {
+            match bytes[i] {
+                b'\n' if i > 0 && bytes[i - 1] == b'\r' => c.crlf += 1,
+                b'\n' => c.lf += 1,
+                // A CR before an LF is counted with that LF.
+                _ if bytes.get(i + 1) == Some(&b'\n') => {}
+                _ => c.cr += 1,
             }
         }
         c
     }
 
+    /// The kinds of `\n`-ended lines (`read_file`'s `line_ending`, whose lines end at `\n`:
+    /// a lone `\r` is not counted there).
     pub(crate) fn kind(self) -> LineEnding {
         match (self.lf, self.crlf) {
             (0, 0) => LineEnding::None,
@@ -85,10 +94,60 @@ impl EolCounts {
         }
     }
 
-    /// The line break new lines should get: the majority, LF on a tie or with none.
+    /// The line break new lines should get: the majority; on a tie LF, then CRLF; LF with none.
     pub(crate) fn dominant(self) -> &'static str {
-        if self.crlf > self.lf { "\r\n" } else { "\n" }
+        if self.cr > self.lf && self.cr > self.crlf {
+            "\r"
+        } else if self.crlf > self.lf {
+            "\r\n"
+        } else {
+            "\n"
+        }
     }
+}
+
+/// The lines of `text` in the line model of the tools that rewrite text (`edit_file`,
+/// `apply_patch`) and of their unified diffs ([`crate::primitives::diff`], which `similar`
+/// splits alike): a line ends at `\r\n`, at `\n`, or at a lone `\r` (old Mac files). Yields
+/// each line's text and its ending (`"\r\n"`, `"\n"`, `"\r"`, or `""` for a last line
+/// without one); the texts and endings concatenated are `text`.
+pub(crate) fn lines(text: &str) -> Lines<'_> {
+    Lines { rest: text }
+}
+
+/// The iterator of [`lines`].
+#[derive(Debug, Clone)]
+pub(crate) struct Lines<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = (&'a str, &'static str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let bytes = self.rest.as_bytes();
+        let (end, eol) = match memchr::memchr2(b'\r', b'\n', bytes) {
+            None => (bytes.len(), ""),
+            Some(i) if bytes[i] == b'\n' => (i, "\n"),
+            Some(i) if bytes.get(i + 1) == Some(&b'\n') => (i, "\r\n"),
+            Some(i) => (i, "\r"),
+        };
+        let line = &self.rest[..end];
+        self.rest = &self.rest[end + eol.len()..];
+        Some((line, eol))
+    }
+}
+
+/// The 1-based line, in the [`lines`] model, of byte offset `pos` of `bytes`: one more than the
+/// line breaks that end before it (a `\r\n` counts once).
+pub(crate) fn line_at(bytes: &[u8], pos: usize) -> usize {
+    let c = EolCounts::of(&bytes[..pos]);
+    // A `\r` whose `\n` is at `pos` was counted as lone; its line has not ended yet.
+    let split_crlf = pos > 0 && bytes[pos - 1] == b'\r' && bytes.get(pos) == Some(&b'\n');
+    1 + c.lf + c.crlf + c.cr - usize::from(split_crlf)
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
@@ -119,7 +178,8 @@ pub(crate) fn check_text(bytes: &[u8]) -> Result<&str, String> {
     })
 }
 
-/// Replaces every lone `\n` in `text` with `eol` (a `\r\n` already present stays as it is).
+/// Replaces every `\n` not preceded by `\r` in `text` with `eol` (`\r\n`, `\n` or `\r`); a `\r\n`
+/// or a lone `\r` already present stays as it is.
 pub(crate) fn with_line_endings(text: &str, eol: &str) -> String {
     if eol == "\n" {
         return text.to_owned();
@@ -157,6 +217,28 @@ mod tests {
         assert_eq!(EolCounts::of(b"a\nb\n").kind(), LineEnding::Lf);
         assert_eq!(EolCounts::of(b"ab").kind(), LineEnding::None);
         assert_eq!(EolCounts::of(b"a\r\nb\r\nc\n").dominant(), "\r\n");
+    }
+
+    #[test]
+    fn lines_end_at_lf_crlf_and_a_lone_cr() {
+        let all: Vec<(&str, &str)> = lines("a\r\nb\nc\rd").collect();
+        assert_eq!(all, [("a", "\r\n"), ("b", "\n"), ("c", "\r"), ("d", "")]);
+        assert_eq!(lines("").count(), 0);
+        assert_eq!(
+            lines("\r\r\n").collect::<Vec<_>>(),
+            [("", "\r"), ("", "\r\n")]
+        );
+        let c = EolCounts::of(b"a\r\nb\nc\rd\r");
+        assert_eq!((c.crlf, c.lf, c.cr), (1, 1, 2));
+        assert_eq!(c.dominant(), "\r");
+        assert_eq!(EolCounts::of(b"a\rb\nc\n").dominant(), "\n");
+        assert_eq!(EolCounts::of(b"a\rb\n").dominant(), "\n", "a tie is LF");
+        assert_eq!(EolCounts::of(b"a\rb\r\n").dominant(), "\r\n", "then CRLF");
+        assert_eq!(EolCounts::of(b"a\rb\r").kind(), LineEnding::None);
+        let text = b"a\r\nb\rc\nd";
+        let starts: Vec<usize> = [0, 3, 5, 7, 8].iter().map(|&p| line_at(text, p)).collect();
+        assert_eq!(starts, [1, 2, 3, 4, 4]);
+        assert_eq!(line_at(text, 2), 1, "between a CR and its LF");
     }
 
     #[test]

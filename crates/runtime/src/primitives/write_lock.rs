@@ -1,12 +1,16 @@
-//! Per-file write locks: the writers of one runtime never interleave on a file.
+//! Per-file write locks: the writers of every `machine-mcp` process of this user never
+//! interleave on a file.
 //!
 //! One [`WriteLocks`] table lives in the [`crate::Runtime`], so it covers every MCP session the
 //! process serves (stdio, or every session of a daemon). A writing tool holds the locks of the
 //! files it writes, keyed by the resolved path, from its read through its commit: the
 //! read-modify-write of `edit_file`/`apply_patch` and the `expected_sha256` check of every writer
-//! are then one step against the other writers of this server. Writers outside the server are
-//! not excluded; for them the SHA-256 re-check at commit ([`crate::primitives::write`]) stays
-//! the guard.
+//! are then one step against the other writers. Two layers: this table (cheap, async, orders
+//! the writers of one process) and under it, once a call holds its entries, the [`machine`]
+//! locks (`flock` on a per-user lock file, taken with [`WriteGuard::across_processes`]), which
+//! order the writers of different processes. Writers that are not `machine-mcp` are not
+//! excluded; for them the SHA-256 re-check at commit ([`crate::primitives::write`]) stays the
+//! guard.
 //!
 //! The table is bounded by the calls in flight: an entry exists only while a call holds or
 //! waits for its lock and is removed by the last one to leave. Waiting is async (a Tokio
@@ -21,10 +25,15 @@ use std::{
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-/// The per-path lock table of one runtime.
+pub(crate) mod machine;
+
+pub(crate) use machine::{LockError, MACHINE_LOCK_WAIT, MachineGuard, MachineLocks};
+
+/// The per-path lock table of one runtime, and its machine-wide locks.
 #[derive(Debug, Default)]
 pub(crate) struct WriteLocks {
     table: Mutex<HashMap<PathBuf, Slot>>,
+    machine: MachineLocks,
 }
 
 /// One path's lock and the number of [`Entry`]s (holders and waiters) using it.
@@ -111,6 +120,21 @@ impl Drop for Entry {
 }
 
 impl WriteGuard {
+    /// Takes the machine-wide locks of the paths this guard holds, in sorted order, waiting up
+    /// to [`MACHINE_LOCK_WAIT`] for locks other `machine-mcp` processes hold. Blocks the
+    /// thread while it waits: call it off the async threads, after the in-process locks.
+    ///
+    /// # Errors
+    /// [`LockError::Busy`] when another process held a lock for the whole wait;
+    /// [`LockError::Dir`] or [`LockError::Io`] when the lock files cannot be made or locked.
+    pub(crate) fn across_processes(&self) -> Result<MachineGuard, LockError> {
+        let paths: Vec<PathBuf> = self.entries.iter().map(|e| e.path.clone()).collect();
+        match self.entries.first() {
+            Some(e) => e.locks.machine.lock(&paths, MACHINE_LOCK_WAIT),
+            None => Ok(MachineGuard::default()),
+        }
+    }
+
     /// Whether this guard holds the lock of `path`.
     pub(crate) fn holds(&self, path: &Path) -> bool {
         self.entries

@@ -103,6 +103,8 @@ pub struct SupervisorInfo {
     pub worker_generation: Option<u64>,
     /// The binary workers are started from (the path the host started; watched for upgrades).
     pub binary: String,
+    /// Whether a changed binary is swapped in without the user asking, and why not.
+    pub automatic_swap: AutomaticSwap,
     /// The version the active worker runs (its binary's `--version`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub binary_version: Option<String>,
@@ -121,6 +123,17 @@ pub struct SupervisorInfo {
     pub last_failure: Option<String>,
     /// Replaced workers still finishing their work (process ids).
     pub replaced_workers: Vec<u32>,
+}
+
+/// Whether the supervisor swaps in a changed binary by itself ([`SupervisorInfo`]).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AutomaticSwap {
+    /// `true`: a changed binary at the path is started when it answers `--version`.
+    pub enabled: bool,
+    /// Why it is off: the binary lies in a workspace a caller may write without exec; a
+    /// reload by the user (`machine-mcp reload`) still takes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Bounds enforced by the tools (bytes, counts, characters and seconds; characters are counted

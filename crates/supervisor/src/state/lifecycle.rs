@@ -156,7 +156,7 @@ impl State {
         file: Option<FileId>,
     ) -> Vec<Out> {
         let mut outs = Vec::new();
-        let generation = match self.spawn(version) {
+        let generation = match self.spawn(version, purpose) {
             Ok(g) => g,
             Err(e) => {
                 let why = format!("it could not be started: {e}");
@@ -300,8 +300,10 @@ impl State {
             self.recovery.attempts += 1;
             outs.extend(self.probe(Purpose::Recovery, "restart"));
         }
-        // The binary changed.
-        if now.duration_since(self.last_check) >= UPGRADE_CHECK_INTERVAL {
+        // The binary changed (not looked at while automatic swap is off).
+        if self.config.automatic_swap_off.is_none()
+            && now.duration_since(self.last_check) >= UPGRADE_CHECK_INTERVAL
+        {
             self.last_check = now;
             let current = self
                 .active()

@@ -225,7 +225,7 @@ impl State {
     /// initializes it).
     pub(crate) fn start_first(&mut self) -> io::Result<Vec<Out>> {
         let file = FileId::of(&self.config.binary);
-        let generation = self.spawn(runtime::version().to_owned())?;
+        let generation = self.spawn(runtime::version().to_owned(), Purpose::Recovery)?;
         tracing::info!(
             generation,
             binary = %self.config.binary.display(),
@@ -239,19 +239,26 @@ impl State {
         Ok(Vec::new())
     }
 
-    /// Spawns a worker of the next generation (role `Active` until the caller says otherwise).
-    pub(crate) fn spawn(&mut self, version: String) -> io::Result<u64> {
+    /// The file a worker started for `purpose` runs (and its version probe asks): the binary
+    /// at the path, or, while automatic swap is off, the supervisor's own running file for
+    /// anything but a reload the user asked for (an `Upgrade` is only asked for then).
+    pub(crate) fn program(&self, purpose: Purpose) -> std::path::PathBuf {
+        if self.config.automatic_swap_off.is_some() && purpose == Purpose::Recovery {
+            runtime::programs::OWN_EXE.into()
+        } else {
+            self.config.binary.clone()
+        }
+    }
+
+    /// Spawns a worker of the next generation (role `Active` until the caller says otherwise)
+    /// from [`Self::program`] of `purpose`.
+    pub(crate) fn spawn(&mut self, version: String, purpose: Purpose) -> io::Result<u64> {
         let Some(sink) = self.sink.upgrade() else {
             return Err(io::Error::other("the supervisor is stopping"));
         };
         let generation = self.next_generation;
-        let worker = Worker::spawn(
-            &self.config.binary,
-            &self.worker_args,
-            generation,
-            version,
-            sink,
-        )?;
+        let program = self.program(purpose);
+        let worker = Worker::spawn(&program, &self.worker_args, generation, version, sink)?;
         self.next_generation += 1;
         self.workers.insert(
             generation,

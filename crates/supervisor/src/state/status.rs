@@ -4,7 +4,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use protocol::limits::WORKER_RESTARTS_MAX;
-use runtime::tools::info::SupervisorInfo;
+use runtime::tools::info::{AutomaticSwap, SupervisorInfo};
 
 use super::{Role, Service, State};
 
@@ -34,6 +34,10 @@ impl State {
             worker_pid: active.map(|s| s.worker.pid),
             worker_generation: active.map(|s| s.worker.generation),
             binary: self.config.binary.display().to_string(),
+            automatic_swap: AutomaticSwap {
+                enabled: self.config.automatic_swap_off.is_none(),
+                reason: self.config.automatic_swap_off.clone(),
+            },
             binary_version: active.map(|s| s.worker.version.clone()),
             state: self.state_line(),
             reloads: self.reloads,
@@ -67,6 +71,9 @@ impl State {
         );
         if let Some(r) = &i.last_reload {
             t.push_str(&format!("last reload: {r}\n"));
+        }
+        if let Some(r) = &i.automatic_swap.reason {
+            t.push_str(&format!("automatic swap off: {r}\n"));
         }
         if let Some(f) = &i.last_failure {
             t.push_str(&format!("last failure: {f}\n"));

@@ -65,6 +65,7 @@ pub(super) async fn watch(path: PathBuf, nudge: Arc<Notify>, tx: mpsc::Sender<Up
     let mut known = running_file(&path);
     let mut refused: Option<FileId> = None;
     let mut missing_told = false;
+    let mut off_told = false;
     let mut first = true;
     loop {
         if !first {
@@ -87,6 +88,15 @@ pub(super) async fn watch(path: PathBuf, nudge: Arc<Notify>, tx: mpsc::Sender<Up
         };
         missing_told = false;
         if known.is_some_and(|k| k.same_binary(&now)) || refused == Some(now) {
+            continue;
+        }
+        // A binary a caller that may write but not run programs could have replaced is never
+        // swapped in automatically (`runtime::programs`); a restart by the user still is.
+        if let Some(why) = runtime::programs::refusal(&path) {
+            if !off_told {
+                tracing::warn!("automatic upgrade is off: {why}");
+                off_told = true;
+            }
             continue;
         }
         match probe_version(&path).await {

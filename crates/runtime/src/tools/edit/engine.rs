@@ -3,15 +3,19 @@
 //!
 //! [`replace`] finds `old_text` in a file's bytes and splices in `new_text`:
 //!
-//! - An `old_text` containing `\r\n`, or no line break at all, is matched byte for byte.
-//! - Otherwise it is matched against the file with each `\r\n` read as `\n`, so text written with
-//!   LF matches a CRLF or mixed file. The matched span is mapped back to the original bytes, and
-//!   the line breaks of `new_text` take the style of the span they replace (the file's dominant
-//!   style when the span has none); a `\r\n` written in `new_text` stays as it is.
+//! Lines are those of `apply_patch` and the diffs ([`crate::primitives::text::lines`]: a line ends
+//! at `\r\n`, `\n` or a lone `\r`, as old Mac files have them).
+//!
+//! - An `old_text` containing a `\r`, or no line break at all, is matched byte for byte.
+//! - Otherwise it is matched against the file with each line break (`\r\n`, lone `\r`) read as
+//!   `\n`, so text written with LF matches a CRLF, CR or mixed file. The matched span is mapped
+//!   back to the original bytes, and the line breaks of `new_text` take the style of the span they
+//!   replace (the file's dominant style when the span has none); a `\r\n` or `\r` written in
+//!   `new_text` stays as it is.
 //! - Bytes outside the matched spans, the BOM and the final newline included, are copied as they
 //!   are.
 
-use crate::primitives::text::{EolCounts, with_line_endings};
+use crate::primitives::text::{EolCounts, line_at, with_line_endings};
 
 /// Why a replacement could not be planned.
 #[derive(Debug, PartialEq, Eq)]
@@ -52,9 +56,9 @@ pub(crate) fn replace(
     if old.is_empty() {
         return Err(EditError::EmptyOld);
     }
-    let normalized = old.contains('\n') && !old.contains("\r\n");
+    let normalized = old.contains('\n') && !old.contains('\r');
     let view = if normalized {
-        View::crlf_as_lf(file)
+        View::breaks_as_lf(file)
     } else {
         View::exact(file)
     };
@@ -69,7 +73,7 @@ pub(crate) fn replace(
             picked.push((s, e));
         }
     }
-    let line_of = |pos: usize| memchr::memchr_iter(b'\n', &file[..pos]).count() + 1;
+    let line_of = |pos: usize| line_at(file, pos);
     match picked.len() {
         0 => return Err(EditError::NotFound),
         1 => {}
@@ -91,7 +95,7 @@ pub(crate) fn replace(
     for &(s, e) in &picked {
         out.extend_from_slice(&file[last..s]);
         let span = EolCounts::of(&file[s..e]);
-        let eol = if span.crlf + span.lf == 0 {
+        let eol = if span.crlf + span.lf + span.cr == 0 {
             dominant
         } else {
             span.dominant()
@@ -110,8 +114,8 @@ pub(crate) fn replace(
 /// The bytes matched against, and the map back to the file's offsets.
 enum View<'a> {
     Exact(&'a [u8]),
-    /// `bytes` is the file with each CR of a CRLF removed; `dropped[i]` is the index in `bytes` of
-    /// the LF whose CR was removed (ascending).
+    /// `bytes` is the file with each CR of a CRLF removed and each lone CR replaced by LF (same
+    /// offset); `dropped[i]` is the index in `bytes` of the LF whose CR was removed (ascending).
     Normalized {
         bytes: Vec<u8>,
         dropped: Vec<usize>,
@@ -123,19 +127,21 @@ impl<'a> View<'a> {
         View::Exact(file)
     }
 
-    fn crlf_as_lf(file: &'a [u8]) -> Self {
-        if memchr::memmem::find(file, b"\r\n").is_none() {
+    fn breaks_as_lf(file: &'a [u8]) -> Self {
+        if memchr::memchr(b'\r', file).is_none() {
             return View::Exact(file);
         }
         let mut bytes = Vec::with_capacity(file.len());
         let mut dropped = Vec::new();
         let mut last = 0;
-        for i in memchr::memchr_iter(b'\n', file) {
-            if i > 0 && file[i - 1] == b'\r' {
-                bytes.extend_from_slice(&file[last..i - 1]);
+        for i in memchr::memchr_iter(b'\r', file) {
+            bytes.extend_from_slice(&file[last..i]);
+            if file.get(i + 1) == Some(&b'\n') {
                 dropped.push(bytes.len());
-                last = i;
+            } else {
+                bytes.push(b'\n');
             }
+            last = i + 1;
         }
         bytes.extend_from_slice(&file[last..]);
         View::Normalized { bytes, dropped }
@@ -172,6 +178,20 @@ mod tests {
             r("a\r\nb\r\nc\r\n", "a\nb\n", "x\ny\nz\n"),
             "x\r\ny\r\nz\r\nc\r\n"
         );
+    }
+
+    #[test]
+    fn lf_old_text_matches_lone_cr_lines_and_keeps_cr() {
+        assert_eq!(r("a\rb\rc\r", "a\nb\n", "x\ny\nz\n"), "x\ry\rz\rc\r");
+        assert_eq!(r("a\r\nb\rc\n", "b\nc", "B\nC"), "a\r\nB\rC\n");
+        let planned = replace(b"a\rb\rc\r", "c", "C", false).unwrap();
+        assert_eq!(planned.first_line, 3, "a lone CR ends a line");
+        match replace(b"x\rdup\rx\rdup\r", "dup", "D", false) {
+            Err(EditError::Ambiguous { count, lines }) => {
+                assert_eq!((count, lines), (2, vec![2, 4]));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -68,11 +68,12 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 description: "Replace exact text in a UTF-8 file. old_text must occur exactly \
                               once unless replace_all is true; zero or several matches is a \
                               conflict that reports the count and the line numbers. old_text \
-                              written with LF line breaks also matches a CRLF or mixed file, and \
-                              new_text's line breaks follow the replaced text's style. Every byte \
-                              outside the replaced spans (BOM, line endings, final newline) is \
-                              kept. expected_sha256 guards against concurrent changes; dry_run \
-                              previews. Returns a unified diff and the new SHA-256.",
+                              written with LF line breaks also matches a CRLF, lone-CR or mixed \
+                              file, and new_text's line breaks follow the replaced text's style. \
+                              Every byte outside the replaced spans (BOM, line endings, final \
+                              newline) is kept. expected_sha256 guards against concurrent \
+                              changes; dry_run previews. Returns a unified diff and the new \
+                              SHA-256.",
                 capability: Capability::Write,
                 hints: Hints {
                     read_only: false,

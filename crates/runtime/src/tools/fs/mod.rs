@@ -67,8 +67,10 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 name: "list_files",
                 title: "List files recursively",
                 description: "List files under a directory, recursively, sorted by path (one path a \
-                              line in the text). Honours .gitignore, .ignore and git excludes \
-                              unless include_ignored; .git is skipped; symlinked directories are \
+                              line in the text). Honours .ignore files and, inside a git \
+                              repository, .gitignore and git excludes unless include_ignored \
+                              (ignored_count says how many entries they left out); .git is \
+                              skipped; symlinked directories are \
                               never followed. glob keeps matching paths (gitignore syntax, e.g. \
                               \"*.rs\" or \"src/**/*.ts\"). A page holds at most max_files (default \
                               2000) and, by default, what fits in 45000 characters; then \
@@ -368,6 +370,11 @@ pub(crate) struct ListFilesOutput {
     /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
+    /// Files and directories that .ignore files, and inside a git repository .gitignore and git
+    /// excludes, left out of the part of the tree this page walked (a directory counts once;
+    /// what is under it was not walked); 0 with include_ignored. Set include_ignored to list
+    /// them.
+    ignored_count: usize,
     #[serde(skip)]
     limit: usize,
     #[serde(skip)]
@@ -387,6 +394,7 @@ impl TextView for ListFilesOutput {
                 crate::call::text::count(self.skipped_count as u64, "path", "paths")
             ));
         }
+        s.push_str(&crate::primitives::ignores::left_out(self.ignored_count));
         match &self.continue_with {
             Some(args) => s.push_str(&format!("; more: call list_files with {args}")),
             None if self.complete => s.push_str("; complete"),
@@ -561,9 +569,10 @@ async fn list_files(
             skipped: skipped.render(ws),
             skipped_count,
             complete: !truncated && skipped_count == 0,
-            notes: filter.map_or_else(Vec::new, |f| {
+            notes: filter.as_ref().map_or_else(Vec::new, |f| {
                 crate::primitives::ignores::notes(&f.capped(), ws)
             }),
+            ignored_count: filter.map_or(0, |f| f.ignored()),
             limit,
             continue_with,
         })

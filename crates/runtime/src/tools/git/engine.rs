@@ -371,7 +371,10 @@ async fn exec(
     cap: usize,
     cancel: &CancellationToken,
 ) -> ToolResult<Output> {
-    let mut cmd = tokio::process::Command::new("git");
+    // The git of the server's PATH outside every writable workspace (`crate::programs`).
+    let git = crate::programs::find_on_path("git")
+        .map_err(|why| ToolError::new(ToolErrorCode::Unavailable, format!("git: {why}")))?;
+    let mut cmd = tokio::process::Command::new(git);
     for c in SAFE_CONFIG {
         cmd.arg("-c").arg(c);
     }
@@ -382,6 +385,7 @@ async fn exec(
         .envs(
             std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| ENV_KEEP.contains(&k))),
         )
+        .env("PATH", crate::programs::own_path())
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_OPTIONAL_LOCKS", "0")
         .env("GIT_CONFIG_NOSYSTEM", "1")

@@ -17,7 +17,8 @@ impl JobsState {
     pub(super) fn make(config: &crate::RuntimeConfig) -> Box<dyn FamilyState> {
         Box::new(Self {
             store: config.state_dir.as_deref().map(|d| {
-                let exe = std::env::current_exe().unwrap_or_else(|_| "machine-mcp".into());
+                // Never a binary a writer of a guarded workspace could have replaced.
+                let exe = crate::programs::own_binary();
                 JobStore::new(d, exe)
             }),
         })

@@ -17,12 +17,13 @@
 //! A hunk's context and removed lines are looked for after the previous hunk (after its anchor
 //! line when one is given): first exactly, then ignoring trailing whitespace, then ignoring
 //! surrounding whitespace; the first comparison that matches must match once, else the hunk is
-//! ambiguous. The result is byte-exact as `edit_file`'s: the BOM and untouched lines are kept, each
-//! with its own line ending; added lines take the ending of the lines they replace; a file without
-//! a final newline keeps having none. Filesystem effects live in [`super`] (`tools::patch`).
+//! ambiguous. Lines are `edit_file`'s and the diffs' ([`crate::primitives::text::lines`]: a line
+//! ends at `\r\n`, `\n` or a lone `\r`), and the result is byte-exact as `edit_file`'s: the BOM
+//! and untouched lines are kept, each with its own line ending; added lines take the ending of the
+//! lines they replace; a file without a final line break keeps having none. Filesystem effects live in [`super`] (`tools::patch`).
 
 use crate::{
-    primitives::text::{EolCounts, UTF8_BOM},
+    primitives::text::{self, EolCounts, UTF8_BOM},
     tools::edit::engine::MAX_REPORTED_LINES,
 };
 
@@ -285,7 +286,7 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
     };
     debug_assert_eq!(UTF8_BOM, "\u{feff}".as_bytes());
     let dominant = EolCounts::of(body.as_bytes()).dominant();
-    let final_newline = body.is_empty() || body.ends_with('\n');
+    let final_newline = body.is_empty() || body.ends_with(['\n', '\r']);
     let mut lines = split_lines(body);
     let past_end = lines.len() + 1;
     let mut cursor = 0usize;
@@ -428,43 +429,23 @@ pub(crate) fn apply_hunks(original: &str, hunks: &[Hunk]) -> Result<String, Hunk
 #[derive(Debug, Clone)]
 struct Line {
     text: String,
-    /// `"\r\n"`, `"\n"`, or `""` for a last line without a line break.
+    /// `"\r\n"`, `"\n"`, `"\r"`, or `""` for a last line without a line break.
     eol: &'static str,
     /// 1-based line in the original file; for an added line, the line it was inserted before.
     origin: usize,
 }
 
-/// Splits text into lines; the last line may have an empty ending.
-fn split_lines(text: &str) -> Vec<Line> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let origin = out.len() + 1;
-        match rest.find('\n') {
-            Some(i) => {
-                let (line, eol) = if i > 0 && rest.as_bytes()[i - 1] == b'\r' {
-                    (&rest[..i - 1], "\r\n")
-                } else {
-                    (&rest[..i], "\n")
-                };
-                out.push(Line {
-                    text: line.to_owned(),
-                    eol,
-                    origin,
-                });
-                rest = &rest[i + 1..];
-            }
-            None => {
-                out.push(Line {
-                    text: rest.to_owned(),
-                    eol: "",
-                    origin,
-                });
-                rest = "";
-            }
-        }
-    }
-    out
+/// Splits text into lines in the rewriting tools' line model ([`text::lines`]: `\r\n`, `\n`
+/// or a lone `\r`); the last line may have an empty ending.
+fn split_lines(body: &str) -> Vec<Line> {
+    text::lines(body)
+        .enumerate()
+        .map(|(i, (line, eol))| Line {
+            text: line.to_owned(),
+            eol,
+            origin: i + 1,
+        })
+        .collect()
 }
 
 /// The ending for lines added in place of `lines[at..at + removed]`: that span's majority (LF on
@@ -476,10 +457,11 @@ fn added_eol(lines: &[Line], at: usize, removed: usize, dominant: &'static str) 
         match l.eol {
             "\r\n" => span.crlf += 1,
             "\n" => span.lf += 1,
+            "\r" => span.cr += 1,
             _ => {}
         }
     }
-    if span.lf + span.crlf > 0 {
+    if span.lf + span.crlf + span.cr > 0 {
         return span.dominant();
     }
     let before = at.checked_sub(1).map(|i| lines[i].eol);
@@ -660,6 +642,31 @@ mod tests {
             apply_hunks("a\nb\n", &p("@@\n b\n+c\n")).unwrap(),
             "a\nb\nc\n"
         );
+    }
+
+    #[test]
+    fn lone_cr_line_endings_are_lines_as_edit_file_and_the_diff_read_them() {
+        let p = |body: &str| {
+            hunks(&format!(
+                "*** Begin Patch\n*** Update File: f\n{body}*** End Patch"
+            ))
+        };
+        assert_eq!(
+            apply_hunks("a\rb\rc\r", &p("@@\n a\n-b\n+B\n+B2\n c\n")).unwrap(),
+            "a\rB\rB2\rc\r"
+        );
+        assert_eq!(
+            apply_hunks("a\rb", &p("@@\n-b\n+B\n+C\n")).unwrap(),
+            "a\rB\rC",
+            "no final break stays none; added lines take the file's CR"
+        );
+        assert_eq!(
+            apply_hunks("a\r\nb\rc\n", &p("@@\n-b\n+B\n c\n")).unwrap(),
+            "a\r\nB\rc\n",
+            "each line keeps its own ending"
+        );
+        let e = apply_hunks("x\rdup\rx\rdup\r", &p("@@\n-dup\n+D\n")).unwrap_err();
+        assert_eq!(e.candidates, [2, 4], "lines counted at each lone CR");
     }
 
     #[test]

@@ -107,6 +107,8 @@ pub(crate) struct Candidates {
     pub(crate) skipped: SkipList,
     /// Ignore files that went past a cap and apply only in part.
     pub(crate) capped_ignore_files: Vec<(PathBuf, Cap)>,
+    /// Entries ignore rules left out (a directory once; 0 with `include_ignored`).
+    pub(crate) ignored: usize,
 }
 
 /// Lists the regular files under `scope.root` that the filters keep, sorted by path. Symlinks are
@@ -128,6 +130,7 @@ pub(crate) fn candidates(
             files: vec![scope.root.clone()],
             skipped: SkipList::default(),
             capped_ignore_files: Vec::new(),
+            ignored: 0,
         });
     }
     let mut ob = OverrideBuilder::new(&scope.root);
@@ -184,7 +187,8 @@ pub(crate) fn candidates(
     Ok(Candidates {
         files,
         skipped: skipped.into_inner().unwrap_or_default(),
-        capped_ignore_files: filter.map(|f| f.capped()).unwrap_or_default(),
+        capped_ignore_files: filter.as_ref().map(|f| f.capped()).unwrap_or_default(),
+        ignored: filter.map_or(0, |f| f.ignored()),
     })
 }
 
@@ -633,6 +637,8 @@ mod tests {
             let body: String = (0..10).map(|i| format!("needle {f}-{i}\nhay\n")).collect();
             std::fs::write(d.path().join(format!("f{f}.txt")), body).unwrap();
         }
+        // A repository, where a `.gitignore` applies.
+        std::fs::create_dir(d.path().join(".git")).unwrap();
         std::fs::write(d.path().join(".gitignore"), "ignored.txt\n").unwrap();
         std::fs::write(d.path().join("ignored.txt"), "needle\n").unwrap();
         d

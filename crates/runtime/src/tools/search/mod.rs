@@ -36,13 +36,16 @@ use engine::{Cursor, Run, Scope};
 pub(crate) const FAMILY: Family = Family::tools(specs);
 
 pub(crate) fn specs() -> Vec<ToolSpec> {
-    vec![ToolSpec::structured(
-        ToolMeta {
-            name: "search_text",
-            title: "Search text",
-            description: "Search file contents for a regex (Rust regex syntax) or, with \
-                          literal: true, a fixed string, like ripgrep. Honours .gitignore unless \
-                          include_ignored; skips binary files, .git and symlinks. Filter files with \
+    vec![
+        ToolSpec::structured(
+            ToolMeta {
+                name: "search_text",
+                title: "Search text",
+                description: "Search file contents for a regex (Rust regex syntax) or, with \
+                          literal: true, a fixed string, like ripgrep. Honours .ignore files \
+                          and, inside a git repository, .gitignore and git excludes unless \
+                          include_ignored (ignored_count says how many entries they left out); \
+                          skips binary files, .git and symlinks. Filter files with \
                           include/exclude globs (gitignore syntax). The text lists matches in path \
                           order as path:line:column:text (context lines as path-line-text). A page \
                           stops at max_matches (default 200) and, by default, at what fits in \
@@ -52,12 +55,13 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                           Paths that could not be read are listed in `skipped` (the first 100, \
                           with reasons) and make `complete` false. Sends progress notifications \
                           when the request has a progress token; can be cancelled.",
-            capability: Capability::Read,
-            hints: Hints::READ,
-        },
-        search_text,
-    )
-    .larger_on_request()]
+                capability: Capability::Read,
+                hints: Hints::READ,
+            },
+            search_text,
+        )
+        .larger_on_request(),
+    ]
 }
 
 /// Case sensitivity of `search_text`.
@@ -178,6 +182,10 @@ pub(crate) struct SearchOutput {
     /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
+    /// Files and directories that .ignore files, and inside a git repository .gitignore and git
+    /// excludes, left out (a directory counts once; what is under it was not walked); 0 with
+    /// include_ignored. Set include_ignored to search them.
+    ignored_count: usize,
     #[serde(skip)]
     limit: usize,
     #[serde(skip)]
@@ -207,6 +215,7 @@ impl TextView for SearchOutput {
                 text::count(self.skipped_count as u64, "path", "paths")
             ));
         }
+        s.push_str(&crate::primitives::ignores::left_out(self.ignored_count));
         match &self.next_cursor {
             Some(c) => s.push_str(&format!(
                 "; more: repeat the call with the same arguments and \"cursor\": {}",
@@ -289,6 +298,7 @@ async fn search_text(
             files,
             skipped: mut skipped_paths,
             capped_ignore_files,
+            ignored,
         } = engine::candidates(&scope, &cx.cancel, &|p| ws.reachable(p))
             .map_err(ToolError::invalid)?;
         if cx.cancel.is_cancelled() {
@@ -359,6 +369,7 @@ async fn search_text(
                 .next
                 .map(|c| encode_cursor(&c, root.real(), &fingerprint)),
             notes: crate::primitives::ignores::notes(&capped_ignore_files, ws),
+            ignored_count: ignored,
             limit,
             pattern: args.pattern.clone(),
             root: ws.display(root.real()),

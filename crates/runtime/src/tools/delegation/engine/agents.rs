@@ -14,7 +14,7 @@ use std::{
     ffi::{OsStr, OsString},
     fmt,
     io::Read,
-    os::unix::{fs::PermissionsExt, process::CommandExt},
+    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Command, ExitStatus, Stdio},
     sync::{Arc, Mutex, mpsc},
@@ -125,6 +125,16 @@ pub struct AgentStatus {
 /// disabled, not found, `--version` failed, not signed in).
 pub fn inspect(agent: Agent, config: &DelegationConfig, path_var: Option<&OsStr>) -> AgentStatus {
     let var = |name: &str| std::env::var_os(name);
+    // The probes get the isolated environment an agent of a policy without `full_env` gets
+    // (the agent's own variables and the real HOME, no other credential of the server); the
+    // scratch directory is the process family's, removed at shutdown.
+    let scratch = std::env::temp_dir().join(format!("machine-mcp-{}", std::process::id()));
+    let base = super::env::agent_env(
+        agent,
+        &super::AgentEnvironment::Isolated { scratch },
+        Vec::new(),
+    )
+    .unwrap_or_default();
     inspect_on(
         agent,
         config,
@@ -133,6 +143,7 @@ pub fn inspect(agent: Agent, config: &DelegationConfig, path_var: Option<&OsStr>
             var: &var,
             home: home(),
             probe_env: &[],
+            probe_base: Some(&base),
             probe_timeout: DELEGATION_PROBE_TIMEOUT,
         },
     )
@@ -146,6 +157,8 @@ struct Host<'a> {
     home: Option<PathBuf>,
     /// Set on the probes' processes in addition to the inherited environment.
     probe_env: &'a [(&'a str, &'a str)],
+    /// The probes' whole environment (`None`: inherited, for tests).
+    probe_base: Option<&'a [(OsString, OsString)]>,
     probe_timeout: Duration,
 }
 
@@ -230,7 +243,10 @@ fn locate(
                 "[delegation.agents.{name}] path {raw:?} must be absolute or start with ~/"
             ));
         }
-        return if is_executable_file(&path) {
+        if let Some(why) = crate::programs::refusal(&path) {
+            return Err(format!("[delegation.agents.{name}] path: {why}"));
+        }
+        return if crate::programs::is_executable_file(&path) {
             Ok(path)
         } else {
             Err(format!(
@@ -239,18 +255,9 @@ fn locate(
             ))
         };
     }
-    // Relative PATH entries are skipped: they would depend on the server's working directory.
-    path_var
-        .into_iter()
-        .flat_map(std::env::split_paths)
-        .filter(|dir| dir.is_absolute())
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable_file(candidate))
-        .ok_or_else(|| format!("{name} not found on PATH"))
-}
-
-fn is_executable_file(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    // Relative PATH entries and entries in a writable workspace are skipped
+    // (`crate::programs`).
+    crate::programs::find(OsStr::new(name), path_var)
 }
 
 /// What the sign-in check found.
@@ -411,6 +418,9 @@ fn probe(program: &Path, args: &[&str], host: &Host<'_>) -> Result<ProbeOutput, 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(base) = host.probe_base {
+        cmd.env_clear().envs(base.iter().map(|(k, v)| (k, v)));
+    }
     for (k, v) in host.probe_env {
         cmd.env(k, v);
     }

@@ -174,7 +174,7 @@ impl WorkerAccess {
         Ok(Arc::new(Self {
             _socket: socket,
             socket_text,
-            program: this_program(),
+            program: crate::programs::own_binary_for_others(this_program()),
             shared,
         }))
     }

@@ -226,18 +226,23 @@ mod tests {
             nix::unistd::geteuid().is_root(),
             "this test must run as root: it connects to the socket as uid 65534"
         );
-        let t = tempfile::tempdir().unwrap();
+        // Socket and probe program in a directory uid 65534 can reach whatever the modes above
+        // the clone or TMPDIR (a 0700 directory there made this test fail): only the uid check
+        // stands in its way.
+        let t = reachable_by_others();
         let path = t.path().join("s.sock");
         let _socket = greeter(&path, 4);
-        // Let uid 65534 reach the socket: only the uid check stands in its way.
-        fs::set_permissions(t.path(), fs::Permissions::from_mode(0o711)).unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+        let exe = t.path().join("probe");
+        let built = std::env::current_exe().unwrap();
+        if fs::hard_link(&built, &exe).is_err() {
+            fs::copy(&built, &exe).unwrap();
+        }
 
         let test = format!(
             "{}::probe_as_another_user",
             module_path!().split_once("::").unwrap().1
         );
-        let exe = std::env::current_exe().unwrap();
         let probe_path = path.clone();
         let out = tokio::task::spawn_blocking(move || {
             std::process::Command::new(exe)
@@ -269,6 +274,28 @@ mod tests {
         );
         // The owner is still served.
         assert_eq!(first_line(&path).await.0, "{\"hello\":true}\n");
+    }
+
+    /// A fresh 0711 directory in the first of TMPDIR, `/tmp`, `/var/tmp` and `/dev/shm` whose
+    /// every ancestor other users can traverse.
+    fn reachable_by_others() -> tempfile::TempDir {
+        use std::os::unix::fs::MetadataExt;
+        let bases = [
+            std::env::temp_dir(),
+            "/tmp".into(),
+            "/var/tmp".into(),
+            "/dev/shm".into(),
+        ];
+        let base = bases
+            .iter()
+            .find(|b| {
+                b.ancestors()
+                    .all(|a| fs::metadata(a).is_ok_and(|m| m.mode() & 0o001 != 0))
+            })
+            .expect("a temporary directory other users can traverse");
+        let d = tempfile::tempdir_in(base).unwrap();
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o711)).unwrap();
+        d
     }
 
     /// Run by [`a_connection_of_another_user_is_refused_before_anything_else`] as uid 65534:

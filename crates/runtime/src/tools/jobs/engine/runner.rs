@@ -56,7 +56,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// the runner's exit status (nobody reads its stderr: what matters is in the status).
 pub async fn run(state_dir: &Path, id: &str) -> Result<(), String> {
     let _ = nix::unistd::setsid();
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::programs::own_binary();
     let store = JobStore::new(state_dir, exe);
     store.dir(id).map_err(|e| e.to_string())?;
     let lock_store = store.clone();

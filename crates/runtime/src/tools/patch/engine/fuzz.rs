@@ -42,6 +42,9 @@ const PATCH_LINES: [&str; 24] = [
     "x",
 ];
 
+/// The line breaks of the line model ([`crate::primitives::text::lines`]).
+const EOLS: [&str; 3] = ["\n", "\r\n", "\r"];
+
 /// Lines of the files patches are applied to; repeats and whitespace variants of one another.
 const FILE_LINES: [&str; 7] = ["a", "b", "a ", " a", "", "\ta", "c"];
 
@@ -50,9 +53,9 @@ fn pick<'a>(table: &[&'a str], pick: u8, extra: &'a str) -> &'a str {
     table.get(usize::from(pick)).copied().unwrap_or(extra)
 }
 
-/// A file made of `lines` with the line endings chosen by `eols` (LF, CRLF; the last line may
-/// have none) and an optional BOM.
-fn file_text(lines: &[u8], eols: &[bool], bom: bool, final_newline: bool) -> String {
+/// A file made of `lines` with the line endings chosen by `eols` (LF, CRLF, lone CR; the last
+/// line may have none) and an optional BOM.
+fn file_text(lines: &[u8], eols: &[u8], bom: bool, final_newline: bool) -> String {
     let mut text = String::new();
     if bom {
         text.push('\u{feff}');
@@ -60,11 +63,7 @@ fn file_text(lines: &[u8], eols: &[bool], bom: bool, final_newline: bool) -> Str
     for (i, &l) in lines.iter().enumerate() {
         text.push_str(pick(&FILE_LINES, l % 8, "a\u{e9}\u{1f600}"));
         if i + 1 < lines.len() || final_newline {
-            text.push_str(if eols.get(i).copied().unwrap_or(false) {
-                "\r\n"
-            } else {
-                "\n"
-            });
+            text.push_str(EOLS[usize::from(eols.get(i).copied().unwrap_or(0) % 3)]);
         }
     }
     text
@@ -80,7 +79,7 @@ fn fuzz_patch_parse_and_apply_never_panic() {
         Vec<u8>,
         Vec<bool>,
         String,
-        (Vec<u8>, Vec<bool>, bool, bool),
+        (Vec<u8>, Vec<u8>, bool, bool),
     );
     bolero::check!()
         .with_type::<Input>()
@@ -202,11 +201,11 @@ fn check_apply(original: &str, hunks: &[Hunk]) {
 /// newline), or, when the same lines occur elsewhere too, the ambiguity error naming that place.
 #[test]
 fn fuzz_patch_round_trip() {
-    type Input = (Vec<u8>, bool, bool, bool, (u8, u8, u8, u8), Vec<u8>);
+    type Input = (Vec<u8>, u8, bool, bool, (u8, u8, u8, u8), Vec<u8>);
     bolero::check!()
         .with_type::<Input>()
         .with_test_time(SHORT_RUN)
-        .for_each(|(lines, crlf, bom, final_newline, (at, before, removed, after), added)| {
+        .for_each(|(lines, eol_kind, bom, final_newline, (at, before, removed, after), added)| {
             let mut lines: Vec<&str> = lines.iter().map(|&l| pick(&FILE_LINES, l % 7, "")).collect();
             // An empty last line without a line break is no line at all.
             while !*final_newline && lines.last() == Some(&"") {
@@ -275,7 +274,7 @@ fn fuzz_patch_round_trip() {
 
             // A file without any line break gets LF for its new lines (`EolCounts` tie).
             let has_eol = n > 1 || (n == 1 && *final_newline);
-            let eol = if *crlf && has_eol { "\r\n" } else { "\n" };
+            let eol = if has_eol { EOLS[usize::from(*eol_kind % 3)] } else { "\n" };
             let render = |lines: &[&str]| {
                 let mut s = String::from(if *bom { "\u{feff}" } else { "" });
                 for (i, l) in lines.iter().enumerate() {

@@ -215,6 +215,7 @@ fn a_probe_that_hangs_is_killed_at_its_timeout() {
             var: &var,
             home: None,
             probe_env: &[],
+            probe_base: None,
             probe_timeout: Duration::from_millis(300),
         },
     );
@@ -252,6 +253,7 @@ fn inspect_in(agent: Agent, dir: &Path, home: Option<PathBuf>, timeout: Duration
             var: &var,
             home,
             probe_env: &[],
+            probe_base: None,
             probe_timeout: timeout,
         },
     )

@@ -5,7 +5,7 @@
 mod argv;
 mod inspect;
 
-use std::{collections::BTreeMap, io::Write};
+use std::{collections::BTreeMap, io::Write, os::unix::fs::PermissionsExt};
 
 use super::*;
 
@@ -53,6 +53,7 @@ fn inspect_with(
             var: &var,
             home,
             probe_env,
+            probe_base: None,
             probe_timeout: DELEGATION_PROBE_TIMEOUT,
         },
     )
