@@ -42,7 +42,6 @@ pub mod config;
 pub mod error;
 pub(crate) mod hub;
 pub(crate) mod link;
-mod lock;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub mod oauth;

@@ -16,12 +16,9 @@
 //!   for the client's delayed ACK, 40 ms per call; BENCHMARKS.md relay section);
 //! - each request carries its peer address as `ConnectInfo<SocketAddr>` (throttles).
 
-use std::{
-    collections::HashMap,
-    net::IpAddr,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashMap, net::IpAddr, sync::Arc, time::Duration};
+
+use lock::Lock;
 
 use axum::{Router, extract::ConnectInfo};
 use hyper_util::{
@@ -46,13 +43,13 @@ struct Connections {
 /// A connection's place, given back when dropped.
 #[derive(Debug)]
 pub struct Place {
-    table: Arc<Mutex<Connections>>,
+    table: Arc<Lock<Connections>>,
     address: IpAddr,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.table.lock();
         t.total = t.total.saturating_sub(1);
         if let Some(n) = t.by_address.get_mut(&self.address) {
             *n -= 1;
@@ -67,7 +64,7 @@ impl Drop for Place {
 /// the table of open ones and its bounds. Clones share the table.
 #[derive(Debug, Clone)]
 pub struct ConnectionCaps {
-    table: Arc<Mutex<Connections>>,
+    table: Arc<Lock<Connections>>,
     limits: ConnectionLimits,
 }
 
@@ -83,7 +80,7 @@ impl ConnectionCaps {
     /// Takes a place for a connection from `address`, or `None` when a cap is reached (in all,
     /// or per non-loopback address).
     pub fn admit(&self, address: IpAddr) -> Option<Place> {
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.table.lock();
         if t.total >= self.limits.total {
             return None;
         }

@@ -53,9 +53,8 @@ pub(super) struct LinkSlot {
 impl HostedSessions {
     /// The relay committed session `sid`'s messages up to `seq`.
     pub fn ack(&self, sid: &SessionId, seq: u64) {
-        if let Some(h) = self.host(sid)
-            && let Ok(mut r) = h.out.lock()
-        {
+        if let Some(h) = self.host(sid) {
+            let mut r = h.out.lock();
             while r.unacked.front().is_some_and(|(s, ..)| *s <= seq) {
                 if let Some((.., n)) = r.unacked.pop_front() {
                     r.bytes -= n;
@@ -63,9 +62,7 @@ impl HostedSessions {
             }
             if r.done_seq.is_some_and(|d| d <= seq) {
                 drop(r);
-                if let Ok(mut m) = self.hosts.lock() {
-                    m.remove(sid);
-                }
+                self.hosts.lock().remove(sid);
             }
         }
     }
@@ -77,10 +74,7 @@ impl HostedSessions {
     /// acknowledged: each reconnect makes progress) and then reconnects, and the next `resume`
     /// sends every unacknowledged message again.
     pub fn link_broken(&self) -> CancellationToken {
-        self.link
-            .lock()
-            .map(|l| l.broken.clone())
-            .unwrap_or_default()
+        self.link.lock().broken.clone()
     }
 
     /// Queues `frame` on the current link (`tx`). Returns false when it does not fit: the
@@ -92,9 +86,7 @@ impl HostedSessions {
                 tracing::warn!(
                     "the relay link's send queue is full; reconnecting once it drains, to send the rest again"
                 );
-                if let Ok(l) = self.link.lock() {
-                    l.broken.cancel();
-                }
+                self.link.lock().broken.cancel();
                 false
             }
             _ => true,
@@ -103,9 +95,7 @@ impl HostedSessions {
 
     /// The link is gone: keep everything, send nothing until a link is resumed.
     pub fn detach(&self) {
-        if let Ok(mut l) = self.link.lock() {
-            l.tx = None;
-        }
+        self.link.lock().tx = None;
     }
 
     /// A new link is ready after `resume`: sessions not in `keep` are ended, in-flight requests
@@ -123,7 +113,8 @@ impl HostedSessions {
             .iter()
             .map(|r| (r.sid.clone(), r.id.key()))
             .collect();
-        if let Ok(mut l) = self.link.lock() {
+        {
+            let mut l = self.link.lock();
             l.epoch += 1;
             l.tx = Some(tx);
             l.broken = CancellationToken::new();
@@ -146,13 +137,10 @@ impl HostedSessions {
             let stale: Vec<Value> = h
                 .inflight
                 .lock()
-                .map(|f| {
-                    f.iter()
-                        .filter(|(k, _)| !keep_req.contains(&(h.sid.clone(), (*k).clone())))
-                        .map(|(_, (id, _))| id.clone())
-                        .collect()
-                })
-                .unwrap_or_default();
+                .iter()
+                .filter(|(k, _)| !keep_req.contains(&(h.sid.clone(), (*k).clone())))
+                .map(|(_, (id, _))| id.clone())
+                .collect();
             for id in stale {
                 self.rpc(
                     &h.sid,
@@ -200,13 +188,14 @@ impl HostedSessions {
             }
             let key = r.id.key();
             // Under `out`, as `emit` moves a request from `inflight` to `unacked`.
-            let held = h.out.lock().is_ok_and(|o| {
-                h.inflight.lock().is_ok_and(|f| f.contains_key(&key))
+            let held = {
+                let o = h.out.lock();
+                h.inflight.lock().contains_key(&key)
                     || o.unacked.iter().any(|(_, _, m, _)| {
                         m.get("method").is_none()
                             && m.get("id").is_some_and(|id| IdKey::of(id) == key)
                     })
-            });
+            };
             if held {
                 continue;
             }
@@ -225,12 +214,12 @@ impl HostedSessions {
 
     /// Replays `h`'s unacknowledged output on the current link and attaches it to its epoch.
     pub(super) fn attach_host(&self, h: &Host) {
-        let (epoch, tx) = match self.link.lock() {
-            Ok(l) => (l.epoch, l.tx.clone()),
-            Err(_) => return,
+        let (epoch, tx) = {
+            let l = self.link.lock();
+            (l.epoch, l.tx.clone())
         };
         let Some(tx) = tx else { return };
-        let Ok(mut r) = h.out.lock() else { return };
+        let mut r = h.out.lock();
         for (seq, related, message, _) in &r.unacked {
             let sent = self.send_on(
                 &tx,
@@ -262,16 +251,11 @@ impl HostedSessions {
         // The request leaves `inflight` and its response enters `unacked` under the one `out`
         // lock (order: `out`, then `inflight`), so a `resume` (`answer_unheld`) always finds it
         // in one of them.
-        let Ok(mut r) = h.out.lock() else { return };
+        let mut r = h.out.lock();
         let mut method = None;
         if is_response && let Some(id) = message.get("id") {
             let key = IdKey::of(id);
-            method = h
-                .inflight
-                .lock()
-                .ok()
-                .and_then(|mut f| f.remove(&key))
-                .map(|(_, m)| m);
+            method = h.inflight.lock().remove(&key).map(|(_, m)| m);
             if h.upstream_tools.is_some()
                 && method.as_deref() == Some("tools/list")
                 && let Some(result) = message.get("result")
@@ -291,12 +275,12 @@ impl HostedSessions {
             r.swallow = None;
             return;
         }
-        r.next_seq += 1;
-        let seq = r.next_seq;
         let answered = is_response
             && h.call
                 .as_ref()
                 .is_some_and(|c| message.get("id").map(IdKey::of).as_ref() == Some(&c.key));
+        r.next_seq += 1;
+        let seq = r.next_seq;
         if answered {
             r.ended = true;
             r.done_seq = Some(seq);
@@ -310,11 +294,10 @@ impl HostedSessions {
                 tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
             }
         }
-        let tx = self
-            .link
-            .lock()
-            .ok()
-            .and_then(|l| (l.epoch == r.epoch).then(|| l.tx.clone()).flatten());
+        let tx = {
+            let l = self.link.lock();
+            (l.epoch == r.epoch).then(|| l.tx.clone()).flatten()
+        };
         if let Some(tx) = tx {
             let sent = self.send_on(
                 &tx,
@@ -338,7 +321,7 @@ impl HostedSessions {
     }
 
     pub(super) fn send_closed(&self, sid: &SessionId, reason: &str) {
-        let tx = self.link.lock().ok().and_then(|l| l.tx.clone());
+        let tx = self.link.lock().tx.clone();
         if let Some(tx) = tx {
             let _ = tx.try_send(DaemonFrame::Closed {
                 sid: sid.clone(),

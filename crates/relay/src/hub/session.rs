@@ -22,11 +22,11 @@ use protocol::{
 use super::{Bridge, Hub, ReplySink, delivery::Acceptance, routing::LinkOrigin};
 use crate::{
     auth::BridgePrincipal,
-    lock::Lock,
     metrics::Metrics,
     storage::{SessionRecord, StoreWrite, now as unix_now},
     stream::{Budget, SseStream},
 };
+use lock::Lock;
 
 /// How often at most a session's last activity is written to the store, in seconds.
 const TOUCH_INTERVAL_SECS: i64 = 60;
