@@ -1,18 +1,17 @@
 //! Retention and replay: every message a session or call sends gets the next sequence number of
-//! its session and is retained until the relay acknowledges it (`ack`, cumulative); a `resume`
+//! its session and is retained until the relay acknowledges it (`ack`, cumulative), in the
+//! session's [`Outbox`] (the link's delivery contract, `protocol::delivery`); a `resume`
 //! ends what the relay no longer awaits, answers what it awaits but this daemon does not hold,
 //! and replays each kept session's unacknowledged messages, in order, before anything new.
 
-use std::{
-    collections::{HashSet, VecDeque},
-    sync::Arc,
-};
+use std::{collections::HashSet, sync::Arc};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use protocol::{
+    delivery::Outbox,
     frame::{DaemonFrame, ResumeRequest},
     ids::SessionId,
     jsonrpc::{self, IdKey, code},
@@ -25,11 +24,10 @@ use crate::servers;
 /// Bytes of unacknowledged output kept per session; beyond it the oldest is dropped (and logged).
 const RETAINED_MAX_BYTES: usize = 64 * 1024 * 1024;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Retention {
-    pub(super) next_seq: u64,
-    pub(super) unacked: VecDeque<(u64, Option<Value>, Value, usize)>,
-    pub(super) bytes: usize,
+    /// Numbered, unacknowledged messages: (related request id, message), sized as serialized.
+    pub(super) outbox: Outbox<(Option<Value>, Value)>,
     /// Link epoch this session's output is being sent on (0 = none).
     pub(super) epoch: u64,
     pub(super) swallow: Option<IdKey>,
@@ -38,6 +36,18 @@ pub(super) struct Retention {
     pub(super) ended: bool,
     /// The sequence number of a call's response.
     pub(super) done_seq: Option<u64>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            outbox: Outbox::new(RETAINED_MAX_BYTES),
+            epoch: 0,
+            swallow: None,
+            ended: false,
+            done_seq: None,
+        }
+    }
 }
 
 /// Current link: its epoch and frame sender.
@@ -55,11 +65,7 @@ impl HostedSessions {
     pub fn ack(&self, sid: &SessionId, seq: u64) {
         if let Some(h) = self.host(sid) {
             let mut r = h.out.lock();
-            while r.unacked.front().is_some_and(|(s, ..)| *s <= seq) {
-                if let Some((.., n)) = r.unacked.pop_front() {
-                    r.bytes -= n;
-                }
-            }
+            r.outbox.ack(seq);
             if r.done_seq.is_some_and(|d| d <= seq) {
                 drop(r);
                 self.hosts.lock().remove(sid);
@@ -187,11 +193,11 @@ impl HostedSessions {
                 continue;
             }
             let key = r.id.key();
-            // Under `out`, as `emit` moves a request from `inflight` to `unacked`.
+            // Under `out`, as `emit` moves a request from `inflight` to the outbox.
             let held = {
                 let o = h.out.lock();
                 h.inflight.lock().contains_key(&key)
-                    || o.unacked.iter().any(|(_, _, m, _)| {
+                    || o.outbox.unacked().any(|(_, (_, m))| {
                         m.get("method").is_none()
                             && m.get("id").is_some_and(|id| IdKey::of(id) == key)
                     })
@@ -220,12 +226,12 @@ impl HostedSessions {
         };
         let Some(tx) = tx else { return };
         let mut r = h.out.lock();
-        for (seq, related, message, _) in &r.unacked {
+        for (seq, (related, message)) in r.outbox.unacked() {
             let sent = self.send_on(
                 &tx,
                 DaemonFrame::Rpc {
                     sid: h.sid.clone(),
-                    seq: *seq,
+                    seq,
                     related: related.clone(),
                     message: message.clone(),
                 },
@@ -248,7 +254,7 @@ impl HostedSessions {
             // Everything a call's server sends belongs to its one request.
             related = Some(c.id.clone());
         }
-        // The request leaves `inflight` and its response enters `unacked` under the one `out`
+        // The request leaves `inflight` and its response enters the outbox under the one `out`
         // lock (order: `out`, then `inflight`), so a `resume` (`answer_unheld`) always finds it
         // in one of them.
         let mut r = h.out.lock();
@@ -279,20 +285,14 @@ impl HostedSessions {
             && h.call
                 .as_ref()
                 .is_some_and(|c| message.get("id").map(IdKey::of).as_ref() == Some(&c.key));
-        r.next_seq += 1;
-        let seq = r.next_seq;
+        let pushed = r.outbox.push((related.clone(), message.clone()), size);
+        let seq = pushed.seq;
         if answered {
             r.ended = true;
             r.done_seq = Some(seq);
         }
-        r.unacked
-            .push_back((seq, related.clone(), message.clone(), size));
-        r.bytes += size;
-        while r.bytes > RETAINED_MAX_BYTES {
-            if let Some((s, .., n)) = r.unacked.pop_front() {
-                r.bytes -= n;
-                tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
-            }
+        for s in pushed.dropped {
+            tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
         }
         let tx = {
             let l = self.link.lock();
