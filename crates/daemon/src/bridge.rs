@@ -32,12 +32,13 @@
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
 
+use lock::Lock;
 use protocol::{
     jsonrpc::code,
     limits::{UPSTREAM_POOLED_SESSION_IDLE, UPSTREAM_POOLED_SESSIONS_MAX},
@@ -305,9 +306,9 @@ pub(crate) struct Legacy {
     /// The child serves 2026-07-28 requests too: per-request `_meta` goes to it unchanged.
     modern: bool,
     next_id: AtomicU64,
-    routes: Mutex<HashMap<u64, Route>>,
-    listeners: Mutex<HashMap<String, Listener>>,
-    last_used: Mutex<Instant>,
+    routes: Lock<HashMap<u64, Route>>,
+    listeners: Lock<HashMap<String, Listener>>,
+    last_used: Lock<Instant>,
     idle: Duration,
     stop: CancellationToken,
 }
@@ -327,9 +328,9 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<Legacy>>>>;
 /// The pooled legacy sessions of one daemon.
 pub(crate) struct Pool {
     /// Per (server, principal): the slot its session is started in (one start at a time).
-    slots: Mutex<HashMap<(String, String), Slot>>,
+    slots: Lock<HashMap<(String, String), Slot>>,
     /// Every running pooled session, and how many are being started.
-    live: Mutex<(Vec<Arc<Legacy>>, usize)>,
+    live: Lock<(Vec<Arc<Legacy>>, usize)>,
     /// Most sessions at once ([`UPSTREAM_POOLED_SESSIONS_MAX`]).
     max: usize,
     /// Idle time after which a session is stopped ([`UPSTREAM_POOLED_SESSION_IDLE`]).
@@ -348,9 +349,7 @@ struct Reservation<'a>(&'a Pool);
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        if let Ok(mut live) = self.0.live.lock() {
-            live.1 -= 1;
-        }
+        self.0.live.lock().1 -= 1;
     }
 }
 
@@ -358,8 +357,8 @@ impl Pool {
     /// A pool of at most `max` sessions, each stopped after `idle` without work.
     pub(crate) fn new(max: usize, idle: Duration) -> Self {
         Self {
-            slots: Mutex::new(HashMap::new()),
-            live: Mutex::new((Vec::new(), 0)),
+            slots: Lock::new(HashMap::new()),
+            live: Lock::new((Vec::new(), 0)),
             max,
             idle,
         }
@@ -368,10 +367,8 @@ impl Pool {
     /// The running pooled sessions.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.live
-            .lock()
-            .map(|l| l.0.iter().filter(|x| !x.stop.is_cancelled()).count())
-            .unwrap_or(0)
+        let live = self.live.lock();
+        live.0.iter().filter(|x| !x.stop.is_cancelled()).count()
     }
 
     /// The pooled session of (`spec`, `principal`), started (and initialized) when there is none.
@@ -386,7 +383,7 @@ impl Pool {
         principal: &str,
     ) -> Result<Arc<Legacy>, String> {
         let slot = {
-            let mut m = self.slots.lock().map_err(|_| "pool poisoned")?;
+            let mut m = self.slots.lock();
             m.entry((spec.name.clone(), principal.to_owned()))
                 .or_default()
                 .clone()
@@ -400,11 +397,7 @@ impl Pool {
         }
         let reservation = self.reserve()?;
         let l = Legacy::start(sessions, spec, self.idle).await?;
-        self.live
-            .lock()
-            .map_err(|_| "pool poisoned")?
-            .0
-            .push(l.clone());
+        self.live.lock().0.push(l.clone());
         drop(reservation);
         *g = Some(l.clone());
         Ok(l)
@@ -413,7 +406,7 @@ impl Pool {
     /// Makes room for one more session: closes the least recently used idle one when the pool
     /// is full.
     fn reserve(&self) -> Result<Reservation<'_>, String> {
-        let mut live = self.live.lock().map_err(|_| "pool poisoned")?;
+        let mut live = self.live.lock();
         live.0.retain(|l| !l.stop.is_cancelled());
         if live.0.len() + live.1 >= self.max {
             let oldest = live
@@ -439,10 +432,8 @@ impl Pool {
 
     /// Stops every pooled session.
     pub(crate) fn close_all(&self) {
-        if let Ok(mut live) = self.live.lock() {
-            for l in live.0.drain(..) {
-                l.stop.cancel();
-            }
+        for l in self.live.lock().0.drain(..) {
+            l.stop.cancel();
         }
     }
 }
@@ -548,9 +539,9 @@ impl Legacy {
             discover,
             modern,
             next_id: AtomicU64::new(1),
-            routes: Mutex::new(HashMap::new()),
-            listeners: Mutex::new(HashMap::new()),
-            last_used: Mutex::new(Instant::now()),
+            routes: Lock::new(HashMap::new()),
+            listeners: Lock::new(HashMap::new()),
+            last_used: Lock::new(Instant::now()),
             idle,
             stop: CancellationToken::new(),
         });
@@ -564,26 +555,16 @@ impl Legacy {
     }
 
     fn touch(&self) {
-        if let Ok(mut t) = self.last_used.lock() {
-            *t = Instant::now();
-        }
+        *self.last_used.lock() = Instant::now();
     }
 
     fn last_used(&self) -> Instant {
-        self.last_used
-            .lock()
-            .map(|t| *t)
-            .unwrap_or_else(|_| Instant::now())
+        *self.last_used.lock()
     }
 
     /// Whether a call is in flight or a listener open.
     fn busy(&self) -> bool {
-        self.routes.lock().map(|r| !r.is_empty()).unwrap_or(false)
-            || self
-                .listeners
-                .lock()
-                .map(|l| !l.is_empty())
-                .unwrap_or(false)
+        !self.routes.lock().is_empty() || !self.listeners.lock().is_empty()
     }
 
     /// Serves the call `message` of `host` (its `_meta` already checked, its authority already
@@ -622,8 +603,8 @@ impl Legacy {
                     .cloned()
                     .unwrap_or(Value::Null);
                 let filter = Filter::accept(&requested, &caps);
-                if let Ok(mut l) = self.listeners.lock() {
-                    l.insert(
+                {
+                    self.listeners.lock().insert(
                         host.sid_str().to_owned(),
                         Listener {
                             host: host.clone(),
@@ -652,8 +633,8 @@ impl Legacy {
         }
         .map(|t| (token_name, t));
         message["id"] = json!(n);
-        if let Ok(mut r) = self.routes.lock() {
-            r.insert(
+        {
+            self.routes.lock().insert(
                 n,
                 Route {
                     host: host.clone(),
@@ -664,9 +645,7 @@ impl Legacy {
             );
         }
         if self.tx.try_send(message.to_string()).is_err() {
-            if let Ok(mut r) = self.routes.lock() {
-                r.remove(&n);
-            }
+            self.routes.lock().remove(&n);
             sessions.emit(
                 host,
                 error(
@@ -693,21 +672,18 @@ impl Legacy {
                 _ = me.stop.cancelled() => return,
             }
             let sid = h.sid_str();
-            let cancelled: Vec<u64> = me
-                .routes
-                .lock()
-                .map(|mut r| {
-                    let ids: Vec<u64> = r
-                        .iter()
-                        .filter(|(_, route)| route.host.sid_str() == sid)
-                        .map(|(n, _)| *n)
-                        .collect();
-                    for n in &ids {
-                        r.remove(n);
-                    }
-                    ids
-                })
-                .unwrap_or_default();
+            let cancelled: Vec<u64> = {
+                let mut r = me.routes.lock();
+                let ids: Vec<u64> = r
+                    .iter()
+                    .filter(|(_, route)| route.host.sid_str() == sid)
+                    .map(|(n, _)| *n)
+                    .collect();
+                for n in &ids {
+                    r.remove(n);
+                }
+                ids
+            };
             for n in cancelled {
                 let _ = me.tx.try_send(
                     json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -715,9 +691,7 @@ impl Legacy {
                     .to_string(),
                 );
             }
-            if let Ok(mut l) = me.listeners.lock() {
-                l.remove(sid);
-            }
+            me.listeners.lock().remove(sid);
             me.touch();
         });
     }
@@ -727,10 +701,7 @@ impl Legacy {
         let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
         match (method, v.get("id").cloned()) {
             (None, Some(id)) => {
-                let Some(route) = id
-                    .as_u64()
-                    .and_then(|n| self.routes.lock().ok()?.remove(&n))
-                else {
+                let Some(route) = id.as_u64().and_then(|n| self.routes.lock().remove(&n)) else {
                     return;
                 };
                 self.touch();
@@ -763,14 +734,13 @@ impl Legacy {
                 else {
                     return;
                 };
-                let target =
-                    self.routes.lock().ok().and_then(|r| {
-                        r.values().find_map(|route| {
-                            route.token.as_ref().filter(|(name, _)| *name == token).map(
-                                |(_, orig)| (route.host.clone(), route.id.clone(), orig.clone()),
-                            )
-                        })
-                    });
+                let target = self.routes.lock().values().find_map(|route| {
+                    route
+                        .token
+                        .as_ref()
+                        .filter(|(name, _)| *name == token)
+                        .map(|(_, orig)| (route.host.clone(), route.id.clone(), orig.clone()))
+                });
                 if let Some((host, rid, orig)) = target {
                     v["params"]["progressToken"] = orig;
                     sessions.emit(&host, v, Some(rid));
@@ -780,13 +750,10 @@ impl Legacy {
                 let targets: Vec<(Arc<Host>, Value)> = self
                     .listeners
                     .lock()
-                    .map(|l| {
-                        l.values()
-                            .filter(|x| x.filter.wants(&m))
-                            .map(|x| (x.host.clone(), x.id.clone()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                    .values()
+                    .filter(|x| x.filter.wants(&m))
+                    .map(|x| (x.host.clone(), x.id.clone()))
+                    .collect();
                 for (host, id) in targets {
                     sessions.emit(
                         &host,
@@ -846,16 +813,8 @@ impl Legacy {
         tracing::info!(server = %self.server, "pooled upstream session ended: the server {why}");
         drop(stdin);
         kill(&mut child).await;
-        let routes: Vec<Route> = self
-            .routes
-            .lock()
-            .map(|mut r| r.drain().map(|(_, v)| v).collect())
-            .unwrap_or_default();
-        let listeners: Vec<Listener> = self
-            .listeners
-            .lock()
-            .map(|mut l| l.drain().map(|(_, v)| v).collect())
-            .unwrap_or_default();
+        let routes: Vec<Route> = self.routes.lock().drain().map(|(_, v)| v).collect();
+        let listeners: Vec<Listener> = self.listeners.lock().drain().map(|(_, v)| v).collect();
         let msg = format!(
             "upstream server {} {why} before answering; retry",
             self.server

@@ -8,6 +8,8 @@
 //! - [`error_code`] and [`tool_error`]: the stable machine codes of tool errors and the one type
 //!   that renders a failed tool call (DESIGN §3 "Results").
 //! - [`frame`]: the relay ⇄ daemon link frames and close codes (DESIGN §5).
+//! - [`delivery`]: the link's delivery contract (sequence numbers, retention, cumulative
+//!   acknowledgement, replay, duplicates) as a sans-IO state machine both ends hold.
 //! - [`ids`]: bridge, session and instance ids as types that cannot be mixed up.
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope, request ids and error codes.
 //! - [`mcp`]: the MCP protocol versions served and the per-request `_meta` keys.
@@ -23,6 +25,7 @@
 //! assert_eq!(ToolErrorCode::PathBoundary.as_str(), "path_boundary");
 //! ```
 
+pub mod delivery;
 pub mod error_code;
 pub mod frame;
 pub mod ids;

@@ -45,7 +45,6 @@ pub mod error;
 pub(crate) mod hub;
 pub mod limits;
 pub(crate) mod link;
-mod lock;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub mod oauth;

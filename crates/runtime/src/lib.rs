@@ -135,16 +135,13 @@ pub fn version() -> &'static str {
 #[derive(Debug)]
 #[must_use = "the call is counted only while the guard lives"]
 pub(crate) struct PrincipalCall {
-    table: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    table: Arc<lock::Lock<std::collections::HashMap<String, usize>>>,
     principal: String,
 }
 
 impl Drop for PrincipalCall {
     fn drop(&mut self) {
-        let mut m = self
-            .table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut m = self.table.lock();
         if let Some(n) = m.get_mut(&self.principal) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -298,7 +295,7 @@ pub struct Runtime {
     policy: Policy,
     calls: Arc<Semaphore>,
     others_calls: Arc<Semaphore>,
-    principal_calls: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    principal_calls: Arc<lock::Lock<std::collections::HashMap<String, usize>>>,
     idle_trim: Arc<memory::IdleTrim>,
     /// Compiled ignore files, shared by concurrent walks (see [`primitives::ignores`]).
     ignore_cache: Arc<primitives::ignores::IgnoreCache>,
@@ -427,10 +424,7 @@ impl Runtime {
     /// Counts one more running call of `principal`; `None` when it already runs
     /// [`protocol::limits::CALLS_PER_PRINCIPAL`]. The count drops with the returned guard.
     pub(crate) fn principal_call(&self, principal: &str) -> Option<PrincipalCall> {
-        let mut m = self
-            .principal_calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut m = self.principal_calls.lock();
         let n = m.entry(principal.to_owned()).or_insert(0);
         if *n >= protocol::limits::CALLS_PER_PRINCIPAL {
             return None;

@@ -62,9 +62,11 @@ use std::{
     ffi::OsString,
     io,
     path::PathBuf,
-    sync::{Arc, Mutex, Weak},
+    sync::{Arc, Weak},
     time::Duration,
 };
+
+use lock::Lock;
 
 use protocol::{jsonrpc::code, limits::STDIO_LINE_MAX_BYTES};
 
@@ -114,7 +116,7 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
     let (probe_tx, mut probes) = tokio::sync::mpsc::unbounded_channel::<Probe>();
     let out = ClientOut::stdout()?;
     let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
-        state: Mutex::new(State::new(config, me.clone())),
+        state: Lock::new(State::new(config, me.clone())),
         out,
         lines: std::sync::atomic::AtomicU64::new(0),
         probes: probe_tx,

@@ -18,7 +18,8 @@ use protocol::{
 };
 
 use super::{Catalog, Hub, Session, link_state::LinkState};
-use crate::{lock::Lock, metrics::Metrics};
+use crate::metrics::Metrics;
+use lock::Lock;
 
 /// What the socket writer sends.
 #[derive(Debug)]

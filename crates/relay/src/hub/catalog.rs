@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use protocol::frame::ServerInfo;
 
-use crate::lock::Lock;
+use lock::Lock;
 
 /// The catalog a daemon announced: its servers by name.
 pub(crate) type Catalog = HashMap<String, CachedServer>;

@@ -8,13 +8,11 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use protocol::{
+    delivery::Arrival,
     frame::RelayFrame,
     ids::{InstanceId, SessionId},
     jsonrpc::{self, IdKey, code},
-    limits::{
-        CALL_BUDGET_MAX, DAEMON_SEQ_WINDOW, RELAY_OVERHEAD, SUBSCRIPTION_MAX,
-        SUBSCRIPTIONS_PER_BRIDGE,
-    },
+    limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE},
     mcp::SUBSCRIPTIONS_LISTEN,
 };
 
@@ -39,7 +37,7 @@ pub(crate) enum Delivery {
     /// No such session (counted in the metrics): it ended, it never existed, or it is not one
     /// of the sending socket's (another bridge's, or open on another daemon instance).
     UnknownSession,
-    /// Its `seq` is more than [`DAEMON_SEQ_WINDOW`] past the session's last one: a protocol
+    /// Its `seq` is more than [`DAEMON_SEQ_WINDOW`](protocol::limits::DAEMON_SEQ_WINDOW) past the session's last one: a protocol
     /// error, nothing routed.
     OutOfWindow,
 }
@@ -279,7 +277,8 @@ impl Hub {
     /// request the daemon names as `related`, else to the only request in flight, else to the
     /// session's standalone stream (a call has none: such a message is unmatched). A `seq` at
     /// or below the last one routed is a replay and dropped; one more than
-    /// [`DAEMON_SEQ_WINDOW`] past it is [`Delivery::OutOfWindow`]. A server → client request to
+    /// [`DAEMON_SEQ_WINDOW`](protocol::limits::DAEMON_SEQ_WINDOW) past it is [`Delivery::OutOfWindow`] (the session's
+    /// [`protocol::delivery::Inbox`] classifies it). A server → client request to
     /// a call is answered with -32601 and never delivered (MCP 2026-07-28 has none). Only the
     /// sessions of `from` are reached ([`LinkOrigin`]).
     pub(crate) fn deliver(
@@ -300,13 +299,11 @@ impl Hub {
         let is_response = jsonrpc::is_response(&message);
         let target = {
             let mut g = s.state.lock();
-            if seq <= g.last_seq {
-                return Delivery::Duplicate;
+            match g.inbox.receive(seq) {
+                Arrival::Fresh => {}
+                Arrival::Duplicate => return Delivery::Duplicate,
+                Arrival::OutOfWindow => return Delivery::OutOfWindow,
             }
-            if seq - g.last_seq > DAEMON_SEQ_WINDOW {
-                return Delivery::OutOfWindow;
-            }
-            g.last_seq = seq;
             let is_request = !is_response
                 && message.get("method").is_some()
                 && message.get("id").is_some_and(|i| !i.is_null());

@@ -40,14 +40,12 @@ mod registry;
 
 pub(crate) use registry::{Resume, SseStreams};
 
-use crate::{
-    lock::Lock,
-    storage::{
-        StoreWrite, StoreWriter,
-        durable::{NOT_KEPT, STORED_EVENT_MAX_BYTES},
-        now as unix_now,
-    },
+use crate::storage::{
+    StoreWrite, StoreWriter,
+    durable::{NOT_KEPT, STORED_EVENT_MAX_BYTES},
+    now as unix_now,
 };
+use lock::Lock;
 
 /// How the id of a session's standalone stream starts (other streams' ids start with `st`): a
 /// cursor of a standalone stream from before a relay restart is recognised by it.

@@ -14,10 +14,8 @@ use protocol::{
 };
 
 use super::{Durable, STANDALONE_PREFIX, SseStream, stream_lost_notice};
-use crate::{
-    lock::Lock,
-    storage::{StoreWrite, StoreWriter, now as unix_now},
-};
+use crate::storage::{StoreWrite, StoreWriter, now as unix_now};
+use lock::Lock;
 
 /// What a `GET` with `Last-Event-ID` reads ([`SseStreams::resume`]).
 #[derive(Debug)]

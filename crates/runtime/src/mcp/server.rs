@@ -49,13 +49,15 @@
 use std::{
     borrow::Cow,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
 };
 
+use lock::Lock;
+
 /// The call slot a running call holds; a call that becomes a task takes it out and drops it.
-type CallSlot = Arc<Mutex<Option<CallPermit>>>;
+type CallSlot = Arc<Lock<Option<CallPermit>>>;
 
 /// What a running call holds: a slot of [`CONCURRENT_TOOL_CALLS`] and, for a caller other than
 /// the owner, one of the slots the others share and its principal's count (module docs).
@@ -254,7 +256,7 @@ impl McpServer {
         match self.access.runtime().tasks().insert(entry.clone()) {
             Ok(()) => {
                 // The task is bounded by TASKS_MAX from now on, not by the call slots.
-                drop(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+                drop(slot.lock().take());
                 Ok(CallToolResponse::Task(CreateTaskResult::new(
                     entry.detailed().task,
                 )))
@@ -339,7 +341,7 @@ impl McpServer {
                 "{CONCURRENT_TOOL_CALLS} tool calls are already running (the server's limit); try again when one finishes"
             ));
         };
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(CallPermit {
+        *slot.lock() = Some(CallPermit {
             _slot: permit,
             _others: others,
             _principal: principal,
@@ -350,7 +352,7 @@ impl McpServer {
         // Each call runs in its own task so a panic is contained to this call (internal_error).
         let outcome = tokio::spawn(async move {
             let r = fut.await;
-            drop(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+            drop(slot.lock().take());
             r
         })
         .await;

@@ -44,8 +44,10 @@ use std::{
     fmt, fs, io,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, PoisonError, Weak},
+    sync::{Arc, Weak},
 };
+
+use lock::Lock;
 
 use rand::{RngCore, rngs::OsRng};
 
@@ -89,7 +91,7 @@ struct Live {
 /// The state the socket's tasks share with [`WorkerAccess`].
 #[derive(Debug)]
 struct Shared {
-    live: Mutex<Capabilities>,
+    live: Lock<Capabilities>,
     manager: Weak<Manager>,
 }
 
@@ -102,7 +104,7 @@ struct Capabilities {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Capabilities> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+        self.live.lock()
     }
 
     /// The grant of `request_id` when its capability is still the one of `serial`.
@@ -163,7 +165,7 @@ impl WorkerAccess {
             })?
             .to_owned();
         let shared = Arc::new(Shared {
-            live: Mutex::new(Capabilities::default()),
+            live: Lock::new(Capabilities::default()),
             manager,
         });
         let served = shared.clone();
