@@ -6,6 +6,7 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
 
 use protocol::{
+    head::{self, Head},
     jsonrpc::code::{
         HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION,
     },
@@ -16,10 +17,8 @@ use protocol::{
 };
 
 use super::{
-    Era,
     answer::{discover_from_initialize, status_of},
-    checks::validate,
-    era, method_not_allowed, removed_method,
+    method_not_allowed, removed_method,
 };
 use crate::{
     hub::{ParamHeader, param_headers},
@@ -52,6 +51,32 @@ fn modern_headers(method: &str) -> Vec<(&'static str, String)> {
 fn h(pairs: &[(&'static str, String)]) -> HeaderMap {
     let v: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
     headers(&v)
+}
+
+/// Which side of the endpoint serves a message: the session era (any handshake version) or
+/// 2026-07-28.
+#[derive(Debug, PartialEq)]
+enum Era {
+    Legacy,
+    Modern,
+}
+
+/// The era the POST handler decides for `m` under headers `h`.
+fn era(h: &HeaderMap, m: &Value) -> Era {
+    match super::era(h, &Head::of(m)) {
+        head::Era::Modern => Era::Modern,
+        head::Era::Session { .. } => Era::Legacy,
+    }
+}
+
+/// The checks of a modern request `m` under headers `h`.
+fn validate(
+    h: &HeaderMap,
+    m: &Value,
+    supported: &[&str],
+    annotations: impl Fn(&str) -> Option<Vec<ParamHeader>>,
+) -> Result<(), crate::error::HttpError> {
+    super::checks::validate(h, &Head::of(m), m, supported, annotations)
 }
 
 fn none(_: &str) -> Option<Vec<ParamHeader>> {
