@@ -628,8 +628,7 @@ fn progress_of(state_dir: &Path, pid: u32) -> (usize, usize) {
 mod tests {
     use super::*;
 
-    // Regression (fresh tester, stop 30 round 2 #20): the enrollment code was repeated in the
-    // takeover log, `status` and `doctor`.
+    // The enrollment code is never repeated in the takeover log, `status` or `doctor`.
     #[test]
     fn the_shown_command_line_hides_the_enrollment_code() {
         let argv: Vec<String> = [

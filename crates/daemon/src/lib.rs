@@ -7,6 +7,12 @@
 //! ([`servers`]), one child process per session.
 //!
 //! Main entry points: [`catalog`] (what the daemon announces), [`link::run`], [`link::enroll`].
+//!
+//! Files: [`link`] (+ `link/probe.rs`, the handshake check of `doctor`), [`sessions`] (one file
+//! per concern), [`bridge`] (2026-07-28 calls to upstreams of the handshake era), [`servers`],
+//! [`identity`], [`instance`] (one daemon per state directory), [`status`] (the loopback status
+//! endpoint), [`state_io`], [`backoff`]; here, [`role_profile`] and [`role_named`]: a role name
+//! this build does not know gets reviewer, the least authority.
 
 pub mod backoff;
 pub mod bridge;

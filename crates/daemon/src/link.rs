@@ -830,9 +830,9 @@ mod tests {
         assert!(rx.try_recv().is_err());
     }
 
-    /// Regression (review of stop 27): an `accepted` queued behind a backlog of results reached
-    /// the relay after its 4 s retraction, so a request that ran was reported "not delivered".
-    /// The link's own frames are written first.
+    /// The link's own frames are written first: an `accepted` queued behind a backlog of results
+    /// could reach the relay after its 4 s retraction, and a request that ran would be reported
+    /// "not delivered".
     #[tokio::test]
     async fn accepted_and_heartbeats_are_written_before_queued_results() {
         let (frames_tx, frames) = mpsc::channel(16);

@@ -1,5 +1,5 @@
 //! One message for a state directory that cannot be used: the path at fault, what is wrong
-//! with it, and the fix, with the OS error said once (fresh tester finding 6).
+//! with it, and the fix, with the OS error said once.
 //!
 //! The path at fault is not always the one the failed call named: opening `STATE/daemon.lock`
 //! fails with "Not a directory" when `STATE` is a file, and with "Permission denied" either

@@ -229,8 +229,8 @@ mod tests {
         out
     }
 
-    // Regression (fresh tester, stop 30 round 2 #19): the status endpoint answered any Host, so
-    // a page whose name a DNS rebinding pointed at 127.0.0.1 could read the workspace path.
+    // The status endpoint answers only a Host naming loopback: otherwise a page whose name a DNS
+    // rebinding pointed at 127.0.0.1 could read the workspace path.
     #[tokio::test]
     async fn the_status_endpoint_answers_loopback_hosts_only() {
         let listener = bind().await.unwrap();

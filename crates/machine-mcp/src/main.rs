@@ -1,4 +1,6 @@
-//! `machine-mcp`: parse the command line, run one command, map its error to an exit code.
+//! `machine-mcp`: parse the command line, run one command, map its error to an exit code: 0 on
+//! success, 1 on an error (printed to stderr), 2 on a usage error (clap's). A command with
+//! documented exit statuses of its own (`status`, `doctor`, `delegation`) exits with them.
 
 mod cli;
 mod cli_reference;
@@ -48,7 +50,7 @@ fn main() -> ExitCode {
 
 /// Raises the soft limit of open files to the hard limit: a relay holds a socket per client
 /// connection and per daemon, and the soft limit (often 1,024) is far below what its connection
-/// caps allow (issue 12 item 1). Failure is logged, not fatal.
+/// caps allow. Failure is logged, not fatal.
 fn raise_open_file_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {

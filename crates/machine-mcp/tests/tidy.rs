@@ -1,7 +1,8 @@
 //! Tidy: the shape of the workspace that `DESIGN.md` §2 and `ARCHITECTURE.md` promise, checked
 //! on the source (in the manner of rust-analyzer's `tidy.rs`), so that it cannot drift silently.
 //!
-//! - Crate edges: `protocol` depends on serde only; `runtime` on `protocol` (of the workspace);
+//! - Crate edges: `protocol` depends on serde only (and `sonic-rs`, for the lazy head scan of
+//!   `protocol::head`); `runtime` on `protocol` (of the workspace);
 //!   `supervisor` and `daemon` on `protocol` and `runtime` (the supervisor never on `rmcp`);
 //!   `relay` on `protocol` only — never `runtime`, and no `rmcp` in any of its dependency
 //!   kinds; the conformance fixture on no workspace crate.
@@ -81,7 +82,8 @@ const RULES: &[Rule] = &[
     Rule {
         package: PROTOCOL,
         workspace: &[],
-        external_only: Some(&["serde", "serde_json"]),
+        // sonic-rs: the lazy head scan (`protocol::head::Head::scan`) of the supervisor's hot path.
+        external_only: Some(&["serde", "serde_json", "sonic-rs"]),
         never: &[],
     },
     Rule {
@@ -818,6 +820,8 @@ fn the_relay_protocol_document_names_every_frame() {
 
 #[path = "tidy/docs.rs"]
 mod docs;
+#[path = "tidy/shape.rs"]
+mod shape;
 
 // ---------------------------------------------------------------------------------------------
 // The checkers themselves

@@ -27,7 +27,7 @@ macro_rules! string_id {
             /// What logs at INFO and above may show of the id: its first 8 characters and `…`.
             /// A session id is a capability next to the credential (MCP 2025-06-18, Basic /
             /// Security Best Practices, "Session Hijacking"), so the whole id is written only at
-            /// DEBUG (issue 12 item 3); 8 characters are enough to tell sessions apart in a log.
+            /// DEBUG; 8 characters are enough to tell sessions apart in a log.
             pub fn log_tag(&self) -> String {
                 let mut t: String = self.0.chars().take(8).collect();
                 if t.len() < self.0.len() {

@@ -83,7 +83,7 @@ pub const RESUMABLE_TERMINAL_MAX_BYTES: usize = 1_500_000;
 /// Bytes of messages a session's standalone stream (its `GET` stream) holds for its client
 /// (16 MiB; one link frame, at most 8 MiB, always fits). Past it the oldest messages are dropped,
 /// counted (`machine_mcp_relay_stream_messages_dropped_total`) and announced to the client that reads
-/// past the gap (issue 12 item 9: one daemon made the relay hold 500 MB this way).
+/// past the gap (unbounded, one daemon could make the relay hold 500 MB this way).
 pub const STANDALONE_BUFFER_MAX_BYTES: usize = 16 << 20;
 /// Bytes the standalone streams of all sessions of one bridge hold together (64 MiB): a
 /// daemon's flood of one bridge's sessions holds at most this much of the relay.
@@ -116,7 +116,7 @@ pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 /// still start it. The relay puts `deliver_by` = its wall clock + this + the daemon's clock skew
 /// (as the hello estimated it) on every request frame; a daemon that reads the frame later does
 /// not run it. Short, so that a frozen or sleeping daemon (TCP up, nothing read) costs a caller a
-/// few seconds, not the liveness timeout and the reconnect grace (issue 15 item 3); long enough
+/// few seconds, not the liveness timeout and the reconnect grace; long enough
 /// for a busy link to carry the frame.
 pub const DELIVERY_WINDOW: Duration = Duration::from_millis(2500);
 /// Link revision 4: how long past [`DELIVERY_WINDOW`] the relay waits for the daemon's
@@ -180,31 +180,31 @@ pub const TASK_FOREGROUND_BUDGET: Duration = Duration::from_secs(3);
 pub const TASKS_MAX: usize = 64;
 /// MCP sessions (session era) a relay keeps per bridge.
 pub const SESSIONS_PER_BRIDGE: usize = 1_000;
-/// Sessions one principal other than the bridge's owner role may have open at once (issue 11
-/// item 6: one reviewer token opened 1,000 sessions in 1.4 s and locked the owner out).
+/// Sessions one principal other than the bridge's owner role may have open at once (without
+/// it, one reviewer token could open 1,000 sessions in 1.4 s and lock the owner out).
 pub const SESSIONS_PER_PRINCIPAL: usize = 100;
 /// Of [`SESSIONS_PER_BRIDGE`], the sessions principals other than owners leave to owners.
 pub const OWNER_RESERVED_SESSIONS: usize = 100;
 /// Largest part of a client's `initialize` a session keeps for reopening it on the daemon
-/// (`protocolVersion`, `capabilities`, `clientInfo`), serialized; a larger one is refused (issue
-/// 12 item 5: each session kept the whole message, ten 8 MB initializes held 1.35 GB).
+/// (`protocolVersion`, `capabilities`, `clientInfo`), serialized; a larger one is refused (a
+/// session that kept the whole message would let ten 8 MB initializes hold 1.35 GB).
 pub const SESSION_INITIALIZE_MAX_BYTES: usize = 16 * KIB;
 /// Largest `initialize` request body the relay reads further than its `jsonrpc`, `method` and
 /// `id`: a larger one is refused before it is parsed, since a session keeps at most
-/// [`SESSION_INITIALIZE_MAX_BYTES`] of it (issue 12: 1,000 initializes of 8 MB, each parsed whole
-/// on the async workers, took a legitimate client's `ping` p99 to 145 ms).
+/// [`SESSION_INITIALIZE_MAX_BYTES`] of it (1,000 initializes of 8 MB, each parsed whole on the
+/// async workers, would take a legitimate client's `ping` p99 to 145 ms).
 pub const INITIALIZE_BODY_MAX_BYTES: usize = 4 * SESSION_INITIALIZE_MAX_BYTES;
 /// Largest MCP request body the relay parses on the async worker that read it; a larger one is
-/// parsed on the blocking pool, a bounded number at once (issue 12: ten 8 MB bodies of small
-/// members parsed on the two workers stalled every other request for 5.4 s).
+/// parsed on the blocking pool, a bounded number at once (ten 8 MB bodies of small members
+/// parsed on the two workers would stall every other request for 5.4 s).
 pub const INLINE_PARSE_MAX_BYTES: usize = 64 * KIB;
 /// How far past the last sequence number a daemon's message of a session may be; farther is a
-/// protocol error that closes the socket (issue 12 item 3: a `seq` of 2^64-2 made every later
-/// message look like a replay). A gap is tolerated because the daemon drops its oldest
+/// protocol error that closes the socket (else a `seq` of 2^64-2 would make every later message
+/// look like a replay). A gap is tolerated because the daemon drops its oldest
 /// unacknowledged messages past 64 MiB while the relay is away; 2^32 is more than it can drop
 /// within a reconnect grace, so a resuming daemon is never refused for its gap.
 pub const DAEMON_SEQ_WINDOW: u64 = 1 << 32;
-/// Tasks one principal other than the runtime's owner may have kept at once (issue 11 item 6):
+/// Tasks one principal other than the runtime's owner may have kept at once:
 /// one caller cannot fill the table for the others.
 pub const TASKS_PER_PRINCIPAL: usize = 16;
 /// Of [`TASKS_MAX`], the tasks principals other than the owner leave to the owner together.
@@ -305,7 +305,7 @@ pub const SKIPPED_PATHS_MAX: usize = 100;
 /// excludes file) that `search_text` and `list_files` apply (1 MiB). Past it the file is read up
 /// to the last whole line within the bound, the rest does not apply, and the result's `notes`
 /// names the file and the cap. Bounds the memory and time of compiling the file (a glob costs
-/// ~16 KB compiled; issue 11 item 4).
+/// ~16 KB compiled).
 pub const IGNORE_FILE_MAX_BYTES: usize = MIB;
 /// Most patterns of one ignore file that `search_text` and `list_files` apply (10,000; blank and
 /// comment lines do not count). Later patterns do not apply, and the result's `notes` names the
@@ -392,7 +392,7 @@ pub const PROOF_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 /// (their proofs are also past [`PROOF_MAX_AGE`] by then, or proofs are refused until they are).
 pub const PROOF_IDS_REMEMBERED: usize = 10_000;
 
-// Managed jobs and local resources (issue 16; docs/jobs.md).
+// Managed jobs and local resources (docs/jobs.md).
 
 /// Main steps of a job plan: at least one.
 pub const JOB_STEPS_MAX: usize = 16;
@@ -443,8 +443,7 @@ pub const JOB_READ_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Largest local resource file (its encoded forms are redacted from output, so it stays small).
 pub const RESOURCE_MAX_BYTES: usize = 64 * KIB;
 
-// Agent context: instructions, project facts, skills, registered commands, search/fetch
-// (issue 18).
+// Agent context: instructions, project facts, skills, registered commands, search/fetch.
 
 /// Bytes of one instruction file (`AGENTS.md`, `AGENTS.override.md`, `CLAUDE.md`, the user's
 /// instructions file) that go into the instruction chain; the rest is left out with a note.
@@ -506,7 +505,7 @@ pub const KNOWLEDGE_TITLE_HEADING_MAX_CHARS: usize = 200;
 /// (it may echo the URI or name asked for); a longer one is cut with `…`.
 pub const JSONRPC_ERROR_MESSAGE_MAX_CHARS: usize = 1_000;
 
-// The stdio supervisor (issue 20): `machine-mcp stdio` keeps the client's connection and runs
+// The stdio supervisor: `machine-mcp stdio` keeps the client's connection and runs
 // the server as a replaceable worker process.
 
 /// Requests a supervisor holds while no worker can take them (one starting or restarting);
@@ -546,7 +545,7 @@ pub const WORKER_LINE_MAX_BYTES: usize = 128 * MIB;
 /// Process session and task ids the supervisor remembers the worker of (oldest forgotten first).
 pub const SUPERVISOR_OWNED_IDS_MAX: usize = 4096;
 
-// Delegation (issue 19): background runs of agent CLIs (`codex`, `claude`, `gemini`) with
+// Delegation: background runs of agent CLIs (`codex`, `claude`, `gemini`) with
 // receipts in `STATE_DIR/delegations`.
 
 /// Delegations running at once on one state directory, over every agent (counted over the

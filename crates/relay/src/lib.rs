@@ -267,7 +267,10 @@ fn bind_hint(e: &std::io::Error) -> &'static str {
     }
 }
 
-/// Serves on an already bound listener until `shutdown` fires.
+/// Serves on an already bound listener until `shutdown` fires. Beside the router it runs the
+/// metrics listener (`--metrics-listen`) and one sweeper task: the hub's sweep and the revoked
+/// links every second, expired OAuth state every `OAUTH_SWEEP_INTERVAL` (10 min), stored rows
+/// every `STORE_SWEEP_INTERVAL` (30 s). On stop the store's write queue is flushed.
 ///
 /// # Errors
 /// [`ServeError::Io`] when serving fails.

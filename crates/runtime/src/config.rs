@@ -2,8 +2,8 @@
 //! `$XDG_CONFIG_HOME/machine-mcp/config.toml` (else `~/.config/machine-mcp/config.toml`).
 //!
 //! It holds what belongs to the user rather than to a workspace, so it is never served to a
-//! caller confined to the workspace (issue 18: "a remote reviewer never receives the owner's
-//! private instructions"). It is read on every use (it is small), so an edit takes effect
+//! caller confined to the workspace: a remote reviewer never receives the owner's private
+//! instructions. It is read on every use (it is small), so an edit takes effect
 //! without a restart. Unknown keys fail closed: a misspelt key is an error naming it, never a
 //! setting silently ignored.
 //!
@@ -14,7 +14,7 @@
 //! instructions = "~/notes/AGENTS.md"
 //!
 //! [delegation]
-//! # The agent CLIs `delegate` may run (issue 19); each is off until enabled here. Names:
+//! # The agent CLIs `delegate` may run; each is off until enabled here. Names:
 //! # codex, claude, gemini (any other name is an error).
 //! [delegation.agents.codex]
 //! enabled = true
@@ -39,10 +39,10 @@ use crate::tools::delegation::engine::agents::Agent;
 #[derive(Debug, Default, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct UserConfig {
-    /// `[context]`: the agent context tools (issue 18).
+    /// `[context]`: the agent context tools.
     #[serde(default)]
     pub context: ContextConfig,
-    /// `[delegation]`: the agent CLIs `delegate` may run (issue 19).
+    /// `[delegation]`: the agent CLIs `delegate` may run.
     #[serde(default)]
     pub delegation: DelegationConfig,
 }

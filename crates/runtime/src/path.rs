@@ -200,8 +200,7 @@ impl Workspace {
     /// Opens the regular file at `real` (a canonical path a walk found, inside the workspace or,
     /// when paths are unrestricted, anywhere) for reading, beneath the workspace root, never
     /// following a symlink on the way or at its end: how `search_text` reads the files its walk
-    /// found, so a directory swapped for a symlink during the walk cannot make it read outside
-    /// (issue 11 item 2).
+    /// found, so a directory swapped for a symlink during the walk cannot make it read outside.
     ///
     /// # Errors
     /// As [`Workspace::open_dir`] for the way there (`EXDEV`/`ELOOP` when it left the workspace,
@@ -226,9 +225,9 @@ impl Workspace {
 
     /// Whether the entry a walk found at `real`, whose inode number the walk read (`d_ino`), is
     /// still that entry beneath the workspace root, reached without following a symlink: how
-    /// `list_files` checks what its walk (which descends by name) listed before it shows it
-    /// (issue 11 item 2). `false` when the entry moved, vanished or was reached through a
-    /// directory swapped for a symlink; hard links are not told apart (`SECURITY.md`).
+    /// `list_files` checks what its walk (which descends by name) listed before it shows it.
+    /// `false` when the entry moved, vanished or was reached through a directory swapped for a
+    /// symlink; hard links are not told apart (`SECURITY.md`).
     pub fn still_beneath(&self, real: &Path, ino: u64) -> bool {
         self.open_entry(real)
             .ok()

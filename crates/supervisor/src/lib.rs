@@ -1,4 +1,4 @@
-//! The stdio supervisor (issue 20): `machine-mcp stdio` owns the host's stdin and stdout and runs
+//! The stdio supervisor: `machine-mcp stdio` owns the host's stdin and stdout and runs
 //! the MCP server as a worker process (`machine-mcp stdio --worker`, the in-process server of
 //! `runtime::mcp::stdio::serve_process_stdio`) that it can replace without the host noticing.
 //! A process manager, not MCP plumbing: it depends on `protocol` and on the runtime's public

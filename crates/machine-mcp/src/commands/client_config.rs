@@ -1,5 +1,5 @@
 //! `machine-mcp client-config`: the entry an MCP client needs to reach this machine, printed or
-//! merged into the client's own config file (issue 17 item 5).
+//! merged into the client's own config file.
 //!
 //! What each client reads, and where, is in [`Client`]; how a file is edited without losing
 //! anything else in it is in [`edit`].

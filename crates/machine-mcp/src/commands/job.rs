@@ -160,7 +160,7 @@ pub(crate) async fn run(cmd: JobCommand) -> Result<()> {
 
 fn store(state: &StateArgs) -> Result<JobStore> {
     let dir = super::state_dir(state)?;
-    // A file in its place would read as "no jobs" (fresh tester finding 6).
+    // A file in its place would read as "no jobs".
     if let Some(file) = dir
         .ancestors()
         .find(|p| std::fs::metadata(p).is_ok_and(|m| !m.is_dir()))

@@ -219,7 +219,7 @@ pub(crate) fn build_runtime(
             workspace.display()
         )
     })?;
-    // Jobs whose runner died while no server was up are taken care of now (issue 16 item 4).
+    // Jobs whose runner died while no server was up are taken care of now.
     if let Some(jobs) = runtime::tools::jobs::store(&runtime) {
         let started = jobs.recover();
         if started > 0 {

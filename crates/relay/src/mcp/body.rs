@@ -111,7 +111,7 @@ fn large(body: &[u8]) -> Result<(Head, Value), Refused> {
     }
     let (head, message) = parse(body)?;
     // A duplicated member makes the scan fail, and the parse keeps the last of each: the
-    // message it built is an `initialize` as large as the body (found by a fresh tester).
+    // message it built is an `initialize` as large as the body.
     if head.is("initialize") {
         return Err(too_large(head.reply_id()));
     }
@@ -241,9 +241,9 @@ mod tests {
         assert_eq!(at_most["method"], "initialize");
     }
 
-    /// Regression (fresh tester): a duplicated `id`, `method` or `jsonrpc` member made the head
-    /// scan fail, so an 8 MB `initialize` was parsed and opened a session; it is refused after
-    /// the parse too, with the id the message ends up with (the last one).
+    /// A duplicated `id`, `method` or `jsonrpc` member makes the head scan fail, so an 8 MB
+    /// `initialize` is parsed; it is refused after the parse too, with the id the message ends up
+    /// with (the last one), and opens no session.
     #[tokio::test]
     async fn an_oversized_initialize_with_duplicated_members_is_refused_after_the_parse() {
         let pad = "a".repeat(200_000);

@@ -216,8 +216,7 @@ mod tests {
         assert_eq!(t.len(), RESULT_SUMMARY_MAX_CHARS + 1);
     }
 
-    /// Regression (fresh tester of issue 14): a long path in a summary pushed its continuation
-    /// out of the text.
+    /// A long path in a summary never pushes its continuation out of the text.
     #[test]
     fn a_long_summary_keeps_its_continuation_clause() {
         let path = "é/".repeat(2_000);

@@ -28,7 +28,7 @@
 //!   running then, it becomes a task (`CreateTaskResult`) read with `tasks/get` and stopped with
 //!   `tasks/cancel` (which kills its process tree). Tasks live in the [`crate::Runtime`] and belong
 //!   to the principal (see [`crate::mcp::tasks`]).
-//! - Resources and prompts (issue 18): `resources/list`, `resources/templates/list` and
+//! - Resources and prompts: `resources/list`, `resources/templates/list` and
 //!   `resources/read` serve what the tool families serve as resources (the instruction files,
 //!   `machine://context/...`), `prompts/list` and `prompts/get` what they serve as prompts (the
 //!   skills), through the registry (`tools::resource_list`, `tools::prompt_list`, ...), off
@@ -602,7 +602,7 @@ impl ServerHandler for McpServer {
     }
 
     /// `prompts/list`: what the tool families serve as prompts (each skill of the workspace
-    /// root, issue 18 item 3), no arguments.
+    /// root), no arguments.
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,

@@ -471,8 +471,8 @@ mod tests {
         assert!(ids.iter().all(|id| tasks.get(id, &a).is_some()));
     }
 
-    /// Issue 11 item 6: one principal could fill the table (its unread results are kept 30 min),
-    /// after which no other principal's long call became a task.
+    /// One principal cannot fill the table (its unread results are kept 30 min), which would
+    /// leave no other principal's long call a task.
     #[test]
     fn principals_other_than_the_owner_have_shares_of_the_table_and_the_owner_keeps_room() {
         let tasks = Tasks::default();

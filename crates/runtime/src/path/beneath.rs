@@ -1,6 +1,5 @@
 //! Opening what [`Workspace::resolve`] found relative to a directory descriptor, so that a
-//! directory swapped for a symlink between the check and the use cannot redirect it (issue 11
-//! item 2).
+//! directory swapped for a symlink between the check and the use cannot redirect it.
 //!
 //! `resolve` checks a path by name (realpath, then a containment test). Another process can
 //! replace a directory on that path by a symlink right after the check; an `open` by name would
@@ -92,7 +91,7 @@ pub(super) fn open_beneath(base: &Arc<OwnedFd>, rel: &Path) -> io::Result<Arc<Ow
 /// Opens the entry `rel` beneath `base` with `flags`, which must hold `O_NOFOLLOW` (so that the
 /// last name is never followed either): `openat2(2)` as [`open_beneath`], or its directory
 /// opened by [`walk_beneath`] and the last name `openat(2)`-ed there. How `search_text` reads a
-/// file and `list_files` checks an entry the walk found (issue 11 item 2).
+/// file and `list_files` checks an entry the walk found.
 ///
 /// # Errors
 /// As [`open_beneath`]; `EISDIR` for an empty `rel`; for the last name, `openat(2)`'s (`ENOENT`,

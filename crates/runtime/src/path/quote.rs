@@ -1,4 +1,5 @@
-//! Lossless text for paths that are not UTF-8 (issue 11 item 11).
+//! Lossless text for paths that are not UTF-8: every path a tool returns names the same
+//! file again when passed back.
 //!
 //! A path whose bytes are UTF-8 renders as itself. Any other path renders *quoted*: inside double
 //! quotes, each byte that is not part of valid UTF-8 as `\xHH` (lowercase hex), `\` as `\\` and

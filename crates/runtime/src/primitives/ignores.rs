@@ -2,7 +2,7 @@
 //! with a bound, compiled once and shared.
 //!
 //! The `ignore` crate reads every ignore file whole and compiles it per walk: a 100,000-line
-//! `.gitignore` of globs took ~16 KB per pattern and call (issue 11 item 4). Walks here turn the
+//! `.gitignore` of globs took ~16 KB per pattern and call. Walks here turn the
 //! crate's own ignore reading off and filter entries with an [`IgnoreFilter`] instead, which
 //! reads each file up to [`IGNORE_FILE_MAX_BYTES`] and [`IGNORE_FILE_MAX_PATTERNS`] and takes
 //! compiled matchers from the runtime's [`IgnoreCache`], so concurrent calls share one.

@@ -1,4 +1,4 @@
-//! The project root of a target directory (issue 18): the nearest Git work tree containing it,
+//! The project root of a target directory: the nearest Git work tree containing it,
 //! else the workspace. The instruction chain (`AGENTS.md` files) and the skill roots are read
 //! from the project root down to the target, so every family that reads them agrees on it.
 

@@ -86,7 +86,7 @@ impl SkipList {
 
     /// Records an entry under `root` (the walk's start) that changed while it was walked — moved,
     /// removed, or reached through a directory swapped for a symlink — without its path, which
-    /// may name something outside the workspace (issue 11 item 2). They are reported as one
+    /// may name something outside the workspace. They are reported as one
     /// skipped path, `root`, with their number.
     pub(crate) fn push_changed(&mut self, root: &std::path::Path) {
         self.total += 1;
@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(eio, io::Error::from_raw_os_error(libc::EIO).to_string());
     }
 
-    /// Issue 11 item 2: a walk error's path that is not reachable beneath the workspace any more
+    /// A walk error's path that is not reachable beneath the workspace any more
     /// may name an outside directory the walk reached through a swapped-in symlink; it is
     /// counted under the walk's root, never shown.
     #[test]

@@ -1,4 +1,4 @@
-//! Per-file write locks (issue 11 item 3): the writers of one runtime never interleave on a file.
+//! Per-file write locks: the writers of one runtime never interleave on a file.
 //!
 //! One [`WriteLocks`] table lives in the [`crate::Runtime`], so it covers every MCP session the
 //! process serves (stdio, or every session of a daemon). A writing tool holds the locks of the

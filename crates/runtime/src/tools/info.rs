@@ -89,7 +89,7 @@ pub(crate) struct Activity {
     active_delegations: usize,
 }
 
-/// The stdio supervisor of `machine-mcp stdio` (issue 20): the process that owns the host's
+/// The stdio supervisor of `machine-mcp stdio`: the process that owns the host's
 /// connection and runs the server as a worker it can replace (an upgrade) or restart (a crash).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, JsonSchema)]
 pub struct SupervisorInfo {

@@ -1,4 +1,4 @@
-//! The daemon's binary swap (issue 20): when the installed `machine-mcp` at the path the daemon
+//! The daemon's binary swap: when the installed `machine-mcp` at the path the daemon
 //! was started by holds another build than the one running (checked every
 //! [`UPGRADE_CHECK_INTERVAL`] and on SIGHUP: device, inode, size and modification time against
 //! the running executable, then `BINARY --version`, which must name another version: a `touch`
@@ -188,7 +188,7 @@ impl std::fmt::Display for Holding {
 
 /// Whether a restart may happen at `now` for an upgrade noticed at `noticed`: nothing busy, and
 /// no ended work or the grace for it is over. The grace runs from `noticed` and is not started
-/// again by work that comes and goes (fresh tester: a call overlapping its end restarted it).
+/// again by work that comes and goes (else a call overlapping its end would restart it).
 fn may_restart(h: Holding, noticed: Instant, now: Instant) -> bool {
     !h.busy() && (!h.ended() || now.duration_since(noticed) >= UPGRADE_ENDED_GRACE)
 }
@@ -372,8 +372,8 @@ mod tests {
         for busy in [h(1, 0, 0, 0), h(0, 1, 0, 0), working, delegating] {
             assert!(!may_restart(busy, t0, late), "{busy}");
         }
-        // Ended work, and a result the relay has not acknowledged (fresh tester: one that
-        // finished while the link was down was dropped): held back for the grace.
+        // Ended work, and a result the relay has not acknowledged (one that finished while the
+        // link was down must not be dropped): held back for the grace.
         for ended in [h(0, 0, 1, 0), h(0, 0, 0, 1)] {
             assert!(!may_restart(ended, t0, t0));
             assert!(!may_restart(

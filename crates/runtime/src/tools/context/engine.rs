@@ -1,4 +1,4 @@
-//! The instruction chain (issue 18 item 1): which instruction files apply to a target
+//! The instruction chain: which instruction files apply to a target
 //! directory, lowest precedence first, with provenance, within budgets.
 //!
 //! Sources, lowest precedence first:

@@ -1,4 +1,4 @@
-//! The instruction chain (issue 18 item 1): `session_bootstrap` (a short start: what this
+//! The instruction chain: `session_bootstrap` (a short start: what this
 //! server is, the policy in one line, project facts and the instructions within a budget) and
 //! `agent_context` (the whole chain with provenance and a fingerprint). The chain itself is the
 //! [`engine`]; the same sources are MCP resources (`machine://context/...`, see

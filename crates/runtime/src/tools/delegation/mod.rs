@@ -1,4 +1,4 @@
-//! Background delegation to CLI agents (issue 19): `delegate`, `read_delegation`,
+//! Background delegation to CLI agents: `delegate`, `read_delegation`,
 //! `list_delegations`, `cancel_delegation`, `agents_status`.
 //!
 //! A delegation hands a task to Codex, Claude Code or Gemini CLI on this machine, in a

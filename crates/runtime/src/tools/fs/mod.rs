@@ -465,7 +465,7 @@ async fn list_files(
         let overrides = ob
             .build()
             .map_err(|e| ToolError::invalid(format!("bad glob: {e}")))?;
-        // Ignore files are read by our filter, capped and shared (issue 11 item 4).
+        // Ignore files are read by our filter, capped and shared.
         let filter = (!args.include_ignored).then(|| {
             Arc::new(IgnoreFilter::new(
                 rt.ignore_cache().clone(),
@@ -519,7 +519,7 @@ async fn list_files(
             }
             // The walk descends by name: a directory swapped for a symlink after it was listed
             // leads it outside. Only an entry that is still there beneath the workspace, the same
-            // inode the walk read, is shown (issue 11 item 2).
+            // inode the walk read, is shown.
             if !entry
                 .ino()
                 .is_some_and(|ino| ws.still_beneath(entry.path(), ino))

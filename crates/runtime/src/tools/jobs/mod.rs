@@ -1,4 +1,4 @@
-//! Managed jobs (issue 16; `docs/jobs.md`): `start_job`, `stage_job`, `read_job`, `list_jobs`,
+//! Managed jobs (`docs/jobs.md`): `start_job`, `stage_job`, `read_job`, `list_jobs`,
 //! `cancel_job`. A job is a plan of argv steps run to the end by a detached runner, whatever
 //! happens to the session, the server or the relay link; its plan, status and result live
 //! owner-only in the state directory. The [`engine`] holds the plan, the state machine, the
@@ -930,8 +930,8 @@ mod tests {
             .unwrap();
     }
 
-    /// The second fresh tester's lockout: one principal cycling stage + cancel filled the
-    /// share of every caller other than the owner.
+    /// One principal cycling stage + cancel makes room from its own finished jobs, and never
+    /// fills the share of every caller other than the owner.
     #[tokio::test]
     async fn a_principal_cycling_drafts_makes_room_from_its_own_finished_jobs() {
         let m = machine();

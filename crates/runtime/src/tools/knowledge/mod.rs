@@ -1,4 +1,4 @@
-//! ChatGPT's `search` and `fetch` (issue 18 item 5): the pair of tools ChatGPT's deep research
+//! ChatGPT's `search` and `fetch`: the pair of tools ChatGPT's deep research
 //! and company knowledge call on an MCP server, in the shapes OpenAI documents ("Building MCP
 //! servers for ChatGPT and API integrations", <https://platform.openai.com/docs/mcp>): `search`
 //! takes one `query` string and returns `{"results": [{"id", "title", "url"}]}`; `fetch` takes

@@ -1,4 +1,4 @@
-//! Project facts and registered commands (issue 18 items 2 and 4): `project_overview`,
+//! Project facts and registered commands: `project_overview`,
 //! `list_commands`, `run_command`, and [`facts_summary`] for `session_bootstrap`.
 //!
 //! Every tool works on the project root of its `path`: the nearest Git work tree containing

@@ -1,4 +1,4 @@
-//! Local resources (issue 16; `docs/jobs.md`): secrets the user registers by alias on the
+//! Local resources (`docs/jobs.md`): secrets the user registers by alias on the
 //! machine (`machine-mcp resource add`), which jobs use without their bytes or paths ever
 //! passing through MCP. The one tool, `list_local_resources`, shows aliases and their state
 //! only. The [`engine`] is the registry.

@@ -204,7 +204,8 @@ pub(crate) struct Run<'a> {
     /// The search's start (`Scope::root`): where files that changed under it are counted.
     pub(crate) root: &'a Path,
     /// Opens a file of the walk for reading. The tool's opens it beneath the workspace root
-    /// without following a symlink (`Workspace::open_file`, issue 11 item 2).
+    /// without following a symlink (`Workspace::open_file`), so a directory swapped
+    /// for a symlink during the walk cannot make it read outside.
     pub(crate) open: &'a (dyn Fn(&Path) -> std::io::Result<std::fs::File> + Sync),
     /// Whether an error of [`Run::open`] says the path changed under the walk
     /// (`Workspace::changed_under`): such a file is counted, not named, in `skipped`.

@@ -1,4 +1,4 @@
-//! Skills (issue 18 item 3): `list_skills`, `load_skill`, and each skill as an MCP prompt
+//! Skills: `list_skills`, `load_skill`, and each skill as an MCP prompt
 //! ([`prompt_list`], [`prompt_get`], which the registry serves as `prompts/list` and
 //! `prompts/get`).
 //!

@@ -1,4 +1,4 @@
-//! The agent CLIs a delegation runs (issue 19): Codex (`codex exec`), Claude Code (`claude -p`)
+//! The agent CLIs a delegation runs: Codex (`codex exec`), Claude Code (`claude -p`)
 //! and Gemini CLI (`gemini -p`).
 //!
 //! Per agent this module knows, from each CLI's documentation:

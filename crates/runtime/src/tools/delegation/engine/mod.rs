@@ -1,4 +1,4 @@
-//! Delegations: receipts, limits and runs of agent CLIs (issue 19).
+//! Delegations: receipts, limits and runs of agent CLIs.
 //!
 //! The [`Manager`] (one per runtime with a state directory) accepts a request (`admit`),
 //! records its receipt ([`store`]) and runs the agent ([`agents`]) when a slot is free

@@ -1,4 +1,4 @@
-//! Workers that delegate (issue 19 item 4): the capability a running delegation gets, and the
+//! Workers that delegate: the capability a running delegation gets, and the
 //! owner-only Unix socket through which its worker MCP server (`machine-mcp delegation
 //! worker-mcp`, [`super::worker_mcp`], started by the agent) calls back into the [`Manager`],
 //! which sees this side as [`Workers`]. The socket itself (bind, peer uid, connection bound) is

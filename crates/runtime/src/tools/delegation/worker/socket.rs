@@ -1,5 +1,5 @@
-//! An owner-only Unix socket server: the transport of the delegation worker socket (issue 19;
-//! what is said on a connection is [`super::serve`]'s, which knows no socket).
+//! An owner-only Unix socket server: the transport of the delegation worker socket (what is
+//! said on a connection is [`super::serve`]'s, which knows no socket).
 //!
 //! The socket file is made 0600 right after `bind` (its directory is the caller's, 0700). Every
 //! connection's peer uid (`SO_PEERCRED`) is checked before anything else is said: a peer of

@@ -1,7 +1,7 @@
-//! The MCP server a delegation worker connects to (`machine-mcp delegation worker-mcp`, issue 19
-//! item 4): the agent that runs a delegation starts it as its `machine_bridge` MCP server, with
-//! the variables [`WorkerAccess::grant`](super::worker::WorkerAccess::grant) gave the run
-//! ([`SOCKET_VAR`], [`REQUEST_VAR`], [`CAPABILITY_VAR`]).
+//! The MCP server a delegation worker connects to (`machine-mcp delegation worker-mcp`): the
+//! agent that runs a delegation starts it as its `machine_bridge` MCP server, with the variables
+//! [`WorkerAccess::grant`](super::worker::WorkerAccess::grant) gave the run ([`SOCKET_VAR`],
+//! [`REQUEST_VAR`], [`CAPABILITY_VAR`]).
 //!
 //! [`connect`] authenticates over the server's owner-only worker socket (the HMAC challenge of
 //! [`super::worker`]) before anything is served; the [`WorkerTools`] it returns are three tools

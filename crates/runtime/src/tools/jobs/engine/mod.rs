@@ -1,4 +1,4 @@
-//! The engine of managed jobs (issue 16; `docs/jobs.md`): the plan and its validation
+//! The engine of managed jobs (`docs/jobs.md`): the plan and its validation
 //! ([`plan`]), the state machine and status record ([`state`]), the on-disk store with
 //! idempotency, bounds, retention and the detection of dead runners ([`store`]), the detached
 //! runner ([`runner`]) and output redaction (`redact`). [`JobView`] is a job as callers see

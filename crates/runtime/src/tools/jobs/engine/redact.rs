@@ -228,7 +228,7 @@ mod tests {
         assert_eq!(r.redact(b"a resource"), b"a [resource:selfref]", "one pass");
     }
 
-    /// The second fresh tester's leak: two resources that overlap left part of the second.
+    /// Two resources that overlap are both replaced whole: no part of the second is left.
     #[test]
     fn overlapping_resources_are_replaced_whole() {
         let a = b"XXXXfirstpart-ABCDEFGHshared-0123456789";
@@ -242,7 +242,7 @@ mod tests {
         assert!(!out.contains("lastpart"), "{out}");
     }
 
-    /// The fresh tester's leak: a secret repeated back to back, cut into head and tail.
+    /// No part of a secret repeated back to back survives a cut into head and tail.
     #[test]
     fn no_part_of_a_repeated_secret_survives_a_head_and_tail_cut() {
         let secret = b"NoTrailingNewlineSecret42";

@@ -279,7 +279,7 @@ impl Table {
             return;
         }
         // From the principal holding the most exited sessions (so one that floods them pushes
-        // out its own, issue 11 item 6), the one that ended first goes first; the start breaks
+        // out its own, not another's), the one that ended first goes first; the start breaks
         // ties between equal exit instants.
         exited.sort_unstable_by_key(|e| (e.0, e.1));
         while count > EXITED_SESSIONS_MAX || bytes > EXITED_SESSIONS_OUTPUT_MAX_BYTES {
@@ -370,8 +370,8 @@ mod tests {
         s.id.clone()
     }
 
-    /// Issue 11 item 6: the exited sessions one principal floods in push out its own first, not
-    /// another principal's.
+    /// The exited sessions one principal floods in push out its own first, not another
+    /// principal's.
     #[tokio::test]
     async fn a_principal_flooding_exited_sessions_pushes_out_its_own() {
         let sessions = Sessions::default();

@@ -1,4 +1,4 @@
-//! The engine of skills (issue 18 item 3): where skills live, reading and checking each
+//! The engine of skills: where skills live, reading and checking each
 //! bundle's `SKILL.md`, ranking by a query, and a bundle's bounded inventory.
 //!
 //! A *skill* is a directory directly under a *skill root* holding a `SKILL.md` that starts with

@@ -1,5 +1,5 @@
-//! `inspect()`: discovery, version and sign-in of each agent on the stubs, and the regressions
-//! of the fresh-tester findings.
+//! `inspect()`: discovery, version and sign-in of each agent on the stubs, and what an
+//! inspection must survive.
 
 use super::*;
 
@@ -239,7 +239,7 @@ fn a_probe_that_hangs_is_killed_at_its_timeout() {
     }
 }
 
-// ---- regressions of the fresh-tester findings (issue 19) ----
+// ---- regressions: what an agent's inspection must survive ----
 
 /// Inspects `agent` found in `dir` (scripts written there), with a short probe timeout.
 fn inspect_in(agent: Agent, dir: &Path, home: Option<PathBuf>, timeout: Duration) -> AgentStatus {

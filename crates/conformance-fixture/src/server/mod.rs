@@ -34,12 +34,12 @@ use rmcp::{
         ElicitRequestParams, ElicitResult, ElicitationSchema, GetPromptRequestParams,
         GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
-        LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam, Prompt,
-        PromptArgument, PromptMessage, ProtocolVersion, ReadResourceRequestParams,
-        ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
-        ResourceTemplate, ResourceUpdatedNotificationParam, Role, SamplingMessage,
-        SamplingMessageContentBlock, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+        LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+        PromptMessage, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+        ReadResourceResult, Reference, Resource, ResourceContents, ResourceTemplate,
+        ResourceUpdatedNotificationParam, Role, SamplingMessage, SamplingMessageContentBlock,
+        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+        SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
     service::{Peer, RequestContext, SubscriptionContext, SubscriptionSink},
 };
@@ -169,88 +169,6 @@ fn client_declared(context: &RequestContext<RoleServer>, capability: &str) -> bo
             "elicitation" => info.capabilities.elicitation.is_some(),
             _ => false,
         })
-}
-
-// ----- tool catalogue -----
-
-/// Every tool this fixture offers, in a stable order.
-fn tools() -> Vec<Tool> {
-    let empty = || Arc::new(fx::empty_input_schema());
-    vec![
-        Tool::new(
-            fx::TOOL_SIMPLE_TEXT,
-            "Returns one simple text block",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_IMAGE,
-            "Returns one PNG image block (1x1 red pixel)",
-            empty(),
-        ),
-        Tool::new(fx::TOOL_AUDIO, "Returns one audio/wav block", empty()),
-        Tool::new(
-            fx::TOOL_EMBEDDED_RESOURCE,
-            "Returns one embedded text resource",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_MULTIPLE_CONTENT,
-            "Returns text, image and embedded resource blocks",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_LOGGING,
-            "Sends three info log notifications ~50 ms apart while it runs",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_ERROR,
-            "Always fails with a tool error (isError: true)",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_PROGRESS,
-            "Reports progress 0, 50 and 100 of 100 (~50 ms apart) when the request has a progressToken",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_SAMPLING,
-            "Asks the client for an LLM completion (sampling/createMessage) and returns its text",
-            Arc::new(fx::sampling_input_schema()),
-        ),
-        Tool::new(
-            fx::TOOL_ELICITATION,
-            "Asks the user for a username and email (elicitation/create) and returns the answer",
-            Arc::new(fx::elicitation_input_schema()),
-        ),
-        Tool::new(
-            fx::TOOL_ELICITATION_DEFAULTS,
-            "Elicitation whose fields carry defaults for every primitive type (SEP-1034)",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_ELICITATION_ENUMS,
-            "Elicitation with the five enum schema variants (SEP-1330)",
-            empty(),
-        ),
-        Tool::new(
-            fx::TOOL_JSON_SCHEMA_2020_12,
-            "Tool with JSON Schema 2020-12 features ($schema, $defs, additionalProperties) (SEP-1613)",
-            Arc::new(fx::json_schema_2020_12_input_schema()),
-        ),
-        Tool::new(
-            fx::TOOL_RECONNECTION,
-            "Runs for delayMs (default 500 ms) and then answers; the HTTP front is expected to close \
-             the POST SSE stream meanwhile and replay the answer after Last-Event-ID (SEP-1699)",
-            Arc::new(fx::reconnection_input_schema()),
-        ),
-        Tool::new(
-            fx::TOOL_LIST_CHANGED,
-            "Sends notifications/tools/list_changed: on an initialize session, and to every open \
-             subscriptions/listen stream that asked for it (2026-07-28)",
-            empty(),
-        ),
-    ]
 }
 
 // ----- tool implementations -----
@@ -491,56 +409,6 @@ impl ConformanceServer {
             fx::RES_STATIC_TEXT | fx::RES_STATIC_BINARY | fx::RES_WATCHED
         ) || fx::template_id(uri).is_some()
     }
-}
-
-// ----- prompts -----
-
-/// Every prompt this fixture offers.
-fn prompts() -> Vec<Prompt> {
-    let required = |name: &str, description: &str| {
-        PromptArgument::new(name)
-            .with_description(description)
-            .with_required(true)
-    };
-    vec![
-        Prompt::new(
-            fx::PROMPT_SIMPLE,
-            Some("A simple prompt without arguments"),
-            None,
-        )
-        .with_title("Simple Test Prompt"),
-        Prompt::new(
-            fx::PROMPT_WITH_ARGS,
-            Some("A prompt with two required arguments"),
-            Some(vec![
-                required("arg1", "First test argument"),
-                required("arg2", "Second test argument"),
-            ]),
-        )
-        .with_title("Prompt With Arguments"),
-        Prompt::new(
-            fx::PROMPT_EMBEDDED,
-            Some("A prompt that embeds a resource"),
-            Some(vec![required(
-                "resourceUri",
-                "URI of the resource to embed",
-            )]),
-        )
-        .with_title("Prompt With Embedded Resource"),
-        Prompt::new(
-            fx::PROMPT_IMAGE,
-            Some("A prompt that includes image content"),
-            None,
-        )
-        .with_title("Prompt With Image"),
-    ]
-}
-
-/// The required string argument `name` of a prompt, or -32602.
-fn prompt_arg<'a>(args: Option<&'a Map<String, Value>>, name: &str) -> Result<&'a str, ErrorData> {
-    args.and_then(|a| string_arg(a, name)).ok_or_else(|| {
-        ErrorData::invalid_params(format!("missing required argument '{name}'"), None)
-    })
 }
 
 // ----- the handler -----
@@ -941,75 +809,8 @@ impl ServerHandler for ConformanceServer {
     }
 }
 
+mod catalog;
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fixtures::object;
+mod tests;
 
-    /// The elicitation schemas must survive rmcp's typed `ElicitationSchema` unchanged: the
-    /// SEP-1034/SEP-1330 scenarios check every keyword (defaults, enumNames, oneOf, anyOf).
-    #[test]
-    fn elicitation_schemas_round_trip_verbatim() -> Result<(), serde_json::Error> {
-        for schema in [
-            fx::elicitation_requested_schema(),
-            fx::elicitation_defaults_schema(),
-            fx::elicitation_enums_schema(),
-        ] {
-            let typed = ElicitationSchema::from_json_schema(schema.clone())?;
-            assert_eq!(serde_json::to_value(&typed)?, Value::Object(schema));
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn every_tool_has_a_description_and_object_schema() {
-        let tools = tools();
-        assert_eq!(tools.len(), 15);
-        let names: BTreeSet<_> = tools.iter().map(|t| t.name.to_string()).collect();
-        assert_eq!(names.len(), tools.len(), "tool names are unique");
-        for tool in &tools {
-            assert!(tool.description.as_deref().is_some_and(|d| !d.is_empty()));
-            assert_eq!(tool.input_schema.get("type"), Some(&json!("object")));
-        }
-    }
-
-    #[test]
-    fn json_schema_2020_12_tool_keeps_its_keywords() -> Result<(), serde_json::Error> {
-        let tool = tools()
-            .into_iter()
-            .find(|t| t.name == fx::TOOL_JSON_SCHEMA_2020_12);
-        let listed =
-            serde_json::to_value(ListToolsResult::with_all_items(tool.into_iter().collect()))?;
-        let schema = &listed["tools"][0]["inputSchema"];
-        assert_eq!(
-            schema["$schema"],
-            json!("https://json-schema.org/draft/2020-12/schema")
-        );
-        assert!(schema["$defs"]["address"].is_object());
-        assert_eq!(schema["additionalProperties"], json!(false));
-        Ok(())
-    }
-
-    #[test]
-    fn severities_are_ordered() {
-        let levels = [
-            LoggingLevel::Debug,
-            LoggingLevel::Info,
-            LoggingLevel::Notice,
-            LoggingLevel::Warning,
-            LoggingLevel::Error,
-            LoggingLevel::Critical,
-            LoggingLevel::Alert,
-            LoggingLevel::Emergency,
-        ];
-        for pair in levels.windows(2) {
-            assert!(severity(pair[0]) < severity(pair[1]));
-        }
-    }
-
-    #[test]
-    fn object_helper() {
-        assert!(object(json!([1])).is_empty());
-        assert_eq!(object(json!({"a": 1})).len(), 1);
-    }
-}
+use catalog::{prompt_arg, prompts, tools};

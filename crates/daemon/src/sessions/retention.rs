@@ -1,0 +1,349 @@
+//! Retention and replay: every message a session or call sends gets the next sequence number of
+//! its session and is retained until the relay acknowledges it (`ack`, cumulative); a `resume`
+//! ends what the relay no longer awaits, answers what it awaits but this daemon does not hold,
+//! and replays each kept session's unacknowledged messages, in order, before anything new.
+
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::Arc,
+};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use protocol::{
+    frame::{DaemonFrame, ResumeRequest},
+    ids::SessionId,
+    jsonrpc::{self, IdKey, code},
+    limits::RELAY_FRAME_MAX_BYTES,
+};
+
+use super::{Host, HostedSessions, guard::too_large};
+use crate::servers;
+
+/// Bytes of unacknowledged output kept per session; beyond it the oldest is dropped (and logged).
+const RETAINED_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+#[derive(Debug, Default)]
+pub(super) struct Retention {
+    pub(super) next_seq: u64,
+    pub(super) unacked: VecDeque<(u64, Option<Value>, Value, usize)>,
+    pub(super) bytes: usize,
+    /// Link epoch this session's output is being sent on (0 = none).
+    pub(super) epoch: u64,
+    pub(super) swallow: Option<IdKey>,
+    /// A call's output is complete (its response was emitted, or it was cancelled): nothing more
+    /// is emitted.
+    pub(super) ended: bool,
+    /// The sequence number of a call's response.
+    pub(super) done_seq: Option<u64>,
+}
+
+/// Current link: its epoch and frame sender.
+#[derive(Default)]
+pub(super) struct LinkSlot {
+    pub(super) epoch: u64,
+    pub(super) tx: Option<mpsc::Sender<DaemonFrame>>,
+    /// Cancelled when a session message could not be queued on the link ([`HostedSessions::
+    /// link_broken`]).
+    pub(super) broken: CancellationToken,
+}
+
+impl HostedSessions {
+    /// The relay committed session `sid`'s messages up to `seq`.
+    pub fn ack(&self, sid: &SessionId, seq: u64) {
+        if let Some(h) = self.host(sid)
+            && let Ok(mut r) = h.out.lock()
+        {
+            while r.unacked.front().is_some_and(|(s, ..)| *s <= seq) {
+                if let Some((.., n)) = r.unacked.pop_front() {
+                    r.bytes -= n;
+                }
+            }
+            if r.done_seq.is_some_and(|d| d <= seq) {
+                drop(r);
+                if let Ok(mut m) = self.hosts.lock() {
+                    m.remove(sid);
+                }
+            }
+        }
+    }
+
+    /// Cancelled once a session message could not be queued on the current link (its queue was
+    /// full): acknowledgement is cumulative, so the relay acknowledging a later message would
+    /// make the daemon forget the one that did not fit. That session sends nothing more on the
+    /// link; the link owner lets the queue drain (so what was queued is written and
+    /// acknowledged: each reconnect makes progress) and then reconnects, and the next `resume`
+    /// sends every unacknowledged message again.
+    pub fn link_broken(&self) -> CancellationToken {
+        self.link
+            .lock()
+            .map(|l| l.broken.clone())
+            .unwrap_or_default()
+    }
+
+    /// Queues `frame` on the current link (`tx`). Returns false when it does not fit: the
+    /// link is then marked broken ([`Self::link_broken`]), and the caller stops sending that
+    /// session's messages on it (they stay unacknowledged, for the next link).
+    fn send_on(&self, tx: &mpsc::Sender<DaemonFrame>, frame: DaemonFrame) -> bool {
+        match tx.try_send(frame) {
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    "the relay link's send queue is full; reconnecting once it drains, to send the rest again"
+                );
+                if let Ok(l) = self.link.lock() {
+                    l.broken.cancel();
+                }
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The link is gone: keep everything, send nothing until a link is resumed.
+    pub fn detach(&self) {
+        if let Ok(mut l) = self.link.lock() {
+            l.tx = None;
+        }
+    }
+
+    /// A new link is ready after `resume`: sessions not in `keep` are ended, in-flight requests
+    /// of kept sessions not in `keep_requests` are cancelled, and each kept session's unacknowledged
+    /// output is replayed on `tx` before anything new. A call is kept when its sid is in `keep`
+    /// or its request in `keep_requests`; otherwise it is cancelled (or, answered, forgotten).
+    pub fn resume(
+        self: &Arc<Self>,
+        keep: &[SessionId],
+        keep_requests: &[ResumeRequest],
+        tx: mpsc::Sender<DaemonFrame>,
+    ) {
+        let keep: HashSet<&SessionId> = keep.iter().collect();
+        let keep_req: HashSet<(SessionId, IdKey)> = keep_requests
+            .iter()
+            .map(|r| (r.sid.clone(), r.id.key()))
+            .collect();
+        if let Ok(mut l) = self.link.lock() {
+            l.epoch += 1;
+            l.tx = Some(tx);
+            l.broken = CancellationToken::new();
+        }
+        for h in self.host_list() {
+            if let Some(c) = &h.call {
+                if keep.contains(&h.sid) || keep_req.contains(&(h.sid.clone(), c.key.clone())) {
+                    self.attach_host(&h);
+                } else {
+                    tracing::info!(sid = %h.sid.log_tag(), "ending a call the relay no longer awaits");
+                    self.close(&h.sid);
+                }
+                continue;
+            }
+            if !keep.contains(&h.sid) {
+                tracing::info!(sid = %h.sid.log_tag(), "ending a session the relay no longer awaits");
+                self.close(&h.sid);
+                continue;
+            }
+            let stale: Vec<Value> = h
+                .inflight
+                .lock()
+                .map(|f| {
+                    f.iter()
+                        .filter(|(k, _)| !keep_req.contains(&(h.sid.clone(), (*k).clone())))
+                        .map(|(_, (id, _))| id.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for id in stale {
+                self.rpc(
+                    &h.sid,
+                    jsonrpc::cancelled(&id, "the relay no longer awaits this request"),
+                );
+            }
+            self.attach_host(&h);
+        }
+        self.answer_unheld(&keep, keep_requests);
+    }
+
+    /// Answers each request of `listed` this daemon does not hold — not in flight, and no
+    /// retained response for it — so that the relay never waits out its deadline for an answer
+    /// that cannot come. A listed request of a kept session gets JSON-RPC
+    /// [`code::OUTCOME_UNKNOWN`] (the daemon cannot tell "never arrived" from "its record is
+    /// gone", so it claims neither); a listed session or call this daemon does not host is
+    /// reported with a `closed` frame, which the relay turns into an error for its requests (and
+    /// a 404 for the session's next request), as is a listed session (`sessions`) it does not
+    /// host.
+    fn answer_unheld(&self, sessions: &HashSet<&SessionId>, listed: &[ResumeRequest]) {
+        let mut closed: HashSet<&SessionId> = HashSet::new();
+        for sid in sessions {
+            if self.host(sid).is_none() && closed.insert(sid) {
+                tracing::info!(sid = %sid.log_tag(), "the relay keeps a session this daemon does not host");
+                self.send_closed(
+                    sid,
+                    "this daemon holds no session with this id (it ended while the relay was away)",
+                );
+            }
+        }
+        for r in listed {
+            let Some(h) = self.host(&r.sid) else {
+                if closed.insert(&r.sid) {
+                    tracing::info!(sid = %r.sid.log_tag(), "the relay awaits a session or call this daemon does not host");
+                    self.send_closed(
+                        &r.sid,
+                        "this daemon holds no session or call with this id (it ended, or never arrived)",
+                    );
+                }
+                continue;
+            };
+            if h.call.is_some() {
+                // A call host holds its one request until its response is acknowledged.
+                continue;
+            }
+            let key = r.id.key();
+            // Under `out`, as `emit` moves a request from `inflight` to `unacked`.
+            let held = h.out.lock().is_ok_and(|o| {
+                h.inflight.lock().is_ok_and(|f| f.contains_key(&key))
+                    || o.unacked.iter().any(|(_, _, m, _)| {
+                        m.get("method").is_none()
+                            && m.get("id").is_some_and(|id| IdKey::of(id) == key)
+                    })
+            });
+            if held {
+                continue;
+            }
+            tracing::info!(sid = %h.sid.log_tag(), "the relay awaits a request this daemon does not hold; answering it with an error");
+            let id = r.id.as_value().clone();
+            let message = jsonrpc::error(
+                &id,
+                code::OUTCOME_UNKNOWN,
+                "the daemon holds no record of this request: it never arrived, or its record was \
+                 lost; its outcome is unknown, so check its effects before retrying",
+                Some(json!({"retryable": false, "delivered": "unknown"})),
+            );
+            self.emit(&h, message, Some(id));
+        }
+    }
+
+    /// Replays `h`'s unacknowledged output on the current link and attaches it to its epoch.
+    pub(super) fn attach_host(&self, h: &Host) {
+        let (epoch, tx) = match self.link.lock() {
+            Ok(l) => (l.epoch, l.tx.clone()),
+            Err(_) => return,
+        };
+        let Some(tx) = tx else { return };
+        let Ok(mut r) = h.out.lock() else { return };
+        for (seq, related, message, _) in &r.unacked {
+            let sent = self.send_on(
+                &tx,
+                DaemonFrame::Rpc {
+                    sid: h.sid.clone(),
+                    seq: *seq,
+                    related: related.clone(),
+                    message: message.clone(),
+                },
+            );
+            if !sent {
+                // Not attached: nothing more of it goes on this link, so nothing later can be
+                // acknowledged past what did not fit; the next link replays the rest.
+                return;
+            }
+        }
+        r.epoch = epoch;
+    }
+    /// A server message of session or call `h`.
+    pub(crate) fn emit(&self, h: &Host, mut message: Value, mut related: Option<Value>) {
+        let is_response = message.get("method").is_none();
+        if let Some(c) = &h.call
+            && !is_response
+            && related.is_none()
+        {
+            // Everything a call's server sends belongs to its one request.
+            related = Some(c.id.clone());
+        }
+        // The request leaves `inflight` and its response enters `unacked` under the one `out`
+        // lock (order: `out`, then `inflight`), so a `resume` (`answer_unheld`) always finds it
+        // in one of them.
+        let Ok(mut r) = h.out.lock() else { return };
+        let mut method = None;
+        if is_response && let Some(id) = message.get("id") {
+            let key = IdKey::of(id);
+            method = h
+                .inflight
+                .lock()
+                .ok()
+                .and_then(|mut f| f.remove(&key))
+                .map(|(_, m)| m);
+            if h.upstream_tools.is_some()
+                && method.as_deref() == Some("tools/list")
+                && let Some(result) = message.get("result")
+            {
+                message["result"] = servers::filter_tools(h.role, result);
+            }
+        }
+        let size = message.to_string().len();
+        if size > RELAY_FRAME_MAX_BYTES - 1024 {
+            tracing::warn!(sid = %h.sid.log_tag(), size, "a server message is too large for the relay link; replaced by an error");
+            message = too_large(&message, method.as_deref(), size);
+        }
+        if r.ended {
+            return;
+        }
+        if is_response && r.swallow.is_some() && message.get("id").map(IdKey::of) == r.swallow {
+            r.swallow = None;
+            return;
+        }
+        r.next_seq += 1;
+        let seq = r.next_seq;
+        let answered = is_response
+            && h.call
+                .as_ref()
+                .is_some_and(|c| message.get("id").map(IdKey::of).as_ref() == Some(&c.key));
+        if answered {
+            r.ended = true;
+            r.done_seq = Some(seq);
+        }
+        r.unacked
+            .push_back((seq, related.clone(), message.clone(), size));
+        r.bytes += size;
+        while r.bytes > RETAINED_MAX_BYTES {
+            if let Some((s, .., n)) = r.unacked.pop_front() {
+                r.bytes -= n;
+                tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
+            }
+        }
+        let tx = self
+            .link
+            .lock()
+            .ok()
+            .and_then(|l| (l.epoch == r.epoch).then(|| l.tx.clone()).flatten());
+        if let Some(tx) = tx {
+            let sent = self.send_on(
+                &tx,
+                DaemonFrame::Rpc {
+                    sid: h.sid.clone(),
+                    seq,
+                    related,
+                    message,
+                },
+            );
+            if !sent {
+                // Detached from this link, as in `attach_host`.
+                r.epoch = 0;
+            }
+        }
+        drop(r);
+        if answered {
+            // The call's state ends with its response; only the retained copy stays until acked.
+            h.stop.cancel();
+        }
+    }
+
+    pub(super) fn send_closed(&self, sid: &SessionId, reason: &str) {
+        let tx = self.link.lock().ok().and_then(|l| l.tx.clone());
+        if let Some(tx) = tx {
+            let _ = tx.try_send(DaemonFrame::Closed {
+                sid: sid.clone(),
+                reason: reason.to_owned(),
+            });
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Sessions (`open`): a session's server — the runtime over the channel transport, or an
+//! upstream child — started for the relay's `open`, and the client messages (`rpc`) it takes,
+//! recorded in flight and filtered by role before they reach the server.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use rmcp::{ServiceExt, model::ClientJsonRpcMessage};
+use runtime::{McpServer, Principal};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use protocol::{
+    frame::RUNTIME_SERVER,
+    ids::SessionId,
+    jsonrpc::{self, IdKey, code},
+};
+
+use super::{
+    Host, HostedSessions, INBOUND_QUEUE, Input, MAX_SESSIONS, guard::denial, retention::Retention,
+    transport::ChannelTransport, upstream::run_upstream,
+};
+use crate::servers;
+
+impl HostedSessions {
+    /// Opens session `sid` (a second open of the same sid is ignored).
+    pub fn open(
+        self: &Arc<Self>,
+        sid: &SessionId,
+        server: &str,
+        principal: &str,
+        role: &str,
+        initialize: Value,
+    ) {
+        match self.hosts.lock() {
+            Ok(h) if h.contains_key(sid) => return,
+            Ok(h) if h.len() >= MAX_SESSIONS => {
+                drop(h);
+                self.send_closed(
+                    sid,
+                    &format!("this daemon already hosts {MAX_SESSIONS} sessions"),
+                );
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        let stop = CancellationToken::new();
+        let swallow = initialize.get("id").map(IdKey::of);
+        let host = if server == RUNTIME_SERVER {
+            let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
+            let host = Arc::new(Host {
+                sid: sid.clone(),
+                role: crate::role_named(role),
+                upstream_tools: None,
+                input: Input::Runtime(tx),
+                out: Mutex::new(Retention {
+                    swallow,
+                    ..Default::default()
+                }),
+                inflight: Mutex::new(HashMap::new()),
+                stop: stop.clone(),
+                call: None,
+            });
+            let access = self.runtime.access(Some(crate::role_profile(host.role)));
+            let server = McpServer::new(access, Principal::named(principal));
+            let transport = ChannelTransport {
+                rx,
+                host: host.clone(),
+                sessions: self.clone(),
+            };
+            let sessions = self.clone();
+            let h = host.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    r = server.serve(transport) => {
+                        if let Ok(running) = r {
+                            tokio::select! {
+                                _ = running.waiting() => {}
+                                _ = h.stop.cancelled() => {}
+                            }
+                        }
+                    }
+                    _ = h.stop.cancelled() => {}
+                }
+                sessions.ended(&h.sid, "the session ended");
+            });
+            host
+        } else {
+            let Some((spec, read_only)) = self.upstreams.get(server) else {
+                self.send_closed(sid, &format!("no server {server:?} on this daemon"));
+                return;
+            };
+            let child = match servers::spawn(spec) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.send_closed(sid, &format!("cannot start {}: {e}", spec.command));
+                    return;
+                }
+            };
+            let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
+            let host = Arc::new(Host {
+                sid: sid.clone(),
+                role: crate::role_named(role),
+                upstream_tools: Some(read_only.clone()),
+                input: Input::Upstream(tx),
+                out: Mutex::new(Retention {
+                    swallow,
+                    ..Default::default()
+                }),
+                inflight: Mutex::new(HashMap::new()),
+                stop: stop.clone(),
+                call: None,
+            });
+            tokio::spawn(run_upstream(
+                self.clone(),
+                host.clone(),
+                child,
+                rx,
+                spec.name.clone(),
+            ));
+            host
+        };
+        if let Ok(mut h) = self.hosts.lock() {
+            h.insert(sid.clone(), host.clone());
+        }
+        self.attach_host(&host);
+        self.rpc(sid, initialize);
+    }
+
+    /// A client message for session `sid`.
+    pub fn rpc(self: &Arc<Self>, sid: &SessionId, message: Value) {
+        let Some(host) = self.host(sid) else {
+            self.send_closed(
+                sid,
+                "unknown session (the daemon restarted or the session ended)",
+            );
+            return;
+        };
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let id = message.get("id").cloned();
+        if let Some(c) = &host.call {
+            // A call takes no client message but the cancellation of its request.
+            if method.as_deref() == Some("notifications/cancelled")
+                && message.pointer("/params/requestId").map(IdKey::of).as_ref() == Some(&c.key)
+            {
+                tracing::debug!(%sid, "call cancelled by the client");
+                self.end_call(&host);
+                if let Ok(mut m) = self.hosts.lock() {
+                    m.remove(sid);
+                }
+            } else {
+                tracing::debug!(%sid, ?method, "ignoring a client message for a call");
+            }
+            return;
+        }
+        if let (Some(m), Some(id)) = (&method, &id) {
+            if let Some(denied) = denial(&host, &message) {
+                self.emit(&host, denied, None);
+                return;
+            }
+            if let Ok(mut f) = host.inflight.lock() {
+                f.insert(IdKey::of(id), (id.clone(), m.clone()));
+            }
+        }
+        if method.as_deref() == Some("notifications/cancelled")
+            && let Some(rid) = message.pointer("/params/requestId")
+            && let Ok(mut f) = host.inflight.lock()
+        {
+            f.remove(&IdKey::of(rid));
+        }
+        match &host.input {
+            Input::Runtime(tx) => match serde_json::from_value::<ClientJsonRpcMessage>(message) {
+                Ok(m) => {
+                    if tx.try_send(m).is_err() {
+                        tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
+                    }
+                }
+                Err(e) => {
+                    if let Some(id) = id {
+                        self.emit(
+                            &host,
+                            jsonrpc::error(
+                                &id,
+                                code::INVALID_REQUEST,
+                                &format!("invalid message: {e}"),
+                                None,
+                            ),
+                            None,
+                        );
+                    }
+                }
+            },
+            Input::Upstream(tx) => {
+                if tx.try_send(message.to_string()).is_err() {
+                    tracing::warn!(sid = %sid.log_tag(), "upstream input queue full; message dropped");
+                }
+            }
+            Input::None => {}
+        }
+    }
+}
