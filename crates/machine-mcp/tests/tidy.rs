@@ -820,6 +820,8 @@ fn the_relay_protocol_document_names_every_frame() {
 
 #[path = "tidy/docs.rs"]
 mod docs;
+#[path = "tidy/probes.rs"]
+mod probes;
 #[path = "tidy/shape.rs"]
 mod shape;
 

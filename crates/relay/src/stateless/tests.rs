@@ -6,7 +6,10 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
 
 use protocol::{
-    head::{self, Head},
+    head::{
+        self, Head,
+        discover::{DiscoverFrom, discover_from_initialize},
+    },
     jsonrpc::code::{
         HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION,
     },
@@ -16,10 +19,7 @@ use protocol::{
     },
 };
 
-use super::{
-    answer::{discover_from_initialize, status_of},
-    method_not_allowed, removed_method,
-};
+use super::{answer::status_of, method_not_allowed, removed_method};
 use crate::{
     hub::{ParamHeader, param_headers},
     streamable::accepts_json,
@@ -405,7 +405,7 @@ fn a_discover_result_is_derived_from_an_initialize_result() {
     let init = json!({"protocolVersion": "2025-11-25",
         "capabilities": {"tools": {"listChanged": true}, "tasks": {"list": {}}, "logging": {}},
         "serverInfo": {"name": "machine-mcp", "version": "1.2.3"}, "instructions": "Use it well."});
-    let d = discover_from_initialize(&init);
+    let d = discover_from_initialize(&init, DiscoverFrom::RelayCache);
     assert_eq!(d["resultType"], "complete");
     assert_eq!(d["supportedVersions"], json!(ALL_VERSIONS));
     assert_eq!(
