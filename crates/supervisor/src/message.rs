@@ -91,12 +91,15 @@ impl ClientHead {
     }
 }
 
-/// The fields of a worker message the supervisor needs: its id and whether it has a method
-/// (a request or notification of the worker, rather than an answer).
+/// The fields of a worker message the supervisor needs: its id, whether it has a method (a
+/// request or notification of the worker, rather than an answer), and the subscription a
+/// `notifications/subscriptions/acknowledged` acknowledges (`_meta`
+/// `io.modelcontextprotocol/subscriptionId`, MCP 2026-07-28 Basic › Patterns › Subscriptions).
 #[derive(Debug, Default)]
 pub(super) struct WorkerHead {
     pub(super) id: Option<Value>,
     pub(super) has_method: bool,
+    pub(super) acknowledged: Option<Value>,
 }
 
 impl WorkerHead {
@@ -104,9 +107,14 @@ impl WorkerHead {
     /// need are skipped, not parsed (an answer may carry megabytes of output).
     pub(super) fn parse(line: &[u8]) -> Self {
         let head = Head::scan(line);
+        let acknowledged = head
+            .is("notifications/subscriptions/acknowledged")
+            .then(|| head.meta().subscription_id().cloned())
+            .flatten();
         Self {
             id: head.id_member().cloned(),
             has_method: head.has_method(),
+            acknowledged,
         }
     }
 }
@@ -124,22 +132,6 @@ pub(super) fn created_handle(line: &[u8]) -> Option<String> {
         return text(&["result", "taskId"]);
     }
     text(&["result", "structuredContent", "session_id"])
-}
-
-/// The subscription a notification belongs to (`_meta` `io.modelcontextprotocol/subscriptionId`,
-/// MCP 2026-07-28 Basic › Patterns › Subscriptions), when `line` is
-/// `notifications/subscriptions/acknowledged`.
-pub(super) fn acknowledged_subscription(line: &[u8]) -> Option<Value> {
-    let method = sonic_rs::get_from_slice(line, ["method"]).ok()?;
-    if method.as_raw_str() != "\"notifications/subscriptions/acknowledged\"" {
-        return None;
-    }
-    let id = sonic_rs::get_from_slice(
-        line,
-        ["params", "_meta", "io.modelcontextprotocol/subscriptionId"],
-    )
-    .ok()?;
-    serde_json::from_str(id.as_raw_str()).ok()
 }
 
 /// `line`, a subscription's acknowledgement, accepting `toolsListChanged` too (the supervisor
@@ -304,7 +296,8 @@ mod tests {
         let task = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working"}}"#;
         assert_eq!(created_handle(task).as_deref(), Some("t1"));
         let sub = br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{},"_meta":{"io.modelcontextprotocol/subscriptionId":"s1"}}}"#;
-        assert_eq!(acknowledged_subscription(sub), Some(json!("s1")));
+        assert_eq!(WorkerHead::parse(sub).acknowledged, Some(json!("s1")));
+        assert_eq!(WorkerHead::parse(note).acknowledged, None);
         let v: Value = serde_json::from_slice(&acknowledging_tools(sub).unwrap()).unwrap();
         assert_eq!(v["params"]["notifications"]["toolsListChanged"], true);
     }

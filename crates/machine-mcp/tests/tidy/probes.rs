@@ -50,7 +50,6 @@ const NOT_YET_MIGRATED: &[(&str, usize)] = &[
         "crates/runtime/src/tools/delegation/worker_mcp/connection.rs",
         1,
     ),
-    ("crates/supervisor/src/message.rs", 1),
 ];
 
 /// The code of `src` this rule reads: without line comments, and up to its test module.
