@@ -45,6 +45,12 @@ for the window before, during and after each):
   init-wide  INIT_WIDE_N `initialize` requests of 8 MB whose `capabilities` are ~800,000 small
              members (the parsed form of such a body is much larger than its text): relay RSS per
              session.
+  big-bodies BIG_N POSTs with the legitimate token, each announcing an 8 MiB-minus-one body and
+             sending all of it but the last byte, then held for BIG_HOLD_S (one credential holding
+             many large bodies): which statuses come back (past the relay's body budget, 429 or
+             503 with `Retry-After` before the body is read), relay RSS during (target <
+             RSS_BOUND_MIB) and BIG_AFTER_S after the connections closed (target < BIG_AFTER_MIB
+             above the baseline).
 
 All connections come from 127.0.0.1. The relay exempts loopback peers from its per-address caps
 (a reverse proxy on the same host is loopback), so here only the totals apply: 4,096 client
@@ -103,6 +109,11 @@ P99_TARGET_MS = 50.0
 # per-address caps, while the legitimate client and the daemon stay on 127.0.0.1.
 ATTACK_HOST = os.environ.get("ABUSE_ATTACK_HOST", "127.0.0.1")
 RSS_BOUND_MIB = 256
+BIG_N = 128
+BIG_BYTES = 8 * 1024 * 1024 - 1
+BIG_HOLD_S = 15.0
+BIG_AFTER_S = 30.0
+BIG_AFTER_MIB = 64
 
 
 def raise_nofile():
@@ -377,6 +388,56 @@ async def attack_slow(a):
     return res
 
 
+async def attack_big_bodies(a):
+    """big-bodies: each connection sends a token-authenticated POST announcing an 8 MiB-minus-one
+    body, all of it but the last byte, and holds the connection for `hold` seconds."""
+    res = {"status": {}, "retry_after": 0, "held": 0, "connect_errors": 0, "write_errors": 0}
+    body = b" " * (a.bytes - 1)
+
+    async def one(i):
+        try:
+            r, w = await asyncio.open_connection(ATTACK_HOST, a.port)
+        except OSError:
+            res["connect_errors"] += 1
+            return
+        head = (f"POST {a.path} HTTP/1.1\r\nHost: 127.0.0.1:{a.port}\r\nAuthorization: Bearer {a.token}\r\n"
+                f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                f"MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {a.bytes}\r\n\r\n").encode()
+
+        async def reader():
+            try:
+                return await r.read(4096)
+            except OSError:
+                return b""
+
+        rt = asyncio.ensure_future(reader())
+        try:
+            w.write(head + body)
+            await asyncio.wait_for(w.drain(), a.hold)
+        except (OSError, asyncio.TimeoutError):
+            res["write_errors"] += 1
+        try:
+            got = await asyncio.wait_for(asyncio.shield(rt), a.hold)
+        except asyncio.TimeoutError:
+            got = None
+        if got:
+            line = got.split(b"\r\n", 1)[0].decode(errors="replace")
+            m = re.match(r"HTTP/1\.\d (\d{3})", line)
+            code = m.group(1) if m else line[:20]
+            res["status"][code] = res["status"].get(code, 0) + 1
+            if b"retry-after:" in got.lower():
+                res["retry_after"] += 1
+        elif got is None:
+            res["held"] += 1
+        else:
+            res["status"]["none (closed without a response)"] = res["status"].get("none (closed without a response)", 0) + 1
+        rt.cancel()
+        w.close()
+
+    await asyncio.gather(*(one(i) for i in range(a.n)))
+    return res
+
+
 def _ws_frame(opcode, payload, fin=True, length=None):
     mask = os.urandom(4)
     n = len(payload) if length is None else length
@@ -648,6 +709,8 @@ def attack_main(a):
         res = asyncio.run(attack_ws_big(a))
     elif a.kind in ("init-8mb", "init-wide"):
         res = attack_init(a)
+    elif a.kind == "big-bodies":
+        res = asyncio.run(attack_big_bodies(a))
     else:
         raise SystemExit(f"unknown attack {a.kind}")
     res["nofile"] = nofile
@@ -825,6 +888,10 @@ def bench_abuse(binary, workdir, quick=False, only=None):
         phase("ws-ping", "ws-ping", n=WS_N, duration=WS_DURATION_S)
         phase("ws-big", "ws-big", n=WS_BIG_N, duration=15)
 
+        big = phase("big-bodies", "big-bodies", settle=BIG_AFTER_S, n=BIG_N, hold=BIG_HOLD_S, bytes=BIG_BYTES)
+        if big is not None:
+            big["after"] = sampler.one()
+
         for name, n in (("init-8mb", INIT_N), ("init-wide", INIT_WIDE_N)):
             if only and name not in only:
                 continue
@@ -935,6 +1002,7 @@ PHASE_LABELS = {
     "ws-big": "{n} unverified daemon sockets each sending a 4 MiB message before any hello",
     "init-8mb": "{n} `initialize` of 8 MB (`clientInfo.name` ~8 MB) with the valid token, {c} connections, sessions (if any) kept 25 s, then deleted",
     "init-wide": "{n} `initialize` of 8 MB (`capabilities` of ~800,000 small members), {c} connections, sessions (if any) kept 25 s, then deleted",
+    "big-bodies": "{n} POSTs with the valid token, each holding an 8 MiB-minus-one body but its last byte",
 }
 
 
@@ -1056,6 +1124,18 @@ def report(res):
             f"`DELETE`{'; stopped early: ' + r['stopped'] if r.get('stopped') else ''} | baseline {base:.1f} MiB "
             f"| legit `ping` p99 during: {fmt_ms(during['p99']) if during['p99'] else '—'} ms | < {RSS_BOUND_MIB} MiB; p99 < {P99_TARGET_MS:.0f} ms "
             f"| {status(w.get('rss_max', 1e9) < RSS_BOUND_MIB and (during['p99'] or 1e9) < P99_TARGET_MS)} |"
+        )
+    for ph in res["phases"]:
+        if ph["name"] != "big-bodies":
+            continue
+        r, w = ph["res"], ph["stats"][4]
+        after = ph.get("after", {}).get("rss", 0) / 1024
+        ok = w.get("rss_max", 1e9) < RSS_BOUND_MIB and after - base < BIG_AFTER_MIB
+        rows.append(
+            f"| 8 | {ph['label']}: relay VmRSS during; {BIG_AFTER_S:.0f} s after | max {w.get('rss_max', 0):.0f} MiB; "
+            f"{after:.0f} MiB ({after - base:+.0f} MiB); statuses {r.get('status')}, {r.get('retry_after', 0)} with Retry-After, "
+            f"{r.get('held', 0)} held | baseline {base:.1f} MiB | — | < {RSS_BOUND_MIB} MiB; < {BIG_AFTER_MIB} MiB above baseline after "
+            f"| {status(ok)} |"
         )
     rows_top = rows
     return rows_top, det

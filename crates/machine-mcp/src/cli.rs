@@ -572,17 +572,23 @@ pub(crate) struct RelayServeArgs {
     /// Relayed requests in flight per bridge.
     #[arg(long, value_name = "N", default_value_t = protocol::limits::RELAYED_REQUESTS_PER_BRIDGE)]
     pub(crate) max_inflight: usize,
-    /// Client connections open at once; more are closed at accept.
+    /// Client connections open at once; past it the oldest connection that has not sent a
+    /// complete request head is closed to admit a new one, else the new one is closed at accept.
     #[arg(long, value_name = "N", default_value_t = protocol::limits::RELAY_CONNECTIONS_MAX)]
     pub(crate) max_connections: usize,
-    /// Client connections open at once from one address (loopback peers, e.g. a reverse proxy
-    /// on this host, count only against --max-connections).
+    /// Client connections open at once from one address, an IPv6 peer counting per /64
+    /// (loopback peers, e.g. a reverse proxy on this host, count only against --max-connections).
     #[arg(long, value_name = "N", default_value_t = protocol::limits::RELAY_CONNECTIONS_PER_ADDRESS)]
     pub(crate) max_connections_per_address: usize,
     /// Serve GET /metrics (and /healthz) on this separate address, e.g. 127.0.0.1:9750, and not
     /// on the main listener (default: on the main listener, to loopback requests only).
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_listen: Option<std::net::SocketAddr>,
+    /// A reverse proxy whose X-Forwarded-For is believed (its last entry is the client address
+    /// for the sign-in limits): an address or ADDR/PREFIX, repeatable, e.g. 127.0.0.1 for a proxy
+    /// on this host. Other peers' forwarded headers are ignored.
+    #[arg(long = "trusted-proxy", value_name = "ADDR[/PREFIX]")]
+    pub(crate) trusted_proxies: Vec<relay::config::TrustedProxy>,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
     #[command(flatten)]

@@ -1,8 +1,9 @@
 //! [`Admission`]: what a request must pass before the relay routes anything for it — the `Host`
 //! and `Origin` rules ([`crate::origin`]), the caller's credentials (none on a loopback listener
 //! without auth, a static token, or an OAuth access token: [`crate::oauth::bearer`]), the
-//! bridge's existence — and the connection caps: client connections of the main listener, and
-//! the daemon sockets still authenticating.
+//! bridge's existence — the connection caps (client connections of the main listener, the
+//! daemon sockets still authenticating) and the budget of request body bytes in flight
+//! ([`crate::budget`]).
 //!
 //! Rules: the checks run in the documented order (`docs/relay-protocol.md`, "The relay's MCP
 //! endpoints": Host, Origin, credentials, bridge), each refusal with its own status; a request's
@@ -16,6 +17,7 @@ use protocol::limits::{UNVERIFIED_DAEMON_SOCKETS_MAX, UNVERIFIED_DAEMON_SOCKETS_
 
 use crate::{
     auth::{BridgePrincipal, Role},
+    budget::BodyBudget,
     config::{AuthMode, ConnectionLimits, RelayConfig},
     error::HttpError,
     metrics::Metrics,
@@ -42,6 +44,8 @@ pub(crate) struct Admission {
     /// Daemon sockets that have not authenticated yet ([`UNVERIFIED_DAEMON_SOCKETS_MAX`] in all,
     /// [`UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`] per address).
     pub(crate) daemons: ConnectionCaps,
+    /// MCP request body bytes in flight, per credential and in all.
+    pub(crate) bodies: BodyBudget,
 }
 
 impl Admission {
@@ -50,6 +54,7 @@ impl Admission {
         Self {
             clients: ConnectionCaps::new(config.connections),
             daemons: ConnectionCaps::new(UNVERIFIED_LIMITS),
+            bodies: BodyBudget::default(),
             config,
             store,
             metrics,

@@ -116,6 +116,67 @@ pub struct RelayConfig {
     /// A separate listener for `GET /metrics` (none: metrics on the main listener, answered only
     /// to loopback peers that name a loopback host).
     pub metrics_listen: Option<SocketAddr>,
+    /// Peers whose `X-Forwarded-For` is believed (`--trusted-proxy`): a reverse proxy that
+    /// appends the client's address. Empty: the TCP peer is the client, whatever it claims.
+    pub trusted_proxies: Vec<TrustedProxy>,
+}
+
+/// A `--trusted-proxy`: an address or a network (`ADDR/PREFIX`) whose peers are reverse proxies
+/// that append the client's address to `X-Forwarded-For`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrustedProxy {
+    network: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl TrustedProxy {
+    /// Whether `peer` is in this network (an IPv4-mapped IPv6 peer counts as its IPv4 address).
+    pub fn contains(&self, peer: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let peer = match peer {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.network, peer) {
+            (IpAddr::V4(n), IpAddr::V4(p)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(p) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(p)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(p) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for TrustedProxy {
+    type Err = String;
+
+    /// `ADDR` or `ADDR/PREFIX` (IPv4 prefix ≤ 32, IPv6 ≤ 128).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "--trusted-proxy {s:?}: want an address or ADDR/PREFIX, e.g. 127.0.0.1 or 10.0.0.0/8"
+            )
+        };
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p.parse::<u8>().map_err(|_| bad())?)),
+            None => (s, None),
+        };
+        let network: std::net::IpAddr = addr.parse().map_err(|_| bad())?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        if prefix > max {
+            return Err(bad());
+        }
+        Ok(Self { network, prefix })
+    }
 }
 
 /// Checks an `--allowed-origin`: an origin as browsers send it (`scheme://host[:port]`, http or
@@ -163,6 +224,7 @@ impl RelayConfig {
             oauth: Default::default(),
             connections: Default::default(),
             metrics_listen: None,
+            trusted_proxies: Vec::new(),
         }
     }
 

@@ -11,8 +11,9 @@
 //!
 //! The modules import each other without a cycle (the tidy test checks it), from the leaves up:
 //!
-//! - leaves: [`config`], [`auth`] (principals, ids, session id keys), [`error`], `lock`,
-//!   `metrics`, `origin` (the `Host`/`Origin` rules);
+//! - leaves: [`config`], [`auth`] (principals, ids, session id keys), [`error`], [`limits`]
+//!   (the bounds the relay alone enforces), `lock`, `metrics`, `origin` (the `Host`/`Origin`
+//!   rules); `budget` (request body bytes in flight) over `limits`;
 //! - [`storage`]: the store behind one trait per aggregate ([`storage::Store`]);
 //! - `stream`: SSE streams as data (events, replay, retention);
 //! - `hub`: the bridges' routing state on this node behind the routing seam (`hub::Router`):
@@ -38,9 +39,11 @@
 
 pub(crate) mod admission;
 pub mod auth;
+pub(crate) mod budget;
 pub mod config;
 pub mod error;
 pub(crate) mod hub;
+pub mod limits;
 pub(crate) mod link;
 mod lock;
 pub(crate) mod mcp;

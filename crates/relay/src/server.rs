@@ -5,8 +5,10 @@
 //! idle connections exhaust the open-file limit). Here:
 //! - at most [`ConnectionLimits::total`] connections at once, and at most
 //!   [`ConnectionLimits::per_address`] from one client address (loopback peers, typically a
-//!   reverse proxy on the same host, count only against the total); a connection past a cap is
-//!   closed at once, before anything is read;
+//!   reverse proxy on the same host, count only against the total; an IPv6 peer counts per /64);
+//!   at the cap in all, the oldest connection that has not completed a request head is closed to
+//!   admit the new one (idle sockets cannot starve real clients); otherwise a connection past a
+//!   cap is closed at once, before anything is read;
 //! - HTTP/1.1 (what reverse proxies and MCP clients speak); request headers must arrive within
 //!   [`REQUEST_HEADER_READ_TIMEOUT`] of the connection or of the previous response, which also
 //!   bounds how long an idle keep-alive connection is kept (hyper's header timer runs while it
@@ -17,8 +19,8 @@
 //! - each request carries its peer address as `ConnectInfo<SocketAddr>` (throttles).
 
 use std::{
-    collections::HashMap,
-    net::IpAddr,
+    collections::{BTreeMap, HashMap},
+    net::{IpAddr, Ipv6Addr},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -31,16 +33,33 @@ use hyper_util::{
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::limits::RELAY_STOP_DRAIN;
 use crate::metrics::Metrics;
 use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
 
 pub use crate::config::ConnectionLimits;
 
-/// Open connections, in all and per address.
+/// Open connections, in all and per address, and those still waiting for a request head.
 #[derive(Debug, Default)]
 struct Connections {
     total: usize,
     by_address: HashMap<IpAddr, usize>,
+    /// Sheddable connections that have not completed a request head, oldest first (by place
+    /// id), each with the signal that closes it.
+    headless: BTreeMap<u64, CancellationToken>,
+    next_id: u64,
+}
+
+/// The key a peer is counted under for the per-address cap: an IPv4 address (IPv4-mapped IPv6
+/// peers as their IPv4 address), or an IPv6 peer's /64 (one host commonly holds a whole /64).
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        },
+    }
 }
 
 /// A connection's place, given back when dropped.
@@ -48,11 +67,28 @@ struct Connections {
 pub struct Place {
     table: Arc<Mutex<Connections>>,
     address: IpAddr,
+    id: u64,
+    shed: CancellationToken,
+}
+
+impl Place {
+    /// Fires when the connection is shed to admit a newer one (only for places taken with
+    /// [`ConnectionCaps::admit_sheddable`] that have not completed a request head).
+    pub fn shed(&self) -> &CancellationToken {
+        &self.shed
+    }
+
+    /// The connection completed a request head: it is no longer sheddable.
+    pub fn head_completed(&self) {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.headless.remove(&self.id);
+    }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.headless.remove(&self.id);
         t.total = t.total.saturating_sub(1);
         if let Some(n) = t.by_address.get_mut(&self.address) {
             *n -= 1;
@@ -80,29 +116,65 @@ impl ConnectionCaps {
         }
     }
 
+    /// How many places are taken.
+    pub fn open(&self) -> usize {
+        self.table.lock().unwrap_or_else(|p| p.into_inner()).total
+    }
+
     /// Takes a place for a connection from `address`, or `None` when a cap is reached (in all,
-    /// or per non-loopback address).
+    /// or per non-loopback address: per IPv4 address, per IPv6 /64).
     pub fn admit(&self, address: IpAddr) -> Option<Place> {
+        self.take(address, false)
+    }
+
+    /// As [`ConnectionCaps::admit`], for a connection that may be shed until it completes a
+    /// request head ([`Place::head_completed`]); its owner closes it when [`Place::shed`] fires.
+    /// At the cap in all, the oldest such connection is shed to admit this one (the shed one
+    /// keeps its place until it is dropped, so the table may pass the cap by the connections
+    /// being closed at that moment).
+    pub fn admit_sheddable(&self, address: IpAddr) -> Option<Place> {
+        self.take(address, true)
+    }
+
+    fn take(&self, address: IpAddr, sheddable: bool) -> Option<Place> {
+        let key = address_key(address);
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        if t.total >= self.limits.total {
-            return None;
-        }
-        let from = t.by_address.get(&address).copied().unwrap_or(0);
+        let from = t.by_address.get(&key).copied().unwrap_or(0);
         if !address.is_loopback() && from >= self.limits.per_address {
             return None;
         }
+        if t.total >= self.limits.total {
+            let oldest = if sheddable {
+                t.headless.pop_first()
+            } else {
+                None
+            };
+            let (_, victim) = oldest?;
+            victim.cancel();
+        }
         t.total += 1;
-        *t.by_address.entry(address).or_insert(0) += 1;
+        *t.by_address.entry(key).or_insert(0) += 1;
+        let id = t.next_id;
+        t.next_id += 1;
+        let shed = CancellationToken::new();
+        if sheddable {
+            t.headless.insert(id, shed.clone());
+        }
         Some(Place {
             table: self.table.clone(),
-            address,
+            address: key,
+            id,
+            shed,
         })
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` fires, then stops accepting, asks every
-/// connection to finish (graceful shutdown) and waits for them. Connections take a place in
-/// `caps` (one past a cap is closed at once) and are counted in `metrics`.
+/// Serves `app` on `listener` until `shutdown` fires, then closes the listener at once (the port
+/// is free), asks every connection to finish (graceful shutdown) and waits for them at most
+/// [`RELAY_STOP_DRAIN`]; what is still open then (an SSE stream, a listen stream) is closed.
+/// Upgraded connections (daemon sockets) are their handlers' and end with the process.
+/// Connections take a place in `caps` (one past a cap is closed at once) and are counted in
+/// `metrics`.
 ///
 /// # Errors
 /// An accept error that is not about one connection (the listener itself failed).
@@ -114,6 +186,8 @@ pub(crate) async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let tracker = tokio_util::task::TaskTracker::new();
+    // Fires when the drain is over: every connection still open is closed.
+    let drained = CancellationToken::new();
     loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -129,7 +203,7 @@ pub(crate) async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
-        let Some(place) = caps.admit(peer.ip()) else {
+        let Some(place) = caps.admit_sheddable(peer.ip()) else {
             Metrics::add(&metrics.connections_refused, 1);
             drop(tcp);
             continue;
@@ -139,12 +213,15 @@ pub(crate) async fn serve(
         }
         let app = app.clone();
         let stop = shutdown.clone();
+        let drained = drained.clone();
         let metrics = metrics.clone();
         tracker.spawn(async move {
-            let _place = place;
+            let place = Arc::new(place);
+            let shed = place.shed().clone();
             Metrics::add(&metrics.connections_open, 1);
             let service =
                 tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    place.head_completed();
                     req.extensions_mut().insert(ConnectInfo(peer));
                     app.clone().oneshot(req.map(axum::body::Body::new))
                 });
@@ -164,14 +241,31 @@ pub(crate) async fn serve(
                 }
                 _ = stop.cancelled() => {
                     conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        _ = drained.cancelled() => {}
+                    }
                 }
+                // Shed before it completed a request head: nothing of it was served.
+                _ = shed.cancelled() => {}
             }
             Metrics::add(&metrics.connections_open, -1);
         });
     }
+    drop(listener);
     tracker.close();
-    tracker.wait().await;
+    if tokio::time::timeout(RELAY_STOP_DRAIN, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            open = tracker.len(),
+            drain_secs = RELAY_STOP_DRAIN.as_secs(),
+            "closing the connections still open after the stop drain"
+        );
+        drained.cancel();
+        tracker.wait().await;
+    }
     Ok(())
 }
 
@@ -264,5 +358,94 @@ mod tests {
             3,
             "loopback peers count only against the total"
         );
+    }
+
+    /// Regression: one host holds a whole IPv6 /64, and each of its addresses had its
+    /// own per-address quota. IPv6 peers are counted per /64 (IPv4-mapped ones as IPv4).
+    #[test]
+    fn ipv6_peers_are_counted_per_slash_64() {
+        let caps = ConnectionCaps::new(ConnectionLimits {
+            total: 10,
+            per_address: 2,
+        });
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let _a = caps.admit(ip("2001:db8:1:2::1")).unwrap();
+        let _b = caps.admit(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")).unwrap();
+        assert!(caps.admit(ip("2001:db8:1:2::3")).is_none(), "one /64");
+        assert!(caps.admit(ip("2001:db8:1:3::1")).is_some(), "another /64");
+        let _c = caps.admit(ip("203.0.113.9")).unwrap();
+        let _d = caps.admit(ip("::ffff:203.0.113.9")).unwrap();
+        assert!(caps.admit(ip("203.0.113.9")).is_none(), "mapped is IPv4");
+    }
+
+    /// Reads from `tcp` until EOF or an error, within a deadline; what arrived.
+    async fn read_all(tcp: &mut tokio::net::TcpStream) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut out)).await;
+        out
+    }
+
+    /// Regression: at the connection cap, connections that never sent a request head
+    /// kept their places until the header timeout and fresh legitimate connections were closed
+    /// at accept. Now the oldest connection without a completed request head is shed to admit
+    /// the new one; a connection that completed a head is never shed.
+    #[tokio::test]
+    async fn at_the_cap_the_oldest_connection_without_a_request_head_is_shed() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let caps = ConnectionCaps::new(ConnectionLimits {
+            total: 2,
+            per_address: 2,
+        });
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            caps.clone(),
+            Arc::new(Metrics::default()),
+            stop.clone(),
+        ));
+        let connected = |caps: ConnectionCaps, n: usize| async move {
+            let end = tokio::time::Instant::now() + Duration::from_secs(20);
+            while caps.open() != n {
+                assert!(tokio::time::Instant::now() < end, "{} open", caps.open());
+                tokio::task::yield_now().await;
+            }
+        };
+        let mut idle_old = tokio::net::TcpStream::connect(addr).await.unwrap();
+        connected(caps.clone(), 1).await;
+        let mut served = tokio::net::TcpStream::connect(addr).await.unwrap();
+        served
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        tokio::io::AsyncReadExt::read_exact(&mut served, &mut first)
+            .await
+            .unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        let mut fresh = tokio::net::TcpStream::connect(addr).await.unwrap();
+        fresh
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = String::from_utf8_lossy(&read_all(&mut fresh).await).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 200"), "admitted: {answer:?}");
+        assert!(
+            read_all(&mut idle_old).await.is_empty(),
+            "the idle one was shed"
+        );
+        // The connection that completed a request head kept its place.
+        served
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let again = String::from_utf8_lossy(&read_all(&mut served).await).into_owned();
+        assert!(again.contains("HTTP/1.1 200"), "{again:?}");
+        stop.cancel();
+        server.await.unwrap().unwrap();
     }
 }

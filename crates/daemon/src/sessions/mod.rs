@@ -1,5 +1,5 @@
 //! MCP sessions hosted for the relay: one per `sid`, each the built-in runtime (an rmcp
-//! [`McpServer`] over a channel transport) or an upstream child process.
+//! [`McpServer`](runtime::McpServer) over a channel transport) or an upstream child process.
 //!
 //! Outbound messages get a per-session sequence number and are retained until the relay
 //! acknowledges them (`ack`), so a same-instance reconnect can replay what the relay may not have

@@ -39,6 +39,9 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         let t = stop.clone();
         tokio::spawn(async move {
             super::instance::stop_signal(ignore_sigterm).await;
+            if !ignore_sigterm {
+                super::exit_on_second_signal();
+            }
             t.cancel();
         });
     }

@@ -107,6 +107,7 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
             per_address: args.max_connections_per_address.max(1),
         },
         metrics_listen: args.metrics_listen,
+        trusted_proxies: args.trusted_proxies,
         ..RelayConfig::new(args.listen, public_url.clone())
     };
     let listener = relay::bind(&config).await?;
@@ -132,6 +133,7 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
     tokio::spawn(async move {
         super::shutdown_signal().await;
         tracing::info!("shutting down the relay");
+        super::exit_on_second_signal();
         signal.cancel();
     });
     let trim = runtime::memory::trim_periodically();

@@ -21,6 +21,7 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
         r = serve => r.context("stdio session failed"),
         _ = super::shutdown_signal() => {
             tracing::info!("interrupted; exiting");
+            super::exit_on_second_signal();
             Ok(())
         }
     };

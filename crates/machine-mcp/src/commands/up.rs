@@ -43,6 +43,9 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
                 () = super::instance::stop_signal(ignore_sigterm) => {}
                 _ = hangup.recv() => tracing::info!("SIGHUP (its terminal closed?): stopping as on SIGTERM"),
             }
+            if !ignore_sigterm {
+                super::exit_on_second_signal();
+            }
             t.cancel();
         });
     }

@@ -30,6 +30,7 @@ mod project;
 mod protocol;
 mod read;
 mod relay;
+mod relay_memory;
 mod relay_restart;
 mod reload;
 mod reverse_proxy;

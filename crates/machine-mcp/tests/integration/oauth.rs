@@ -1048,6 +1048,33 @@ fn malformed_token_and_consent_requests_get_clear_errors() {
     assert_eq!(g.page(&url).status, 400);
 }
 
+/// Regression: the consent page kept a consent cookie the browser already carried,
+/// so a cookie planted by another site (fixation) bound the form to a value the planter knew.
+/// Every new consent form now sets a fresh value, and a form opens only with it.
+#[test]
+fn every_consent_form_sets_a_fresh_cookie_even_when_the_browser_brings_one() {
+    let s = Setup::start(&[]);
+    let planted = format!("mb_consent={}", "A".repeat(43));
+    let mut f = Flow::new(&s);
+    f.cookie = Some(planted.clone());
+    let page = f.page(&f.authorize_url(&s, Some(&s.resource()), &[], &[]));
+    assert_eq!(page.status, 200, "{}", page.body);
+    let fresh = f.cookie.clone().unwrap();
+    assert_ne!(fresh, planted, "a fresh cookie replaces the planted one");
+    let request = page.request.unwrap();
+    let body = form(&[
+        ("request", request.as_str()),
+        ("account", "ann"),
+        ("password", &s.password),
+        ("action", "approve"),
+    ]);
+    let url = s.url("/oauth/authorize");
+    assert_eq!(post_form(&url, &body, &[("Cookie", &planted)]).0, 400);
+    // A second form in the same browser gets another value again.
+    f.page(&f.authorize_url(&s, Some(&s.resource()), &[], &[]));
+    assert_ne!(f.cookie.clone().unwrap(), fresh);
+}
+
 #[test]
 fn repeated_wrong_passwords_are_throttled_per_account() {
     let s = Setup::start(&[]);

@@ -94,7 +94,7 @@ fn a_new_password_lifts_the_accounts_sign_in_lock() {
 
 #[test]
 fn behind_a_proxy_on_this_host_the_forwarded_address_is_throttled_not_the_proxy() {
-    let s = Setup::start(&[]);
+    let s = Setup::start(&["--trusted-proxy", "127.0.0.1"]);
     let pw = account(
         &s.relay,
         &["add", "bob", "--bridge", "b", "--role", "reviewer"],
@@ -136,6 +136,40 @@ fn behind_a_proxy_on_this_host_the_forwarded_address_is_throttled_not_the_proxy(
             &[("X-Forwarded-For", "198.51.100.9")]
         ),
         303
+    );
+}
+
+/// Regression: `X-Forwarded-For` was believed from any peer on this host, so a
+/// client behind a tunnel that passes its header through picked a fresh address per guess. Only a
+/// `--trusted-proxy` is believed now.
+#[test]
+fn forwarded_addresses_from_a_peer_that_is_no_trusted_proxy_are_ignored() {
+    let s = Setup::start(&[]);
+    let mut f = Flow::new(&s);
+    let (request, cookie) = consent(&s, &mut f);
+    for i in 0..20 {
+        let spoofed = format!("203.0.113.{i}");
+        let status = sign_in(
+            &s,
+            &request,
+            &cookie,
+            &format!("nobody{i}"),
+            "wrong password!!",
+            &[("X-Forwarded-For", spoofed.as_str())],
+        );
+        assert_eq!(status, 401);
+    }
+    assert_eq!(
+        sign_in(
+            &s,
+            &request,
+            &cookie,
+            "ann",
+            &s.password,
+            &[("X-Forwarded-For", "198.51.100.9")]
+        ),
+        429,
+        "the peer's own address was throttled, whatever it claimed"
     );
 }
 

@@ -893,3 +893,86 @@ fn a_daemon_older_than_revision_2_gets_no_call_and_2026_clients_get_the_catalog_
         assert_ne!(f["type"], "call", "{f}");
     }
 }
+
+/// Sends `signal` to the relay process.
+fn signal_relay(relay: &mut Relay, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(relay.proc.child.id() as i32);
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
+/// Waits up to `within` for the relay process to exit; whether it did.
+fn relay_exits_within(relay: &mut Relay, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if relay.proc.child.try_wait().unwrap().is_some() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A relay with an open session-era GET stream, a 2026-07-28 listen stream and a daemon socket.
+fn relay_with_open_streams() -> (crate::relay::Setup, Client, SseReader, std::net::TcpStream) {
+    let s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let get = c.get_stream(None).unwrap();
+    let mut m = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
+    let body = m.body(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    let mut listen = raw_post(s.relay.port, &s.token, &body, SSE_OR_JSON);
+    let mut got = String::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !got.contains("notifications/subscriptions/acknowledged") {
+        assert!(Instant::now() < end, "no acknowledgment: {got:?}");
+        got.push_str(&read_some(&mut listen));
+    }
+    wait_metric(&s.relay, "machine_mcp_relay_subscriptions", 1);
+    (s, c, get, listen)
+}
+
+/// Regression: `relay serve` did not stop on SIGTERM or SIGINT while a client held
+/// its SSE GET stream (every real client does): it ran on with its port bound and a second
+/// signal was ignored. Now it closes its listener at once, drains for at most
+/// `RELAY_STOP_DRAIN`, closes what is still open and exits; the port is free afterwards.
+#[test]
+fn a_stop_signal_ends_the_relay_within_its_drain_while_streams_and_daemon_sockets_are_open() {
+    use nix::sys::signal::Signal;
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        let (mut s, _c, _get, _listen) = relay_with_open_streams();
+        let port = s.relay.port;
+        signal_relay(&mut s.relay, signal);
+        let drain = relay::limits::RELAY_STOP_DRAIN;
+        assert!(
+            relay_exits_within(&mut s.relay, drain + Duration::from_secs(20)),
+            "{signal:?}: the relay still runs\n{}",
+            s.relay.proc.log()
+        );
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free again");
+    }
+}
+
+/// Regression: a second signal during the drain was ignored. Now it stops the relay
+/// at once, well before the drain ends.
+#[test]
+fn a_second_stop_signal_ends_the_relay_at_once() {
+    use nix::sys::signal::Signal;
+    let (mut s, _c, _get, _listen) = relay_with_open_streams();
+    signal_relay(&mut s.relay, Signal::SIGTERM);
+    // The first signal was taken: the listener is closed.
+    let end = Instant::now() + Duration::from_secs(20);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], s.relay.port));
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
+        assert!(Instant::now() < end, "the listener is still open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal_relay(&mut s.relay, Signal::SIGTERM);
+    assert!(
+        relay_exits_within(&mut s.relay, relay::limits::RELAY_STOP_DRAIN / 2),
+        "the second signal did not stop the relay\n{}",
+        s.relay.proc.log()
+    );
+}

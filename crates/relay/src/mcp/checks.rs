@@ -4,7 +4,9 @@
 //! relay's MCP endpoints"):
 //!
 //! - POST: the path ([`Endpoint`]), `Host` (403), `Origin` (403), credentials (401 / 403), the
-//!   bridge (404), then the body (over 8 MiB → 413, not complete within 30 s → 408),
+//!   bridge (404), the body budget (past the credential's → 429, past the relay's → 503, both
+//!   with `Retry-After`, before the body is read: [`crate::budget`]), then the body (over 8 MiB →
+//!   413, not complete within 30 s → 408),
 //!   `Content-Type` (415), an `initialize` over 64 KiB (400, -32602), JSON (400, -32700), the
 //!   JSON-RPC envelope (400, -32600) (`body.rs`). The era and what follows from it are the
 //!   handler's.
@@ -141,6 +143,9 @@ where
         // is buffered), and the body has its own time.
         let admitted =
             Admitted::check(&admission, &*router, endpoint, &Method::POST, &headers).await?;
+        // The body is reserved in the budget before a byte of it is read, and held until parsed.
+        let _permit =
+            reserve_body(&admission, &admitted.principal.credential, &headers).map_err(|r| *r)?;
         let body = read_body(body).await.map_err(IntoResponse::into_response)?;
         let ct_ok = headers
             .get(header::CONTENT_TYPE)
@@ -307,6 +312,42 @@ pub(crate) fn session_of(
             "MCP session not found: initialize again",
         )),
     }
+}
+
+/// Reserves the body a POST announces in the budget of bytes in flight ([`crate::budget`]).
+///
+/// # Errors
+/// 429 past the credential's budget, 503 past the relay's total, both with `Retry-After`
+/// ([`REQUEST_BODY_RETRY_AFTER_SECS`](crate::limits::REQUEST_BODY_RETRY_AFTER_SECS)).
+fn reserve_body(
+    admission: &Admission,
+    credential: &str,
+    headers: &HeaderMap,
+) -> Result<crate::budget::BodyPermit, Box<Response>> {
+    use crate::budget::Refusal;
+    use crate::limits::REQUEST_BODY_RETRY_AFTER_SECS;
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    admission.bodies.reserve(credential, length).map_err(|r| {
+        let (status, message) = match r {
+            Refusal::Credential => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many request bodies in flight for this credential; retry later",
+            ),
+            Refusal::Total => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the relay holds too many request bodies; retry later",
+            ),
+        };
+        let mut response = plain(status, message);
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            axum::http::HeaderValue::from(REQUEST_BODY_RETRY_AFTER_SECS),
+        );
+        Box::new(response)
+    })
 }
 
 /// Reads a POST body ([`crate::server::read_body`], at most [`MCP_REQUEST_BODY_MAX_BYTES`]).

@@ -50,7 +50,9 @@ use protocol::limits::{
     OAUTH_PARAM_MAX_BYTES, SIGN_IN_FAILURES_PER_ACCOUNT, SIGN_IN_FAILURES_PER_ADDRESS,
 };
 
-/// The cookie that binds a consent form to the browser that loaded it.
+/// The cookie that binds a consent form to the browser that loaded it: a fresh random value set
+/// with every new form (never one the browser brought), `HttpOnly`, `SameSite=Strict`, scoped
+/// to the authorize path, `Secure` whenever the public URL is https.
 const COOKIE: &str = "mb_consent";
 
 /// An authorization request that passed every check, as the form carries it.
@@ -315,7 +317,11 @@ pub async fn show(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
+    let address = client_address(
+        &oauth.config.trusted_proxies,
+        connect.as_ref().map(|c| &c.0),
+        &headers,
+    );
     let form = match Form::parse(
         query.unwrap_or_default().as_bytes(),
         OAUTH_PARAM_MAX_BYTES,
@@ -330,10 +336,9 @@ pub async fn show(
             );
         }
     };
-    let (browser, new_cookie) = match cookie(&headers, COOKIE) {
-        Some(c) => (c.to_owned(), false),
-        None => (random_secret(""), true),
-    };
+    // A fresh value for every new form, whatever the browser carries: a value planted by
+    // another site (fixation) must never be the one the form is bound to.
+    let browser = random_secret("");
     let (client, pending) = match validate(&oauth, &form, &address, &browser).await {
         Ok(x) => x,
         Err(r) => return r,
@@ -345,20 +350,18 @@ pub async fn show(
         &view(&name, &pending, &sealed, "", None, &host),
         StatusCode::OK,
     );
-    if new_cookie {
-        let secure = if oauth.config.public_url.scheme() == "https" {
-            "; Secure"
-        } else {
-            ""
-        };
-        let c = format!(
-            "{COOKIE}={browser}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-            resource::AUTHORIZE_PATH,
-            CONSENT_FORM_LIFETIME.as_secs()
-        );
-        if let Ok(v) = HeaderValue::from_str(&c) {
-            r.headers_mut().insert(header::SET_COOKIE, v);
-        }
+    let secure = if oauth.config.public_url.scheme() == "https" {
+        "; Secure"
+    } else {
+        ""
+    };
+    let c = format!(
+        "{COOKIE}={browser}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        resource::AUTHORIZE_PATH,
+        CONSENT_FORM_LIFETIME.as_secs()
+    );
+    if let Ok(v) = HeaderValue::from_str(&c) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
 }
@@ -388,7 +391,11 @@ pub async fn approve(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
+    let address = client_address(
+        &oauth.config.trusted_proxies,
+        connect.as_ref().map(|c| &c.0),
+        &headers,
+    );
 
     if !super::content_type_is(&headers, "application/x-www-form-urlencoded") {
         return consent::error_page(

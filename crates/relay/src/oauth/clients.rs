@@ -131,17 +131,39 @@ fn metadata_error(description: impl Into<String>) -> OAuthError {
     OAuthError::bad("invalid_client_metadata", description)
 }
 
+/// `uri` parsed, when the parser keeps it as written (an empty path aside, which it writes `/`).
+fn parse_unchanged(uri: &str) -> Result<url::Url, String> {
+    let u = url::Url::parse(uri).map_err(|e| e.to_string())?;
+    let kept = u.as_str() == uri
+        || (u.path() == "/"
+            && u.query().is_none()
+            && u.fragment().is_none()
+            && u.as_str().strip_suffix('/') == Some(uri));
+    if kept {
+        Ok(u)
+    } else {
+        Err(format!("the parser reads it as {:?}", u.as_str()))
+    }
+}
+
 /// Whether `uri` may be a redirect URI: absolute, no fragment, not longer than the parameter
 /// bound; `https`, `http` on a loopback host (RFC 8252 §7.3; `localhost` too, as real clients
 /// use it), or a private-use scheme (RFC 8252 §7.1, e.g. `cursor://…`, `vscode://…`) — never a
-/// scheme that runs or reads something in the browser.
+/// scheme that runs or reads something in the browser. It must also be in the form the URL
+/// parser keeps (no control characters, no case, port, dot-segment or percent-encoding the parser
+/// would rewrite), so the browser is sent to exactly the registered string; the one spelling
+/// allowed to differ is an empty path, which the browser requests as `/` anyway.
 pub fn valid_redirect_uri(uri: &str) -> Result<url::Url, String> {
     if uri.len() > OAUTH_PARAM_MAX_BYTES {
         return Err(format!(
             "redirect URI longer than {OAUTH_PARAM_MAX_BYTES} bytes"
         ));
     }
-    let u = url::Url::parse(uri).map_err(|e| format!("redirect URI {uri:?} is not a URL: {e}"))?;
+    if uri.chars().any(char::is_control) {
+        return Err(format!("redirect URI {uri:?} has control characters"));
+    }
+    let u = parse_unchanged(uri)
+        .map_err(|e| format!("redirect URI {uri:?} is not a URL in normal form: {e}"))?;
     if u.fragment().is_some() {
         return Err(format!("redirect URI {uri:?} has a fragment"));
     }
@@ -208,7 +230,7 @@ pub fn redirect_matches(registered: &str, requested: &str) -> bool {
     if registered == requested {
         return true;
     }
-    let (Ok(a), Ok(b)) = (url::Url::parse(registered), url::Url::parse(requested)) else {
+    let (Ok(a), Ok(b)) = (url::Url::parse(registered), parse_unchanged(requested)) else {
         return false;
     };
     a.scheme() == "http"
@@ -640,6 +662,50 @@ pub async fn remember_document(oauth: &super::OAuth, client: &Client) -> Result<
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Regression: a redirect URI with control characters, or one the URL parser
+    /// rewrites, was registered and the browser later sent to the rewritten URL, not the
+    /// registered string.
+    #[test]
+    fn redirect_uris_the_parser_would_change_are_refused_at_registration() {
+        for uri in [
+            "https://a.example/c\tb",
+            "https://a.example/cb\n",
+            "https://a.example/c\u{1}b",
+            "https://a.example/c\u{7f}b",
+            "https://A.example/cb",
+            "https://a.example:443/cb",
+            "https://a.example/x/../cb",
+            "https://a.example/c b",
+            "http://127.0.0.1:8/c\\b",
+            "cursor://x/c\u{0}b",
+        ] {
+            let body = json!({"redirect_uris": [uri]});
+            let e = ClientMetadata::validate(&body, ClientKind::Registered).unwrap_err();
+            assert_eq!(e.error, "invalid_redirect_uri", "{uri:?}");
+        }
+        // An empty path is the only spelling kept: the browser requests `/` either way.
+        for uri in [
+            "http://127.0.0.1:33418",
+            "https://a.example/cb?x=1",
+            "cursor://x/cb",
+        ] {
+            let body = json!({"redirect_uris": [uri]});
+            assert!(
+                ClientMetadata::validate(&body, ClientKind::Registered).is_ok(),
+                "{uri:?}"
+            );
+        }
+        // A loopback request with another port is matched only in the form the parser keeps.
+        assert!(!redirect_matches(
+            "http://127.0.0.1/cb",
+            "http://127.0.0.1:5/c\tb"
+        ));
+        assert!(!redirect_matches(
+            "http://127.0.0.1/cb",
+            "http://127.0.0.1:5/x/../cb"
+        ));
+    }
 
     #[test]
     fn registration_bodies_of_real_clients_are_accepted_and_trimmed() {

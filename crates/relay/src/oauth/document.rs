@@ -5,7 +5,9 @@
 //! request forgery (the draft's §8.1, MCP authorization security considerations): `https`
 //! only; the host's addresses are resolved by the relay and any loopback, private, link-local,
 //! shared or otherwise non-public address refuses the fetch (so a DNS name cannot point the relay
-//! at itself or its network); redirects are not followed; the body is capped
+//! at itself or its network), every IPv6 spelling of an IPv4 address judged by the IPv4 address
+//! it reaches ([`is_public`]); a failed connection reads the same to the caller whatever the
+//! cause (the log keeps the detail); redirects are not followed; the body is capped
 //! ([`CLIENT_METADATA_DOCUMENT_MAX_BYTES`]) and the whole fetch timed out
 //! ([`CLIENT_METADATA_FETCH_TIMEOUT`]); no cookies, no proxy. A document is cached as its
 //! `Cache-Control: max-age` says (no caching for `no-store`/`no-cache`, one hour without a
@@ -35,9 +37,19 @@ use protocol::limits::{
 #[error("{0}")]
 pub struct FetchError(pub String);
 
-/// Whether `ip` is an address of the public internet: not loopback, private (RFC 1918, RFC 4193),
-/// link-local, shared (RFC 6598), documentation, benchmarking, multicast, broadcast or
-/// unspecified, including IPv4 addresses written as IPv6.
+/// Whether `ip` is an address of the public internet, classified by what it reaches.
+///
+/// IPv4: not loopback, private (RFC 1918), link-local, shared (RFC 6598), IETF protocol
+/// assignments (192.0.0.0/24), the 6to4 relay anycast (192.88.99.0/24), documentation,
+/// benchmarking, multicast, broadcast, reserved or unspecified.
+///
+/// IPv6: only global unicast (2000::/3) can be public, minus the IETF protocol assignments
+/// (2001::/23: Teredo, benchmarking, ORCHID), documentation (2001:db8::/32, 3fff::/20) and 6to4
+/// (2002::/16, judged by the IPv4 address it embeds). Every spelling of an IPv4 address is judged
+/// by that IPv4 address: IPv4-mapped (`::ffff:a.b.c.d`) and NAT64 (64:ff9b::/96, RFC 6052);
+/// IPv4-compatible (`::a.b.c.d`, deprecated), the local-use NAT64 prefix (64:ff9b:1::/48) and
+/// everything outside 2000::/3 (loopback, unspecified, ULA, link-local, site-local, multicast,
+/// discard-only, SRv6) are never public.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -52,21 +64,30 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || o[0] == 0
                 || (o[0] == 100 && (o[1] & 0xC0) == 64)
                 || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || (o[0] == 192 && o[1] == 88 && o[2] == 99)
                 || (o[0] == 198 && (o[1] & 0xFE) == 18)
                 || o[0] >= 240)
         }
         IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let embedded = |hi: u16, lo: u16| {
+                let [a, b] = hi.to_be_bytes();
+                let [c, d] = lo.to_be_bytes();
+                IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d))
+            };
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_public(IpAddr::V4(v4));
             }
-            let s = v6.segments();
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xFE00) == 0xFC00
-                || (s[0] & 0xFFC0) == 0xFE80
-                || (s[0] == 0x2001 && s[1] == 0x0DB8)
-                || (s[0] == 0x64 && s[1] == 0xFF9B))
+            if s[..6] == [0x64, 0xFF9B, 0, 0, 0, 0] {
+                return is_public(embedded(s[6], s[7]));
+            }
+            if s[0] == 0x2002 {
+                return is_public(embedded(s[1], s[2]));
+            }
+            // IETF protocol assignments (2001::/23) and documentation (2001:db8::/32).
+            let ietf = s[0] == 0x2001 && (s[1] < 0x0200 || s[1] == 0x0DB8);
+            let documentation = s[0] == 0x3FFF && s[1] < 0x1000;
+            (s[0] & 0xE000) == 0x2000 && !ietf && !documentation
         }
     }
 }
@@ -241,14 +262,19 @@ impl Fetcher {
             .http
             .as_ref()
             .ok_or_else(|| FetchError("the relay cannot fetch client documents".into()))?;
+        // The caller learns only that the fetch failed: connection detail (refused, reset,
+        // unresolvable, which address) would make the relay a port scanner. The log keeps it.
         let fail = |e: reqwest::Error| {
-            let mut msg = format!("fetching {url} failed: {e}");
+            let mut detail = e.to_string();
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {
-                msg.push_str(&format!(": {s}"));
+                detail.push_str(&format!(": {s}"));
                 src = s.source();
             }
-            FetchError(msg)
+            tracing::info!(url, %detail, "fetching a client document failed");
+            FetchError(format!(
+                "{url} could not be fetched: no public address answered over https"
+            ))
         };
         let fetch = async {
             let mut resp = http
@@ -351,6 +377,69 @@ mod tests {
         }
         for public in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
             assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    /// Regression: the IPv4-compatible, NAT64 and 6to4 spellings of private
+    /// addresses were taken as public, and the NAT64 form of a public address as private; every
+    /// IPv6 address is now classified by what it reaches.
+    #[test]
+    fn ipv6_forms_of_ipv4_addresses_are_classified_by_what_they_reach() {
+        for private in [
+            "::7f00:1",           // IPv4-compatible 127.0.0.1
+            "::a00:1",            // IPv4-compatible 10.0.0.1
+            "::808:808",          // IPv4-compatible: a deprecated form that reaches nothing
+            "::ffff:7f00:1",      // IPv4-mapped 127.0.0.1
+            "::ffff:a9fe:a9fe",   // IPv4-mapped 169.254.169.254
+            "64:ff9b::7f00:1",    // NAT64 of 127.0.0.1
+            "64:ff9b::c0a8:101",  // NAT64 of 192.168.1.1
+            "64:ff9b:1::808:808", // local-use NAT64 prefix
+            "2002:7f00:1::1",     // 6to4 of 127.0.0.1
+            "2002:a00:1::1",      // 6to4 of 10.0.0.1
+            "2002:a9fe:a9fe::1",  // 6to4 of 169.254.169.254
+            "2001::1",            // Teredo
+            "2001:2::1",          // benchmarking
+            "2001:10::1",         // ORCHID
+            "3fff::1",            // documentation (RFC 9637)
+            "fec0::1",            // site-local
+            "100::1",             // discard-only
+            "5f00::1",            // SRv6 SIDs
+            "192.88.99.1",        // 6to4 relay anycast
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+        for public in [
+            "::ffff:808:808",   // IPv4-mapped 8.8.8.8
+            "64:ff9b::808:808", // NAT64 of 8.8.8.8 (DNS64 on an IPv6-only host)
+            "2002:808:808::1",  // 6to4 of 8.8.8.8
+            "2a00:1450:4001::1",
+        ] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    /// Regression: a failed fetch showed the caller the raw connection error (a
+    /// port scan through the relay); now every failure reads the same and the log says why.
+    #[tokio::test]
+    async fn a_failed_fetch_shows_the_caller_no_connection_detail() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let insecure = Fetcher::new(true);
+        let refused = insecure
+            .fetch(&format!("http://127.0.0.1:{port}/c.json"), 1024)
+            .await
+            .unwrap_err();
+        let unresolved = insecure
+            .fetch("http://name.invalid/c.json", 1024)
+            .await
+            .unwrap_err();
+        for e in [&refused, &unresolved] {
+            let lower = e.0.to_ascii_lowercase();
+            for detail in ["refused", "os error", "dns", "connect", "resolve", "tcp"] {
+                assert!(!lower.contains(detail), "{detail} in {e}");
+            }
+            assert!(e.0.contains("could not be fetched"), "{e}");
         }
     }
 

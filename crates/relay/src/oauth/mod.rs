@@ -152,14 +152,18 @@ async fn check_host(
     next.run(request).await
 }
 
-/// The client address a request came from, for throttling: the TCP peer, except that a peer on
-/// this host (a reverse proxy or tunnel in front of the relay: Caddy, nginx, cloudflared) is
-/// taken at its word and the last entry of its `X-Forwarded-For` is the client (the entry the
-/// proxy itself appended; earlier ones may be forged). Without that, every user of a proxied
-/// relay shared one address, and twenty wrong passwords locked everyone out.
-pub fn client_address(connect: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) -> String {
+/// The client address a request came from, for throttling: the TCP peer, except that a peer
+/// that is a configured `--trusted-proxy` (a reverse proxy in front of the relay) is taken at its
+/// word and the last entry of its `X-Forwarded-For` is the client (the entry the proxy itself
+/// appended; earlier ones may be forged). Any other peer's forwarded header is ignored, so a
+/// client behind a tunnel that passes its own header through cannot pick its address.
+pub fn client_address(
+    trusted: &[crate::config::TrustedProxy],
+    connect: Option<&ConnectInfo<SocketAddr>>,
+    headers: &HeaderMap,
+) -> String {
     let peer = connect.map(|c| c.0.ip());
-    if peer.is_some_and(|p| p.is_loopback())
+    if peer.is_some_and(|p| trusted.iter().any(|t| t.contains(p)))
         && let Some(forwarded) = headers
             .get_all("x-forwarded-for")
             .iter()

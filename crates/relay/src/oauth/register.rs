@@ -42,7 +42,11 @@ pub async fn register(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
+    let address = client_address(
+        &oauth.config.trusted_proxies,
+        connect.as_ref().map(|c| &c.0),
+        &headers,
+    );
     match register_inner(&oauth, &address, &headers, body).await {
         Ok(v) => (StatusCode::CREATED, no_store(), Json(v)).into_response(),
         Err(e) => e.into_response(),

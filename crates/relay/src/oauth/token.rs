@@ -241,7 +241,11 @@ pub async fn token(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
+    let address = client_address(
+        &oauth.config.trusted_proxies,
+        connect.as_ref().map(|c| &c.0),
+        &headers,
+    );
     match token_inner(&oauth, &headers, body, &address).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -411,7 +415,11 @@ pub async fn revoke(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let address = client_address(connect.as_ref().map(|c| &c.0), &headers);
+    let address = client_address(
+        &oauth.config.trusted_proxies,
+        connect.as_ref().map(|c| &c.0),
+        &headers,
+    );
     let run = async {
         let form = read_form(&headers, body).await?;
         let (client, assertion) = authenticate(&oauth, &headers, &form, &address).await?;
