@@ -15,13 +15,14 @@
 //!   whose `server/discover`, asked after `initialize`, lists 2026-07-28): it gets them as the
 //!   client sent them, so it serves the request in that era with the client's declared
 //!   capabilities (the tasks extension, SEP-2663, exists only there);
-//! - results get `resultType: "complete"` (2026-07-28 Basic § Result types) and, for the cacheable
+//! - results get `resultType: "complete"` (2026-07-28 Basic § Result types; [`Completion::live`])
+//!   and, for the cacheable
 //!   operations, `ttlMs: 0` and `cacheScope: "private"` (Server › Utilities › Caching): the
 //!   daemon cannot know how long an old-era server's lists stay valid, and what a caller sees
 //!   depends on its role and on the principal's own child process, so nothing may be shared
 //!   between callers and every use re-fetches;
 //! - `server/discover` is answered with the child's own answer when it serves 2026-07-28, else
-//!   from its `initialize` result ([`discover_from_initialize`]);
+//!   from its `initialize` result ([`discover_from_initialize`], [`DiscoverFrom::EraBridge`]);
 //! - `subscriptions/listen` is acknowledged (Basic › Patterns › Subscriptions § Acknowledgment)
 //!   with the list-changed kinds the child advertises, and the child's `list_changed`
 //!   notifications are forwarded to each listening call until it is cancelled;
@@ -40,11 +41,15 @@ use std::{
 
 use lock::Lock;
 use protocol::{
+    head::{
+        discover::{DiscoverFrom, discover_from_initialize, lists_modern},
+        result::{Completion, complete},
+    },
     jsonrpc::code,
     limits::{UPSTREAM_POOLED_SESSION_IDLE, UPSTREAM_POOLED_SESSIONS_MAX},
     mcp::{
         self, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PREFIX, META_PROTOCOL_VERSION,
-        META_SERVER_INFO, META_SUBSCRIPTION_ID,
+        META_SUBSCRIPTION_ID,
     },
 };
 use serde_json::{Map, Value, json};
@@ -69,17 +74,6 @@ const CHILD_INPUT_QUEUE: usize = 256;
 /// How long a freshly initialized child has to answer the `server/discover` that tells whether
 /// it also serves 2026-07-28; silence counts as "no" (a handshake-era server may ignore it).
 pub(crate) const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Operations whose complete results carry caching hints (MCP 2026-07-28 Server › Utilities ›
-/// Caching § Cacheable Results).
-const CACHEABLE: [&str; 6] = [
-    "server/discover",
-    "tools/list",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-];
 
 pub(crate) use protocol::jsonrpc::error;
 
@@ -125,59 +119,6 @@ pub fn check_meta(message: &Value) -> Result<(), Value> {
     }
 }
 
-/// The `server/discover` result (MCP 2026-07-28 Server › Discover, schema `DiscoverResult`) of an
-/// old-era upstream server, derived from its `initialize` result: the versions it is reachable
-/// with (2026-07-28 through this bridge, and the version it negotiated), its capabilities less
-/// what the bridge does not carry (`resources.subscribe`, which 2026-07-28 replaced by
-/// `subscriptions/listen` resource subscriptions, and the old `tasks` capability), its
-/// `serverInfo` in `_meta`, its instructions, and private, immediately stale caching hints.
-pub fn discover_from_initialize(init: &Value) -> Value {
-    let mut versions = vec![Value::from(MODERN_VERSION)];
-    if let Some(v) = init.get("protocolVersion").and_then(Value::as_str)
-        && v != MODERN_VERSION
-    {
-        versions.push(Value::from(v));
-    }
-    let mut caps = init
-        .get("capabilities")
-        .cloned()
-        .filter(Value::is_object)
-        .unwrap_or_else(|| json!({}));
-    if let Some(r) = caps.get_mut("resources").and_then(Value::as_object_mut) {
-        r.remove("subscribe");
-    }
-    if let Some(c) = caps.as_object_mut() {
-        c.remove("tasks");
-    }
-    let mut out = json!({
-        "resultType": "complete",
-        "supportedVersions": versions,
-        "capabilities": caps,
-        "ttlMs": 0,
-        "cacheScope": "private",
-    });
-    if let Some(info) = init.get("serverInfo") {
-        out["_meta"] = json!({ META_SERVER_INFO: info });
-    }
-    if let Some(i) = init.get("instructions").filter(|i| i.is_string()) {
-        out["instructions"] = i.clone();
-    }
-    out
-}
-
-/// Makes an old-era result a complete 2026-07-28 result of `method`: `resultType`, and caching
-/// hints for the cacheable operations (see the module docs for the values).
-pub fn complete_result(method: &str, result: &mut Value) {
-    let Some(r) = result.as_object_mut() else {
-        return;
-    };
-    r.entry("resultType").or_insert_with(|| json!("complete"));
-    if CACHEABLE.contains(&method) {
-        r.entry("ttlMs").or_insert_with(|| json!(0));
-        r.entry("cacheScope").or_insert_with(|| json!("private"));
-    }
-}
-
 /// Removes the 2026-07-28 per-request `_meta` keys of `message` (an empty `_meta` goes too) and
 /// replaces its progress token by `token`; returns the client's progress token.
 pub fn strip_meta(message: &mut Value, token: &str) -> Option<Value> {
@@ -210,15 +151,7 @@ pub fn retoken(message: &mut Value, token: &str) -> Option<Value> {
 
 /// Whether a `server/discover` answer lists [`MODERN_VERSION`] among its `supportedVersions`.
 fn serves_modern(answer: &Value) -> bool {
-    answer.get("result").is_some_and(discover_lists_modern)
-}
-
-/// Whether a `server/discover` *result* lists [`MODERN_VERSION`] among its `supportedVersions`.
-pub(crate) fn discover_lists_modern(result: &Value) -> bool {
-    result
-        .get("supportedVersions")
-        .and_then(Value::as_array)
-        .is_some_and(|v| v.iter().any(|v| v == MODERN_VERSION))
+    answer.get("result").is_some_and(lists_modern)
 }
 
 /// The `server/discover` request (2026-07-28, per-request `_meta`, no capabilities) the daemon
@@ -530,7 +463,8 @@ impl Legacy {
         };
         let modern = own.is_some();
         // A dual-era child's own answer carries what only that era has (the tasks extension).
-        let discover = own.unwrap_or_else(|| discover_from_initialize(&init));
+        let discover =
+            own.unwrap_or_else(|| discover_from_initialize(&init, DiscoverFrom::EraBridge));
         let (tx, rx) = mpsc::channel(CHILD_INPUT_QUEUE);
         let legacy = Arc::new(Self {
             server: spec.name.clone(),
@@ -707,7 +641,7 @@ impl Legacy {
                 self.touch();
                 v["id"] = route.id.clone();
                 if let Some(result) = v.get_mut("result") {
-                    complete_result(&route.method, result);
+                    complete(result, &Completion::live(&route.method));
                 }
                 sessions.emit(&route.host, v, None);
             }
@@ -864,6 +798,7 @@ async fn kill(child: &mut tokio::process::Child) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::mcp::META_SERVER_INFO;
 
     #[test]
     fn meta_is_checked_like_the_inline_lifecycle() {
@@ -922,13 +857,13 @@ mod tests {
     #[test]
     fn results_become_complete_and_lists_cacheable() {
         let mut r = json!({"tools": []});
-        complete_result("tools/list", &mut r);
+        complete(&mut r, &Completion::live("tools/list"));
         assert_eq!(
             r,
             json!({"tools": [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
         );
         let mut r = json!({"content": []});
-        complete_result("tools/call", &mut r);
+        complete(&mut r, &Completion::live("tools/call"));
         assert_eq!(r, json!({"content": [], "resultType": "complete"}));
     }
 
@@ -937,7 +872,7 @@ mod tests {
         let init = json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true},
             "resources": {"subscribe": true, "listChanged": false}, "tasks": {}},
             "serverInfo": {"name": "db", "version": "1"}, "instructions": "use it"});
-        let d = discover_from_initialize(&init);
+        let d = discover_from_initialize(&init, DiscoverFrom::EraBridge);
         assert_eq!(
             d["supportedVersions"],
             json!([MODERN_VERSION, "2025-06-18"])

@@ -1,10 +1,11 @@
 //! Tidy: the shape of the workspace that `DESIGN.md` §2 and `ARCHITECTURE.md` promise, checked
 //! on the source (in the manner of rust-analyzer's `tidy.rs`), so that it cannot drift silently.
 //!
-//! - Crate edges: `lock` depends on `tracing` only; `protocol` on serde only; `runtime` on
-//!   `protocol` and `lock` (of the workspace); `supervisor` and `daemon` on `protocol`, `lock` and
-//!   `runtime` (the supervisor never on `rmcp`); `relay` on `protocol` and `lock` only — never
-//!   `runtime`, and no `rmcp` in any of its dependency
+//! - Crate edges: `lock` depends on `tracing` only; `protocol` on serde only (and `sonic-rs`, for
+//!   the lazy head scan of `protocol::head`); `runtime` on `protocol` and `lock` (of the
+//!   workspace); `supervisor` and `daemon` on `protocol`, `lock` and `runtime` (the supervisor
+//!   never on `rmcp`); `relay` on `protocol` and `lock` only — never `runtime`, and no `rmcp` in
+//!   any of its dependency
 //!   kinds; the conformance fixture on no workspace crate.
 //! - Engines (`runtime/src/tools/<family>/engine.rs`, `.../engine/**`) and the shared
 //!   primitives (`runtime/src/primitives/**`) import no MCP: no `rmcp`, nothing of
@@ -93,7 +94,8 @@ const RULES: &[Rule] = &[
     Rule {
         package: PROTOCOL,
         workspace: &[],
-        external_only: Some(&["serde", "serde_json"]),
+        // sonic-rs: the lazy head scan (`protocol::head::Head::scan`) of the supervisor's hot path.
+        external_only: Some(&["serde", "serde_json", "sonic-rs"]),
         never: &[],
     },
     Rule {
@@ -830,6 +832,8 @@ fn the_relay_protocol_document_names_every_frame() {
 
 #[path = "tidy/docs.rs"]
 mod docs;
+#[path = "tidy/probes.rs"]
+mod probes;
 #[path = "tidy/shape.rs"]
 mod shape;
 

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::{
     frame::RUNTIME_SERVER,
+    head::result::{Completion, complete},
     ids::SessionId,
     jsonrpc::{IdKey, code},
 };
@@ -124,7 +125,7 @@ impl HostedSessions {
         }
         if let Some(mut denied) = denial(&host, &message) {
             if let Some(r) = denied.get_mut("result") {
-                bridge::complete_result(&method, r);
+                complete(r, &Completion::live(&method));
             }
             self.emit(&host, denied, None);
             return;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use protocol::{
     delivery::Arrival,
     frame::RelayFrame,
+    head::Head,
     ids::{InstanceId, SessionId},
     jsonrpc::{self, IdKey, code},
     limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE},
@@ -296,7 +297,8 @@ impl Hub {
         if self.settle_overdue(&s, Instant::now()) && s.call {
             self.close_if_answered(&s);
         }
-        let is_response = jsonrpc::is_response(&message);
+        let head = Head::of(&message);
+        let is_response = head.is_response();
         let target = {
             let mut g = s.state.lock();
             match g.inbox.receive(seq) {
@@ -304,15 +306,13 @@ impl Hub {
                 Arrival::Duplicate => return Delivery::Duplicate,
                 Arrival::OutOfWindow => return Delivery::OutOfWindow,
             }
-            let is_request = !is_response
-                && message.get("method").is_some()
-                && message.get("id").is_some_and(|i| !i.is_null());
+            let is_request = !is_response && head.has_method() && head.id().is_some();
             if s.call && is_request {
                 // MCP 2026-07-28 removed server → client requests (Basic › Transports ›
                 // Streamable HTTP § Receiving Messages: input requests travel inside results).
-                Target::Refuse(message.get("id").cloned().unwrap_or(Value::Null))
+                Target::Refuse(head.reply_id())
             } else if is_response {
-                let key = message.get("id").map(IdKey::of);
+                let key = head.id_member().map(IdKey::of);
                 match key.and_then(|k| g.pending.remove(&k)) {
                     Some(p) => {
                         if let Some(t) = &p.progress_token {
@@ -323,11 +323,10 @@ impl Hub {
                     None => Target::Unmatched,
                 }
             } else {
-                let by_token = (message.get("method").and_then(Value::as_str)
-                    == Some("notifications/progress"))
-                .then(|| message.pointer("/params/progressToken").map(IdKey::of))
-                .flatten()
-                .and_then(|t| g.progress.get(&t).cloned());
+                let by_token = head
+                    .progress_of()
+                    .map(IdKey::of)
+                    .and_then(|t| g.progress.get(&t).cloned());
                 let key = by_token
                     .or_else(|| related.map(IdKey::of).filter(|k| g.pending.contains_key(k)))
                     .or_else(|| {
@@ -359,7 +358,7 @@ impl Hub {
                 return Delivery::Unmatched;
             }
             Target::Refuse(id) => {
-                let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+                let method = head.method().unwrap_or("");
                 tracing::warn!(bridge = %s.bridge.name, method, "refused a server-to-client request to an MCP 2026-07-28 client");
                 if let Some(link) = s.bridge.active() {
                     let _ = self.send(

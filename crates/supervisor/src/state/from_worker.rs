@@ -29,10 +29,10 @@ impl State {
                 return outs;
             }
             let mut line = line;
-            if let Some(sub) = message::acknowledged_subscription(&line)
+            if let Some(sub) = &head.acknowledged
                 && self
                     .listens
-                    .get(&IdKey::of(&sub))
+                    .get(&IdKey::of(sub))
                     .is_some_and(|(_, tools)| *tools)
                 && let Some(l) = message::acknowledging_tools(&line)
             {
