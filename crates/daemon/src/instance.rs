@@ -604,7 +604,7 @@ async fn stop_holder(state_dir: &Path, r: &Record) -> Result<bool, LockError> {
 /// How long after the SIGTERM a daemon that recorded it is stopping is left to drain: its drain
 /// bound and the time to close its link and end its process sessions.
 const DRAIN_ALLOWANCE: Duration =
-    Duration::from_secs(protocol::limits::DAEMON_STOP_DRAIN.as_secs() + 2);
+    Duration::from_secs(crate::limits::DAEMON_STOP_DRAIN.as_secs() + 2);
 
 /// A measure that falls while a stopping daemon makes progress: the calls it still drains
 /// plus the processes in its tree.

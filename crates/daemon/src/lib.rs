@@ -18,6 +18,7 @@ pub mod backoff;
 pub mod bridge;
 pub mod identity;
 pub mod instance;
+pub mod limits;
 pub mod link;
 pub mod servers;
 pub mod sessions;

@@ -14,8 +14,8 @@ use std::{collections::HashMap, sync::Arc};
 
 use lock::Lock;
 
+use crate::limits::MCP_REQUEST_BODY_MAX_BYTES;
 use crate::limits::{REQUEST_BODY_BYTES_IN_FLIGHT, REQUEST_BODY_BYTES_PER_CREDENTIAL};
-use protocol::limits::MCP_REQUEST_BODY_MAX_BYTES;
 
 /// Why a body could not be reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

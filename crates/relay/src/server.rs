@@ -37,7 +37,7 @@ use tower::ServiceExt;
 
 use crate::limits::RELAY_STOP_DRAIN;
 use crate::metrics::Metrics;
-use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
+use crate::{limits::REQUEST_BODY_READ_TIMEOUT, limits::REQUEST_HEADER_READ_TIMEOUT};
 
 pub use crate::config::ConnectionLimits;
 

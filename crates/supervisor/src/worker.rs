@@ -19,7 +19,7 @@ use std::{
 
 use lock::Lock;
 
-use protocol::limits::WORKER_LINE_MAX_BYTES;
+use crate::limits::WORKER_LINE_MAX_BYTES;
 
 /// Where a worker's lines and exit go (the supervisor).
 pub(super) trait Sink: Send + Sync + 'static {

@@ -337,7 +337,7 @@ mod tests {
             )
             .unwrap();
         let big = stream(4);
-        let huge = "x".repeat(protocol::limits::RESUMABLE_TERMINAL_MAX_BYTES);
+        let huge = "x".repeat(crate::limits::RESUMABLE_TERMINAL_MAX_BYTES);
         big.push(
             &json!({"jsonrpc": "2.0", "id": 4, "result": {"huge": huge}}),
             true,

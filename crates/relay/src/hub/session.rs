@@ -32,9 +32,10 @@ use lock::Lock;
 const TOUCH_INTERVAL_SECS: i64 = 60;
 
 /// Sessions per bridge.
-pub(super) use protocol::limits::SESSIONS_PER_BRIDGE;
-use protocol::limits::{
-    OWNER_RESERVED_SESSIONS, SESSION_INITIALIZE_MAX_BYTES, SESSIONS_PER_PRINCIPAL,
+pub(super) use crate::limits::SESSIONS_PER_BRIDGE;
+use crate::{
+    limits::OWNER_RESERVED_SESSIONS, limits::SESSION_INITIALIZE_MAX_BYTES,
+    limits::SESSIONS_PER_PRINCIPAL,
 };
 
 /// A client request in flight.

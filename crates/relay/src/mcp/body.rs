@@ -21,11 +21,11 @@ use serde::Deserialize;
 use serde_json::{Value, value::RawValue};
 use tokio::sync::Semaphore;
 
-use protocol::{
-    head::Head,
-    jsonrpc::{self, code},
-    limits::{INITIALIZE_BODY_MAX_BYTES, INLINE_PARSE_MAX_BYTES, SESSION_INITIALIZE_MAX_BYTES},
+use crate::{
+    limits::INITIALIZE_BODY_MAX_BYTES, limits::INLINE_PARSE_MAX_BYTES,
+    limits::SESSION_INITIALIZE_MAX_BYTES,
 };
+use protocol::{head::Head, jsonrpc, jsonrpc::code};
 
 use super::rpc_error;
 

@@ -356,8 +356,8 @@ fn reserve_body(
 /// 413 (a JSON-RPC error, id null) past the size, 408 past the time, 400 when the body breaks
 /// off.
 async fn read_body(body: axum::body::Body) -> Result<Bytes, HttpError> {
+    use crate::limits::MCP_REQUEST_BODY_MAX_BYTES;
     use crate::server::BodyError;
-    use protocol::limits::MCP_REQUEST_BODY_MAX_BYTES;
     crate::server::read_body(body, MCP_REQUEST_BODY_MAX_BYTES)
         .await
         .map_err(|e| {

@@ -24,8 +24,9 @@ use crate::{
     auth::{random_id, random_secret, sha256_hex},
     storage::{StorageError, oauth::ClientKind},
 };
-use protocol::limits::{
-    REGISTERED_CLIENTS_MAX, REGISTRATION_BODY_MAX_BYTES, REGISTRATIONS_PER_ADDRESS,
+use crate::{
+    limits::REGISTERED_CLIENTS_MAX, limits::REGISTRATION_BODY_MAX_BYTES,
+    limits::REGISTRATIONS_PER_ADDRESS,
 };
 
 /// Registers a client.

@@ -37,9 +37,9 @@ use crate::{
         oauth::{Grant, NewTokens, Redemption, Rotation, RotationRules},
     },
 };
-use protocol::limits::{
-    CLIENT_JWKS_MAX_BYTES, OAUTH_FORM_MAX_BYTES, OAUTH_PARAM_MAX_BYTES, REFRESH_REISSUES_MAX,
-    REFRESH_TOKEN_LIFETIME,
+use crate::{
+    limits::CLIENT_JWKS_MAX_BYTES, limits::OAUTH_FORM_MAX_BYTES, limits::OAUTH_PARAM_MAX_BYTES,
+    limits::REFRESH_REISSUES_MAX, limits::REFRESH_TOKEN_LIFETIME,
 };
 
 /// Reads the form of a token or revocation request (its body within its size and time).

@@ -5,7 +5,7 @@ use lock::Lock;
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::PROGRESS_MIN_INTERVAL;
+use crate::limits::PROGRESS_MIN_INTERVAL;
 
 use crate::policy::Principal;
 

@@ -42,7 +42,7 @@
 //!   [`OWNER_RESERVED_CALLS`] slots free for the owner (who may use every slot: it is their
 //!   machine). One more gets `limit_exceeded` at once, its message naming the limit.
 //!   A call that becomes a task gives its slot back (working tasks are bounded by
-//!   [`protocol::limits::TASKS_MAX`] instead), so tasks never lock other callers out.
+//!   [`crate::limits::TASKS_MAX`] instead), so tasks never lock other callers out.
 //! - A call whose request carries a progress token gets `notifications/progress` from its handler.
 //! - `notifications/cancelled` fires the call's cancellation token; rmcp then drops its response.
 
@@ -86,10 +86,11 @@ use rmcp::{
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{
-    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, JSONRPC_ERROR_MESSAGE_MAX_CHARS,
-    OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
+use crate::{
+    limits::CALLS_PER_PRINCIPAL, limits::JSONRPC_ERROR_MESSAGE_MAX_CHARS,
+    limits::OWNER_RESERVED_CALLS, limits::TASK_FOREGROUND_BUDGET,
 };
+use protocol::limits::CONCURRENT_TOOL_CALLS;
 
 use crate::{
     Access, SERVER_NAME, SUPPORTED_PROTOCOL_VERSIONS,

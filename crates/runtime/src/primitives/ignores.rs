@@ -32,12 +32,14 @@ use std::{
 
 use lock::Lock;
 
+use crate::{
+    limits::IGNORE_FILE_MAX_BYTES, limits::IGNORE_FILE_MAX_PATTERNS, limits::IGNORE_NOTES_MAX,
+};
 use ignore::{
     DirEntry, Match,
     gitignore::{Gitignore, GitignoreBuilder},
     overrides::Override,
 };
-use protocol::limits::{IGNORE_FILE_MAX_BYTES, IGNORE_FILE_MAX_PATTERNS, IGNORE_NOTES_MAX};
 
 use crate::path::Workspace;
 

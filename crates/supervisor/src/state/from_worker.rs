@@ -5,7 +5,8 @@
 use serde_json::Value;
 use tokio::time::Instant;
 
-use protocol::{jsonrpc::IdKey, limits::SUPERVISOR_OWNED_IDS_MAX};
+use crate::limits::SUPERVISOR_OWNED_IDS_MAX;
+use protocol::jsonrpc::IdKey;
 
 use super::{
     HANDLE_TOOLS, OWN_ID, Purpose, Role, Service, Slot, State, Step, now_utc, tools_list_request,

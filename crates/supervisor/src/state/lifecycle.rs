@@ -5,14 +5,12 @@
 use serde_json::json;
 use tokio::time::Instant;
 
-use protocol::{
-    jsonrpc::IdKey,
-    limits::{
-        RETIRED_WORKER_GRACE, RETIRED_WORKER_POLL, UPGRADE_CHECK_INTERVAL, WORKER_HEALTHY_AFTER,
-        WORKER_RESTART_BACKOFF_MAX, WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX,
-        WORKER_START_TIMEOUT,
-    },
+use crate::{
+    limits::RETIRED_WORKER_GRACE, limits::RETIRED_WORKER_POLL, limits::WORKER_HEALTHY_AFTER,
+    limits::WORKER_RESTART_BACKOFF_MAX, limits::WORKER_RESTART_BACKOFF_MIN,
+    limits::WORKER_RESTARTS_MAX, limits::WORKER_START_TIMEOUT,
 };
+use protocol::{jsonrpc::IdKey, limits::UPGRADE_CHECK_INTERVAL};
 
 use super::{
     ENDED_BY_EXIT, ENDED_BY_UPGRADE, Purpose, Recovery, Role, Service, Start, State, Step,

@@ -20,12 +20,8 @@ use std::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use protocol::{
-    error_code::ToolErrorCode,
-    jsonrpc::{IdKey, code},
-    limits::RETIRED_WORKER_GRACE,
-    tool_error::ToolError,
-};
+use crate::limits::RETIRED_WORKER_GRACE;
+use protocol::{error_code::ToolErrorCode, jsonrpc::IdKey, jsonrpc::code, tool_error::ToolError};
 
 use crate::{
     SupervisorConfig,

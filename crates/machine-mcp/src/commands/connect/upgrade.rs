@@ -24,7 +24,8 @@ use std::{
 
 use lock::Lock;
 
-use protocol::limits::{UPGRADE_CHECK_INTERVAL, UPGRADE_ENDED_GRACE, VERSION_PROBE_TIMEOUT};
+use crate::limits::UPGRADE_ENDED_GRACE;
+use protocol::{limits::UPGRADE_CHECK_INTERVAL, limits::VERSION_PROBE_TIMEOUT};
 use runtime::Runtime;
 use supervisor::binary::{FileId, probe_version};
 use tokio::{

@@ -438,7 +438,7 @@ pub(crate) fn run(
             }
             let now = tokio::time::Instant::now();
             if last_progress
-                .is_none_or(|t| now.duration_since(t) >= protocol::limits::PROGRESS_MIN_INTERVAL)
+                .is_none_or(|t| now.duration_since(t) >= crate::limits::PROGRESS_MIN_INTERVAL)
             {
                 last_progress = Some(now);
                 progress(Progress {

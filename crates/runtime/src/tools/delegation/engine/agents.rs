@@ -23,12 +23,13 @@ use std::{
 
 use lock::Lock;
 
+use crate::{
+    limits::DELEGATION_OUTPUT_MAX_BYTES, limits::DELEGATION_PROBE_OUTPUT_MAX_BYTES,
+    limits::DELEGATION_PROBE_TIMEOUT,
+};
 use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
-};
-use protocol::limits::{
-    DELEGATION_OUTPUT_MAX_BYTES, DELEGATION_PROBE_OUTPUT_MAX_BYTES, DELEGATION_PROBE_TIMEOUT,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

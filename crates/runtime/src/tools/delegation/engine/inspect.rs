@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use protocol::limits::DELEGATION_INSPECTION_CACHE;
+use crate::limits::DELEGATION_INSPECTION_CACHE;
 
 use super::{
     DRAINING_MESSAGE, Manager,

@@ -16,11 +16,11 @@
 //! [`DELEGATIONS_PER_ROOT_MAX`] requests large; a worker's request that cannot start at once is
 //! refused (`capacity`), never queued behind its own parent.
 //!
-//! [`DELEGATIONS_RUNNING_MAX`]: protocol::limits::DELEGATIONS_RUNNING_MAX
-//! [`DELEGATIONS_RUNNING_PER_AGENT_MAX`]: protocol::limits::DELEGATIONS_RUNNING_PER_AGENT_MAX
-//! [`DELEGATIONS_QUEUED_MAX`]: protocol::limits::DELEGATIONS_QUEUED_MAX
-//! [`DELEGATION_DEPTH_MAX`]: protocol::limits::DELEGATION_DEPTH_MAX
-//! [`DELEGATIONS_PER_ROOT_MAX`]: protocol::limits::DELEGATIONS_PER_ROOT_MAX
+//! [`DELEGATIONS_RUNNING_MAX`]: crate::limits::DELEGATIONS_RUNNING_MAX
+//! [`DELEGATIONS_RUNNING_PER_AGENT_MAX`]: crate::limits::DELEGATIONS_RUNNING_PER_AGENT_MAX
+//! [`DELEGATIONS_QUEUED_MAX`]: crate::limits::DELEGATIONS_QUEUED_MAX
+//! [`DELEGATION_DEPTH_MAX`]: crate::limits::DELEGATION_DEPTH_MAX
+//! [`DELEGATIONS_PER_ROOT_MAX`]: crate::limits::DELEGATIONS_PER_ROOT_MAX
 
 mod admit;
 pub mod agents;
@@ -45,7 +45,7 @@ use lock::Lock;
 use tokio::sync::{Notify, watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use protocol::limits::{DELEGATION_RUN_LIMIT, TERMINATION_GRACE};
+use crate::{limits::DELEGATION_RUN_LIMIT, limits::TERMINATION_GRACE};
 
 use agents::{Agent, AgentStatus};
 pub use env::DROPPED_ENV_PREFIXES;
@@ -93,7 +93,7 @@ pub struct DelegateRequest {
     /// The agent to run.
     pub agent: Agent,
     /// The task, given to the agent on stdin (at most
-    /// [`DELEGATION_PROMPT_MAX_BYTES`](protocol::limits::DELEGATION_PROMPT_MAX_BYTES)).
+    /// [`DELEGATION_PROMPT_MAX_BYTES`](crate::limits::DELEGATION_PROMPT_MAX_BYTES)).
     pub prompt: String,
     /// The directory the agent runs in: absolute, resolved (the caller confined it).
     pub directory: PathBuf,

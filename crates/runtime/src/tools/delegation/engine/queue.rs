@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{DELEGATIONS_RUNNING_MAX, DELEGATIONS_RUNNING_PER_AGENT_MAX};
+use crate::{limits::DELEGATIONS_RUNNING_MAX, limits::DELEGATIONS_RUNNING_PER_AGENT_MAX};
 
 use super::{
     CANCEL_WAIT, Manager, Pending,

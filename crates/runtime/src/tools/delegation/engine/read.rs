@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use protocol::limits::DELEGATION_READ_WAIT_MAX;
+use crate::limits::DELEGATION_READ_WAIT_MAX;
 
 use super::{
     Manager, READ_POLL, Scope,

@@ -38,7 +38,7 @@ use nix::{
     unistd::Pid,
 };
 
-use protocol::limits::TERMINATION_GRACE;
+use crate::limits::TERMINATION_GRACE;
 use tokio::time::Instant;
 
 use super::tree::{self, TREE_ENV};
