@@ -42,10 +42,15 @@ use std::{
 use crate::{limits::UPSTREAM_POOLED_SESSION_IDLE, limits::UPSTREAM_POOLED_SESSIONS_MAX};
 use lock::Lock;
 use protocol::{
-    head::discover::DiscoverFrom, head::discover::discover_from_initialize,
-    head::discover::lists_modern, head::result::Completion, head::result::complete, jsonrpc::code,
-    mcp, mcp::META_CLIENT_CAPABILITIES, mcp::META_CLIENT_INFO, mcp::META_PREFIX,
-    mcp::META_PROTOCOL_VERSION, mcp::META_SUBSCRIPTION_ID,
+    head::{
+        discover::{DiscoverFrom, discover_from_initialize, lists_modern},
+        result::{Completion, complete},
+    },
+    jsonrpc::code,
+    mcp::{
+        self, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PREFIX, META_PROTOCOL_VERSION,
+        META_SUBSCRIPTION_ID,
+    },
 };
 use serde_json::{Map, Value, json};
 use tokio::{

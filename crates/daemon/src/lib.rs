@@ -25,7 +25,10 @@ pub mod sessions;
 pub mod state_io;
 pub mod status;
 
-use std::{collections::BTreeMap, collections::HashSet, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+};
 
 use protocol::{
     Role,

@@ -15,10 +15,9 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-use runtime::{
-    limits::JOB_DEPENDS_MAX, limits::JOB_FINALLY_STEPS_MAX, limits::JOB_STDIN_MAX_BYTES,
-    limits::JOB_STEP_TIMEOUT_MAX, limits::JOB_STEPS_MAX, limits::JOB_TEMP_FILES_MAX,
-    limits::JOB_TEMP_FILES_MAX_BYTES, limits::JOBS_RUNNING_MAX,
+use runtime::limits::{
+    JOB_DEPENDS_MAX, JOB_FINALLY_STEPS_MAX, JOB_STDIN_MAX_BYTES, JOB_STEP_TIMEOUT_MAX,
+    JOB_STEPS_MAX, JOB_TEMP_FILES_MAX, JOB_TEMP_FILES_MAX_BYTES, JOBS_RUNNING_MAX,
 };
 
 use crate::{

@@ -287,9 +287,8 @@ fn run_session_to_exit(s: &mut Server, argv: Value) -> String {
 /// (300 short sessions took the server from 13 MB to 787 MB).
 #[test]
 fn exited_sessions_are_bounded_in_count_and_bytes_and_the_oldest_goes_first() {
-    use runtime::{
-        limits::EXITED_SESSIONS_MAX, limits::EXITED_SESSIONS_OUTPUT_MAX_BYTES,
-        limits::SESSION_OUTPUT_RETAINED_BYTES,
+    use runtime::limits::{
+        EXITED_SESSIONS_MAX, EXITED_SESSIONS_OUTPUT_MAX_BYTES, SESSION_OUTPUT_RETAINED_BYTES,
     };
     let t = Tree::new();
     let mut s = Server::start(t.path(), &["--profile", "agent"]);

@@ -12,10 +12,9 @@ use std::{
     process::{Command, Stdio},
 };
 
-use runtime::{
-    limits::ERROR_TEXT_MAX_CHARS, limits::GIT_DIFF_MAX_BYTES, limits::READ_HARD_MAX_BYTES,
-    limits::RESULT_SUMMARY_MAX_CHARS, limits::RESULT_TEXT_DEFAULT_CHARS,
-    limits::RESULT_TEXT_RAISED_MAX_CHARS, limits::TOOL_DESCRIPTION_MAX_CHARS,
+use runtime::limits::{
+    ERROR_TEXT_MAX_CHARS, GIT_DIFF_MAX_BYTES, READ_HARD_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS,
+    RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS, TOOL_DESCRIPTION_MAX_CHARS,
 };
 use serde_json::{Value, json};
 

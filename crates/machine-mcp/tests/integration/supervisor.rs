@@ -12,9 +12,9 @@ use std::{
 
 use protocol::{jsonrpc::code, limits::UPGRADE_CHECK_INTERVAL};
 use serde_json::{Value, json};
-use supervisor::{
-    limits::RETIRED_WORKER_POLL, limits::SUPERVISOR_QUEUE_MAX, limits::WORKER_RESTART_BACKOFF_MAX,
-    limits::WORKER_RESTART_BACKOFF_MIN, limits::WORKER_RESTARTS_MAX,
+use supervisor::limits::{
+    RETIRED_WORKER_POLL, SUPERVISOR_QUEUE_MAX, WORKER_RESTART_BACKOFF_MAX,
+    WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX,
 };
 
 use crate::util::{

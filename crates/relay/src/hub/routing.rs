@@ -7,13 +7,14 @@ use std::sync::{Arc, atomic::Ordering};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::{
-    limits::CALL_BUDGET_MAX, limits::RELAY_OVERHEAD, limits::SUBSCRIPTION_MAX,
-    limits::SUBSCRIPTIONS_PER_BRIDGE,
-};
+use crate::limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE};
 use protocol::{
-    delivery::Arrival, frame::RelayFrame, head::Head, ids::InstanceId, ids::SessionId, jsonrpc,
-    jsonrpc::IdKey, jsonrpc::code, mcp::SUBSCRIPTIONS_LISTEN,
+    delivery::Arrival,
+    frame::RelayFrame,
+    head::Head,
+    ids::{InstanceId, SessionId},
+    jsonrpc::{self, IdKey, code},
+    mcp::SUBSCRIPTIONS_LISTEN,
 };
 
 use super::{

@@ -33,9 +33,8 @@ const TOUCH_INTERVAL_SECS: i64 = 60;
 
 /// Sessions per bridge.
 pub(super) use crate::limits::SESSIONS_PER_BRIDGE;
-use crate::{
-    limits::OWNER_RESERVED_SESSIONS, limits::SESSION_INITIALIZE_MAX_BYTES,
-    limits::SESSIONS_PER_PRINCIPAL,
+use crate::limits::{
+    OWNER_RESERVED_SESSIONS, SESSION_INITIALIZE_MAX_BYTES, SESSIONS_PER_PRINCIPAL,
 };
 
 /// A client request in flight.

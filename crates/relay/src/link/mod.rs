@@ -37,9 +37,10 @@ use tokio_tungstenite::{
 
 use crate::limits::UNVERIFIED_DAEMON_SOCKET_MAX_BYTES;
 use protocol::{
-    frame::CloseCode, frame::DaemonFrame, frame::PROTOCOL_VERSION, frame::REVISION_CATALOG_FRAME,
-    frame::RelayFrame, frame::now_unix_ms, limits::DAEMON_SEQ_WINDOW,
-    limits::RELAY_FRAME_MAX_BYTES,
+    frame::{
+        CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame, now_unix_ms,
+    },
+    limits::{DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES},
 };
 
 pub(crate) use hello::HELLO_REFUSED;

@@ -21,9 +21,8 @@ use serde::Deserialize;
 use serde_json::{Value, value::RawValue};
 use tokio::sync::Semaphore;
 
-use crate::{
-    limits::INITIALIZE_BODY_MAX_BYTES, limits::INLINE_PARSE_MAX_BYTES,
-    limits::SESSION_INITIALIZE_MAX_BYTES,
+use crate::limits::{
+    INITIALIZE_BODY_MAX_BYTES, INLINE_PARSE_MAX_BYTES, SESSION_INITIALIZE_MAX_BYTES,
 };
 use protocol::{head::Head, jsonrpc, jsonrpc::code};
 

@@ -38,17 +38,16 @@ use super::{
     password,
     resource::{self, Target},
 };
+use crate::limits::{
+    AUTHORIZATION_CODE_LIFETIME, CONSENT_FORM_LIFETIME, OAUTH_FORM_MAX_BYTES,
+    OAUTH_PARAM_MAX_BYTES, SIGN_IN_FAILURES_PER_ACCOUNT, SIGN_IN_FAILURES_PER_ADDRESS,
+};
 use crate::{
     auth::{random_secret, sha256_hex},
     storage::{
         now,
         oauth::{ClientKind, NewCode},
     },
-};
-use crate::{
-    limits::AUTHORIZATION_CODE_LIFETIME, limits::CONSENT_FORM_LIFETIME,
-    limits::OAUTH_FORM_MAX_BYTES, limits::OAUTH_PARAM_MAX_BYTES,
-    limits::SIGN_IN_FAILURES_PER_ACCOUNT, limits::SIGN_IN_FAILURES_PER_ADDRESS,
 };
 
 /// The cookie that binds a consent form to the browser that loaded it: a fresh random value set

@@ -29,10 +29,9 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::{
-    limits::CLIENT_METADATA_CACHE_ENTRIES, limits::CLIENT_METADATA_CACHE_MAX,
-    limits::CLIENT_METADATA_DOCUMENT_MAX_BYTES, limits::CLIENT_METADATA_FETCH_TIMEOUT,
-    limits::OAUTH_PARAM_MAX_BYTES,
+use crate::limits::{
+    CLIENT_METADATA_CACHE_ENTRIES, CLIENT_METADATA_CACHE_MAX, CLIENT_METADATA_DOCUMENT_MAX_BYTES,
+    CLIENT_METADATA_FETCH_TIMEOUT, OAUTH_PARAM_MAX_BYTES,
 };
 
 /// Why a fetch failed; the message names the URL's problem for the client's developer.

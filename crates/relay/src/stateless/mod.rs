@@ -54,9 +54,12 @@ use serde_json::Value;
 
 use crate::limits::STATELESS_RESPONSE_HOLD;
 use protocol::{
-    head, head::Carrier, head::Era, head::Head, head::Kind, jsonrpc,
-    jsonrpc::code::INVALID_REQUEST, jsonrpc::code::METHOD_NOT_FOUND, jsonrpc::code::UNAVAILABLE,
-    mcp::SUBSCRIPTIONS_LISTEN, mcp::is_modern,
+    head::{self, Carrier, Era, Head, Kind},
+    jsonrpc::{
+        self,
+        code::{INVALID_REQUEST, METHOD_NOT_FOUND, UNAVAILABLE},
+    },
+    mcp::{SUBSCRIPTIONS_LISTEN, is_modern},
 };
 
 use answer::{Away, catalog_answer, endpoint_versions, hold, json_body, rpc_error, status_of};

@@ -15,9 +15,7 @@ use lock::Lock;
 use futures_util::future::Either;
 use tokio::time::Instant;
 
-use crate::{
-    limits::PROOF_IDS_REMEMBERED, limits::SIGN_IN_THROTTLE_ENTRIES, limits::SIGN_IN_WINDOW,
-};
+use crate::limits::{PROOF_IDS_REMEMBERED, SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW};
 
 use super::traits::{GuardFuture, GuardStore};
 

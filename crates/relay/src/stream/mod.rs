@@ -27,9 +27,9 @@ use std::{
 use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
 
-use crate::{
-    limits::RESUMABLE_TERMINAL_MAX_BYTES, limits::STANDALONE_BUFFER_MAX_BYTES,
-    limits::STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES,
+use crate::limits::{
+    RESUMABLE_TERMINAL_MAX_BYTES, STANDALONE_BUFFER_MAX_BYTES,
+    STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES,
 };
 use protocol::{ids::SessionId, jsonrpc, jsonrpc::code};
 

@@ -86,9 +86,9 @@ use rmcp::{
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    limits::CALLS_PER_PRINCIPAL, limits::JSONRPC_ERROR_MESSAGE_MAX_CHARS,
-    limits::OWNER_RESERVED_CALLS, limits::TASK_FOREGROUND_BUDGET,
+use crate::limits::{
+    CALLS_PER_PRINCIPAL, JSONRPC_ERROR_MESSAGE_MAX_CHARS, OWNER_RESERVED_CALLS,
+    TASK_FOREGROUND_BUDGET,
 };
 use protocol::limits::CONCURRENT_TOOL_CALLS;
 

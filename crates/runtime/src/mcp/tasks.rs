@@ -33,9 +33,9 @@ use rmcp::model::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    limits::OWNER_RESERVED_TASKS, limits::TASK_POLL_INTERVAL, limits::TASK_RETENTION_AFTER_END,
-    limits::TASKS_MAX, limits::TASKS_PER_PRINCIPAL,
+use crate::limits::{
+    OWNER_RESERVED_TASKS, TASK_POLL_INTERVAL, TASK_RETENTION_AFTER_END, TASKS_MAX,
+    TASKS_PER_PRINCIPAL,
 };
 
 use crate::policy::Principal;

@@ -32,9 +32,7 @@ use std::{
 
 use lock::Lock;
 
-use crate::{
-    limits::IGNORE_FILE_MAX_BYTES, limits::IGNORE_FILE_MAX_PATTERNS, limits::IGNORE_NOTES_MAX,
-};
+use crate::limits::{IGNORE_FILE_MAX_BYTES, IGNORE_FILE_MAX_PATTERNS, IGNORE_NOTES_MAX};
 use ignore::{
     DirEntry, Match,
     gitignore::{Gitignore, GitignoreBuilder},

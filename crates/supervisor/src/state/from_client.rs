@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 
 use crate::{limits::SUPERVISOR_QUEUE_MAX, limits::SUPERVISOR_QUEUE_MAX_BYTES};
 use protocol::{
-    error_code::ToolErrorCode, jsonrpc::IdKey, jsonrpc::code, limits::CONCURRENT_TOOL_CALLS,
+    error_code::ToolErrorCode,
+    jsonrpc::{IdKey, code},
+    limits::CONCURRENT_TOOL_CALLS,
     tool_error::ToolError,
 };
 

@@ -21,7 +21,11 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::limits::RETIRED_WORKER_GRACE;
-use protocol::{error_code::ToolErrorCode, jsonrpc::IdKey, jsonrpc::code, tool_error::ToolError};
+use protocol::{
+    error_code::ToolErrorCode,
+    jsonrpc::{IdKey, code},
+    tool_error::ToolError,
+};
 
 use crate::{
     SupervisorConfig,

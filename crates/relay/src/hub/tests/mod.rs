@@ -13,8 +13,10 @@ use tokio::{
 
 use crate::{limits::CALL_BUDGET_MAX, limits::RELAY_OVERHEAD};
 use protocol::{
-    frame::RelayFrame, ids::InstanceId, ids::SessionId, jsonrpc::code, limits::DAEMON_SEQ_WINDOW,
-    limits::DELIVERY_MARGIN, limits::DELIVERY_WINDOW,
+    frame::RelayFrame,
+    ids::{InstanceId, SessionId},
+    jsonrpc::code,
+    limits::{DAEMON_SEQ_WINDOW, DELIVERY_MARGIN, DELIVERY_WINDOW},
 };
 
 use super::{Bridge, Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound, ReplySink, Session};

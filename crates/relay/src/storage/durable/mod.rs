@@ -17,7 +17,7 @@
 
 use sqlx::Row;
 
-use crate::{limits::CALL_BUDGET_MAX, limits::RELAY_OVERHEAD, limits::RESUMABLE_RETENTION};
+use crate::limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, RESUMABLE_RETENTION};
 
 use super::{SqliteStorage, StorageError};
 

@@ -19,10 +19,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::{
-    limits::BOOTSTRAP_INSTRUCTIONS_MAX_CHARS, limits::INSTRUCTION_FILE_MAX_BYTES,
-    limits::INSTRUCTIONS_TOTAL_MAX_BYTES, limits::RESULT_TEXT_DEFAULT_CHARS,
-    limits::RESULT_TEXT_RAISED_MAX_CHARS,
+use crate::limits::{
+    BOOTSTRAP_INSTRUCTIONS_MAX_CHARS, INSTRUCTION_FILE_MAX_BYTES, INSTRUCTIONS_TOTAL_MAX_BYTES,
+    RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
 use crate::{

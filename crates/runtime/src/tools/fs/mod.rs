@@ -9,11 +9,10 @@ use rmcp::model::ContentBlock;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::IMAGE_MAX_BYTES, limits::LIST_DIR_DEFAULT_ENTRIES, limits::LIST_DIR_MAX_ENTRIES,
-    limits::LIST_FILES_DEFAULT, limits::LIST_FILES_MAX, limits::READ_DEFAULT_MAX_BYTES,
-    limits::RESULT_SUMMARY_MAX_CHARS, limits::RESULT_TEXT_DEFAULT_CHARS,
-    limits::RESULT_TEXT_RAISED_MAX_CHARS,
+use crate::limits::{
+    IMAGE_MAX_BYTES, LIST_DIR_DEFAULT_ENTRIES, LIST_DIR_MAX_ENTRIES, LIST_FILES_DEFAULT,
+    LIST_FILES_MAX, READ_DEFAULT_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS, RESULT_TEXT_DEFAULT_CHARS,
+    RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
 use crate::tools::family::Family;

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::GIT_DIFF_DEFAULT_BYTES, limits::GIT_DIFF_MAX_BYTES, limits::RESULT_SUMMARY_MAX_CHARS,
-};
+use crate::limits::{GIT_DIFF_DEFAULT_BYTES, GIT_DIFF_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS};
 
 use crate::{
     Access,

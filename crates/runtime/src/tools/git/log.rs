@@ -5,9 +5,9 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::GIT_LOG_DEFAULT_COMMITS, limits::GIT_LOG_MAX_COMMITS,
-    limits::RESULT_TEXT_DEFAULT_CHARS, limits::RESULT_TEXT_RAISED_MAX_CHARS,
+use crate::limits::{
+    GIT_LOG_DEFAULT_COMMITS, GIT_LOG_MAX_COMMITS, RESULT_TEXT_DEFAULT_CHARS,
+    RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
 use crate::{

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::GIT_STATUS_DEFAULT_ENTRIES, limits::GIT_STATUS_MAX_ENTRIES,
-    limits::RESULT_TEXT_DEFAULT_CHARS, limits::RESULT_TEXT_RAISED_MAX_CHARS,
+use crate::limits::{
+    GIT_STATUS_DEFAULT_ENTRIES, GIT_STATUS_MAX_ENTRIES, RESULT_TEXT_DEFAULT_CHARS,
+    RESULT_TEXT_RAISED_MAX_CHARS,
 };
 
 use crate::{

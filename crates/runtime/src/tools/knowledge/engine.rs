@@ -16,9 +16,8 @@
 
 use std::{borrow::Cow, ffi::OsStr, os::unix::ffi::OsStrExt, path::Path};
 
-use crate::{
-    limits::KNOWLEDGE_QUERY_MAX_CHARS, limits::KNOWLEDGE_QUERY_TERMS_MAX,
-    limits::KNOWLEDGE_TITLE_HEADING_MAX_CHARS,
+use crate::limits::{
+    KNOWLEDGE_QUERY_MAX_CHARS, KNOWLEDGE_QUERY_TERMS_MAX, KNOWLEDGE_TITLE_HEADING_MAX_CHARS,
 };
 use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};

@@ -16,11 +16,10 @@ use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::PROCESS_COMMAND_MAX_BYTES, limits::PROCESS_OUTPUT_MAX_BYTES,
-    limits::PROCESS_STDIN_MAX_BYTES, limits::PROCESS_TIMEOUT_DEFAULT, limits::PROCESS_TIMEOUT_MAX,
-    limits::PROCESS_TIMEOUT_MIN, limits::RESULT_SUMMARY_MAX_CHARS,
-    limits::RESULT_TEXT_DEFAULT_CHARS,
+use crate::limits::{
+    PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES, PROCESS_STDIN_MAX_BYTES,
+    PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN, RESULT_SUMMARY_MAX_CHARS,
+    RESULT_TEXT_DEFAULT_CHARS,
 };
 
 use crate::{

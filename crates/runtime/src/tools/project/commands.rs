@@ -6,9 +6,9 @@ use std::{collections::BTreeMap, ffi::OsString, sync::Arc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::COMMANDS_MAX, limits::PROCESS_OUTPUT_MAX_BYTES, limits::PROCESS_TIMEOUT_MAX,
-    limits::PROCESS_TIMEOUT_MIN, limits::RESULT_TEXT_DEFAULT_CHARS,
+use crate::limits::{
+    COMMANDS_MAX, PROCESS_OUTPUT_MAX_BYTES, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN,
+    RESULT_TEXT_DEFAULT_CHARS,
 };
 
 use crate::{

@@ -9,10 +9,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::{
-    limits::RESULT_TEXT_DEFAULT_CHARS, limits::RESULT_TEXT_RAISED_MAX_CHARS,
-    limits::SEARCH_DEFAULT_MATCHES, limits::SEARCH_LINE_MAX_BYTES,
-    limits::SEARCH_MAX_CONTEXT_LINES, limits::SEARCH_MAX_MATCHES,
+use crate::limits::{
+    RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS, SEARCH_DEFAULT_MATCHES,
+    SEARCH_LINE_MAX_BYTES, SEARCH_MAX_CONTEXT_LINES, SEARCH_MAX_MATCHES,
 };
 
 use crate::tools::family::Family;

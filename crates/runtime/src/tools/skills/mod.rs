@@ -11,9 +11,9 @@ use std::{path::PathBuf, sync::Arc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::RESULT_TEXT_DEFAULT_CHARS, limits::SKILL_FILE_MAX_BYTES, limits::SKILL_INVENTORY_MAX,
-    limits::SKILL_SCAN_MAX_ENTRIES, limits::SKILLS_MAX,
+use crate::limits::{
+    RESULT_TEXT_DEFAULT_CHARS, SKILL_FILE_MAX_BYTES, SKILL_INVENTORY_MAX, SKILL_SCAN_MAX_ENTRIES,
+    SKILLS_MAX,
 };
 
 use crate::{

@@ -2,10 +2,9 @@
 //! fingerprint, the limits counted over every live server), then queued or, for a worker,
 //! started at once.
 
-use crate::{
-    limits::DELEGATION_DEPTH_MAX, limits::DELEGATION_PROMPT_MAX_BYTES,
-    limits::DELEGATIONS_PER_ROOT_MAX, limits::DELEGATIONS_QUEUED_MAX,
-    limits::DELEGATIONS_RUNNING_MAX, limits::DELEGATIONS_RUNNING_PER_AGENT_MAX,
+use crate::limits::{
+    DELEGATION_DEPTH_MAX, DELEGATION_PROMPT_MAX_BYTES, DELEGATIONS_PER_ROOT_MAX,
+    DELEGATIONS_QUEUED_MAX, DELEGATIONS_RUNNING_MAX, DELEGATIONS_RUNNING_PER_AGENT_MAX,
 };
 
 use super::{

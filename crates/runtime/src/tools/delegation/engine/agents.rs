@@ -23,9 +23,8 @@ use std::{
 
 use lock::Lock;
 
-use crate::{
-    limits::DELEGATION_OUTPUT_MAX_BYTES, limits::DELEGATION_PROBE_OUTPUT_MAX_BYTES,
-    limits::DELEGATION_PROBE_TIMEOUT,
+use crate::limits::{
+    DELEGATION_OUTPUT_MAX_BYTES, DELEGATION_PROBE_OUTPUT_MAX_BYTES, DELEGATION_PROBE_TIMEOUT,
 };
 use nix::{
     sys::signal::{Signal, killpg},

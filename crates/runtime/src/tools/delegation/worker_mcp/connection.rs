@@ -21,9 +21,7 @@ use tokio::{
     task::AbortHandle,
 };
 
-use crate::{
-    limits::DELEGATION_SOCKET_AUTH_TIMEOUT, limits::DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX,
-};
+use crate::limits::{DELEGATION_SOCKET_AUTH_TIMEOUT, DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX};
 
 use super::WorkerMcpError;
 use crate::{

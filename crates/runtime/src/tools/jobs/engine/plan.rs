@@ -9,10 +9,10 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::JOB_DEPENDS_MAX, limits::JOB_FINALLY_STEPS_MAX, limits::JOB_PLAN_MAX_BYTES,
-    limits::JOB_STDIN_MAX_BYTES, limits::JOB_STEP_ENV_MAX_BYTES, limits::JOB_STEP_TIMEOUT_MAX,
-    limits::JOB_STEPS_MAX, limits::JOB_TEMP_FILES_MAX, limits::JOB_TEMP_FILES_MAX_BYTES,
+use crate::limits::{
+    JOB_DEPENDS_MAX, JOB_FINALLY_STEPS_MAX, JOB_PLAN_MAX_BYTES, JOB_STDIN_MAX_BYTES,
+    JOB_STEP_ENV_MAX_BYTES, JOB_STEP_TIMEOUT_MAX, JOB_STEPS_MAX, JOB_TEMP_FILES_MAX,
+    JOB_TEMP_FILES_MAX_BYTES,
 };
 
 use crate::{

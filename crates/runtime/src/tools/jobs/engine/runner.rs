@@ -24,10 +24,9 @@ use std::{
     time::Duration,
 };
 
-use crate::{
-    limits::JOB_OUTPUT_MAX_BYTES, limits::JOB_RECOVERY_ATTEMPTS_MAX,
-    limits::JOB_STEP_TIMEOUT_DEFAULT, limits::JOB_STREAM_OUTPUT_MAX_BYTES,
-    limits::JOBS_RUNNING_MAX,
+use crate::limits::{
+    JOB_OUTPUT_MAX_BYTES, JOB_RECOVERY_ATTEMPTS_MAX, JOB_STEP_TIMEOUT_DEFAULT,
+    JOB_STREAM_OUTPUT_MAX_BYTES, JOBS_RUNNING_MAX,
 };
 
 use super::{

@@ -18,10 +18,9 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::JOB_RETENTION, limits::JOB_STAGED_EXPIRY, limits::JOBS_RETAINED_MAX,
-    limits::JOBS_RETAINED_OTHERS_MAX, limits::JOBS_RETAINED_PER_PRINCIPAL,
-    limits::JOBS_UNFINISHED_PER_PRINCIPAL,
+use crate::limits::{
+    JOB_RETENTION, JOB_STAGED_EXPIRY, JOBS_RETAINED_MAX, JOBS_RETAINED_OTHERS_MAX,
+    JOBS_RETAINED_PER_PRINCIPAL, JOBS_UNFINISHED_PER_PRINCIPAL,
 };
 
 use super::{

@@ -31,9 +31,9 @@ use tokio::{
     sync::watch,
 };
 
-use crate::{
-    limits::PROCESS_ARGV_MAX, limits::PROCESS_COMMAND_MAX_BYTES, limits::PROCESS_OUTPUT_MAX_BYTES,
-    limits::SESSION_OUTPUT_RETAINED_BYTES, limits::TERMINATION_GRACE,
+use crate::limits::{
+    PROCESS_ARGV_MAX, PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES,
+    SESSION_OUTPUT_RETAINED_BYTES, TERMINATION_GRACE,
 };
 
 use output::StreamBuf;

@@ -36,9 +36,8 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    limits::COMMANDS_MAX, limits::PROCESS_TIMEOUT_DEFAULT, limits::PROCESS_TIMEOUT_MAX,
-    limits::PROCESS_TIMEOUT_MIN,
+use crate::limits::{
+    COMMANDS_MAX, PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN,
 };
 
 use crate::call::error::{ToolError, ToolErrorCode};

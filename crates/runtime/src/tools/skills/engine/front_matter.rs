@@ -8,9 +8,9 @@ use std::{
 
 use serde::Deserialize;
 
-use crate::{
-    limits::SKILL_DESCRIPTION_MAX_CHARS, limits::SKILL_FILE_MAX_BYTES,
-    limits::SKILL_FRONT_MATTER_MAX_EVENTS, limits::SKILL_NAME_MAX_CHARS,
+use crate::limits::{
+    SKILL_DESCRIPTION_MAX_CHARS, SKILL_FILE_MAX_BYTES, SKILL_FRONT_MATTER_MAX_EVENTS,
+    SKILL_NAME_MAX_CHARS,
 };
 
 use crate::primitives::text::UTF8_BOM;

@@ -47,9 +47,9 @@ use nix::{
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::{
-    limits::SKILL_FILE_MAX_BYTES, limits::SKILL_INVENTORY_MAX, limits::SKILL_INVENTORY_MAX_DEPTH,
-    limits::SKILL_SCAN_MAX_ENTRIES, limits::SKILLS_MAX,
+use crate::limits::{
+    SKILL_FILE_MAX_BYTES, SKILL_INVENTORY_MAX, SKILL_INVENTORY_MAX_DEPTH, SKILL_SCAN_MAX_ENTRIES,
+    SKILLS_MAX,
 };
 
 use crate::{
