@@ -77,14 +77,26 @@ fn silent_and_half_sent_requests_are_closed_and_a_body_waits_for_authentication(
     assert!(closed, "a half-sent header stays open: {answer:?}");
 }
 
-#[test]
-fn connections_past_the_cap_are_closed_at_once_and_the_relay_recovers() {
-    let relay = Relay::start(&["--max-connections", "6"]);
-    let idle: Vec<TcpStream> = (0..6).map(|_| connect(&relay)).collect();
-    let mut extra = connect(&relay);
-    let (closed, _) = closed_within(&mut extra, Duration::from_secs(3));
-    assert!(closed, "a seventh connection is kept");
-    drop(idle);
+/// Sends `GET /healthz` on `s` (kept alive) and returns the head of the answer.
+fn healthz_on(s: &mut TcpStream) -> String {
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") && Instant::now() < end {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn wait_for_recovery(relay: &Relay) {
     let end = Instant::now() + Duration::from_secs(10);
     loop {
         match ureq::get(&format!("{}/healthz", relay.direct())).call() {
@@ -93,6 +105,51 @@ fn connections_past_the_cap_are_closed_at_once_and_the_relay_recovers() {
             other => panic!("no recovery: {other:?}"),
         }
     }
+}
+
+/// At the connection cap, a connection that never completed a request head gives way to a new
+/// one, oldest first; connections that completed one are not shed, so past the cap with only
+/// those a new connection is closed at once; and the relay serves again once they close.
+#[test]
+fn at_the_cap_the_oldest_headless_connection_gives_way_and_otherwise_the_next_is_closed() {
+    let relay = Relay::start(&["--max-connections", "6"]);
+    let mut idle: Vec<TcpStream> = (0..6).map(|_| connect(&relay)).collect();
+    let mut newcomer = connect(&relay);
+    let (shed, _) = closed_within(&mut idle[0], Duration::from_secs(3));
+    assert!(
+        shed,
+        "the oldest connection without a request head is kept at the cap"
+    );
+    let answer = healthz_on(&mut newcomer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the newcomer is served: {answer:?}"
+    );
+    drop(idle);
+    drop(newcomer);
+    wait_for_recovery(&relay);
+
+    let mut busy = Vec::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while busy.len() < 6 && Instant::now() < end {
+        let mut s = connect(&relay);
+        if healthz_on(&mut s).starts_with("HTTP/1.1 200") {
+            busy.push(s);
+        }
+    }
+    assert_eq!(
+        busy.len(),
+        6,
+        "six kept-alive connections that completed a request"
+    );
+    let mut extra = connect(&relay);
+    let (closed, _) = closed_within(&mut extra, Duration::from_secs(3));
+    assert!(
+        closed,
+        "a seventh connection is kept while six completed a request"
+    );
+    drop(busy);
+    wait_for_recovery(&relay);
     assert!(
         relay.metric("machine_mcp_relay_connections_refused_total") >= 1,
         "{}",
