@@ -21,7 +21,11 @@ pub(crate) struct Setup {
 
 /// A relay with bridge `b1`, an owner token, and an `agent` daemon through the proxy.
 pub(crate) fn setup() -> Setup {
-    let relay = Relay::start(&[]);
+    setup_on(Relay::start(&[]))
+}
+
+/// Like [`setup`], on `relay` (a relay started with other options).
+pub(crate) fn setup_on(relay: Relay) -> Setup {
     let code = relay.add_bridge("b1");
     let token = relay.token("b1", "owner");
     let state = tempfile::tempdir().unwrap();
