@@ -15,8 +15,8 @@
 //!
 //! Neither ever waits, and a queued write is never overtaken by a later one. A caller that
 //! needs one write applied before it goes on (a stream's row before the stream's first event
-//! leaves) takes its ticket ([`StoreWriter::send_reliable_ticket`]) and awaits it
-//! ([`StoreWriter::applied`]), with a bound.
+//! leaves) takes its ticket (`StoreWriter::send_reliable_ticket`) and awaits it
+//! (`StoreWriter::applied`), with a bound.
 //!
 //! Test switch (hidden, for the integration tests over the real binary): with
 //! `MACHINE_MCP_TEST_STORE_LAG_MS` set to a number, the task waits that many milliseconds
