@@ -147,3 +147,33 @@ fn a_resume_from_the_priming_event_after_a_kill_at_that_moment_gets_the_calls_ou
         || m["error"]["code"] == -32004;
     assert!(outcome, "{m}");
 }
+
+/// A handshake-era session outlives a restart of its daemon (a new instance on the same state):
+/// the relay opens it again on the new instance with the `initialize` it kept, and the client's
+/// next request on the same `MCP-Session-Id` is answered, without a new `initialize`.
+#[test]
+fn a_handshake_session_answers_its_next_request_after_a_daemon_restart() {
+    let mut s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    assert!(c.tool_names().contains(&"read_file".to_owned()));
+    s.daemon.kill(); // SIGKILL; a new process on the same state is a new instance
+    s.daemon = s
+        .relay
+        .daemon(s.state.path(), s.ws.path(), None, &["--profile", "agent"]);
+    s.daemon
+        .wait_log("connected to the relay and ready", Duration::from_secs(30));
+    s.relay.wait_ready(1);
+    let a = c.post_timeout(
+        &json!({"jsonrpc": "2.0", "id": 30, "method": "tools/list"}),
+        Duration::from_secs(30),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    let tools = a.messages.last().cloned().unwrap_or_default();
+    assert!(tools["result"]["tools"].as_array().is_some(), "{a:?}");
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"], "hello from the workspace\n",
+        "{r}"
+    );
+}
