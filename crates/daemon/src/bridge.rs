@@ -15,13 +15,14 @@
 //!   whose `server/discover`, asked after `initialize`, lists 2026-07-28): it gets them as the
 //!   client sent them, so it serves the request in that era with the client's declared
 //!   capabilities (the tasks extension, SEP-2663, exists only there);
-//! - results get `resultType: "complete"` (2026-07-28 Basic § Result types) and, for the cacheable
+//! - results get `resultType: "complete"` (2026-07-28 Basic § Result types; [`Completion::live`])
+//!   and, for the cacheable
 //!   operations, `ttlMs: 0` and `cacheScope: "private"` (Server › Utilities › Caching): the
 //!   daemon cannot know how long an old-era server's lists stay valid, and what a caller sees
 //!   depends on its role and on the principal's own child process, so nothing may be shared
 //!   between callers and every use re-fetches;
 //! - `server/discover` is answered with the child's own answer when it serves 2026-07-28, else
-//!   from its `initialize` result ([`discover_from_initialize`]);
+//!   from its `initialize` result ([`discover_from_initialize`], [`DiscoverFrom::EraBridge`]);
 //! - `subscriptions/listen` is acknowledged (Basic › Patterns › Subscriptions § Acknowledgment)
 //!   with the list-changed kinds the child advertises, and the child's `list_changed`
 //!   notifications are forwarded to each listening call until it is cancelled;
@@ -32,18 +33,23 @@
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
 
+use crate::{limits::UPSTREAM_POOLED_SESSION_IDLE, limits::UPSTREAM_POOLED_SESSIONS_MAX};
+use lock::Lock;
 use protocol::{
+    head::{
+        discover::{DiscoverFrom, discover_from_initialize, lists_modern},
+        result::{Completion, complete},
+    },
     jsonrpc::code,
-    limits::{UPSTREAM_POOLED_SESSION_IDLE, UPSTREAM_POOLED_SESSIONS_MAX},
     mcp::{
         self, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PREFIX, META_PROTOCOL_VERSION,
-        META_SERVER_INFO, META_SUBSCRIPTION_ID,
+        META_SUBSCRIPTION_ID,
     },
 };
 use serde_json::{Map, Value, json};
@@ -68,17 +74,6 @@ const CHILD_INPUT_QUEUE: usize = 256;
 /// How long a freshly initialized child has to answer the `server/discover` that tells whether
 /// it also serves 2026-07-28; silence counts as "no" (a handshake-era server may ignore it).
 pub(crate) const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Operations whose complete results carry caching hints (MCP 2026-07-28 Server › Utilities ›
-/// Caching § Cacheable Results).
-const CACHEABLE: [&str; 6] = [
-    "server/discover",
-    "tools/list",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-];
 
 pub(crate) use protocol::jsonrpc::error;
 
@@ -124,59 +119,6 @@ pub fn check_meta(message: &Value) -> Result<(), Value> {
     }
 }
 
-/// The `server/discover` result (MCP 2026-07-28 Server › Discover, schema `DiscoverResult`) of an
-/// old-era upstream server, derived from its `initialize` result: the versions it is reachable
-/// with (2026-07-28 through this bridge, and the version it negotiated), its capabilities less
-/// what the bridge does not carry (`resources.subscribe`, which 2026-07-28 replaced by
-/// `subscriptions/listen` resource subscriptions, and the old `tasks` capability), its
-/// `serverInfo` in `_meta`, its instructions, and private, immediately stale caching hints.
-pub fn discover_from_initialize(init: &Value) -> Value {
-    let mut versions = vec![Value::from(MODERN_VERSION)];
-    if let Some(v) = init.get("protocolVersion").and_then(Value::as_str)
-        && v != MODERN_VERSION
-    {
-        versions.push(Value::from(v));
-    }
-    let mut caps = init
-        .get("capabilities")
-        .cloned()
-        .filter(Value::is_object)
-        .unwrap_or_else(|| json!({}));
-    if let Some(r) = caps.get_mut("resources").and_then(Value::as_object_mut) {
-        r.remove("subscribe");
-    }
-    if let Some(c) = caps.as_object_mut() {
-        c.remove("tasks");
-    }
-    let mut out = json!({
-        "resultType": "complete",
-        "supportedVersions": versions,
-        "capabilities": caps,
-        "ttlMs": 0,
-        "cacheScope": "private",
-    });
-    if let Some(info) = init.get("serverInfo") {
-        out["_meta"] = json!({ META_SERVER_INFO: info });
-    }
-    if let Some(i) = init.get("instructions").filter(|i| i.is_string()) {
-        out["instructions"] = i.clone();
-    }
-    out
-}
-
-/// Makes an old-era result a complete 2026-07-28 result of `method`: `resultType`, and caching
-/// hints for the cacheable operations (see the module docs for the values).
-pub fn complete_result(method: &str, result: &mut Value) {
-    let Some(r) = result.as_object_mut() else {
-        return;
-    };
-    r.entry("resultType").or_insert_with(|| json!("complete"));
-    if CACHEABLE.contains(&method) {
-        r.entry("ttlMs").or_insert_with(|| json!(0));
-        r.entry("cacheScope").or_insert_with(|| json!("private"));
-    }
-}
-
 /// Removes the 2026-07-28 per-request `_meta` keys of `message` (an empty `_meta` goes too) and
 /// replaces its progress token by `token`; returns the client's progress token.
 pub fn strip_meta(message: &mut Value, token: &str) -> Option<Value> {
@@ -209,15 +151,7 @@ pub fn retoken(message: &mut Value, token: &str) -> Option<Value> {
 
 /// Whether a `server/discover` answer lists [`MODERN_VERSION`] among its `supportedVersions`.
 fn serves_modern(answer: &Value) -> bool {
-    answer.get("result").is_some_and(discover_lists_modern)
-}
-
-/// Whether a `server/discover` *result* lists [`MODERN_VERSION`] among its `supportedVersions`.
-pub(crate) fn discover_lists_modern(result: &Value) -> bool {
-    result
-        .get("supportedVersions")
-        .and_then(Value::as_array)
-        .is_some_and(|v| v.iter().any(|v| v == MODERN_VERSION))
+    answer.get("result").is_some_and(lists_modern)
 }
 
 /// The `server/discover` request (2026-07-28, per-request `_meta`, no capabilities) the daemon
@@ -305,9 +239,9 @@ pub(crate) struct Legacy {
     /// The child serves 2026-07-28 requests too: per-request `_meta` goes to it unchanged.
     modern: bool,
     next_id: AtomicU64,
-    routes: Mutex<HashMap<u64, Route>>,
-    listeners: Mutex<HashMap<String, Listener>>,
-    last_used: Mutex<Instant>,
+    routes: Lock<HashMap<u64, Route>>,
+    listeners: Lock<HashMap<String, Listener>>,
+    last_used: Lock<Instant>,
     idle: Duration,
     stop: CancellationToken,
 }
@@ -327,9 +261,9 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<Legacy>>>>;
 /// The pooled legacy sessions of one daemon.
 pub(crate) struct Pool {
     /// Per (server, principal): the slot its session is started in (one start at a time).
-    slots: Mutex<HashMap<(String, String), Slot>>,
+    slots: Lock<HashMap<(String, String), Slot>>,
     /// Every running pooled session, and how many are being started.
-    live: Mutex<(Vec<Arc<Legacy>>, usize)>,
+    live: Lock<(Vec<Arc<Legacy>>, usize)>,
     /// Most sessions at once ([`UPSTREAM_POOLED_SESSIONS_MAX`]).
     max: usize,
     /// Idle time after which a session is stopped ([`UPSTREAM_POOLED_SESSION_IDLE`]).
@@ -348,9 +282,7 @@ struct Reservation<'a>(&'a Pool);
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        if let Ok(mut live) = self.0.live.lock() {
-            live.1 -= 1;
-        }
+        self.0.live.lock().1 -= 1;
     }
 }
 
@@ -358,8 +290,8 @@ impl Pool {
     /// A pool of at most `max` sessions, each stopped after `idle` without work.
     pub(crate) fn new(max: usize, idle: Duration) -> Self {
         Self {
-            slots: Mutex::new(HashMap::new()),
-            live: Mutex::new((Vec::new(), 0)),
+            slots: Lock::new(HashMap::new()),
+            live: Lock::new((Vec::new(), 0)),
             max,
             idle,
         }
@@ -368,10 +300,8 @@ impl Pool {
     /// The running pooled sessions.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.live
-            .lock()
-            .map(|l| l.0.iter().filter(|x| !x.stop.is_cancelled()).count())
-            .unwrap_or(0)
+        let live = self.live.lock();
+        live.0.iter().filter(|x| !x.stop.is_cancelled()).count()
     }
 
     /// The pooled session of (`spec`, `principal`), started (and initialized) when there is none.
@@ -386,7 +316,7 @@ impl Pool {
         principal: &str,
     ) -> Result<Arc<Legacy>, String> {
         let slot = {
-            let mut m = self.slots.lock().map_err(|_| "pool poisoned")?;
+            let mut m = self.slots.lock();
             m.entry((spec.name.clone(), principal.to_owned()))
                 .or_default()
                 .clone()
@@ -400,11 +330,7 @@ impl Pool {
         }
         let reservation = self.reserve()?;
         let l = Legacy::start(sessions, spec, self.idle).await?;
-        self.live
-            .lock()
-            .map_err(|_| "pool poisoned")?
-            .0
-            .push(l.clone());
+        self.live.lock().0.push(l.clone());
         drop(reservation);
         *g = Some(l.clone());
         Ok(l)
@@ -413,7 +339,7 @@ impl Pool {
     /// Makes room for one more session: closes the least recently used idle one when the pool
     /// is full.
     fn reserve(&self) -> Result<Reservation<'_>, String> {
-        let mut live = self.live.lock().map_err(|_| "pool poisoned")?;
+        let mut live = self.live.lock();
         live.0.retain(|l| !l.stop.is_cancelled());
         if live.0.len() + live.1 >= self.max {
             let oldest = live
@@ -439,10 +365,8 @@ impl Pool {
 
     /// Stops every pooled session.
     pub(crate) fn close_all(&self) {
-        if let Ok(mut live) = self.live.lock() {
-            for l in live.0.drain(..) {
-                l.stop.cancel();
-            }
+        for l in self.live.lock().0.drain(..) {
+            l.stop.cancel();
         }
     }
 }
@@ -539,7 +463,8 @@ impl Legacy {
         };
         let modern = own.is_some();
         // A dual-era child's own answer carries what only that era has (the tasks extension).
-        let discover = own.unwrap_or_else(|| discover_from_initialize(&init));
+        let discover =
+            own.unwrap_or_else(|| discover_from_initialize(&init, DiscoverFrom::EraBridge));
         let (tx, rx) = mpsc::channel(CHILD_INPUT_QUEUE);
         let legacy = Arc::new(Self {
             server: spec.name.clone(),
@@ -548,9 +473,9 @@ impl Legacy {
             discover,
             modern,
             next_id: AtomicU64::new(1),
-            routes: Mutex::new(HashMap::new()),
-            listeners: Mutex::new(HashMap::new()),
-            last_used: Mutex::new(Instant::now()),
+            routes: Lock::new(HashMap::new()),
+            listeners: Lock::new(HashMap::new()),
+            last_used: Lock::new(Instant::now()),
             idle,
             stop: CancellationToken::new(),
         });
@@ -564,26 +489,16 @@ impl Legacy {
     }
 
     fn touch(&self) {
-        if let Ok(mut t) = self.last_used.lock() {
-            *t = Instant::now();
-        }
+        *self.last_used.lock() = Instant::now();
     }
 
     fn last_used(&self) -> Instant {
-        self.last_used
-            .lock()
-            .map(|t| *t)
-            .unwrap_or_else(|_| Instant::now())
+        *self.last_used.lock()
     }
 
     /// Whether a call is in flight or a listener open.
     fn busy(&self) -> bool {
-        self.routes.lock().map(|r| !r.is_empty()).unwrap_or(false)
-            || self
-                .listeners
-                .lock()
-                .map(|l| !l.is_empty())
-                .unwrap_or(false)
+        !self.routes.lock().is_empty() || !self.listeners.lock().is_empty()
     }
 
     /// Serves the call `message` of `host` (its `_meta` already checked, its authority already
@@ -622,8 +537,8 @@ impl Legacy {
                     .cloned()
                     .unwrap_or(Value::Null);
                 let filter = Filter::accept(&requested, &caps);
-                if let Ok(mut l) = self.listeners.lock() {
-                    l.insert(
+                {
+                    self.listeners.lock().insert(
                         host.sid_str().to_owned(),
                         Listener {
                             host: host.clone(),
@@ -652,8 +567,8 @@ impl Legacy {
         }
         .map(|t| (token_name, t));
         message["id"] = json!(n);
-        if let Ok(mut r) = self.routes.lock() {
-            r.insert(
+        {
+            self.routes.lock().insert(
                 n,
                 Route {
                     host: host.clone(),
@@ -664,9 +579,7 @@ impl Legacy {
             );
         }
         if self.tx.try_send(message.to_string()).is_err() {
-            if let Ok(mut r) = self.routes.lock() {
-                r.remove(&n);
-            }
+            self.routes.lock().remove(&n);
             sessions.emit(
                 host,
                 error(
@@ -693,21 +606,18 @@ impl Legacy {
                 _ = me.stop.cancelled() => return,
             }
             let sid = h.sid_str();
-            let cancelled: Vec<u64> = me
-                .routes
-                .lock()
-                .map(|mut r| {
-                    let ids: Vec<u64> = r
-                        .iter()
-                        .filter(|(_, route)| route.host.sid_str() == sid)
-                        .map(|(n, _)| *n)
-                        .collect();
-                    for n in &ids {
-                        r.remove(n);
-                    }
-                    ids
-                })
-                .unwrap_or_default();
+            let cancelled: Vec<u64> = {
+                let mut r = me.routes.lock();
+                let ids: Vec<u64> = r
+                    .iter()
+                    .filter(|(_, route)| route.host.sid_str() == sid)
+                    .map(|(n, _)| *n)
+                    .collect();
+                for n in &ids {
+                    r.remove(n);
+                }
+                ids
+            };
             for n in cancelled {
                 let _ = me.tx.try_send(
                     json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -715,9 +625,7 @@ impl Legacy {
                     .to_string(),
                 );
             }
-            if let Ok(mut l) = me.listeners.lock() {
-                l.remove(sid);
-            }
+            me.listeners.lock().remove(sid);
             me.touch();
         });
     }
@@ -727,16 +635,13 @@ impl Legacy {
         let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
         match (method, v.get("id").cloned()) {
             (None, Some(id)) => {
-                let Some(route) = id
-                    .as_u64()
-                    .and_then(|n| self.routes.lock().ok()?.remove(&n))
-                else {
+                let Some(route) = id.as_u64().and_then(|n| self.routes.lock().remove(&n)) else {
                     return;
                 };
                 self.touch();
                 v["id"] = route.id.clone();
                 if let Some(result) = v.get_mut("result") {
-                    complete_result(&route.method, result);
+                    complete(result, &Completion::live(&route.method));
                 }
                 sessions.emit(&route.host, v, None);
             }
@@ -763,14 +668,13 @@ impl Legacy {
                 else {
                     return;
                 };
-                let target =
-                    self.routes.lock().ok().and_then(|r| {
-                        r.values().find_map(|route| {
-                            route.token.as_ref().filter(|(name, _)| *name == token).map(
-                                |(_, orig)| (route.host.clone(), route.id.clone(), orig.clone()),
-                            )
-                        })
-                    });
+                let target = self.routes.lock().values().find_map(|route| {
+                    route
+                        .token
+                        .as_ref()
+                        .filter(|(name, _)| *name == token)
+                        .map(|(_, orig)| (route.host.clone(), route.id.clone(), orig.clone()))
+                });
                 if let Some((host, rid, orig)) = target {
                     v["params"]["progressToken"] = orig;
                     sessions.emit(&host, v, Some(rid));
@@ -780,13 +684,10 @@ impl Legacy {
                 let targets: Vec<(Arc<Host>, Value)> = self
                     .listeners
                     .lock()
-                    .map(|l| {
-                        l.values()
-                            .filter(|x| x.filter.wants(&m))
-                            .map(|x| (x.host.clone(), x.id.clone()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                    .values()
+                    .filter(|x| x.filter.wants(&m))
+                    .map(|x| (x.host.clone(), x.id.clone()))
+                    .collect();
                 for (host, id) in targets {
                     sessions.emit(
                         &host,
@@ -846,16 +747,8 @@ impl Legacy {
         tracing::info!(server = %self.server, "pooled upstream session ended: the server {why}");
         drop(stdin);
         kill(&mut child).await;
-        let routes: Vec<Route> = self
-            .routes
-            .lock()
-            .map(|mut r| r.drain().map(|(_, v)| v).collect())
-            .unwrap_or_default();
-        let listeners: Vec<Listener> = self
-            .listeners
-            .lock()
-            .map(|mut l| l.drain().map(|(_, v)| v).collect())
-            .unwrap_or_default();
+        let routes: Vec<Route> = self.routes.lock().drain().map(|(_, v)| v).collect();
+        let listeners: Vec<Listener> = self.listeners.lock().drain().map(|(_, v)| v).collect();
         let msg = format!(
             "upstream server {} {why} before answering; retry",
             self.server
@@ -905,6 +798,7 @@ async fn kill(child: &mut tokio::process::Child) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::mcp::META_SERVER_INFO;
 
     #[test]
     fn meta_is_checked_like_the_inline_lifecycle() {
@@ -963,13 +857,13 @@ mod tests {
     #[test]
     fn results_become_complete_and_lists_cacheable() {
         let mut r = json!({"tools": []});
-        complete_result("tools/list", &mut r);
+        complete(&mut r, &Completion::live("tools/list"));
         assert_eq!(
             r,
             json!({"tools": [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
         );
         let mut r = json!({"content": []});
-        complete_result("tools/call", &mut r);
+        complete(&mut r, &Completion::live("tools/call"));
         assert_eq!(r, json!({"content": [], "resultType": "complete"}));
     }
 
@@ -978,7 +872,7 @@ mod tests {
         let init = json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true},
             "resources": {"subscribe": true, "listChanged": false}, "tasks": {}},
             "serverInfo": {"name": "db", "version": "1"}, "instructions": "use it"});
-        let d = discover_from_initialize(&init);
+        let d = discover_from_initialize(&init, DiscoverFrom::EraBridge);
         assert_eq!(
             d["supportedVersions"],
             json!([MODERN_VERSION, "2025-06-18"])

@@ -23,10 +23,10 @@ use std::{
     net::SocketAddr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    sync::Mutex,
     time::Duration,
 };
 
+use lock::Lock;
 use serde::{Deserialize, Serialize};
 
 /// The lock file's name in the state directory.
@@ -176,7 +176,7 @@ pub enum LockError {
 pub struct InstanceLock {
     _lock: nix::fcntl::Flock<fs::File>,
     dir: PathBuf,
-    record: Mutex<Record>,
+    record: Lock<Record>,
 }
 
 /// What [`InstanceLock::acquire`] did besides taking the lock.
@@ -453,7 +453,7 @@ impl InstanceLock {
         let this = Self {
             _lock: lock,
             dir: state_dir.to_owned(),
-            record: Mutex::new(record),
+            record: Lock::new(record),
         };
         this.write()?;
         Ok((this, outcome))
@@ -461,10 +461,7 @@ impl InstanceLock {
 
     /// This daemon's record.
     pub fn record(&self) -> Record {
-        self.record
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
+        self.record.lock().clone()
     }
 
     /// Records the status endpoint's address and, when known, the MCP URL, and that the daemon
@@ -504,9 +501,7 @@ impl InstanceLock {
     }
 
     fn change(&self, f: impl FnOnce(&mut Record)) -> Result<(), LockError> {
-        if let Ok(mut r) = self.record.lock() {
-            f(&mut r);
-        }
+        f(&mut self.record.lock());
         self.write()
     }
 
@@ -609,7 +604,7 @@ async fn stop_holder(state_dir: &Path, r: &Record) -> Result<bool, LockError> {
 /// How long after the SIGTERM a daemon that recorded it is stopping is left to drain: its drain
 /// bound and the time to close its link and end its process sessions.
 const DRAIN_ALLOWANCE: Duration =
-    Duration::from_secs(protocol::limits::DAEMON_STOP_DRAIN.as_secs() + 2);
+    Duration::from_secs(crate::limits::DAEMON_STOP_DRAIN.as_secs() + 2);
 
 /// A measure that falls while a stopping daemon makes progress: the calls it still drains
 /// plus the processes in its tree.

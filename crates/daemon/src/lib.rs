@@ -18,13 +18,17 @@ pub mod backoff;
 pub mod bridge;
 pub mod identity;
 pub mod instance;
+pub mod limits;
 pub mod link;
 pub mod servers;
 pub mod sessions;
 pub mod state_io;
 pub mod status;
 
-use std::{collections::BTreeMap, collections::HashSet, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+};
 
 use protocol::{
     Role,

@@ -63,9 +63,9 @@ pub struct LinkTiming {
 impl Default for LinkTiming {
     fn default() -> Self {
         Self {
-            heartbeat: limits::HEARTBEAT_INTERVAL,
-            silence: limits::HEARTBEAT_SILENCE_TIMEOUT,
-            connect: limits::CONNECT_ATTEMPT_TIMEOUT,
+            heartbeat: crate::limits::HEARTBEAT_INTERVAL,
+            silence: crate::limits::HEARTBEAT_SILENCE_TIMEOUT,
+            connect: crate::limits::CONNECT_ATTEMPT_TIMEOUT,
             hello: limits::HELLO_DEADLINE,
             readiness: limits::READINESS_DEADLINE,
             grace: limits::RECONNECT_GRACE,
@@ -618,7 +618,7 @@ async fn serve(
                     if n == 0 && written {
                         return Attempt::Stop;
                     }
-                    if since.elapsed() >= limits::DAEMON_STOP_DRAIN {
+                    if since.elapsed() >= crate::limits::DAEMON_STOP_DRAIN {
                         tracing::warn!(in_flight = n, "stopping: calls still in flight after the drain bound; their clients get an error");
                         return Attempt::Stop;
                     }
@@ -666,7 +666,7 @@ async fn serve(
                 let n = sessions.requests_in_flight();
                 status.draining(n);
                 if n > 0 {
-                    tracing::info!(in_flight = n, "stopping: letting calls in flight finish (up to {} s)", limits::DAEMON_STOP_DRAIN.as_secs());
+                    tracing::info!(in_flight = n, "stopping: letting calls in flight finish (up to {} s)", crate::limits::DAEMON_STOP_DRAIN.as_secs());
                 }
             }
         }

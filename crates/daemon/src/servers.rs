@@ -15,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use protocol::{
     Role,
     frame::{RUNTIME_SERVER, ServerInfo},
+    head::discover::{DiscoverFrom, discover_from_initialize, lists_modern},
     mcp::LATEST_SESSION_VERSION,
 };
 
@@ -128,7 +129,7 @@ pub fn filter_tools(role: Role, result: &Value) -> Value {
 
 /// Starts `spec` once, runs `initialize`, `tools/list` and `server/discover`, and returns its
 /// catalog: the child's own `server/discover` result when it serves 2026-07-28, otherwise the one
-/// the era bridge derives from `initialize` ([`crate::bridge::discover_from_initialize`]).
+/// the era bridge derives from `initialize` ([`discover_from_initialize`], [`DiscoverFrom::EraBridge`]).
 ///
 /// # Errors
 /// A message saying why the server could not be probed.
@@ -212,12 +213,14 @@ async fn probe_inner(spec: &UpstreamSpec) -> Result<ServerInfo, String> {
         .await
         .ok()
         .and_then(Result::ok)
-        .filter(crate::bridge::discover_lists_modern);
+        .filter(lists_modern);
     let _ = child.start_kill();
     let all = json!({ "tools": tools });
     Ok(ServerInfo {
         name: spec.name.clone(),
-        discover: Some(own.unwrap_or_else(|| crate::bridge::discover_from_initialize(&init))),
+        discover: Some(
+            own.unwrap_or_else(|| discover_from_initialize(&init, DiscoverFrom::EraBridge)),
+        ),
         initialize: init,
         initialize_by_version: BTreeMap::new(),
         tools: Role::ALL

@@ -6,11 +6,9 @@
 //! ([`crate::instance`]); it is never reachable beyond loopback. It reads no request body and
 //! every response is a small JSON object (at most [`STATUS_MAX_BYTES`]).
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, Mutex},
-};
+use std::{net::SocketAddr, sync::Arc};
 
+use lock::Lock;
 use protocol::frame::now_unix_ms;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -58,19 +56,17 @@ pub struct LinkSnapshot {
 /// The link's state, shared between the link (which writes it) and the status endpoint.
 #[derive(Debug, Default)]
 pub struct LinkStatus {
-    inner: Mutex<LinkSnapshot>,
+    inner: Lock<LinkSnapshot>,
 }
 
 impl LinkStatus {
     /// A copy of the current state.
     pub fn snapshot(&self) -> LinkSnapshot {
-        self.inner.lock().map(|s| s.clone()).unwrap_or_default()
+        self.inner.lock().clone()
     }
 
     fn update(&self, f: impl FnOnce(&mut LinkSnapshot)) {
-        if let Ok(mut s) = self.inner.lock() {
-            f(&mut s);
-        }
+        f(&mut self.inner.lock());
     }
 
     /// A connection attempt starts.

@@ -5,6 +5,7 @@
 mod cli;
 mod cli_reference;
 mod commands;
+mod limits;
 mod logging;
 
 use std::process::ExitCode;

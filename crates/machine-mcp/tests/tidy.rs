@@ -1,9 +1,11 @@
 //! Tidy: the shape of the workspace that `DESIGN.md` §2 and `ARCHITECTURE.md` promise, checked
 //! on the source (in the manner of rust-analyzer's `tidy.rs`), so that it cannot drift silently.
 //!
-//! - Crate edges: `protocol` depends on serde only; `runtime` on `protocol` (of the workspace);
-//!   `supervisor` and `daemon` on `protocol` and `runtime` (the supervisor never on `rmcp`);
-//!   `relay` on `protocol` only — never `runtime`, and no `rmcp` in any of its dependency
+//! - Crate edges: `lock` depends on `tracing` only; `protocol` on serde only (and `sonic-rs`, for
+//!   the lazy head scan of `protocol::head`); `runtime` on `protocol` and `lock` (of the
+//!   workspace); `supervisor` and `daemon` on `protocol`, `lock` and `runtime` (the supervisor
+//!   never on `rmcp`); `relay` on `protocol` and `lock` only — never `runtime`, and no `rmcp` in
+//!   any of its dependency
 //!   kinds; the conformance fixture on no workspace crate.
 //! - Engines (`runtime/src/tools/<family>/engine.rs`, `.../engine/**`) and the shared
 //!   primitives (`runtime/src/primitives/**`) import no MCP: no `rmcp`, nothing of
@@ -21,6 +23,9 @@
 //!   imports neither the HTTP layer nor OAuth; no SQLite type (`Sqlite…`, `sqlx`) is named
 //!   outside the relay's store (`crates/relay/src/storage/`).
 //! - `docs/relay-protocol.md` names every frame of `protocol::frame`.
+//! - One lock-poisoning policy (`locks.rs`): no `.lock()` result is skipped or handled by hand
+//!   (`if let Ok(..) = m.lock()`, `.lock().ok()`, `.lock().unwrap_or_else(..)`, …) outside
+//!   `crates/lock`, whose `Lock` recovers a poisoned lock and logs it.
 //! - The documents (`docs.rs`): the README is at most 300 lines; the user documents spell the
 //!   product's names one way and keep the claims other files rely on (which interop clients
 //!   run where, the git tools' argument rule); every relative link between README.md,
@@ -76,23 +81,32 @@ const RUNTIME: &str = "machine-bridge-runtime";
 const DAEMON: &str = "machine-bridge-daemon";
 const SUPERVISOR: &str = "machine-bridge-supervisor";
 const RELAY: &str = "machine-bridge-relay";
+const LOCK: &str = "machine-bridge-lock";
 
 const RULES: &[Rule] = &[
+    // The one lock-poisoning policy: std and tracing only.
+    Rule {
+        package: LOCK,
+        workspace: &[],
+        external_only: Some(&["tracing"]),
+        never: &[],
+    },
     Rule {
         package: PROTOCOL,
         workspace: &[],
-        external_only: Some(&["serde", "serde_json"]),
+        // sonic-rs: the lazy head scan (`protocol::head::Head::scan`) of the supervisor's hot path.
+        external_only: Some(&["serde", "serde_json", "sonic-rs"]),
         never: &[],
     },
     Rule {
         package: RUNTIME,
-        workspace: &[PROTOCOL],
+        workspace: &[PROTOCOL, LOCK],
         external_only: None,
         never: &[],
     },
     Rule {
         package: DAEMON,
-        workspace: &[PROTOCOL, RUNTIME],
+        workspace: &[PROTOCOL, LOCK, RUNTIME],
         external_only: None,
         never: &[],
     },
@@ -100,19 +114,19 @@ const RULES: &[Rule] = &[
     // heads; it speaks no MCP through rmcp.
     Rule {
         package: SUPERVISOR,
-        workspace: &[PROTOCOL, RUNTIME],
+        workspace: &[PROTOCOL, LOCK, RUNTIME],
         external_only: None,
         never: &["rmcp"],
     },
     Rule {
         package: RELAY,
-        workspace: &[PROTOCOL],
+        workspace: &[PROTOCOL, LOCK],
         external_only: None,
         never: &["rmcp"],
     },
     Rule {
         package: "machine-mcp",
-        workspace: &[PROTOCOL, RUNTIME, SUPERVISOR, DAEMON, RELAY],
+        workspace: &[PROTOCOL, LOCK, RUNTIME, SUPERVISOR, DAEMON, RELAY],
         external_only: None,
         never: &[],
     },
@@ -818,8 +832,16 @@ fn the_relay_protocol_document_names_every_frame() {
 
 #[path = "tidy/docs.rs"]
 mod docs;
+#[path = "tidy/probes.rs"]
+mod probes;
 #[path = "tidy/shape.rs"]
 mod shape;
+
+// ---------------------------------------------------------------------------------------------
+// One lock-poisoning policy: no `.lock()` result handled by hand outside `crates/lock`
+
+#[path = "tidy/locks.rs"]
+mod locks;
 
 // ---------------------------------------------------------------------------------------------
 // The checkers themselves

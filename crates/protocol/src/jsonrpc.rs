@@ -1,5 +1,6 @@
-//! JSON-RPC 2.0 as MCP uses it: the envelope check, request ids and the error codes relay and
-//! daemon answer with.
+//! JSON-RPC 2.0 as MCP uses it: request ids, the error codes relay and daemon answer with, and
+//! the messages they build. Reading a message (its kind, method, id, envelope) is
+//! [`crate::head`]'s.
 //!
 //! MCP Basic § Messages: a message is one JSON object with `"jsonrpc": "2.0"`; a request has a
 //! `method` and an `id` that is a string or an integer (never null); a notification has a
@@ -57,7 +58,8 @@ pub mod code {
 pub struct RequestId(Value);
 
 impl RequestId {
-    /// The id `value` (not checked: validate the envelope with [`check_envelope`] first).
+    /// The id `value` (not checked: check the envelope with [`crate::head::Head::check_envelope`]
+    /// first).
     pub fn new(value: Value) -> Self {
         Self(value)
     }
@@ -105,104 +107,6 @@ impl IdKey {
     }
 }
 
-/// Why a message is not a JSON-RPC 2.0 message MCP accepts. The `Display` text is what the
-/// relay answers with (-32600, HTTP 400).
-#[derive(Debug, Clone, PartialEq)]
-pub enum EnvelopeError {
-    /// A JSON array: MCP has no batches (removed in 2025-06-18).
-    Batch,
-    /// Not an object, or `jsonrpc` is not `"2.0"`.
-    NotJsonRpc,
-    /// A request whose id is neither a string nor an integer (null included; MCP Basic §
-    /// Requests: "MUST NOT be null").
-    RequestIdType(Value),
-}
-
-impl fmt::Display for EnvelopeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Batch => f.write_str("JSON-RPC batches are not supported"),
-            Self::NotJsonRpc => f.write_str("not a JSON-RPC 2.0 message"),
-            Self::RequestIdType(id) => {
-                write!(f, "a request id is a string or an integer, not {id}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for EnvelopeError {}
-
-/// Checks the envelope of one message: an object, `"jsonrpc": "2.0"`, and for a request (a
-/// message with a `method` and an `id`) an id that is a string or an integer.
-///
-/// # Errors
-/// [`EnvelopeError`], checked in that order.
-pub fn check_envelope(message: &Value) -> Result<(), EnvelopeError> {
-    if message.is_array() {
-        return Err(EnvelopeError::Batch);
-    }
-    if !message.is_object() || message.get("jsonrpc").and_then(Value::as_str) != Some(VERSION) {
-        return Err(EnvelopeError::NotJsonRpc);
-    }
-    if message.get("method").is_some()
-        && let Some(id) = message.get("id")
-        && !(id.is_string() || id.is_i64() || id.is_u64())
-    {
-        return Err(EnvelopeError::RequestIdType(id.clone()));
-    }
-    Ok(())
-}
-
-/// What a message is, by its members: a string `method` and a non-null `id` make a request, a
-/// `method` alone a notification, an `id` alone a response.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Kind {
-    /// A request.
-    Request {
-        /// Its method.
-        method: String,
-        /// Its id.
-        id: RequestId,
-    },
-    /// A notification.
-    Notification {
-        /// Its method.
-        method: String,
-    },
-    /// A response (or an error response).
-    Response {
-        /// The id of the request it answers.
-        id: RequestId,
-    },
-    /// Neither a method nor an id.
-    Neither,
-}
-
-/// The [`Kind`] of `message`.
-pub fn kind(message: &Value) -> Kind {
-    let method = message
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let id = message
-        .get("id")
-        .filter(|i| !i.is_null())
-        .cloned()
-        .map(RequestId);
-    match (method, id) {
-        (Some(method), Some(id)) => Kind::Request { method, id },
-        (Some(method), None) => Kind::Notification { method },
-        (None, Some(id)) => Kind::Response { id },
-        (None, None) => Kind::Neither,
-    }
-}
-
-/// Whether `message` is a response: no `method`, and a `result` or an `error`.
-pub fn is_response(message: &Value) -> bool {
-    message.get("method").is_none()
-        && (message.get("result").is_some() || message.get("error").is_some())
-}
-
 /// An error response to `id` with `code`, `message` and, when given, `data`.
 pub fn error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
     let mut e = json!({"code": code, "message": message});
@@ -233,37 +137,6 @@ pub fn cancelled(id: &Value, reason: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn envelopes_are_checked_in_order() {
-        assert_eq!(check_envelope(&json!([1])), Err(EnvelopeError::Batch));
-        assert_eq!(check_envelope(&json!("x")), Err(EnvelopeError::NotJsonRpc));
-        assert_eq!(
-            check_envelope(&json!({"jsonrpc": "1.0", "id": 1.5, "method": "m"})),
-            Err(EnvelopeError::NotJsonRpc)
-        );
-        let e = check_envelope(&json!({"jsonrpc": "2.0", "id": null, "method": "m"}));
-        assert_eq!(
-            e.unwrap_err().to_string(),
-            "a request id is a string or an integer, not null"
-        );
-        assert!(check_envelope(&json!({"jsonrpc": "2.0", "id": 1.5, "result": {}})).is_ok());
-        assert!(check_envelope(&json!({"jsonrpc": "2.0", "id": "a", "method": "m"})).is_ok());
-    }
-
-    #[test]
-    fn kinds_follow_the_members() {
-        assert!(matches!(
-            kind(&json!({"id": 1, "method": "m"})),
-            Kind::Request { method, .. } if method == "m"
-        ));
-        assert!(matches!(
-            kind(&json!({"id": null, "method": "m"})),
-            Kind::Notification { method } if method == "m"
-        ));
-        assert!(matches!(kind(&json!({"id": 1})), Kind::Response { .. }));
-        assert_eq!(kind(&json!({"result": {}})), Kind::Neither);
-    }
 
     #[test]
     fn keys_of_strings_and_numbers_never_collide() {

@@ -13,7 +13,7 @@
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use std::sync::Arc;
 
-use protocol::limits::{UNVERIFIED_DAEMON_SOCKETS_MAX, UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS};
+use crate::{limits::UNVERIFIED_DAEMON_SOCKETS_MAX, limits::UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS};
 
 use crate::{
     auth::{BridgePrincipal, Role},

@@ -10,13 +10,12 @@
 //! connections open with large bodies holds at most its budget of memory, and all credentials
 //! together at most the total.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, sync::Arc};
 
+use lock::Lock;
+
+use crate::limits::MCP_REQUEST_BODY_MAX_BYTES;
 use crate::limits::{REQUEST_BODY_BYTES_IN_FLIGHT, REQUEST_BODY_BYTES_PER_CREDENTIAL};
-use protocol::limits::MCP_REQUEST_BODY_MAX_BYTES;
 
 /// Why a body could not be reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +35,7 @@ struct Counts {
 /// Body bytes in flight, per credential and in all, and their bounds.
 #[derive(Debug)]
 pub(crate) struct BodyBudget {
-    counts: Arc<Mutex<Counts>>,
+    counts: Arc<Lock<Counts>>,
     per_credential: usize,
     total: usize,
 }
@@ -53,14 +52,14 @@ impl Default for BodyBudget {
 /// A reservation of body bytes, released when dropped.
 #[derive(Debug)]
 pub(crate) struct BodyPermit {
-    counts: Arc<Mutex<Counts>>,
+    counts: Arc<Lock<Counts>>,
     credential: String,
     bytes: usize,
 }
 
 impl Drop for BodyPermit {
     fn drop(&mut self) {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.counts.lock();
         c.total = c.total.saturating_sub(self.bytes);
         if let Some(n) = c.by_credential.get_mut(&self.credential) {
             *n = n.saturating_sub(self.bytes);
@@ -96,7 +95,7 @@ impl BodyBudget {
                 usize::try_from(n).unwrap_or(usize::MAX)
             })
             .min(MCP_REQUEST_BODY_MAX_BYTES);
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.counts.lock();
         let mine = c.by_credential.get(credential).copied().unwrap_or(0);
         if mine + bytes > self.per_credential {
             return Err(Refusal::Credential);

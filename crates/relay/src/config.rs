@@ -44,8 +44,8 @@ impl Default for RelayTiming {
             reconnect_grace: limits::RECONNECT_GRACE,
             hello_deadline: limits::HELLO_DEADLINE,
             readiness_deadline: limits::READINESS_DEADLINE,
-            liveness_timeout: limits::RELAY_LIVENESS_TIMEOUT,
-            sse_keepalive: limits::SSE_KEEPALIVE,
+            liveness_timeout: crate::limits::RELAY_LIVENESS_TIMEOUT,
+            sse_keepalive: crate::limits::SSE_KEEPALIVE,
             offline_wait: Duration::from_secs(2),
         }
     }
@@ -54,9 +54,9 @@ impl Default for RelayTiming {
 /// OAuth settings of one relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OAuthSettings {
-    /// Lifetime of access tokens ([`limits::ACCESS_TOKEN_LIFETIME`]; shorter in tests).
+    /// Lifetime of access tokens ([`crate::limits::ACCESS_TOKEN_LIFETIME`]; shorter in tests).
     pub access_token_lifetime: Duration,
-    /// How long a rotated refresh token may be presented again ([`limits::REFRESH_REUSE_GRACE`];
+    /// How long a rotated refresh token may be presented again ([`crate::limits::REFRESH_REUSE_GRACE`];
     /// shorter in tests).
     pub refresh_reuse_grace: Duration,
     /// Test switch: fetch client ID metadata documents and JWK Sets over plain `http` and from
@@ -67,8 +67,8 @@ pub struct OAuthSettings {
 impl Default for OAuthSettings {
     fn default() -> Self {
         Self {
-            access_token_lifetime: limits::ACCESS_TOKEN_LIFETIME,
-            refresh_reuse_grace: limits::REFRESH_REUSE_GRACE,
+            access_token_lifetime: crate::limits::ACCESS_TOKEN_LIFETIME,
+            refresh_reuse_grace: crate::limits::REFRESH_REUSE_GRACE,
             insecure_client_documents: false,
         }
     }

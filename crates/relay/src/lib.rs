@@ -45,7 +45,6 @@ pub mod error;
 pub(crate) mod hub;
 pub mod limits;
 pub(crate) mod link;
-mod lock;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub mod oauth;
@@ -69,7 +68,8 @@ use tokio_util::sync::CancellationToken;
 pub use config::RelayConfig;
 pub use state::AppState;
 
-use protocol::{frame::CONNECT_PATH, limits::MCP_REQUEST_BODY_MAX_BYTES};
+use crate::limits::MCP_REQUEST_BODY_MAX_BYTES;
+use protocol::frame::CONNECT_PATH;
 
 /// The relay's HTTP application over `state`: the MCP endpoints, the daemon socket, the
 /// operational endpoints and, in [`config::AuthMode::OAuth`], the authorization server
@@ -194,7 +194,7 @@ const STORE_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 const STORE_FLUSH_ON_STOP: Duration = Duration::from_secs(5);
 
 async fn sweep_oauth(store: &storage::Store) {
-    use protocol::limits::{REGISTRATION_IDLE_EXPIRY, REGISTRATION_UNUSED_EXPIRY};
+    use crate::{limits::REGISTRATION_IDLE_EXPIRY, limits::REGISTRATION_UNUSED_EXPIRY};
     match store
         .oauth()
         .sweep_oauth(

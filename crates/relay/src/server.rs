@@ -21,9 +21,11 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::{IpAddr, Ipv6Addr},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
+
+use lock::Lock;
 
 use axum::{Router, extract::ConnectInfo};
 use hyper_util::{
@@ -35,7 +37,7 @@ use tower::ServiceExt;
 
 use crate::limits::RELAY_STOP_DRAIN;
 use crate::metrics::Metrics;
-use protocol::limits::{REQUEST_BODY_READ_TIMEOUT, REQUEST_HEADER_READ_TIMEOUT};
+use crate::{limits::REQUEST_BODY_READ_TIMEOUT, limits::REQUEST_HEADER_READ_TIMEOUT};
 
 pub use crate::config::ConnectionLimits;
 
@@ -65,7 +67,7 @@ fn address_key(ip: IpAddr) -> IpAddr {
 /// A connection's place, given back when dropped.
 #[derive(Debug)]
 pub struct Place {
-    table: Arc<Mutex<Connections>>,
+    table: Arc<Lock<Connections>>,
     address: IpAddr,
     id: u64,
     shed: CancellationToken,
@@ -80,14 +82,14 @@ impl Place {
 
     /// The connection completed a request head: it is no longer sheddable.
     pub fn head_completed(&self) {
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.table.lock();
         t.headless.remove(&self.id);
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.table.lock();
         t.headless.remove(&self.id);
         t.total = t.total.saturating_sub(1);
         if let Some(n) = t.by_address.get_mut(&self.address) {
@@ -103,7 +105,7 @@ impl Drop for Place {
 /// the table of open ones and its bounds. Clones share the table.
 #[derive(Debug, Clone)]
 pub struct ConnectionCaps {
-    table: Arc<Mutex<Connections>>,
+    table: Arc<Lock<Connections>>,
     limits: ConnectionLimits,
 }
 
@@ -118,7 +120,7 @@ impl ConnectionCaps {
 
     /// How many places are taken.
     pub fn open(&self) -> usize {
-        self.table.lock().unwrap_or_else(|p| p.into_inner()).total
+        self.table.lock().total
     }
 
     /// Takes a place for a connection from `address`, or `None` when a cap is reached (in all,
@@ -138,7 +140,7 @@ impl ConnectionCaps {
 
     fn take(&self, address: IpAddr, sheddable: bool) -> Option<Place> {
         let key = address_key(address);
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.table.lock();
         let from = t.by_address.get(&key).copied().unwrap_or(0);
         if !address.is_loopback() && from >= self.limits.per_address {
             return None;

@@ -30,7 +30,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use protocol::limits::USER_CONFIG_MAX_BYTES;
+use crate::limits::USER_CONFIG_MAX_BYTES;
 use serde::Deserialize;
 
 use crate::tools::delegation::engine::agents::Agent;

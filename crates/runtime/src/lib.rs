@@ -60,6 +60,7 @@ use tokio::sync::Semaphore;
 
 pub mod call;
 pub mod config;
+pub mod limits;
 pub mod mcp;
 pub mod memory;
 pub mod path;
@@ -135,16 +136,13 @@ pub fn version() -> &'static str {
 #[derive(Debug)]
 #[must_use = "the call is counted only while the guard lives"]
 pub(crate) struct PrincipalCall {
-    table: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    table: Arc<lock::Lock<std::collections::HashMap<String, usize>>>,
     principal: String,
 }
 
 impl Drop for PrincipalCall {
     fn drop(&mut self) {
-        let mut m = self
-            .table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut m = self.table.lock();
         if let Some(n) = m.get_mut(&self.principal) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -186,7 +184,7 @@ impl Access {
 
     /// Whether the caller is the runtime's owner (the local user, or a remote principal whose
     /// role is `owner`, i.e. the `full` profile): only the owner may take the call slots kept
-    /// by [`protocol::limits::OWNER_RESERVED_CALLS`].
+    /// by [`crate::limits::OWNER_RESERVED_CALLS`].
     pub fn is_owner(&self) -> bool {
         self.owner
     }
@@ -213,9 +211,9 @@ impl Access {
     /// for a daemon's ([`RuntimeConfig::remote`]), the local cap otherwise.
     pub(crate) fn read_max_bytes(&self) -> usize {
         if self.runtime.remote {
-            protocol::limits::READ_REMOTE_MAX_BYTES
+            crate::limits::READ_REMOTE_MAX_BYTES
         } else {
-            protocol::limits::READ_HARD_MAX_BYTES
+            crate::limits::READ_HARD_MAX_BYTES
         }
     }
 
@@ -281,7 +279,7 @@ pub struct RuntimeConfig {
     /// the relay sets one for remote callers whose hosts cut long calls.
     pub default_yield_after: Option<Duration>,
     /// Results travel to the callers in relay frames (a daemon: `connect`, `up`): `read_file`
-    /// keeps to [`protocol::limits::READ_REMOTE_MAX_BYTES`] and `server_info` reports it, and
+    /// keeps to [`crate::limits::READ_REMOTE_MAX_BYTES`] and `server_info` reports it, and
     /// the frame size as the largest message. `false`: stdio.
     pub remote: bool,
     /// The state directory of managed jobs, local resources and delegations (`STATE_DIR/jobs`,
@@ -298,7 +296,7 @@ pub struct Runtime {
     policy: Policy,
     calls: Arc<Semaphore>,
     others_calls: Arc<Semaphore>,
-    principal_calls: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    principal_calls: Arc<lock::Lock<std::collections::HashMap<String, usize>>>,
     idle_trim: Arc<memory::IdleTrim>,
     /// Compiled ignore files, shared by concurrent walks (see [`primitives::ignores`]).
     ignore_cache: Arc<primitives::ignores::IgnoreCache>,
@@ -335,7 +333,7 @@ impl Runtime {
             policy: config.policy,
             calls: Arc::new(Semaphore::new(protocol::limits::CONCURRENT_TOOL_CALLS)),
             others_calls: Arc::new(Semaphore::new(
-                protocol::limits::CONCURRENT_TOOL_CALLS - protocol::limits::OWNER_RESERVED_CALLS,
+                protocol::limits::CONCURRENT_TOOL_CALLS - crate::limits::OWNER_RESERVED_CALLS,
             )),
             principal_calls: Arc::default(),
             idle_trim: Arc::default(),
@@ -425,14 +423,11 @@ impl Runtime {
     }
 
     /// Counts one more running call of `principal`; `None` when it already runs
-    /// [`protocol::limits::CALLS_PER_PRINCIPAL`]. The count drops with the returned guard.
+    /// [`crate::limits::CALLS_PER_PRINCIPAL`]. The count drops with the returned guard.
     pub(crate) fn principal_call(&self, principal: &str) -> Option<PrincipalCall> {
-        let mut m = self
-            .principal_calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut m = self.principal_calls.lock();
         let n = m.entry(principal.to_owned()).or_insert(0);
-        if *n >= protocol::limits::CALLS_PER_PRINCIPAL {
+        if *n >= crate::limits::CALLS_PER_PRINCIPAL {
             return None;
         }
         *n += 1;

@@ -48,13 +48,13 @@
 //! `binary.rs` the watched binary; `output.rs` stdout; `registry.rs` the running supervisors.
 //!
 //! [`UPGRADE_CHECK_INTERVAL`]: protocol::limits::UPGRADE_CHECK_INTERVAL
-//! [`RETIRED_WORKER_POLL`]: protocol::limits::RETIRED_WORKER_POLL
-//! [`RETIRED_WORKER_GRACE`]: protocol::limits::RETIRED_WORKER_GRACE
-//! [`WORKER_RESTART_BACKOFF_MIN`]: protocol::limits::WORKER_RESTART_BACKOFF_MIN
-//! [`WORKER_RESTART_BACKOFF_MAX`]: protocol::limits::WORKER_RESTART_BACKOFF_MAX
-//! [`WORKER_RESTARTS_MAX`]: protocol::limits::WORKER_RESTARTS_MAX
-//! [`SUPERVISOR_QUEUE_MAX`]: protocol::limits::SUPERVISOR_QUEUE_MAX
-//! [`SUPERVISOR_QUEUE_MAX_BYTES`]: protocol::limits::SUPERVISOR_QUEUE_MAX_BYTES
+//! [`RETIRED_WORKER_POLL`]: crate::limits::RETIRED_WORKER_POLL
+//! [`RETIRED_WORKER_GRACE`]: crate::limits::RETIRED_WORKER_GRACE
+//! [`WORKER_RESTART_BACKOFF_MIN`]: crate::limits::WORKER_RESTART_BACKOFF_MIN
+//! [`WORKER_RESTART_BACKOFF_MAX`]: crate::limits::WORKER_RESTART_BACKOFF_MAX
+//! [`WORKER_RESTARTS_MAX`]: crate::limits::WORKER_RESTARTS_MAX
+//! [`SUPERVISOR_QUEUE_MAX`]: crate::limits::SUPERVISOR_QUEUE_MAX
+//! [`SUPERVISOR_QUEUE_MAX_BYTES`]: crate::limits::SUPERVISOR_QUEUE_MAX_BYTES
 //! [`CONCURRENT_TOOL_CALLS`]: protocol::limits::CONCURRENT_TOOL_CALLS
 //! [`SupervisorInfo`]: runtime::tools::info::SupervisorInfo
 
@@ -62,13 +62,16 @@ use std::{
     ffi::OsString,
     io,
     path::PathBuf,
-    sync::{Arc, Mutex, Weak},
+    sync::{Arc, Weak},
     time::Duration,
 };
+
+use lock::Lock;
 
 use protocol::{jsonrpc::code, limits::STDIO_LINE_MAX_BYTES};
 
 pub mod binary;
+pub mod limits;
 mod message;
 mod output;
 mod registry;
@@ -114,7 +117,7 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
     let (probe_tx, mut probes) = tokio::sync::mpsc::unbounded_channel::<Probe>();
     let out = ClientOut::stdout()?;
     let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
-        state: Mutex::new(State::new(config, me.clone())),
+        state: Lock::new(State::new(config, me.clone())),
         out,
         lines: std::sync::atomic::AtomicU64::new(0),
         probes: probe_tx,

@@ -2,158 +2,120 @@
 //! messages it writes itself. A forwarded message is passed on as the bytes it came as; only
 //! `initialize` and `server_info` answers are rewritten (the supervisor adds what it knows).
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use protocol::{
+    head::{Captures, Head},
     jsonrpc::{self, code},
     tool_error::ToolError,
 };
 
-/// The fields of a client message that decide where it goes. Everything else (a tool's
-/// arguments but a session id, a file's content) is skipped while parsing, not kept.
-#[derive(Debug, Default, Deserialize)]
+/// What a client message says about where it goes: its head ([`Head::parse`], read once per
+/// line), with the two `params` members routing needs beside it (a process session's id, a
+/// subscription's `toolsListChanged`). Everything else (a tool's arguments but a session id, a
+/// file's content) is skipped while parsing, not kept.
+#[derive(Debug)]
 pub(super) struct ClientHead {
-    /// The id of a request (or of a response to the server).
-    #[serde(default)]
-    pub(super) id: Option<Value>,
-    /// The method of a request or notification.
-    #[serde(default)]
-    pub(super) method: Option<String>,
-    #[serde(default)]
-    params: Option<ParamsHead>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct ParamsHead {
-    /// `tools/call`, `prompts/get`: the name.
-    #[serde(default)]
-    name: Option<Value>,
-    #[serde(default)]
-    arguments: Option<ArgsHead>,
-    /// `tasks/get`, `tasks/cancel`, `tasks/update`, `tasks/result`.
-    #[serde(default, rename = "taskId")]
-    task_id: Option<Value>,
-    /// `notifications/cancelled`.
-    #[serde(default, rename = "requestId")]
-    request_id: Option<Value>,
-    /// `subscriptions/listen`: the notification categories asked for.
-    #[serde(default)]
-    notifications: Option<FilterHead>,
-    /// The per-request fields of MCP 2026-07-28.
-    #[serde(default, rename = "_meta")]
-    meta: Option<MetaHead>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct FilterHead {
-    #[serde(default, rename = "toolsListChanged")]
-    tools_list_changed: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct MetaHead {
-    #[serde(default, rename = "io.modelcontextprotocol/protocolVersion")]
-    protocol_version: Option<Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct ArgsHead {
-    #[serde(default)]
+    head: Head,
+    /// `params.arguments.session_id`.
     session_id: Option<Value>,
+    /// `params.notifications.toolsListChanged`.
+    tools_list_changed: Option<Value>,
 }
+
+/// The `params` members [`ClientHead`] captures besides the head, in its fields' order.
+const CAPTURES: Captures<'static> = &[
+    &["arguments", "session_id"],
+    &["notifications", "toolsListChanged"],
+];
 
 impl ClientHead {
     /// Reads `line`; `None` when it is not a JSON object (the worker answers it).
     pub(super) fn parse(line: &[u8]) -> Option<Self> {
-        serde_json::from_slice(line).ok()
+        let (head, captured) = Head::parse_capturing(line, CAPTURES).ok()?;
+        let mut captured = captured.into_iter();
+        Some(Self {
+            head,
+            session_id: captured.next().flatten(),
+            tools_list_changed: captured.next().flatten(),
+        })
     }
 
     /// Whether this is a request (a method and an id).
     pub(super) fn is_request(&self) -> bool {
-        self.method.is_some() && self.id.is_some()
+        self.head.is_request()
+    }
+
+    /// Its id, when present and not null.
+    pub(super) fn id(&self) -> Option<&Value> {
+        self.head.id()
+    }
+
+    /// Its method.
+    pub(super) fn method(&self) -> Option<&str> {
+        self.head.method()
     }
 
     /// The tool a `tools/call` names.
     pub(super) fn tool(&self) -> Option<&str> {
-        if self.method.as_deref() != Some("tools/call") {
-            return None;
-        }
-        self.params.as_ref()?.name.as_ref()?.as_str()
+        self.head.tool()
     }
 
     /// The process session (`arguments.session_id` of a `tools/call`) or task (`taskId` of a
     /// `tasks/*` request) this message names: the handle that belongs to one worker.
     pub(super) fn handle(&self) -> Option<String> {
-        let p = self.params.as_ref()?;
         let v = if self.tool().is_some() {
-            p.arguments.as_ref()?.session_id.as_ref()?
-        } else if self
-            .method
-            .as_deref()
-            .is_some_and(|m| m.starts_with("tasks/"))
-        {
-            p.task_id.as_ref()?
+            self.session_id.as_ref()?
+        } else if self.method().is_some_and(|m| m.starts_with("tasks/")) {
+            self.head.task_id()?
         } else {
             return None;
         };
         v.as_str().map(str::to_owned)
     }
 
-    /// Whether this is a request of the MCP 2026-07-28 era other than `server/discover` (one
-    /// carrying the per-request protocol version): after one, the client speaks that era. A
-    /// `server/discover` alone says nothing: a client may probe with it and then `initialize`.
+    /// Whether this is a request of the MCP 2026-07-28 era other than `server/discover`
+    /// ([`Head::commits_to_modern`]): after one, the client speaks that era.
     pub(super) fn is_modern(&self) -> bool {
-        self.method.as_deref() != Some("server/discover")
-            && self
-                .params
-                .as_ref()
-                .and_then(|p| p.meta.as_ref())
-                .is_some_and(|m| m.protocol_version.is_some())
+        self.head.commits_to_modern()
     }
 
     /// Whether a `subscriptions/listen` asks for `toolsListChanged`.
     pub(super) fn wants_tools_list_changed(&self) -> bool {
-        self.method.as_deref() == Some("subscriptions/listen")
-            && self
-                .params
-                .as_ref()
-                .and_then(|p| p.notifications.as_ref())
-                .and_then(|n| n.tools_list_changed)
-                == Some(true)
+        self.head.is("subscriptions/listen") && self.tools_list_changed == Some(Value::Bool(true))
     }
 
     /// The request a `notifications/cancelled` cancels.
     pub(super) fn cancels(&self) -> Option<&Value> {
-        if self.method.as_deref() != Some("notifications/cancelled") {
-            return None;
-        }
-        self.params.as_ref()?.request_id.as_ref()
+        self.head.cancelled_request()
     }
 }
 
-/// The fields of a worker message the supervisor needs: its id and whether it has a method
-/// (a request or notification of the worker, rather than an answer).
+/// The fields of a worker message the supervisor needs: its id, whether it has a method (a
+/// request or notification of the worker, rather than an answer), and the subscription a
+/// `notifications/subscriptions/acknowledged` acknowledges (`_meta`
+/// `io.modelcontextprotocol/subscriptionId`, MCP 2026-07-28 Basic › Patterns › Subscriptions).
 #[derive(Debug, Default)]
 pub(super) struct WorkerHead {
     pub(super) id: Option<Value>,
     pub(super) has_method: bool,
+    pub(super) acknowledged: Option<Value>,
 }
 
 impl WorkerHead {
-    /// Reads the top-level keys of `line` without parsing the values it does not need (an
-    /// answer may carry megabytes of output).
+    /// Reads the top-level members of `line` lazily ([`Head::scan`]): the values it does not
+    /// need are skipped, not parsed (an answer may carry megabytes of output).
     pub(super) fn parse(line: &[u8]) -> Self {
-        let mut head = Self::default();
-        for pair in sonic_rs::to_object_iter(line) {
-            let Ok((key, value)) = pair else { break };
-            match &*key {
-                "id" => head.id = serde_json::from_str(value.as_raw_str()).ok(),
-                "method" => head.has_method = true,
-                _ => {}
-            }
+        let head = Head::scan(line);
+        let acknowledged = head
+            .is("notifications/subscriptions/acknowledged")
+            .then(|| head.meta().subscription_id().cloned())
+            .flatten();
+        Self {
+            id: head.id_member().cloned(),
+            has_method: head.has_method(),
+            acknowledged,
         }
-        head
     }
 }
 
@@ -170,22 +132,6 @@ pub(super) fn created_handle(line: &[u8]) -> Option<String> {
         return text(&["result", "taskId"]);
     }
     text(&["result", "structuredContent", "session_id"])
-}
-
-/// The subscription a notification belongs to (`_meta` `io.modelcontextprotocol/subscriptionId`,
-/// MCP 2026-07-28 Basic › Patterns › Subscriptions), when `line` is
-/// `notifications/subscriptions/acknowledged`.
-pub(super) fn acknowledged_subscription(line: &[u8]) -> Option<Value> {
-    let method = sonic_rs::get_from_slice(line, ["method"]).ok()?;
-    if method.as_raw_str() != "\"notifications/subscriptions/acknowledged\"" {
-        return None;
-    }
-    let id = sonic_rs::get_from_slice(
-        line,
-        ["params", "_meta", "io.modelcontextprotocol/subscriptionId"],
-    )
-    .ok()?;
-    serde_json::from_str(id.as_raw_str()).ok()
 }
 
 /// `line`, a subscription's acknowledgement, accepting `toolsListChanged` too (the supervisor
@@ -350,7 +296,8 @@ mod tests {
         let task = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working"}}"#;
         assert_eq!(created_handle(task).as_deref(), Some("t1"));
         let sub = br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{},"_meta":{"io.modelcontextprotocol/subscriptionId":"s1"}}}"#;
-        assert_eq!(acknowledged_subscription(sub), Some(json!("s1")));
+        assert_eq!(WorkerHead::parse(sub).acknowledged, Some(json!("s1")));
+        assert_eq!(WorkerHead::parse(note).acknowledged, None);
         let v: Value = serde_json::from_slice(&acknowledging_tools(sub).unwrap()).unwrap();
         assert_eq!(v["params"]["notifications"]["toolsListChanged"], true);
     }

@@ -6,15 +6,14 @@
 use std::{
     fs::File,
     io::{self, Write},
-    sync::{
-        Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::atomic::{AtomicBool, Ordering},
 };
+
+use lock::Lock;
 
 /// The writer of the client's stdout.
 pub(super) struct ClientOut {
-    out: Mutex<io::BufWriter<File>>,
+    out: Lock<io::BufWriter<File>>,
     closed: AtomicBool,
 }
 
@@ -26,7 +25,7 @@ impl ClientOut {
     pub(super) fn stdout() -> io::Result<Self> {
         runtime::pipe::widen(std::os::fd::AsFd::as_fd(&io::stdout()));
         Ok(Self {
-            out: Mutex::new(io::BufWriter::with_capacity(
+            out: Lock::new(io::BufWriter::with_capacity(
                 64 * 1024,
                 runtime::mcp::stdio::raw_stdout()?,
             )),
@@ -40,7 +39,7 @@ impl ClientOut {
         if self.closed() {
             return;
         }
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = self.out.lock();
         // Through the buffer a line and its `\n` leave in one write (a longer line than the
         // buffer goes out directly, its `\n` with the flush).
         let ok = out.write_all(line).is_ok() && out.write_all(b"\n").is_ok() && out.flush().is_ok();

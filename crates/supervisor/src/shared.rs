@@ -3,9 +3,11 @@
 //! runs; [`IdleTrim`], when the heap goes back to the system.
 
 use std::{
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, MutexGuard},
     time::Duration,
 };
+
+use lock::Lock;
 
 use tokio::time::Instant;
 
@@ -38,7 +40,7 @@ pub(crate) enum Out {
 /// The routing state, and the client's stdout, shared by the stdin thread, the workers' reader
 /// threads and the control task.
 pub(crate) struct Shared {
-    pub(crate) state: Mutex<State>,
+    pub(crate) state: Lock<State>,
     pub(crate) out: ClientOut,
     /// Lines forwarded so far (either way): the control task trims the heap once it stops
     /// changing ([`IdleTrim`]).
@@ -49,7 +51,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     pub(crate) fn send_client(&self, line: &[u8]) {

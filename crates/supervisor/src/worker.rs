@@ -14,10 +14,12 @@ use std::{
     io::{BufReader, IoSlice, Write},
     path::Path,
     process::{Child, ChildStdin, ChildStdout, Stdio},
-    sync::{Arc, Mutex, PoisonError},
+    sync::Arc,
 };
 
-use protocol::limits::WORKER_LINE_MAX_BYTES;
+use lock::Lock;
+
+use crate::limits::WORKER_LINE_MAX_BYTES;
 
 /// Where a worker's lines and exit go (the supervisor).
 pub(super) trait Sink: Send + Sync + 'static {
@@ -38,9 +40,9 @@ pub(super) struct Worker {
     /// The version it was started as (the binary's `--version`, or this build's for the first).
     pub(super) version: String,
     /// Its stdin; `None` once closed (it then ends when it has answered).
-    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    stdin: Arc<Lock<Option<ChildStdin>>>,
     /// The queue of its writer thread for [`Worker::send_later`], started on first use.
-    later: Mutex<Option<std::sync::mpsc::Sender<Vec<u8>>>>,
+    later: Lock<Option<std::sync::mpsc::Sender<Vec<u8>>>>,
 }
 
 impl Worker {
@@ -73,8 +75,8 @@ impl Worker {
             generation,
             pid,
             version,
-            stdin: Arc::new(Mutex::new(Some(stdin))),
-            later: Mutex::new(None),
+            stdin: Arc::new(Lock::new(Some(stdin))),
+            later: Lock::new(None),
         });
         let spawned = std::thread::Builder::new()
             .name(format!("worker-{generation}-reader"))
@@ -97,7 +99,7 @@ impl Worker {
     /// worker can no longer take is dropped: its request, still in flight, is answered when the
     /// worker's exit is reported.
     pub(super) fn send_later(&self, line: Vec<u8>) {
-        let mut later = self.later.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut later = self.later.lock();
         if later.is_none() {
             let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
             let stdin = self.stdin.clone();
@@ -126,8 +128,8 @@ impl Worker {
 
     /// Closes the worker's stdin: it finishes what it has and exits.
     pub(super) fn close_input(&self) {
-        *self.later.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        *self.stdin.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *self.later.lock() = None;
+        *self.stdin.lock() = None;
     }
 
     /// Closes the worker's stdin and sends it SIGTERM: it ends its process sessions and exits,
@@ -157,8 +159,8 @@ impl Worker {
 
 /// Writes `line` and a `\n` to `stdin` (blocking while its pipe is full); `false` when it is
 /// closed or the write failed (then it is closed).
-fn write_line(stdin: &Mutex<Option<ChildStdin>>, line: &[u8]) -> bool {
-    let mut guard = stdin.lock().unwrap_or_else(PoisonError::into_inner);
+fn write_line(stdin: &Lock<Option<ChildStdin>>, line: &[u8]) -> bool {
+    let mut guard = stdin.lock();
     let Some(pipe) = guard.as_mut() else {
         return false;
     };

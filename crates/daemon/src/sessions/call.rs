@@ -1,10 +1,9 @@
 //! Calls (`call`, link revision 2): one MCP 2026-07-28 request served without a session,
 //! hosted under its `sid` like a session and ended by its response (or its cancellation).
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, sync::Arc};
+
+use lock::Lock;
 
 use rmcp::{ServiceExt, model::ClientJsonRpcMessage};
 use runtime::{McpServer, Principal};
@@ -14,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::{
     frame::RUNTIME_SERVER,
+    head::result::{Completion, complete},
     ids::SessionId,
     jsonrpc::{IdKey, code},
 };
@@ -49,10 +49,12 @@ impl HostedSessions {
             tracing::warn!(sid = %sid.log_tag(), "a call frame without a request; ignored");
             return;
         };
-        let full = match self.hosts.lock() {
-            Ok(h) if h.contains_key(sid) => return,
-            Ok(h) => h.len() >= MAX_SESSIONS,
-            Err(_) => return,
+        let full = {
+            let h = self.hosts.lock();
+            if h.contains_key(sid) {
+                return;
+            }
+            h.len() >= MAX_SESSIONS
         };
         let runtime = server == RUNTIME_SERVER;
         let upstream = (!runtime)
@@ -69,8 +71,8 @@ impl HostedSessions {
             role: crate::role_named(role),
             upstream_tools: upstream.as_ref().map(|(_, ro)| ro.clone()),
             input,
-            out: Mutex::new(Retention::default()),
-            inflight: Mutex::new(HashMap::from([(
+            out: Lock::new(Retention::default()),
+            inflight: Lock::new(HashMap::from([(
                 IdKey::of(&id),
                 (id.clone(), method.clone()),
             )])),
@@ -80,9 +82,7 @@ impl HostedSessions {
                 id: id.clone(),
             }),
         });
-        if let Ok(mut h) = self.hosts.lock() {
-            h.insert(sid.clone(), host.clone());
-        }
+        self.hosts.lock().insert(sid.clone(), host.clone());
         self.attach_host(&host);
         let immediate = if full {
             Some(bridge::error(
@@ -125,7 +125,7 @@ impl HostedSessions {
         }
         if let Some(mut denied) = denial(&host, &message) {
             if let Some(r) = denied.get_mut("result") {
-                bridge::complete_result(&method, r);
+                complete(r, &Completion::live(&method));
             }
             self.emit(&host, denied, None);
             return;
@@ -225,9 +225,7 @@ impl HostedSessions {
     /// Marks a call's output complete (nothing more is emitted) and stops what serves it.
     pub(super) fn end_call(&self, h: &Host) {
         if h.call.is_some() {
-            if let Ok(mut r) = h.out.lock() {
-                r.ended = true;
-            }
+            h.out.lock().ended = true;
             h.stop.cancel();
         }
     }

@@ -34,8 +34,10 @@ mod upstream;
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex},
+    sync::Arc,
 };
+
+use lock::Lock;
 
 use rmcp::model::ClientJsonRpcMessage;
 use runtime::Runtime;
@@ -74,9 +76,9 @@ pub(crate) struct Host {
     role: Role,
     upstream_tools: Option<Arc<HashSet<String>>>,
     input: Input,
-    out: Mutex<Retention>,
+    out: Lock<Retention>,
     /// Client requests forwarded and not yet answered: key → (id, method).
-    inflight: Mutex<HashMap<IdKey, (Value, String)>>,
+    inflight: Lock<HashMap<IdKey, (Value, String)>>,
     stop: CancellationToken,
     /// Set when this host serves one `call` instead of a session.
     call: Option<CallOf>,
@@ -95,8 +97,8 @@ impl Host {
 }
 /// All sessions (and calls) this daemon instance hosts for the relay.
 pub struct HostedSessions {
-    hosts: Mutex<HashMap<SessionId, Arc<Host>>>,
-    link: Mutex<LinkSlot>,
+    hosts: Lock<HashMap<SessionId, Arc<Host>>>,
+    link: Lock<LinkSlot>,
     runtime: Arc<Runtime>,
     upstreams: HashMap<String, (UpstreamSpec, Arc<HashSet<String>>)>,
     pool: bridge::Pool,
@@ -123,8 +125,8 @@ impl HostedSessions {
         pool: bridge::Pool,
     ) -> Arc<Self> {
         Arc::new(Self {
-            hosts: Mutex::new(HashMap::new()),
-            link: Mutex::new(LinkSlot::default()),
+            hosts: Lock::new(HashMap::new()),
+            link: Lock::new(LinkSlot::default()),
             runtime,
             upstreams: upstreams
                 .into_iter()
@@ -137,7 +139,8 @@ impl HostedSessions {
     /// Ends session or call `sid` (its server is stopped; an unanswered call is cancelled, and
     /// for an answered one this only drops its retained response).
     pub fn close(&self, sid: &SessionId) {
-        if let Some(h) = self.hosts.lock().ok().and_then(|mut m| m.remove(sid)) {
+        let removed = self.hosts.lock().remove(sid);
+        if let Some(h) = removed {
             self.end_call(&h);
             h.stop.cancel();
         }
@@ -145,11 +148,7 @@ impl HostedSessions {
 
     /// Ends every session.
     pub fn close_all(&self) {
-        let all: Vec<Arc<Host>> = self
-            .hosts
-            .lock()
-            .map(|mut m| m.drain().map(|(_, h)| h).collect())
-            .unwrap_or_default();
+        let all: Vec<Arc<Host>> = self.hosts.lock().drain().map(|(_, h)| h).collect();
         for h in all {
             self.end_call(&h);
             h.stop.cancel();
@@ -161,7 +160,7 @@ impl HostedSessions {
     pub fn requests_in_flight(&self) -> usize {
         self.host_list()
             .iter()
-            .map(|h| h.inflight.lock().map(|f| f.len()).unwrap_or(0))
+            .map(|h| h.inflight.lock().len())
             .sum()
     }
 
@@ -170,32 +169,25 @@ impl HostedSessions {
     pub fn unacknowledged(&self) -> usize {
         self.host_list()
             .iter()
-            .map(|h| h.out.lock().map(|r| r.unacked.len()).unwrap_or(0))
+            .map(|h| h.out.lock().outbox.len())
             .sum()
     }
 
     /// The hosted sessions and calls now (a snapshot, so no lock is held while each is read).
     fn host_list(&self) -> Vec<Arc<Host>> {
-        self.hosts
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        self.hosts.lock().values().cloned().collect()
     }
 
     /// Hosted sessions and single calls: `(sessions, calls)`.
     pub fn counts(&self) -> (usize, usize) {
-        self.hosts
-            .lock()
-            .map(|m| {
-                let calls = m.values().filter(|h| h.call.is_some()).count();
-                (m.len() - calls, calls)
-            })
-            .unwrap_or((0, 0))
+        let m = self.hosts.lock();
+        let calls = m.values().filter(|h| h.call.is_some()).count();
+        (m.len() - calls, calls)
     }
 
     /// Sessions hosted.
     pub fn len(&self) -> usize {
-        self.hosts.lock().map(|m| m.len()).unwrap_or(0)
+        self.hosts.lock().len()
     }
 
     /// Whether no session is hosted.
@@ -204,18 +196,13 @@ impl HostedSessions {
     }
 
     pub(super) fn host(&self, sid: &SessionId) -> Option<Arc<Host>> {
-        self.hosts.lock().ok()?.get(sid).cloned()
+        self.hosts.lock().get(sid).cloned()
     }
 
     /// A session's server stopped on its own.
     pub(super) fn ended(&self, sid: &SessionId, reason: &str) {
-        if self
-            .hosts
-            .lock()
-            .ok()
-            .and_then(|mut m| m.remove(sid))
-            .is_some()
-        {
+        let removed = self.hosts.lock().remove(sid);
+        if removed.is_some() {
             self.send_closed(sid, reason);
         }
     }

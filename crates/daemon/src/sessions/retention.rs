@@ -1,18 +1,17 @@
 //! Retention and replay: every message a session or call sends gets the next sequence number of
-//! its session and is retained until the relay acknowledges it (`ack`, cumulative); a `resume`
+//! its session and is retained until the relay acknowledges it (`ack`, cumulative), in the
+//! session's [`Outbox`] (the link's delivery contract, `protocol::delivery`); a `resume`
 //! ends what the relay no longer awaits, answers what it awaits but this daemon does not hold,
 //! and replays each kept session's unacknowledged messages, in order, before anything new.
 
-use std::{
-    collections::{HashSet, VecDeque},
-    sync::Arc,
-};
+use std::{collections::HashSet, sync::Arc};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use protocol::{
+    delivery::Outbox,
     frame::{DaemonFrame, ResumeRequest},
     ids::SessionId,
     jsonrpc::{self, IdKey, code},
@@ -25,11 +24,10 @@ use crate::servers;
 /// Bytes of unacknowledged output kept per session; beyond it the oldest is dropped (and logged).
 const RETAINED_MAX_BYTES: usize = 64 * 1024 * 1024;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Retention {
-    pub(super) next_seq: u64,
-    pub(super) unacked: VecDeque<(u64, Option<Value>, Value, usize)>,
-    pub(super) bytes: usize,
+    /// Numbered, unacknowledged messages: (related request id, message), sized as serialized.
+    pub(super) outbox: Outbox<(Option<Value>, Value)>,
     /// Link epoch this session's output is being sent on (0 = none).
     pub(super) epoch: u64,
     pub(super) swallow: Option<IdKey>,
@@ -38,6 +36,18 @@ pub(super) struct Retention {
     pub(super) ended: bool,
     /// The sequence number of a call's response.
     pub(super) done_seq: Option<u64>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            outbox: Outbox::new(RETAINED_MAX_BYTES),
+            epoch: 0,
+            swallow: None,
+            ended: false,
+            done_seq: None,
+        }
+    }
 }
 
 /// Current link: its epoch and frame sender.
@@ -53,19 +63,12 @@ pub(super) struct LinkSlot {
 impl HostedSessions {
     /// The relay committed session `sid`'s messages up to `seq`.
     pub fn ack(&self, sid: &SessionId, seq: u64) {
-        if let Some(h) = self.host(sid)
-            && let Ok(mut r) = h.out.lock()
-        {
-            while r.unacked.front().is_some_and(|(s, ..)| *s <= seq) {
-                if let Some((.., n)) = r.unacked.pop_front() {
-                    r.bytes -= n;
-                }
-            }
+        if let Some(h) = self.host(sid) {
+            let mut r = h.out.lock();
+            r.outbox.ack(seq);
             if r.done_seq.is_some_and(|d| d <= seq) {
                 drop(r);
-                if let Ok(mut m) = self.hosts.lock() {
-                    m.remove(sid);
-                }
+                self.hosts.lock().remove(sid);
             }
         }
     }
@@ -77,10 +80,7 @@ impl HostedSessions {
     /// acknowledged: each reconnect makes progress) and then reconnects, and the next `resume`
     /// sends every unacknowledged message again.
     pub fn link_broken(&self) -> CancellationToken {
-        self.link
-            .lock()
-            .map(|l| l.broken.clone())
-            .unwrap_or_default()
+        self.link.lock().broken.clone()
     }
 
     /// Queues `frame` on the current link (`tx`). Returns false when it does not fit: the
@@ -92,9 +92,7 @@ impl HostedSessions {
                 tracing::warn!(
                     "the relay link's send queue is full; reconnecting once it drains, to send the rest again"
                 );
-                if let Ok(l) = self.link.lock() {
-                    l.broken.cancel();
-                }
+                self.link.lock().broken.cancel();
                 false
             }
             _ => true,
@@ -103,9 +101,7 @@ impl HostedSessions {
 
     /// The link is gone: keep everything, send nothing until a link is resumed.
     pub fn detach(&self) {
-        if let Ok(mut l) = self.link.lock() {
-            l.tx = None;
-        }
+        self.link.lock().tx = None;
     }
 
     /// A new link is ready after `resume`: sessions not in `keep` are ended, in-flight requests
@@ -123,7 +119,8 @@ impl HostedSessions {
             .iter()
             .map(|r| (r.sid.clone(), r.id.key()))
             .collect();
-        if let Ok(mut l) = self.link.lock() {
+        {
+            let mut l = self.link.lock();
             l.epoch += 1;
             l.tx = Some(tx);
             l.broken = CancellationToken::new();
@@ -146,13 +143,10 @@ impl HostedSessions {
             let stale: Vec<Value> = h
                 .inflight
                 .lock()
-                .map(|f| {
-                    f.iter()
-                        .filter(|(k, _)| !keep_req.contains(&(h.sid.clone(), (*k).clone())))
-                        .map(|(_, (id, _))| id.clone())
-                        .collect()
-                })
-                .unwrap_or_default();
+                .iter()
+                .filter(|(k, _)| !keep_req.contains(&(h.sid.clone(), (*k).clone())))
+                .map(|(_, (id, _))| id.clone())
+                .collect();
             for id in stale {
                 self.rpc(
                     &h.sid,
@@ -199,14 +193,15 @@ impl HostedSessions {
                 continue;
             }
             let key = r.id.key();
-            // Under `out`, as `emit` moves a request from `inflight` to `unacked`.
-            let held = h.out.lock().is_ok_and(|o| {
-                h.inflight.lock().is_ok_and(|f| f.contains_key(&key))
-                    || o.unacked.iter().any(|(_, _, m, _)| {
+            // Under `out`, as `emit` moves a request from `inflight` to the outbox.
+            let held = {
+                let o = h.out.lock();
+                h.inflight.lock().contains_key(&key)
+                    || o.outbox.unacked().any(|(_, (_, m))| {
                         m.get("method").is_none()
                             && m.get("id").is_some_and(|id| IdKey::of(id) == key)
                     })
-            });
+            };
             if held {
                 continue;
             }
@@ -225,18 +220,18 @@ impl HostedSessions {
 
     /// Replays `h`'s unacknowledged output on the current link and attaches it to its epoch.
     pub(super) fn attach_host(&self, h: &Host) {
-        let (epoch, tx) = match self.link.lock() {
-            Ok(l) => (l.epoch, l.tx.clone()),
-            Err(_) => return,
+        let (epoch, tx) = {
+            let l = self.link.lock();
+            (l.epoch, l.tx.clone())
         };
         let Some(tx) = tx else { return };
-        let Ok(mut r) = h.out.lock() else { return };
-        for (seq, related, message, _) in &r.unacked {
+        let mut r = h.out.lock();
+        for (seq, (related, message)) in r.outbox.unacked() {
             let sent = self.send_on(
                 &tx,
                 DaemonFrame::Rpc {
                     sid: h.sid.clone(),
-                    seq: *seq,
+                    seq,
                     related: related.clone(),
                     message: message.clone(),
                 },
@@ -259,19 +254,14 @@ impl HostedSessions {
             // Everything a call's server sends belongs to its one request.
             related = Some(c.id.clone());
         }
-        // The request leaves `inflight` and its response enters `unacked` under the one `out`
+        // The request leaves `inflight` and its response enters the outbox under the one `out`
         // lock (order: `out`, then `inflight`), so a `resume` (`answer_unheld`) always finds it
         // in one of them.
-        let Ok(mut r) = h.out.lock() else { return };
+        let mut r = h.out.lock();
         let mut method = None;
         if is_response && let Some(id) = message.get("id") {
             let key = IdKey::of(id);
-            method = h
-                .inflight
-                .lock()
-                .ok()
-                .and_then(|mut f| f.remove(&key))
-                .map(|(_, m)| m);
+            method = h.inflight.lock().remove(&key).map(|(_, m)| m);
             if h.upstream_tools.is_some()
                 && method.as_deref() == Some("tools/list")
                 && let Some(result) = message.get("result")
@@ -291,30 +281,23 @@ impl HostedSessions {
             r.swallow = None;
             return;
         }
-        r.next_seq += 1;
-        let seq = r.next_seq;
         let answered = is_response
             && h.call
                 .as_ref()
                 .is_some_and(|c| message.get("id").map(IdKey::of).as_ref() == Some(&c.key));
+        let pushed = r.outbox.push((related.clone(), message.clone()), size);
+        let seq = pushed.seq;
         if answered {
             r.ended = true;
             r.done_seq = Some(seq);
         }
-        r.unacked
-            .push_back((seq, related.clone(), message.clone(), size));
-        r.bytes += size;
-        while r.bytes > RETAINED_MAX_BYTES {
-            if let Some((s, .., n)) = r.unacked.pop_front() {
-                r.bytes -= n;
-                tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
-            }
+        for s in pushed.dropped {
+            tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");
         }
-        let tx = self
-            .link
-            .lock()
-            .ok()
-            .and_then(|l| (l.epoch == r.epoch).then(|| l.tx.clone()).flatten());
+        let tx = {
+            let l = self.link.lock();
+            (l.epoch == r.epoch).then(|| l.tx.clone()).flatten()
+        };
         if let Some(tx) = tx {
             let sent = self.send_on(
                 &tx,
@@ -338,7 +321,7 @@ impl HostedSessions {
     }
 
     pub(super) fn send_closed(&self, sid: &SessionId, reason: &str) {
-        let tx = self.link.lock().ok().and_then(|l| l.tx.clone());
+        let tx = self.link.lock().tx.clone();
         if let Some(tx) = tx {
             let _ = tx.try_send(DaemonFrame::Closed {
                 sid: sid.clone(),

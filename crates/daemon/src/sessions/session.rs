@@ -2,10 +2,9 @@
 //! upstream child — started for the relay's `open`, and the client messages (`rpc`) it takes,
 //! recorded in flight and filtered by role before they reach the server.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, sync::Arc};
+
+use lock::Lock;
 
 use rmcp::{ServiceExt, model::ClientJsonRpcMessage};
 use runtime::{McpServer, Principal};
@@ -35,19 +34,19 @@ impl HostedSessions {
         role: &str,
         initialize: Value,
     ) {
-        match self.hosts.lock() {
-            Ok(h) if h.contains_key(sid) => return,
-            Ok(h) if h.len() >= MAX_SESSIONS => {
-                drop(h);
-                self.send_closed(
-                    sid,
-                    &format!("this daemon already hosts {MAX_SESSIONS} sessions"),
-                );
-                return;
-            }
-            Ok(_) => {}
-            Err(_) => return,
+        let hosts = self.hosts.lock();
+        if hosts.contains_key(sid) {
+            return;
         }
+        if hosts.len() >= MAX_SESSIONS {
+            drop(hosts);
+            self.send_closed(
+                sid,
+                &format!("this daemon already hosts {MAX_SESSIONS} sessions"),
+            );
+            return;
+        }
+        drop(hosts);
         let stop = CancellationToken::new();
         let swallow = initialize.get("id").map(IdKey::of);
         let host = if server == RUNTIME_SERVER {
@@ -57,11 +56,11 @@ impl HostedSessions {
                 role: crate::role_named(role),
                 upstream_tools: None,
                 input: Input::Runtime(tx),
-                out: Mutex::new(Retention {
+                out: Lock::new(Retention {
                     swallow,
                     ..Default::default()
                 }),
-                inflight: Mutex::new(HashMap::new()),
+                inflight: Lock::new(HashMap::new()),
                 stop: stop.clone(),
                 call: None,
             });
@@ -107,11 +106,11 @@ impl HostedSessions {
                 role: crate::role_named(role),
                 upstream_tools: Some(read_only.clone()),
                 input: Input::Upstream(tx),
-                out: Mutex::new(Retention {
+                out: Lock::new(Retention {
                     swallow,
                     ..Default::default()
                 }),
-                inflight: Mutex::new(HashMap::new()),
+                inflight: Lock::new(HashMap::new()),
                 stop: stop.clone(),
                 call: None,
             });
@@ -124,9 +123,7 @@ impl HostedSessions {
             ));
             host
         };
-        if let Ok(mut h) = self.hosts.lock() {
-            h.insert(sid.clone(), host.clone());
-        }
+        self.hosts.lock().insert(sid.clone(), host.clone());
         self.attach_host(&host);
         self.rpc(sid, initialize);
     }
@@ -152,9 +149,7 @@ impl HostedSessions {
             {
                 tracing::debug!(%sid, "call cancelled by the client");
                 self.end_call(&host);
-                if let Ok(mut m) = self.hosts.lock() {
-                    m.remove(sid);
-                }
+                self.hosts.lock().remove(sid);
             } else {
                 tracing::debug!(%sid, ?method, "ignoring a client message for a call");
             }
@@ -165,15 +160,14 @@ impl HostedSessions {
                 self.emit(&host, denied, None);
                 return;
             }
-            if let Ok(mut f) = host.inflight.lock() {
-                f.insert(IdKey::of(id), (id.clone(), m.clone()));
-            }
+            host.inflight
+                .lock()
+                .insert(IdKey::of(id), (id.clone(), m.clone()));
         }
         if method.as_deref() == Some("notifications/cancelled")
             && let Some(rid) = message.pointer("/params/requestId")
-            && let Ok(mut f) = host.inflight.lock()
         {
-            f.remove(&IdKey::of(rid));
+            host.inflight.lock().remove(&IdKey::of(rid));
         }
         match &host.input {
             Input::Runtime(tx) => match serde_json::from_value::<ClientJsonRpcMessage>(message) {

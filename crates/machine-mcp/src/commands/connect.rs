@@ -126,7 +126,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
     ));
     let mut pending: Option<upgrade::Upgrade> = None;
     // When a pending upgrade last said what it waits for.
-    let told = std::sync::Mutex::new(None);
+    let told = lock::Lock::new(None);
     let r = loop {
         let rt = match runtime.take() {
             Some(rt) => rt,
@@ -236,7 +236,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
                                 new = %u.version,
                                 "a new binary is installed: the daemon restarts into it once no call, process session or task would be lost"
                             );
-                            *told.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                            *told.lock() = None;
                         }
                     }
                     pending = Some(u);

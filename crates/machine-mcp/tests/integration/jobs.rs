@@ -15,7 +15,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-use protocol::limits::{
+use runtime::limits::{
     JOB_DEPENDS_MAX, JOB_FINALLY_STEPS_MAX, JOB_STDIN_MAX_BYTES, JOB_STEP_TIMEOUT_MAX,
     JOB_STEPS_MAX, JOB_TEMP_FILES_MAX, JOB_TEMP_FILES_MAX_BYTES, JOBS_RUNNING_MAX,
 };

@@ -10,7 +10,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use protocol::limits::{KNOWLEDGE_SEARCH_RESULTS_MAX, RESULT_TEXT_DEFAULT_CHARS};
+use runtime::{limits::KNOWLEDGE_SEARCH_RESULTS_MAX, limits::RESULT_TEXT_DEFAULT_CHARS};
 use serde_json::{Value, json};
 
 use super::util::{Server, Tree, parse_reply};

@@ -287,7 +287,7 @@ fn run_session_to_exit(s: &mut Server, argv: Value) -> String {
 /// (300 short sessions took the server from 13 MB to 787 MB).
 #[test]
 fn exited_sessions_are_bounded_in_count_and_bytes_and_the_oldest_goes_first() {
-    use protocol::limits::{
+    use runtime::limits::{
         EXITED_SESSIONS_MAX, EXITED_SESSIONS_OUTPUT_MAX_BYTES, SESSION_OUTPUT_RETAINED_BYTES,
     };
     let t = Tree::new();

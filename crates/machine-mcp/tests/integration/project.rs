@@ -174,7 +174,7 @@ fn the_overview_reports_git_build_systems_names_ci_hints_and_docs_but_no_bodies(
         }
         assert!(strings(&o["commands"]).contains(&"greet".to_owned()));
         // The text says the same, within its bound, and no body or dependency value appears.
-        assert!(r.text.len() <= protocol::limits::PROJECT_OVERVIEW_MAX_BYTES);
+        assert!(r.text.len() <= runtime::limits::PROJECT_OVERVIEW_MAX_BYTES);
         assert!(!r.text.contains(SECRET), "{}", r.text);
         assert!(!o.to_string().contains(SECRET), "{o}");
         for needle in [
@@ -209,7 +209,7 @@ fn the_overview_text_stays_within_its_bound_and_says_when_it_was_cut() {
     let o = full.ok();
     assert_eq!(system(o, "node")["names"].as_array().unwrap().len(), 400);
     assert_eq!(o["text_cut"], true);
-    assert!(full.text.len() <= protocol::limits::PROJECT_OVERVIEW_MAX_BYTES);
+    assert!(full.text.len() <= runtime::limits::PROJECT_OVERVIEW_MAX_BYTES);
     assert!(
         full.text.contains("[cut at the 16 KiB bound"),
         "{}",
@@ -443,7 +443,7 @@ fn a_package_json_that_is_not_json_is_a_problem_and_the_rest_is_served() {
     // A makefile over the bound is a problem too; the other aliases stay.
     t.write(
         "Makefile",
-        vec![b'#'; protocol::limits::PROJECT_FILE_MAX_BYTES + 1],
+        vec![b'#'; runtime::limits::PROJECT_FILE_MAX_BYTES + 1],
     );
     t.write("Cargo.toml", "[package]\nname = \"x\"\n");
     let l = s.call("list_commands", json!({}));
@@ -544,7 +544,7 @@ fn every_command_is_listed_page_by_page_and_each_runs_by_name() {
         assert_eq!(l["offset"], offset);
         let names = names_of(l);
         assert!(
-            !names.is_empty() && names.len() <= protocol::limits::COMMANDS_MAX,
+            !names.is_empty() && names.len() <= runtime::limits::COMMANDS_MAX,
             "{}",
             names.len()
         );

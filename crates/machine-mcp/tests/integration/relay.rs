@@ -1088,7 +1088,8 @@ fn remote_server_info_reports_the_read_cap_that_fits_a_relay_frame_and_read_file
 /// leave `OWNER_RESERVED_CALLS` slots free, and the owner still gets service.
 #[test]
 fn one_principal_cannot_take_every_call_slot_and_the_owner_always_gets_one() {
-    use protocol::limits::{CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, OWNER_RESERVED_CALLS};
+    use protocol::limits::CONCURRENT_TOOL_CALLS;
+    use runtime::{limits::CALLS_PER_PRINCIPAL, limits::OWNER_RESERVED_CALLS};
     let s = setup();
     let url = mcp_url(&s.relay, "b1");
     let op1 = s.relay.token("b1", "operator");

@@ -206,12 +206,12 @@ fn peak_rss(pid: u32) -> u64 {
 
 /// Issue 11 item 4: a 100,000-line `.gitignore` cost ~16 KB of memory per pattern and call
 /// (1.6 GB for one `list_files`). It is applied up to the pattern cap
-/// (`protocol::limits::IGNORE_FILE_MAX_PATTERNS`, 10,000): the result names the file and the cap,
+/// (`runtime::limits::IGNORE_FILE_MAX_PATTERNS`, 10,000): the result names the file and the cap,
 /// patterns past it do not apply, and the server's peak memory stays bounded while list_files
 /// and four parallel searches share one compiled matcher.
 #[test]
 fn an_oversized_gitignore_is_applied_up_to_the_cap_with_a_note_and_bounded_memory() {
-    const PATTERN_CAP: usize = 10_000; // protocol::limits::IGNORE_FILE_MAX_PATTERNS
+    const PATTERN_CAP: usize = 10_000; // runtime::limits::IGNORE_FILE_MAX_PATTERNS
     let t = Tree::new();
     let mut gitignore: String = (0..100_000).map(|i| format!("build-{i}/*.log\n")).collect();
     gitignore.push_str("late.txt\n");

@@ -12,7 +12,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use protocol::limits::{
+use runtime::limits::{
     ERROR_TEXT_MAX_CHARS, GIT_DIFF_MAX_BYTES, READ_HARD_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS,
     RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS, TOOL_DESCRIPTION_MAX_CHARS,
 };

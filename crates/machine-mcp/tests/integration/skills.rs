@@ -276,7 +276,7 @@ fn a_bundle_linked_out_of_the_workspace_is_refused_under_agent_and_followed_unde
 
 #[test]
 fn a_skill_directory_with_100000_files_is_listed_and_loaded_within_bounds() {
-    use protocol::limits::{SKILL_INVENTORY_MAX, SKILL_SCAN_MAX_ENTRIES};
+    use runtime::{limits::SKILL_INVENTORY_MAX, limits::SKILL_SCAN_MAX_ENTRIES};
     let t = Tree::new();
     skill(
         &t,
@@ -335,7 +335,7 @@ fn a_skill_directory_with_100000_files_is_listed_and_loaded_within_bounds() {
         "{}",
         &r.text[r.text.len().saturating_sub(500)..]
     );
-    assert!(r.text.len() <= protocol::limits::RESULT_TEXT_DEFAULT_CHARS);
+    assert!(r.text.len() <= runtime::limits::RESULT_TEXT_DEFAULT_CHARS);
 }
 
 #[test]
@@ -505,7 +505,7 @@ fn a_nearer_root_shadows_a_same_named_skill_of_the_project_root() {
 
 #[test]
 fn a_large_skill_md_is_cut_with_a_note_and_front_matter_past_the_bound_is_a_problem() {
-    use protocol::limits::SKILL_FILE_MAX_BYTES;
+    use runtime::limits::SKILL_FILE_MAX_BYTES;
     let t = Tree::new();
     let body = "Step: do the thing carefully.\n".repeat(2_000);
     skill(&t, ".agents/skills/long", "long", "A long manual", &body);

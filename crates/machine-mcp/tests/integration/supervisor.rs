@@ -10,14 +10,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use protocol::{
-    jsonrpc::code,
-    limits::{
-        RETIRED_WORKER_POLL, SUPERVISOR_QUEUE_MAX, UPGRADE_CHECK_INTERVAL,
-        WORKER_RESTART_BACKOFF_MAX, WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX,
-    },
-};
+use protocol::{jsonrpc::code, limits::UPGRADE_CHECK_INTERVAL};
 use serde_json::{Value, json};
+use supervisor::limits::{
+    RETIRED_WORKER_POLL, SUPERVISOR_QUEUE_MAX, WORKER_RESTART_BACKOFF_MAX,
+    WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX,
+};
 
 use crate::util::{
     NEWER_STAMP, RESPONSE_TIMEOUT, Reply, Server, Tree, alive, bin, newer_build, parse_reply,

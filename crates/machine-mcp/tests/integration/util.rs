@@ -355,7 +355,7 @@ pub(crate) fn parse_reply(resp: &Value, schema: Option<&Value>) -> Reply {
         );
         let text = content[0]["text"].as_str().expect("error text");
         assert!(
-            text.len() < protocol::limits::ERROR_TEXT_MAX_CHARS,
+            text.len() < runtime::limits::ERROR_TEXT_MAX_CHARS,
             "error text of {} characters",
             text.len()
         );
@@ -393,7 +393,7 @@ pub(crate) fn parse_reply(resp: &Value, schema: Option<&Value>) -> Reply {
         let summary = text.split('\n').next().unwrap_or("");
         assert!(
             !summary.is_empty()
-                && summary.len() <= protocol::limits::RESULT_SUMMARY_MAX_CHARS
+                && summary.len() <= runtime::limits::RESULT_SUMMARY_MAX_CHARS
                 && text.contains('\n'),
             "the text starts with a summary line: {}",
             &text[..text.len().min(300)]

@@ -18,7 +18,8 @@ use protocol::{
 };
 
 use super::{Catalog, Hub, Session, link_state::LinkState};
-use crate::{lock::Lock, metrics::Metrics};
+use crate::metrics::Metrics;
+use lock::Lock;
 
 /// What the socket writer sends.
 #[derive(Debug)]
@@ -358,7 +359,7 @@ impl Hub {
                 g.outbox.clear();
                 g.progress.clear();
                 // The next instance numbers its messages from the start.
-                g.last_seq = 0;
+                g.inbox = protocol::delivery::Inbox::new();
                 self.persist_bound(&s, &g);
                 g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>()
             };

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use protocol::frame::ServerInfo;
 
-use crate::lock::Lock;
+use lock::Lock;
 
 /// The catalog a daemon announced: its servers by name.
 pub(crate) type Catalog = HashMap<String, CachedServer>;
@@ -122,63 +122,7 @@ impl TextCache {
     }
 }
 
-/// One `x-mcp-header` annotation of a tool's `inputSchema`: the property path (names through
-/// `properties` from the root) and the header name after `Mcp-Param-`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ParamHeader {
-    /// Property names from the schema root.
-    pub(crate) path: Vec<String>,
-    /// The `{name}` of `Mcp-Param-{name}`.
-    pub(crate) header: String,
-}
-
-/// The `x-mcp-header` annotations of every tool in `tools/list` results, by tool name (MCP
-/// 2026-07-28 Server › Tools § `x-mcp-header`; only annotations on a `properties` chain count).
-pub(crate) fn param_headers<'a>(
-    lists: impl IntoIterator<Item = &'a Value>,
-) -> HashMap<String, Vec<ParamHeader>> {
-    fn walk(props: Option<&Value>, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
-        let Some(Value::Object(props)) = props else {
-            return;
-        };
-        for (name, schema) in props {
-            path.push(name.clone());
-            if let Some(h) = schema.get("x-mcp-header").and_then(Value::as_str)
-                && !h.is_empty()
-            {
-                out.push(ParamHeader {
-                    path: path.clone(),
-                    header: h.to_owned(),
-                });
-            }
-            walk(schema.get("properties"), path, out);
-            path.pop();
-        }
-    }
-    let mut map = HashMap::new();
-    for list in lists {
-        for tool in list
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let Some(name) = tool.get("name").and_then(Value::as_str) else {
-                continue;
-            };
-            let mut found = Vec::new();
-            walk(
-                tool.get("inputSchema").and_then(|s| s.get("properties")),
-                &mut Vec::new(),
-                &mut found,
-            );
-            if !found.is_empty() {
-                map.insert(name.to_owned(), found);
-            }
-        }
-    }
-    map
-}
+pub(crate) use protocol::head::mirror::{ParamHeader, param_headers};
 
 #[cfg(test)]
 mod tests {

@@ -32,8 +32,9 @@
 //!
 //! # Locks
 //!
-//! Every lock is a `crate::lock::Lock`: a poisoned one is recovered and logged at `error`,
-//! never skipped. No lock is held across `.await`. The order, for code that holds two:
+//! Every lock is a `lock::Lock` (the workspace's one poisoning policy): a poisoned one is
+//! recovered and logged at `error`, never skipped. No lock is held across `.await`. The order,
+//! for code that holds two:
 //!
 //! 1. the hub's maps (`bridges`, `sessions`) are never held while another lock is taken: callers
 //!    take a snapshot of the `Arc`s and release the map first;
@@ -82,12 +83,12 @@ pub(crate) use session::{SendError, Session, kept_initialize};
 use crate::{
     auth::SessionKeys,
     config::RelayConfig,
-    lock::Lock,
     metrics::Metrics,
     storage::{StorageError, Store, StoreWriter},
     stream::SseStreams,
 };
 use catalog::TextCache;
+use lock::Lock;
 use session::Pending;
 
 /// The bridges' routing state on this node: the local router (`Router`). Its fields are its own; the

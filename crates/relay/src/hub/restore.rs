@@ -27,7 +27,6 @@ use protocol::{
 use super::{Hub, Session, link_state::LinkState, session::SessionState, sweep::SESSION_IDLE};
 use crate::{
     auth::BridgePrincipal,
-    lock::Lock,
     metrics::Metrics,
     storage::{
         Payload, StorageError, StoreWrite,
@@ -37,6 +36,7 @@ use crate::{
     },
     stream::{Budget, Event, Restored, SseStream, not_kept_notice},
 };
+use lock::Lock;
 
 /// Most events of one stream that can have been sent but not stored when the relay died: all
 /// that the write-behind queue holds at most, and the batch being applied. The error that ends
@@ -337,7 +337,7 @@ mod tests {
             )
             .unwrap();
         let big = stream(4);
-        let huge = "x".repeat(protocol::limits::RESUMABLE_TERMINAL_MAX_BYTES);
+        let huge = "x".repeat(crate::limits::RESUMABLE_TERMINAL_MAX_BYTES);
         big.push(
             &json!({"jsonrpc": "2.0", "id": 4, "result": {"huge": huge}}),
             true,

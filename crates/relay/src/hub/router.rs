@@ -91,7 +91,7 @@ impl Route {
 ///   all of them.
 /// - **At most one terminal message.** The sink is finished exactly once with the response, an
 ///   error, or nothing (a cancelled request gets no response): whichever of the daemon's
-///   response, the deadline ([`protocol::limits::CALL_BUDGET_MAX`] + relay overhead, never
+///   response, the deadline ([`crate::limits::CALL_BUDGET_MAX`] + relay overhead, never
 ///   extended by a reconnect), the reconnect grace running out, the session ending or a
 ///   retraction comes first takes the request out of the pending set and finishes the sink; the
 ///   others find nothing to finish.

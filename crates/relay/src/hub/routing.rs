@@ -7,14 +7,13 @@ use std::sync::{Arc, atomic::Ordering};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPTIONS_PER_BRIDGE};
 use protocol::{
+    delivery::Arrival,
     frame::RelayFrame,
+    head::Head,
     ids::{InstanceId, SessionId},
     jsonrpc::{self, IdKey, code},
-    limits::{
-        CALL_BUDGET_MAX, DAEMON_SEQ_WINDOW, RELAY_OVERHEAD, SUBSCRIPTION_MAX,
-        SUBSCRIPTIONS_PER_BRIDGE,
-    },
     mcp::SUBSCRIPTIONS_LISTEN,
 };
 
@@ -39,7 +38,7 @@ pub(crate) enum Delivery {
     /// No such session (counted in the metrics): it ended, it never existed, or it is not one
     /// of the sending socket's (another bridge's, or open on another daemon instance).
     UnknownSession,
-    /// Its `seq` is more than [`DAEMON_SEQ_WINDOW`] past the session's last one: a protocol
+    /// Its `seq` is more than [`DAEMON_SEQ_WINDOW`](protocol::limits::DAEMON_SEQ_WINDOW) past the session's last one: a protocol
     /// error, nothing routed.
     OutOfWindow,
 }
@@ -279,7 +278,8 @@ impl Hub {
     /// request the daemon names as `related`, else to the only request in flight, else to the
     /// session's standalone stream (a call has none: such a message is unmatched). A `seq` at
     /// or below the last one routed is a replay and dropped; one more than
-    /// [`DAEMON_SEQ_WINDOW`] past it is [`Delivery::OutOfWindow`]. A server → client request to
+    /// [`DAEMON_SEQ_WINDOW`](protocol::limits::DAEMON_SEQ_WINDOW) past it is [`Delivery::OutOfWindow`] (the session's
+    /// [`protocol::delivery::Inbox`] classifies it). A server → client request to
     /// a call is answered with -32601 and never delivered (MCP 2026-07-28 has none). Only the
     /// sessions of `from` are reached ([`LinkOrigin`]).
     pub(crate) fn deliver(
@@ -297,25 +297,22 @@ impl Hub {
         if self.settle_overdue(&s, Instant::now()) && s.call {
             self.close_if_answered(&s);
         }
-        let is_response = jsonrpc::is_response(&message);
+        let head = Head::of(&message);
+        let is_response = head.is_response();
         let target = {
             let mut g = s.state.lock();
-            if seq <= g.last_seq {
-                return Delivery::Duplicate;
+            match g.inbox.receive(seq) {
+                Arrival::Fresh => {}
+                Arrival::Duplicate => return Delivery::Duplicate,
+                Arrival::OutOfWindow => return Delivery::OutOfWindow,
             }
-            if seq - g.last_seq > DAEMON_SEQ_WINDOW {
-                return Delivery::OutOfWindow;
-            }
-            g.last_seq = seq;
-            let is_request = !is_response
-                && message.get("method").is_some()
-                && message.get("id").is_some_and(|i| !i.is_null());
+            let is_request = !is_response && head.has_method() && head.id().is_some();
             if s.call && is_request {
                 // MCP 2026-07-28 removed server → client requests (Basic › Transports ›
                 // Streamable HTTP § Receiving Messages: input requests travel inside results).
-                Target::Refuse(message.get("id").cloned().unwrap_or(Value::Null))
+                Target::Refuse(head.reply_id())
             } else if is_response {
-                let key = message.get("id").map(IdKey::of);
+                let key = head.id_member().map(IdKey::of);
                 match key.and_then(|k| g.pending.remove(&k)) {
                     Some(p) => {
                         if let Some(t) = &p.progress_token {
@@ -326,11 +323,10 @@ impl Hub {
                     None => Target::Unmatched,
                 }
             } else {
-                let by_token = (message.get("method").and_then(Value::as_str)
-                    == Some("notifications/progress"))
-                .then(|| message.pointer("/params/progressToken").map(IdKey::of))
-                .flatten()
-                .and_then(|t| g.progress.get(&t).cloned());
+                let by_token = head
+                    .progress_of()
+                    .map(IdKey::of)
+                    .and_then(|t| g.progress.get(&t).cloned());
                 let key = by_token
                     .or_else(|| related.map(IdKey::of).filter(|k| g.pending.contains_key(k)))
                     .or_else(|| {
@@ -362,7 +358,7 @@ impl Hub {
                 return Delivery::Unmatched;
             }
             Target::Refuse(id) => {
-                let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+                let method = head.method().unwrap_or("");
                 tracing::warn!(bridge = %s.bridge.name, method, "refused a server-to-client request to an MCP 2026-07-28 client");
                 if let Some(link) = s.bridge.active() {
                     let _ = self.send(

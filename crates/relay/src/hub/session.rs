@@ -22,18 +22,18 @@ use protocol::{
 use super::{Bridge, Hub, ReplySink, delivery::Acceptance, routing::LinkOrigin};
 use crate::{
     auth::BridgePrincipal,
-    lock::Lock,
     metrics::Metrics,
     storage::{SessionRecord, StoreWrite, now as unix_now},
     stream::{Budget, SseStream},
 };
+use lock::Lock;
 
 /// How often at most a session's last activity is written to the store, in seconds.
 const TOUCH_INTERVAL_SECS: i64 = 60;
 
 /// Sessions per bridge.
-pub(super) use protocol::limits::SESSIONS_PER_BRIDGE;
-use protocol::limits::{
+pub(super) use crate::limits::SESSIONS_PER_BRIDGE;
+use crate::limits::{
     OWNER_RESERVED_SESSIONS, SESSION_INITIALIZE_MAX_BYTES, SESSIONS_PER_PRINCIPAL,
 };
 
@@ -61,8 +61,8 @@ pub(super) struct SessionState {
     pub(super) pending: HashMap<IdKey, Pending>,
     /// Progress token → the request that carries it.
     pub(super) progress: HashMap<IdKey, IdKey>,
-    /// Highest daemon `seq` routed; lower ones are replays.
-    pub(super) last_seq: u64,
+    /// The daemon's messages taken: the highest `seq` routed (lower ones are replays).
+    pub(super) inbox: protocol::delivery::Inbox,
     /// Client notifications and responses queued while the daemon is away.
     pub(super) outbox: VecDeque<Value>,
     pub(super) last_active: Instant,
@@ -77,7 +77,7 @@ impl SessionState {
             initialized,
             pending: HashMap::new(),
             progress: HashMap::new(),
-            last_seq: 0,
+            inbox: protocol::delivery::Inbox::new(),
             outbox: VecDeque::new(),
             last_active: Instant::now(),
             ended: false,

@@ -35,11 +35,12 @@ use tokio_tungstenite::{
     },
 };
 
+use crate::limits::UNVERIFIED_DAEMON_SOCKET_MAX_BYTES;
 use protocol::{
     frame::{
         CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame, now_unix_ms,
     },
-    limits::{DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES},
+    limits::{DAEMON_SEQ_WINDOW, RELAY_FRAME_MAX_BYTES},
 };
 
 pub(crate) use hello::HELLO_REFUSED;
@@ -94,8 +95,8 @@ where
 /// `GET /daemon/v1/connect`: checks `Host` (loopback listeners: loopback names and the public
 /// host) and `Origin` (a browser's page may not open daemon sockets: only the relay's own origin
 /// is allowed when one is sent), takes one of the places of unverified sockets
-/// ([`protocol::limits::UNVERIFIED_DAEMON_SOCKETS_MAX`],
-/// [`protocol::limits::UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`]; 503 when none
+/// ([`crate::limits::UNVERIFIED_DAEMON_SOCKETS_MAX`],
+/// [`crate::limits::UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`]; 503 when none
 /// is free) and upgrades to a WebSocket (RFC 6455 §4.2.2) whose reads are capped at
 /// [`UNVERIFIED_DAEMON_SOCKET_MAX_BYTES`] until its hello is verified.
 pub(crate) async fn connect(

@@ -21,10 +21,10 @@ use serde::Deserialize;
 use serde_json::{Value, value::RawValue};
 use tokio::sync::Semaphore;
 
-use protocol::{
-    jsonrpc::{self, code},
-    limits::{INITIALIZE_BODY_MAX_BYTES, INLINE_PARSE_MAX_BYTES, SESSION_INITIALIZE_MAX_BYTES},
+use crate::limits::{
+    INITIALIZE_BODY_MAX_BYTES, INLINE_PARSE_MAX_BYTES, SESSION_INITIALIZE_MAX_BYTES,
 };
+use protocol::{head::Head, jsonrpc, jsonrpc::code};
 
 use super::rpc_error;
 
@@ -39,8 +39,9 @@ static LARGE_PARSES: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(large
 /// Why a body carries no acceptable message: the response to send (status, JSON-RPC error).
 type Refused = Box<Response>;
 
-/// The message of a POST body whose `Content-Type` was checked: a JSON object with `"jsonrpc":
-/// "2.0"` and, for a request, a string or integer id ([`jsonrpc::check_envelope`]).
+/// The message of a POST body whose `Content-Type` was checked, with its head (read once, here):
+/// a JSON object with `"jsonrpc": "2.0"` and, for a request, a string or integer id
+/// ([`Head::check_envelope`]).
 ///
 /// # Errors
 /// A response, in this order of checks:
@@ -50,7 +51,7 @@ type Refused = Box<Response>;
 /// - 400, [`code::INVALID_REQUEST`], id null: not a JSON-RPC 2.0 message, a batch, or a request
 ///   whose id is neither a string nor an integer (MCP Basic § Requests: "Requests MUST include a
 ///   string or integer ID", which "MUST NOT be null").
-pub(crate) async fn message(body: Bytes) -> Result<Value, Refused> {
+pub(crate) async fn message(body: Bytes) -> Result<(Head, Value), Refused> {
     if body.len() <= INLINE_PARSE_MAX_BYTES {
         return parse(&body);
     }
@@ -70,7 +71,7 @@ pub(crate) async fn message(body: Bytes) -> Result<Value, Refused> {
 
 /// A body over [`INLINE_PARSE_MAX_BYTES`]: refused at once when it is an oversized `initialize`,
 /// parsed otherwise.
-fn large(body: &[u8]) -> Result<Value, Refused> {
+fn large(body: &[u8]) -> Result<(Head, Value), Refused> {
     /// What the scan keeps of a message: nothing is built for the other members.
     #[derive(Deserialize)]
     struct Head<'a> {
@@ -107,16 +108,16 @@ fn large(body: &[u8]) -> Result<Value, Refused> {
             .unwrap_or(Value::Null);
         return Err(too_large(id));
     }
-    let message = parse(body)?;
+    let (head, message) = parse(body)?;
     // A duplicated member makes the scan fail, and the parse keeps the last of each: the
     // message it built is an `initialize` as large as the body.
-    if message.get("method").and_then(Value::as_str) == Some("initialize") {
-        return Err(too_large(message.get("id").cloned().unwrap_or(Value::Null)));
+    if head.is("initialize") {
+        return Err(too_large(head.reply_id()));
     }
-    Ok(message)
+    Ok((head, message))
 }
 
-fn parse(body: &[u8]) -> Result<Value, Refused> {
+fn parse(body: &[u8]) -> Result<(Head, Value), Refused> {
     let message: Value = serde_json::from_slice(body).map_err(|e| {
         Box::new(rpc_error(
             StatusCode::BAD_REQUEST,
@@ -125,7 +126,8 @@ fn parse(body: &[u8]) -> Result<Value, Refused> {
             &format!("parse error: {e}"),
         ))
     })?;
-    jsonrpc::check_envelope(&message).map_err(|e| {
+    let head = Head::of(&message);
+    head.check_envelope().map_err(|e| {
         Box::new(rpc_error(
             StatusCode::BAD_REQUEST,
             Value::Null,
@@ -133,7 +135,7 @@ fn parse(body: &[u8]) -> Result<Value, Refused> {
             &e.to_string(),
         ))
     })?;
-    Ok(message)
+    Ok((head, message))
 }
 
 #[cfg(test)]
@@ -194,7 +196,7 @@ mod tests {
         });
         let (parsed, turns_meanwhile) = parse.await.unwrap();
         counting.abort();
-        let parsed = parsed.unwrap();
+        let (_, parsed) = parsed.unwrap();
         assert_eq!(parsed["method"], "tools/call");
         assert!(parsed["params"]["capabilities"].as_object().unwrap().len() > 500_000);
         assert!(
@@ -234,7 +236,7 @@ mod tests {
             (body["id"].clone(), body["error"]["code"].clone()),
             ("a".into(), code::INVALID_PARAMS.into())
         );
-        let at_most = message(at(INITIALIZE_BODY_MAX_BYTES)).await.unwrap();
+        let (_, at_most) = message(at(INITIALIZE_BODY_MAX_BYTES)).await.unwrap();
         assert_eq!(at_most["method"], "initialize");
     }
 

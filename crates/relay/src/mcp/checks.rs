@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 
 use protocol::{
     frame::RUNTIME_SERVER,
+    head::Head,
     jsonrpc::code,
     mcp::{ALL_VERSIONS, is_session_era},
 };
@@ -114,8 +115,11 @@ pub(crate) struct McpPost {
     pub(crate) admitted: Admitted,
     /// The request's headers.
     pub(crate) headers: HeaderMap,
+    /// The message's head, read once when the body was parsed: the handlers route by it and
+    /// never probe the message again.
+    pub(crate) head: Head,
     /// The message: a JSON object with `"jsonrpc": "2.0"` and, for a request, a string or
-    /// integer id ([`jsonrpc::check_envelope`]).
+    /// integer id ([`Head::check_envelope`]).
     pub(crate) message: Value,
 }
 
@@ -161,10 +165,11 @@ where
         }
         // Parsed here when small; a large body on the blocking pool, a bounded number at once,
         // and an oversized `initialize` refused from its head (`body.rs`).
-        let message = super::body::message(body).await.map_err(|r| *r)?;
+        let (head, message) = super::body::message(body).await.map_err(|r| *r)?;
         Ok(Self {
             admitted,
             headers,
+            head,
             message,
         })
     }
@@ -351,8 +356,8 @@ fn reserve_body(
 /// 413 (a JSON-RPC error, id null) past the size, 408 past the time, 400 when the body breaks
 /// off.
 async fn read_body(body: axum::body::Body) -> Result<Bytes, HttpError> {
+    use crate::limits::MCP_REQUEST_BODY_MAX_BYTES;
     use crate::server::BodyError;
-    use protocol::limits::MCP_REQUEST_BODY_MAX_BYTES;
     crate::server::read_body(body, MCP_REQUEST_BODY_MAX_BYTES)
         .await
         .map_err(|e| {

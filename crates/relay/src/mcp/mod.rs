@@ -37,7 +37,8 @@ use serde_json::{Value, json};
 
 use protocol::{
     error_code::ToolErrorCode,
-    jsonrpc::{self, Kind, code},
+    head::{Era, Head, Kind},
+    jsonrpc::{self, code},
     mcp::negotiate_session_version,
     tool_error::ToolError,
 };
@@ -48,7 +49,7 @@ use crate::{
     error::HttpError,
     hub::{BridgeRef, Reply, Router, SendError, SessionRef},
     limits::STREAM_STORED_WAIT,
-    stateless::{self, Era},
+    stateless,
     stream::SseStream,
     streamable::{
         SESSION_HEADER,
@@ -82,26 +83,33 @@ pub(crate) async fn post(
                 server,
             },
         headers,
+        head,
         message,
     }: McpPost,
 ) -> Response {
     let timing = &config.timing;
-    if stateless::era(&headers, &message) == Era::Modern {
-        return stateless::post(&router, timing, &b, &server, principal, &headers, message).await;
+    if stateless::era(&headers, &head) == Era::Modern {
+        return stateless::post(
+            &router, timing, &b, &server, principal, &headers, &head, message,
+        )
+        .await;
     }
     if let Err(e) = legacy_version(&headers) {
         return e.into_response();
     }
-    let kind = jsonrpc::kind(&message);
-    if matches!(&kind, Kind::Request { method, .. } if method == "initialize") {
-        return initialize(&*router, timing, &b, &server, principal, &headers, message).await;
+    let kind = head.kind();
+    if kind == Kind::Request && head.is("initialize") {
+        return initialize(
+            &*router, timing, &b, &server, principal, &headers, &head, message,
+        )
+        .await;
     }
     let session = match session_of(&*router, &headers, &principal, &server) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
     match kind {
-        Kind::Request { method, id } => {
+        Kind::Request => {
             let sse = wants_sse(&headers);
             let to = Target {
                 bridge: &b,
@@ -109,18 +117,17 @@ pub(crate) async fn post(
                 principal: &principal,
                 session: &session,
             };
-            request(&*router, timing, to, &method, id.into_value(), message, sse).await
+            let method = head.method().unwrap_or_default();
+            request(&*router, timing, to, method, head.reply_id(), message, sse).await
         }
-        Kind::Notification { method } => {
-            if method == "notifications/cancelled"
-                && let Some(rid) = message.pointer("/params/requestId")
-            {
+        Kind::Notification => {
+            if let Some(rid) = head.cancelled_request() {
                 router.cancelled(&session, rid);
             }
             router.notify(&session, message);
             StatusCode::ACCEPTED.into_response()
         }
-        Kind::Response { .. } => {
+        Kind::Response | Kind::Error => {
             router.notify(&session, message);
             StatusCode::ACCEPTED.into_response()
         }
@@ -133,6 +140,7 @@ pub(crate) async fn post(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn initialize(
     router: &dyn Router,
     timing: &RelayTiming,
@@ -140,9 +148,10 @@ async fn initialize(
     server: &str,
     principal: BridgePrincipal,
     headers: &HeaderMap,
+    head: &Head,
     message: Value,
 ) -> Response {
-    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let id = head.reply_id();
     if headers.contains_key(SESSION_HEADER) {
         return rpc_error(
             StatusCode::BAD_REQUEST,
@@ -172,12 +181,7 @@ async fn initialize(
             &format!("bridge {} serves no server {server:?}", b.name()),
         );
     };
-    let version = negotiate_session_version(
-        message
-            .pointer("/params/protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or(""),
-    );
+    let version = negotiate_session_version(head.asked_version().unwrap_or(""));
     let result = info.initialize_for(version);
     let kept = match crate::hub::kept_initialize(&message) {
         Ok(k) => k,

@@ -13,8 +13,8 @@
 //! The open request travels in the form, signed with the store's form key and bound to a
 //! browser cookie (so a form posted from another site, or another browser, is refused); the
 //! relay keeps no state for a page until it is approved. Failed sign-ins count per account and
-//! per client address ([`protocol::limits::SIGN_IN_FAILURES_PER_ACCOUNT`],
-//! [`protocol::limits::SIGN_IN_FAILURES_PER_ADDRESS`]); passwords are checked off the async
+//! per client address ([`crate::limits::SIGN_IN_FAILURES_PER_ACCOUNT`],
+//! [`crate::limits::SIGN_IN_FAILURES_PER_ADDRESS`]); passwords are checked off the async
 //! threads, a bounded number at a time.
 
 use std::{net::SocketAddr, sync::Arc};
@@ -38,16 +38,16 @@ use super::{
     password,
     resource::{self, Target},
 };
+use crate::limits::{
+    AUTHORIZATION_CODE_LIFETIME, CONSENT_FORM_LIFETIME, OAUTH_FORM_MAX_BYTES,
+    OAUTH_PARAM_MAX_BYTES, SIGN_IN_FAILURES_PER_ACCOUNT, SIGN_IN_FAILURES_PER_ADDRESS,
+};
 use crate::{
     auth::{random_secret, sha256_hex},
     storage::{
         now,
         oauth::{ClientKind, NewCode},
     },
-};
-use protocol::limits::{
-    AUTHORIZATION_CODE_LIFETIME, CONSENT_FORM_LIFETIME, OAUTH_FORM_MAX_BYTES,
-    OAUTH_PARAM_MAX_BYTES, SIGN_IN_FAILURES_PER_ACCOUNT, SIGN_IN_FAILURES_PER_ADDRESS,
 };
 
 /// The cookie that binds a consent form to the browser that loaded it: a fresh random value set

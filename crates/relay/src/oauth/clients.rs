@@ -13,7 +13,7 @@ use crate::{
     auth::sha256_hex,
     storage::oauth::{ClientKind, ClientRecord},
 };
-use protocol::limits::{CLIENT_REDIRECT_URIS_MAX, OAUTH_PARAM_MAX_BYTES};
+use crate::{limits::CLIENT_REDIRECT_URIS_MAX, limits::OAUTH_PARAM_MAX_BYTES};
 
 /// How a client authenticates at the token endpoint (RFC 7591 §2 `token_endpoint_auth_method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -581,7 +581,7 @@ fn parse_basic(creds: &str) -> Result<(String, String), OAuthError> {
 ///
 /// # Errors
 /// `invalid_client` (401) for an unknown, revoked or unfetchable client or an invalid document
-/// (the message says which); 429 past [`protocol::limits::CLIENT_METADATA_FETCHES_PER_ADDRESS`]
+/// (the message says which); 429 past [`crate::limits::CLIENT_METADATA_FETCHES_PER_ADDRESS`]
 /// fetches from `address`; 503 when the store fails.
 pub async fn find(
     oauth: &super::OAuth,
@@ -610,7 +610,7 @@ pub async fn find(
     }
     if fetcher.fresh_for(client_id).is_zero() {
         let key = format!("fetch {address}");
-        let limit = protocol::limits::CLIENT_METADATA_FETCHES_PER_ADDRESS;
+        let limit = crate::limits::CLIENT_METADATA_FETCHES_PER_ADDRESS;
         if oauth.store.guards().blocked(&key, limit).await.is_some() {
             return Err(OAuthError::invalid_client(
                 "too many client metadata documents fetched for this address; try again later",

@@ -19,15 +19,17 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
+
+use lock::Lock;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use protocol::limits::{
+use crate::limits::{
     CLIENT_METADATA_CACHE_ENTRIES, CLIENT_METADATA_CACHE_MAX, CLIENT_METADATA_DOCUMENT_MAX_BYTES,
     CLIENT_METADATA_FETCH_TIMEOUT, OAUTH_PARAM_MAX_BYTES,
 };
@@ -134,7 +136,7 @@ pub struct Fetched {
 pub struct Fetcher {
     http: Option<reqwest::Client>,
     insecure: bool,
-    cache: Mutex<HashMap<String, (Arc<Value>, Instant)>>,
+    cache: Lock<HashMap<String, (Arc<Value>, Instant)>>,
 }
 
 impl Fetcher {
@@ -160,7 +162,7 @@ impl Fetcher {
         Self {
             http,
             insecure,
-            cache: Mutex::new(HashMap::new()),
+            cache: Lock::new(HashMap::new()),
         }
     }
 
@@ -232,7 +234,7 @@ impl Fetcher {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Arc<Value>, Instant)>> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        self.cache.lock()
     }
 
     /// Fetches `url` as JSON of at most `max_bytes`.

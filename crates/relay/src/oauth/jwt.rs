@@ -8,12 +8,12 @@
 use std::collections::HashSet;
 
 use crate::storage::{GuardStore, Seen};
+use crate::{limits::PROOF_CLOCK_SKEW, limits::PROOF_MAX_AGE};
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use jsonwebtoken::{
     Algorithm, DecodingKey, Validation, decode, decode_header,
     jwk::{AlgorithmParameters, EllipticCurve, Jwk, ThumbprintHash},
 };
-use protocol::limits::{PROOF_CLOCK_SKEW, PROOF_MAX_AGE};
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};

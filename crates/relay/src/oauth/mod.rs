@@ -49,11 +49,11 @@ use axum::{
 pub use crate::config::OAuthSettings;
 pub use error::OAuthError;
 
+use crate::limits::PASSWORD_CHECKS_CONCURRENT;
 use crate::{
     config::RelayConfig,
     storage::{StorageError, Store},
 };
-use protocol::limits::PASSWORD_CHECKS_CONCURRENT;
 
 /// The authorization server: its settings and in-memory state, over the relay's configuration
 /// (its URLs) and store. The OAuth endpoints extract it (and nothing of the bridges).

@@ -20,12 +20,12 @@ use serde_json::{Value, json};
 use super::{
     OAuth, OAuthError, client_address, clients::ClientMetadata, content_type_is, error::no_store,
 };
+use crate::limits::{
+    REGISTERED_CLIENTS_MAX, REGISTRATION_BODY_MAX_BYTES, REGISTRATIONS_PER_ADDRESS,
+};
 use crate::{
     auth::{random_id, random_secret, sha256_hex},
     storage::{StorageError, oauth::ClientKind},
-};
-use protocol::limits::{
-    REGISTERED_CLIENTS_MAX, REGISTRATION_BODY_MAX_BYTES, REGISTRATIONS_PER_ADDRESS,
 };
 
 /// Registers a client.

@@ -29,6 +29,10 @@ use super::{
     form::Form,
     jwt, resource,
 };
+use crate::limits::{
+    CLIENT_JWKS_MAX_BYTES, OAUTH_FORM_MAX_BYTES, OAUTH_PARAM_MAX_BYTES, REFRESH_REISSUES_MAX,
+    REFRESH_TOKEN_LIFETIME,
+};
 use crate::{
     auth::{random_secret, sha256_hex},
     config::RelayConfig,
@@ -36,10 +40,6 @@ use crate::{
         now,
         oauth::{Grant, NewTokens, Redemption, Rotation, RotationRules},
     },
-};
-use protocol::limits::{
-    CLIENT_JWKS_MAX_BYTES, OAUTH_FORM_MAX_BYTES, OAUTH_PARAM_MAX_BYTES, REFRESH_REISSUES_MAX,
-    REFRESH_TOKEN_LIFETIME,
 };
 
 /// Reads the form of a token or revocation request (its body within its size and time).

@@ -13,11 +13,15 @@ use serde_json::{Value, json};
 
 use protocol::{
     error_code::ToolErrorCode,
+    head::{
+        discover::{DiscoverFrom, discover_from_initialize},
+        result::{CacheScope, Completion, Hint, complete},
+    },
     jsonrpc::code::{
         HEADER_MISMATCH, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY, UNAVAILABLE,
         UNSUPPORTED_PROTOCOL_VERSION,
     },
-    mcp::{ALL_VERSIONS, META_SERVER_INFO},
+    mcp::ALL_VERSIONS,
     tool_error::ToolError,
 };
 
@@ -52,76 +56,38 @@ pub(crate) fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
     }
 }
 
-/// Capabilities of MCP 2026-07-28 `ServerCapabilities` (schema); others (the 2025-11-25 core
-/// `tasks`) are left out of a derived discover result.
-const MODERN_CAPABILITIES: [&str; 7] = [
-    "experimental",
-    "logging",
-    "completions",
-    "prompts",
-    "resources",
-    "tools",
-    "extensions",
-];
-
-/// A `server/discover` result (MCP 2026-07-28 Server › Discover § DiscoverResult) derived from a
-/// server's `initialize` result, for daemons that announced none: the versions the relay serves,
-/// the modern capabilities, `serverInfo` in `_meta`, `instructions`, and cache hints.
-pub(crate) fn discover_from_initialize(init: &Value) -> Value {
-    let caps: serde_json::Map<String, Value> = init
-        .get("capabilities")
-        .and_then(Value::as_object)
-        .map(|c| {
-            c.iter()
-                .filter(|(k, _)| MODERN_CAPABILITIES.contains(&k.as_str()))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = json!({
-        "resultType": "complete",
-        "supportedVersions": ALL_VERSIONS,
-        "capabilities": caps,
-        "ttlMs": CATALOG_TTL_MS,
-        "cacheScope": "public",
-    });
-    if let Some(info) = init.get("serverInfo").filter(|i| i.is_object()) {
-        out["_meta"] = json!({ META_SERVER_INFO: info });
-    }
-    if let Some(text) = init.get("instructions").filter(|i| i.is_string()) {
-        out["instructions"] = text.clone();
-    }
-    out
-}
-
 /// The `server/discover` answer from a cached server: the daemon's own result when it announced
-/// one (its cache hints replaced: the copy is of unknown age), else one derived from `initialize`.
+/// one (its `ttlMs` replaced: the copy is of unknown age), else one derived from `initialize`
+/// ([`DiscoverFrom::RelayCache`]).
 pub(crate) fn cached_discover(info: &CachedServer) -> Value {
     match info.discover() {
         Some(mut d) if d.is_object() => {
-            d["resultType"] = json!("complete");
-            d["ttlMs"] = json!(CATALOG_TTL_MS);
-            if d.get("cacheScope").is_none() {
-                d["cacheScope"] = json!("public");
-            }
+            let how = Completion {
+                ttl_ms: Hint::Set(CATALOG_TTL_MS),
+                scope: Hint::Fill(CacheScope::Public),
+                server_info: None,
+            };
+            complete(&mut d, &how);
             d
         }
-        _ => discover_from_initialize(&info.initialize()),
+        _ => discover_from_initialize(&info.initialize(), DiscoverFrom::RelayCache),
     }
 }
 
-/// `result` with the modern result fields: `resultType`, and `serverInfo` in `_meta` from `init`.
-pub(super) fn modern_result(mut result: Value, init: &Value) -> Value {
-    if !result.is_object() {
-        return result;
-    }
-    result["resultType"] = json!("complete");
-    if let Some(info) = init.get("serverInfo").filter(|i| i.is_object()) {
-        if !result.get("_meta").is_some_and(Value::is_object) {
-            result["_meta"] = json!({});
-        }
-        result["_meta"][META_SERVER_INFO] = info.clone();
-    }
+/// `result` completed for 2026-07-28 with the cache hints `ttl_ms` and `scope`, and the
+/// `serverInfo` of `init` in its `_meta`.
+fn modern_result(
+    mut result: Value,
+    init: &Value,
+    ttl_ms: Hint<u64>,
+    scope: Hint<CacheScope>,
+) -> Value {
+    let how = Completion {
+        ttl_ms,
+        scope,
+        server_info: init.get("serverInfo"),
+    };
+    complete(&mut result, &how);
     result
 }
 
@@ -129,10 +95,13 @@ pub(super) fn modern_result(mut result: Value, init: &Value) -> Value {
 /// cache hints (`private`: lists are filtered per role, Server › Utilities › Caching § Choosing a
 /// Cache Scope).
 pub(crate) fn cached_tools(info: &CachedServer, role: &str) -> Option<Value> {
-    let mut list = info.tools_for(role)?;
-    list["ttlMs"] = json!(CATALOG_TTL_MS);
-    list["cacheScope"] = json!("private");
-    Some(modern_result(list, &info.initialize()))
+    let list = info.tools_for(role)?;
+    Some(modern_result(
+        list,
+        &info.initialize(),
+        Hint::Set(CATALOG_TTL_MS),
+        Hint::Set(CacheScope::Private),
+    ))
 }
 
 /// The HTTP status of a JSON-RPC answer sent as one JSON body (Streamable HTTP § Protocol
@@ -192,7 +161,12 @@ pub(super) fn catalog_answer(
         },
         ("tools/call", Away::Offline) => {
             let err = ToolError::new(ToolErrorCode::Unavailable, offline).retryable();
-            let result = modern_result(err.call_result(), &info.initialize());
+            let result = modern_result(
+                err.call_result(),
+                &info.initialize(),
+                Hint::Keep,
+                Hint::Keep,
+            );
             json_body(StatusCode::OK, &reply(result))
         }
         (_, Away::Offline) => rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, UNAVAILABLE, &offline),

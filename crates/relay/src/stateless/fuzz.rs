@@ -9,6 +9,7 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
 
 use protocol::{
+    head::{Head, mirror::METHOD_HEADER},
     jsonrpc::code::{HEADER_MISMATCH, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION},
     mcp::{
         ALL_VERSIONS, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
@@ -16,11 +17,7 @@ use protocol::{
     },
 };
 
-use super::{
-    checks::validate,
-    era,
-    headers::{METHOD_HEADER, decode_header_value},
-};
+use super::{checks::validate, era, headers::decode_header_value};
 use crate::{
     hub::{ParamHeader, param_headers},
     streamable::VERSION_HEADER,
@@ -176,7 +173,8 @@ fn fuzz_relay_validate_headers_and_body() {
         .for_each(|(spec, b, extra, annotation)| {
             let h = headers(spec, extra);
             let msg = body(b, extra);
-            let _ = era(&h, &msg);
+            let head = Head::of(&msg);
+            let _ = era(&h, &head);
             let annotations = |tool: &str| {
                 (tool == "t").then(|| {
                     vec![
@@ -191,7 +189,7 @@ fn fuzz_relay_validate_headers_and_body() {
                     ]
                 })
             };
-            match validate(&h, &msg, &ALL_VERSIONS, annotations) {
+            match validate(&h, &head, &msg, &ALL_VERSIONS, annotations) {
                 Ok(()) => {
                     let meta = &msg["params"]["_meta"];
                     let version = sole(&h, VERSION_HEADER);

@@ -52,13 +52,14 @@ use axum::{
 };
 use serde_json::Value;
 
+use crate::limits::STATELESS_RESPONSE_HOLD;
 use protocol::{
+    head::{self, Carrier, Era, Head, Kind},
     jsonrpc::{
-        self, Kind,
+        self,
         code::{INVALID_REQUEST, METHOD_NOT_FOUND, UNAVAILABLE},
     },
-    limits::STATELESS_RESPONSE_HOLD,
-    mcp::{META_PROTOCOL_VERSION, SUBSCRIPTIONS_LISTEN, is_modern, is_session_era},
+    mcp::{SUBSCRIPTIONS_LISTEN, is_modern},
 };
 
 use answer::{Away, catalog_answer, endpoint_versions, hold, json_body, rpc_error, status_of};
@@ -77,102 +78,49 @@ use crate::{
     },
 };
 
-/// Which era serves a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Era {
-    /// `initialize` and MCP sessions (2025-11-25, 2025-06-18, 2025-03-26).
-    Legacy,
-    /// Per-request metadata, no session (2026-07-28).
-    Modern,
-}
-
-/// The era of one POSTed message (MCP 2026-07-28 Basic › Versioning § Backward Compatibility):
-/// `initialize` is legacy unless its `MCP-Protocol-Version` header or its `_meta` protocol
-/// version names a 2026-07-28 version (then it is a modern request for a method that era does
-/// not have, answered by [`removed_method`]); `server/discover` is modern; so is a message whose
-/// `_meta` names a protocol version (unless it names a legacy version inside a session) or whose
-/// `MCP-Protocol-Version` header names a version that is not a legacy one (an unknown one is then
-/// refused with the modern `UnsupportedProtocolVersionError`). Everything else — session traffic,
-/// notifications and responses of legacy clients — is legacy.
-pub(crate) fn era(headers: &HeaderMap, message: &Value) -> Era {
-    let method = message.get("method").and_then(Value::as_str);
-    match method {
-        Some("initialize") => {
-            return if names_modern(headers, message) {
-                Era::Modern
-            } else {
-                Era::Legacy
-            };
-        }
-        Some("server/discover") => return Era::Modern,
-        _ => {}
-    }
-    if let Some(v) = message
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-    {
-        let legacy = v.as_str().is_some_and(is_session_era);
-        if !legacy || !headers.contains_key(SESSION_HEADER) {
-            return Era::Modern;
-        }
-    }
-    match headers.get(VERSION_HEADER) {
-        Some(h) => match h.to_str() {
-            Ok(v) if is_session_era(v) => Era::Legacy,
-            _ => Era::Modern,
-        },
-        None => Era::Legacy,
+/// What the request's headers say about its message beside the body, for the era decision
+/// (a version header that is not text names no version).
+pub(crate) fn carrier(headers: &HeaderMap) -> Carrier<'_> {
+    Carrier {
+        version_header: headers
+            .get(VERSION_HEADER)
+            .map(|h| h.to_str().unwrap_or("")),
+        in_session: headers.contains_key(SESSION_HEADER),
     }
 }
 
-/// Methods of the handshake era that MCP 2026-07-28 removed (changelog items 2 and 5, SEP-2575),
-/// with what a client does instead.
-pub(crate) const REMOVED_METHODS: [(&str, &str); 3] = [
-    (
-        "initialize",
-        "use server/discover, or send initialize without the 2026-07-28 header for the 2025-11-25 era",
-    ),
-    (
-        "ping",
-        "any request shows the server is reachable (server/discover is the cheapest)",
-    ),
-    (
-        "logging/setLevel",
-        "set _meta[\"io.modelcontextprotocol/logLevel\"] on each request instead",
-    ),
-];
+/// The era of one POSTed message ([`Head::era`], MCP 2026-07-28 Basic › Versioning § Backward
+/// Compatibility): `initialize` is of the session era unless its `MCP-Protocol-Version` header
+/// or its `_meta` protocol version names a 2026-07-28 version (then it is a modern request for a
+/// method that era does not have, answered by [`removed_method`]); `server/discover` is modern;
+/// so is a message whose `_meta` names a protocol version (unless it names a handshake-era
+/// version inside a session) or whose `MCP-Protocol-Version` header names a version that is not
+/// a handshake-era one (an unknown one is then refused with the modern
+/// `UnsupportedProtocolVersionError`). Everything else — session traffic, notifications and
+/// responses of handshake-era clients — is of the session era.
+pub(crate) fn era(headers: &HeaderMap, head: &Head) -> Era {
+    head.era(carrier(headers))
+}
 
-/// The refusal of a 2026-07-28 request for a method that era does not have ([`REMOVED_METHODS`]):
-/// HTTP 404 with JSON-RPC `-32601` (Method not found) and the request's `id` (MCP 2026-07-28
-/// Basic › Transports › Streamable HTTP § Protocol Version Header: "If the server does not
-/// implement the requested RPC method, it MUST respond with `404 Not Found` and a JSON-RPC error
-/// with code `-32601`"). `None` for any other method.
+/// The refusal of a 2026-07-28 request for a method that era does not have
+/// ([`protocol::head::era::REMOVED_METHODS`]): HTTP 404 with JSON-RPC `-32601` (Method not
+/// found) and the request's `id` (MCP 2026-07-28 Basic › Transports › Streamable HTTP §
+/// Protocol Version Header: "If the server does not implement the requested RPC method, it MUST
+/// respond with `404 Not Found` and a JSON-RPC error with code `-32601`"). `None` for any other
+/// method.
 pub(crate) fn removed_method(method: &str, id: &Value) -> Option<HttpError> {
-    let (_, instead) = REMOVED_METHODS.iter().find(|(m, _)| *m == method)?;
+    let r = head::era::removed_method(method)?;
     Some(HttpError::rpc(
         StatusCode::NOT_FOUND,
         id.clone(),
-        METHOD_NOT_FOUND,
-        format!("{method} is not part of MCP 2026-07-28; {instead}"),
+        r.code,
+        r.message,
     ))
-}
-
-/// Whether a message names a 2026-07-28 version ([`protocol::mcp::MODERN_VERSIONS`]) in its
-/// `MCP-Protocol-Version` header or its `_meta` protocol version.
-fn names_modern(headers: &HeaderMap, message: &Value) -> bool {
-    let modern = |v: Option<&str>| v.is_some_and(is_modern);
-    modern(headers.get(VERSION_HEADER).and_then(|h| h.to_str().ok()))
-        || modern(
-            message
-                .pointer("/params/_meta")
-                .and_then(|m| m.get(META_PROTOCOL_VERSION))
-                .and_then(Value::as_str),
-        )
 }
 
 /// Serves one POSTed modern message (already admitted, `Content-Type` checked, parsed) to
 /// `server` on bridge `b`, through `router`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn post(
     router: &Arc<dyn Router>,
     timing: &RelayTiming,
@@ -180,6 +128,7 @@ pub(crate) async fn post(
     server: &str,
     principal: BridgePrincipal,
     headers: &HeaderMap,
+    head: &Head,
     message: Value,
 ) -> Response {
     let answers_nothing = |id: Value| {
@@ -190,17 +139,15 @@ pub(crate) async fn post(
             "MCP 2026-07-28 clients send requests only: there are no server requests to answer",
         )
     };
-    let (method, id) = match jsonrpc::kind(&message) {
-        Kind::Request { method, id } => (method, id.into_value()),
-        Kind::Notification { method } => {
-            return notification(&**router, b, server, &principal, &method, &message);
-        }
-        Kind::Response { id } => return answers_nothing(id.into_value()),
+    let (method, id) = match head.kind() {
+        Kind::Request => (head.method().unwrap_or_default(), head.reply_id()),
+        Kind::Notification => return notification(&**router, b, server, &principal, head),
+        Kind::Response | Kind::Error => return answers_nothing(head.reply_id()),
         Kind::Neither => return answers_nothing(Value::Null),
     };
     // Only for a request of 2026-07-28: another version gets its version error from `validate`.
-    if names_modern(headers, &message)
-        && let Some(e) = removed_method(&method, &id)
+    if head.names_modern(carrier(headers))
+        && let Some(e) = removed_method(method, &id)
     {
         tracing::debug!(bridge = %b.name(), method, "refused a method MCP 2026-07-28 does not have");
         return e.into_response();
@@ -209,7 +156,7 @@ pub(crate) async fn post(
     let cached = catalog.as_ref().and_then(|c| c.get(server));
     let supported = endpoint_versions(cached);
     let annotations = |tool: &str| cached.and_then(|i| i.param_headers.get(tool).cloned());
-    if let Err(e) = validate(headers, &message, &supported, annotations) {
+    if let Err(e) = validate(headers, head, &message, &supported, annotations) {
         tracing::debug!(bridge = %b.name(), method, error = %e.message, "refused an MCP 2026-07-28 request");
         return e.into_response();
     }
@@ -237,10 +184,10 @@ pub(crate) async fn post(
                 server,
                 route: &route,
             };
-            call(router, timing, to, principal, &method, id, message, headers).await
+            call(router, timing, to, principal, method, id, message, headers).await
         }
-        Some(_) => catalog_answer(b, info, &principal, &method, id, Away::TooOld),
-        None => catalog_answer(b, info, &principal, &method, id, Away::Offline),
+        Some(_) => catalog_answer(b, info, &principal, method, id, Away::TooOld),
+        None => catalog_answer(b, info, &principal, method, id, Away::Offline),
     }
 }
 
@@ -252,16 +199,10 @@ fn notification(
     b: &BridgeRef,
     server: &str,
     principal: &BridgePrincipal,
-    method: &str,
-    message: &Value,
+    head: &Head,
 ) -> Response {
-    if method == "notifications/cancelled"
-        && let Some(rid) = message.pointer("/params/requestId")
-    {
-        let reason = message
-            .pointer("/params/reason")
-            .and_then(Value::as_str)
-            .unwrap_or("cancelled by the client");
+    if let Some(rid) = head.cancelled_request() {
+        let reason = head.cancel_reason().unwrap_or("cancelled by the client");
         router.cancel_matching_call(b, server, principal, rid, reason);
     }
     StatusCode::ACCEPTED.into_response()

@@ -6,6 +6,10 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
 
 use protocol::{
+    head::{
+        self, Head,
+        discover::{DiscoverFrom, discover_from_initialize},
+    },
     jsonrpc::code::{
         HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION,
     },
@@ -15,12 +19,7 @@ use protocol::{
     },
 };
 
-use super::{
-    Era,
-    answer::{discover_from_initialize, status_of},
-    checks::validate,
-    era, method_not_allowed, removed_method,
-};
+use super::{answer::status_of, method_not_allowed, removed_method};
 use crate::{
     hub::{ParamHeader, param_headers},
     streamable::accepts_json,
@@ -52,6 +51,32 @@ fn modern_headers(method: &str) -> Vec<(&'static str, String)> {
 fn h(pairs: &[(&'static str, String)]) -> HeaderMap {
     let v: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
     headers(&v)
+}
+
+/// Which side of the endpoint serves a message: the session era (any handshake version) or
+/// 2026-07-28.
+#[derive(Debug, PartialEq)]
+enum Era {
+    Legacy,
+    Modern,
+}
+
+/// The era the POST handler decides for `m` under headers `h`.
+fn era(h: &HeaderMap, m: &Value) -> Era {
+    match super::era(h, &Head::of(m)) {
+        head::Era::Modern => Era::Modern,
+        head::Era::Session { .. } => Era::Legacy,
+    }
+}
+
+/// The checks of a modern request `m` under headers `h`.
+fn validate(
+    h: &HeaderMap,
+    m: &Value,
+    supported: &[&str],
+    annotations: impl Fn(&str) -> Option<Vec<ParamHeader>>,
+) -> Result<(), crate::error::HttpError> {
+    super::checks::validate(h, &Head::of(m), m, supported, annotations)
 }
 
 fn none(_: &str) -> Option<Vec<ParamHeader>> {
@@ -380,7 +405,7 @@ fn a_discover_result_is_derived_from_an_initialize_result() {
     let init = json!({"protocolVersion": "2025-11-25",
         "capabilities": {"tools": {"listChanged": true}, "tasks": {"list": {}}, "logging": {}},
         "serverInfo": {"name": "machine-mcp", "version": "1.2.3"}, "instructions": "Use it well."});
-    let d = discover_from_initialize(&init);
+    let d = discover_from_initialize(&init, DiscoverFrom::RelayCache);
     assert_eq!(d["resultType"], "complete");
     assert_eq!(d["supportedVersions"], json!(ALL_VERSIONS));
     assert_eq!(

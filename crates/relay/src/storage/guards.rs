@@ -8,12 +8,14 @@
 //! bound; a restart forgets them (what they protect is short-lived). They are node-local: relay
 //! nodes that share a store need a [`GuardStore`] that counts across them.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::{collections::HashMap, time::Duration};
+
+use lock::Lock;
 
 use futures_util::future::Either;
 use tokio::time::Instant;
 
-use protocol::limits::{PROOF_IDS_REMEMBERED, SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW};
+use crate::limits::{PROOF_IDS_REMEMBERED, SIGN_IN_THROTTLE_ENTRIES, SIGN_IN_WINDOW};
 
 use super::traits::{GuardFuture, GuardStore};
 
@@ -81,7 +83,7 @@ struct Window {
 struct Throttle {
     window: Duration,
     capacity: usize,
-    entries: Mutex<HashMap<String, Window>>,
+    entries: Lock<HashMap<String, Window>>,
 }
 
 impl Throttle {
@@ -90,14 +92,14 @@ impl Throttle {
         Self {
             window,
             capacity,
-            entries: Mutex::new(HashMap::new()),
+            entries: Lock::new(HashMap::new()),
         }
     }
 
     /// When `key` has `limit` events in its current window: how long until the window ends.
     fn blocked(&self, key: &str, limit: u32) -> Option<Duration> {
         let now = Instant::now();
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = self.entries.lock();
         let w = entries.get(key)?;
         let end = w.started + self.window;
         (w.count >= limit && now < end).then(|| end - now)
@@ -110,7 +112,7 @@ impl Throttle {
     /// How long until the window ends, when `key` is at its limit.
     fn take(&self, key: &str, limit: u32) -> Result<(), Duration> {
         let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = self.entries.lock();
         if let Some(w) = entries.get(key) {
             let end = w.started + self.window;
             if w.count >= limit && now < end {
@@ -123,7 +125,7 @@ impl Throttle {
 
     /// Takes back one event of `key` (an attempt that turned out well).
     fn forgive(&self, key: &str) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = self.entries.lock();
         if let Some(w) = entries.get_mut(key) {
             w.count = w.count.saturating_sub(1);
         }
@@ -132,7 +134,7 @@ impl Throttle {
     /// Counts one event for `key`.
     fn record(&self, key: &str) {
         let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = self.entries.lock();
         self.count_in(&mut entries, key, now);
     }
 
@@ -164,10 +166,7 @@ impl Throttle {
 
     /// Forgets `key` (a successful sign-in clears its account's failures).
     fn clear(&self, key: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        self.entries.lock().remove(key);
     }
 }
 
@@ -175,7 +174,7 @@ impl Throttle {
 #[derive(Debug)]
 struct SeenIds {
     capacity: usize,
-    entries: Mutex<HashMap<String, Instant>>,
+    entries: Lock<HashMap<String, Instant>>,
 }
 
 /// What [`GuardStore::first_use`] found.
@@ -194,14 +193,14 @@ impl SeenIds {
     fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            entries: Mutex::new(HashMap::new()),
+            entries: Lock::new(HashMap::new()),
         }
     }
 
     /// Records `id` as used until `until`, unless it was already.
     fn first_use(&self, id: &str, until: Instant) -> Seen {
         let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = self.entries.lock();
         if let Some(t) = entries.get(id)
             && *t > now
         {

@@ -30,7 +30,7 @@ use std::sync::{
 use tokio::sync::{mpsc, watch};
 
 use super::{durable::StoreWrite, traits::SessionStore};
-use crate::lock::Lock;
+use lock::Lock;
 
 /// The write-behind task's end of the queue.
 pub(crate) type Queue = mpsc::UnboundedReceiver<StoreWrite>;

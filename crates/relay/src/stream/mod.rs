@@ -8,8 +8,8 @@
 //! response is just a reader from some event on; when the client disconnects the stream goes on
 //! collecting, and `GET` + `Last-Event-ID: <stream>-<n>` by the same principal and session reads
 //! from event `n + 1`. A closed HTTP stream is transport loss, never cancellation (invariant 5).
-//! Finished streams are kept for [`protocol::limits::RESUMABLE_RETENTION`], at most
-//! [`protocol::limits::RESUMABLE_STREAMS_PER_BRIDGE`] per bridge ([`SseStreams`], `registry`); a
+//! Finished streams are kept for [`crate::limits::RESUMABLE_RETENTION`], at most
+//! [`crate::limits::RESUMABLE_STREAMS_PER_BRIDGE`] per bridge ([`SseStreams`], `registry`); a
 //! terminal message over [`RESUMABLE_TERMINAL_MAX_BYTES`] is delivered live but replaced by an
 //! error once read, so replay cannot hold it.
 //!
@@ -27,27 +27,22 @@ use std::{
 use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
 
-use protocol::{
-    ids::SessionId,
-    jsonrpc::{self, code},
-    limits::{
-        RESUMABLE_TERMINAL_MAX_BYTES, STANDALONE_BUFFER_MAX_BYTES,
-        STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES,
-    },
+use crate::limits::{
+    RESUMABLE_TERMINAL_MAX_BYTES, STANDALONE_BUFFER_MAX_BYTES,
+    STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES,
 };
+use protocol::{ids::SessionId, jsonrpc, jsonrpc::code};
 
 mod registry;
 
 pub(crate) use registry::{Resume, SseStreams};
 
-use crate::{
-    lock::Lock,
-    storage::{
-        StoreWrite, StoreWriter,
-        durable::{NOT_KEPT, STORED_EVENT_MAX_BYTES},
-        now as unix_now,
-    },
+use crate::storage::{
+    StoreWrite, StoreWriter,
+    durable::{NOT_KEPT, STORED_EVENT_MAX_BYTES},
+    now as unix_now,
 };
+use lock::Lock;
 
 /// How the id of a session's standalone stream starts (other streams' ids start with `st`): a
 /// cursor of a standalone stream from before a relay restart is recognised by it.

@@ -8,16 +8,12 @@ use std::{collections::HashMap, sync::Arc};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use protocol::{
-    ids::SessionId,
-    limits::{RESUMABLE_RETENTION, RESUMABLE_STREAMS_PER_BRIDGE},
-};
+use crate::{limits::RESUMABLE_RETENTION, limits::RESUMABLE_STREAMS_PER_BRIDGE};
+use protocol::ids::SessionId;
 
 use super::{Durable, STANDALONE_PREFIX, SseStream, stream_lost_notice};
-use crate::{
-    lock::Lock,
-    storage::{StoreWrite, StoreWriter, now as unix_now},
-};
+use crate::storage::{StoreWrite, StoreWriter, now as unix_now};
+use lock::Lock;
 
 /// What a `GET` with `Last-Event-ID` reads ([`SseStreams::resume`]).
 #[derive(Debug)]

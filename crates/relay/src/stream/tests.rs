@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use protocol::limits::RESUMABLE_RETENTION;
+use crate::limits::RESUMABLE_RETENTION;
 
 use super::*;
 

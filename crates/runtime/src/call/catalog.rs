@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use protocol::limits::{RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS};
+use crate::{limits::RESULT_TEXT_DEFAULT_CHARS, limits::RESULT_TEXT_RAISED_MAX_CHARS};
 
 use crate::{
     Access,

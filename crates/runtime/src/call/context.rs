@@ -1,11 +1,11 @@
 //! [`CallContext`]: what a tool handler knows about the call besides its arguments.
 
-use std::sync::Mutex;
+use lock::Lock;
 
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::PROGRESS_MIN_INTERVAL;
+use crate::limits::PROGRESS_MIN_INTERVAL;
 
 use crate::policy::Principal;
 
@@ -25,7 +25,7 @@ pub struct ProgressUpdate {
 #[derive(Debug, Default)]
 pub struct ProgressSink {
     tx: Option<mpsc::Sender<ProgressUpdate>>,
-    last: Mutex<Option<Instant>>,
+    last: Lock<Option<Instant>>,
 }
 
 impl ProgressSink {
@@ -33,7 +33,7 @@ impl ProgressSink {
     pub fn new(tx: mpsc::Sender<ProgressUpdate>) -> Self {
         Self {
             tx: Some(tx),
-            last: Mutex::new(None),
+            last: Lock::new(None),
         }
     }
 
@@ -52,9 +52,7 @@ impl ProgressSink {
         let Some(tx) = &self.tx else { return };
         let now = Instant::now();
         {
-            let Ok(mut last) = self.last.lock() else {
-                return;
-            };
+            let mut last = self.last.lock();
             if last.is_some_and(|t| now.duration_since(t) < PROGRESS_MIN_INTERVAL) {
                 return;
             }

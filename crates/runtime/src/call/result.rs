@@ -5,7 +5,7 @@
 
 use rmcp::model::{CallToolResult, ContentBlock};
 
-use protocol::limits::ERROR_TEXT_MAX_CHARS;
+use crate::limits::ERROR_TEXT_MAX_CHARS;
 
 use crate::call::{
     catalog::Reply,

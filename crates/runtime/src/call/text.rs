@@ -17,7 +17,7 @@
 //! Characters are counted as UTF-8 bytes, an upper bound of both Unicode scalar values and the
 //! UTF-16 code units JavaScript hosts count.
 
-use protocol::limits::{RESULT_SUMMARY_MAX_CHARS, RESULT_TEXT_DEFAULT_CHARS};
+use crate::{limits::RESULT_SUMMARY_MAX_CHARS, limits::RESULT_TEXT_DEFAULT_CHARS};
 
 /// What a successful structured result shows as text.
 pub(crate) trait TextView {

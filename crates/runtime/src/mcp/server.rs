@@ -42,20 +42,22 @@
 //!   [`OWNER_RESERVED_CALLS`] slots free for the owner (who may use every slot: it is their
 //!   machine). One more gets `limit_exceeded` at once, its message naming the limit.
 //!   A call that becomes a task gives its slot back (working tasks are bounded by
-//!   [`protocol::limits::TASKS_MAX`] instead), so tasks never lock other callers out.
+//!   [`crate::limits::TASKS_MAX`] instead), so tasks never lock other callers out.
 //! - A call whose request carries a progress token gets `notifications/progress` from its handler.
 //! - `notifications/cancelled` fires the call's cancellation token; rmcp then drops its response.
 
 use std::{
     borrow::Cow,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
 };
 
+use lock::Lock;
+
 /// The call slot a running call holds; a call that becomes a task takes it out and drops it.
-type CallSlot = Arc<Mutex<Option<CallPermit>>>;
+type CallSlot = Arc<Lock<Option<CallPermit>>>;
 
 /// What a running call holds: a slot of [`CONCURRENT_TOOL_CALLS`] and, for a caller other than
 /// the owner, one of the slots the others share and its principal's count (module docs).
@@ -84,10 +86,11 @@ use rmcp::{
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{
-    CALLS_PER_PRINCIPAL, CONCURRENT_TOOL_CALLS, JSONRPC_ERROR_MESSAGE_MAX_CHARS,
-    OWNER_RESERVED_CALLS, TASK_FOREGROUND_BUDGET,
+use crate::limits::{
+    CALLS_PER_PRINCIPAL, JSONRPC_ERROR_MESSAGE_MAX_CHARS, OWNER_RESERVED_CALLS,
+    TASK_FOREGROUND_BUDGET,
 };
+use protocol::limits::CONCURRENT_TOOL_CALLS;
 
 use crate::{
     Access, SERVER_NAME, SUPPORTED_PROTOCOL_VERSIONS,
@@ -254,7 +257,7 @@ impl McpServer {
         match self.access.runtime().tasks().insert(entry.clone()) {
             Ok(()) => {
                 // The task is bounded by TASKS_MAX from now on, not by the call slots.
-                drop(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+                drop(slot.lock().take());
                 Ok(CallToolResponse::Task(CreateTaskResult::new(
                     entry.detailed().task,
                 )))
@@ -339,7 +342,7 @@ impl McpServer {
                 "{CONCURRENT_TOOL_CALLS} tool calls are already running (the server's limit); try again when one finishes"
             ));
         };
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(CallPermit {
+        *slot.lock() = Some(CallPermit {
             _slot: permit,
             _others: others,
             _principal: principal,
@@ -350,7 +353,7 @@ impl McpServer {
         // Each call runs in its own task so a panic is contained to this call (internal_error).
         let outcome = tokio::spawn(async move {
             let r = fut.await;
-            drop(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+            drop(slot.lock().take());
             r
         })
         .await;

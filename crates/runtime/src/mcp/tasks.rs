@@ -22,8 +22,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, MutexGuard},
 };
+
+use lock::Lock;
 
 use rmcp::model::{
     CallToolResult, DetailedTask, ErrorData, JsonObject, Task, TaskPayload, TaskStatus,
@@ -31,7 +33,7 @@ use rmcp::model::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{
+use crate::limits::{
     OWNER_RESERVED_TASKS, TASK_POLL_INTERVAL, TASK_RETENTION_AFTER_END, TASKS_MAX,
     TASKS_PER_PRINCIPAL,
 };
@@ -77,7 +79,7 @@ pub struct TaskEntry {
     created_at: chrono::DateTime<chrono::Utc>,
     created: Instant,
     cancel: CancellationToken,
-    inner: Mutex<Inner>,
+    inner: Lock<Inner>,
 }
 
 impl TaskEntry {
@@ -101,7 +103,7 @@ impl TaskEntry {
             created_at: now,
             created: Instant::now(),
             cancel,
-            inner: Mutex::new(Inner {
+            inner: Lock::new(Inner {
                 state: State::Working {
                     status_message: None,
                 },
@@ -117,11 +119,9 @@ impl TaskEntry {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A poisoned lock means a panic while holding it, which only assignments do: the state
-        // is still whole.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        // A poisoned lock (recovered and logged by `Lock`) means a panic while holding it, which
+        // only assignments do: the state is still whole.
+        self.inner.lock()
     }
 
     /// Sets the status line of a working task (its latest progress); ignored once finished.
@@ -283,14 +283,12 @@ fn error_object(e: &ErrorData) -> JsonObject {
 /// The runtime's tasks (module docs).
 #[derive(Debug, Default)]
 pub struct Tasks {
-    tasks: Mutex<HashMap<String, Arc<TaskEntry>>>,
+    tasks: Lock<HashMap<String, Arc<TaskEntry>>>,
 }
 
 impl Tasks {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<TaskEntry>>> {
-        self.tasks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.tasks.lock()
     }
 
     /// Whether [`Self::insert`] would take a new task of `principal` now (finished tasks past

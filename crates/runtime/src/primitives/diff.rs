@@ -81,7 +81,7 @@ pub(crate) fn follows(diff: &str) -> String {
     match total {
         Some(n) => format!(
             "the diff follows, cut to its first {} of {n} bytes (the file has the rest)",
-            protocol::limits::EDIT_DIFF_MAX_BYTES
+            crate::limits::EDIT_DIFF_MAX_BYTES
         ),
         None => "the diff follows".to_owned(),
     }

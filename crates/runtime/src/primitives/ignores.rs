@@ -24,18 +24,20 @@ use std::{
     io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, Weak,
+        Arc, Weak,
         atomic::{AtomicUsize, Ordering},
     },
     time::SystemTime,
 };
 
+use lock::Lock;
+
+use crate::limits::{IGNORE_FILE_MAX_BYTES, IGNORE_FILE_MAX_PATTERNS, IGNORE_NOTES_MAX};
 use ignore::{
     DirEntry, Match,
     gitignore::{Gitignore, GitignoreBuilder},
     overrides::Override,
 };
-use protocol::limits::{IGNORE_FILE_MAX_BYTES, IGNORE_FILE_MAX_PATTERNS, IGNORE_NOTES_MAX};
 
 use crate::path::Workspace;
 
@@ -69,14 +71,14 @@ struct Stamp {
 
 /// One cached file: its version and the compiled rules, if a walk still holds them. Its lock is
 /// held while the file compiles, so concurrent first uses wait for one compilation.
-type Slot = Arc<Mutex<Weak<Rules>>>;
+type Slot = Arc<Lock<Weak<Rules>>>;
 
 /// Compiled ignore files of every call of a runtime, by matcher root and file. Entries are
 /// weak: a matcher lives while a walk uses it, so concurrent calls share it and an idle runtime
 /// holds none.
 #[derive(Debug, Default)]
 pub(crate) struct IgnoreCache {
-    compiled: Mutex<HashMap<(PathBuf, PathBuf), (Stamp, Slot)>>,
+    compiled: Lock<HashMap<(PathBuf, PathBuf), (Stamp, Slot)>>,
 }
 
 impl IgnoreCache {
@@ -92,7 +94,7 @@ impl IgnoreCache {
             ino: meta.ino(),
         };
         let slot = {
-            let mut map = self.compiled.lock().ok()?;
+            let mut map = self.compiled.lock();
             let key = (root.to_owned(), file.to_owned());
             match map.get(&key) {
                 Some((s, slot)) if *s == stamp => slot.clone(),
@@ -100,7 +102,7 @@ impl IgnoreCache {
                     // Drop entries no walk uses any more (and no compilation is filling).
                     map.retain(|_, (_, slot)| {
                         Arc::strong_count(slot) > 1
-                            || slot.try_lock().is_ok_and(|w| w.strong_count() > 0)
+                            || slot.try_lock().is_some_and(|w| w.strong_count() > 0)
                     });
                     let slot = Slot::default();
                     map.insert(key, (stamp, slot.clone()));
@@ -108,7 +110,7 @@ impl IgnoreCache {
                 }
             }
         };
-        let mut weak = slot.lock().ok()?;
+        let mut weak = slot.lock();
         if let Some(rules) = weak.upgrade() {
             return Some(rules);
         }
@@ -185,8 +187,8 @@ pub(crate) struct IgnoreFilter {
     /// The levels of the root's ancestors, nearest first.
     above_root: Option<Arc<Level>>,
     global: Option<Arc<Rules>>,
-    levels: Mutex<HashMap<PathBuf, Arc<Level>>>,
-    capped: Mutex<Vec<(PathBuf, Cap)>>,
+    levels: Lock<HashMap<PathBuf, Arc<Level>>>,
+    capped: Lock<Vec<(PathBuf, Cap)>>,
     /// Entries [`IgnoreFilter::keep`] left out.
     ignored: AtomicUsize,
 }
@@ -201,8 +203,8 @@ impl IgnoreFilter {
             root: root.to_owned(),
             above_root: None,
             global: None,
-            levels: Mutex::default(),
-            capped: Mutex::default(),
+            levels: Lock::default(),
+            capped: Lock::default(),
             ignored: AtomicUsize::new(0),
         };
         let cwd = std::env::current_dir().unwrap_or_else(|_| root.to_owned());
@@ -281,7 +283,7 @@ impl IgnoreFilter {
 
     /// The ignore files that went past a cap, in path order (at most [`IGNORE_NOTES_MAX`]).
     pub(crate) fn capped(&self) -> Vec<(PathBuf, Cap)> {
-        let mut v = self.capped.lock().map(|v| v.clone()).unwrap_or_default();
+        let mut v = self.capped.lock().clone();
         v.sort();
         v.dedup();
         v.truncate(IGNORE_NOTES_MAX);
@@ -293,7 +295,7 @@ impl IgnoreFilter {
         if !dir.starts_with(&self.root) {
             return self.above_root.clone();
         }
-        if let Some(l) = self.levels.lock().ok()?.get(dir) {
+        if let Some(l) = self.levels.lock().get(dir) {
             return Some(l.clone());
         }
         let parent = match dir.parent() {
@@ -301,7 +303,7 @@ impl IgnoreFilter {
             _ => self.above_root.clone(),
         };
         let level = self.level(dir, parent);
-        let mut levels = self.levels.lock().ok()?;
+        let mut levels = self.levels.lock();
         Some(levels.entry(dir.to_owned()).or_insert(level).clone())
     }
 
@@ -332,11 +334,11 @@ impl IgnoreFilter {
     }
 
     fn note(&self, rules: &Rules) {
-        if let Some(cap) = rules.capped
-            && let Ok(mut v) = self.capped.lock()
-            && v.len() < 4 * IGNORE_NOTES_MAX
-        {
-            v.push((rules.path.clone(), cap));
+        if let Some(cap) = rules.capped {
+            let mut v = self.capped.lock();
+            if v.len() < 4 * IGNORE_NOTES_MAX {
+                v.push((rules.path.clone(), cap));
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use std::{io, path::PathBuf};
 
-use protocol::limits::SKIPPED_PATHS_MAX;
+use crate::limits::SKIPPED_PATHS_MAX;
 use schemars::JsonSchema;
 use serde::Serialize;
 

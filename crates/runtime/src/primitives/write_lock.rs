@@ -20,8 +20,10 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
 };
+
+use lock::Lock;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
@@ -32,7 +34,7 @@ pub(crate) use machine::{LockError, MACHINE_LOCK_WAIT, MachineGuard, MachineLock
 /// The per-path lock table of one runtime, and its machine-wide locks.
 #[derive(Debug, Default)]
 pub(crate) struct WriteLocks {
-    table: Mutex<HashMap<PathBuf, Slot>>,
+    table: Lock<HashMap<PathBuf, Slot>>,
     machine: MachineLocks,
 }
 
@@ -91,18 +93,18 @@ impl WriteLocks {
     /// Paths with an entry (held or waited for).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.table.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.table.lock().len()
     }
 
     fn enter(&self, path: &Path) -> Arc<AsyncMutex<()>> {
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table.lock();
         let slot = table.entry(path.to_owned()).or_default();
         slot.users += 1;
         slot.mutex.clone()
     }
 
     fn leave(&self, path: &Path) {
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table.lock();
         if let Some(slot) = table.get_mut(path) {
             slot.users -= 1;
             if slot.users == 0 {

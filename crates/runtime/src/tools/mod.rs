@@ -152,7 +152,7 @@ pub(crate) fn prompt_get(access: &Access, name: &str) -> ToolResult<PromptText> 
 
 #[cfg(test)]
 mod tests {
-    use protocol::limits::{RESULT_TEXT_RAISED_MAX_CHARS, TOOL_DESCRIPTION_MAX_CHARS};
+    use crate::{limits::RESULT_TEXT_RAISED_MAX_CHARS, limits::TOOL_DESCRIPTION_MAX_CHARS};
 
     use crate::call::catalog::MAX_RESULT_SIZE_META;
 

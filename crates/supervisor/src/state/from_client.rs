@@ -4,10 +4,11 @@
 
 use serde_json::{Value, json};
 
+use crate::{limits::SUPERVISOR_QUEUE_MAX, limits::SUPERVISOR_QUEUE_MAX_BYTES};
 use protocol::{
     error_code::ToolErrorCode,
     jsonrpc::{IdKey, code},
-    limits::{CONCURRENT_TOOL_CALLS, SUPERVISOR_QUEUE_MAX, SUPERVISOR_QUEUE_MAX_BYTES},
+    limits::CONCURRENT_TOOL_CALLS,
     tool_error::ToolError,
 };
 
@@ -23,15 +24,18 @@ impl State {
     pub(crate) fn client_message(&mut self, line: Vec<u8>, from_queue: bool) -> Vec<Out> {
         let mut outs = Vec::new();
         // A cancellation is never held behind others: it may cancel one of them.
-        let cancels = ClientHead::parse(&line).is_some_and(|h| h.cancels().is_some());
+        let head = ClientHead::parse(&line);
+        let cancels = head.as_ref().is_some_and(|h| h.cancels().is_some());
         if !from_queue && !cancels && !self.queue.is_empty() {
             // Others wait for their turn: this one goes behind them.
-            let id =
-                ClientHead::parse(&line).and_then(|h| h.is_request().then_some(h.id).flatten());
+            let id = head
+                .as_ref()
+                .filter(|h| h.is_request())
+                .and_then(|h| h.id().cloned());
             self.enqueue(line, id, &mut outs);
             return outs;
         }
-        let Some(head) = ClientHead::parse(&line) else {
+        let Some(head) = head else {
             // Not a JSON object: the worker answers it as it answers every malformed line.
             self.forward_or_hold(line, None, &mut outs);
             return outs;
@@ -54,7 +58,7 @@ impl State {
                     self.queued_bytes -= q.line.len();
                 }
             }
-        } else if head.method.as_deref() == Some("notifications/initialized") && self.handshake {
+        } else if head.method() == Some("notifications/initialized") && self.handshake {
             // The handshake is complete: the tool list can be read on the session.
             self.client_initialized = true;
             self.forward_or_hold(line, None, &mut outs);
@@ -66,7 +70,7 @@ impl State {
     }
 
     pub(crate) fn request(&mut self, line: Vec<u8>, head: ClientHead, outs: &mut Vec<Out>) {
-        let id = head.id.clone().unwrap_or(Value::Null);
+        let id = head.id().cloned().unwrap_or(Value::Null);
         let key = IdKey::of(&id);
         if self.in_flight.contains_key(&key) {
             outs.push(Out::Client(
@@ -79,7 +83,7 @@ impl State {
             ));
             return;
         }
-        let method = head.method.clone().unwrap_or_default();
+        let method = head.method().unwrap_or_default().to_owned();
         let tool = head.tool().map(str::to_owned);
         if head.is_modern() {
             self.modern_client = true;

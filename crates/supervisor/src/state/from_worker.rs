@@ -5,7 +5,8 @@
 use serde_json::Value;
 use tokio::time::Instant;
 
-use protocol::{jsonrpc::IdKey, limits::SUPERVISOR_OWNED_IDS_MAX};
+use crate::limits::SUPERVISOR_OWNED_IDS_MAX;
+use protocol::jsonrpc::IdKey;
 
 use super::{
     HANDLE_TOOLS, OWN_ID, Purpose, Role, Service, Slot, State, Step, now_utc, tools_list_request,
@@ -29,10 +30,10 @@ impl State {
                 return outs;
             }
             let mut line = line;
-            if let Some(sub) = message::acknowledged_subscription(&line)
+            if let Some(sub) = &head.acknowledged
                 && self
                     .listens
-                    .get(&IdKey::of(&sub))
+                    .get(&IdKey::of(sub))
                     .is_some_and(|(_, tools)| *tools)
                 && let Some(l) = message::acknowledging_tools(&line)
             {

@@ -5,14 +5,11 @@
 use serde_json::json;
 use tokio::time::Instant;
 
-use protocol::{
-    jsonrpc::IdKey,
-    limits::{
-        RETIRED_WORKER_GRACE, RETIRED_WORKER_POLL, UPGRADE_CHECK_INTERVAL, WORKER_HEALTHY_AFTER,
-        WORKER_RESTART_BACKOFF_MAX, WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX,
-        WORKER_START_TIMEOUT,
-    },
+use crate::limits::{
+    RETIRED_WORKER_GRACE, RETIRED_WORKER_POLL, WORKER_HEALTHY_AFTER, WORKER_RESTART_BACKOFF_MAX,
+    WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX, WORKER_START_TIMEOUT,
 };
+use protocol::{jsonrpc::IdKey, limits::UPGRADE_CHECK_INTERVAL};
 
 use super::{
     ENDED_BY_EXIT, ENDED_BY_UPGRADE, Purpose, Recovery, Role, Service, Start, State, Step,

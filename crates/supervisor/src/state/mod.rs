@@ -20,10 +20,10 @@ use std::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::limits::RETIRED_WORKER_GRACE;
 use protocol::{
     error_code::ToolErrorCode,
     jsonrpc::{IdKey, code},
-    limits::RETIRED_WORKER_GRACE,
     tool_error::ToolError,
 };
 

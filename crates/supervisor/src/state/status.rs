@@ -3,7 +3,7 @@
 use serde_json::Value;
 use tokio::time::Instant;
 
-use protocol::limits::WORKER_RESTARTS_MAX;
+use crate::limits::WORKER_RESTARTS_MAX;
 use runtime::tools::info::{AutomaticSwap, SupervisorInfo};
 
 use super::{Role, Service, State};

@@ -18,11 +18,14 @@
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
-use protocol::limits::{UPGRADE_CHECK_INTERVAL, UPGRADE_ENDED_GRACE, VERSION_PROBE_TIMEOUT};
+use lock::Lock;
+
+use crate::limits::UPGRADE_ENDED_GRACE;
+use protocol::{limits::UPGRADE_CHECK_INTERVAL, limits::VERSION_PROBE_TIMEOUT};
 use runtime::Runtime;
 use supervisor::binary::{FileId, probe_version};
 use tokio::{
@@ -211,7 +214,7 @@ pub(super) async fn idle(
     sessions: &HostedSessions,
     runtime: &Runtime,
     noticed: Instant,
-    told: &Mutex<Option<Instant>>,
+    told: &Lock<Option<Instant>>,
 ) {
     loop {
         let now = Holding::now(sessions, runtime);
@@ -222,9 +225,7 @@ pub(super) async fn idle(
             return;
         }
         {
-            let mut t = told
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut t = told.lock();
             if t.is_none_or(|at| at.elapsed() >= WAITING_LOG_EVERY) {
                 tracing::info!(waiting_for = %now, "upgrade pending: the daemon restarts into the new binary once these end");
                 *t = Some(Instant::now());

@@ -96,6 +96,61 @@ async fn losing_the_link_detaches_and_the_same_instance_rebinds_within_the_grace
     assert_eq!(answer.await.unwrap(), result(7));
 }
 
+/// What the daemon replays after a rebind (everything the relay had not acknowledged when the
+/// link dropped) reaches the request's stream once: the messages routed before the loss are
+/// duplicates and dropped, the rest routed in order.
+#[tokio::test]
+async fn a_replay_after_a_rebind_within_the_grace_reaches_the_stream_once_in_order() {
+    let Connected {
+        hub,
+        b,
+        l: l1,
+        rx: _rx1,
+        s,
+    } = connected().await;
+    let st = sse_request(&hub, &s, &l1, 1, Some("p1"));
+    let progress = |n: i64| {
+        json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": "p1", "progress": n}})
+    };
+    assert_eq!(
+        deliver(&hub, &s.sid, 1, None, progress(1)),
+        Delivery::Routed
+    );
+    assert_eq!(
+        deliver(&hub, &s.sid, 2, None, progress(2)),
+        Delivery::Routed
+    );
+    hub.link_lost(&b, l1.id);
+    advance(hub.config.timing.reconnect_grace - Duration::from_secs(1)).await;
+    hub.sweep();
+    let (l2, _rx2) = link(&hub, "i1");
+    assert!(hub.promote(&b, l2).is_none());
+    // The daemon replays from 1: two duplicates, then what is new.
+    assert_eq!(
+        deliver(&hub, &s.sid, 1, None, progress(1)),
+        Delivery::Duplicate
+    );
+    assert_eq!(
+        deliver(&hub, &s.sid, 2, None, progress(2)),
+        Delivery::Duplicate
+    );
+    assert_eq!(
+        deliver(&hub, &s.sid, 3, None, progress(3)),
+        Delivery::Routed
+    );
+    assert_eq!(deliver(&hub, &s.sid, 4, None, result(1)), Delivery::Routed);
+    assert_eq!(
+        deliver(&hub, &s.sid, 4, None, result(1)),
+        Delivery::Duplicate
+    );
+    assert_eq!(
+        messages(&st),
+        [progress(1), progress(2), progress(3), result(1)]
+    );
+    assert!(st.summary().1, "the response finished the stream");
+}
+
 #[tokio::test]
 async fn grace_expiry_ends_the_sessions_and_their_requests_get_outcome_unknown() {
     let Connected {

@@ -11,13 +11,12 @@ use tokio::{
     time::{Duration, advance},
 };
 
+use crate::{limits::CALL_BUDGET_MAX, limits::RELAY_OVERHEAD};
 use protocol::{
     frame::RelayFrame,
     ids::{InstanceId, SessionId},
     jsonrpc::code,
-    limits::{
-        CALL_BUDGET_MAX, DAEMON_SEQ_WINDOW, DELIVERY_MARGIN, DELIVERY_WINDOW, RELAY_OVERHEAD,
-    },
+    limits::{DAEMON_SEQ_WINDOW, DELIVERY_MARGIN, DELIVERY_WINDOW},
 };
 
 use super::{Bridge, Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound, ReplySink, Session};

@@ -17,7 +17,7 @@
 
 use sqlx::Row;
 
-use protocol::limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, RESUMABLE_RETENTION};
+use crate::limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, RESUMABLE_RETENTION};
 
 use super::{SqliteStorage, StorageError};
 
@@ -27,7 +27,7 @@ pub const STORED_EVENTS_PER_STREAM: u64 = 16;
 
 /// Largest non-terminal event stored, in bytes of JSON text; a larger one is delivered live
 /// only. Terminal messages are bounded by
-/// [`protocol::limits::RESUMABLE_TERMINAL_MAX_BYTES`] instead (a larger one is stored as the
+/// [`crate::limits::RESUMABLE_TERMINAL_MAX_BYTES`] instead (a larger one is stored as the
 /// "too large to replay" error).
 pub const STORED_EVENT_MAX_BYTES: usize = 16 * 1024;
 
@@ -58,7 +58,7 @@ pub struct SessionRecord {
     /// The principal's role (`Role::as_str`).
     pub role: String,
     /// What the relay kept of the client's `initialize` (JSON text, at most
-    /// [`protocol::limits::SESSION_INITIALIZE_MAX_BYTES`]).
+    /// [`crate::limits::SESSION_INITIALIZE_MAX_BYTES`]).
     pub initialize: String,
     /// `notifications/initialized` was seen.
     pub initialized: bool,

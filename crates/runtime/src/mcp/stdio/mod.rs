@@ -250,13 +250,11 @@ impl StdioTransport {
 
 /// Ids of the client's requests that are delivered and not yet answered (or cancelled).
 #[derive(Debug, Clone, Default)]
-struct InFlight(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+struct InFlight(Arc<lock::Lock<std::collections::HashSet<String>>>);
 
 impl InFlight {
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0.lock()
     }
 
     /// Records `id` as in flight; `false` when it already is.

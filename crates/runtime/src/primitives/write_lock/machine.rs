@@ -26,10 +26,10 @@ use std::{
     io,
     os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
-    sync::Mutex,
     time::Duration,
 };
 
+use lock::Lock;
 use nix::{errno::Errno, fcntl::Flock};
 use sha2::{Digest, Sha256};
 
@@ -78,7 +78,7 @@ pub(crate) enum LockError {
 pub(crate) struct MachineLocks {
     dir: PathBuf,
     /// Set once the directory was created and checked; cleared when it turns out to be gone.
-    ready: Mutex<bool>,
+    ready: Lock<bool>,
 }
 
 impl Default for MachineLocks {
@@ -131,7 +131,7 @@ impl MachineLocks {
     pub(crate) fn in_dir(dir: PathBuf) -> Self {
         Self {
             dir,
-            ready: Mutex::new(false),
+            ready: Lock::new(false),
         }
     }
 
@@ -213,7 +213,7 @@ impl MachineLocks {
 
     /// Creates the lock directory and checks it once.
     fn prepare(&self) -> Result<(), LockError> {
-        let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ready = self.ready.lock();
         if !*ready {
             let dir_err = |source| LockError::Dir {
                 dir: self.dir.clone(),
@@ -229,7 +229,7 @@ impl MachineLocks {
     }
 
     fn forget_ready(&self) {
-        *self.ready.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        *self.ready.lock() = false;
     }
 }
 

@@ -21,7 +21,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use protocol::limits::INSTRUCTION_HASH_MAX_BYTES;
+use crate::limits::INSTRUCTION_HASH_MAX_BYTES;
 use schemars::JsonSchema;
 use serde::Serialize;
 use sha2::{Digest, Sha256};

@@ -19,7 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use protocol::limits::{
+use crate::limits::{
     BOOTSTRAP_INSTRUCTIONS_MAX_CHARS, INSTRUCTION_FILE_MAX_BYTES, INSTRUCTIONS_TOTAL_MAX_BYTES,
     RESULT_TEXT_DEFAULT_CHARS, RESULT_TEXT_RAISED_MAX_CHARS,
 };

@@ -6,7 +6,7 @@ use std::{path::Path, sync::Arc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{DELEGATION_RECORDS_MAX, RESULT_TEXT_DEFAULT_CHARS};
+use crate::{limits::DELEGATION_RECORDS_MAX, limits::RESULT_TEXT_DEFAULT_CHARS};
 
 use super::{
     engine::{self, ListedStatus, ReceiptSummary},

@@ -6,7 +6,7 @@ use std::{path::Path, sync::Arc, time::Duration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{DELEGATION_PROMPT_MAX_BYTES, RESULT_TEXT_DEFAULT_CHARS};
+use crate::{limits::DELEGATION_PROMPT_MAX_BYTES, limits::RESULT_TEXT_DEFAULT_CHARS};
 
 use super::{
     engine::{AgentEnvironment, DelegateRequest, Origin, Scope, agents::Agent, store::Receipt},

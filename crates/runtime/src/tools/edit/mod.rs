@@ -6,7 +6,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
+use crate::{limits::EDIT_DIFF_MAX_BYTES, limits::EDIT_FILE_MAX_BYTES};
 
 use crate::tools::family::Family;
 use crate::{

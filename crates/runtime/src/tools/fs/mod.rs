@@ -9,7 +9,7 @@ use rmcp::model::ContentBlock;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     IMAGE_MAX_BYTES, LIST_DIR_DEFAULT_ENTRIES, LIST_DIR_MAX_ENTRIES, LIST_FILES_DEFAULT,
     LIST_FILES_MAX, READ_DEFAULT_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS, RESULT_TEXT_DEFAULT_CHARS,
     RESULT_TEXT_RAISED_MAX_CHARS,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{GIT_DIFF_DEFAULT_BYTES, GIT_DIFF_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS};
+use crate::limits::{GIT_DIFF_DEFAULT_BYTES, GIT_DIFF_MAX_BYTES, RESULT_SUMMARY_MAX_CHARS};
 
 use crate::{
     Access,
@@ -119,7 +119,7 @@ impl TextView for DiffOutput {
 
 /// The text limit of a patch page of at most `max` bytes.
 pub(super) fn page_limit(max: usize) -> usize {
-    (max + RESULT_SUMMARY_MAX_CHARS + 1).max(protocol::limits::RESULT_TEXT_DEFAULT_CHARS)
+    (max + RESULT_SUMMARY_MAX_CHARS + 1).max(crate::limits::RESULT_TEXT_DEFAULT_CHARS)
 }
 
 /// The totals a first page put in its cursors (`[files, added, deleted]`).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     GIT_LOG_DEFAULT_COMMITS, GIT_LOG_MAX_COMMITS, RESULT_TEXT_DEFAULT_CHARS,
     RESULT_TEXT_RAISED_MAX_CHARS,
 };

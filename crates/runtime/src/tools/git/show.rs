@@ -6,7 +6,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{GIT_DIFF_DEFAULT_BYTES, GIT_DIFF_MAX_BYTES};
+use crate::{limits::GIT_DIFF_DEFAULT_BYTES, limits::GIT_DIFF_MAX_BYTES};
 
 use crate::{
     Access,

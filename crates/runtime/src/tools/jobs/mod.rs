@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{JOB_READ_WAIT_MAX, RESULT_TEXT_DEFAULT_CHARS};
+use crate::{limits::JOB_READ_WAIT_MAX, limits::RESULT_TEXT_DEFAULT_CHARS};
 
 use crate::{
     Access,
@@ -915,7 +915,7 @@ mod tests {
     async fn a_remote_principal_keeps_at_most_its_share_of_unfinished_jobs() {
         let m = machine();
         let agent = Some(Profile::Agent);
-        for i in 0..protocol::limits::JOBS_UNFINISHED_PER_PRINCIPAL {
+        for i in 0..crate::limits::JOBS_UNFINISHED_PER_PRINCIPAL {
             call(&m, agent, "mallory", "stage_job", plan(&format!("d{i}")))
                 .await
                 .unwrap();
@@ -936,7 +936,7 @@ mod tests {
     async fn a_principal_cycling_drafts_makes_room_from_its_own_finished_jobs() {
         let m = machine();
         let agent = Some(Profile::Agent);
-        for i in 0..protocol::limits::JOBS_RETAINED_PER_PRINCIPAL + 10 {
+        for i in 0..crate::limits::JOBS_RETAINED_PER_PRINCIPAL + 10 {
             let a = call(&m, agent, "mallory", "stage_job", plan(&format!("c{i}")))
                 .await
                 .unwrap_or_else(|e| panic!("draft {i}: {e}"));
@@ -954,7 +954,7 @@ mod tests {
             .await
             .unwrap();
         let n = all["jobs"].as_array().unwrap().len();
-        assert_eq!(n, protocol::limits::JOBS_RETAINED_PER_PRINCIPAL, "{n} kept");
+        assert_eq!(n, crate::limits::JOBS_RETAINED_PER_PRINCIPAL, "{n} kept");
         call(&m, agent, "alice", "stage_job", plan("alice"))
             .await
             .unwrap();

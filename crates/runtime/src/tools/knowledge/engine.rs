@@ -16,11 +16,11 @@
 
 use std::{borrow::Cow, ffi::OsStr, os::unix::ffi::OsStrExt, path::Path};
 
-use grep_matcher::Matcher;
-use grep_regex::{RegexMatcher, RegexMatcherBuilder};
-use protocol::limits::{
+use crate::limits::{
     KNOWLEDGE_QUERY_MAX_CHARS, KNOWLEDGE_QUERY_TERMS_MAX, KNOWLEDGE_TITLE_HEADING_MAX_CHARS,
 };
+use grep_matcher::Matcher;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 
 use crate::{
     call::error::ToolError,

@@ -28,7 +28,7 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     KNOWLEDGE_QUERY_MAX_CHARS, KNOWLEDGE_SEARCH_CHECK_MAX, KNOWLEDGE_SEARCH_RESULTS_MAX,
     KNOWLEDGE_SEARCH_SCAN_LINES_MAX, KNOWLEDGE_TITLE_SCAN_BYTES, RESULT_TEXT_DEFAULT_CHARS,
     SEARCH_LINE_MAX_BYTES,

@@ -22,7 +22,7 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{EDIT_DIFF_MAX_BYTES, EDIT_FILE_MAX_BYTES};
+use crate::{limits::EDIT_DIFF_MAX_BYTES, limits::EDIT_FILE_MAX_BYTES};
 
 use crate::tools::family::Family;
 use crate::{

@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, ffi::OsString, sync::Arc, time::Duration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES, PROCESS_STDIN_MAX_BYTES,
     PROCESS_TIMEOUT_DEFAULT, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN, RESULT_SUMMARY_MAX_CHARS,
     RESULT_TEXT_DEFAULT_CHARS,

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, ffi::OsString, sync::Arc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     COMMANDS_MAX, PROCESS_OUTPUT_MAX_BYTES, PROCESS_TIMEOUT_MAX, PROCESS_TIMEOUT_MIN,
     RESULT_TEXT_DEFAULT_CHARS,
 };

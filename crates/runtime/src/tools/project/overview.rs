@@ -6,7 +6,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{COMMANDS_MAX, PROJECT_OVERVIEW_MAX_BYTES};
+use crate::{limits::COMMANDS_MAX, limits::PROJECT_OVERVIEW_MAX_BYTES};
 
 use crate::{
     Access,

@@ -3,7 +3,7 @@
 //!
 //! The registry holds each alias's absolute path, SHA-256 and size — never the bytes. A
 //! resource is valid when its file is a regular file of at most
-//! `protocol::limits::RESOURCE_MAX_BYTES`, readable, unchanged since it
+//! `crate::limits::RESOURCE_MAX_BYTES`, readable, unchanged since it
 //! was registered (same SHA-256) and not readable by group or others (unless it was registered
 //! with `allow_insecure_permissions`).
 
@@ -16,7 +16,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::RESOURCE_MAX_BYTES;
+use crate::limits::RESOURCE_MAX_BYTES;
 
 use crate::primitives::{private, text::sha256_hex};
 

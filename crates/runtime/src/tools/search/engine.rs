@@ -11,12 +11,14 @@ use std::{
     collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
     sync::{
-        Condvar, Mutex,
+        Condvar,
         atomic::{AtomicBool, AtomicUsize, Ordering},
         mpsc,
     },
     time::Duration,
 };
+
+use lock::Lock;
 
 use grep_matcher::Matcher;
 use grep_regex::RegexMatcher;
@@ -157,8 +159,8 @@ pub(crate) fn candidates(
         .threads(scope.threads);
     let keep = filter.clone();
     wb.filter_entry(move |e| e.file_name() != ".git" && keep.as_ref().is_none_or(|f| f.keep(e)));
-    let found = Mutex::new(Vec::new());
-    let skipped = Mutex::new(SkipList::default());
+    let found = Lock::new(Vec::new());
+    let skipped = Lock::new(SkipList::default());
     wb.build_parallel().run(|| {
         let (found, skipped) = (&found, &skipped);
         Box::new(move |entry| {
@@ -167,26 +169,24 @@ pub(crate) fn candidates(
             }
             match entry {
                 Ok(e) => {
-                    if e.file_type().is_some_and(|t| t.is_file())
-                        && let Ok(mut v) = found.lock()
-                    {
+                    if e.file_type().is_some_and(|t| t.is_file()) {
+                        let mut v = found.lock();
                         v.push(e.into_path());
                     }
                 }
                 Err(err) => {
-                    if let Ok(mut s) = skipped.lock() {
-                        s.push_walk_error(&err, &scope.root, reachable);
-                    }
+                    let mut s = skipped.lock();
+                    s.push_walk_error(&err, &scope.root, reachable);
                 }
             }
             WalkState::Continue
         })
     });
-    let mut files = found.into_inner().unwrap_or_default();
+    let mut files = found.into_inner();
     files.sort_unstable_by(|a, b| path_order(a, b));
     Ok(Candidates {
         files,
-        skipped: skipped.into_inner().unwrap_or_default(),
+        skipped: skipped.into_inner(),
         capped_ignore_files: filter.as_ref().map(|f| f.capped()).unwrap_or_default(),
         ignored: filter.map_or(0, |f| f.ignored()),
     })
@@ -261,7 +261,7 @@ pub(crate) fn run(
     let window = |frontier: usize| (2 * threads).max(frontier).min(2 * threads * MAX_RUN);
     let stop = AtomicBool::new(false);
     let opened = AtomicUsize::new(0);
-    let sched = Mutex::new(Sched {
+    let sched = Lock::new(Sched {
         next: 0,
         run: 1,
         counts: vec![None; total],
@@ -294,7 +294,7 @@ pub(crate) fn run(
                 loop {
                     // Claim a run within the window.
                     let (start, end, prefix) = {
-                        let Ok(mut g) = sched.lock() else { return };
+                        let mut g = sched.lock();
                         loop {
                             if stop.load(Ordering::Relaxed)
                                 || opts.cancel.is_cancelled()
@@ -335,7 +335,8 @@ pub(crate) fn run(
                             break;
                         }
                     }
-                    if let Ok(mut g) = sched.lock() {
+                    {
+                        let mut g = sched.lock();
                         for (i, r) in &batch {
                             let skip = if *i == 0 { first_skip } else { 0 };
                             g.counts[*i] = Some(r.hits.len().saturating_sub(skip));
@@ -437,7 +438,7 @@ pub(crate) fn run(
             }
             let now = tokio::time::Instant::now();
             if last_progress
-                .is_none_or(|t| now.duration_since(t) >= protocol::limits::PROGRESS_MIN_INTERVAL)
+                .is_none_or(|t| now.duration_since(t) >= crate::limits::PROGRESS_MIN_INTERVAL)
             {
                 last_progress = Some(now);
                 progress(Progress {

@@ -11,7 +11,7 @@ use std::{path::PathBuf, sync::Arc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     RESULT_TEXT_DEFAULT_CHARS, SKILL_FILE_MAX_BYTES, SKILL_INVENTORY_MAX, SKILL_SCAN_MAX_ENTRIES,
     SKILLS_MAX,
 };

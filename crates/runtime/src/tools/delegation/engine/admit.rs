@@ -2,7 +2,7 @@
 //! fingerprint, the limits counted over every live server), then queued or, for a worker,
 //! started at once.
 
-use protocol::limits::{
+use crate::limits::{
     DELEGATION_DEPTH_MAX, DELEGATION_PROMPT_MAX_BYTES, DELEGATIONS_PER_ROOT_MAX,
     DELEGATIONS_QUEUED_MAX, DELEGATIONS_RUNNING_MAX, DELEGATIONS_RUNNING_PER_AGENT_MAX,
 };
@@ -40,7 +40,7 @@ impl Manager {
     ///   `depth` over [`DELEGATION_DEPTH_MAX`]; `tree`: the root has
     ///   [`DELEGATIONS_PER_ROOT_MAX`] requests; `queue`: [`DELEGATIONS_QUEUED_MAX`] wait;
     ///   `capacity`: a worker's request finds no free slot; `records`: the store holds
-    ///   [`protocol::limits::DELEGATION_RECORDS_MAX`] receipts and too few of them are
+    ///   [`crate::limits::DELEGATION_RECORDS_MAX`] receipts and too few of them are
     ///   terminal to prune (the message counts the queued or running, unreadable and finished
     ///   ones; nothing is pruned then).
     /// - `conflict`: the request id names a receipt with another fingerprint, or an
@@ -332,7 +332,7 @@ fn store_full(entries: &[Entry]) -> String {
         "the store holds {} receipts, at most {}: {unfinished} queued or running, {unreadable} \
          unreadable, {finished} finished (only finished ones are pruned, and too few are)",
         entries.len(),
-        protocol::limits::DELEGATION_RECORDS_MAX
+        crate::limits::DELEGATION_RECORDS_MAX
     );
     if unreadable > 0 {
         why.push_str(

@@ -17,16 +17,18 @@ use std::{
     os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Command, ExitStatus, Stdio},
-    sync::{Arc, Mutex, mpsc},
+    sync::{Arc, mpsc},
     time::Duration,
 };
 
+use lock::Lock;
+
+use crate::limits::{
+    DELEGATION_OUTPUT_MAX_BYTES, DELEGATION_PROBE_OUTPUT_MAX_BYTES, DELEGATION_PROBE_TIMEOUT,
+};
 use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
-};
-use protocol::limits::{
-    DELEGATION_OUTPUT_MAX_BYTES, DELEGATION_PROBE_OUTPUT_MAX_BYTES, DELEGATION_PROBE_TIMEOUT,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -430,8 +432,8 @@ fn probe(program: &Path, args: &[&str], host: &Host<'_>) -> Result<ProbeOutput, 
         let _ = killpg(group, Signal::SIGKILL);
     };
     let (tx, rx) = mpsc::channel();
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let stdout = Arc::new(Lock::new(Vec::new()));
+    let stderr = Arc::new(Lock::new(Vec::new()));
     let started = (|| -> std::io::Result<()> {
         if let Some(s) = child.stdout.take() {
             collect(s, stdout.clone(), tx.clone())?;
@@ -482,9 +484,7 @@ fn probe(program: &Path, args: &[&str], host: &Host<'_>) -> Result<ProbeOutput, 
         // It exited but something it started still holds its output open: end the group.
         kill();
     }
-    let take = |buf: &Arc<Mutex<Vec<u8>>>| {
-        std::mem::take(&mut *buf.lock().unwrap_or_else(|p| p.into_inner()))
-    };
+    let take = |buf: &Arc<Lock<Vec<u8>>>| std::mem::take(&mut *buf.lock());
     Ok(ProbeOutput {
         status,
         stdout: take(&stdout),
@@ -496,7 +496,7 @@ fn probe(program: &Path, args: &[&str], host: &Host<'_>) -> Result<ProbeOutput, 
 /// in `buf`, then reports [`ProbeEvent::StreamClosed`].
 fn collect(
     mut src: impl Read + Send + 'static,
-    buf: Arc<Mutex<Vec<u8>>>,
+    buf: Arc<Lock<Vec<u8>>>,
     tx: mpsc::Sender<ProbeEvent>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -507,7 +507,7 @@ fn collect(
                 match src.read(&mut chunk) {
                     Ok(0) => break,
                     Ok(n) => {
-                        let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut b = buf.lock();
                         let room = DELEGATION_PROBE_OUTPUT_MAX_BYTES.saturating_sub(b.len());
                         b.extend_from_slice(&chunk[..n.min(room)]);
                     }

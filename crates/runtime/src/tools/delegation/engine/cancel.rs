@@ -40,9 +40,7 @@ impl Manager {
                 let Some(Entry::Ok(mut r)) = s.load_settled(&id) else {
                     return Ok(());
                 };
-                let mut l = local
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut l = local.lock();
                 let queued_here = l.queue.iter().position(|p| p.request_id == id);
                 match (r.receipt.status, queued_here) {
                     (DelegationStatus::Queued, Some(i)) => {
@@ -172,9 +170,7 @@ impl Manager {
                     }
                 }
             }
-            let mut l = local
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut l = local.lock();
             let mut tokens = Vec::new();
             for (child, status) in below {
                 let queued_here = l.queue.iter().position(|p| p.request_id == child);

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use protocol::limits::DELEGATION_INSPECTION_CACHE;
+use crate::limits::DELEGATION_INSPECTION_CACHE;
 
 use super::{
     DRAINING_MESSAGE, Manager,
@@ -40,7 +40,6 @@ impl Manager {
         let cached = self
             .inspections
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&agent)
             .filter(|(at, c, _)| at.elapsed() < DELEGATION_INSPECTION_CACHE && *c == config)
             .map(|(_, _, s)| s.clone());
@@ -59,7 +58,6 @@ impl Manager {
         };
         self.inspections
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(agent, (tokio::time::Instant::now(), config, status.clone()));
         status
     }

@@ -16,11 +16,11 @@
 //! [`DELEGATIONS_PER_ROOT_MAX`] requests large; a worker's request that cannot start at once is
 //! refused (`capacity`), never queued behind its own parent.
 //!
-//! [`DELEGATIONS_RUNNING_MAX`]: protocol::limits::DELEGATIONS_RUNNING_MAX
-//! [`DELEGATIONS_RUNNING_PER_AGENT_MAX`]: protocol::limits::DELEGATIONS_RUNNING_PER_AGENT_MAX
-//! [`DELEGATIONS_QUEUED_MAX`]: protocol::limits::DELEGATIONS_QUEUED_MAX
-//! [`DELEGATION_DEPTH_MAX`]: protocol::limits::DELEGATION_DEPTH_MAX
-//! [`DELEGATIONS_PER_ROOT_MAX`]: protocol::limits::DELEGATIONS_PER_ROOT_MAX
+//! [`DELEGATIONS_RUNNING_MAX`]: crate::limits::DELEGATIONS_RUNNING_MAX
+//! [`DELEGATIONS_RUNNING_PER_AGENT_MAX`]: crate::limits::DELEGATIONS_RUNNING_PER_AGENT_MAX
+//! [`DELEGATIONS_QUEUED_MAX`]: crate::limits::DELEGATIONS_QUEUED_MAX
+//! [`DELEGATION_DEPTH_MAX`]: crate::limits::DELEGATION_DEPTH_MAX
+//! [`DELEGATIONS_PER_ROOT_MAX`]: crate::limits::DELEGATIONS_PER_ROOT_MAX
 
 mod admit;
 pub mod agents;
@@ -36,14 +36,16 @@ pub mod workers;
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, OnceLock, Weak},
+    sync::{Arc, OnceLock, Weak},
     time::Duration,
 };
+
+use lock::Lock;
 
 use tokio::sync::{Notify, watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use protocol::limits::{DELEGATION_RUN_LIMIT, TERMINATION_GRACE};
+use crate::{limits::DELEGATION_RUN_LIMIT, limits::TERMINATION_GRACE};
 
 use agents::{Agent, AgentStatus};
 pub use env::DROPPED_ENV_PREFIXES;
@@ -91,7 +93,7 @@ pub struct DelegateRequest {
     /// The agent to run.
     pub agent: Agent,
     /// The task, given to the agent on stdin (at most
-    /// [`DELEGATION_PROMPT_MAX_BYTES`](protocol::limits::DELEGATION_PROMPT_MAX_BYTES)).
+    /// [`DELEGATION_PROMPT_MAX_BYTES`](crate::limits::DELEGATION_PROMPT_MAX_BYTES)).
     pub prompt: String,
     /// The directory the agent runs in: absolute, resolved (the caller confined it).
     pub directory: PathBuf,
@@ -212,8 +214,8 @@ pub struct Manager {
     me: Weak<Manager>,
     store: Store,
     options: ManagerOptions,
-    local: Arc<Mutex<Local>>,
-    inspections: Mutex<HashMap<Agent, (tokio::time::Instant, DelegationConfig, AgentStatus)>>,
+    local: Arc<Lock<Local>>,
+    inspections: Lock<HashMap<Agent, (tokio::time::Instant, DelegationConfig, AgentStatus)>>,
     /// Wakes the queue pump.
     pump: Notify,
     /// Bumped on every receipt this server writes; waiting reads watch it.
@@ -291,7 +293,7 @@ impl Manager {
             store: store.clone(),
             options,
             local: Arc::default(),
-            inspections: Mutex::default(),
+            inspections: Lock::default(),
             pump: Notify::new(),
             changed: watch::channel(0).0,
             closing: CancellationToken::new(),
@@ -330,9 +332,7 @@ impl Manager {
     }
 
     fn lock_local(&self) -> std::sync::MutexGuard<'_, Local> {
-        self.local
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.local.lock()
     }
 
     fn bump(&self) {
@@ -342,10 +342,8 @@ impl Manager {
     /// Delegations of this server that are queued or running (what a restart of this
     /// process would end; the stdio supervisor and the daemon's upgrade wait for none).
     pub fn active(&self) -> usize {
-        self.local
-            .lock()
-            .map(|l| l.queue.len() + l.running.len())
-            .unwrap_or(0)
+        let l = self.local.lock();
+        l.queue.len() + l.running.len()
     }
 
     /// Attaches the worker side (the family's worker socket); the first one stays.

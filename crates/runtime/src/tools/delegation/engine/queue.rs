@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{DELEGATIONS_RUNNING_MAX, DELEGATIONS_RUNNING_PER_AGENT_MAX};
+use crate::{limits::DELEGATIONS_RUNNING_MAX, limits::DELEGATIONS_RUNNING_PER_AGENT_MAX};
 
 use super::{
     CANCEL_WAIT, Manager, Pending,
@@ -73,9 +73,7 @@ impl Manager {
                     *per_agent.entry(r.receipt.agent).or_default() += 1;
                 }
             }
-            let mut l = local
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut l = local.lock();
             let mut started = Vec::new();
             let mut i = 0;
             while i < l.queue.len() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use protocol::limits::DELEGATION_READ_WAIT_MAX;
+use crate::limits::DELEGATION_READ_WAIT_MAX;
 
 use super::{
     Manager, READ_POLL, Scope,
@@ -234,6 +234,7 @@ pub fn list_store(store: &Store) -> std::io::Result<Vec<ReceiptSummary>> {
 
 /// The queued and running receipts of live servers (what a drain waits for).
 pub fn unfinished(store: &Store) -> Vec<ReceiptSummary> {
+    // The store's lock file (not a mutex): unlockable, there is nothing to list.
     let Ok(_lock) = store.lock() else {
         return Vec::new();
     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::{DELEGATION_EVENT_LINE_MAX_BYTES, DELEGATION_OUTPUT_MAX_BYTES};
+use crate::{limits::DELEGATION_EVENT_LINE_MAX_BYTES, limits::DELEGATION_OUTPUT_MAX_BYTES};
 
 use super::{
     Manager, Pending, agent_env,

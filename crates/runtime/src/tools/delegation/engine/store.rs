@@ -20,7 +20,7 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{DELEGATION_OUTPUT_MAX_BYTES, DELEGATION_RECORDS_MAX};
+use crate::{limits::DELEGATION_OUTPUT_MAX_BYTES, limits::DELEGATION_RECORDS_MAX};
 
 use super::agents::Agent;
 use crate::{

@@ -7,14 +7,14 @@
 //!
 //! One socket per server process: `DIR/sockets/PID.sock` (`DIR` is `STATE_DIR/delegations`;
 //! the directory 0700, the socket 0600; sockets of dead PIDs are removed at start). The socket
-//! protocol, one JSON object per line, each at most [`DELEGATION_SOCKET_FRAME_MAX_BYTES`](protocol::limits::DELEGATION_SOCKET_FRAME_MAX_BYTES)
+//! protocol, one JSON object per line, each at most [`DELEGATION_SOCKET_FRAME_MAX_BYTES`](crate::limits::DELEGATION_SOCKET_FRAME_MAX_BYTES)
 //! (a longer line is answered `{"error":"frame_too_large"}` and the connection closed):
 //!
 //! 1. The server checks the peer's uid (`SO_PEERCRED`) before anything else: another user gets
 //!    `{"error":"not_owner"}` and the connection is closed. Past
 //!    [`DELEGATION_SOCKET_CONNECTIONS_MAX`] connections at once: `{"error":"busy"}`, closed.
 //! 2. Server: `{"challenge":"<64 hex>"}` (32 random bytes). Client, within
-//!    [`DELEGATION_SOCKET_AUTH_TIMEOUT`](protocol::limits::DELEGATION_SOCKET_AUTH_TIMEOUT): `{"request_id":"…","mac":"<64 hex>"}`, the
+//!    [`DELEGATION_SOCKET_AUTH_TIMEOUT`](crate::limits::DELEGATION_SOCKET_AUTH_TIMEOUT): `{"request_id":"…","mac":"<64 hex>"}`, the
 //!    HMAC-SHA256 ([`wire::challenge_mac`]) keyed with the capability's 32 bytes. Unknown request,
 //!    revoked capability or wrong MAC: `{"error":"invalid_capability"}`, closed; a malformed
 //!    answer `{"error":"invalid_request"}`, no answer in time `{"error":"timeout"}`, closed.
@@ -22,7 +22,7 @@
 //! 3. Requests `{"id":N,"op":"delegate","agent","prompt","path"?,"request_id"}` (`path`
 //!    defaults to `.`, the project directory),
 //!    `{"id":N,"op":"read","request_id","wait_ms"}`, `{"id":N,"op":"list"}`, answered (in any
-//!    order, at most [`DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX`](protocol::limits::DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX) in flight) by
+//!    order, at most [`DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX`](crate::limits::DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX) in flight) by
 //!    `{"id":N,"result":…}` (a receipt; for `list` `{"delegations":[…]}`) or
 //!    `{"id":N,"error":{"code","message","retryable","side_effects_started",…details}}`
 //!    ([`ToolError::to_json`](crate::ToolError::to_json)). Each request re-checks the capability: once the run ended
@@ -44,12 +44,14 @@ use std::{
     fmt, fs, io,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, PoisonError, Weak},
+    sync::{Arc, Weak},
 };
+
+use lock::Lock;
 
 use rand::{RngCore, rngs::OsRng};
 
-use protocol::limits::DELEGATION_SOCKET_CONNECTIONS_MAX;
+use crate::limits::DELEGATION_SOCKET_CONNECTIONS_MAX;
 
 use super::engine::{
     Manager,
@@ -89,7 +91,7 @@ struct Live {
 /// The state the socket's tasks share with [`WorkerAccess`].
 #[derive(Debug)]
 struct Shared {
-    live: Mutex<Capabilities>,
+    live: Lock<Capabilities>,
     manager: Weak<Manager>,
 }
 
@@ -102,7 +104,7 @@ struct Capabilities {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Capabilities> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+        self.live.lock()
     }
 
     /// The grant of `request_id` when its capability is still the one of `serial`.
@@ -163,7 +165,7 @@ impl WorkerAccess {
             })?
             .to_owned();
         let shared = Arc::new(Shared {
-            live: Mutex::new(Capabilities::default()),
+            live: Lock::new(Capabilities::default()),
             manager,
         });
         let served = shared.clone();

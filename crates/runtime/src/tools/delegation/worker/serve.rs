@@ -19,7 +19,7 @@ use tokio::{
     task::JoinSet,
 };
 
-use protocol::limits::{
+use crate::limits::{
     DELEGATION_READ_WAIT_MAX, DELEGATION_SOCKET_AUTH_TIMEOUT, DELEGATION_SOCKET_FRAME_MAX_BYTES,
     DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX,
 };

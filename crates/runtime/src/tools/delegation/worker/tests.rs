@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
 
-use protocol::limits::DELEGATION_SOCKET_FRAME_MAX_BYTES;
+use crate::limits::DELEGATION_SOCKET_FRAME_MAX_BYTES;
 
 use super::{
     serve::{serve_connection, within_project},

@@ -9,7 +9,7 @@ use serde_json::Value;
 use sha2::Sha256;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use protocol::limits::DELEGATION_SOCKET_FRAME_MAX_BYTES;
+use crate::limits::DELEGATION_SOCKET_FRAME_MAX_BYTES;
 
 /// The environment variable naming the server's worker socket (absolute path).
 pub(crate) const SOCKET_VAR: &str = "MACHINE_MCP_DELEGATION_SOCKET";

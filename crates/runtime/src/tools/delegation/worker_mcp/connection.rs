@@ -6,10 +6,12 @@ use std::{
     collections::HashMap,
     path::PathBuf,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
 };
+
+use lock::Lock;
 
 use serde_json::{Map, Value, json};
 use tokio::{
@@ -19,7 +21,7 @@ use tokio::{
     task::AbortHandle,
 };
 
-use protocol::limits::{DELEGATION_SOCKET_AUTH_TIMEOUT, DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX};
+use crate::limits::{DELEGATION_SOCKET_AUTH_TIMEOUT, DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX};
 
 use super::WorkerMcpError;
 use crate::{
@@ -38,7 +40,7 @@ struct Pending {
 #[derive(Debug)]
 pub(super) struct Connection {
     outgoing: mpsc::Sender<Value>,
-    pending: Arc<Mutex<Pending>>,
+    pending: Arc<Lock<Pending>>,
     next_id: AtomicU64,
     tasks: Vec<AbortHandle>,
 }
@@ -49,9 +51,9 @@ impl Drop for Connection {
     }
 }
 
-/// Locks `pending` (poison is harmless: the map stays consistent).
-fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
-    pending.lock().unwrap_or_else(PoisonError::into_inner)
+/// Locks `pending` (a poisoned lock is recovered and logged: the map stays consistent).
+fn lock(pending: &Lock<Pending>) -> std::sync::MutexGuard<'_, Pending> {
+    pending.lock()
 }
 
 impl Connection {
@@ -91,7 +93,7 @@ impl Connection {
             .await
             .map_err(|_| WorkerMcpError::Protocol("no answer to the challenge".into()))??;
 
-        let pending = Arc::new(Mutex::new(Pending::default()));
+        let pending = Arc::new(Lock::new(Pending::default()));
         let (outgoing, mut rx) = mpsc::channel::<Value>(DELEGATION_SOCKET_REQUESTS_IN_FLIGHT_MAX);
         let writer = tokio::spawn(async move {
             while let Some(v) = rx.recv().await {
@@ -146,7 +148,7 @@ fn unavailable(why: &str) -> ToolError {
 }
 
 /// Reads the answers and hands each to its caller; at the end, fails every one still waiting.
-async fn dispatch(mut read: BufReader<OwnedReadHalf>, pending: Arc<Mutex<Pending>>) {
+async fn dispatch(mut read: BufReader<OwnedReadHalf>, pending: Arc<Lock<Pending>>) {
     let why = loop {
         let frame = match read_frame(&mut read).await {
             Ok(Some(f)) => f,

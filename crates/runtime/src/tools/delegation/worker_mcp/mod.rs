@@ -19,7 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
 
-use protocol::limits::{DELEGATION_PROMPT_MAX_BYTES, RESULT_TEXT_DEFAULT_CHARS};
+use crate::{limits::DELEGATION_PROMPT_MAX_BYTES, limits::RESULT_TEXT_DEFAULT_CHARS};
 
 use super::{
     engine::{ReceiptSummary, agents::Agent, store::Receipt},

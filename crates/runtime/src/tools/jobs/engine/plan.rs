@@ -9,7 +9,7 @@ use std::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     JOB_DEPENDS_MAX, JOB_FINALLY_STEPS_MAX, JOB_PLAN_MAX_BYTES, JOB_STDIN_MAX_BYTES,
     JOB_STEP_ENV_MAX_BYTES, JOB_STEP_TIMEOUT_MAX, JOB_STEPS_MAX, JOB_TEMP_FILES_MAX,
     JOB_TEMP_FILES_MAX_BYTES,

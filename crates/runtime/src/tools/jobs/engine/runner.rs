@@ -24,7 +24,7 @@ use std::{
     time::Duration,
 };
 
-use protocol::limits::{
+use crate::limits::{
     JOB_OUTPUT_MAX_BYTES, JOB_RECOVERY_ATTEMPTS_MAX, JOB_STEP_TIMEOUT_DEFAULT,
     JOB_STREAM_OUTPUT_MAX_BYTES, JOBS_RUNNING_MAX,
 };

@@ -18,7 +18,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use protocol::limits::{
+use crate::limits::{
     JOB_RETENTION, JOB_STAGED_EXPIRY, JOBS_RETAINED_MAX, JOBS_RETAINED_OTHERS_MAX,
     JOBS_RETAINED_PER_PRINCIPAL, JOBS_UNFINISHED_PER_PRINCIPAL,
 };

@@ -19,9 +19,11 @@ use std::{
     os::fd::AsFd,
     path::PathBuf,
     process::Stdio,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
+
+use lock::Lock;
 
 use nix::sys::signal::Signal;
 use tokio::{
@@ -29,7 +31,7 @@ use tokio::{
     sync::watch,
 };
 
-use protocol::limits::{
+use crate::limits::{
     PROCESS_ARGV_MAX, PROCESS_COMMAND_MAX_BYTES, PROCESS_OUTPUT_MAX_BYTES,
     SESSION_OUTPUT_RETAINED_BYTES, TERMINATION_GRACE,
 };
@@ -77,7 +79,7 @@ impl Exit {
 /// One output stream shared between its pump and readers.
 #[derive(Debug)]
 pub(crate) struct Stream {
-    buf: Mutex<StreamBuf>,
+    buf: Lock<StreamBuf>,
     /// Bumped on every append; readers wait on it.
     changed: watch::Sender<u64>,
 }
@@ -85,7 +87,7 @@ pub(crate) struct Stream {
 impl Stream {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            buf: Mutex::new(StreamBuf::new(
+            buf: Lock::new(StreamBuf::new(
                 PROCESS_OUTPUT_MAX_BYTES / 2,
                 SESSION_OUTPUT_RETAINED_BYTES.max(PROCESS_OUTPUT_MAX_BYTES / 2),
             )),
@@ -94,31 +96,25 @@ impl Stream {
     }
 
     fn push(&self, data: &[u8]) {
-        let total = match self.buf.lock() {
-            Ok(mut b) => {
-                b.push(data);
-                b.total()
-            }
-            Err(_) => return,
+        let total = {
+            let mut b = self.buf.lock();
+            b.push(data);
+            b.total()
         };
         self.changed.send_replace(total);
     }
 
     /// Runs `f` on the buffer.
     pub(crate) fn with<T>(&self, f: impl FnOnce(&StreamBuf) -> T) -> Option<T> {
-        self.buf.lock().ok().map(|b| f(&b))
+        Some(f(&self.buf.lock()))
     }
 
     /// Gives back the buffer's spare capacity (once the process has finished) and returns the
     /// bytes it still holds.
     pub(crate) fn shrink(&self) -> usize {
-        self.buf
-            .lock()
-            .map(|mut b| {
-                b.shrink();
-                b.retained()
-            })
-            .unwrap_or(0)
+        let mut b = self.buf.lock();
+        b.shrink();
+        b.retained()
     }
 
     /// A receiver that sees every append.
@@ -129,7 +125,7 @@ impl Stream {
 
 enum StdinSink {
     Pipe(tokio::process::ChildStdin),
-    Pty(Arc<Mutex<Box<dyn Write + Send>>>),
+    Pty(Arc<Lock<Box<dyn Write + Send>>>),
 }
 
 /// A running (or finished) child process and its captured output.
@@ -139,7 +135,7 @@ pub(crate) struct Proc {
     pub(crate) stdout: Arc<Stream>,
     pub(crate) stderr: Arc<Stream>,
     stdin: tokio::sync::Mutex<Option<StdinSink>>,
-    pty_master: Mutex<Option<Box<dyn portable_pty::MasterPty + Send>>>,
+    pty_master: Lock<Option<Box<dyn portable_pty::MasterPty + Send>>>,
     exit: watch::Receiver<Option<Exit>>,
     started: tokio::time::Instant,
 }
@@ -264,7 +260,7 @@ impl Proc {
             stdout,
             stderr,
             stdin: tokio::sync::Mutex::new(sink.map(StdinSink::Pipe)),
-            pty_master: Mutex::new(None),
+            pty_master: Lock::new(None),
             exit: exit_rx,
             started: tokio::time::Instant::now(),
         });
@@ -323,8 +319,8 @@ impl Proc {
             pty: true,
             stdout,
             stderr,
-            stdin: tokio::sync::Mutex::new(Some(StdinSink::Pty(Arc::new(Mutex::new(writer))))),
-            pty_master: Mutex::new(Some(pair.master)),
+            stdin: tokio::sync::Mutex::new(Some(StdinSink::Pty(Arc::new(Lock::new(writer))))),
+            pty_master: Lock::new(Some(pair.master)),
             exit: exit_rx,
             started: tokio::time::Instant::now(),
         });
@@ -345,9 +341,8 @@ impl Proc {
             let finish_fut = async {
                 tokio::time::sleep(DRAIN_AFTER_EXIT).await;
                 tree::terminate_tree(&tree, TERMINATION_GRACE).await;
-                if let Some(p) = weak.upgrade()
-                    && let Ok(mut m) = p.pty_master.lock()
-                {
+                if let Some(p) = weak.upgrade() {
+                    let mut m = p.pty_master.lock();
                     m.take();
                 }
             };
@@ -469,9 +464,7 @@ impl Proc {
                 // A terminal write blocks in a thread; past the deadline the call returns and
                 // the thread finishes when the process reads or the session ends.
                 let write = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                    let mut w = w
-                        .lock()
-                        .map_err(|_| std::io::Error::other("stdin lock poisoned"))?;
+                    let mut w = w.lock();
                     w.write_all(&bytes)?;
                     w.flush()
                 });

@@ -15,14 +15,16 @@
 use std::{
     collections::{HashMap, VecDeque},
     sync::{
-        Arc, Mutex, Weak,
+        Arc, Weak,
         atomic::{AtomicBool, Ordering},
     },
 };
 
+use lock::Lock;
+
 use tokio::time::Instant;
 
-use protocol::limits::{
+use crate::limits::{
     DISCARDED_SESSIONS_REMEMBERED, EXITED_SESSIONS_MAX, EXITED_SESSIONS_OUTPUT_MAX_BYTES,
     PROCESS_OUTPUT_MAX_BYTES, PROCESS_SESSIONS_MAX, SESSION_OUTPUT_RETAINED_BYTES,
     SESSION_RETENTION_AFTER_EXIT,
@@ -48,7 +50,7 @@ pub(crate) struct Session {
     pub(crate) started_at: String,
     /// The inherited deadline passed and the tree was terminated.
     pub(crate) timed_out: AtomicBool,
-    finished: Mutex<Option<Finished>>,
+    finished: Lock<Option<Finished>>,
 }
 
 /// When a session's process and tree finished, and the output bytes it still holds.
@@ -60,7 +62,7 @@ struct Finished {
 
 impl Session {
     fn finished(&self) -> Option<Finished> {
-        self.finished.lock().ok().and_then(|f| *f)
+        *self.finished.lock()
     }
 }
 
@@ -68,7 +70,7 @@ impl Session {
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     /// Shared with each session's exit watcher, which enforces the bounds when it exits.
-    table: Arc<Mutex<Table>>,
+    table: Arc<Lock<Table>>,
 }
 
 #[derive(Debug, Default)]
@@ -117,7 +119,7 @@ impl Sessions {
         deadline: Option<Instant>,
     ) -> Result<Arc<Session>, Full> {
         let session = {
-            let mut table = self.table.lock().map_err(|_| Full)?;
+            let mut table = self.table.lock();
             table.trim();
             let running = table
                 .map
@@ -136,13 +138,13 @@ impl Sessions {
                 command,
                 started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 timed_out: AtomicBool::new(false),
-                finished: Mutex::new(None),
+                finished: Lock::new(None),
             });
             table.map.insert(id, session.clone());
             session
         };
         let weak = Arc::downgrade(&session);
-        let table: Weak<Mutex<Table>> = Arc::downgrade(&self.table);
+        let table: Weak<Lock<Table>> = Arc::downgrade(&self.table);
         let proc = session.proc.clone();
         tokio::spawn(async move {
             match deadline {
@@ -163,17 +165,15 @@ impl Sessions {
             }
             // The pumps are done once the exit is published: the output is final.
             let bytes = proc.stdout.shrink() + proc.stderr.shrink();
-            if let Some(s) = weak.upgrade()
-                && let Ok(mut f) = s.finished.lock()
-            {
+            if let Some(s) = weak.upgrade() {
+                let mut f = s.finished.lock();
                 *f = Some(Finished {
                     at: Instant::now(),
                     bytes,
                 });
             }
-            if let Some(table) = table.upgrade()
-                && let Ok(mut t) = table.lock()
-            {
+            if let Some(table) = table.upgrade() {
+                let mut t = table.lock();
                 t.trim();
             }
         });
@@ -187,7 +187,7 @@ impl Sessions {
     /// session was discarded recently enough to be remembered, else [`Missing::Unknown`] (also
     /// for another principal's session, kept or not).
     pub(crate) fn get(&self, id: &str, owner: &Principal) -> Result<Arc<Session>, Missing> {
-        let mut table = self.table.lock().map_err(|_| Missing::Unknown)?;
+        let mut table = self.table.lock();
         table.trim();
         if let Some(s) = table.map.get(id).filter(|s| &s.owner == owner) {
             return Ok(s.clone());
@@ -202,9 +202,7 @@ impl Sessions {
 
     /// `owner`'s sessions, oldest first.
     pub(crate) fn list(&self, owner: &Principal) -> Vec<Arc<Session>> {
-        let Ok(mut table) = self.table.lock() else {
-            return Vec::new();
-        };
+        let mut table = self.table.lock();
         table.trim();
         let mut v: Vec<_> = table
             .map
@@ -218,29 +216,20 @@ impl Sessions {
 
     /// Sessions kept: running, or exited and still readable.
     pub(crate) fn kept(&self) -> usize {
-        self.table
-            .lock()
-            .map(|mut t| {
-                t.trim();
-                t.map.len()
-            })
-            .unwrap_or(0)
+        let mut t = self.table.lock();
+        t.trim();
+        t.map.len()
     }
 
     /// Sessions still running.
     pub(crate) fn running(&self) -> usize {
-        self.table
-            .lock()
-            .map(|t| t.map.values().filter(|s| s.proc.exit().is_none()).count())
-            .unwrap_or(0)
+        let t = self.table.lock();
+        t.map.values().filter(|s| s.proc.exit().is_none()).count()
     }
 
     /// Terminates every session (SIGTERM, grace, SIGKILL) and forgets them.
     pub(crate) async fn shutdown(&self) {
-        let all: Vec<Arc<Session>> = match self.table.lock() {
-            Ok(mut t) => t.map.drain().map(|(_, s)| s).collect(),
-            Err(_) => return,
-        };
+        let all: Vec<Arc<Session>> = self.table.lock().map.drain().map(|(_, s)| s).collect();
         let mut tasks = Vec::new();
         for s in all {
             tasks.push(tokio::spawn(async move {

@@ -27,16 +27,18 @@ use std::{
     io::Read,
     os::unix::process::CommandExt,
     process::{Child, Command, Stdio},
-    sync::{Mutex, OnceLock},
+    sync::OnceLock,
     time::Duration,
 };
+
+use lock::Lock;
 
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
 
-use protocol::limits::TERMINATION_GRACE;
+use crate::limits::TERMINATION_GRACE;
 use tokio::time::Instant;
 
 use super::tree::{self, TREE_ENV};
@@ -49,7 +51,7 @@ const KILL_RETRIES_FOR: Duration = Duration::from_secs(5);
 /// The subcommand of this executable that runs [`run`]; set by [`enable`].
 static SUBCOMMAND: OnceLock<&'static str> = OnceLock::new();
 /// The running watchdog, kept for the server's whole life: dropping its stdin would end it.
-static WATCHDOG: Mutex<Option<Child>> = Mutex::new(None);
+static WATCHDOG: Lock<Option<Child>> = Lock::new(None);
 /// Whether a start was attempted (only one is).
 static STARTED: OnceLock<()> = OnceLock::new();
 
@@ -103,9 +105,7 @@ fn ensure_started() {
             .spawn();
         match spawned {
             Ok(child) => {
-                if let Ok(mut w) = WATCHDOG.lock() {
-                    *w = Some(child);
-                }
+                *WATCHDOG.lock() = Some(child);
             }
             Err(e) => tracing::warn!(
                 error = %e,

@@ -7,7 +7,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use protocol::limits::COMMANDS_MAX;
+use crate::limits::COMMANDS_MAX;
 
 use super::{
     Problem, ProjectDir, one_line,

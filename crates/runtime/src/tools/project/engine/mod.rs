@@ -17,7 +17,7 @@ use std::{
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use protocol::limits::PROJECT_FILE_MAX_BYTES;
+use crate::limits::PROJECT_FILE_MAX_BYTES;
 
 use crate::{
     call::error::{ToolError, ToolErrorCode},

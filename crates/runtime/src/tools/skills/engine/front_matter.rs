@@ -8,7 +8,7 @@ use std::{
 
 use serde::Deserialize;
 
-use protocol::limits::{
+use crate::limits::{
     SKILL_DESCRIPTION_MAX_CHARS, SKILL_FILE_MAX_BYTES, SKILL_FRONT_MATTER_MAX_EVENTS,
     SKILL_NAME_MAX_CHARS,
 };

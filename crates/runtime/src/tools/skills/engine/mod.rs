@@ -47,7 +47,7 @@ use nix::{
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use protocol::limits::{
+use crate::limits::{
     SKILL_FILE_MAX_BYTES, SKILL_INVENTORY_MAX, SKILL_INVENTORY_MAX_DEPTH, SKILL_SCAN_MAX_ENTRIES,
     SKILLS_MAX,
 };
