@@ -1,6 +1,7 @@
 //! Bounds the relay alone enforces (the ones that cross a process boundary are in
-//! `protocol::limits`): the budget of MCP request body bytes in flight (`budget`) and
-//! the drain of a stop (the accept loop of `server`).
+//! `protocol::limits`): the budget of MCP request body bytes in flight (`budget`), the drain
+//! of a stop (the accept loop of `server`) and the wait for a stream's row before its first
+//! event (`mcp`).
 
 use std::time::Duration;
 
@@ -23,6 +24,11 @@ pub const REQUEST_BODY_RETRY_AFTER_SECS: u64 = 1;
 /// is still open after it (SSE streams, listen streams, daemon sockets) is closed; clients resume
 /// or reconnect as after a relay restart. A second stop signal ends the process at once.
 pub const RELAY_STOP_DRAIN: Duration = Duration::from_secs(10);
+/// How long a session's POST answered with SSE waits for the store to hold its stream's row
+/// before the stream's first event (the priming event, whose id a client resumes from) leaves:
+/// one store transaction normally; past this bound (the store has stalled) the stream is served
+/// anyway and a relay crash before the row is written forgets it.
+pub const STREAM_STORED_WAIT: Duration = Duration::from_secs(2);
 
 // === Transport ===
 

@@ -372,18 +372,29 @@ pub(crate) struct Relay {
     pub(crate) store: PathBuf,
     upstream: Arc<Mutex<u16>>,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
 impl Relay {
     /// Starts `relay serve` behind a proxy whose address is the public URL.
     pub(crate) fn start(extra: &[&str]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Like [`Relay::start`], with extra environment variables for every relay process
+    /// (restarts included).
+    pub(crate) fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("relay.db");
         let upstream = Arc::new(Mutex::new(0u16));
         let proxy = Proxy::start(upstream.clone());
         let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
-        let (proc, port) = spawn_relay(proxy.port, &store, &extra);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let (proc, port) = spawn_relay(proxy.port, &store, &extra, &env);
         *upstream.lock().unwrap() = port;
         Self {
             proc,
@@ -392,6 +403,7 @@ impl Relay {
             store,
             upstream,
             extra,
+            env,
             _dir: dir,
         }
     }
@@ -400,7 +412,7 @@ impl Relay {
     /// same proxy).
     pub(crate) fn restart(&mut self) {
         self.proc.kill();
-        let (proc, port) = spawn_relay(self.proxy.port, &self.store, &self.extra);
+        let (proc, port) = spawn_relay(self.proxy.port, &self.store, &self.extra, &self.env);
         *self.upstream.lock().unwrap() = port;
         self.proc = proc;
         self.port = port;
@@ -538,7 +550,12 @@ impl Relay {
     }
 }
 
-fn spawn_relay(proxy_port: u16, store: &Path, extra: &[String]) -> (Proc, u16) {
+fn spawn_relay(
+    proxy_port: u16,
+    store: &Path,
+    extra: &[String],
+    env: &[(String, String)],
+) -> (Proc, u16) {
     let public = format!("http://127.0.0.1:{proxy_port}");
     let (tx, rx) = mpsc::channel();
     let mut args = vec![
@@ -554,7 +571,8 @@ fn spawn_relay(proxy_port: u16, store: &Path, extra: &[String]) -> (Proc, u16) {
         "debug",
     ];
     args.extend(extra.iter().map(String::as_str));
-    let proc = Proc::spawn(&args, Some(tx));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let proc = Proc::spawn_with_env(&args, &env, Some(tx));
     let port = loop {
         let line = rx
             .recv_timeout(Duration::from_secs(30))

@@ -7,7 +7,8 @@ use serde_json::json;
 
 use crate::{
     net::Client,
-    relay::{mcp_url, setup},
+    net::Relay,
+    relay::{mcp_url, setup, setup_on},
 };
 
 /// Waits until the relay has written every queued store write (its write-behind queue is empty).
@@ -106,4 +107,73 @@ fn a_relay_killed_mid_call_keeps_its_sessions_and_replays_results_and_the_fate_o
     s.relay.wait_ready(1);
     let a = c.post(&json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list"}));
     assert_eq!(a.status, 404, "{a:?}");
+}
+
+/// A relay killed right after a call's stream sent its priming event, before its write-behind
+/// store would have caught up: the client's resume from that event id gets the call's outcome
+/// after the restart (the stream is stored before its first event leaves), never 404.
+#[test]
+fn a_resume_from_the_priming_event_after_a_kill_at_that_moment_gets_the_calls_outcome() {
+    // Every store batch lags a second: a stream stored only behind its first event is not
+    // stored yet when the relay dies just after that event.
+    let mut s = setup_on(Relay::start_with_env(
+        &[],
+        &[("MACHINE_MCP_TEST_STORE_LAG_MS", "1000")],
+    ));
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    wait_store_flushed(&s.relay);
+    let mut call = c.post_stream(&json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
+    let (prime, _) = call
+        .next_message(Duration::from_secs(10))
+        .expect("priming event");
+    let prime = prime.expect("the priming event has an id");
+    s.relay.restart(); // SIGKILL at once, then a new process on the same store
+    drop(call);
+    c.url = mcp_url(&s.relay, "b1");
+    s.relay.wait_ready(1);
+
+    let mut replay = c
+        .get_stream(Some(&prime))
+        .expect("the priming event id resumes after the restart");
+    let (_, m) = replay
+        .next_message(Duration::from_secs(10))
+        .expect("the call's outcome");
+    assert_eq!(m["id"], 21, "{m}");
+    // Its result if the store kept it, else the error that says the relay restarted with the
+    // call in flight (never run again).
+    let outcome = m["result"]["structuredContent"]["content"] == "hello from the workspace\n"
+        || m["error"]["code"] == -32004;
+    assert!(outcome, "{m}");
+}
+
+/// A handshake-era session outlives a restart of its daemon (a new instance on the same state):
+/// the relay opens it again on the new instance with the `initialize` it kept, and the client's
+/// next request on the same `MCP-Session-Id` is answered, without a new `initialize`.
+#[test]
+fn a_handshake_session_answers_its_next_request_after_a_daemon_restart() {
+    let mut s = setup();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    assert!(c.tool_names().contains(&"read_file".to_owned()));
+    s.daemon.kill(); // SIGKILL; a new process on the same state is a new instance
+    s.daemon = s
+        .relay
+        .daemon(s.state.path(), s.ws.path(), None, &["--profile", "agent"]);
+    s.daemon
+        .wait_log("connected to the relay and ready", Duration::from_secs(30));
+    s.relay.wait_ready(1);
+    let a = c.post_timeout(
+        &json!({"jsonrpc": "2.0", "id": 30, "method": "tools/list"}),
+        Duration::from_secs(30),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    let tools = a.messages.last().cloned().unwrap_or_default();
+    assert!(tools["result"]["tools"].as_array().is_some(), "{a:?}");
+    let r = c.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["content"], "hello from the workspace\n",
+        "{r}"
+    );
 }

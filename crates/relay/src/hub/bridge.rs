@@ -251,13 +251,13 @@ impl Hub {
     }
 
     /// Makes `link` the bridge's active daemon (after `ready`): rebinds the bound sessions when
-    /// it is the same instance or ends them when it is a new one, and flushes client messages
+    /// it is the same instance or releases them when it is a new one ([`Hub::reopen_bound`]), and flushes client messages
     /// queued while the daemon was away. Returns the replaced incumbent, which the caller closes
     /// (invariant 3: only now, after the candidate was verified).
     #[must_use = "the replaced incumbent must be closed"]
     pub(crate) fn promote(&self, bridge: &Arc<Bridge>, link: Link) -> Option<Link> {
-        // A new instance inherits nothing: end the previous instance's sessions before the new
-        // link is visible, so no request can slip onto it in between.
+        // A new instance inherits no open session: release the previous instance's sessions
+        // before the new link is visible, so no request can slip onto it in between.
         let restarted = bridge
             .state
             .lock()
@@ -266,7 +266,7 @@ impl Hub {
             .filter(|b| **b != link.instance_id)
             .cloned();
         if let Some(old_instance) = restarted {
-            self.end_bound(
+            self.reopen_bound(
                 &bridge.name,
                 &old_instance,
                 "the machine's daemon restarted; the outcome of this request is unknown (it may have had effects): check before retrying",
@@ -311,8 +311,9 @@ impl Hub {
     }
 
     /// The socket `link_id` of `bridge` was closed by its daemon, which stopped: like
-    /// [`Hub::link_lost`], but the instance's sessions end at once (their requests get -32003,
-    /// outcome unknown) instead of waiting out the reconnect grace for an instance that is over.
+    /// [`Hub::link_lost`], but the instance's sessions are released at once
+    /// ([`Hub::reopen_bound`]: their requests get -32003, outcome unknown) instead of waiting
+    /// out the reconnect grace for an instance that is over.
     pub(crate) fn link_stopped(&self, bridge: &Bridge, link_id: u64) {
         let instance = {
             let mut g = bridge.state.lock();
@@ -324,11 +325,45 @@ impl Hub {
             g.link.expire(Instant::now(), std::time::Duration::ZERO)
         };
         if let Some(instance) = instance {
-            self.end_bound(
+            self.reopen_bound(
                 &bridge.name,
                 &instance,
                 "the machine's daemon stopped before this call finished; the outcome of this request is unknown (it may have had effects): check before retrying",
             );
+        }
+    }
+
+    /// Daemon instance `instance` of `bridge` is over (it stopped, or a new instance replaced
+    /// it): its handshake-era sessions stay, no longer open anywhere, so the next request of
+    /// each opens it again on the next instance with the `initialize` the relay kept (routing
+    /// sends `open` to an instance a session is not open on, then `notifications/initialized`
+    /// if the client sent it). Their requests in flight get `message` with -32003 (outcome
+    /// unknown) and client messages queued for the old instance are dropped; what lived in the
+    /// old instance only (process sessions, cursors) is reported by the daemon on first use.
+    /// Per-call sessions (MCP 2026-07-28) end with their instance.
+    pub(super) fn reopen_bound(&self, bridge: &str, instance: &InstanceId, message: &str) {
+        tracing::debug!(bridge, %instance, "releasing the sessions of a daemon instance that is over");
+        for s in self.bridge_sessions(bridge) {
+            if s.call {
+                if s.state.lock().opened_on.as_ref() == Some(instance) {
+                    self.end_session(&s.sid, code::OUTCOME_UNKNOWN, message, false);
+                }
+                continue;
+            }
+            let pending = {
+                let mut g = s.state.lock();
+                if g.ended || g.opened_on.as_ref() != Some(instance) {
+                    continue;
+                }
+                g.opened_on = None;
+                g.outbox.clear();
+                g.progress.clear();
+                // The next instance numbers its messages from the start.
+                g.inbox = protocol::delivery::Inbox::new();
+                self.persist_bound(&s, &g);
+                g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>()
+            };
+            self.settle_all(&s, pending, code::OUTCOME_UNKNOWN, message);
         }
     }
 

@@ -5,8 +5,8 @@
 //! principal; one opened on a daemon instance other than its bridge's latest is ended (a new
 //! instance inherits nothing). A bridge with restored sessions bound to an instance starts
 //! detached from it, as if its socket had just been lost: the same instance reconnecting within
-//! the grace gets them in `resume` and keeps them, another instance or the grace running out
-//! ends them (404 → re-initialize). Requests in flight are not restored: their stream ends with
+//! the grace gets them in `resume` and keeps them, another instance opens them again on their
+//! next request (`Hub::reopen_bound`), the grace running out ends them (404 → re-initialize). Requests in flight are not restored: their stream ends with
 //! [`code::RELAY_RESTARTED`], delivered on replay, and `resume` does not name them, so the
 //! daemon cancels them; nothing is ever re-executed (invariants 6 and 7).
 

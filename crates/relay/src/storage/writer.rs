@@ -13,16 +13,24 @@
 //!   refused only past the hard bounds [`STORE_QUEUE_HARD`] and [`STORE_QUEUE_HARD_BYTES`]
 //!   (SQLite has stalled for minutes), counted and logged as an error.
 //!
-//! Neither ever waits, and a queued write is never overtaken by a later one.
+//! Neither ever waits, and a queued write is never overtaken by a later one. A caller that
+//! needs one write applied before it goes on (a stream's row before the stream's first event
+//! leaves) takes its ticket (`StoreWriter::send_reliable_ticket`) and awaits it
+//! (`StoreWriter::applied`), with a bound.
+//!
+//! Test switch (hidden, for the integration tests over the real binary): with
+//! `MACHINE_MCP_TEST_STORE_LAG_MS` set to a number, the task waits that many milliseconds
+//! before applying each batch, standing in for a slow disk.
 
 use std::sync::{
     Arc,
     atomic::{AtomicI64, AtomicU64, Ordering},
 };
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::{durable::StoreWrite, traits::SessionStore};
+use lock::Lock;
 
 /// The write-behind task's end of the queue.
 pub(crate) type Queue = mpsc::UnboundedReceiver<StoreWrite>;
@@ -59,6 +67,11 @@ pub struct StoreWriter {
     queued_bytes: Arc<AtomicI64>,
     /// Writes refused because the queue was full, or lost with a failed batch.
     pub(crate) dropped: Arc<AtomicU64>,
+    /// Writes handed to the queue so far: a write's ticket is this count after it. Held while
+    /// the write is sent, so tickets follow the queue's order.
+    sent: Arc<Lock<u64>>,
+    /// Writes the task is done with (applied, or lost with a failed batch), in queue order.
+    done: Arc<watch::Sender<u64>>,
 }
 
 impl StoreWriter {
@@ -67,9 +80,14 @@ impl StoreWriter {
         let (w, mut rx) = Self::channel();
         let (queued, bytes, dropped) =
             (w.queued.clone(), w.queued_bytes.clone(), w.dropped.clone());
+        let done = w.done.clone();
+        let lag = test_lag();
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(STORE_BATCH_MAX);
             while rx.recv_many(&mut batch, STORE_BATCH_MAX).await > 0 {
+                if let Some(lag) = lag {
+                    tokio::time::sleep(lag).await;
+                }
                 let n = batch.len();
                 let weight: usize = batch.iter().map(StoreWrite::weight).sum();
                 // A failed transaction applied nothing, so applying the same batch again keeps
@@ -86,6 +104,7 @@ impl StoreWriter {
                     tokio::time::sleep(STORE_RETRY_PAUSE * tries).await;
                 }
                 batch.clear();
+                done.send_modify(|d| *d += n as u64);
                 bytes.fetch_sub(weight as i64, Ordering::Relaxed);
                 queued.fetch_sub(n as i64, Ordering::Relaxed);
             }
@@ -101,6 +120,8 @@ impl StoreWriter {
             queued: Arc::new(AtomicI64::new(0)),
             queued_bytes: Arc::new(AtomicI64::new(0)),
             dropped: Arc::new(AtomicU64::new(0)),
+            sent: Arc::new(Lock::new(0)),
+            done: Arc::new(watch::Sender::new(0)),
         };
         (w, rx)
     }
@@ -123,7 +144,7 @@ impl StoreWriter {
     /// already. Returns whether it was queued: a refused write (the queue is that full, or its
     /// task has ended) is dropped and counted in `dropped`.
     pub fn send(&self, w: StoreWrite) -> bool {
-        if self.enqueue(w, STORE_QUEUE, STORE_QUEUE_BYTES) {
+        if self.enqueue(w, STORE_QUEUE, STORE_QUEUE_BYTES).is_some() {
             return true;
         }
         let before = self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -141,7 +162,14 @@ impl StoreWriter {
     /// an error (what a restart restores may then be wrong: the store has not kept up for
     /// minutes).
     pub fn send_reliable(&self, w: StoreWrite) {
-        if !self.enqueue(w, STORE_QUEUE_HARD, STORE_QUEUE_HARD_BYTES) {
+        self.send_reliable_ticket(w);
+    }
+
+    /// [`StoreWriter::send_reliable`], returning the write's ticket for
+    /// [`StoreWriter::applied`] (`None` when the write was refused).
+    pub(crate) fn send_reliable_ticket(&self, w: StoreWrite) -> Option<u64> {
+        let ticket = self.enqueue(w, STORE_QUEUE_HARD, STORE_QUEUE_HARD_BYTES);
+        if ticket.is_none() {
             let before = self.dropped.fetch_add(1, Ordering::Relaxed);
             if before.is_multiple_of(1000) {
                 tracing::error!(
@@ -151,26 +179,49 @@ impl StoreWriter {
                 );
             }
         }
+        ticket
     }
 
-    /// Queues `w` when fewer than `max` writes and `max_bytes` are queued; returns whether it
-    /// did.
-    fn enqueue(&self, w: StoreWrite, max: usize, max_bytes: usize) -> bool {
+    /// Waits until the write with `ticket` (and every one queued before it) is applied, or
+    /// lost with a failed batch, or `limit` has passed. Returns whether the task got to it in
+    /// time (`false` too when the task has ended without it).
+    pub(crate) async fn applied(&self, ticket: u64, limit: std::time::Duration) -> bool {
+        let mut done = self.done.subscribe();
+        matches!(
+            tokio::time::timeout(limit, done.wait_for(|d| *d >= ticket)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Queues `w` when fewer than `max` writes and `max_bytes` are queued; returns its ticket
+    /// if it did.
+    fn enqueue(&self, w: StoreWrite, max: usize, max_bytes: usize) -> Option<u64> {
         let weight = w.weight() as i64;
         if self.queued.load(Ordering::Relaxed) >= max as i64
             || self.queued_bytes.load(Ordering::Relaxed) + weight > max_bytes as i64
         {
-            return false;
+            return None;
         }
         self.queued.fetch_add(1, Ordering::Relaxed);
         self.queued_bytes.fetch_add(weight, Ordering::Relaxed);
+        let mut sent = self.sent.lock();
         if self.tx.send(w).is_err() {
+            drop(sent);
             self.queued.fetch_sub(1, Ordering::Relaxed);
             self.queued_bytes.fetch_sub(weight, Ordering::Relaxed);
-            return false;
+            return None;
         }
-        true
+        *sent += 1;
+        Some(*sent)
     }
+}
+
+/// The lag before each batch that `MACHINE_MCP_TEST_STORE_LAG_MS` asks for (module docs).
+fn test_lag() -> Option<std::time::Duration> {
+    std::env::var("MACHINE_MCP_TEST_STORE_LAG_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(std::time::Duration::from_millis)
 }
 
 #[cfg(test)]
@@ -244,5 +295,40 @@ mod tests {
         let got = drain(&mut rx).await;
         assert_eq!(got.len(), STORE_QUEUE + 1);
         assert!(matches!(got.last(), Some(StoreWrite::SessionEnded { .. })));
+    }
+
+    /// A write's ticket is awaited until the task has applied it: once `applied` returns, the
+    /// store holds the write (a stream's row before its first event leaves).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_ticket_is_applied_only_once_the_store_holds_its_write() {
+        let store = crate::storage::memory().await.unwrap();
+        let w = store.spawn_writer();
+        for n in 0..2 * STORE_BATCH_MAX {
+            assert!(w.send(touched(n)));
+        }
+        let record = crate::storage::durable::tests::session("s1");
+        let ticket = w
+            .send_reliable_ticket(StoreWrite::SessionOpened(record))
+            .expect("queued");
+        assert_eq!(
+            ticket,
+            2 * STORE_BATCH_MAX as u64 + 1,
+            "tickets follow the queue"
+        );
+        assert!(w.applied(ticket, std::time::Duration::from_secs(10)).await);
+        let (sessions, _) = store.sessions().load_durable(1020, 3600).await.unwrap();
+        assert!(sessions.iter().any(|s| s.sid == "s1"), "{sessions:?}");
+    }
+
+    /// A ticket the task never gets to (here: no task) is not waited on past the limit.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_ticket_the_task_does_not_reach_ends_the_wait_at_the_limit() {
+        let (w, _rx) = StoreWriter::channel();
+        let ticket = w
+            .send_reliable_ticket(StoreWrite::SessionEnded { sid: "s1".into() })
+            .expect("queued");
+        assert!(!w.applied(ticket, std::time::Duration::from_secs(2)).await);
+        w.done.send_modify(|d| *d += 1);
+        assert!(w.applied(ticket, std::time::Duration::from_secs(2)).await);
     }
 }

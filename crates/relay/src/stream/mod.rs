@@ -125,6 +125,9 @@ pub(crate) struct SseStream {
 struct Durable {
     writer: StoreWriter,
     request_id: Value,
+    /// The ticket of the write that stores the stream's row, while this relay has yet to wait
+    /// for it ([`SseStream::stored`]); `None` for a stream restored from the store.
+    opened: Option<u64>,
 }
 
 impl Durable {
@@ -272,6 +275,23 @@ impl SseStream {
     #[cfg(test)]
     pub(crate) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Waits until the store holds this stream's row, at most `limit`, so that a relay that
+    /// dies after the stream's first event left restores the stream (its replay ends with the
+    /// relay-restart error if the request's outcome was not stored) instead of not knowing the
+    /// event id it gave. Returns at once for a stream that is not durable or restored; `false`
+    /// when the store did not get to the row within `limit` (the stream is then served anyway,
+    /// as resumable as the store lets it be).
+    pub(crate) async fn stored(&self, limit: std::time::Duration) -> bool {
+        match self.durable.get() {
+            Some(Durable {
+                writer,
+                opened: Some(ticket),
+                ..
+            }) => writer.applied(*ticket, limit).await,
+            _ => true,
+        }
     }
 
     /// Records that event `seq` was written to a response.

@@ -53,11 +53,12 @@ impl SseStreams {
     /// Registers a session's POST stream answering request `request_id`, and persists it from
     /// now on (with the events it holds already) when this node keeps streams durable: a
     /// restarted relay replays its events, or, when it never finished, ends it with the error
-    /// saying the relay restarted while its request was in flight.
+    /// saying the relay restarted while its request was in flight. Its row is queued at once;
+    /// the HTTP layer awaits it ([`SseStream::stored`]) before the stream's first event leaves.
     pub(crate) fn insert_durable(&self, s: Arc<SseStream>, request_id: &Value) {
         if let Some(writer) = &self.writer {
             let g = s.inner.lock();
-            writer.send_reliable(StoreWrite::StreamOpened {
+            let opened = writer.send_reliable_ticket(StoreWrite::StreamOpened {
                 id: s.id.clone(),
                 sid: s.sid.as_str().to_owned(),
                 principal: s.principal.clone(),
@@ -68,6 +69,7 @@ impl SseStreams {
             let d = Durable {
                 writer: writer.clone(),
                 request_id: request_id.clone(),
+                opened,
             };
             let last = g.events.back().map(|e| e.seq);
             for e in g.events.iter().filter(|e| e.seq > 0) {
@@ -91,6 +93,7 @@ impl SseStreams {
             let _ = s.durable.set(Durable {
                 writer: writer.clone(),
                 request_id: request_id.clone(),
+                opened: None,
             });
         }
         self.insert(s);

@@ -184,8 +184,11 @@ async fn grace_expiry_ends_the_sessions_and_their_requests_get_outcome_unknown()
     );
 }
 
+/// A new instance inherits no request and no open session: the old instance's requests end
+/// with "outcome unknown", the new instance is told nothing, and the session stays, opened again
+/// on the new instance (with the kept `initialize`) by its next request.
 #[tokio::test]
-async fn a_new_instance_inherits_nothing() {
+async fn a_new_instance_inherits_no_request_and_the_session_opens_again_on_it() {
     let Connected {
         hub,
         b,
@@ -200,7 +203,7 @@ async fn a_new_instance_inherits_nothing() {
         hub.resume_set(&b, &l2.instance_id).0.is_empty(),
         "nothing to resume"
     );
-    let _ = hub.promote(&b, l2);
+    let _ = hub.promote(&b, l2.clone());
     let e = answer.await.unwrap();
     assert_eq!(e["error"]["code"], code::OUTCOME_UNKNOWN);
     assert!(
@@ -209,10 +212,20 @@ async fn a_new_instance_inherits_nothing() {
             .unwrap()
             .contains("daemon restarted")
     );
-    assert!(hub.session(s.sid.as_str(), &alice()).is_none());
     assert!(
         frames(&mut rx2).is_empty(),
         "the new instance is told nothing"
+    );
+    let kept = hub
+        .session(s.sid.as_str(), &alice())
+        .expect("the session outlives its daemon instance");
+    let _next = json_request(&hub, &kept, &l2, 2);
+    assert!(
+        matches!(
+            frames(&mut rx2).as_slice(),
+            [RelayFrame::Open { .. }, .., RelayFrame::Rpc { .. }]
+        ),
+        "opened again on the new instance, then the request"
     );
 }
 
