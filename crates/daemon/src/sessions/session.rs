@@ -6,8 +6,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use lock::Lock;
 
-use rmcp::{ServiceExt, model::ClientJsonRpcMessage};
-use runtime::{McpServer, Principal};
+use rmcp::model::ClientJsonRpcMessage;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +19,7 @@ use protocol::{
 
 use super::{
     Host, HostedSessions, INBOUND_QUEUE, Input, MAX_SESSIONS, guard::denial, retention::Retention,
-    transport::ChannelTransport, upstream::run_upstream,
+    upstream::run_upstream,
 };
 use crate::servers;
 
@@ -64,27 +63,11 @@ impl HostedSessions {
                 stop: stop.clone(),
                 call: None,
             });
-            let access = self.runtime.access(Some(crate::role_profile(host.role)));
-            let server = McpServer::new(access, Principal::named(principal));
-            let transport = ChannelTransport {
-                rx,
-                host: host.clone(),
-                sessions: self.clone(),
-            };
+            let serve = self.serve_runtime(&host, rx, principal);
             let sessions = self.clone();
             let h = host.clone();
             tokio::spawn(async move {
-                tokio::select! {
-                    r = server.serve(transport) => {
-                        if let Ok(running) = r {
-                            tokio::select! {
-                                _ = running.waiting() => {}
-                                _ = h.stop.cancelled() => {}
-                            }
-                        }
-                    }
-                    _ = h.stop.cancelled() => {}
-                }
+                serve.await;
                 sessions.ended(&h.sid, "the session ended");
             });
             host

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use rmcp::{
-    RoleServer,
+    RoleServer, ServiceExt,
     model::{ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, ServerJsonRpcMessage},
     service::OriginatingRequestId,
     transport::Transport,
 };
+use runtime::{McpServer, Principal};
 use tokio::sync::mpsc;
 
 use super::{Host, HostedSessions};
@@ -18,6 +19,40 @@ pub(super) struct ChannelTransport {
     pub(super) rx: mpsc::Receiver<ClientJsonRpcMessage>,
     pub(super) host: Arc<Host>,
     pub(super) sessions: Arc<HostedSessions>,
+}
+
+impl HostedSessions {
+    /// Serves the built-in runtime to `host` (a hosted session or call) over `rx` as
+    /// `principal`, with the profile of the host's role. The future ends when the MCP service
+    /// ends or the host is stopped, whichever comes first; what follows is the caller's.
+    pub(super) fn serve_runtime(
+        self: &Arc<Self>,
+        host: &Arc<Host>,
+        rx: mpsc::Receiver<ClientJsonRpcMessage>,
+        principal: &str,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let access = self.runtime.access(Some(crate::role_profile(host.role)));
+        let server = McpServer::new(access, Principal::named(principal));
+        let transport = ChannelTransport {
+            rx,
+            host: host.clone(),
+            sessions: self.clone(),
+        };
+        let stop = host.stop.clone();
+        async move {
+            tokio::select! {
+                r = server.serve(transport) => {
+                    if let Ok(running) = r {
+                        tokio::select! {
+                            _ = running.waiting() => {}
+                            _ = stop.cancelled() => {}
+                        }
+                    }
+                }
+                _ = stop.cancelled() => {}
+            }
+        }
+    }
 }
 
 /// The session's output cannot fail; this type only satisfies the transport trait.
