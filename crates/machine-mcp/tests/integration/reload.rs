@@ -407,13 +407,27 @@ fn a_new_binary_is_swapped_in_once_no_call_is_running() {
         daemon.log()
     );
     relay.wait_ready(1);
+    // The session opened before the upgrade is served by the new build, without a new
+    // `initialize`: the relay opens it again on the new instance with the kept one.
     let end = Instant::now() + Duration::from_secs(30);
-    while old
-        .post(&json!({"jsonrpc": "2.0", "id": 99, "method": "ping"}))
-        .status
-        != 404
-    {
-        assert!(Instant::now() < end, "the old session is still served");
+    let mut id = 100;
+    loop {
+        id += 1;
+        let a = old.post(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "server_info", "arguments": {}}}));
+        assert_ne!(a.status, 404, "the session was lost in the upgrade: {a:?}");
+        let last = a
+            .messages
+            .last()
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        if last["result"]["structuredContent"]["version"] == format!("{base}+{NEWER_STAMP}") {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the old session is not served by the new build: {last}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut new = Client::new(&url, Some(&token));
