@@ -15,10 +15,17 @@
 //! - The transport between them keeps order (a WebSocket); what arrives out of order is a
 //!   replay, and a replay of what was taken is a [`Arrival::Duplicate`].
 //!
+//! Beside them, [`InFlight`] is the table every hop keeps of the requests it passed on and
+//! whose answer has not come back (module [`in_flight`]).
+//!
 //! No I/O, no clock, no lock: the daemon's hosted sessions and the relay's hub hold these inside
 //! their own per-session state.
 
+pub mod in_flight;
+
 use std::collections::VecDeque;
+
+pub use in_flight::{AlreadyInFlight, InFlight};
 
 use crate::limits::DAEMON_SEQ_WINDOW;
 

@@ -85,7 +85,7 @@ impl Shared {
                         && let Some(k) = key
                     {
                         // Answered once: by this, unless the worker's exit already answered it.
-                        let lost = self.lock().in_flight.remove(&k);
+                        let lost = self.lock().in_flight.end(&k);
                         if let Some(f) = lost {
                             self.send_client(&message::not_sent(
                                 &f.id,

@@ -12,7 +12,7 @@ use protocol::{
     tool_error::ToolError,
 };
 
-use super::{InFlight, Queued, Service, State, ended_handle};
+use super::{Forwarded, Queued, Service, State, ended_handle};
 use crate::{
     message::{self, ClientHead},
     shared::Out,
@@ -72,7 +72,7 @@ impl State {
     pub(crate) fn request(&mut self, line: Vec<u8>, head: ClientHead, outs: &mut Vec<Out>) {
         let id = head.id().cloned().unwrap_or(Value::Null);
         let key = IdKey::of(&id);
-        if self.in_flight.contains_key(&key) {
+        if self.in_flight.contains(&key) {
             outs.push(Out::Client(
                 message::error_line(
                     &id,
@@ -154,24 +154,29 @@ impl State {
         outs: &mut Vec<Out>,
     ) {
         let key = IdKey::of(&id);
+        let forwarded = Forwarded {
+            generation,
+            id: id.clone(),
+            method,
+            tool,
+        };
+        if let Err(e) = self.in_flight.begin(key.clone(), None, forwarded) {
+            // Held in the queue while a request with its id went in flight.
+            outs.push(Out::Client(
+                message::error_line(&id, code::INVALID_REQUEST, &e.to_string()).into_bytes(),
+            ));
+            return;
+        }
         match self.to_worker(generation, line, Some(key.clone())) {
-            Some(o) => {
-                self.in_flight.insert(
-                    key,
-                    InFlight {
-                        generation,
-                        id,
-                        method,
-                        tool,
-                    },
-                );
-                outs.push(o);
+            Some(o) => outs.push(o),
+            None => {
+                self.in_flight.end(&key);
+                outs.push(Out::Client(message::not_sent(
+                    &id,
+                    "the server worker exited before it took this request",
+                    true,
+                )));
             }
-            None => outs.push(Out::Client(message::not_sent(
-                &id,
-                "the server worker exited before it took this request",
-                true,
-            ))),
         }
     }
 

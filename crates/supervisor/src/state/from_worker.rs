@@ -51,7 +51,7 @@ impl State {
             self.own_answer(generation, &own, &line, &mut outs);
             return outs;
         }
-        let Some(f) = self.in_flight.remove(&IdKey::of(&id)) else {
+        let Some(f) = self.in_flight.end(&IdKey::of(&id)) else {
             outs.push(Out::Client(line));
             return outs;
         };

@@ -9,7 +9,7 @@ use crate::limits::{
     RETIRED_WORKER_GRACE, RETIRED_WORKER_POLL, WORKER_HEALTHY_AFTER, WORKER_RESTART_BACKOFF_MAX,
     WORKER_RESTART_BACKOFF_MIN, WORKER_RESTARTS_MAX, WORKER_START_TIMEOUT,
 };
-use protocol::{jsonrpc::IdKey, limits::UPGRADE_CHECK_INTERVAL};
+use protocol::limits::UPGRADE_CHECK_INTERVAL;
 
 use super::{
     ENDED_BY_EXIT, ENDED_BY_UPGRADE, Purpose, Recovery, Role, Service, Start, State, Step,
@@ -29,20 +29,12 @@ impl State {
         let Some(slot) = self.workers.remove(&generation) else {
             return outs;
         };
-        let lost: Vec<IdKey> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| f.generation == generation)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in lost {
-            if let Some(f) = self.in_flight.remove(&k) {
-                // An open subscription stays open: the supervisor serves it from now on.
-                if f.method == "subscriptions/listen" && self.listens.contains_key(&k) {
-                    continue;
-                }
-                outs.push(Out::Client(message::outcome_unknown(&f.id, how)));
+        for (k, f) in self.in_flight.end_where(|_, f| f.generation == generation) {
+            // An open subscription stays open: the supervisor serves it from now on.
+            if f.method == "subscriptions/listen" && self.listens.contains_key(&k) {
+                continue;
             }
+            outs.push(Out::Client(message::outcome_unknown(&f.id, how)));
         }
         if self.stopping {
             return outs;

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::limits::RETIRED_WORKER_GRACE;
 use protocol::{
+    delivery::InFlight,
     error_code::ToolErrorCode,
     jsonrpc::{IdKey, code},
     tool_error::ToolError,
@@ -92,7 +93,7 @@ pub(crate) struct Slot {
 
 /// A client request a worker has.
 #[derive(Debug)]
-pub(crate) struct InFlight {
+pub(crate) struct Forwarded {
     pub(crate) generation: u64,
     pub(crate) id: Value,
     pub(crate) method: String,
@@ -144,7 +145,7 @@ pub(crate) struct State {
     pub(crate) stopping: bool,
     pub(crate) next_generation: u64,
     pub(crate) next_own_id: u64,
-    pub(crate) in_flight: HashMap<IdKey, InFlight>,
+    pub(crate) in_flight: InFlight<Forwarded>,
     /// Process sessions and tasks by id, and the worker that holds them (oldest first).
     pub(crate) handles: HashMap<String, u64>,
     pub(crate) handle_order: VecDeque<String>,
@@ -196,7 +197,7 @@ impl State {
             stopping: false,
             next_generation: 1,
             next_own_id: 1,
-            in_flight: HashMap::new(),
+            in_flight: InFlight::new(),
             handles: HashMap::new(),
             handle_order: VecDeque::new(),
             ended: HashMap::new(),

@@ -36,7 +36,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use protocol::limits::STDIO_LINE_MAX_BYTES;
+use protocol::{jsonrpc::IdKey, limits::STDIO_LINE_MAX_BYTES};
 
 use crate::{
     Runtime,
@@ -250,20 +250,16 @@ impl StdioTransport {
 
 /// Ids of the client's requests that are delivered and not yet answered (or cancelled).
 #[derive(Debug, Clone, Default)]
-struct InFlight(Arc<lock::Lock<std::collections::HashSet<String>>>);
+struct InFlight(Arc<lock::Lock<::protocol::delivery::InFlight<()>>>);
 
 impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0.lock()
-    }
-
     /// Records `id` as in flight; `false` when it already is.
     fn begin(&self, id: &Value) -> bool {
-        self.lock().insert(id.to_string())
+        self.0.lock().begin(IdKey::of(id), None, ()).is_ok()
     }
 
     fn end(&self, id: &Value) {
-        self.lock().remove(&id.to_string());
+        self.0.lock().end(&IdKey::of(id));
     }
 }
 
