@@ -109,9 +109,10 @@ fn a_relay_killed_mid_call_keeps_its_sessions_and_replays_results_and_the_fate_o
     assert_eq!(a.status, 404, "{a:?}");
 }
 
-/// A relay killed right after a call's stream sent its priming event, before its write-behind
-/// store would have caught up: the client's resume from that event id gets the call's outcome
-/// after the restart (the stream is stored before its first event leaves), never 404.
+/// A relay killed right after a running call's stream sent its priming event, with a store
+/// that lags a second behind: the client's resume from that event id gets the call's outcome
+/// after the restart (a stream still running gives its first event id only once it is stored),
+/// never 404.
 #[test]
 fn a_resume_from_the_priming_event_after_a_kill_at_that_moment_gets_the_calls_outcome() {
     // Every store batch lags a second: a stream stored only behind its first event is not
@@ -124,7 +125,7 @@ fn a_resume_from_the_priming_event_after_a_kill_at_that_moment_gets_the_calls_ou
     c.initialize();
     wait_store_flushed(&s.relay);
     let mut call = c.post_stream(&json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call",
-        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "sleep 3; echo finished"]}}}));
     let (prime, _) = call
         .next_message(Duration::from_secs(10))
         .expect("priming event");
@@ -143,8 +144,8 @@ fn a_resume_from_the_priming_event_after_a_kill_at_that_moment_gets_the_calls_ou
     assert_eq!(m["id"], 21, "{m}");
     // Its result if the store kept it, else the error that says the relay restarted with the
     // call in flight (never run again).
-    let outcome = m["result"]["structuredContent"]["content"] == "hello from the workspace\n"
-        || m["error"]["code"] == -32004;
+    let outcome =
+        m["result"]["structuredContent"]["stdout"] == "finished\n" || m["error"]["code"] == -32004;
     assert!(outcome, "{m}");
 }
 

@@ -14,9 +14,9 @@
 //! `POST` carries one JSON-RPC message: a request is answered as SSE when `Accept` allows it
 //! (framed as the session's version defines, [`Framing::session`]: from 2025-11-25 a priming
 //! event first; keepalive comments, the response last) else as JSON; notifications and
-//! responses get 202. A durable relay sends an SSE answer's first event only once its store
-//! holds the stream (bounded by [`STREAM_STORED_WAIT`]), so every event id a client was given
-//! resumes after a relay crash. The `initialize` answer is the daemon's for the negotiated version
+//! responses get 202. A durable relay sends an SSE answer's event ids only once its store holds
+//! the stream, or with the stream's final message ([`crate::streamable::sse`]), so every event id
+//! a client may resume after survives a relay crash. The `initialize` answer is the daemon's for the negotiated version
 //! ([`crate::hub::CachedServer::initialize_for`]), the one a stdio client of that version
 //! gets. `GET` opens the standalone stream or, with `Last-Event-ID`, replays and continues a
 //! stream. `DELETE` ends the session. While the bridge's daemon is offline,
@@ -48,7 +48,6 @@ use crate::{
     config::{RelayConfig, RelayTiming},
     error::HttpError,
     hub::{BridgeRef, Reply, Router, SendError, SessionRef},
-    limits::STREAM_STORED_WAIT,
     stateless,
     stream::SseStream,
     streamable::{
@@ -199,7 +198,7 @@ async fn initialize(
     let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
     let mut resp = if wants_sse(headers) {
         let st = router.answer(&session, &id, &reply);
-        stored_sse_response(timing, st, version).await
+        sse_response(timing, st, None, version)
     } else {
         (
             [(header::CONTENT_TYPE, "application/json")],
@@ -281,7 +280,7 @@ async fn request(
         }
     }
     match reply {
-        Reply::Stream(st) => stored_sse_response(timing, st, to.session.protocol_version()).await,
+        Reply::Stream(st) => sse_response(timing, st, None, to.session.protocol_version()),
         Reply::Json(rx) => match rx.await {
             Ok(reply) => (
                 [(header::CONTENT_TYPE, "application/json")],
@@ -356,18 +355,6 @@ pub(crate) async fn delete(
 ) -> Response {
     router.end(&session);
     StatusCode::OK.into_response()
-}
-
-/// The SSE response of a POST, from its start, once the store holds its stream
-/// ([`SseStream::stored`], at most [`STREAM_STORED_WAIT`]): every event id a client is given
-/// names a stream a restarted relay knows.
-async fn stored_sse_response(timing: &RelayTiming, st: Arc<SseStream>, version: &str) -> Response {
-    if !st.stored(STREAM_STORED_WAIT).await {
-        tracing::warn!(
-            "the relay store did not write a stream's row in time; serving it anyway (a relay crash now would forget it)"
-        );
-    }
-    sse_response(timing, st, None, version)
 }
 
 /// An SSE response reading `st` after event `after` (from its start when `None`), framed as

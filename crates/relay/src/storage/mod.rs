@@ -15,7 +15,7 @@ use std::{path::Path, str::FromStr};
 
 use sqlx::{
     ConnectOptions, Row, SqlitePool,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 
 use crate::auth::Role;
@@ -121,10 +121,16 @@ impl SqliteStorage {
         }
         // `secure_delete`: deleted rows (stored tool results among them) are overwritten, not
         // left in free pages; the WAL is truncated after each store sweep
-        // ([`SqliteStorage::apply`]). Statements are not logged, even at debug.
+        // ([`SqliteStorage::apply`]). Statements are not logged, even at debug. WAL with
+        // `synchronous = NORMAL`: a commit has reached the operating system when it returns, so
+        // it survives a crash or kill of the relay; it reaches the disk at the next checkpoint,
+        // so a power loss may roll back the last commits but never corrupts the file (SQLite,
+        // "Write-Ahead Logging" and `PRAGMA synchronous`). A commit then costs no fsync, which
+        // matters because a POST's stream waits for its row (`StoreWriter::applied`).
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .pragma("secure_delete", "ON")
             .busy_timeout(std::time::Duration::from_secs(5))

@@ -193,6 +193,13 @@ impl StoreWriter {
         )
     }
 
+    /// Marks every write up to `ticket` as applied, as the task does after a batch (tests that
+    /// stand in for the task).
+    #[cfg(test)]
+    pub(crate) fn mark_applied(&self, ticket: u64) {
+        self.done.send_replace(ticket);
+    }
+
     /// Queues `w` when fewer than `max` writes and `max_bytes` are queued; returns its ticket
     /// if it did.
     fn enqueue(&self, w: StoreWrite, max: usize, max_bytes: usize) -> Option<u64> {

@@ -11,6 +11,13 @@
 //!   TypeScript SDK bundled by Gemini CLI 0.61 does, and then drops the server).
 //! - 2026-07-28: `data:` lines only (streams are not resumable).
 //!
+//! An event id leaves only once a client can resume after it: a resumable stream's first event
+//! waits until the relay's store holds the stream ([`SseStream::stored`], at most
+//! [`STREAM_STORED_WAIT`]), so a relay killed after that event still knows the id. A stream that
+//! is already complete when its response starts (a quick call) is written in one chunk without
+//! that wait: its ids reach the client together with its final message, after which no client
+//! resumes.
+//!
 //! Written by hand rather than with axum's `Sse` so that the priming event carries an id, an
 //! empty `data:` field and a `retry` hint, and so a keepalive comment follows every quiet
 //! interval.
@@ -25,7 +32,10 @@ use axum::{
 use futures_util::Stream as FuturesStream;
 use tokio::sync::watch;
 
-use crate::stream::{Event, SseStream};
+use crate::{
+    limits::STREAM_STORED_WAIT,
+    stream::{Event, SseStream},
+};
 
 /// Reconnection delay suggested to clients in the priming event (SSE `retry`, ms).
 const SSE_RETRY_MS: u64 = 1000;
@@ -142,6 +152,8 @@ fn events<G: Send + 'static>(
         done: bool,
         keepalive: Duration,
         framing: Framing,
+        /// No event has been written yet, so the next one waits for the store (module docs).
+        first: bool,
         _guard: G,
     }
     let rx = st.subscribe();
@@ -153,16 +165,35 @@ fn events<G: Send + 'static>(
         done: false,
         keepalive,
         framing,
+        first: true,
         _guard: guard,
     };
     futures_util::stream::unfold(state, |mut s| async move {
         loop {
-            if let Some(e) = s.buf.pop_front() {
-                s.cursor = Some(e.seq);
-                if s.framing.resumable() {
-                    s.st.note_sent(e.seq);
+            if !s.buf.is_empty() {
+                if std::mem::take(&mut s.first)
+                    && s.framing.resumable()
+                    && !s.done
+                    && !s.st.stored(STREAM_STORED_WAIT).await
+                {
+                    tracing::warn!(
+                        "the relay store did not write a stream's row in time; serving it anyway (a relay crash now would forget it)"
+                    );
                 }
-                let bytes = encode(&s.st, &e, s.framing);
+                // A complete stream goes in one chunk; otherwise each event as it comes.
+                let n = if s.done { s.buf.len() } else { 1 };
+                let mut chunks = Vec::with_capacity(n);
+                for e in s.buf.drain(..n) {
+                    s.cursor = Some(e.seq);
+                    if s.framing.resumable() {
+                        s.st.note_sent(e.seq);
+                    }
+                    chunks.push(encode(&s.st, &e, s.framing));
+                }
+                let bytes = match chunks.len() {
+                    1 => chunks.swap_remove(0),
+                    _ => Bytes::from(chunks.concat()),
+                };
                 return Some((Ok(bytes), s));
             }
             if s.done {
@@ -196,14 +227,92 @@ mod tests {
 
     use super::*;
 
+    /// The events written for a complete stream of a notification and a result, one string
+    /// each (however they were chunked).
     async fn written(framing: Framing, after: Option<u64>) -> Vec<String> {
         let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
         st.push(&json!({"a": "x\ny"}), false).unwrap();
         st.push(&json!({"id": 1, "result": {}}), true).unwrap();
-        events(st, after, Duration::from_secs(10), framing, ())
+        let text: String = events(st, after, Duration::from_secs(10), framing, ())
             .map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap())
             .collect()
-            .await
+            .await;
+        text.split_inclusive("\n\n").map(str::to_owned).collect()
+    }
+
+    /// A durable stream whose row the store has not written yet (the writer's task never runs).
+    fn unstored() -> (Arc<SseStream>, crate::storage::StoreWriter) {
+        let (w, rx) = crate::storage::StoreWriter::channel();
+        std::mem::forget(rx);
+        let streams = crate::stream::SseStreams::durable(w.clone());
+        let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
+        streams.insert_durable(st.clone(), &json!(1));
+        (st, w)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_complete_stream_goes_at_once_in_one_chunk_even_before_the_store_has_it() {
+        let (st, _w) = unstored();
+        st.push(&json!({"a": 1}), false).unwrap();
+        st.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        let start = tokio::time::Instant::now();
+        let chunks: Vec<Bytes> = events(
+            st,
+            None,
+            Duration::from_secs(10),
+            Framing::session("2025-11-25"),
+            (),
+        )
+        .map(Result::unwrap)
+        .collect()
+        .await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "it waited for the store");
+        assert_eq!(chunks.len(), 1, "{chunks:?}");
+        let text = String::from_utf8(chunks[0].to_vec()).unwrap();
+        assert_eq!(
+            text.matches("id: ").count(),
+            3,
+            "priming, notification, result: {text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_running_stream_gives_its_first_event_id_only_once_the_store_has_it() {
+        let (st, w) = unstored();
+        let mut ev = Box::pin(events(
+            st.clone(),
+            None,
+            Duration::from_secs(60),
+            Framing::session("2025-11-25"),
+            (),
+        ));
+        let early = tokio::time::timeout(Duration::from_millis(500), ev.next()).await;
+        assert!(
+            early.is_err(),
+            "an event left before the store had its stream: {early:?}"
+        );
+        w.mark_applied(1);
+        let prime = ev.next().await.unwrap().unwrap();
+        assert!(prime.ends_with(b"retry: 1000\ndata: \n\n"), "{prime:?}");
+        st.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        let last = ev.next().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&last).contains("\"result\""));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_never_catches_up_delays_the_first_event_by_the_bound_only() {
+        let (st, _w) = unstored();
+        let start = tokio::time::Instant::now();
+        let mut ev = Box::pin(events(
+            st,
+            None,
+            Duration::from_secs(60),
+            Framing::session("2025-11-25"),
+            (),
+        ));
+        let prime = ev.next().await.unwrap().unwrap();
+        assert!(prime.ends_with(b"data: \n\n"), "{prime:?}");
+        assert_eq!(start.elapsed(), STREAM_STORED_WAIT);
     }
 
     #[tokio::test]
