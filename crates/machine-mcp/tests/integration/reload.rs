@@ -344,11 +344,11 @@ fn a_reload_starts_the_new_servers_and_lets_calls_finish_before_it_closes_the_li
     );
 }
 
-/// Issue 20 (the daemon's part): a new binary installed at the path `connect` was started by
-/// is swapped in once nothing running would be lost. A call in flight holds the swap back and
-/// finishes; then the daemon restarts into the new build as the same process (a service
-/// manager keeps tracking it), its old sessions get 404, and a new session is served by the new
-/// version. The one-time `--enroll` code is not passed on.
+/// A new binary installed at the path `connect` was started by is swapped in once nothing
+/// running would be lost. A call in flight holds the swap back and finishes; then the daemon
+/// restarts into the new build as the same process (a service manager keeps tracking it), the
+/// session opened before is served by the new version without a new `initialize`, and so is a
+/// new session. The one-time `--enroll` code is not passed on.
 #[test]
 fn a_new_binary_is_swapped_in_once_no_call_is_running() {
     let install = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
