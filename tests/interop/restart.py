@@ -199,15 +199,17 @@ class TsSession:
         return (await self.ask({"wire": True}))["wire"]
 
     def close(self) -> None:
-        if self.p.poll() is None:
-            try:
-                assert self.p.stdin
+        """Asks the script to end the session (DELETE) and exit; kills it after 10 s."""
+        assert self.p.stdin and self.p.stdout
+        try:
+            if self.p.poll() is None:
                 self.p.stdin.write(json.dumps({"quit": True}) + "\n")
-                self.p.stdin.close()
-                self.p.wait(10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.p.kill()
-                self.p.wait()
+            self.p.stdin.close()
+            self.p.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+        self.p.stdout.close()
         self.err.close()
 
 
