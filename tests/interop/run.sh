@@ -2,7 +2,8 @@
 # Interop tests: drive real third-party MCP clients against `machine-mcp stdio` and, through
 # `machine-mcp up` (relay and daemon on loopback), over Streamable HTTP with a bearer token or
 # signed in with OAuth (mcp-remote, the SDKs' OAuth clients, the consent page in headless Chromium),
-# and real hosts (Claude Code, Gemini CLI, Codex CLI) against a mock model endpoint.
+# handshake-era sessions across a daemon restart and an automatic upgrade behind `relay serve`
+# (restart.py), and real hosts (Claude Code, Gemini CLI, Codex CLI) against a mock model endpoint.
 #
 #   tests/interop/run.sh [PATH-TO-machine-mcp]     (default: `cargo build` and use target/debug)
 #
