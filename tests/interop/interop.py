@@ -69,19 +69,27 @@ class Checks:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - every failure is reported, none is fatal
-            while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
-                e = e.exceptions[0]  # anyio task groups wrap what the check raised
-            self.failed += 1
-            msg = str(e).strip() or type(e).__name__
-            if not isinstance(e, AssertionError):
-                msg = f"{type(e).__name__}: {msg}"
-            print(f"FAIL {name}: {msg.splitlines()[0]}")
-            for line in msg.splitlines()[1:40]:
-                print(f"    {line}")
-            for log in logs():
-                dump(log)
+            self.report(name, e, logs)
         else:
+            self.report(name, None, logs)
+
+    def report(self, name: str, e: BaseException | None, logs: Callable[[], list[Path]] = lambda: []) -> None:
+        """Prints `PASS name`, or `FAIL name: why` for the exception `e` with the tails of `logs`."""
+        if e is None:
             print(f"PASS {name}")
+            sys.stdout.flush()
+            return
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]  # anyio task groups wrap what the check raised
+        self.failed += 1
+        msg = str(e).strip() or type(e).__name__
+        if not isinstance(e, AssertionError):
+            msg = f"{type(e).__name__}: {msg}"
+        print(f"FAIL {name}: {msg.splitlines()[0]}")
+        for line in msg.splitlines()[1:40]:
+            print(f"    {line}")
+        for log in logs():
+            dump(log)
         sys.stdout.flush()
 
 

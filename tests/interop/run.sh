@@ -2,7 +2,8 @@
 # Interop tests: drive real third-party MCP clients against `machine-mcp stdio` and, through
 # `machine-mcp up` (relay and daemon on loopback), over Streamable HTTP with a bearer token or
 # signed in with OAuth (mcp-remote, the SDKs' OAuth clients, the consent page in headless Chromium),
-# and real hosts (Claude Code, Gemini CLI, Codex CLI) against a mock model endpoint.
+# handshake-era sessions across a daemon restart and an automatic upgrade behind `relay serve`
+# (restart.py), and real hosts (Claude Code, Gemini CLI, Codex CLI) against a mock model endpoint.
 #
 #   tests/interop/run.sh [PATH-TO-machine-mcp]     (default: `cargo build` and use target/debug)
 #
@@ -18,8 +19,9 @@
 #   MACHINE_MCP_INTEROP_CACHE   cache dir (default: tests/interop/.cache)
 #   MACHINE_MCP_INTEROP_PYTHON  Python >= 3.11 for the venv (default: python3)
 #   MACHINE_MCP_INTEROP_KEEP=1  keep the temp work dir (trees, logs, suite results, `up` state dirs)
-#   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay host hosts"; host = Claude
-#                               Code's health check, hosts = the host matrix and the strict SSE client)
+#   MACHINE_MCP_INTEROP_PARTS   which parts to run (default: "stdio relay restart host hosts"; restart =
+#                               sessions across a daemon restart and upgrade, host = Claude Code's
+#                               health check, hosts = the host matrix and the strict SSE client)
 #   MACHINE_MCP_INTEROP_CHROMIUM  the Chromium for the consent-page checks (default: /usr/bin/chromium,
 #                               Debian's; scripts/test.sh installs it)
 #   MACHINE_MCP_INTEROP_ARTIFACTS where to keep the consent page screenshots (default: <target dir>/interop-artifacts)
@@ -29,7 +31,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 SCENARIOS=(server-initialize ping tools-list)
 
-PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay host hosts} "
+PARTS=" ${MACHINE_MCP_INTEROP_PARTS:-stdio relay restart host hosts} "
 UP_STOP_SECS=15 # how long `up` may take to exit after SIGINT (then `timeout` kills it)
 OAUTH_TTL=3     # access token lifetime of the OAuth clients' `up`: they must refresh past it
 
@@ -379,6 +381,19 @@ relay_part() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# restart: a relay (`relay serve --auth token`) and a separate daemon (`connect --enroll`, run from
+# a copy of the binary in an install dir); the Python SDK and the TypeScript SDK keep the
+# handshake-era session they opened across a graceful daemon restart and an automatic upgrade
+# (restart.py, which starts and stops all of it)
+
+restart_part() {
+  local t0=$SECONDS
+  tally restart 180 env INTEROP_NODE="$NODE" INTEROP_NODE_MODULES="$MODULES" \
+    "$PY" "$HERE/restart.py" "$WORK" "$BIN"
+  note "restart part: $((SECONDS - t0))s"
+}
+
+# ---------------------------------------------------------------------------------------------
 # hosts: the host matrix (hosts.py matrix): Claude Code, Gemini CLI and Codex CLI, each with a
 # mock model endpoint on loopback (mock_model.py), load the tool list of `machine-mcp stdio` and of
 # `up` over HTTP with a bearer token and make one real tool call through each; then a strict SSE
@@ -401,6 +416,7 @@ hosts_part() {
 
 if [[ "$PARTS" == *" stdio "* ]]; then stdio_part; fi
 if [[ "$PARTS" == *" relay "* ]]; then relay_part; fi
+if [[ "$PARTS" == *" restart "* ]]; then restart_part; fi
 # a real host: Claude Code's CLI health-checks `machine-mcp stdio` and `up` (claude-code.sh)
 if [[ "$PARTS" == *" host "* ]]; then
   tally claude-code 300 env INTEROP_NODE_MODULES="$MODULES" INTEROP_PY="$PY" "$HERE/claude-code.sh" "$WORK" "$BIN"
