@@ -392,7 +392,7 @@ async fn session(
         // Nothing to wait for: the requests still open get their answer now, not after the
         // reconnect grace.
         node.hub.link_stopped(&b, link_id);
-        tracing::info!(bridge = %b.name, instance = %instance_id, "the daemon stopped; its sessions ended");
+        tracing::info!(bridge = %b.name, instance = %instance_id, "the daemon stopped; its requests in flight are answered, its handshake-era sessions reopen on its next instance");
     } else {
         node.hub.link_lost(&b, link_id);
         tracing::info!(bridge = %b.name, instance = %instance_id, "daemon socket lost; its sessions wait for the same instance");
