@@ -465,6 +465,8 @@ def main():
     ap.add_argument("--soak-clients", type=int, default=4)
     ap.add_argument("--faults-minutes", type=float, default=10.0, help="flapping soak of the faults section (default 10; --quick: 1)")
     ap.add_argument("--soak-modes", default="stdio", help="stdio, up or stdio,up (default stdio)")
+    ap.add_argument("--abuse-phases", default="",
+                    help="abuse: only these phases, comma-separated (idle, slow-body, slow-auth, slow-head, ws-ping, ws-big, big-bodies, init-8mb, init-wide; default all)")
     ap.add_argument("--tree-desc", default="")
     ap.add_argument("--out", required=True)
     ap.add_argument("--reproduce", default="bash bench/run.sh")
@@ -569,7 +571,8 @@ def main():
         if "abuse" in only:
             log(f"{next(step)}/{n} abuse ...")
             with tempfile.TemporaryDirectory(prefix="mcp-bench-abuse-") as aws:
-                res["abuse"] = abuse.bench_abuse(a.bin, aws, quick=a.quick)
+                res["abuse"] = abuse.bench_abuse(a.bin, aws, quick=a.quick,
+                                                 only={p.strip() for p in a.abuse_phases.split(",") if p.strip()} or None)
         if "faults" in only:
             log(f"{next(step)}/{n} faults ({a.faults_minutes:g}-min flapping soak) ...")
             with tempfile.TemporaryDirectory(prefix="mcp-bench-faults-") as fws:

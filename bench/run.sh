@@ -21,6 +21,7 @@
 #   bash bench/run.sh --only faults            # about 12 min (--faults-minutes N; --quick: 1)
 #   bash bench/run.sh --only abuse             # about 5 min (--quick: fewer, shorter attacks);
 #                                              # needs a hard open-file limit of >= 10,100
+#   bash bench/run.sh --only abuse --abuse-phases big-bodies   # some of its phases only
 #
 # What it does:
 #   1. installs what is missing: xz-utils (apt), ripgrep $RG_VERSION (cargo install --locked into
