@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     servers::{self, UpstreamSpec},
-    sessions::{Host, HostedSessions},
+    sessions::{HostedCall, HostedSessions},
 };
 
 /// The protocol version of the 2026 era the bridge serves.
@@ -215,7 +215,7 @@ impl Filter {
 
 /// A forwarded request awaiting the child's answer.
 struct Route {
-    host: Arc<Host>,
+    host: Arc<HostedCall>,
     id: Value,
     method: String,
     token: Option<(String, Value)>,
@@ -223,7 +223,7 @@ struct Route {
 
 /// An open `subscriptions/listen` call.
 struct Listener {
-    host: Arc<Host>,
+    host: Arc<HostedCall>,
     id: Value,
     filter: Filter,
 }
@@ -506,7 +506,7 @@ impl Legacy {
     pub(crate) fn submit(
         self: &Arc<Self>,
         sessions: &Arc<HostedSessions>,
-        host: &Arc<Host>,
+        host: &Arc<HostedCall>,
         mut message: Value,
     ) {
         self.touch();
@@ -597,7 +597,7 @@ impl Legacy {
 
     /// Forgets `host`'s call once it ends: an unanswered request is cancelled at the child
     /// (MCP 2025-11-25 Basic › Utilities › Cancellation), a listener removed.
-    fn watch(self: &Arc<Self>, host: &Arc<Host>) {
+    fn watch(self: &Arc<Self>, host: &Arc<HostedCall>) {
         let me = self.clone();
         let h = host.clone();
         tokio::spawn(async move {
@@ -681,7 +681,7 @@ impl Legacy {
                 }
             }
             (Some(m), None) => {
-                let targets: Vec<(Arc<Host>, Value)> = self
+                let targets: Vec<(Arc<HostedCall>, Value)> = self
                     .listeners
                     .lock()
                     .values()

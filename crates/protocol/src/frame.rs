@@ -121,9 +121,9 @@ pub enum RelayFrame {
         /// The client's `initialize` request (a JSON-RPC message).
         initialize: Value,
     },
-    /// Revision 2: one MCP 2026-07-28 request, served without an MCP session (MCP 2026-07-28
-    /// Basic › Transports: every request carries its version, client info and capabilities in
-    /// `_meta`). `sid` is relay-assigned, unique among the bridge's session ids, and names this
+    /// Revision 2: a call, one MCP 2026-07-28 request served without an MCP session (MCP
+    /// 2026-07-28 Basic › Transports: every request carries its version, client info and
+    /// capabilities in `_meta`). `sid` is relay-assigned, unique among the bridge's session ids, and names this
     /// call in every later frame exactly like a session: the daemon answers with `rpc {sid, seq,
     /// related, message}` (messages related to the request, then its response), the relay
     /// acknowledges them with `ack`, forwards `notifications/cancelled` as `rpc {sid, message}`,

@@ -1,26 +1,30 @@
-//! Calls (`call`, link revision 2): one MCP 2026-07-28 request served without a session,
-//! hosted under its `sid` like a session and ended by its response (or its cancellation).
+//! Calls (`call`, link revision 2): one MCP 2026-07-28 request served without a session
+//! ([`HostedCall`]), hosted under its `sid` beside the sessions, sharing their retention, and
+//! ended by its response (or its cancellation).
 
-use std::{collections::HashMap, sync::Arc};
-
-use lock::Lock;
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use rmcp::model::ClientJsonRpcMessage;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use protocol::{
     frame::RUNTIME_SERVER,
-    head::result::{Completion, complete},
+    head::{
+        Head,
+        result::{Completion, complete},
+    },
     ids::SessionId,
     jsonrpc::{IdKey, code},
 };
 
-use super::{
-    CallOf, Host, HostedSessions, INBOUND_QUEUE, Input, MAX_SESSIONS, guard::denial,
-    retention::Retention,
-};
+use super::{Host, Hosted, HostedCall, HostedSessions, INBOUND_QUEUE, MAX_SESSIONS, guard::denial};
 use crate::bridge;
 
 impl HostedSessions {
@@ -38,13 +42,10 @@ impl HostedSessions {
         role: &str,
         message: Value,
     ) {
-        let (Some(id), Some(method)) = (
-            message.get("id").cloned(),
-            message
-                .get("method")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        ) else {
+        let head = Head::of(&message);
+        let (Some(id), Some(method)) =
+            (head.id_member().cloned(), head.method().map(str::to_owned))
+        else {
             tracing::warn!(sid = %sid.log_tag(), "a call frame without a request; ignored");
             return;
         };
@@ -61,27 +62,27 @@ impl HostedSessions {
             .flatten();
         let (input, rx) = if runtime && !full {
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-            (Input::Runtime(tx), Some(rx))
+            (Some(tx), Some(rx))
         } else {
-            (Input::None, None)
+            (None, None)
         };
-        let host = Arc::new(Host {
-            sid: sid.clone(),
-            role: crate::role_named(role),
-            upstream_tools: upstream.as_ref().map(|(_, ro)| ro.clone()),
+        let key = IdKey::of(&id);
+        let host = Arc::new(HostedCall {
+            hosted: Hosted::new(
+                sid,
+                role,
+                upstream.as_ref().map(|(_, ro)| ro.clone()),
+                HashMap::from([(key.clone(), (id.clone(), method.clone()))]),
+            ),
+            id: id.clone(),
+            key,
             input,
-            out: Lock::new(Retention::default()),
-            inflight: Lock::new(HashMap::from([(
-                IdKey::of(&id),
-                (id.clone(), method.clone()),
-            )])),
-            stop: CancellationToken::new(),
-            call: Some(CallOf {
-                key: IdKey::of(&id),
-                id: id.clone(),
-            }),
+            ended: AtomicBool::new(false),
+            answered_at: OnceLock::new(),
         });
-        self.hosts.lock().insert(sid.clone(), host.clone());
+        self.hosts
+            .lock()
+            .insert(sid.clone(), Host::Call(host.clone()));
         self.attach_host(&host);
         let immediate = if full {
             Some(bridge::error(
@@ -122,7 +123,7 @@ impl HostedSessions {
             self.emit(&host, e, None);
             return;
         }
-        if let Some(mut denied) = denial(&host, &message) {
+        if let Some(mut denied) = denial(&host, &head) {
             if let Some(r) = denied.get_mut("result") {
                 complete(r, &Completion::live(&method));
             }
@@ -155,23 +156,22 @@ impl HostedSessions {
     /// Serves a runtime call through an [`McpServer`] over a [`ChannelTransport`], with no
     /// `initialize`: rmcp's inline lifecycle answers `server/discover`, rejects a request whose
     /// `_meta` lacks the required fields, and otherwise serves the request in the 2026-07-28 era.
-    pub(super) fn serve_runtime_call(
+    fn serve_runtime_call(
         self: &Arc<Self>,
-        host: &Arc<Host>,
+        host: &Arc<HostedCall>,
         rx: mpsc::Receiver<ClientJsonRpcMessage>,
         principal: &str,
         message: Value,
     ) {
-        let serve = self.serve_runtime(host, rx, principal);
+        let serve = self.serve_runtime(&Host::Call(host.clone()), rx, principal);
         let sessions = self.clone();
         let h = host.clone();
         tokio::spawn(async move {
             serve.await;
-            let id = h.call.as_ref().map(|c| c.id.clone()).unwrap_or(Value::Null);
             sessions.emit(
                 &h,
                 bridge::error(
-                    &id,
+                    &h.id,
                     code::INTERNAL_ERROR,
                     "the server ended before answering",
                     None,
@@ -179,22 +179,17 @@ impl HostedSessions {
                 None,
             );
         });
-        let id = host
-            .call
-            .as_ref()
-            .map(|c| c.id.clone())
-            .unwrap_or(Value::Null);
         match (
             serde_json::from_value::<ClientJsonRpcMessage>(message),
             &host.input,
         ) {
-            (Ok(m), Input::Runtime(tx)) => {
+            (Ok(m), Some(tx)) => {
                 let _ = tx.try_send(m);
             }
             (Err(e), _) => self.emit(
                 host,
                 bridge::error(
-                    &id,
+                    &host.id,
                     code::INVALID_REQUEST,
                     &format!("invalid message: {e}"),
                     None,
@@ -205,11 +200,24 @@ impl HostedSessions {
         }
     }
 
-    /// Marks a call's output complete (nothing more is emitted) and stops what serves it.
-    pub(super) fn end_call(&self, h: &Host) {
-        if h.call.is_some() {
-            h.out.lock().ended = true;
-            h.stop.cancel();
+    /// A client message for call `c`: it takes none but the cancellation of its request, which
+    /// ends it.
+    pub(super) fn call_message(&self, c: &HostedCall, head: &Head) {
+        if head.cancelled_request().map(IdKey::of).as_ref() == Some(&c.key) {
+            tracing::debug!(sid = %c.sid, "call cancelled by the client");
+            Self::end_call(c);
+            self.hosts.lock().remove(&c.sid);
+        } else {
+            tracing::debug!(sid = %c.sid, method = ?head.method(), "ignoring a client message for a call");
         }
+    }
+
+    /// Marks call `c`'s output complete (nothing more is emitted) and stops what serves it.
+    pub(super) fn end_call(c: &HostedCall) {
+        {
+            let _out = c.out.lock();
+            c.ended.store(true, Ordering::Relaxed);
+        }
+        c.stop.cancel();
     }
 }

@@ -6,31 +6,27 @@ use serde_json::Value;
 
 use protocol::{
     error_code::ToolErrorCode,
+    head::{self, Head},
     jsonrpc::{self, code},
     limits::RELAY_FRAME_MAX_BYTES,
     tool_error::ToolError,
 };
 
-use super::Host;
+use super::Hosted;
 use crate::servers;
 
-/// The answer to a client request `message` of `host` that its role may not make: restricted
+/// The answer to a client request of `host` (its head) that its role may not make: restricted
 /// roles may only call read-only tools of an upstream server (a tool error `policy_denied`).
-pub(super) fn denial(host: &Host, message: &Value) -> Option<Value> {
+pub(super) fn denial(host: &Hosted, request: &Head) -> Option<Value> {
     let ro = host.upstream_tools.as_ref()?;
-    if message.get("method").and_then(Value::as_str) != Some("tools/call")
-        || servers::calls_every_upstream_tool(host.role)
-    {
+    if !request.is("tools/call") || servers::calls_every_upstream_tool(host.role) {
         return None;
     }
-    let tool = message
-        .pointer("/params/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let tool = request.tool().unwrap_or("");
     if ro.contains(tool) {
         return None;
     }
-    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let id = request.reply_id();
     let err = ToolError::new(
         ToolErrorCode::PolicyDenied,
         format!(
@@ -46,7 +42,9 @@ pub(super) fn denial(host: &Host, message: &Value) -> Option<Value> {
 /// effects happened) the model can act on by asking for less (MCP 2025-11-25, Tools §Error
 /// Handling); for anything else a JSON-RPC internal error (-32603) with the same advice.
 pub(super) fn too_large(message: &Value, method: Option<&str>, size: usize) -> Value {
-    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let id = head::peek::id_member(message)
+        .cloned()
+        .unwrap_or(Value::Null);
     let advice = format!(
         "the result ({size} bytes) is larger than the relay link carries ({RELAY_FRAME_MAX_BYTES} bytes); \
          ask for less (a smaller max_bytes, a narrower range or path)"

@@ -4,7 +4,10 @@
 //! ends what the relay no longer awaits, answers what it awaits but this daemon does not hold,
 //! and replays each kept session's unacknowledged messages, in order, before anything new.
 
-use std::{collections::HashSet, sync::Arc};
+use std::{
+    collections::HashSet,
+    sync::{Arc, atomic::Ordering},
+};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -13,29 +16,26 @@ use tokio_util::sync::CancellationToken;
 use protocol::{
     delivery::Outbox,
     frame::{DaemonFrame, ResumeRequest},
+    head,
     ids::SessionId,
     jsonrpc::{self, IdKey, code},
     limits::RELAY_FRAME_MAX_BYTES,
 };
 
-use super::{Host, HostedSessions, guard::too_large};
+use super::{Host, HostRef, Hosted, HostedSessions, guard::too_large};
 use crate::servers;
 
 /// Bytes of unacknowledged output kept per session; beyond it the oldest is dropped (and logged).
 const RETAINED_MAX_BYTES: usize = 64 * 1024 * 1024;
 
+/// What a session or call sent and the relay has not acknowledged, and the link epoch it is
+/// sent on (under a host's `out` lock).
 #[derive(Debug)]
 pub(super) struct Retention {
     /// Numbered, unacknowledged messages: (related request id, message), sized as serialized.
     pub(super) outbox: Outbox<(Option<Value>, Value)>,
     /// Link epoch this session's output is being sent on (0 = none).
     pub(super) epoch: u64,
-    pub(super) swallow: Option<IdKey>,
-    /// A call's output is complete (its response was emitted, or it was cancelled): nothing more
-    /// is emitted.
-    pub(super) ended: bool,
-    /// The sequence number of a call's response.
-    pub(super) done_seq: Option<u64>,
 }
 
 impl Default for Retention {
@@ -43,9 +43,6 @@ impl Default for Retention {
         Self {
             outbox: Outbox::new(RETAINED_MAX_BYTES),
             epoch: 0,
-            swallow: None,
-            ended: false,
-            done_seq: None,
         }
     }
 }
@@ -62,11 +59,16 @@ pub(super) struct LinkSlot {
 
 impl HostedSessions {
     /// The relay committed session `sid`'s messages up to `seq`.
+    /// A call whose response is acknowledged is forgotten.
     pub fn ack(&self, sid: &SessionId, seq: u64) {
         if let Some(h) = self.host(sid) {
             let mut r = h.out.lock();
             r.outbox.ack(seq);
-            if r.done_seq.is_some_and(|d| d <= seq) {
+            let done = match &h {
+                Host::Call(c) => c.answered_at.get().is_some_and(|d| *d <= seq),
+                Host::Session(_) => false,
+            };
+            if done {
                 drop(r);
                 self.hosts.lock().remove(sid);
             }
@@ -126,15 +128,18 @@ impl HostedSessions {
             l.broken = CancellationToken::new();
         }
         for h in self.host_list() {
-            if let Some(c) = &h.call {
-                if keep.contains(&h.sid) || keep_req.contains(&(h.sid.clone(), c.key.clone())) {
-                    self.attach_host(&h);
-                } else {
-                    tracing::info!(sid = %h.sid.log_tag(), "ending a call the relay no longer awaits");
-                    self.close(&h.sid);
+            let h = match h {
+                Host::Call(c) => {
+                    if keep.contains(&c.sid) || keep_req.contains(&(c.sid.clone(), c.key.clone())) {
+                        self.attach_host(&c);
+                    } else {
+                        tracing::info!(sid = %c.sid.log_tag(), "ending a call the relay no longer awaits");
+                        self.close(&c.sid);
+                    }
+                    continue;
                 }
-                continue;
-            }
+                Host::Session(s) => s,
+            };
             if !keep.contains(&h.sid) {
                 tracing::info!(sid = %h.sid.log_tag(), "ending a session the relay no longer awaits");
                 self.close(&h.sid);
@@ -178,28 +183,29 @@ impl HostedSessions {
             }
         }
         for r in listed {
-            let Some(h) = self.host(&r.sid) else {
-                if closed.insert(&r.sid) {
-                    tracing::info!(sid = %r.sid.log_tag(), "the relay awaits a session or call this daemon does not host");
-                    self.send_closed(
-                        &r.sid,
-                        "this daemon holds no session or call with this id (it ended, or never arrived)",
-                    );
-                }
-                continue;
-            };
-            if h.call.is_some() {
+            let h = match self.host(&r.sid) {
                 // A call host holds its one request until its response is acknowledged.
-                continue;
-            }
+                Some(Host::Call(_)) => continue,
+                Some(Host::Session(s)) => s,
+                None => {
+                    if closed.insert(&r.sid) {
+                        tracing::info!(sid = %r.sid.log_tag(), "the relay awaits a session or call this daemon does not host");
+                        self.send_closed(
+                            &r.sid,
+                            "this daemon holds no session or call with this id (it ended, or never arrived)",
+                        );
+                    }
+                    continue;
+                }
+            };
             let key = r.id.key();
             // Under `out`, as `emit` moves a request from `inflight` to the outbox.
             let held = {
                 let o = h.out.lock();
                 h.inflight.lock().contains_key(&key)
                     || o.outbox.unacked().any(|(_, (_, m))| {
-                        m.get("method").is_none()
-                            && m.get("id").is_some_and(|id| IdKey::of(id) == key)
+                        !head::peek::has_method(m)
+                            && head::peek::id_member(m).is_some_and(|id| IdKey::of(id) == key)
                     })
             };
             if held {
@@ -219,7 +225,7 @@ impl HostedSessions {
     }
 
     /// Replays `h`'s unacknowledged output on the current link and attaches it to its epoch.
-    pub(super) fn attach_host(&self, h: &Host) {
+    pub(super) fn attach_host(&self, h: &Hosted) {
         let (epoch, tx) = {
             let l = self.link.lock();
             (l.epoch, l.tx.clone())
@@ -244,14 +250,21 @@ impl HostedSessions {
         }
         r.epoch = epoch;
     }
-    /// A server message of session or call `h`.
-    pub(crate) fn emit(&self, h: &Host, mut message: Value, mut related: Option<Value>) {
-        let is_response = message.get("method").is_none();
-        if let Some(c) = &h.call
+    /// A server message of session or call `h`, `related` to the request it belongs to (a
+    /// call's messages all belong to its one request). The response to a session's `initialize`
+    /// is swallowed (the relay answered it); a call's response completes its output.
+    pub(crate) fn emit<'a>(
+        &self,
+        h: impl Into<HostRef<'a>>,
+        mut message: Value,
+        mut related: Option<Value>,
+    ) {
+        let h = h.into();
+        let is_response = !head::peek::has_method(&message);
+        if let HostRef::Call(c) = h
             && !is_response
             && related.is_none()
         {
-            // Everything a call's server sends belongs to its one request.
             related = Some(c.id.clone());
         }
         // The request leaves `inflight` and its response enters the outbox under the one `out`
@@ -259,7 +272,7 @@ impl HostedSessions {
         // in one of them.
         let mut r = h.out.lock();
         let mut method = None;
-        if is_response && let Some(id) = message.get("id") {
+        if is_response && let Some(id) = head::peek::id_member(&message) {
             let key = IdKey::of(id);
             method = h.inflight.lock().remove(&key).map(|(_, m)| m);
             if h.upstream_tools.is_some()
@@ -274,22 +287,30 @@ impl HostedSessions {
             tracing::warn!(sid = %h.sid.log_tag(), size, "a server message is too large for the relay link; replaced by an error");
             message = too_large(&message, method.as_deref(), size);
         }
-        if r.ended {
-            return;
-        }
-        if is_response && r.swallow.is_some() && message.get("id").map(IdKey::of) == r.swallow {
-            r.swallow = None;
-            return;
-        }
-        let answered = is_response
-            && h.call
-                .as_ref()
-                .is_some_and(|c| message.get("id").map(IdKey::of).as_ref() == Some(&c.key));
+        let id = is_response
+            .then(|| head::peek::id_member(&message).map(IdKey::of))
+            .flatten();
+        let answered = match h {
+            HostRef::Call(c) => {
+                if c.ended.load(Ordering::Relaxed) {
+                    return;
+                }
+                id.as_ref() == Some(&c.key)
+            }
+            HostRef::Session(s) => {
+                let mut swallow = s.swallow.lock();
+                if id.is_some() && *swallow == id {
+                    *swallow = None;
+                    return;
+                }
+                false
+            }
+        };
         let pushed = r.outbox.push((related.clone(), message.clone()), size);
         let seq = pushed.seq;
-        if answered {
-            r.ended = true;
-            r.done_seq = Some(seq);
+        if answered && let HostRef::Call(c) = h {
+            c.ended.store(true, Ordering::Relaxed);
+            let _ = c.answered_at.set(seq);
         }
         for s in pushed.dropped {
             tracing::error!(sid = %h.sid.log_tag(), seq = s, "dropped an unacknowledged message: retention full while the relay is unreachable");

@@ -9,17 +9,17 @@ use lock::Lock;
 use rmcp::model::ClientJsonRpcMessage;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use protocol::{
     frame::RUNTIME_SERVER,
+    head::{self, Head},
     ids::SessionId,
     jsonrpc::{self, IdKey, code},
 };
 
 use super::{
-    Host, HostedSessions, INBOUND_QUEUE, Input, MAX_SESSIONS, guard::denial, retention::Retention,
-    upstream::run_upstream,
+    Host, Hosted, HostedSession, HostedSessions, INBOUND_QUEUE, MAX_SESSIONS, SessionInput,
+    guard::denial, upstream::run_upstream,
 };
 use crate::servers;
 
@@ -46,24 +46,15 @@ impl HostedSessions {
             return;
         }
         drop(hosts);
-        let stop = CancellationToken::new();
-        let swallow = initialize.get("id").map(IdKey::of);
+        let swallow = head::peek::id_member(&initialize).map(IdKey::of);
         let host = if server == RUNTIME_SERVER {
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-            let host = Arc::new(Host {
-                sid: sid.clone(),
-                role: crate::role_named(role),
-                upstream_tools: None,
-                input: Input::Runtime(tx),
-                out: Lock::new(Retention {
-                    swallow,
-                    ..Default::default()
-                }),
-                inflight: Lock::new(HashMap::new()),
-                stop: stop.clone(),
-                call: None,
+            let host = Arc::new(HostedSession {
+                hosted: Hosted::new(sid, role, None, HashMap::new()),
+                input: SessionInput::Runtime(tx),
+                swallow: Lock::new(swallow),
             });
-            let serve = self.serve_runtime(&host, rx, principal);
+            let serve = self.serve_runtime(&Host::Session(host.clone()), rx, principal);
             let sessions = self.clone();
             let h = host.clone();
             tokio::spawn(async move {
@@ -84,18 +75,10 @@ impl HostedSessions {
                 }
             };
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-            let host = Arc::new(Host {
-                sid: sid.clone(),
-                role: crate::role_named(role),
-                upstream_tools: Some(read_only.clone()),
-                input: Input::Upstream(tx),
-                out: Lock::new(Retention {
-                    swallow,
-                    ..Default::default()
-                }),
-                inflight: Lock::new(HashMap::new()),
-                stop: stop.clone(),
-                call: None,
+            let host = Arc::new(HostedSession {
+                hosted: Hosted::new(sid, role, Some(read_only.clone()), HashMap::new()),
+                input: SessionInput::Upstream(tx),
+                swallow: Lock::new(swallow),
             });
             tokio::spawn(run_upstream(
                 self.clone(),
@@ -106,80 +89,69 @@ impl HostedSessions {
             ));
             host
         };
-        self.hosts.lock().insert(sid.clone(), host.clone());
+        self.hosts
+            .lock()
+            .insert(sid.clone(), Host::Session(host.clone()));
         self.attach_host(&host);
         self.rpc(sid, initialize);
     }
 
-    /// A client message for session `sid`.
+    /// A client message for session or call `sid` (a call takes only the cancellation of its
+    /// request).
     pub fn rpc(self: &Arc<Self>, sid: &SessionId, message: Value) {
-        let Some(host) = self.host(sid) else {
-            self.send_closed(
-                sid,
-                "unknown session (the daemon restarted or the session ended)",
-            );
-            return;
-        };
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let id = message.get("id").cloned();
-        if let Some(c) = &host.call {
-            // A call takes no client message but the cancellation of its request.
-            if method.as_deref() == Some("notifications/cancelled")
-                && message.pointer("/params/requestId").map(IdKey::of).as_ref() == Some(&c.key)
-            {
-                tracing::debug!(%sid, "call cancelled by the client");
-                self.end_call(&host);
-                self.hosts.lock().remove(sid);
-            } else {
-                tracing::debug!(%sid, ?method, "ignoring a client message for a call");
+        let host = match self.host(sid) {
+            Some(Host::Session(s)) => s,
+            Some(Host::Call(c)) => return self.call_message(&c, &Head::of(&message)),
+            None => {
+                self.send_closed(
+                    sid,
+                    "unknown session (the daemon restarted or the session ended)",
+                );
+                return;
             }
-            return;
-        }
-        if let (Some(m), Some(id)) = (&method, &id) {
-            if let Some(denied) = denial(&host, &message) {
+        };
+        let head = Head::of(&message);
+        if let (Some(m), Some(id)) = (head.method(), head.id_member()) {
+            if let Some(denied) = denial(&host, &head) {
                 self.emit(&host, denied, None);
                 return;
             }
             host.inflight
                 .lock()
-                .insert(IdKey::of(id), (id.clone(), m.clone()));
+                .insert(IdKey::of(id), (id.clone(), m.to_owned()));
         }
-        if method.as_deref() == Some("notifications/cancelled")
-            && let Some(rid) = message.pointer("/params/requestId")
-        {
+        if let Some(rid) = head.cancelled_request() {
             host.inflight.lock().remove(&IdKey::of(rid));
         }
         match &host.input {
-            Input::Runtime(tx) => match serde_json::from_value::<ClientJsonRpcMessage>(message) {
-                Ok(m) => {
-                    if tx.try_send(m).is_err() {
-                        tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
+            SessionInput::Runtime(tx) => {
+                match serde_json::from_value::<ClientJsonRpcMessage>(message) {
+                    Ok(m) => {
+                        if tx.try_send(m).is_err() {
+                            tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
+                        }
                     }
-                }
-                Err(e) => {
-                    if let Some(id) = id {
-                        self.emit(
-                            &host,
-                            jsonrpc::error(
-                                &id,
-                                code::INVALID_REQUEST,
-                                &format!("invalid message: {e}"),
+                    Err(e) => {
+                        if let Some(id) = head.id_member() {
+                            self.emit(
+                                &host,
+                                jsonrpc::error(
+                                    id,
+                                    code::INVALID_REQUEST,
+                                    &format!("invalid message: {e}"),
+                                    None,
+                                ),
                                 None,
-                            ),
-                            None,
-                        );
+                            );
+                        }
                     }
                 }
-            },
-            Input::Upstream(tx) => {
+            }
+            SessionInput::Upstream(tx) => {
                 if tx.try_send(message.to_string()).is_err() {
                     tracing::warn!(sid = %sid.log_tag(), "upstream input queue full; message dropped");
                 }
             }
-            Input::None => {}
         }
     }
 }

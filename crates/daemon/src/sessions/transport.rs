@@ -17,7 +17,7 @@ use super::{Host, HostedSessions};
 /// An rmcp transport feeding one runtime session.
 pub(super) struct ChannelTransport {
     pub(super) rx: mpsc::Receiver<ClientJsonRpcMessage>,
-    pub(super) host: Arc<Host>,
+    pub(super) host: Host,
     pub(super) sessions: Arc<HostedSessions>,
 }
 
@@ -27,7 +27,7 @@ impl HostedSessions {
     /// ends or the host is stopped, whichever comes first; what follows is the caller's.
     pub(super) fn serve_runtime(
         self: &Arc<Self>,
-        host: &Arc<Host>,
+        host: &Host,
         rx: mpsc::Receiver<ClientJsonRpcMessage>,
         principal: &str,
     ) -> impl Future<Output = ()> + Send + 'static {

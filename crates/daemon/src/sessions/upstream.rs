@@ -10,11 +10,11 @@ use tokio::{
     sync::mpsc,
 };
 
-use super::{Host, HostedSessions};
+use super::{HostedSession, HostedSessions};
 
 pub(super) async fn run_upstream(
     sessions: Arc<HostedSessions>,
-    host: Arc<Host>,
+    host: Arc<HostedSession>,
     mut child: tokio::process::Child,
     mut rx: mpsc::Receiver<String>,
     name: String,

@@ -29,13 +29,15 @@
 //! One file per concern: this one is the head and how it is read (`parse` the byte readers);
 //! [`era`] decides the era of a message; [`meta`] validates the per-request `_meta` and the
 //! headers that mirror a request ([`mirror`]); [`discover`] derives a `server/discover` result
-//! from an `initialize` result; [`result`] completes results of the 2026-07-28 era.
+//! from an `initialize` result; [`result`] completes results of the 2026-07-28 era; [`peek`]
+//! reads one member of a parsed message, borrowed, as a head would.
 
 pub mod discover;
 pub mod era;
 pub mod meta;
 pub mod mirror;
 mod parse;
+pub mod peek;
 pub mod result;
 
 #[cfg(feature = "count-reads")]

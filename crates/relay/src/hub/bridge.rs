@@ -17,7 +17,7 @@ use protocol::{
     limits::RELAY_FRAME_MAX_BYTES,
 };
 
-use super::{Catalog, Hub, Session, link_state::LinkState};
+use super::{Catalog, Hub, exchange::Held, link_state::LinkState};
 use crate::metrics::Metrics;
 use lock::Lock;
 
@@ -233,7 +233,7 @@ impl Hub {
         }
         let mut sessions = Vec::new();
         let mut requests = Vec::new();
-        for s in self.bridge_sessions(&bridge.name) {
+        for s in self.bridge_exchanges(&bridge.name) {
             let g = s.state.lock();
             if g.opened_on.as_ref() == Some(instance) {
                 sessions.push(s.sid.clone());
@@ -290,9 +290,9 @@ impl Hub {
 
     fn flush_outboxes(&self, bridge: &Bridge, link: &Link) {
         for s in self.bridge_sessions(&bridge.name) {
-            let queued: Vec<serde_json::Value> = s.state.lock().outbox.drain(..).collect();
+            let queued: Vec<serde_json::Value> = s.outbox.lock().drain(..).collect();
             for m in queued {
-                if self.send(&s, link, m).is_err() {
+                if self.send_session(&s, link, m).is_err() {
                     tracing::warn!(bridge = %bridge.name, "a queued client message could not be sent");
                 }
             }
@@ -343,26 +343,29 @@ impl Hub {
     /// Per-call sessions (MCP 2026-07-28) end with their instance.
     pub(super) fn reopen_bound(&self, bridge: &str, instance: &InstanceId, message: &str) {
         tracing::debug!(bridge, %instance, "releasing the sessions of a daemon instance that is over");
-        for s in self.bridge_sessions(bridge) {
-            if s.call {
-                if s.state.lock().opened_on.as_ref() == Some(instance) {
-                    self.end_session(&s.sid, code::OUTCOME_UNKNOWN, message, false);
+        for h in self.bridge_exchanges(bridge) {
+            let s = match h {
+                Held::Call(c) => {
+                    if c.state.lock().opened_on.as_ref() == Some(instance) {
+                        self.end_session(&c.sid, code::OUTCOME_UNKNOWN, message, false);
+                    }
+                    continue;
                 }
-                continue;
-            }
+                Held::Session(s) => s,
+            };
             let pending = {
                 let mut g = s.state.lock();
                 if g.ended || g.opened_on.as_ref() != Some(instance) {
                     continue;
                 }
                 g.opened_on = None;
-                g.outbox.clear();
                 g.progress.clear();
                 // The next instance numbers its messages from the start.
                 g.inbox = protocol::delivery::Inbox::new();
                 self.persist_bound(&s, &g);
                 g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>()
             };
+            s.outbox.lock().clear();
             self.settle_all(&s, pending, code::OUTCOME_UNKNOWN, message);
         }
     }
@@ -372,7 +375,7 @@ impl Hub {
     pub(super) fn end_bound(&self, bridge: &str, instance: &InstanceId, message: &str) {
         tracing::debug!(bridge, %instance, "ending the sessions of a daemon instance");
         let victims: Vec<SessionId> = self
-            .bridge_sessions(bridge)
+            .bridge_exchanges(bridge)
             .into_iter()
             .filter(|s| s.state.lock().opened_on.as_ref() == Some(instance))
             .map(|s| s.sid.clone())
@@ -380,15 +383,5 @@ impl Hub {
         for sid in victims {
             self.end_session(&sid, code::OUTCOME_UNKNOWN, message, false);
         }
-    }
-
-    /// The live sessions of the bridge named `bridge` (a snapshot; the map lock is released).
-    pub(super) fn bridge_sessions(&self, bridge: &str) -> Vec<Arc<Session>> {
-        self.sessions
-            .lock()
-            .values()
-            .filter(|s| s.bridge.name == bridge)
-            .cloned()
-            .collect()
     }
 }

@@ -21,12 +21,17 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use protocol::{
     frame::{REVISION_DELIVERY, now_unix_ms},
+    head,
     ids::SessionId,
     jsonrpc::{self, IdKey, RequestId, code},
     limits::{DELIVERY_MARGIN, DELIVERY_WINDOW},
 };
 
-use super::{Hub, Link, Session, routing::LinkOrigin, session::SessionState};
+use super::{
+    Hub, Link,
+    exchange::{Exchange, ExchangeState, Held},
+    routing::LinkOrigin,
+};
 use crate::metrics::Metrics;
 
 /// Retracted requests remembered to tell a late `accepted` from a stray one (bounded; the
@@ -94,20 +99,21 @@ pub(super) fn deliver_by(link: &Link) -> u64 {
 }
 
 impl Hub {
-    /// For a frame about to carry `message` of `s` to `link`: when `link` is of revision 4 and
+    /// For a frame about to carry `message` of `e` to `link`: when `link` is of revision 4 and
     /// `message` is a pending request not sent before, marks it awaiting acceptance (starting
-    /// its retraction timer) and returns its `deliver_by`; otherwise `None` (no limit).
+    /// its retraction timer) and returns its `deliver_by`; otherwise `None` (no limit). `g` is
+    /// the state of `e`, locked by the caller.
     pub(super) fn await_acceptance(
         &self,
-        s: &Session,
-        g: &mut SessionState,
+        e: &Exchange,
+        g: &mut ExchangeState,
         link: &Link,
         message: &Value,
     ) -> Option<u64> {
-        if link.revision < REVISION_DELIVERY || message.get("method").is_none() {
+        if link.revision < REVISION_DELIVERY || !head::peek::has_method(message) {
             return None;
         }
-        let key = IdKey::of(message.get("id").filter(|i| !i.is_null())?);
+        let key = IdKey::of(head::peek::id(message)?);
         let p = g.pending.get_mut(&key)?;
         if !matches!(p.acceptance, Acceptance::NotAsked) {
             return None;
@@ -115,7 +121,7 @@ impl Hub {
         let retract_at = Instant::now() + DELIVERY_WINDOW + DELIVERY_MARGIN;
         p.acceptance = Acceptance::Awaiting {
             retract_at,
-            _timer: self.retraction_timer(s.sid.clone(), key, retract_at),
+            _timer: self.retraction_timer(e.sid.clone(), key, retract_at),
         };
         Metrics::add(&self.metrics.awaiting_acceptance, 1);
         Some(deliver_by(link))
@@ -147,11 +153,11 @@ impl Hub {
     /// `data.retryable`), the daemon gets `notifications/cancelled` for it (a call: `close`),
     /// in case it took it after all.
     pub(super) fn retract(&self, sid: &SessionId, key: &IdKey, now: Instant) {
-        let Some(s) = self.session_by_sid(sid) else {
+        let Some(held) = self.exchange_by_sid(sid) else {
             return;
         };
         let p = {
-            let mut g = s.state.lock();
+            let mut g = held.state.lock();
             match g.pending.get(key) {
                 Some(p) if matches!(p.acceptance, Acceptance::Awaiting { retract_at, .. } if retract_at <= now) =>
                     {}
@@ -165,14 +171,16 @@ impl Hub {
             }
             p
         };
-        self.retracted.lock().push(&s.bridge.name, &s.sid, key);
+        self.retracted
+            .lock()
+            .push(&held.bridge.name, &held.sid, key);
         self.metrics.retracted.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(bridge = %s.bridge.name, sid = %s.sid.log_tag(), "the daemon did not take a request in time; answered it as not delivered");
-        if !s.call
+        tracing::warn!(bridge = %held.bridge.name, sid = %held.sid.log_tag(), "the daemon did not take a request in time; answered it as not delivered");
+        if let Held::Session(s) = &held
             && let Some(link) = s.bridge.active()
         {
-            let _ = self.send(
-                &s,
+            let _ = self.send_session(
+                s,
                 &link,
                 jsonrpc::cancelled(&p.id, "the relay retracted it: not taken in time"),
             );
@@ -185,14 +193,16 @@ impl Hub {
                 json!({"code": "unavailable", "retryable": true, "delivered": false, "side_effects_started": false}),
             ),
         );
-        self.finish_pending(&s, p, Some(err));
-        self.close_if_answered(&s);
+        self.finish_pending(&held, p, Some(err));
+        if let Held::Call(c) = &held {
+            self.close_if_answered(c);
+        }
     }
 
     /// Retracts every request of `s` whose retraction time passed at `now` (the backstop for
     /// the timers); returns whether there was one.
-    pub(super) fn retract_due(&self, s: &Session, now: Instant) -> bool {
-        let due: Vec<IdKey> = s
+    pub(super) fn retract_due(&self, e: &Exchange, now: Instant) -> bool {
+        let due: Vec<IdKey> = e
             .state
             .lock()
             .pending
@@ -204,7 +214,7 @@ impl Hub {
             .collect();
         let any = !due.is_empty();
         for k in due {
-            self.retract(&s.sid, &k, now);
+            self.retract(&e.sid, &k, now);
         }
         any
     }
@@ -216,8 +226,8 @@ impl Hub {
     /// ignored.
     pub(crate) fn accepted(&self, from: LinkOrigin<'_>, sid: &SessionId, id: &RequestId) {
         let key = id.key();
-        let known = self.session_from(from, sid).is_some_and(|s| {
-            let mut g = s.state.lock();
+        let known = self.exchange_from(from, sid).is_some_and(|h| {
+            let mut g = h.state.lock();
             match g.pending.get_mut(&key) {
                 Some(p) if p.acceptance.is_awaiting() => {
                     p.acceptance = Acceptance::Accepted;

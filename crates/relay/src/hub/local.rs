@@ -12,7 +12,7 @@ use protocol::jsonrpc::code;
 use super::{
     Catalog, Hub, SendError,
     reply::{Reply, ReplySink},
-    router::{BridgeRef, Route, Router, SessionRef, Wait},
+    router::{BridgeRef, CallRef, Route, Router, SessionRef, Wait},
 };
 use crate::{
     auth::BridgePrincipal,
@@ -79,11 +79,11 @@ impl Router for Hub {
         // The stream is made replayable only once the request is admitted: a refused request
         // would leave it registered for good.
         let replayable = sink.related().cloned();
-        self.register(s, id, &message, sink)?;
+        self.register_request(s, id, &message, sink)?;
         if let Some(st) = replayable {
             self.streams.insert_durable(st, id);
         }
-        self.send(s, &route.0, message).inspect_err(|_| {
+        self.send_session(s, &route.0, message).inspect_err(|_| {
             self.unregister(s, id);
         })
     }
@@ -92,7 +92,8 @@ impl Router for Hub {
         let s = &session.0;
         match s.bridge.active() {
             Some(link) => {
-                if self.send(s, &link, message.clone()).is_err() && self.queue(s, message).is_err()
+                if self.send_session(s, &link, message.clone()).is_err()
+                    && self.queue(s, message).is_err()
                 {
                     tracing::warn!(bridge = %s.bridge.name, "dropped a client message: the daemon link is congested");
                 }
@@ -151,25 +152,25 @@ impl Router for Hub {
         id: &Value,
         message: Value,
         stream: bool,
-    ) -> Result<(SessionRef, Reply), SendError> {
-        let s = self.create_call(bridge.0.clone(), server, principal);
-        let (sink, reply) = ReplySink::pair(&s.sid, &s.principal.id, &s.bridge.name, stream);
-        let sent = self.register(&s, id, &message, sink).and_then(|()| {
-            self.send(&s, &route.0, message).inspect_err(|_| {
-                self.unregister(&s, id);
+    ) -> Result<(CallRef, Reply), SendError> {
+        let c = self.create_call(bridge.0.clone(), server, principal);
+        let (sink, reply) = ReplySink::pair(&c.sid, &c.principal.id, &c.bridge.name, stream);
+        let sent = self.register_call(&c, id, &message, sink).and_then(|()| {
+            self.send_call(&c, &route.0, message).inspect_err(|_| {
+                self.unregister(&c, id);
             })
         });
         match sent {
-            Ok(()) => Ok((SessionRef(s), reply)),
+            Ok(()) => Ok((CallRef(c), reply)),
             Err(e) => {
                 // Nothing is pending on it: the message is no one's.
-                self.end_session(&s.sid, code::UNAVAILABLE, &e.to_string(), false);
+                self.end_session(&c.sid, code::UNAVAILABLE, &e.to_string(), false);
                 Err(e)
             }
         }
     }
 
-    fn cancel_call(&self, call: &SessionRef, id: &Value, reason: &str) {
+    fn cancel_call(&self, call: &CallRef, id: &Value, reason: &str) {
         Hub::cancel_call(self, &call.0, id, reason);
     }
 
@@ -181,8 +182,8 @@ impl Router for Hub {
         id: &Value,
         reason: &str,
     ) {
-        if let Some(s) = self.find_call(&bridge.0.name, server, principal, id) {
-            Hub::cancel_call(self, &s, id, reason);
+        if let Some(c) = self.find_call(&bridge.0.name, server, principal, id) {
+            Hub::cancel_call(self, &c, id, reason);
         }
     }
 

@@ -8,8 +8,11 @@
 //! nor OAuth (the tidy test checks it).
 //!
 //! One file per concern: `bridge` (bridges, daemon links, promotion and loss of a link, what
-//! `resume` names), `link_state` (the link state machine), `session` (sessions, calls,
-//! requests in flight, how a session ends), `routing` (client → daemon and daemon → client),
+//! `resume` names), `link_state` (the link state machine), `exchange` (what a session and a call
+//! share: a sid on a bridge's link, its requests in flight, how it ends; the hub holds each as a
+//! `Held`, a session or a call), `session` (MCP sessions: the kept `initialize`, the standalone
+//! stream, the store record, the bounds), `call` (MCP 2026-07-28 requests served without a
+//! session), `routing` (client → daemon and daemon → client),
 //! `sweep` (grace expiry, deadlines, idle sessions), `catalog` (daemon catalogs), `delivery`
 //! (link revision 4: `deliver_by`, `accepted`, retraction of requests the daemon did not take),
 //! `restore` (what a restarted relay takes back from its store).
@@ -36,20 +39,22 @@
 //! recovered and logged at `error`, never skipped. No lock is held across `.await`. The order,
 //! for code that holds two:
 //!
-//! 1. the hub's maps (`bridges`, `sessions`) are never held while another lock is taken: callers
+//! 1. the hub's maps (`bridges`, `exchanges`) are never held while another lock is taken: callers
 //!    take a snapshot of the `Arc`s and release the map first;
 //! 2. a bridge's state before a session's state (only `Hub::register` holds both, to count the
 //!    request against the bridge and insert it into the session in one step);
 //! 3. the streams map (`SseStreams`) before a stream's own lock (its sweep);
-//! 4. leaves, under which nothing else is locked: a stream's lock, the `TextCache`,
-//!    a bridge's readiness `watch` (sent under the bridge's lock in `Hub::link_lost`).
+//! 4. leaves, under which nothing else is locked: a stream's lock, the `TextCache`, a session's
+//!    outbox, a bridge's readiness `watch` (sent under the bridge's lock in `Hub::link_lost`).
 //!
 //! A session's lock is never held while a stream is written or a bridge is locked: routing
 //! decides under it and writes after it is released.
 
 mod bridge;
+mod call;
 mod catalog;
 mod delivery;
+mod exchange;
 mod link_state;
 mod local;
 mod reply;
@@ -72,13 +77,15 @@ use std::{
 use protocol::{frame::ServerInfo, ids::SessionId};
 
 pub(crate) use bridge::{Bridge, Link, LinkSendError, LinkTx, Outbound};
+pub(crate) use call::Call;
 #[cfg(test)]
 pub(crate) use catalog::param_headers;
 pub(crate) use catalog::{CachedServer, Catalog, ParamHeader};
+pub(crate) use exchange::{Held, SendError};
 pub(crate) use reply::{Reply, ReplySink};
-pub(crate) use router::{BridgeRef, Route, Router, SessionRef};
+pub(crate) use router::{BridgeRef, CallRef, Route, Router, SessionRef};
 pub(crate) use routing::{Delivery, LinkOrigin};
-pub(crate) use session::{SendError, Session, kept_initialize};
+pub(crate) use session::{Session, kept_initialize};
 
 use crate::{
     auth::SessionKeys,
@@ -89,11 +96,10 @@ use crate::{
 };
 use catalog::TextCache;
 use lock::Lock;
-use session::Pending;
 
 /// The bridges' routing state on this node: the local router (`Router`). Its fields are its own; the
 /// HTTP layer reaches it through the router trait, the daemon socket route through the
-/// transitions of `bridge.rs`, `routing.rs`, `session.rs` and `delivery.rs`.
+/// transitions of `bridge.rs`, `routing.rs`, `exchange.rs`, `call.rs` and `delivery.rs`.
 #[derive(Debug)]
 pub(crate) struct Hub {
     /// Durable state (catalogs, what a restart restores).
@@ -109,7 +115,8 @@ pub(crate) struct Hub {
     /// The write-behind queue of durable sessions and streams (`None`: kept in memory only).
     durable: Option<StoreWriter>,
     bridges: Lock<HashMap<String, Arc<Bridge>>>,
-    sessions: Lock<HashMap<SessionId, Arc<Session>>>,
+    /// Every session and call, by `sid`.
+    exchanges: Lock<HashMap<SessionId, Held>>,
     next_link: AtomicU64,
     texts: TextCache,
     /// The hub itself, for the tasks it spawns (retraction timers), which must not keep it
@@ -170,7 +177,7 @@ impl Hub {
             metrics,
             bridges: Lock::new(HashMap::new()),
             texts: TextCache::default(),
-            sessions: Lock::new(HashMap::new()),
+            exchanges: Lock::new(HashMap::new()),
             next_link: AtomicU64::new(1),
         }
     }

@@ -10,10 +10,7 @@
 //! [`code::RELAY_RESTARTED`], delivered on replay, and `resume` does not name them, so the
 //! daemon cancels them; nothing is ever re-executed (invariants 6 and 7).
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, atomic::AtomicI64},
-};
+use std::{collections::HashMap, sync::Arc};
 
 use serde_json::{Value, json};
 use tokio::time::{Duration, Instant};
@@ -24,7 +21,12 @@ use protocol::{
     jsonrpc::{self, code},
 };
 
-use super::{Hub, Session, link_state::LinkState, session::SessionState, sweep::SESSION_IDLE};
+use super::{
+    Hub, Session,
+    exchange::{Exchange, Held},
+    link_state::LinkState,
+    sweep::SESSION_IDLE,
+};
 use crate::{
     auth::BridgePrincipal,
     metrics::Metrics,
@@ -34,9 +36,8 @@ use crate::{
         now as unix_now,
         writer::{STORE_BATCH_MAX, STORE_QUEUE_HARD},
     },
-    stream::{Budget, Event, Restored, SseStream, not_kept_notice},
+    stream::{Event, Restored, SseStream, not_kept_notice},
 };
-use lock::Lock;
 
 /// Most events of one stream that can have been sent but not stored when the relay died: all
 /// that the write-behind queue holds at most, and the batch being applied. The error that ends
@@ -133,28 +134,20 @@ impl Hub {
                 role,
                 credential: r.credential,
             };
-            let standalone = SseStream::with_budget(
-                &sid,
-                &principal.id,
-                &bridge.name,
-                Some(Budget::standalone(bridge.standalone_bytes.clone())),
-            );
-            let mut state = SessionState::new(r.initialized);
-            state.opened_on = r.opened_on.map(InstanceId::new);
-            state.last_active = instant_ago(now - r.last_active);
-            let s = Arc::new(Session {
-                sid: sid.clone(),
-                bridge,
-                server: r.server,
-                principal,
-                call: false,
+            let exchange = Exchange::new(sid.clone(), bridge, &r.server, principal);
+            {
+                let mut g = exchange.state.lock();
+                g.opened_on = r.opened_on.map(InstanceId::new);
+                g.last_active = instant_ago(now - r.last_active);
+            }
+            let s = Arc::new(Session::new(
+                exchange,
                 initialize,
-                standalone,
-                state: Lock::new(state),
-                touched: AtomicI64::new(r.last_active),
-            });
+                r.initialized,
+                r.last_active,
+            ));
             self.streams.insert(s.standalone.clone());
-            self.sessions.lock().insert(sid, s.clone());
+            self.exchanges.lock().insert(sid, Held::Session(s.clone()));
             Metrics::add(&self.metrics.sessions, 1);
             restored.insert(r.sid, s);
         }
@@ -304,7 +297,8 @@ mod tests {
         {
             let mut g = s.state.lock();
             g.opened_on = Some(InstanceId::new("i1"));
-            g.initialized = true;
+            s.initialized
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             hub.persist_bound(&s, &g);
         }
         (storage, hub, s, principal, init)

@@ -1,5 +1,5 @@
 //! The routing seam: [`Router`], the one interface the HTTP layer calls once a request is
-//! admitted, and the handles it deals in ([`BridgeRef`], [`SessionRef`], [`Route`]). The hub of
+//! admitted, and the handles it deals in ([`BridgeRef`], [`SessionRef`], [`CallRef`], [`Route`]). The hub of
 //! this process is its local implementation (`local.rs`); a router that reaches daemons held by
 //! other relay nodes (over a message bus, DESIGN §6) implements the same trait.
 //!
@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use protocol::ids::{InstanceId, SessionId};
 
-use super::{Bridge, Catalog, Link, SendError, Session, reply::ReplySink};
+use super::{Bridge, Call, Catalog, Link, SendError, Session, reply::ReplySink};
 use crate::{auth::BridgePrincipal, stream::SseStream};
 
 pub(crate) use super::reply::Reply;
@@ -36,13 +36,26 @@ impl BridgeRef {
     }
 }
 
-/// An MCP session, or the call that carries one MCP 2026-07-28 request, for the request that
-/// obtained it ([`Router::session`], [`Router::open_session`], [`Router::call`]).
+/// An MCP session, for the request that obtained it ([`Router::session`],
+/// [`Router::open_session`]).
 #[derive(Debug, Clone)]
 pub(crate) struct SessionRef(pub(super) Arc<Session>);
 
+/// The call that carries one MCP 2026-07-28 request, for the request that made it
+/// ([`Router::call`]).
+#[derive(Debug, Clone)]
+pub(crate) struct CallRef(pub(super) Arc<Call>);
+
+impl CallRef {
+    /// The call's id (the `sid` of its link frames; never a session id).
+    #[cfg(test)]
+    pub(crate) fn sid(&self) -> &SessionId {
+        &self.0.sid
+    }
+}
+
 impl SessionRef {
-    /// The `MCP-Session-Id` (or the call's id).
+    /// The `MCP-Session-Id`.
     pub(crate) fn sid(&self) -> &SessionId {
         &self.0.sid
     }
@@ -198,12 +211,12 @@ pub(crate) trait Router: Send + Sync + fmt::Debug {
         id: &Value,
         message: Value,
         stream: bool,
-    ) -> Result<(SessionRef, Reply), SendError>;
+    ) -> Result<(CallRef, Reply), SendError>;
 
     /// The client of `call` is gone before its answer (its response was closed: MCP 2026-07-28
     /// Streamable HTTP § Cancellation): the daemon is told to cancel request `id` and close the
     /// call. Nothing happens when it was answered already.
-    fn cancel_call(&self, call: &SessionRef, id: &Value, reason: &str);
+    fn cancel_call(&self, call: &CallRef, id: &Value, reason: &str);
 
     /// Cancels the live call of `principal` to `server` on `bridge` whose request has id `id`,
     /// if exactly one matches (a `notifications/cancelled` a 2026-07-28 client POSTs).

@@ -1,6 +1,7 @@
-//! Routing between HTTP clients and daemons: a client request is registered (bounded per
-//! bridge, answered to its [`ReplySink`]) and sent, opening the session on the daemon first when it
-//! is not open there; a daemon message goes to exactly one place (see [`Hub::deliver`]).
+//! Routing between HTTP clients and daemons: a client request is registered on its session or
+//! call (bounded per bridge, answered to its [`ReplySink`]) and sent, opening the session on the
+//! daemon first when it is not open there (a call is opened by its request, `call.rs`); a daemon
+//! message goes to exactly one place (see [`Hub::deliver`]).
 
 use std::sync::{Arc, atomic::Ordering};
 
@@ -11,16 +12,20 @@ use crate::limits::{CALL_BUDGET_MAX, RELAY_OVERHEAD, SUBSCRIPTION_MAX, SUBSCRIPT
 use protocol::{
     delivery::Arrival,
     frame::RelayFrame,
-    head::Head,
+    head::{self, Head},
     ids::{InstanceId, SessionId},
     jsonrpc::{self, IdKey, code},
-    mcp::SUBSCRIPTIONS_LISTEN,
 };
 
 use super::{
-    Hub, Link, LinkSendError, Pending, ReplySink, SendError, Session, delivery::Acceptance,
+    Call, Hub, Link, ReplySink, SendError, Session,
+    delivery::Acceptance,
+    exchange::{Exchange, ExchangeState, Held, Pending},
 };
 use crate::{metrics::Metrics, stream::SseStream};
+
+/// The notification a client sends once it has its `initialize` result.
+const INITIALIZED: &str = "notifications/initialized";
 
 /// Client messages queued for a daemon that is away.
 const OUTBOX_MAX: usize = 256;
@@ -66,34 +71,33 @@ enum Target {
     /// A message related to a pending request with an SSE stream.
     Stream(Arc<SseStream>),
     /// The session's standalone stream.
-    Standalone,
+    Standalone(Arc<Session>),
     /// Nowhere: counted.
     Unmatched,
     /// A server → client request to a call: answered with an error, never delivered.
-    Refuse(Value),
+    Refuse(Arc<Call>, Value),
 }
 
 impl Hub {
-    /// Registers request `message` (with id `id`) as in flight, answered to `sink`.
+    /// Registers request `message` (with id `id`) of exchange `e` as in flight, answered to
+    /// `sink`.
     ///
-    /// A `subscriptions/listen` call counts against [`SUBSCRIPTIONS_PER_BRIDGE`] instead of the
-    /// in-flight limit, and its deadline is [`SUBSCRIPTION_MAX`] instead of
-    /// [`CALL_BUDGET_MAX`] + [`RELAY_OVERHEAD`].
+    /// A `listen` request (a call's `subscriptions/listen`) counts against
+    /// [`SUBSCRIPTIONS_PER_BRIDGE`] instead of the in-flight limit, and its deadline is
+    /// [`SUBSCRIPTION_MAX`] instead of [`CALL_BUDGET_MAX`] + [`RELAY_OVERHEAD`].
     ///
     /// # Errors
     /// [`SendError::TooMany`] over the bridge's in-flight (or subscription) limit;
-    /// [`SendError::Ended`] for an ended session; [`SendError::DuplicateId`].
+    /// [`SendError::Ended`] for an ended session or call; [`SendError::DuplicateId`].
     pub(super) fn register(
         &self,
-        s: &Session,
+        e: &Exchange,
+        listen: bool,
         id: &Value,
         message: &Value,
         sink: ReplySink,
     ) -> Result<(), SendError> {
-        self.settle_overdue(s, Instant::now());
         let key = IdKey::of(id);
-        let listen =
-            s.call && message.get("method").and_then(Value::as_str) == Some(SUBSCRIPTIONS_LISTEN);
         let max = if listen {
             SUBSCRIPTIONS_PER_BRIDGE
         } else {
@@ -101,11 +105,11 @@ impl Hub {
         };
         {
             // Lock order: bridge, then session (see the hub's module docs).
-            let mut b = s.bridge.state.lock();
+            let mut b = e.bridge.state.lock();
             if (if listen { b.listens } else { b.inflight }) >= max {
                 return Err(SendError::TooMany(max));
             }
-            let mut g = s.state.lock();
+            let mut g = e.state.lock();
             if g.ended {
                 return Err(SendError::Ended);
             }
@@ -152,64 +156,77 @@ impl Hub {
         } else {
             Metrics::add(&self.metrics.inflight, 1);
         }
+        Ok(())
+    }
+
+    /// Registers request `message` (id `id`) of session `s`, answered to `sink`, after settling
+    /// what of `s` is overdue; counts as activity of the session.
+    ///
+    /// # Errors
+    /// As [`Hub::register`].
+    pub(super) fn register_request(
+        &self,
+        s: &Arc<Session>,
+        id: &Value,
+        message: &Value,
+        sink: ReplySink,
+    ) -> Result<(), SendError> {
+        self.settle_overdue(&Held::Session(s.clone()), Instant::now());
+        self.register(s, false, id, message, sink)?;
         self.persist_touch(s);
         Ok(())
     }
 
     /// Withdraws a registered request without an answer (it could not be sent): its sink is
     /// finished without a message (a stream ends; a JSON waiter learns from the dropped sender).
-    pub(super) fn unregister(&self, s: &Session, id: &Value) {
-        let p = s.state.lock().pending.remove(&IdKey::of(id));
+    pub(super) fn unregister(&self, e: &Exchange, id: &Value) {
+        let p = e.state.lock().pending.remove(&IdKey::of(id));
         if let Some(p) = p {
-            self.finish_pending(s, p, None);
+            self.finish_pending(e, p, None);
+        }
+    }
+
+    /// Sends a client message of session or call `to` to `link` ([`Hub::send_session`],
+    /// [`Hub::send_call`]).
+    ///
+    /// # Errors
+    /// As those.
+    pub(super) fn send(&self, to: &Held, link: &Link, message: Value) -> Result<(), SendError> {
+        match to {
+            Held::Session(s) => self.send_session(s, link, message),
+            Held::Call(c) => self.send_call(c, link, message),
         }
     }
 
     /// Sends a client message of session `s` to `link`, opening the session there first if
-    /// needed. Open and message are queued in order under the session's lock.
+    /// needed (`open` with the kept `initialize`, then `notifications/initialized` when the
+    /// client sent it). Open and message are queued in order under the exchange's lock.
     ///
     /// # Errors
     /// [`SendError::TooLarge`] when a frame would be over the relay frame limit (nothing of it
-    /// is sent); [`SendError::Busy`] when the link's queue is full or closed; [`SendError::Ended`] for an
-    /// ended session, or a call already opened on another instance.
-    pub(super) fn send(&self, s: &Session, link: &Link, message: Value) -> Result<(), SendError> {
-        let busy = |e| match e {
-            LinkSendError::TooLarge(_) => SendError::TooLarge(e),
-            _ => SendError::Busy(s.bridge.name.clone()),
-        };
+    /// is sent); [`SendError::Busy`] when the link's queue is full or closed; [`SendError::Ended`]
+    /// for an ended session.
+    pub(super) fn send_session(
+        &self,
+        s: &Session,
+        link: &Link,
+        message: Value,
+    ) -> Result<(), SendError> {
+        let busy = |e| SendError::of_link(&s.bridge, e);
         let mut g = s.state.lock();
         if g.ended {
             return Err(SendError::Ended);
         }
         g.last_active = Instant::now();
-        if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
-            if !g.initialized {
-                g.initialized = true;
+        if head::peek::method(&message) == Some(INITIALIZED) {
+            if !s.initialized() {
+                s.initialized.store(true, Ordering::Relaxed);
                 self.persist_bound(s, &g);
             }
             if g.opened_on.is_none() {
                 // Sent with the open, whenever that happens.
                 return Ok(());
             }
-        }
-        if s.call && g.opened_on.as_ref() != Some(&link.instance_id) {
-            // A call is opened by its request and lives on that daemon instance only.
-            if g.opened_on.is_some() {
-                return Err(SendError::Ended);
-            }
-            let deliver_by = self.await_acceptance(s, &mut g, link, &message);
-            link.tx
-                .try_send(RelayFrame::Call {
-                    sid: s.sid.clone(),
-                    server: s.server.clone(),
-                    principal: s.principal.id.clone(),
-                    role: s.principal.role.as_str().to_owned(),
-                    message,
-                    deliver_by,
-                })
-                .map_err(busy)?;
-            g.opened_on = Some(link.instance_id.clone());
-            return Ok(());
         }
         if g.opened_on.as_ref() != Some(&link.instance_id) {
             link.tx
@@ -221,11 +238,11 @@ impl Hub {
                     initialize: s.initialize.clone(),
                 })
                 .map_err(busy)?;
-            if g.initialized {
+            if s.initialized() {
                 link.tx
                     .try_send(RelayFrame::Rpc {
                         sid: s.sid.clone(),
-                        message: json!({"jsonrpc": jsonrpc::VERSION, "method": "notifications/initialized"}),
+                        message: json!({"jsonrpc": jsonrpc::VERSION, "method": INITIALIZED}),
                         deliver_by: None,
                     })
                     .map_err(busy)?;
@@ -233,42 +250,62 @@ impl Hub {
             g.opened_on = Some(link.instance_id.clone());
             self.persist_bound(s, &g);
         }
-        let deliver_by = self.await_acceptance(s, &mut g, link, &message);
+        self.send_rpc(s, &mut g, link, message)
+    }
+
+    /// Sends `message` of exchange `e`, open on `link`'s instance, as an `rpc` frame (`g`: its
+    /// state, locked by the caller), with `deliver_by` when it is a request the daemon is to
+    /// confirm ([`Hub::await_acceptance`]).
+    ///
+    /// # Errors
+    /// As [`Hub::send_session`].
+    pub(super) fn send_rpc(
+        &self,
+        e: &Exchange,
+        g: &mut ExchangeState,
+        link: &Link,
+        message: Value,
+    ) -> Result<(), SendError> {
+        let deliver_by = self.await_acceptance(e, g, link, &message);
         link.tx
             .try_send(RelayFrame::Rpc {
-                sid: s.sid.clone(),
+                sid: e.sid.clone(),
                 message,
                 deliver_by,
             })
-            .map_err(busy)
+            .map_err(|err| SendError::of_link(&e.bridge, err))
     }
 
-    /// Queues a client notification or response for when the daemon is back.
+    /// Queues a client notification or response of session `s` for when the daemon is back.
     ///
     /// # Errors
     /// [`OutboxFull`] when [`OUTBOX_MAX`] messages are queued already.
     pub(super) fn queue(&self, s: &Session, message: Value) -> Result<(), OutboxFull> {
-        let mut g = s.state.lock();
-        if g.outbox.len() >= OUTBOX_MAX {
+        if s.outbox.lock().len() >= OUTBOX_MAX {
             return Err(OutboxFull);
         }
-        if message.get("method").and_then(Value::as_str) == Some("notifications/initialized") {
-            if !g.initialized {
-                g.initialized = true;
+        if head::peek::method(&message) == Some(INITIALIZED) {
+            let g = s.state.lock();
+            if !s.initialized() {
+                s.initialized.store(true, Ordering::Relaxed);
                 self.persist_bound(s, &g);
             }
             return Ok(());
         }
-        g.outbox.push_back(message);
+        let mut q = s.outbox.lock();
+        if q.len() >= OUTBOX_MAX {
+            return Err(OutboxFull);
+        }
+        q.push_back(message);
         Ok(())
     }
 
     /// The client cancelled request `id`: its stream ends without a response (the server sends
     /// none for a cancelled request).
-    pub(super) fn cancelled(&self, s: &Session, id: &Value) {
-        let p = s.state.lock().pending.remove(&IdKey::of(id));
+    pub(super) fn cancelled(&self, e: &Exchange, id: &Value) {
+        let p = e.state.lock().pending.remove(&IdKey::of(id));
         if let Some(p) = p {
-            self.finish_pending(s, p, None);
+            self.finish_pending(e, p, None);
         }
     }
 
@@ -290,27 +327,29 @@ impl Hub {
         related: Option<&Value>,
         message: Value,
     ) -> Delivery {
-        let Some(s) = self.session_from(from, sid) else {
+        let Some(held) = self.exchange_from(from, sid) else {
             self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
             return Delivery::UnknownSession;
         };
-        if self.settle_overdue(&s, Instant::now()) && s.call {
-            self.close_if_answered(&s);
+        if self.settle_overdue(&held, Instant::now())
+            && let Held::Call(c) = &held
+        {
+            self.close_if_answered(c);
         }
         let head = Head::of(&message);
         let is_response = head.is_response();
         let target = {
-            let mut g = s.state.lock();
+            let mut g = held.state.lock();
             match g.inbox.receive(seq) {
                 Arrival::Fresh => {}
                 Arrival::Duplicate => return Delivery::Duplicate,
                 Arrival::OutOfWindow => return Delivery::OutOfWindow,
             }
             let is_request = !is_response && head.has_method() && head.id().is_some();
-            if s.call && is_request {
+            if is_request && let Held::Call(c) = &held {
                 // MCP 2026-07-28 removed server → client requests (Basic › Transports ›
                 // Streamable HTTP § Receiving Messages: input requests travel inside results).
-                Target::Refuse(head.reply_id())
+                Target::Refuse(c.clone(), head.reply_id())
             } else if is_response {
                 let key = head.id_member().map(IdKey::of);
                 match key.and_then(|k| g.pending.remove(&k)) {
@@ -334,35 +373,40 @@ impl Hub {
                             .then(|| g.pending.keys().next().cloned())
                             .flatten()
                     });
-                match key
-                    .and_then(|k| g.pending.get(&k))
-                    .and_then(|p| p.sink.related())
-                {
-                    Some(st) => Target::Stream(st.clone()),
+                match (
+                    key.and_then(|k| g.pending.get(&k))
+                        .and_then(|p| p.sink.related()),
+                    &held,
+                ) {
+                    (Some(st), _) => Target::Stream(st.clone()),
+                    (None, Held::Session(s)) => Target::Standalone(s.clone()),
                     // A call's client reads only its request's response (no standalone stream).
-                    None if s.call => Target::Unmatched,
-                    None => Target::Standalone,
+                    (None, Held::Call(_)) => Target::Unmatched,
                 }
             }
         };
         match target {
-            Target::Finish(p) => self.finish_pending(&s, p, Some(message)),
+            Target::Finish(p) => self.finish_pending(&held, p, Some(message)),
             Target::Stream(st) => match st.push(&message, false) {
-                Ok(lost) => self.count_lost(&s, lost),
-                // Its request finished meanwhile: the session's stream takes it.
-                Err(_) => self.push_standalone(&s, &message),
+                Ok(lost) => self.count_lost(&held, lost),
+                // Its request finished meanwhile: a session's stream takes it; a call has none.
+                Err(_) => {
+                    if let Held::Session(s) = &held {
+                        self.push_standalone(s, &message);
+                    }
+                }
             },
-            Target::Standalone => self.push_standalone(&s, &message),
+            Target::Standalone(s) => self.push_standalone(&s, &message),
             Target::Unmatched => {
                 self.metrics.unmatched.fetch_add(1, Ordering::Relaxed);
                 return Delivery::Unmatched;
             }
-            Target::Refuse(id) => {
+            Target::Refuse(c, id) => {
                 let method = head.method().unwrap_or("");
-                tracing::warn!(bridge = %s.bridge.name, method, "refused a server-to-client request to an MCP 2026-07-28 client");
-                if let Some(link) = s.bridge.active() {
-                    let _ = self.send(
-                        &s,
+                tracing::warn!(bridge = %c.bridge.name, method, "refused a server-to-client request to an MCP 2026-07-28 client");
+                if let Some(link) = c.bridge.active() {
+                    let _ = self.send_call(
+                        &c,
                         &link,
                         jsonrpc::error(
                             &id,
@@ -377,7 +421,7 @@ impl Hub {
         Delivery::Routed
     }
 
-    /// Adds `message` to the standalone stream of `s` (bounded in bytes).
+    /// Adds `message` to the standalone stream of session `s` (bounded in bytes).
     fn push_standalone(&self, s: &Session, message: &Value) {
         if let Ok(lost) = s.standalone.push(message, false) {
             self.count_lost(s, lost);
@@ -386,7 +430,7 @@ impl Hub {
 
     /// Counts and logs `lost` messages a stream of `s` dropped before any client read them (a
     /// warning for the first and then for every thousandth, so a flood does not flood the log).
-    fn count_lost(&self, s: &Session, lost: u64) {
+    fn count_lost(&self, s: &Exchange, lost: u64) {
         if lost == 0 {
             return;
         }

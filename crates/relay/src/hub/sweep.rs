@@ -11,7 +11,10 @@ use protocol::{
     mcp::META_SUBSCRIPTION_ID,
 };
 
-use super::{Bridge, Hub, Pending, Session};
+use super::{
+    Bridge, Hub,
+    exchange::{Held, Pending},
+};
 use crate::metrics::Metrics;
 
 /// A session without requests in flight and unused this long is ended (its daemon side, possibly
@@ -42,17 +45,16 @@ impl Hub {
                 );
             }
         }
-        let sessions: Vec<Arc<Session>> = self.sessions.lock().values().cloned().collect();
-        for s in sessions {
-            self.settle_overdue(&s, now);
+        for h in self.all_exchanges() {
+            self.settle_overdue(&h, now);
             let idle = {
-                let g = s.state.lock();
+                let g = h.state.lock();
                 g.pending.is_empty() && now.duration_since(g.last_active) > SESSION_IDLE
             };
             if idle {
-                self.end_session(&s.sid, code::UNAVAILABLE, "idle session", true);
-            } else if s.call {
-                self.close_if_answered(&s);
+                self.end_session(&h.sid, code::UNAVAILABLE, "idle session", true);
+            } else if let Held::Call(c) = &h {
+                self.close_if_answered(c);
             }
         }
         self.streams.sweep();
@@ -64,7 +66,7 @@ impl Hub {
     /// with -32000). Called by the sweep every second and on every event of the session (a
     /// daemon message, a new request), so nothing stays pending past its
     /// bound. Returns whether anything was settled.
-    pub(super) fn settle_overdue(&self, s: &Session, now: Instant) -> bool {
+    pub(super) fn settle_overdue(&self, s: &Held, now: Instant) -> bool {
         let retracting = self.retract_due(s, now);
         let late: Vec<Pending> = {
             let mut g = s.state.lock();

@@ -53,7 +53,7 @@ use socket::{
 use crate::{
     admission::Admission,
     config::RelayConfig,
-    hub::{Delivery, Hub, Link, LinkOrigin, LinkTx, Outbound},
+    hub::{Delivery, Held, Hub, Link, LinkOrigin, LinkTx, Outbound},
     metrics::Metrics,
     storage::Store,
 };
@@ -456,8 +456,8 @@ async fn serve(
                     return Err((CloseCode::Internal, "link queue full".into()));
                 }
                 // A call ends with its answer: `close` follows the `ack` of the response.
-                if let Some(s) = node.hub.session_from(from, &sid) {
-                    node.hub.close_if_answered(&s);
+                if let Some(Held::Call(c)) = node.hub.exchange_from(from, &sid) {
+                    node.hub.close_if_answered(&c);
                 }
             }
             DaemonFrame::Closed { sid, reason } => node.hub.daemon_closed(from, &sid, &reason),

@@ -36,7 +36,7 @@ pub(crate) async fn close_revoked(hub: &Hub, store: &Store, last: &mut Option<i6
         }
     }
     let mut live: HashMap<String, bool> = HashMap::new();
-    for s in hub.all_sessions() {
+    for s in hub.all_exchanges() {
         let credential = s.principal.credential.clone();
         let ok = match live.get(&credential) {
             Some(ok) => *ok,

@@ -69,7 +69,7 @@ use crate::{
     auth::BridgePrincipal,
     config::RelayTiming,
     error::HttpError,
-    hub::{BridgeRef, Reply, Route, Router, SendError, SessionRef},
+    hub::{BridgeRef, CallRef, Reply, Route, Router, SendError},
     stream::SseStream,
     streamable::{
         SESSION_HEADER, VERSION_HEADER, accepts_json,
@@ -212,7 +212,7 @@ fn notification(
 /// JSON wait) is gone, which is the client's cancellation (Streamable HTTP § Cancellation).
 struct CallGuard {
     router: Arc<dyn Router>,
-    call: SessionRef,
+    call: CallRef,
     id: Value,
 }
 

@@ -146,9 +146,9 @@ async fn a_call_a_revision_4_daemon_does_not_accept_is_retracted_and_closed() {
     let c = hub.create_call(b.clone(), "runtime", alice());
     let (tx, answer) = oneshot::channel();
     let m = request(5, "tools/call");
-    hub.register(&c, &json!(5), &m, ReplySink::json(tx))
+    hub.register_call(&c, &json!(5), &m, ReplySink::json(tx))
         .unwrap();
-    hub.send(&c, &l, m).unwrap();
+    hub.send_call(&c, &l, m).unwrap();
     assert!(matches!(frames(&mut rx).as_slice(),
         [RelayFrame::Call { sid, deliver_by: Some(_), .. }] if *sid == c.sid));
     advance(DELIVERY_WINDOW + DELIVERY_MARGIN + TICK).await;
@@ -251,9 +251,9 @@ async fn a_same_instance_handover_moves_in_flight_requests_to_the_new_socket() {
     // A new request goes to the new socket.
     let (tx, _next) = oneshot::channel();
     let m = request(2, "tools/call");
-    hub.register(&s, &json!(2), &m, ReplySink::json(tx))
+    hub.register_request(&s, &json!(2), &m, ReplySink::json(tx))
         .unwrap();
-    hub.send(&s, &b.active().unwrap(), m).unwrap();
+    hub.send_session(&s, &b.active().unwrap(), m).unwrap();
     assert!(frames(&mut rx).is_empty(), "nothing more on the old socket");
     assert_eq!(deliver(&hub, &s.sid, 1, None, result(1)), Delivery::Routed);
     assert_eq!(answer.await.unwrap(), result(1));

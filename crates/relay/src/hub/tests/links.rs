@@ -252,7 +252,7 @@ async fn the_detached_gauge_returns_to_zero_when_the_grace_runs_out() {
     // A request registered just after the loss (the caller saw the link a moment before) waits
     // with the others.
     let (tx, late) = oneshot::channel();
-    hub.register(
+    hub.register_request(
         &s,
         &json!(2),
         &request(2, "tools/call"),

@@ -111,19 +111,19 @@ fn request(id: i64, method: &str) -> Value {
 }
 
 /// Registers and sends request `id`, answered to a JSON waiter.
-fn json_request(hub: &Hub, s: &Session, link: &Link, id: i64) -> oneshot::Receiver<Value> {
+fn json_request(hub: &Hub, s: &Arc<Session>, link: &Link, id: i64) -> oneshot::Receiver<Value> {
     let (tx, rx) = oneshot::channel();
     let m = request(id, "tools/call");
-    hub.register(s, &json!(id), &m, ReplySink::json(tx))
+    hub.register_request(s, &json!(id), &m, ReplySink::json(tx))
         .unwrap();
-    hub.send(s, link, m).unwrap();
+    hub.send_session(s, link, m).unwrap();
     rx
 }
 
 /// Registers and sends request `id`, answered to an SSE stream.
 fn sse_request(
     hub: &Hub,
-    s: &Session,
+    s: &Arc<Session>,
     link: &Link,
     id: i64,
     token: Option<&str>,
@@ -133,9 +133,9 @@ fn sse_request(
     if let Some(t) = token {
         m["params"]["_meta"] = json!({"progressToken": t});
     }
-    hub.register(s, &json!(id), &m, ReplySink::stream(st.clone()))
+    hub.register_request(s, &json!(id), &m, ReplySink::stream(st.clone()))
         .unwrap();
-    hub.send(s, link, m).unwrap();
+    hub.send_session(s, link, m).unwrap();
     st
 }
 

@@ -93,10 +93,10 @@ async fn a_daemon_reaches_only_the_sessions_of_its_bridge_and_instance_within_th
             Delivery::UnknownSession
         );
         hub.daemon_closed(from, &s.sid, "forged");
-        assert!(hub.session_from(from, &s.sid).is_none());
+        assert!(hub.exchange_from(from, &s.sid).is_none());
     }
     assert!(
-        hub.session_by_sid(&s.sid).is_some(),
+        hub.exchange_by_sid(&s.sid).is_some(),
         "a forged close ended the session"
     );
     // A seq far ahead is refused and moves nothing: the next real one is still routed.
@@ -208,9 +208,9 @@ async fn a_call_is_opened_by_its_request_and_closed_after_its_answer() {
     let c = hub.create_call(b.clone(), "runtime", alice());
     let (tx, answer) = oneshot::channel();
     let m = request(5, "tools/list");
-    hub.register(&c, &json!(5), &m, ReplySink::json(tx))
+    hub.register_call(&c, &json!(5), &m, ReplySink::json(tx))
         .unwrap();
-    hub.send(&c, &l, m).unwrap();
+    hub.send_call(&c, &l, m).unwrap();
     assert!(matches!(frames(&mut rx).as_slice(), [RelayFrame::Call { sid, .. }] if *sid == c.sid));
     // A server → client request to a call is refused, never delivered.
     let sampling =
@@ -251,13 +251,13 @@ async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_ses
     }
     let (tx, _rx1) = oneshot::channel();
     assert!(matches!(
-        hub.register(&s, &json!("one more"), &request(0, "tools/call"), ReplySink::json(tx)),
+        hub.register_request(&s, &json!("one more"), &request(0, "tools/call"), ReplySink::json(tx)),
         Err(crate::hub::SendError::TooMany(n)) if n == max
     ));
     assert_eq!(deliver(&hub, &s.sid, 1, None, result(0)), Delivery::Routed);
     let (tx, _rx2) = oneshot::channel();
     assert!(matches!(
-        hub.register(
+        hub.register_request(
             &s,
             &json!(1),
             &request(1, "tools/call"),
@@ -266,7 +266,7 @@ async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_ses
         Err(crate::hub::SendError::DuplicateId)
     ));
     let (tx, _rx3) = oneshot::channel();
-    hub.register(
+    hub.register_request(
         &s,
         &json!("1"),
         &request(1, "tools/call"),
@@ -276,7 +276,7 @@ async fn registration_is_bounded_per_bridge_and_refuses_duplicates_and_ended_ses
     hub.end_session(&s.sid, code::UNAVAILABLE, "ended", false);
     let (tx, _rx4) = oneshot::channel();
     assert!(matches!(
-        hub.register(
+        hub.register_request(
             &s,
             &json!("late"),
             &request(2, "tools/call"),
