@@ -29,7 +29,9 @@
 //! One file per concern: this one is the head and how it is read (`parse` the byte readers);
 //! [`era`] decides the era of a message; [`meta`] validates the per-request `_meta` and the
 //! headers that mirror a request ([`mirror`]); [`discover`] derives a `server/discover` result
-//! from an `initialize` result; [`result`] completes results of the 2026-07-28 era.
+//! from an `initialize` result; [`result`] completes results of the 2026-07-28 era;
+//! [`rewrite`] changes what a message names (its progress token, its per-request `_meta`) on its
+//! way between peers, as [`set_id`] changes its id.
 
 pub mod discover;
 pub mod era;
@@ -37,6 +39,7 @@ pub mod meta;
 pub mod mirror;
 mod parse;
 pub mod result;
+pub mod rewrite;
 
 #[cfg(feature = "count-reads")]
 pub mod count;
