@@ -9,7 +9,8 @@
 //!
 //! Translation, per request:
 //! - the request id is rewritten to a number unique within the pooled session (concurrent calls
-//!   may use the same id) and restored on the answer; a progress token likewise;
+//!   may use the same id) and restored on the answer; a progress token likewise (the message's
+//!   head is read and its members rewritten by `protocol::head`, never by hand);
 //! - the per-request `_meta` keys of 2026-07-28 (`io.modelcontextprotocol/*`, MCP 2026-07-28
 //!   Basic § Request metadata) are removed before forwarding, except to a dual-era child (one
 //!   whose `server/discover`, asked after `initialize`, lists 2026-07-28): it gets them as the
@@ -43,12 +44,16 @@ use crate::{limits::UPSTREAM_POOLED_SESSION_IDLE, limits::UPSTREAM_POOLED_SESSIO
 use lock::Lock;
 use protocol::{
     head::{
+        Head,
         discover::{DiscoverFrom, discover_from_initialize, lists_modern},
+        meta,
         result::{Completion, complete},
+        rewrite::{replace_progress_token, set_progress_of, strip_modern_meta},
+        set_id,
     },
     jsonrpc::code,
     mcp::{
-        self, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PREFIX, META_PROTOCOL_VERSION,
+        self, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
         META_SUBSCRIPTION_ID,
     },
 };
@@ -77,81 +82,20 @@ pub(crate) const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) use protocol::jsonrpc::error;
 
-/// Checks the per-request `_meta` of a 2026-07-28 request (MCP 2026-07-28 Basic § Request
-/// metadata): `protocolVersion` and `clientCapabilities` are required, and the version must be
-/// [`MODERN_VERSION`]. Returns the error response to send otherwise (the same codes and wording
-/// rmcp's inline lifecycle uses for the runtime).
+/// Checks the per-request `_meta` of a 2026-07-28 request by the rules of
+/// [`protocol::head::meta::check_meta`] (MCP 2026-07-28 Basic § `_meta`, Per-request protocol
+/// fields; the relay applies the same before it sends the call): `protocolVersion` and
+/// `clientCapabilities` are required, and the version must be [`MODERN_VERSION`], the one
+/// version the bridge serves calls in. Returns the error response to send otherwise.
 pub fn check_meta(message: &Value) -> Result<(), Value> {
-    let id = message.get("id").cloned().unwrap_or(Value::Null);
-    let meta = message.pointer("/params/_meta");
-    let version = meta
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str);
-    let caps = meta
-        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
-        .filter(|c| c.is_object());
-    let mut missing = Vec::new();
-    if version.is_none() {
-        missing.push(META_PROTOCOL_VERSION);
-    }
-    if caps.is_none() {
-        missing.push(META_CLIENT_CAPABILITIES);
-    }
-    if !missing.is_empty() {
-        return Err(error(
-            &id,
-            code::INVALID_PARAMS,
-            &format!(
-                "request _meta is missing or has malformed required fields: {}",
-                missing.join(", ")
-            ),
-            None,
-        ));
-    }
-    match version {
-        Some(MODERN_VERSION) => Ok(()),
-        v => Err(error(
-            &id,
-            code::UNSUPPORTED_PROTOCOL_VERSION,
-            "Unsupported protocol version",
-            Some(json!({"requested": v, "supported": [MODERN_VERSION]})),
-        )),
-    }
+    let head = Head::of(message);
+    meta::check_meta(&head, &mcp::MODERN_VERSIONS).map_err(|r| r.answer(&head.reply_id()))
 }
 
-/// Removes the 2026-07-28 per-request `_meta` keys of `message` (an empty `_meta` goes too) and
-/// replaces its progress token by `token`; returns the client's progress token.
-pub fn strip_meta(message: &mut Value, token: &str) -> Option<Value> {
-    let params = message.get_mut("params")?.as_object_mut()?;
-    let meta = params.get_mut("_meta")?.as_object_mut()?;
-    meta.retain(|k, _| !k.starts_with(META_PREFIX));
-    let original = meta.get("progressToken").cloned();
-    if original.is_some() {
-        meta.insert("progressToken".into(), json!(token));
-    }
-    if meta.is_empty() {
-        params.remove("_meta");
-    }
-    original
-}
-
-/// Replaces the progress token of `message` by `token`, leaving the rest of its `_meta` as it is;
-/// returns the client's progress token.
-pub fn retoken(message: &mut Value, token: &str) -> Option<Value> {
-    let meta = message
-        .get_mut("params")?
-        .get_mut("_meta")?
-        .as_object_mut()?;
-    let original = meta.get("progressToken").cloned();
-    if original.is_some() {
-        meta.insert("progressToken".into(), json!(token));
-    }
-    original
-}
-
-/// Whether a `server/discover` answer lists [`MODERN_VERSION`] among its `supportedVersions`.
-fn serves_modern(answer: &Value) -> bool {
-    answer.get("result").is_some_and(lists_modern)
+/// Whether a `server/discover` answer (its result, or its error) lists [`MODERN_VERSION`]
+/// among its `supportedVersions`.
+fn serves_modern(answer: &Result<Value, Value>) -> bool {
+    answer.as_ref().is_ok_and(lists_modern)
 }
 
 /// The `server/discover` request (2026-07-28, per-request `_meta`, no capabilities) the daemon
@@ -397,19 +341,10 @@ impl Legacy {
                 "protocolVersion": LEGACY_VERSION, "capabilities": {},
                 "clientInfo": {"name": "machine-mcp", "version": env!("CARGO_PKG_VERSION")}}});
             write_line(&mut stdin, &init.to_string()).await?;
-            let result = loop {
-                let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
-                    return Err("exited before answering initialize".to_owned());
-                };
-                let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                    continue;
-                };
-                if v.get("id") == Some(&json!(0)) && v.get("method").is_none() {
-                    if let Some(e) = v.get("error") {
-                        return Err(format!("answered initialize with an error: {e}"));
-                    }
-                    break v.get("result").cloned().unwrap_or(Value::Null);
-                }
+            let result = match servers::read_answer(&mut lines, &json!(0)).await? {
+                Some(Ok(result)) => result,
+                Some(Err(e)) => return Err(format!("answered initialize with an error: {e}")),
+                None => return Err("exited before answering initialize".to_owned()),
             };
             write_line(
                 &mut stdin,
@@ -439,18 +374,14 @@ impl Legacy {
         let probe = async {
             let discover = discover_probe(json!("mb-discover"));
             write_line(&mut stdin, &discover.to_string()).await?;
-            loop {
-                let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
-                    return Err("exited before answering server/discover".to_owned());
-                };
-                let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                    continue;
-                };
-                if v.get("id") == Some(&json!("mb-discover")) && v.get("method").is_none() {
-                    return Ok::<Option<Value>, String>(
-                        serves_modern(&v).then(|| v["result"].clone()),
-                    );
-                }
+            match servers::read_answer(&mut lines, &json!("mb-discover")).await? {
+                // A handshake-era server answers an unknown method with an error: not modern.
+                Some(answer) => Ok::<Option<Value>, String>(if serves_modern(&answer) {
+                    answer.ok()
+                } else {
+                    None
+                }),
+                None => Err("exited before answering server/discover".to_owned()),
             }
         };
         let own = match tokio::time::timeout(DISCOVER_PROBE_TIMEOUT, probe).await {
@@ -510,12 +441,9 @@ impl Legacy {
         mut message: Value,
     ) {
         self.touch();
-        let id = message.get("id").cloned().unwrap_or(Value::Null);
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
+        let head = Head::of(&message);
+        let id = head.reply_id();
+        let method = head.method().unwrap_or("").to_owned();
         match method.as_str() {
             "server/discover" => {
                 let result = self.discover.clone();
@@ -561,12 +489,12 @@ impl Legacy {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let token_name = format!("mb-{n}");
         let token = if self.modern {
-            retoken(&mut message, &token_name)
+            replace_progress_token(&mut message, json!(token_name))
         } else {
-            strip_meta(&mut message, &token_name)
+            strip_modern_meta(&mut message, json!(token_name))
         }
         .map(|t| (token_name, t));
-        message["id"] = json!(n);
+        set_id(&mut message, json!(n));
         {
             self.routes.lock().insert(
                 n,
@@ -632,14 +560,19 @@ impl Legacy {
 
     /// A message from the child.
     fn on_child_message(&self, sessions: &Arc<HostedSessions>, mut v: Value) {
-        let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
-        match (method, v.get("id").cloned()) {
+        let head = Head::of(&v);
+        let method = head.method().map(str::to_owned);
+        let progress = head
+            .progress_of()
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match (method, head.id_member().cloned()) {
             (None, Some(id)) => {
                 let Some(route) = id.as_u64().and_then(|n| self.routes.lock().remove(&n)) else {
                     return;
                 };
                 self.touch();
-                v["id"] = route.id.clone();
+                set_id(&mut v, route.id.clone());
                 if let Some(result) = v.get_mut("result") {
                     complete(result, &Completion::live(&route.method));
                 }
@@ -661,11 +594,7 @@ impl Legacy {
                 let _ = self.tx.try_send(reply.to_string());
             }
             (Some(m), None) if m == "notifications/progress" => {
-                let Some(token) = v
-                    .pointer("/params/progressToken")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                else {
+                let Some(token) = progress else {
                     return;
                 };
                 let target = self.routes.lock().values().find_map(|route| {
@@ -676,7 +605,7 @@ impl Legacy {
                         .map(|(_, orig)| (route.host.clone(), route.id.clone(), orig.clone()))
                 });
                 if let Some((host, rid, orig)) = target {
-                    v["params"]["progressToken"] = orig;
+                    set_progress_of(&mut v, orig);
                     sessions.emit(&host, v, Some(rid));
                 }
             }
@@ -801,7 +730,7 @@ mod tests {
     use protocol::mcp::META_SERVER_INFO;
 
     #[test]
-    fn meta_is_checked_like_the_inline_lifecycle() {
+    fn meta_is_checked_by_the_rules_of_the_head_module() {
         let ok = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
             META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {}}}});
         assert!(check_meta(&ok).is_ok());
@@ -817,41 +746,22 @@ mod tests {
         let old = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {
             META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_CAPABILITIES: {}}}});
         let e = check_meta(&old).unwrap_err();
+        assert_eq!(e["id"], 2);
         assert_eq!(e["error"]["code"], code::UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(e["error"]["data"]["supported"], json!([MODERN_VERSION]));
     }
 
     #[test]
-    fn meta_keys_of_2026_are_stripped_and_the_progress_token_rewritten() {
-        let mut m = json!({"id": 1, "method": "tools/call", "params": {"name": "x", "_meta": {
-            META_PROTOCOL_VERSION: MODERN_VERSION, "io.modelcontextprotocol/clientInfo": {},
-            "progressToken": 7, "other": true}}});
-        assert_eq!(strip_meta(&mut m, "mb-3"), Some(json!(7)));
-        assert_eq!(
-            m["params"]["_meta"],
-            json!({"progressToken": "mb-3", "other": true})
-        );
-        let mut m = json!({"id": 1, "method": "tools/list", "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}}});
-        assert_eq!(strip_meta(&mut m, "t"), None);
-        assert_eq!(m["params"], json!({}));
-    }
-
-    #[test]
-    fn a_dual_era_child_gets_the_meta_as_sent_with_its_progress_token_rewritten() {
-        let meta = json!({META_PROTOCOL_VERSION: MODERN_VERSION,
-            META_CLIENT_CAPABILITIES: {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-            "progressToken": 7});
-        let mut m = json!({"id": 1, "method": "tasks/get", "params": {"taskId": "t", "_meta": meta.clone()}});
-        assert_eq!(retoken(&mut m, "mb-3"), Some(json!(7)));
-        let mut want = meta;
-        want["progressToken"] = json!("mb-3");
-        assert_eq!(m["params"]["_meta"], want);
-        assert!(serves_modern(
-            &json!({"result": {"supportedVersions": ["2026-07-28", "2025-11-25"]}})
-        ));
-        assert!(!serves_modern(
-            &json!({"error": {"code": -32601, "message": "Method not found"}})
-        ));
+    fn a_child_serves_2026_when_its_discover_result_lists_it() {
+        assert!(serves_modern(&Ok(
+            json!({"supportedVersions": ["2026-07-28", "2025-11-25"]})
+        )));
+        assert!(!serves_modern(&Ok(
+            json!({"supportedVersions": ["2025-11-25"]})
+        )));
+        assert!(!serves_modern(&Err(
+            json!({"code": -32601, "message": "Method not found"})
+        )));
     }
 
     #[test]

@@ -26,12 +26,11 @@ use protocol::{
         CONNECT_PATH, CloseCode, DaemonFrame, PROTOCOL_VERSION, RelayFrame, ServerInfo,
         hello_transcript, now_unix_ms,
     },
+    head::Head,
     ids::{BridgeId, InstanceId, SessionId},
     jsonrpc::RequestId,
     limits,
 };
-use serde_json::Value;
-
 mod probe;
 
 pub use probe::{HandshakeError, TlsSummary, probe_handshake, tls_handshake};
@@ -497,27 +496,31 @@ async fn handshake_and_serve(
     .await
 }
 
-/// Whether to run client message `message` of `sid`, which the relay sent with `deliver_by`
-/// (link revision 4), read at `now_ms` (Unix ms, this machine's clock). Anything but a request
-/// runs. A request read after its `deliver_by` is dropped unanswered: the relay has retracted
-/// it, or will, and told its client that it was not delivered. Otherwise, when `confirm` (the
-/// relay is of revision 4), `accepted` is queued before the request is dispatched, so it
-/// precedes everything the request causes; a request whose `accepted` cannot be queued (the
-/// link's queue is full) is dropped too, since the relay would retract it.
+/// Whether to run the client message of `sid` whose head is `head`, which the relay sent with
+/// `deliver_by` (link revision 4), read at `now_ms` (Unix ms, this machine's clock). Anything
+/// but a request (a message with a `method` and a non-null `id`) runs. While the daemon is
+/// `stopping` no request is admitted (the relay retracts it and tells its client that it was
+/// not delivered). A request read after its `deliver_by` is dropped unanswered: the relay has
+/// retracted it, or will, and told its client that it was not delivered. Otherwise, when
+/// `confirm` (the relay is of revision 4), `accepted` is queued before the request is
+/// dispatched, so it precedes everything the request causes; a request whose `accepted` cannot
+/// be queued (the link's queue is full) is dropped too, since the relay would retract it.
 fn admit(
     sid: &SessionId,
-    message: &Value,
+    head: &Head,
     deliver_by: Option<u64>,
     confirm: bool,
+    stopping: bool,
     out: &mpsc::Sender<DaemonFrame>,
     now_ms: u64,
 ) -> bool {
-    let Some(id) = message
-        .get("id")
-        .filter(|i| !i.is_null() && message.get("method").is_some())
-    else {
+    let Some(id) = head.id().filter(|_| head.has_method()) else {
         return true;
     };
+    if stopping {
+        tracing::debug!("not admitting a request: the daemon is stopping");
+        return false;
+    }
     if let Some(by) = deliver_by
         && now_ms > by
     {
@@ -539,11 +542,13 @@ fn admit(
 }
 
 /// Hands a steady-state frame for the hosted sessions to them, admitting requests first
-/// ([`admit`], at `now_ms`). Returns the frames that are not for the sessions.
+/// ([`admit`], at `now_ms`, none while `stopping`). Returns the frames that are not for the
+/// sessions.
 fn dispatch(
     sessions: &Arc<HostedSessions>,
     out: &mpsc::Sender<DaemonFrame>,
     confirm: bool,
+    stopping: bool,
     frame: RelayFrame,
     now_ms: u64,
 ) -> Option<RelayFrame> {
@@ -560,7 +565,8 @@ fn dispatch(
             message,
             deliver_by,
         } => {
-            if admit(&sid, &message, deliver_by, confirm, out, now_ms) {
+            let head = Head::of(&message);
+            if admit(&sid, &head, deliver_by, confirm, stopping, out, now_ms) {
                 sessions.rpc(&sid, message);
             }
         }
@@ -574,7 +580,8 @@ fn dispatch(
             message,
             deliver_by,
         } => {
-            if admit(&sid, &message, deliver_by, confirm, out, now_ms) {
+            let head = Head::of(&message);
+            if admit(&sid, &head, deliver_by, confirm, stopping, out, now_ms) {
                 sessions.call(&sid, &server, &principal, &role, message);
             }
         }
@@ -633,11 +640,8 @@ async fn serve(
                     Ok(f) => f,
                     Err(a) => return a,
                 };
-                if stopping_since.is_some() && is_request(&frame) {
-                    tracing::debug!("not admitting a request: the daemon is stopping");
-                    continue;
-                }
-                let Some(frame) = dispatch(sessions, out, confirm, frame, now_unix_ms()) else {
+                let stopping = stopping_since.is_some();
+                let Some(frame) = dispatch(sessions, out, confirm, stopping, frame, now_unix_ms()) else {
                     continue;
                 };
                 match frame {
@@ -671,15 +675,6 @@ async fn serve(
             }
         }
     }
-}
-
-/// Whether `frame` carries a client request (a message with an `id` and a `method`).
-fn is_request(frame: &RelayFrame) -> bool {
-    let message = match frame {
-        RelayFrame::Rpc { message, .. } | RelayFrame::Call { message, .. } => message,
-        _ => return false,
-    };
-    message.get("method").is_some() && message.get("id").is_some_and(|i| !i.is_null())
 }
 
 /// Redeems an enrollment `code` at `relay` for `key`; returns `(bridge, key_id)`.
@@ -733,7 +728,7 @@ pub async fn enroll(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -780,7 +775,17 @@ mod tests {
         sessions.resume(&[], &[], out.clone());
         let now = 1_800_000_000_000;
         // Read 1 ms past its deadline: dropped before anything runs.
-        assert!(dispatch(&sessions, &out, true, call("c_late", 1, Some(now - 1)), now).is_none());
+        assert!(
+            dispatch(
+                &sessions,
+                &out,
+                true,
+                false,
+                call("c_late", 1, Some(now - 1)),
+                now
+            )
+            .is_none()
+        );
         assert!(rx.try_recv().is_err(), "no accepted, no answer");
         assert!(sessions.is_empty(), "the call was never hosted");
         // A session's request is refused the same way: the unknown session would otherwise be
@@ -790,10 +795,20 @@ mod tests {
             message: json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {}}),
             deliver_by: Some(now - 1),
         };
-        assert!(dispatch(&sessions, &out, true, rpc, now).is_none());
+        assert!(dispatch(&sessions, &out, true, false, rpc, now).is_none());
         assert!(rx.try_recv().is_err(), "no accepted, no closed");
         // Read at its deadline: accepted first, then run and answered.
-        assert!(dispatch(&sessions, &out, true, call("c_now", 3, Some(now)), now).is_none());
+        assert!(
+            dispatch(
+                &sessions,
+                &out,
+                true,
+                false,
+                call("c_now", 3, Some(now)),
+                now
+            )
+            .is_none()
+        );
         assert_eq!(
             next_frame(&mut rx).await,
             DaemonFrame::Accepted {
@@ -816,7 +831,17 @@ mod tests {
         let (_dir, sessions) = hosted();
         let (out, mut rx) = mpsc::channel(64);
         sessions.resume(&[], &[], out.clone());
-        assert!(dispatch(&sessions, &out, false, call("c1", 1, None), now_unix_ms()).is_none());
+        assert!(
+            dispatch(
+                &sessions,
+                &out,
+                false,
+                false,
+                call("c1", 1, None),
+                now_unix_ms()
+            )
+            .is_none()
+        );
         match next_frame(&mut rx).await {
             DaemonFrame::Rpc { sid, message, .. } => {
                 assert_eq!(sid.as_str(), "c1");
@@ -826,7 +851,16 @@ mod tests {
         }
         // A notification is never refused nor confirmed, whatever its deliver_by.
         let n = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}});
-        assert!(admit(&"c1".into(), &n, Some(0), true, &out, now_unix_ms()));
+        let n = Head::of(&n);
+        assert!(admit(
+            &"c1".into(),
+            &n,
+            Some(0),
+            true,
+            false,
+            &out,
+            now_unix_ms()
+        ));
         assert!(rx.try_recv().is_err());
     }
 

@@ -15,7 +15,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use protocol::{
     Role,
     frame::{RUNTIME_SERVER, ServerInfo},
-    head::discover::{DiscoverFrom, discover_from_initialize, lists_modern},
+    head::{
+        Head,
+        discover::{DiscoverFrom, discover_from_initialize, lists_modern},
+    },
     mcp::LATEST_SESSION_VERSION,
 };
 
@@ -234,18 +237,41 @@ async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(
     lines: &mut tokio::io::Lines<R>,
     id: i64,
 ) -> Result<Value, String> {
+    match read_answer(lines, &json!(id)).await? {
+        Some(Ok(result)) => Ok(result),
+        Some(Err(e)) => Err(format!("answered with an error: {e}")),
+        None => Err("exited before answering".into()),
+    }
+}
+
+/// Reads a child's output `lines` until the answer to the daemon's request `id` (a message
+/// without a `method` whose id is `id`), skipping every other line (what is not JSON, the
+/// child's notifications and requests, answers to other ids). Returns the answer: `Ok` with its
+/// `result` (null when it has none) or, when it has an `error` member, `Err` with that error;
+/// `None` when the output ended before it.
+///
+/// # Errors
+/// Reading the output failed (the I/O error's text).
+pub(crate) async fn read_answer<R: tokio::io::AsyncBufRead + Unpin>(
+    lines: &mut tokio::io::Lines<R>,
+    id: &Value,
+) -> Result<Option<Result<Value, Value>>, String> {
     while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+        let Ok(mut v) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if v.get("id") == Some(&json!(id)) && v.get("method").is_none() {
-            if let Some(e) = v.get("error") {
-                return Err(format!("answered with an error: {e}"));
+        let head = Head::of(&v);
+        if head.id_member() == Some(id) && !head.has_method() {
+            let Some(answer) = v.as_object_mut() else {
+                continue;
+            };
+            if let Some(e) = answer.remove("error") {
+                return Ok(Some(Err(e)));
             }
-            return Ok(v.get("result").cloned().unwrap_or(Value::Null));
+            return Ok(Some(Ok(answer.remove("result").unwrap_or(Value::Null))));
         }
     }
-    Err("exited before answering".into())
+    Ok(None)
 }
 
 /// Starts an upstream server with piped stdio in its own process group, tagged so that the

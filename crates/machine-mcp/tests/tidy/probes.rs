@@ -4,10 +4,6 @@
 //!
 //! Test code (files named `tests.rs` or ending in `fuzz.rs`, folders named `tests`, and what follows a
 //! file's `#[cfg(test)]` module) is not checked: tests assert on the messages they receive.
-//!
-//! [`NOT_YET_MIGRATED`] is a ratchet, not an allow-list: the sites that still probe, by file,
-//! with their count. A file may not gain a probe, and a file that loses one must have its
-//! count lowered (so the list only shrinks, and is empty once every site reads a head).
 
 use std::{collections::BTreeMap, fs};
 
@@ -29,21 +25,6 @@ const PROBES: [&str; 12] = [
     ".contains_key(\"id\")",
 ];
 
-/// Sites that still probe a message themselves, by file (relative to the workspace root), with
-/// how many: the remaining migration to `protocol::head` (module docs).
-const NOT_YET_MIGRATED: &[(&str, usize)] = &[
-    ("crates/daemon/src/bridge.rs", 11),
-    ("crates/daemon/src/link.rs", 4),
-    ("crates/daemon/src/servers.rs", 2),
-    ("crates/machine-mcp/src/commands/doctor/remote.rs", 1),
-    ("crates/relay/src/stream/mod.rs", 1),
-    ("crates/runtime/src/mcp/stdio/framing.rs", 3),
-    ("crates/runtime/src/tools/delegation/worker/serve.rs", 2),
-    (
-        "crates/runtime/src/tools/delegation/worker_mcp/connection.rs",
-        1,
-    ),
-];
 
 /// The code of `src` this rule reads: without line comments, and up to its test module.
 fn checked_code(src: &str) -> String {
@@ -97,32 +78,17 @@ fn probes() -> BTreeMap<String, Vec<String>> {
 
 #[test]
 fn no_code_outside_the_head_module_probes_a_message_for_its_method_or_id() {
-    let known: BTreeMap<&str, usize> = NOT_YET_MIGRATED.iter().copied().collect();
-    let found = probes();
-    let mut violations = Vec::new();
-    for (file, sites) in &found {
-        let allowed = known.get(file.as_str()).copied().unwrap_or(0);
-        if sites.len() > allowed {
-            violations.push(format!(
-                "{file}: {} probes of a raw message ({allowed} known); read its head with \
-                 protocol::head instead:\n      {}",
+    let violations: Vec<String> = probes()
+        .into_iter()
+        .map(|(file, sites)| {
+            format!(
+                "{file}: {} probes of a raw message; read its head with protocol::head \
+                 instead:\n      {}",
                 sites.len(),
                 sites.join("\n      ")
-            ));
-        } else if sites.len() < allowed {
-            violations.push(format!(
-                "{file}: {} probes left, {allowed} listed: lower its count in NOT_YET_MIGRATED",
-                sites.len()
-            ));
-        }
-    }
-    for (file, n) in &known {
-        if !found.contains_key(*file) {
-            violations.push(format!(
-                "{file}: no probe left, {n} listed: remove it from NOT_YET_MIGRATED"
-            ));
-        }
-    }
+            )
+        })
+        .collect();
     report("raw method/id probes outside protocol::head", &violations);
 }
 

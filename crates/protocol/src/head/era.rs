@@ -16,8 +16,9 @@
 //! 5. everything else (session traffic, notifications and responses of handshake-era clients)
 //!    belongs to the session era.
 //!
-//! Transports without headers (stdio, the link) give an empty [`Carrier`]: there a message is
-//! modern exactly when it is `server/discover` or its `_meta` names a protocol version.
+//! Transports without headers (stdio, the link) give no version header: there a message is
+//! modern exactly when it is `server/discover` or its `_meta` names a protocol version — except,
+//! on stdio once `initialize` was served ([`Carrier::in_session`]), a handshake-era one.
 
 use serde_json::{Value, json};
 

@@ -30,7 +30,9 @@
 //! [`era`] decides the era of a message; [`meta`] validates the per-request `_meta` and the
 //! headers that mirror a request ([`mirror`]); [`discover`] derives a `server/discover` result
 //! from an `initialize` result; [`result`] completes results of the 2026-07-28 era; [`peek`]
-//! reads one member of a parsed message, borrowed, as a head would.
+//! reads one member of a parsed message, borrowed, as a head would; [`rewrite`] changes what a
+//! message names (its progress token, its per-request `_meta`) on its way between peers, as
+//! [`set_id`] changes its id.
 
 pub mod discover;
 pub mod era;
@@ -39,6 +41,7 @@ pub mod mirror;
 mod parse;
 pub mod peek;
 pub mod result;
+pub mod rewrite;
 
 #[cfg(feature = "count-reads")]
 pub mod count;

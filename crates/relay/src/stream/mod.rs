@@ -31,7 +31,7 @@ use crate::limits::{
     RESUMABLE_TERMINAL_MAX_BYTES, STANDALONE_BUFFER_MAX_BYTES,
     STANDALONE_BUFFER_PER_BRIDGE_MAX_BYTES,
 };
-use protocol::{ids::SessionId, jsonrpc, jsonrpc::code};
+use protocol::{head::Head, ids::SessionId, jsonrpc, jsonrpc::code};
 
 mod registry;
 
@@ -435,9 +435,10 @@ impl SseStream {
             && last.data.len() > RESUMABLE_TERMINAL_MAX_BYTES
             && out.last().is_some_and(|e| e.seq == last.seq)
         {
-            let id = serde_json::from_str::<Value>(&last.data)
+            // Its head only: the result it carries (over the bound) is skipped, not built.
+            let id = Head::parse(last.data.as_bytes())
                 .ok()
-                .and_then(|v| v.get("id").cloned())
+                .and_then(|h| h.id_member().cloned())
                 .unwrap_or(Value::Null);
             last.data = too_large(&id).to_string();
         }

@@ -8,6 +8,7 @@ use daemon::{
     identity::DeviceKey,
     link::{self, HandshakeError},
 };
+use protocol::head::Head;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use url::Host;
@@ -577,7 +578,10 @@ async fn answer(resp: reqwest::Response, id: u64) -> Result<Value, Refusal> {
             .filter_map(|d| serde_json::from_str(d.trim_start()).ok())
             .collect(),
     };
-    let Some(m) = messages.into_iter().find(|m| m["id"] == id) else {
+    let Some(m) = messages
+        .into_iter()
+        .find(|m| Head::of(m).id().and_then(Value::as_u64) == Some(id))
+    else {
         return Err(Refusal::Other(format!(
             "no response to request {id} in the answer"
         )));

@@ -1,17 +1,18 @@
 //! Framing of the stdio transport: one input line → one [`Frame`] (a message to deliver, a
 //! line to skip, or the JSON-RPC error that answers it), by the rules of the module docs of
-//! [`super`]. What may be delivered when (the handshake gate, ids in flight) is decided by the
-//! reader in [`super`].
+//! [`super`]. A line's head is read once, by `protocol::head`, which also decides its era and
+//! checks the per-request `_meta` of a 2026-07-28 request. What may be delivered when (the
+//! handshake gate, ids in flight) is decided by the reader in [`super`].
 
 use std::io;
 
+use protocol::{
+    head::{Carrier, Era, Head, Shape, is_id, meta::check_meta},
+    mcp::ALL_VERSIONS,
+};
 use rmcp::model::ClientJsonRpcMessage;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
-
-/// The per-request protocol version field of MCP 2026-07-28 (Basic §Per-request protocol
-/// fields), in a request's `params._meta`.
-const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 pub(super) fn is_discover(msg: &ClientJsonRpcMessage) -> bool {
     matches!(
@@ -98,7 +99,13 @@ impl LineAssembly {
     }
 }
 
-pub(super) fn classify(line: &[u8]) -> Frame {
+/// What `line` is (module docs of [`super`]). `in_session`: an `initialize` was delivered on
+/// this connection, so a request whose `_meta` names a handshake-era version belongs to that
+/// session ([`Head::era`]); before it, such a request is of the 2026-07-28 era and refused
+/// with the reason. A 2026-07-28 request other than `initialize` and `ping` (which the
+/// handshake gate serves) has its `_meta` checked here ([`check_meta`], the versions this
+/// server serves listed on an unsupported one).
+pub(super) fn classify(line: &[u8], in_session: bool) -> Frame {
     let trimmed = line.strip_suffix(b"\r").unwrap_or(line);
     if trimmed.iter().all(u8::is_ascii_whitespace) {
         return Frame::Skip;
@@ -113,26 +120,23 @@ pub(super) fn classify(line: &[u8]) -> Frame {
             ));
         }
     };
-    let obj = match &value {
-        Value::Object(o) => o,
-        Value::Array(_) => {
-            return Frame::Reject(error_line(
-                &Value::Null,
-                -32600,
-                "JSON-RPC batches are not supported: send one message per line",
-            ));
-        }
-        _ => {
-            return Frame::Reject(error_line(
-                &Value::Null,
-                -32600,
-                "a JSON-RPC message must be an object",
-            ));
-        }
-    };
-    let id = match obj.get("id") {
-        Some(v @ Value::String(_)) => v.clone(),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n.clone()),
+    let head = Head::of(&value);
+    if head.is_batch() {
+        return Frame::Reject(error_line(
+            &Value::Null,
+            -32600,
+            "JSON-RPC batches are not supported: send one message per line",
+        ));
+    }
+    if !head.is_object() {
+        return Frame::Reject(error_line(
+            &Value::Null,
+            -32600,
+            "a JSON-RPC message must be an object",
+        ));
+    }
+    let id = match head.id_member() {
+        Some(v) if is_id(v) => v.clone(),
         Some(_) => {
             return Frame::Reject(error_line(
                 &Value::Null,
@@ -142,31 +146,31 @@ pub(super) fn classify(line: &[u8]) -> Frame {
         }
         None => Value::Null,
     };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if !head.is_json_rpc() {
         return Frame::Reject(error_line(&id, -32600, "jsonrpc must be \"2.0\""));
     }
-    let method = obj.get("method").and_then(Value::as_str).map(str::to_owned);
-    if let Some(params) = obj.get("params")
-        && !params.is_object()
-    {
+    if head.params_shape() == Some(Shape::Other) {
         if id.is_null() {
             return Frame::Skip;
         }
         return Frame::Reject(error_line(&id, -32602, "params must be an object"));
     }
-    let per_request_version = obj
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(PROTOCOL_VERSION_META))
-        .is_some();
-    let kind = match (method.as_deref(), id.is_null()) {
+    let carrier = Carrier {
+        version_header: None,
+        in_session,
+    };
+    let kind = match (head.method(), id.is_null()) {
         (Some("initialize"), false) => Kind::Initialize,
         (Some("ping"), false) => Kind::PreInitRequest,
-        (Some("server/discover"), false) => Kind::Stateless,
-        (Some(_), false) if per_request_version => Kind::Stateless,
+        (Some(_), false) if head.era(carrier) == Era::Modern => Kind::Stateless,
         (Some(_), false) => Kind::Request,
         _ => Kind::Other,
     };
+    if kind == Kind::Stateless
+        && let Err(refusal) = check_meta(&head, &ALL_VERSIONS)
+    {
+        return Frame::Reject(refusal.answer(&id).to_string());
+    }
     match serde_json::from_value::<ClientJsonRpcMessage>(value) {
         Ok(msg) => Frame::Deliver(Box::new(msg), kind),
         Err(e) if !id.is_null() => Frame::Reject(error_line(
@@ -213,7 +217,7 @@ mod tests {
     use tokio::io::BufReader;
 
     fn reject_code(line: &str) -> (i64, Value) {
-        match classify(line.as_bytes()) {
+        match classify(line.as_bytes(), false) {
             Frame::Reject(raw) => {
                 let v: Value = serde_json::from_str(&raw).unwrap();
                 (v["error"]["code"].as_i64().unwrap(), v["id"].clone())
@@ -244,14 +248,88 @@ mod tests {
     #[test]
     fn valid_messages_are_delivered() {
         assert!(matches!(
-            classify(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#),
+            classify(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#, false),
             Frame::Deliver(_, Kind::Initialize)
         ));
         assert!(matches!(
-            classify(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            classify(
+                br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                false
+            ),
             Frame::Deliver(_, Kind::Other)
         ));
-        assert!(matches!(classify(b"   "), Frame::Skip));
+        assert!(matches!(classify(b"   ", false), Frame::Skip));
+    }
+
+    /// The per-request `_meta` of a 2026-07-28 request is checked by `protocol::head`'s rules:
+    /// the relay and the era bridge refuse the same requests with the same errors.
+    #[test]
+    fn modern_requests_have_their_meta_checked_by_the_head_rules() {
+        let line = |method: &str, meta: Value| {
+            json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": {"_meta": meta}})
+                .to_string()
+        };
+        let caps = "io.modelcontextprotocol/clientCapabilities";
+        let version = "io.modelcontextprotocol/protocolVersion";
+        let good = line("tools/list", json!({version: "2026-07-28", caps: {}}));
+        for in_session in [false, true] {
+            assert!(matches!(
+                classify(good.as_bytes(), in_session),
+                Frame::Deliver(_, Kind::Stateless)
+            ));
+        }
+        let refused = |line: &str, in_session: bool| match classify(line.as_bytes(), in_session) {
+            Frame::Reject(raw) => serde_json::from_str::<Value>(&raw).unwrap(),
+            other => panic!("{line}: {other:?}"),
+        };
+        // A required field missing, or of the wrong type: -32602.
+        for meta in [
+            json!({version: "2026-07-28"}),
+            json!({version: 2026, caps: {}}),
+            json!({version: "2026-07-28", caps: {}, "io.modelcontextprotocol/clientInfo": 1}),
+        ] {
+            let e = refused(&line("tools/list", meta), false);
+            assert_eq!(
+                (e["id"].clone(), e["error"]["code"].clone()),
+                (json!(3), json!(-32602))
+            );
+        }
+        let e = refused(
+            r#"{"jsonrpc":"2.0","id":4,"method":"server/discover"}"#,
+            false,
+        );
+        assert_eq!(e["error"]["code"], -32602, "{e}");
+        // A version not served: -32022, naming the versions served.
+        let e = refused(
+            &line("tools/list", json!({version: "2099-01-01", caps: {}})),
+            true,
+        );
+        assert_eq!(e["error"]["code"], -32022, "{e}");
+        assert_eq!(e["error"]["data"]["requested"], "2099-01-01");
+        assert_eq!(e["error"]["data"]["supported"], json!(ALL_VERSIONS));
+        // A handshake-era version: told to initialize before a session, served inside one.
+        let old = line("tools/list", json!({version: "2025-11-25", caps: {}}));
+        let e = refused(&old, false);
+        assert_eq!(e["error"]["code"], -32022, "{e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("initialize"),
+            "{e}"
+        );
+        assert!(matches!(
+            classify(old.as_bytes(), true),
+            Frame::Deliver(_, Kind::Request)
+        ));
+        // `initialize` and `ping` are the handshake gate's, whatever their `_meta`.
+        assert!(matches!(
+            classify(
+                line("ping", json!({version: "2026-07-28"})).as_bytes(),
+                false
+            ),
+            Frame::Deliver(_, Kind::PreInitRequest)
+        ));
     }
 
     #[tokio::test]

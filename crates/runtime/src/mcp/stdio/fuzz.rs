@@ -44,8 +44,10 @@ fn fuzz_stdio_classify_arbitrary_bytes() {
             let shaped =
                 format!(r#"{{"jsonrpc":"2.0","id":{text},"method":{text:?},"params":{text}}}"#);
             for line in [bytes.as_slice(), text.as_bytes(), shaped.as_bytes()] {
-                if let Frame::Reject(raw) = classify(line) {
-                    assert_one_error(&raw, line);
+                for in_session in [false, true] {
+                    if let Frame::Reject(raw) = classify(line, in_session) {
+                        assert_one_error(&raw, line);
+                    }
                 }
             }
         });

@@ -6,10 +6,16 @@
 //! - A batch (a JSON array) is answered with -32600: MCP since 2025-06-18 has no batches.
 //! - A message that is not a JSON-RPC 2.0 request, notification or response is answered with
 //!   -32600, with its `id` when it had a usable one.
-//! - Both MCP eras, per request (MCP 2026-07-28 Basic › Transports › stdio): `server/discover` and
-//!   any request whose `params._meta` names `io.modelcontextprotocol/protocolVersion` go to the
-//!   server without `initialize` (rmcp checks the rest of the per-request fields); a client may
-//!   probe with `server/discover` and then `initialize` on the same connection.
+//! - Both MCP eras, per request (MCP 2026-07-28 Basic › Transports › stdio; the era rules of
+//!   `protocol::head::era`): `server/discover` and any request whose `params._meta` names
+//!   `io.modelcontextprotocol/protocolVersion` go to the server without `initialize` — inside
+//!   an initialized session, a `_meta` naming a handshake-era version belongs to the session. A
+//!   client may probe with `server/discover` and then `initialize` on the same connection.
+//! - A 2026-07-28 request (other than `initialize` and `ping`, which the handshake gate serves)
+//!   whose per-request `_meta` breaks the rules of
+//!   `protocol::head::meta::check_meta` is answered with its error (-32602 for a missing or
+//!   malformed field, -32022 for a version not served, the versions served in its `data`) and
+//!   not run: the relay and the daemon's era bridge answer such a request alike.
 //! - A request whose id is the id of a request still in flight is answered with -32600 and not
 //!   run (JSON-RPC 2.0 §4: ids identify requests; MCP 2025-11-25 Basic §Requests: an id MUST NOT
 //!   have been used before by the requestor in the same session). An id is free again once its
@@ -326,7 +332,7 @@ async fn read_loop<R: AsyncBufRead + Unpin>(
                 &format!("message longer than {STDIO_LINE_MAX_BYTES} bytes"),
             ))
         } else {
-            classify(&line)
+            classify(&line, initialized)
         };
         match frame {
             Frame::Skip => {}

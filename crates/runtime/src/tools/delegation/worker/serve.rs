@@ -10,6 +10,7 @@ use std::{
 };
 
 use hmac::Mac;
+use protocol::head::Head;
 use rand::{RngCore, rngs::OsRng};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -73,7 +74,8 @@ pub(super) async fn serve_connection(mut read: Reader, mut write: Writer, shared
                     let e = ToolError::limit(format!(
                         "the answer is longer than the socket's {DELEGATION_SOCKET_FRAME_MAX_BYTES}-byte frames"
                     ));
-                    write_frame(&mut write, &json!({ "id": v["id"], "error": e.to_json() })).await
+                    let id = Head::of(&v).reply_id();
+                    write_frame(&mut write, &json!({ "id": id, "error": e.to_json() })).await
                 }
                 other => other,
             };
@@ -96,9 +98,9 @@ pub(super) async fn serve_connection(mut read: Reader, mut write: Writer, shared
                 }
             };
             let Some(grant) = shared.still_live(&request_id, serial) else {
-                let id = serde_json::from_slice::<Value>(&frame)
+                let id = Head::parse(&frame)
                     .ok()
-                    .and_then(|v| v.get("id").cloned())
+                    .and_then(|h| h.id_member().cloned())
                     .unwrap_or(Value::Null);
                 let e = json!({
                     "code": "invalid_capability",

@@ -12,6 +12,7 @@ use std::{
 };
 
 use lock::Lock;
+use protocol::head::Head;
 
 use serde_json::{Map, Value, json};
 use tokio::{
@@ -162,7 +163,7 @@ async fn dispatch(mut read: BufReader<OwnedReadHalf>, pending: Arc<Lock<Pending>
         let Ok(v) = serde_json::from_slice::<Value>(&frame) else {
             break "the delegation socket sent a line that is not JSON".to_owned();
         };
-        let Some(id) = v.get("id").and_then(Value::as_u64) else {
+        let Some(id) = Head::of(&v).id().and_then(Value::as_u64) else {
             break match v.get("error").and_then(Value::as_str) {
                 Some(code) => format!("the delegation socket closed the connection: {code}"),
                 None => "the delegation socket sent an answer without an id".to_owned(),
