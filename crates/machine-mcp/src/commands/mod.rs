@@ -29,6 +29,7 @@ use std::{
 use anyhow::{Context, Result};
 use runtime::{
     Runtime, RuntimeConfig,
+    path::{OwnKind, OwnPath},
     policy::{ExecMode, Policy, PolicyOverrides, Profile},
 };
 
@@ -197,21 +198,34 @@ pub(crate) fn workspace_dir(workspace: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// A runtime for `workspace` (default: the current directory) under the policy flags; `remote`
-/// when its results travel in relay frames ([`RuntimeConfig::remote`]).
+/// when its results travel in relay frames ([`RuntimeConfig::remote`]); `servers`, a daemon's
+/// servers file.
+///
+/// Its tools never reach the server's own files while paths are confined
+/// ([`RuntimeConfig::own_files`]): the state directory and the user configuration (the runtime
+/// adds those), the servers file, and the service definitions of the state directory.
 pub(crate) fn build_runtime(
     workspace: Option<PathBuf>,
     p: &PolicyArgs,
     state: &StateArgs,
     yield_after: Option<Duration>,
     remote: bool,
+    servers: Option<&Path>,
 ) -> Result<Arc<Runtime>> {
     let workspace = workspace_or_cwd(workspace.as_deref())?;
+    let state_dir = state_dir(state)?;
+    let mut own_files: Vec<OwnPath> = service::definition_paths(&state_dir)
+        .into_iter()
+        .map(|f| OwnPath::new(OwnKind::Service, f))
+        .collect();
+    own_files.extend(servers.map(|f| OwnPath::new(OwnKind::Servers, f)));
     let runtime = Runtime::new(RuntimeConfig {
         workspace: workspace.clone(),
         policy: policy(p),
         default_yield_after: yield_after,
         remote,
-        state_dir: Some(state_dir(state)?),
+        state_dir: Some(state_dir),
+        own_files,
     })
     .with_context(|| {
         format!(
@@ -241,7 +255,7 @@ pub(crate) fn remote_runtime(
     t: &TimingArgs,
     servers: Option<&Path>,
 ) -> Result<(Arc<Runtime>, Vec<daemon::servers::UpstreamSpec>)> {
-    let runtime = build_runtime(workspace, p, state, Some(remote_budget(t)), true)?;
+    let runtime = build_runtime(workspace, p, state, Some(remote_budget(t)), true, servers)?;
     let upstreams = match servers {
         Some(f) => {
             daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?

@@ -173,6 +173,22 @@ fn definition_path(p: ServicePlatform, n: &Names) -> Result<PathBuf> {
     })
 }
 
+/// The service definitions of the state directory `state`: where `install` writes them on
+/// each platform (whether or not they exist), and every file its manifest records. What a
+/// runtime keeps out of its tools' reach (`runtime::path::own`): they hold the command line
+/// the service runs.
+pub(crate) fn definition_paths(state: &Path) -> Vec<PathBuf> {
+    let n = names(state);
+    let mut paths: Vec<PathBuf> = [ServicePlatform::Systemd, ServicePlatform::Launchd]
+        .into_iter()
+        .filter_map(|p| definition_path(p, &n).ok())
+        .collect();
+    if let Ok(Some(recorded)) = manifest(state) {
+        paths.extend(recorded.into_iter().map(|(_, f)| f));
+    }
+    paths
+}
+
 /// The state directory a service file of `p` was written for, from its content: the marker
 /// comment of a unit (else the `--state-dir` of a plain `ExecStart`), the `--state-dir` of a
 /// plist's arguments. `None` for a file `install` did not write.
