@@ -34,8 +34,8 @@ use runtime::{
 };
 
 use crate::cli::{
-    AuthArg, Command, ExecModeArg, OAuthTestArgs, PolicyArgs, ProfileArg, RelayCommand, StateArgs,
-    TimingArgs,
+    AuthArg, Command, ExecModeArg, OAuthTestArgs, PolicyArgs, ProfileArg, RelayCommand,
+    ServicePlatform, StateArgs, TimingArgs,
 };
 
 /// Foreground budget of process calls made through the relay: remote hosts cut calls after
@@ -214,7 +214,7 @@ pub(crate) fn build_runtime(
 ) -> Result<Arc<Runtime>> {
     let workspace = workspace_or_cwd(workspace.as_deref())?;
     let state_dir = state_dir(state)?;
-    let mut own_files: Vec<OwnPath> = service::definition_paths(&state_dir)
+    let mut own_files: Vec<OwnPath> = service_definitions(&state_dir)
         .into_iter()
         .map(|f| OwnPath::new(OwnKind::Service, f))
         .collect();
@@ -241,6 +241,20 @@ pub(crate) fn build_runtime(
         }
     }
     Ok(Arc::new(runtime))
+}
+
+/// The service definitions of the state directory `state`: where `service install` writes them
+/// on each platform (whether or not they exist), and every file its manifest records.
+fn service_definitions(state: &Path) -> Vec<PathBuf> {
+    let names = service::names(state);
+    let written = [ServicePlatform::Systemd, ServicePlatform::Launchd]
+        .map(|p| service::definition_path(p, &names));
+    let recorded = service::manifest(state).ok().flatten().unwrap_or_default();
+    written
+        .into_iter()
+        .flatten()
+        .chain(recorded.into_iter().map(|(_, f)| f))
+        .collect()
 }
 
 /// The runtime a daemon serves (`connect`, `up`): [`build_runtime`] with the remote foreground

@@ -95,7 +95,7 @@ fn home() -> Result<PathBuf> {
 
 /// The service names of one state directory (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Names {
+pub(super) struct Names {
     /// The systemd unit, e.g. `machine-mcp.service`.
     unit: String,
     /// The launchd label, e.g. `dev.machine-bridge.machine-mcp`.
@@ -110,7 +110,7 @@ fn canonical(p: &Path) -> PathBuf {
 }
 
 /// The names of the service of the state directory `state`.
-fn names(state: &Path) -> Names {
+pub(super) fn names(state: &Path) -> Names {
     use sha2::Digest;
     use std::os::unix::ffi::OsStrExt;
     let default = super::state_dir(&StateArgs { state_dir: None }).ok();
@@ -155,7 +155,7 @@ fn is_our_file_name(p: ServicePlatform, file_name: &str) -> bool {
 /// Where the service definition of `p` named `n` lives: `$XDG_CONFIG_HOME/systemd/user/` (an
 /// absolute `XDG_CONFIG_HOME` only, per the XDG Base Directory spec; else `~/.config`), or
 /// `~/Library/LaunchAgents/`.
-fn definition_path(p: ServicePlatform, n: &Names) -> Result<PathBuf> {
+pub(super) fn definition_path(p: ServicePlatform, n: &Names) -> Result<PathBuf> {
     Ok(match p {
         ServicePlatform::Systemd => {
             let config = std::env::var_os("XDG_CONFIG_HOME")
@@ -171,22 +171,6 @@ fn definition_path(p: ServicePlatform, n: &Names) -> Result<PathBuf> {
             .join("Library/LaunchAgents")
             .join(format!("{}.plist", n.label)),
     })
-}
-
-/// The service definitions of the state directory `state`: where `install` writes them on
-/// each platform (whether or not they exist), and every file its manifest records. What a
-/// runtime keeps out of its tools' reach (`runtime::path::own`): they hold the command line
-/// the service runs.
-pub(crate) fn definition_paths(state: &Path) -> Vec<PathBuf> {
-    let n = names(state);
-    let mut paths: Vec<PathBuf> = [ServicePlatform::Systemd, ServicePlatform::Launchd]
-        .into_iter()
-        .filter_map(|p| definition_path(p, &n).ok())
-        .collect();
-    if let Ok(Some(recorded)) = manifest(state) {
-        paths.extend(recorded.into_iter().map(|(_, f)| f));
-    }
-    paths
 }
 
 /// The state directory a service file of `p` was written for, from its content: the marker

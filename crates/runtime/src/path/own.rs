@@ -10,7 +10,7 @@
 //!   [`Workspace::resolve_entry`] refuse a path equal to or below one (`path_boundary`, naming
 //!   what it is and how to serve a workspace without it), for reads, writes, moves, deletes and
 //!   patches alike, and [`Workspace::at`] and every open beneath the root refuse it again
-//!   (`EACCES`). Walks and listings leave them out and say so in a note ([`LeftOut`]).
+//!   (`EACCES`). Walks and listings leave them out and say so in a note (`LeftOut`).
 //! - Only while paths are restricted: with unrestricted paths (`full`, `--unrestricted-paths`)
 //!   a caller reaches every file of the user anyway.
 //! - Each is kept in two forms: its real path (symlinks followed; for a path that does not
@@ -133,9 +133,10 @@ impl OwnFiles {
 
     /// What `real` (a canonical path) is when it equals or lies below one of the own paths.
     pub(crate) fn covering(&self, real: &Path) -> Option<OwnKind> {
+        let len = real.as_os_str().len();
         self.0
             .iter()
-            .find(|(own, _)| below(real, own))
+            .find(|(own, _)| own.as_os_str().len() <= len && below(real, own))
             .map(|(_, kind)| *kind)
     }
 
