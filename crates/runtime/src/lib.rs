@@ -43,6 +43,7 @@
 //!     default_yield_after: None,
 //!     remote: false,
 //!     state_dir: None,
+//!     own_files: Vec::new(),
 //! })?);
 //! // `machine-mcp stdio` serves this process's stdin and stdout with it:
 //! // machine_bridge_runtime::mcp::stdio::serve_process_stdio(runtime).await?;
@@ -286,6 +287,11 @@ pub struct RuntimeConfig {
     /// `STATE_DIR/resources.json`, `STATE_DIR/delegations`). `None`: the job, resource and
     /// delegation tools answer `unavailable`.
     pub state_dir: Option<PathBuf>,
+    /// The server's own paths the builder knows beyond the two the runtime adds itself (the
+    /// state directory above and the user configuration directory of [`config::UserConfig`]):
+    /// a daemon's servers file, the service definitions of its state directory. While paths
+    /// are restricted, the tools never reach them nor anything below them ([`path::own`]).
+    pub own_files: Vec<path::OwnPath>,
 }
 
 /// One runtime per process: the workspace, the policy and the shared limits. Every MCP session
@@ -319,11 +325,24 @@ impl Runtime {
     /// # Errors
     /// The workspace does not exist, is not a directory, or cannot be canonicalized.
     pub fn new(config: RuntimeConfig) -> io::Result<Self> {
+        let mut own = config.own_files.clone();
+        own.extend(
+            config
+                .state_dir
+                .iter()
+                .map(|d| path::OwnPath::new(path::OwnKind::State, d)),
+        );
+        own.extend(
+            config::UserConfig::path()
+                .and_then(|f| f.parent().map(|d| d.to_owned()))
+                .map(|d| path::OwnPath::new(path::OwnKind::Configuration, d)),
+        );
         let workspace = Workspace::new(
             &config.workspace,
             !config.policy.unrestricted_paths(),
             config.policy.absolute_paths(),
-        )?;
+        )?
+        .with_own_files(&own);
         if programs::guards(&config.policy, config.remote) {
             programs::guard_workspace(workspace.root());
         }

@@ -12,6 +12,9 @@
 //!    place a write would create.
 //! 5. When paths are restricted, the result must lie inside the canonical root, compared by whole
 //!    components (so a sibling `ws-other` is not inside `ws`); otherwise `path_boundary`.
+//! 6. When paths are restricted, the result must not be one of the server's own files (its
+//!    configuration, servers file, state directory, service definitions) nor lie below one;
+//!    otherwise `path_boundary` naming what it is ([`own`]).
 //!
 //! Then what was resolved is opened again relative to a descriptor of the root ([`beneath`]):
 //! [`Workspace::at`] and [`Workspace::open_dir`] are how every file tool reaches it, so a
@@ -32,8 +35,10 @@ use std::{
 use crate::call::error::{ToolError, ToolErrorCode, ToolResult};
 
 pub mod beneath;
+pub mod own;
 
 pub use beneath::{At, Kind, Stat};
+pub use own::{OwnKind, OwnPath};
 
 /// Symlink hops followed while resolving a path whose target does not exist yet.
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -48,6 +53,8 @@ pub struct Workspace {
     slash_fd: Arc<OwnedFd>,
     restricted: bool,
     absolute_output: bool,
+    /// The server's own paths inside the root, refused while `restricted` ([`own`]).
+    own: own::OwnFiles,
 }
 
 /// A path that passed [`Workspace::resolve`]: canonical (or canonical ancestor + new names), and
@@ -90,7 +97,18 @@ impl Workspace {
             root,
             restricted,
             absolute_output,
+            own: own::OwnFiles::default(),
         })
+    }
+
+    /// The same workspace with the server's own paths `own` (module docs of [`own`]): while
+    /// paths are restricted, they and everything below them are out of reach. Each is
+    /// canonicalized now (the filesystem is read); one that does not exist yet is protected by
+    /// its canonical existing prefix and missing names.
+    #[must_use = "returns a workspace with these own paths; self is unchanged"]
+    pub fn with_own_files(mut self, own: &[OwnPath]) -> Self {
+        self.own = own::OwnFiles::new(&self.root, own);
+        self
     }
 
     /// The same root with other path rules (no filesystem access).
@@ -102,6 +120,7 @@ impl Workspace {
             slash_fd: self.slash_fd.clone(),
             restricted,
             absolute_output,
+            own: self.own.clone(),
         }
     }
 
@@ -120,7 +139,8 @@ impl Workspace {
     ///
     /// # Errors
     /// - `invalid_request`: empty, contains NUL, or a symlink loop.
-    /// - `path_boundary`: the result lies outside the workspace while paths are restricted.
+    /// - `path_boundary`: the result lies outside the workspace while paths are restricted, or
+    ///   is (or lies below) one of the server's own paths ([`own`]).
     /// - `permission_denied` / `execution_failed`: the filesystem refused to resolve it.
     pub fn resolve(&self, requested: &str) -> ToolResult<WorkspacePath> {
         let path = argument(requested)?;
@@ -144,6 +164,9 @@ impl Workspace {
                 format!("{requested}: resolves outside the workspace"),
             )
             .detail("path", requested));
+        }
+        if let Some(kind) = self.own_kind(&resolved.real) {
+            return Err(own::refusal(requested, kind));
         }
         Ok(resolved)
     }
@@ -171,13 +194,21 @@ impl Workspace {
         };
         let dir = self.resolve_path(parent, requested)?;
         let real = dir.real.join(name);
+        if let Some(kind) = self.own_kind(&real) {
+            return Err(own::refusal(requested, kind));
+        }
         let exists = std::fs::symlink_metadata(&real).is_ok();
         Ok(WorkspacePath { real, exists })
     }
 
     /// The descriptor `real` is opened beneath and the path below it: the root's for a path in
-    /// the workspace, `/`'s for another one when paths are unrestricted.
+    /// the workspace, `/`'s for another one when paths are unrestricted. `EACCES` for one of the
+    /// server's own paths while paths are restricted: every open beneath the root refuses it,
+    /// whatever the caller resolved or a walk found.
     fn base_for<'a>(&self, real: &'a Path) -> io::Result<(&Arc<OwnedFd>, &'a Path)> {
+        if self.own_kind(real).is_some() {
+            return Err(nix::errno::Errno::EACCES.into());
+        }
         if let Ok(rel) = real.strip_prefix(&self.root) {
             return Ok((&self.root_fd, rel));
         }

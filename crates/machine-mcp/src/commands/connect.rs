@@ -136,6 +136,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
                 &args.state,
                 Some(super::remote_budget(&args.timing)),
                 true,
+                served.servers.as_deref(),
             )?,
         };
         // Probed before the last link closed when a reload brought them.
@@ -312,13 +313,16 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<()> {
         }
         match next {
             Some(new) if probed.is_some() && !stop.is_cancelled() && r.is_ok() => {
-                if new.workspace != served.workspace || new.policy_flags() != served.policy_flags()
+                // A new servers file is one of the runtime's own files: a runtime that knows it.
+                if new.workspace != served.workspace
+                    || new.policy_flags() != served.policy_flags()
+                    || new.servers != served.servers
                 {
                     let ending = rt.activity().running_process_sessions;
                     if ending > 0 {
                         tracing::warn!(
                             process_sessions = ending,
-                            "SIGHUP: the workspace or policy changed: process sessions end (managed jobs keep running)"
+                            "SIGHUP: the workspace, policy or servers file changed: process sessions end (managed jobs keep running)"
                         );
                     }
                     rt.shutdown().await;

@@ -229,7 +229,7 @@ async fn submit(
     let Value::Object(args) = args else {
         bail!("{} must hold one JSON object (the plan)", plan.display());
     };
-    let runtime = super::build_runtime(workspace, policy, &out.state, None, false)?;
+    let runtime = super::build_runtime(workspace, policy, &out.state, None, false, None)?;
     let server = McpServer::new(runtime.access(None), Principal::local());
     let tool = if stage { "stage_job" } else { "start_job" };
     let result = server

@@ -29,12 +29,13 @@ use std::{
 use anyhow::{Context, Result};
 use runtime::{
     Runtime, RuntimeConfig,
+    path::{OwnKind, OwnPath},
     policy::{ExecMode, Policy, PolicyOverrides, Profile},
 };
 
 use crate::cli::{
-    AuthArg, Command, ExecModeArg, OAuthTestArgs, PolicyArgs, ProfileArg, RelayCommand, StateArgs,
-    TimingArgs,
+    AuthArg, Command, ExecModeArg, OAuthTestArgs, PolicyArgs, ProfileArg, RelayCommand,
+    ServicePlatform, StateArgs, TimingArgs,
 };
 
 /// Foreground budget of process calls made through the relay: remote hosts cut calls after
@@ -197,21 +198,34 @@ pub(crate) fn workspace_dir(workspace: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// A runtime for `workspace` (default: the current directory) under the policy flags; `remote`
-/// when its results travel in relay frames ([`RuntimeConfig::remote`]).
+/// when its results travel in relay frames ([`RuntimeConfig::remote`]); `servers`, a daemon's
+/// servers file.
+///
+/// Its tools never reach the server's own files while paths are confined
+/// ([`RuntimeConfig::own_files`]): the state directory and the user configuration (the runtime
+/// adds those), the servers file, and the service definitions of the state directory.
 pub(crate) fn build_runtime(
     workspace: Option<PathBuf>,
     p: &PolicyArgs,
     state: &StateArgs,
     yield_after: Option<Duration>,
     remote: bool,
+    servers: Option<&Path>,
 ) -> Result<Arc<Runtime>> {
     let workspace = workspace_or_cwd(workspace.as_deref())?;
+    let state_dir = state_dir(state)?;
+    let mut own_files: Vec<OwnPath> = service_definitions(&state_dir)
+        .into_iter()
+        .map(|f| OwnPath::new(OwnKind::Service, f))
+        .collect();
+    own_files.extend(servers.map(|f| OwnPath::new(OwnKind::Servers, f)));
     let runtime = Runtime::new(RuntimeConfig {
         workspace: workspace.clone(),
         policy: policy(p),
         default_yield_after: yield_after,
         remote,
-        state_dir: Some(state_dir(state)?),
+        state_dir: Some(state_dir),
+        own_files,
     })
     .with_context(|| {
         format!(
@@ -229,6 +243,20 @@ pub(crate) fn build_runtime(
     Ok(Arc::new(runtime))
 }
 
+/// The service definitions of the state directory `state`: where `service install` writes them
+/// on each platform (whether or not they exist), and every file its manifest records.
+fn service_definitions(state: &Path) -> Vec<PathBuf> {
+    let names = service::names(state);
+    let written = [ServicePlatform::Systemd, ServicePlatform::Launchd]
+        .map(|p| service::definition_path(p, &names));
+    let recorded = service::manifest(state).ok().flatten().unwrap_or_default();
+    written
+        .into_iter()
+        .flatten()
+        .chain(recorded.into_iter().map(|(_, f)| f))
+        .collect()
+}
+
 /// The runtime a daemon serves (`connect`, `up`): [`build_runtime`] with the remote foreground
 /// budget and the read cap of relay frames, and the upstream servers of `--servers FILE` (none without it).
 ///
@@ -241,7 +269,7 @@ pub(crate) fn remote_runtime(
     t: &TimingArgs,
     servers: Option<&Path>,
 ) -> Result<(Arc<Runtime>, Vec<daemon::servers::UpstreamSpec>)> {
-    let runtime = build_runtime(workspace, p, state, Some(remote_budget(t)), true)?;
+    let runtime = build_runtime(workspace, p, state, Some(remote_budget(t)), true, servers)?;
     let upstreams = match servers {
         Some(f) => {
             daemon::servers::load(f, runtime.workspace().root()).map_err(anyhow::Error::msg)?

@@ -95,7 +95,7 @@ fn home() -> Result<PathBuf> {
 
 /// The service names of one state directory (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Names {
+pub(super) struct Names {
     /// The systemd unit, e.g. `machine-mcp.service`.
     unit: String,
     /// The launchd label, e.g. `dev.machine-bridge.machine-mcp`.
@@ -110,7 +110,7 @@ fn canonical(p: &Path) -> PathBuf {
 }
 
 /// The names of the service of the state directory `state`.
-fn names(state: &Path) -> Names {
+pub(super) fn names(state: &Path) -> Names {
     use sha2::Digest;
     use std::os::unix::ffi::OsStrExt;
     let default = super::state_dir(&StateArgs { state_dir: None }).ok();
@@ -155,7 +155,7 @@ fn is_our_file_name(p: ServicePlatform, file_name: &str) -> bool {
 /// Where the service definition of `p` named `n` lives: `$XDG_CONFIG_HOME/systemd/user/` (an
 /// absolute `XDG_CONFIG_HOME` only, per the XDG Base Directory spec; else `~/.config`), or
 /// `~/Library/LaunchAgents/`.
-fn definition_path(p: ServicePlatform, n: &Names) -> Result<PathBuf> {
+pub(super) fn definition_path(p: ServicePlatform, n: &Names) -> Result<PathBuf> {
     Ok(match p {
         ServicePlatform::Systemd => {
             let config = std::env::var_os("XDG_CONFIG_HOME")

@@ -8,7 +8,8 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
     if !args.worker && !args.no_supervisor {
         return supervise(&args).await;
     }
-    let runtime = super::build_runtime(args.workspace, &args.policy, &args.state, None, false)?;
+    let runtime =
+        super::build_runtime(args.workspace, &args.policy, &args.state, None, false, None)?;
     tracing::info!(
         workspace = %runtime.workspace().root().display(),
         policy = runtime.policy().name(),

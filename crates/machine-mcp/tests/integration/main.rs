@@ -22,6 +22,7 @@ mod net;
 mod oauth;
 mod oauth_abuse;
 mod ops;
+mod own_files;
 mod own_programs;
 mod patch;
 mod policy;

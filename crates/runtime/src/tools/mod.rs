@@ -165,6 +165,7 @@ mod tests {
             default_yield_after: None,
             remote: false,
             state_dir: Some(dir.path().join("state")),
+            own_files: Vec::new(),
         };
         let states = super::family::States::new(&super::FAMILIES, &config);
         let kept = super::FAMILIES.iter().filter(|f| f.state.is_some()).count();

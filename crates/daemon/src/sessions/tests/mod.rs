@@ -46,6 +46,7 @@ fn runtime() -> (tempfile::TempDir, Arc<Runtime>) {
         default_yield_after: None,
         remote: false,
         state_dir: None,
+        own_files: Vec::new(),
     })
     .unwrap();
     (dir, Arc::new(rt))

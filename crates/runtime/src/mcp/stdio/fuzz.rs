@@ -156,6 +156,7 @@ impl Session {
                 default_yield_after: None,
                 remote: false,
                 state_dir: None,
+                own_files: Vec::new(),
             })
             .unwrap(),
         );

@@ -216,6 +216,7 @@ mod tests {
                 default_yield_after: None,
                 remote: false,
                 state_dir: None,
+                own_files: Vec::new(),
             })
             .unwrap(),
         );

@@ -69,8 +69,9 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                 description: "List files under a directory, recursively, sorted by path (one path a \
                               line in the text). Honours .ignore files and, inside a git \
                               repository, .gitignore and git excludes unless include_ignored \
-                              (ignored_count says how many entries they left out); .git is \
-                              skipped; symlinked directories are \
+                              (ignored_count says how many entries they left out); .git and \
+                              the server's own configuration and state are skipped (a note \
+                              says so); symlinked directories are \
                               never followed. glob keeps matching paths (gitignore syntax, e.g. \
                               \"*.rs\" or \"src/**/*.ts\"). A page holds at most max_files (default \
                               2000) and, by default, what fits in 45000 characters; then \
@@ -189,6 +190,10 @@ pub(crate) struct ListDirOutput {
     /// The offset of the next page; absent when this page reaches the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_offset: Option<usize>,
+    /// One note per entry left out because it is the server's own configuration or state
+    /// (never listed while paths are confined; not counted in total_entries). Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
     #[serde(skip)]
     limit: usize,
     #[serde(skip)]
@@ -227,6 +232,7 @@ impl TextView for ListDirOutput {
         for e in &self.entries {
             out.push_str(&e.line());
         }
+        crate::call::text::skipped_trailer(out, &[], &self.notes);
     }
 
     fn text_limit(&self) -> usize {
@@ -263,9 +269,17 @@ async fn list_dir(
             .open_dir(&dir)
             .map_err(|e| Workspace::open_error(&args.path, &e))?;
         let mut names = list_names(&fd).map_err(|e| ToolError::io(&args.path, &e))?;
+        let left_out = ws.left_out();
+        names.retain(|n| left_out.keep(&dir.real().join(n)));
         names.sort_unstable();
         let total = names.len();
-        let mut budget = Budget::new(body_limit(limit));
+        // Notes on what was left out go after the entries, in the reserve of a trailer.
+        let reserve = if left_out.count() > 0 {
+            crate::call::text::TRAILER_RESERVE
+        } else {
+            0
+        };
+        let mut budget = Budget::new(body_limit(limit).saturating_sub(reserve));
         let mut entries = Vec::new();
         for name in names.iter().skip(args.offset).take(max) {
             let meta = At::new_in(fd.clone(), name.clone()).stat().ok().flatten();
@@ -296,6 +310,7 @@ async fn list_dir(
             offset: args.offset,
             truncated: more,
             next_offset: more.then_some(end),
+            notes: left_out.notes(ws),
             limit,
             max_entries: args.max_entries,
         })
@@ -366,8 +381,9 @@ pub(crate) struct ListFilesOutput {
     /// Every file under `path` (after the cursor) was listed: nothing truncated, nothing skipped.
     complete: bool,
     /// Ignore files applied only in part because they exceed 1048576 bytes or 10000 patterns
-    /// (files their later patterns ignore are listed), one note per file, at most 20. Absent
-    /// when none.
+    /// (files their later patterns ignore are listed), one note per file, at most 20; then one
+    /// note per directory or file left out because it is the server's own configuration or
+    /// state (never listed while paths are confined). Absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
     /// Files and directories that .ignore files, and inside a git repository .gitignore and git
@@ -482,6 +498,8 @@ async fn list_files(
             ))
         });
         let keep = filter.clone();
+        let left_out = ws.left_out();
+        let own = left_out.clone();
         let prune = after.clone();
         let mut wb = WalkBuilder::new(root.real());
         wb.standard_filters(false)
@@ -497,7 +515,9 @@ async fn list_files(
                 {
                     return false;
                 }
-                e.file_name() != ".git" && keep.as_ref().is_none_or(|f| f.keep(e))
+                e.file_name() != ".git"
+                    && own.keep(e.path())
+                    && keep.as_ref().is_none_or(|f| f.keep(e))
             });
         let mut files: Vec<String> = Vec::new();
         let mut last: Option<std::path::PathBuf> = None;
@@ -569,9 +589,14 @@ async fn list_files(
             skipped: skipped.render(ws),
             skipped_count,
             complete: !truncated && skipped_count == 0,
-            notes: filter.as_ref().map_or_else(Vec::new, |f| {
-                crate::primitives::ignores::notes(&f.capped(), ws)
-            }),
+            notes: filter
+                .as_ref()
+                .map_or_else(Vec::new, |f| {
+                    crate::primitives::ignores::notes(&f.capped(), ws)
+                })
+                .into_iter()
+                .chain(left_out.notes(ws))
+                .collect(),
             ignored_count: filter.map_or(0, |f| f.ignored()),
             limit,
             continue_with,

@@ -702,6 +702,7 @@ mod tests {
                 default_yield_after: None,
                 remote: true,
                 state_dir: Some(st.path().into()),
+                own_files: Vec::new(),
             })
             .unwrap(),
         );

@@ -153,6 +153,7 @@ async fn search(rt: Arc<Access>, args: SearchArgs, cx: CallContext) -> ToolResul
             include_ignored: false,
             threads,
             ignore_cache: rt.ignore_cache().clone(),
+            left_out: ws.left_out(),
         };
         // A walk error leaves files out of the results; the documented shape has no place to
         // say so, and search_text lists them.

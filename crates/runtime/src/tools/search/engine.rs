@@ -27,7 +27,7 @@ use ignore::{WalkBuilder, WalkState, overrides::OverrideBuilder};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    path::path_order,
+    path::{own::LeftOut, path_order},
     primitives::{
         ignores::{Cap, IgnoreCache, IgnoreFilter},
         skipped::SkipList,
@@ -49,6 +49,8 @@ pub(crate) struct Scope {
     pub(crate) threads: usize,
     /// Compiled ignore files shared with concurrent calls.
     pub(crate) ignore_cache: std::sync::Arc<IgnoreCache>,
+    /// Leaves out the server's own files and records them (`Workspace::left_out`).
+    pub(crate) left_out: std::sync::Arc<LeftOut>,
 }
 
 /// Resume point of a search: files before `path` are done, and the first `skip` matches of `path`
@@ -114,7 +116,8 @@ pub(crate) struct Candidates {
 }
 
 /// Lists the regular files under `scope.root` that the filters keep, sorted by path. Symlinks are
-/// never followed and `.git` directories are skipped. A directory that cannot be read (permission
+/// never followed, and `.git` directories and the server's own files (`scope.left_out`, which
+/// records them) are skipped. A directory that cannot be read (permission
 /// denied, a path longer than PATH_MAX, an I/O error) goes to `skipped`, never silently away —
 /// by name when `reachable` says its path is still there, else counted as changed (the walk
 /// descends by name, so a directory swapped for a symlink can lead it outside; the files it
@@ -158,7 +161,10 @@ pub(crate) fn candidates(
         .overrides(overrides)
         .threads(scope.threads);
     let keep = filter.clone();
-    wb.filter_entry(move |e| e.file_name() != ".git" && keep.as_ref().is_none_or(|f| f.keep(e)));
+    let own = scope.left_out.clone();
+    wb.filter_entry(move |e| {
+        e.file_name() != ".git" && own.keep(e.path()) && keep.as_ref().is_none_or(|f| f.keep(e))
+    });
     let found = Lock::new(Vec::new());
     let skipped = Lock::new(SkipList::default());
     wb.build_parallel().run(|| {
@@ -653,6 +659,7 @@ mod tests {
             include_ignored: false,
             threads: 2,
             ignore_cache: Default::default(),
+            left_out: Default::default(),
         };
         let cancel = CancellationToken::new();
         let files = candidates(&scope, &cancel, &|_| true).unwrap().files;
@@ -708,6 +715,7 @@ mod tests {
             include_ignored: false,
             threads: 2,
             ignore_cache: Default::default(),
+            left_out: Default::default(),
         };
         let cancel = CancellationToken::new();
         let m = RegexMatcherBuilder::new()

@@ -45,7 +45,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
                           literal: true, a fixed string, like ripgrep. Honours .ignore files \
                           and, inside a git repository, .gitignore and git excludes unless \
                           include_ignored (ignored_count says how many entries they left out); \
-                          skips binary files, .git and symlinks. Filter files with \
+                          skips binary files, .git, symlinks and the server's own \
+                          configuration and state (a note says so). Filter files with \
                           include/exclude globs (gitignore syntax). The text lists matches in path \
                           order as path:line:column:text (context lines as path-line-text). A page \
                           stops at max_matches (default 200) and, by default, at what fits in \
@@ -178,8 +179,9 @@ pub(crate) struct SearchOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
     /// Ignore files applied only in part because they exceed 1048576 bytes or 10000 patterns
-    /// (files their later patterns ignore are searched), one note per file, at most 20. Absent
-    /// when none.
+    /// (files their later patterns ignore are searched), one note per file, at most 20; then one
+    /// note per directory or file left out because it is the server's own configuration or
+    /// state (never searched while paths are confined). Absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
     /// Files and directories that .ignore files, and inside a git repository .gitignore and git
@@ -289,6 +291,7 @@ async fn search_text(
             include_ignored: args.include_ignored,
             threads,
             ignore_cache: rt.ignore_cache().clone(),
+            left_out: ws.left_out(),
         };
         let cursor = cursor
             .as_deref()
@@ -368,7 +371,10 @@ async fn search_text(
             next_cursor: out
                 .next
                 .map(|c| encode_cursor(&c, root.real(), &fingerprint)),
-            notes: crate::primitives::ignores::notes(&capped_ignore_files, ws),
+            notes: crate::primitives::ignores::notes(&capped_ignore_files, ws)
+                .into_iter()
+                .chain(scope.left_out.notes(ws))
+                .collect(),
             ignored_count: ignored,
             limit,
             pattern: args.pattern.clone(),

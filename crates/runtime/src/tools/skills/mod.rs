@@ -630,6 +630,7 @@ mod tests {
                 default_yield_after: None,
                 remote: false,
                 state_dir: None,
+                own_files: Vec::new(),
             })
             .unwrap(),
         );
