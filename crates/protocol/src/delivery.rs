@@ -100,12 +100,6 @@ impl<M> Outbox<M> {
         self.unacked.iter().map(|(s, m, _)| (*s, m))
     }
 
-    /// The unacknowledged messages numbered above `seq`, oldest first: what a resume replays to
-    /// a receiver that took everything up to `seq`.
-    pub fn replay_from(&self, seq: u64) -> impl Iterator<Item = (u64, &M)> {
-        self.unacked().filter(move |(s, _)| *s > seq)
-    }
-
     /// Unacknowledged messages retained.
     pub fn len(&self) -> usize {
         self.unacked.len()

@@ -2,12 +2,9 @@
 //! ([`HostedCall`]), hosted under its `sid` beside the sessions, sharing their retention, and
 //! ended by its response (or its cancellation).
 
-use std::{
-    collections::HashMap,
-    sync::{
-        Arc, OnceLock,
-        atomic::{AtomicBool, Ordering},
-    },
+use std::sync::{
+    Arc, OnceLock,
+    atomic::{AtomicBool, Ordering},
 };
 
 use rmcp::model::ClientJsonRpcMessage;
@@ -15,6 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use protocol::{
+    delivery::InFlight,
     frame::RUNTIME_SERVER,
     head::{
         Head,
@@ -72,7 +70,7 @@ impl HostedSessions {
                 sid,
                 role,
                 upstream.as_ref().map(|(_, ro)| ro.clone()),
-                HashMap::from([(key.clone(), (id.clone(), method.clone()))]),
+                in_flight_of(&key, &id, &method),
             ),
             id: id.clone(),
             key,
@@ -220,4 +218,11 @@ impl HostedSessions {
         }
         c.stop.cancel();
     }
+}
+
+/// A call's in-flight table: its one request.
+fn in_flight_of(key: &IdKey, id: &Value, method: &str) -> InFlight<(Value, String)> {
+    let mut t = InFlight::new();
+    let _ = t.begin(key.clone(), None, (id.clone(), method.to_owned()));
+    t
 }

@@ -51,7 +51,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use protocol::{Role, ids::SessionId, jsonrpc::IdKey};
+use protocol::{Role, delivery::InFlight, ids::SessionId, jsonrpc::IdKey};
 
 use crate::{bridge, servers::UpstreamSpec};
 use retention::{LinkSlot, Retention};
@@ -72,7 +72,7 @@ pub(crate) struct Hosted {
     upstream_tools: Option<Arc<HashSet<String>>>,
     out: Lock<Retention>,
     /// Client requests forwarded and not yet answered: key → (id, method).
-    inflight: Lock<HashMap<IdKey, (Value, String)>>,
+    inflight: Lock<InFlight<(Value, String)>>,
     stop: CancellationToken,
 }
 
@@ -81,7 +81,7 @@ impl Hosted {
         sid: &SessionId,
         role: &str,
         upstream_tools: Option<Arc<HashSet<String>>>,
-        inflight: HashMap<IdKey, (Value, String)>,
+        inflight: InFlight<(Value, String)>,
     ) -> Self {
         Self {
             sid: sid.clone(),

@@ -202,7 +202,7 @@ impl HostedSessions {
             // Under `out`, as `emit` moves a request from `inflight` to the outbox.
             let held = {
                 let o = h.out.lock();
-                h.inflight.lock().contains_key(&key)
+                h.inflight.lock().contains(&key)
                     || o.outbox.unacked().any(|(_, (_, m))| {
                         !head::peek::has_method(m)
                             && head::peek::id_member(m).is_some_and(|id| IdKey::of(id) == key)
@@ -274,7 +274,7 @@ impl HostedSessions {
         let mut method = None;
         if is_response && let Some(id) = head::peek::id_member(&message) {
             let key = IdKey::of(id);
-            method = h.inflight.lock().remove(&key).map(|(_, m)| m);
+            method = h.inflight.lock().end(&key).map(|(_, m)| m);
             if h.upstream_tools.is_some()
                 && method.as_deref() == Some("tools/list")
                 && let Some(result) = message.get("result")

@@ -2,7 +2,7 @@
 //! upstream child — started for the relay's `open`, and the client messages (`rpc`) it takes,
 //! recorded in flight and filtered by role before they reach the server.
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use lock::Lock;
 
@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use protocol::{
+    delivery::InFlight,
     frame::RUNTIME_SERVER,
     head::{self, Head},
     ids::SessionId,
@@ -50,7 +51,7 @@ impl HostedSessions {
         let host = if server == RUNTIME_SERVER {
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(HostedSession {
-                hosted: Hosted::new(sid, role, None, HashMap::new()),
+                hosted: Hosted::new(sid, role, None, InFlight::new()),
                 input: SessionInput::Runtime(tx),
                 swallow: Lock::new(swallow),
             });
@@ -76,7 +77,7 @@ impl HostedSessions {
             };
             let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
             let host = Arc::new(HostedSession {
-                hosted: Hosted::new(sid, role, Some(read_only.clone()), HashMap::new()),
+                hosted: Hosted::new(sid, role, Some(read_only.clone()), InFlight::new()),
                 input: SessionInput::Upstream(tx),
                 swallow: Lock::new(swallow),
             });
@@ -116,12 +117,14 @@ impl HostedSessions {
                 self.emit(&host, denied, None);
                 return;
             }
-            host.inflight
+            // The relay refuses a duplicate id before it sends one, so a refusal here is a replay.
+            let _ = host
+                .inflight
                 .lock()
-                .insert(IdKey::of(id), (id.clone(), m.to_owned()));
+                .begin(IdKey::of(id), None, (id.clone(), m.to_owned()));
         }
         if let Some(rid) = head.cancelled_request() {
-            host.inflight.lock().remove(&IdKey::of(rid));
+            host.inflight.lock().end(&IdKey::of(rid));
         }
         match &host.input {
             SessionInput::Runtime(tx) => {

@@ -25,7 +25,6 @@ const PROBES: [&str; 12] = [
     ".contains_key(\"id\")",
 ];
 
-
 /// The code of `src` this rule reads: without line comments, and up to its test module.
 fn checked_code(src: &str) -> String {
     let code = src

@@ -44,17 +44,6 @@ fn past_the_bound_the_oldest_are_dropped_and_returned() {
 }
 
 #[test]
-fn replay_from_skips_what_the_receiver_took() {
-    let mut o = Outbox::new(100);
-    for m in 0..5 {
-        o.push(m, 1);
-    }
-    o.ack(1);
-    let seqs: Vec<u64> = o.replay_from(3).map(|(s, _)| s).collect();
-    assert_eq!(seqs, [4, 5]);
-}
-
-#[test]
 fn the_inbox_takes_fresh_drops_duplicates_and_refuses_past_the_window() {
     let mut i = Inbox::new();
     assert_eq!(i.receive(1), Arrival::Fresh);

@@ -359,11 +359,14 @@ impl Hub {
                     continue;
                 }
                 g.opened_on = None;
-                g.progress.clear();
                 // The next instance numbers its messages from the start.
                 g.inbox = protocol::delivery::Inbox::new();
                 self.persist_bound(&s, &g);
-                g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>()
+                g.pending
+                    .drain()
+                    .into_iter()
+                    .map(|(_, p)| p)
+                    .collect::<Vec<_>>()
             };
             s.outbox.lock().clear();
             self.settle_all(&s, pending, code::OUTCOME_UNKNOWN, message);

@@ -125,7 +125,7 @@ impl Hub {
                 Held::Call(c)
                     if c.server == server
                         && c.principal == *principal
-                        && c.state.lock().pending.contains_key(&key) =>
+                        && c.state.lock().pending.contains(&key) =>
                 {
                     Some(c)
                 }
@@ -140,7 +140,7 @@ impl Hub {
     /// daemon gets `notifications/cancelled` for the request and `close` for the call. Nothing
     /// happens when the call was already answered.
     pub(super) fn cancel_call(&self, c: &Call, id: &Value, reason: &str) {
-        let Some(p) = c.state.lock().pending.remove(&IdKey::of(id)) else {
+        let Some(p) = c.state.lock().pending.end(&IdKey::of(id)) else {
             return;
         };
         tracing::debug!(bridge = %c.bridge.name, reason, "cancelling a call");

@@ -163,12 +163,9 @@ impl Hub {
                     {}
                 _ => return,
             }
-            let Some(p) = g.pending.remove(key) else {
+            let Some(p) = g.pending.end(key) else {
                 return;
             };
-            if let Some(t) = &p.progress_token {
-                g.progress.remove(t);
-            }
             p
         };
         self.retracted

@@ -10,15 +10,16 @@
 //! [`Held`] (sending: a session is opened with `open`, a call with `call`); code for one of them
 //! takes that type. Each of the three dereferences to its [`Exchange`].
 
-use std::{collections::HashMap, ops::Deref, sync::Arc};
+use std::{ops::Deref, sync::Arc};
 
 use serde_json::Value;
 use tokio::time::Instant;
 
 use protocol::{
+    delivery::InFlight,
     frame::RelayFrame,
     ids::{InstanceId, SessionId},
-    jsonrpc::{self, IdKey},
+    jsonrpc,
 };
 
 use super::{Bridge, Call, Hub, LinkSendError, ReplySink, Session, delivery::Acceptance};
@@ -32,7 +33,6 @@ pub(super) struct Pending {
     pub(super) sink: ReplySink,
     /// Past it the sweep cancels the request; never extended by reconnecting (invariant 4).
     pub(super) deadline: Instant,
-    pub(super) progress_token: Option<IdKey>,
     /// A `subscriptions/listen` of a call: ended gracefully at its deadline.
     pub(super) listen: bool,
     /// Whether the daemon confirmed it (link revision 4).
@@ -44,9 +44,8 @@ pub(super) struct Pending {
 pub(super) struct ExchangeState {
     /// The daemon instance the exchange is open on (`open` or `call` sent), if any.
     pub(super) opened_on: Option<InstanceId>,
-    pub(super) pending: HashMap<IdKey, Pending>,
-    /// Progress token → the request that carries it.
-    pub(super) progress: HashMap<IdKey, IdKey>,
+    /// Client requests in flight, and the progress tokens they carry.
+    pub(super) pending: InFlight<Pending>,
     /// The daemon's messages taken: the highest `seq` routed (lower ones are replays).
     pub(super) inbox: protocol::delivery::Inbox,
     pub(super) last_active: Instant,
@@ -58,8 +57,7 @@ impl ExchangeState {
     pub(super) fn new() -> Self {
         Self {
             opened_on: None,
-            pending: HashMap::new(),
-            progress: HashMap::new(),
+            pending: InFlight::new(),
             inbox: protocol::delivery::Inbox::new(),
             last_active: Instant::now(),
             ended: false,
@@ -170,7 +168,11 @@ impl Hub {
             let mut g = held.state.lock();
             g.ended = true;
             (
-                g.pending.drain().map(|(_, p)| p).collect::<Vec<_>>(),
+                g.pending
+                    .drain()
+                    .into_iter()
+                    .map(|(_, p)| p)
+                    .collect::<Vec<_>>(),
                 g.opened_on.take(),
             )
         };

@@ -113,32 +113,25 @@ impl Hub {
             if g.ended {
                 return Err(SendError::Ended);
             }
-            if g.pending.contains_key(&key) {
-                return Err(SendError::DuplicateId);
-            }
             let token = message
                 .pointer("/params/_meta/progressToken")
                 .filter(|t| t.is_string() || t.is_number())
                 .map(IdKey::of);
-            if let Some(t) = &token {
-                g.progress.insert(t.clone(), key.clone());
-            }
             let budget = if listen {
                 SUBSCRIPTION_MAX
             } else {
                 CALL_BUDGET_MAX + RELAY_OVERHEAD
             };
-            g.pending.insert(
-                key,
-                Pending {
-                    id: id.clone(),
-                    sink,
-                    deadline: Instant::now() + budget,
-                    progress_token: token,
-                    listen,
-                    acceptance: Acceptance::NotAsked,
-                },
-            );
+            let pending = Pending {
+                id: id.clone(),
+                sink,
+                deadline: Instant::now() + budget,
+                listen,
+                acceptance: Acceptance::NotAsked,
+            };
+            if g.pending.begin(key, token, pending).is_err() {
+                return Err(SendError::DuplicateId);
+            }
             g.last_active = Instant::now();
             if listen {
                 b.listens += 1;
@@ -180,7 +173,7 @@ impl Hub {
     /// Withdraws a registered request without an answer (it could not be sent): its sink is
     /// finished without a message (a stream ends; a JSON waiter learns from the dropped sender).
     pub(super) fn unregister(&self, e: &Exchange, id: &Value) {
-        let p = e.state.lock().pending.remove(&IdKey::of(id));
+        let p = e.state.lock().pending.end(&IdKey::of(id));
         if let Some(p) = p {
             self.finish_pending(e, p, None);
         }
@@ -303,7 +296,7 @@ impl Hub {
     /// The client cancelled request `id`: its stream ends without a response (the server sends
     /// none for a cancelled request).
     pub(super) fn cancelled(&self, e: &Exchange, id: &Value) {
-        let p = e.state.lock().pending.remove(&IdKey::of(id));
+        let p = e.state.lock().pending.end(&IdKey::of(id));
         if let Some(p) = p {
             self.finish_pending(e, p, None);
         }
@@ -352,25 +345,20 @@ impl Hub {
                 Target::Refuse(c.clone(), head.reply_id())
             } else if is_response {
                 let key = head.id_member().map(IdKey::of);
-                match key.and_then(|k| g.pending.remove(&k)) {
-                    Some(p) => {
-                        if let Some(t) = &p.progress_token {
-                            g.progress.remove(t);
-                        }
-                        Target::Finish(p)
-                    }
+                match key.and_then(|k| g.pending.end(&k)) {
+                    Some(p) => Target::Finish(p),
                     None => Target::Unmatched,
                 }
             } else {
                 let by_token = head
                     .progress_of()
                     .map(IdKey::of)
-                    .and_then(|t| g.progress.get(&t).cloned());
+                    .and_then(|t| g.pending.by_progress(&t).map(|(k, _)| k.clone()));
                 let key = by_token
-                    .or_else(|| related.map(IdKey::of).filter(|k| g.pending.contains_key(k)))
+                    .or_else(|| related.map(IdKey::of).filter(|k| g.pending.contains(k)))
                     .or_else(|| {
                         (g.pending.len() == 1)
-                            .then(|| g.pending.keys().next().cloned())
+                            .then(|| g.pending.iter().next().map(|(k, _)| k.clone()))
                             .flatten()
                     });
                 match (

@@ -7,7 +7,7 @@ use serde_json::json;
 use tokio::time::{Duration, Instant};
 
 use protocol::{
-    jsonrpc::{self, IdKey, code},
+    jsonrpc::{self, code},
     mcp::META_SUBSCRIPTION_ID,
 };
 
@@ -70,13 +70,11 @@ impl Hub {
         let retracting = self.retract_due(s, now);
         let late: Vec<Pending> = {
             let mut g = s.state.lock();
-            let keys: Vec<IdKey> = g
-                .pending
-                .iter()
-                .filter(|(_, p)| p.deadline <= now)
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.iter().filter_map(|k| g.pending.remove(k)).collect()
+            g.pending
+                .end_where(|_, p| p.deadline <= now)
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect()
         };
         if late.is_empty() {
             return retracting;
