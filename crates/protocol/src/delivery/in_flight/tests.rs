@@ -91,13 +91,16 @@ fn every_entry_leaves_once_and_tokens_name_the_newest_holder() {
                         next += 1;
                         let token = (b % 5 != 4).then_some(tok);
                         let got = t.begin(key(id), token.map(key), next);
-                        if live.contains_key(&id) {
-                            assert_eq!(got, Err(AlreadyInFlight));
-                        } else {
-                            assert_eq!(got, Ok(()));
-                            live.insert(id, (next, token));
-                            if let Some(tk) = token {
-                                tokens.insert(tk, id);
+                        match live.entry(id) {
+                            std::collections::hash_map::Entry::Occupied(_) => {
+                                assert_eq!(got, Err(AlreadyInFlight));
+                            }
+                            std::collections::hash_map::Entry::Vacant(v) => {
+                                assert_eq!(got, Ok(()));
+                                v.insert((next, token));
+                                if let Some(tk) = token {
+                                    tokens.insert(tk, id);
+                                }
                             }
                         }
                     }
