@@ -15,6 +15,9 @@
 //! 6. When paths are restricted, the result must not be one of the server's own files (its
 //!    configuration, servers file, state directory, service definitions) nor lie below one;
 //!    otherwise `path_boundary` naming what it is ([`own`]).
+//! 7. When paths are restricted and a path does not resolve (a file named as a directory, a
+//!    loop), its deepest ancestor that resolves is held to 5 and 6 before the file system's error
+//!    is shown: the error never tells what exists where a caller may not look.
 //!
 //! Then what was resolved is opened again relative to a descriptor of the root ([`beneath`]):
 //! [`Workspace::at`] and [`Workspace::open_dir`] are how every file tool reaches it, so a
@@ -154,21 +157,47 @@ impl Workspace {
         } else {
             self.root.join(path)
         };
-        let resolved = resolve_physical(&joined, 0).map_err(|e| match e {
-            Resolve::Io(err) => ToolError::io(requested, &err),
-            Resolve::Loop => ToolError::invalid(format!("{requested}: too many symlink hops")),
-        })?;
+        let resolved = match resolve_physical(&joined, 0) {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(self
+                    .refusal_of_unresolved(&joined, requested)
+                    .unwrap_or_else(|| match e {
+                        Resolve::Io(err) => ToolError::io(requested, &err),
+                        Resolve::Loop => {
+                            ToolError::invalid(format!("{requested}: too many symlink hops"))
+                        }
+                    }));
+            }
+        };
         if self.restricted && !resolved.real.starts_with(&self.root) {
-            return Err(ToolError::new(
-                ToolErrorCode::PathBoundary,
-                format!("{requested}: resolves outside the workspace"),
-            )
-            .detail("path", requested));
+            return Err(outside(requested));
         }
         if let Some(kind) = self.own_kind(&resolved.real) {
             return Err(own::refusal(requested, kind));
         }
         Ok(resolved)
+    }
+
+    /// Why a path that does not resolve (a file named as a directory, a symlink loop, a
+    /// directory that cannot be read) is refused anyway while paths are restricted: its deepest
+    /// ancestor that resolves lies outside the root or is one of the server's own paths. Checked
+    /// before the file system's error is shown, so that error tells nothing about what exists
+    /// where a caller may not look.
+    fn refusal_of_unresolved(&self, joined: &Path, requested: &str) -> Option<ToolError> {
+        if !self.restricted {
+            return None;
+        }
+        let real = joined
+            .ancestors()
+            .skip(1)
+            .find_map(|a| resolve_physical(a, 0).ok())?
+            .real;
+        if !real.starts_with(&self.root) {
+            return Some(outside(requested));
+        }
+        self.own_kind(&real)
+            .map(|kind| own::refusal(requested, kind))
     }
 
     /// Resolves `requested` without following a symlink in its last component: the parent is
@@ -365,6 +394,15 @@ fn split(rel: &Path) -> io::Result<(&Path, std::ffi::OsString)> {
         Some(name) => Ok((rel.parent().unwrap_or(Path::new("")), name.to_owned())),
         None => Err(nix::errno::Errno::EISDIR.into()),
     }
+}
+
+/// The refusal of `requested`, which resolves outside the workspace while paths are restricted.
+fn outside(requested: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorCode::PathBoundary,
+        format!("{requested}: resolves outside the workspace"),
+    )
+    .detail("path", requested)
 }
 
 /// A caller's path string as a path: decoded when quoted ([`quote::parse`]), else as written.

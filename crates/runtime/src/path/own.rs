@@ -356,6 +356,35 @@ mod tests {
         );
     }
 
+    /// A path that cannot resolve (a file named as a directory) is refused for where it is
+    /// before the error could tell whether the file exists.
+    #[test]
+    fn an_unresolvable_path_below_an_own_path_or_outside_is_refused_not_answered() {
+        let (_tmp, home) = home();
+        let w = workspace(&home, true);
+        for p in [
+            ".config/machine-mcp/config.toml/",
+            ".config/machine-mcp/config.toml/x",
+            ".local/state/device.key/",
+        ] {
+            let e = w.resolve(p).unwrap_err();
+            assert_eq!(
+                e.code(),
+                ToolErrorCode::PathBoundary,
+                "{p}: {}",
+                e.message()
+            );
+            assert!(e.message().contains("the server's"), "{p}: {}", e.message());
+        }
+        let outside = home.parent().unwrap().join("outside.txt");
+        std::fs::write(&outside, "x").unwrap();
+        let e = w.resolve(&format!("{}/", outside.display())).unwrap_err();
+        assert_eq!(e.code(), ToolErrorCode::PathBoundary, "{}", e.message());
+        // Inside the workspace the error is the file system's, as before.
+        let e = w.resolve("notes.txt/").unwrap_err();
+        assert_ne!(e.code(), ToolErrorCode::PathBoundary, "{}", e.message());
+    }
+
     #[test]
     fn a_walk_leaves_out_own_paths_and_says_which() {
         let (_tmp, home) = home();
