@@ -175,8 +175,9 @@ pub(crate) fn refusal(requested: &str, kind: OwnKind) -> ToolError {
     .detail("path", requested)
 }
 
-/// `path` is `prefix` or below it, comparing components without ASCII case.
-fn below(path: &Path, prefix: &Path) -> bool {
+/// `path` is `prefix` or below it, comparing components without ASCII case (as a
+/// case-insensitive file system would).
+pub(crate) fn below(path: &Path, prefix: &Path) -> bool {
     let mut p = path.components();
     prefix.components().all(|want| {
         p.next().is_some_and(|got| {

@@ -10,6 +10,7 @@ use std::{
 use crate::{
     Access,
     call::error::{ToolError, ToolErrorCode, ToolResult},
+    path,
     policy::Capability,
 };
 
@@ -62,7 +63,7 @@ pub(crate) fn guard_git_internals(rt: &Access, real: &Path, display: &str) -> To
         .any(|w| is(w[0], ".config") && is(w[1], "git"));
     let named_gitconfig = parts.last().is_some_and(|c| is(*c, ".gitconfig"));
     let server_config = user_git_config_paths().iter().any(|(p, below)| {
-        starts_with_ignoring_case(real, p) && (*below || parts.len() == p.components().count())
+        path::own::below(real, p) && (*below || parts.len() == p.components().count())
     });
     if in_config_git || named_gitconfig || server_config {
         return denied("git configuration");
@@ -118,19 +119,6 @@ fn user_git_config_paths() -> &'static [(PathBuf, bool)] {
         }
         v.retain(|(p, _)| p.is_absolute());
         v
-    })
-}
-
-/// `path` is `prefix` or below it, comparing components without ASCII case (as a
-/// case-insensitive file system would).
-fn starts_with_ignoring_case(path: &Path, prefix: &Path) -> bool {
-    let mut p = path.components();
-    prefix.components().all(|want| {
-        p.next().is_some_and(|got| {
-            got.as_os_str()
-                .as_encoded_bytes()
-                .eq_ignore_ascii_case(want.as_os_str().as_encoded_bytes())
-        })
     })
 }
 
