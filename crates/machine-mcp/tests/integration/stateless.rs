@@ -913,11 +913,21 @@ fn relay_exits_within(relay: &mut Relay, within: Duration) -> bool {
 }
 
 /// A relay with an open session-era GET stream, a 2026-07-28 listen stream and a daemon socket.
-fn relay_with_open_streams() -> (crate::relay::Setup, Client, SseReader, std::net::TcpStream) {
+fn relay_with_open_streams() -> (
+    crate::relay::Setup,
+    Client,
+    [SseReader; 2],
+    std::net::TcpStream,
+) {
     let s = setup();
     let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
     c.initialize();
     let get = c.get_stream(None).unwrap();
+    // A POST whose SSE answer stays open: a call that runs for a minute.
+    let mut post = c.post_stream(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "run_process", "arguments": {"argv": ["sleep", "60"]}}}));
+    post.next_message(Duration::from_secs(10))
+        .expect("the POST stream's priming event");
     let mut m = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
     let body = m.body(
         "subscriptions/listen",
@@ -931,18 +941,24 @@ fn relay_with_open_streams() -> (crate::relay::Setup, Client, SseReader, std::ne
         got.push_str(&read_some(&mut listen));
     }
     wait_metric(&s.relay, "machine_mcp_relay_subscriptions", 1);
-    (s, c, get, listen)
+    assert!(
+        post.next_message(Duration::ZERO).is_none(),
+        "the POST stream's call is still running"
+    );
+    (s, c, [get, post], listen)
 }
 
 /// Regression: `relay serve` did not stop on SIGTERM or SIGINT while a client held
 /// its SSE GET stream (every real client does): it ran on with its port bound and a second
 /// signal was ignored. Now it closes its listener at once, drains for at most
-/// `RELAY_STOP_DRAIN`, closes what is still open and exits; the port is free afterwards.
+/// `RELAY_STOP_DRAIN`, closes what is still open (a GET stream, a POST stream of a running
+/// call, a 2026-07-28 listen stream, the daemon's socket) and exits; the port is free
+/// afterwards.
 #[test]
 fn a_stop_signal_ends_the_relay_within_its_drain_while_streams_and_daemon_sockets_are_open() {
     use nix::sys::signal::Signal;
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
-        let (mut s, _c, _get, _listen) = relay_with_open_streams();
+        let (mut s, _c, _streams, _listen) = relay_with_open_streams();
         let port = s.relay.port;
         signal_relay(&mut s.relay, signal);
         let drain = relay::limits::RELAY_STOP_DRAIN;
@@ -960,7 +976,7 @@ fn a_stop_signal_ends_the_relay_within_its_drain_while_streams_and_daemon_socket
 #[test]
 fn a_second_stop_signal_ends_the_relay_at_once() {
     use nix::sys::signal::Signal;
-    let (mut s, _c, _get, _listen) = relay_with_open_streams();
+    let (mut s, _c, _streams, _listen) = relay_with_open_streams();
     signal_relay(&mut s.relay, Signal::SIGTERM);
     // The first signal was taken: the listener is closed.
     let end = Instant::now() + Duration::from_secs(20);
