@@ -14,9 +14,9 @@
 //! An event id leaves only once a client can resume after it: a resumable stream's first event
 //! waits until the relay's store holds the stream ([`SseStream::stored`], at most
 //! [`STREAM_STORED_WAIT`]), so a relay killed after that event still knows the id. A stream that
-//! is already complete when its response starts (a quick call) is written in one chunk without
-//! that wait: its ids reach the client together with its final message, after which no client
-//! resumes.
+//! is complete when its response starts, or completes before the store has its row (a quick
+//! call), is written in one chunk without waiting further: its ids reach the client together
+//! with its final message, after which no client resumes.
 //!
 //! Written by hand rather than with axum's `Sse` so that the priming event carries an id, an
 //! empty `data:` field and a `retry` hint, and so a keepalive comment follows every quiet
@@ -156,6 +156,39 @@ fn events<G: Send + 'static>(
         first: bool,
         _guard: G,
     }
+    impl<G> State<G> {
+        /// Before the first event of a running stream: waits until the store holds the
+        /// stream's row (at most [`STREAM_STORED_WAIT`]) or the stream completes, whichever
+        /// comes first; a stream that completed is then written whole, in one chunk.
+        async fn await_stored_or_done(&mut self) {
+            let stored = self.st.stored(STREAM_STORED_WAIT);
+            tokio::pin!(stored);
+            loop {
+                tokio::select! {
+                    ok = &mut stored => {
+                        if !ok {
+                            tracing::warn!(
+                                "the relay store did not write a stream's row in time; serving it anyway (a relay crash now would forget it)"
+                            );
+                        }
+                        return;
+                    }
+                    r = self.rx.changed() => {
+                        if r.is_err() {
+                            return;
+                        }
+                        let last = self.buf.back().map(|e| e.seq).or(self.cursor);
+                        let (evs, done) = self.st.read_after(last);
+                        self.buf.extend(evs);
+                        self.done = done;
+                        if done {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
     let rx = st.subscribe();
     let state = State {
         st,
@@ -171,14 +204,8 @@ fn events<G: Send + 'static>(
     futures_util::stream::unfold(state, |mut s| async move {
         loop {
             if !s.buf.is_empty() {
-                if std::mem::take(&mut s.first)
-                    && s.framing.resumable()
-                    && !s.done
-                    && !s.st.stored(STREAM_STORED_WAIT).await
-                {
-                    tracing::warn!(
-                        "the relay store did not write a stream's row in time; serving it anyway (a relay crash now would forget it)"
-                    );
+                if std::mem::take(&mut s.first) && s.framing.resumable() && !s.done {
+                    s.await_stored_or_done().await;
                 }
                 // A complete stream goes in one chunk; otherwise each event as it comes.
                 let n = if s.done { s.buf.len() } else { 1 };
@@ -297,6 +324,37 @@ mod tests {
         st.push(&json!({"id": 1, "result": {}}), true).unwrap();
         let last = ev.next().await.unwrap().unwrap();
         assert!(String::from_utf8_lossy(&last).contains("\"result\""));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_completes_while_its_row_waits_for_the_store_goes_at_once() {
+        let (st, _w) = unstored();
+        let start = tokio::time::Instant::now();
+        let mut ev = Box::pin(events(
+            st.clone(),
+            None,
+            Duration::from_secs(60),
+            Framing::session("2025-11-25"),
+            (),
+        ));
+        let answer = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            st.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        };
+        let (first, ()) = tokio::join!(ev.next(), answer);
+        let text = String::from_utf8(first.unwrap().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(100),
+            "it waited for the store after the answer came"
+        );
+        assert_eq!(
+            text.matches("id: ").count(),
+            2,
+            "priming and result: {text}"
+        );
+        assert!(text.contains("\"result\""), "{text}");
+        assert!(ev.next().await.is_none());
     }
 
     #[tokio::test(start_paused = true)]
