@@ -87,9 +87,8 @@ pub(crate) use protocol::jsonrpc::error;
 /// fields; the relay applies the same before it sends the call): `protocolVersion` and
 /// `clientCapabilities` are required, and the version must be [`MODERN_VERSION`], the one
 /// version the bridge serves calls in. Returns the error response to send otherwise.
-pub fn check_meta(message: &Value) -> Result<(), Value> {
-    let head = Head::of(message);
-    meta::check_meta(&head, &mcp::MODERN_VERSIONS).map_err(|r| r.answer(&head.reply_id()))
+pub fn check_meta(head: &Head) -> Result<(), Value> {
+    meta::check_meta(head, &mcp::MODERN_VERSIONS).map_err(|r| r.answer(&head.reply_id()))
 }
 
 /// Whether a `server/discover` answer (its result, or its error) lists [`MODERN_VERSION`]
@@ -432,16 +431,16 @@ impl Legacy {
         !self.routes.lock().is_empty() || !self.listeners.lock().is_empty()
     }
 
-    /// Serves the call `message` of `host` (its `_meta` already checked, its authority already
-    /// enforced).
+    /// Serves the call `message` of `host`, whose head is `head` (its `_meta` already checked,
+    /// its authority already enforced).
     pub(crate) fn submit(
         self: &Arc<Self>,
         sessions: &Arc<HostedSessions>,
         host: &Arc<HostedCall>,
+        head: &Head,
         mut message: Value,
     ) {
         self.touch();
-        let head = Head::of(&message);
         let id = head.reply_id();
         let method = head.method().unwrap_or("").to_owned();
         match method.as_str() {
@@ -733,9 +732,11 @@ mod tests {
     fn meta_is_checked_by_the_rules_of_the_head_module() {
         let ok = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
             META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {}}}});
-        assert!(check_meta(&ok).is_ok());
-        let e =
-            check_meta(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).unwrap_err();
+        assert!(check_meta(&Head::of(&ok)).is_ok());
+        let e = check_meta(&Head::of(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        ))
+        .unwrap_err();
         assert_eq!(e["error"]["code"], -32602);
         assert!(
             e["error"]["message"]
@@ -745,7 +746,7 @@ mod tests {
         );
         let old = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {
             META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_CAPABILITIES: {}}}});
-        let e = check_meta(&old).unwrap_err();
+        let e = check_meta(&Head::of(&old)).unwrap_err();
         assert_eq!(e["id"], 2);
         assert_eq!(e["error"]["code"], code::UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(e["error"]["data"]["supported"], json!([MODERN_VERSION]));

@@ -117,7 +117,7 @@ impl HostedSessions {
             return;
         }
         let Some((spec, _)) = upstream else { return };
-        if let Err(e) = bridge::check_meta(&message) {
+        if let Err(e) = bridge::check_meta(&head) {
             self.emit(&host, e, None);
             return;
         }
@@ -136,7 +136,7 @@ impl HostedSessions {
                 _ = host.stop.cancelled() => return,
             };
             match legacy {
-                Ok(l) => l.submit(&sessions, &host, message),
+                Ok(l) => l.submit(&sessions, &host, &head, message),
                 Err(e) => sessions.emit(
                     &host,
                     bridge::error(

@@ -539,3 +539,35 @@ async fn the_pool_is_bounded_and_idle_sessions_close() {
     assert_ne!(pid_a2, pid_a);
     assert!(s.is_empty());
 }
+
+/// A call bridged to a pooled legacy session reads its message's head once on arrival; the
+/// `_meta` check and the pooled session's submit take that head. Pinned as a count of this
+/// thread's head reads for one warm call (the child's answer and the rewriting included).
+#[tokio::test]
+async fn a_bridged_call_reads_heads_a_pinned_number_of_times() {
+    let (_dir, s) = bridged();
+    let mut rx = link(&s, &[], &[]);
+    let call = |sid: &str| {
+        let r = request(
+            json!(1),
+            "tools/call",
+            json!({"name": "read", "arguments": {"n": 1}}),
+        );
+        s.call(&self::sid(sid), "legacy", "tok", "owner", r);
+    };
+    call("warm");
+    let warm = answer(&s, &mut rx, "warm").await;
+    assert_eq!(warm["result"]["resultType"], "complete", "{warm}");
+    let before = protocol::head::count::reads();
+    call("c1");
+    let a = answer(&s, &mut rx, "c1").await;
+    let reads = protocol::head::count::reads() - before;
+    assert_eq!(a["result"]["resultType"], "complete", "{a}");
+    assert_eq!(
+        reads, READS_PER_BRIDGED_CALL,
+        "head reads for one bridged call"
+    );
+}
+
+/// Head reads of one warm bridged call through the daemon today (see the test above).
+const READS_PER_BRIDGED_CALL: u64 = 2;

@@ -55,6 +55,34 @@ async fn runtime_calls_answer_tools_list_and_discover_without_initialize() {
     s.close(&sid("c1"));
 }
 
+/// A hosted call reads its message's head once where it arrives and hands the head on: the
+/// `_meta` check and the routing take it rather than reading the message again. Pinned as a
+/// count (this thread's head reads for one runtime `tools/list` call, answer included).
+#[tokio::test]
+async fn a_runtime_call_reads_its_head_a_pinned_number_of_times() {
+    let (_dir, rt) = runtime();
+    let s = HostedSessions::new(rt, Vec::new());
+    let mut rx = link(&s, &[], &[]);
+    let before = protocol::head::count::reads();
+    s.call(
+        &sid("c1"),
+        RUNTIME_SERVER,
+        "tok",
+        "owner",
+        request(json!(1), "tools/list", json!({})),
+    );
+    let answer = answer(&s, &mut rx, "c1").await;
+    let reads = protocol::head::count::reads() - before;
+    assert_eq!(answer["id"], 1);
+    assert_eq!(
+        reads, READS_PER_RUNTIME_CALL,
+        "head reads for one runtime call"
+    );
+}
+
+/// Head reads of one runtime call through the daemon today (see the test above).
+const READS_PER_RUNTIME_CALL: u64 = 1;
+
 #[tokio::test]
 async fn a_call_without_its_meta_fields_gets_the_json_rpc_error() {
     let (_dir, rt) = runtime();
