@@ -431,8 +431,9 @@ mod tests {
         }
     }
 
-    /// A relay on loopback without authentication, with bridge `b1`, that spills into
-    /// `spill_dir` (none: holds bodies in memory whole, as before spilling existed).
+    /// The MCP POST route of a relay on loopback without authentication, with bridge `b1`,
+    /// that spills into `spill_dir` (none: holds bodies in memory whole, as before spilling
+    /// existed).
     async fn relay(spill_dir: Option<std::path::PathBuf>) -> (Router, crate::AppState) {
         let store = crate::storage::memory().await.unwrap();
         store.bridges().add_bridge("b1", 3600).await.unwrap();
@@ -442,7 +443,10 @@ mod tests {
             ..crate::RelayConfig::for_tests()
         };
         let state = crate::AppState::in_memory(store, config).await;
-        (crate::router(state.clone()), state)
+        let route = Router::new()
+            .route("/b/{bridge}/mcp", axum::routing::post(super::super::post))
+            .with_state(state.clone());
+        (route, state)
     }
 
     /// A body that sends `bytes` in 16 KiB chunks, without a `Content-Length`, then `end`
