@@ -50,7 +50,9 @@ for the window before, during and after each):
              many large bodies): which statuses come back (past the relay's body budget, 429 or
              503 with `Retry-After` before the body is read), relay RSS during (target <
              RSS_BOUND_MIB) and BIG_AFTER_S after the connections closed (target < BIG_AFTER_MIB
-             above the baseline).
+             above the baseline). A body the budget admits is spilled, as it arrives, past 256 KiB
+             to an anonymous file in the relay's spill directory (STATE/relay/spill): the row
+             reports the relay's count of spilled bodies (since it started).
 
 All connections come from 127.0.0.1. The relay exempts loopback peers from its per-address caps
 (a reverse proxy on the same host is loopback), so here only the totals apply: 4,096 client
@@ -748,7 +750,9 @@ class Sampler(threading.Thread):
             for key, name in (("conns", "machine_mcp_relay_connections"),
                               ("refused", "machine_mcp_relay_connections_refused_total"),
                               ("ws_refused", "machine_mcp_relay_daemon_sockets_refused_total"),
-                              ("sessions", "machine_mcp_relay_sessions")):
+                              ("sessions", "machine_mcp_relay_sessions"),
+                              ("spilled", "machine_mcp_relay_request_bodies_spilled_total"),
+                              ("body_mem", "machine_mcp_relay_request_body_bytes_in_memory")):
                 m = re.search(rf"^{name} (\S+)$", text, re.M)
                 if m:
                     s[key] = float(m.group(1))
@@ -1130,11 +1134,13 @@ def report(res):
             continue
         r, w = ph["res"], ph["stats"][4]
         after = ph.get("after", {}).get("rss", 0) / 1024
+        spilled = ph.get("after", {}).get("spilled")
         ok = w.get("rss_max", 1e9) < RSS_BOUND_MIB and after - base < BIG_AFTER_MIB
         rows.append(
             f"| 8 | {ph['label']}: relay VmRSS during; {BIG_AFTER_S:.0f} s after | max {w.get('rss_max', 0):.0f} MiB; "
             f"{after:.0f} MiB ({after - base:+.0f} MiB); statuses {r.get('status')}, {r.get('retry_after', 0)} with Retry-After, "
-            f"{r.get('held', 0)} held | baseline {base:.1f} MiB | — | < {RSS_BOUND_MIB} MiB; < {BIG_AFTER_MIB} MiB above baseline after "
+            f"{r.get('held', 0)} held, {'?' if spilled is None else f'{spilled:.0f}'} bodies spilled to disk so far "
+            f"| baseline {base:.1f} MiB | — | < {RSS_BOUND_MIB} MiB; < {BIG_AFTER_MIB} MiB above baseline after "
             f"| {status(ok)} |"
         )
     rows_top = rows

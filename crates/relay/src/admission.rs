@@ -2,8 +2,8 @@
 //! and `Origin` rules ([`crate::origin`]), the caller's credentials (none on a loopback listener
 //! without auth, a static token, or an OAuth access token: [`crate::oauth::bearer`]), the
 //! bridge's existence — the connection caps (client connections of the main listener, the
-//! daemon sockets still authenticating) and the budget of request body bytes in flight
-//! ([`crate::budget`]).
+//! daemon sockets still authenticating), the budget of request body bytes in flight
+//! ([`crate::budget`]) and where the bodies it admits are received ([`crate::spill`]).
 //!
 //! Rules: the checks run in the documented order (`docs/relay-protocol.md`, "The relay's MCP
 //! endpoints": Host, Origin, credentials, bridge), each refusal with its own status; a request's
@@ -23,6 +23,7 @@ use crate::{
     metrics::Metrics,
     origin,
     server::ConnectionCaps,
+    spill::Spill,
     storage::Store,
 };
 
@@ -46,6 +47,8 @@ pub(crate) struct Admission {
     pub(crate) daemons: ConnectionCaps,
     /// MCP request body bytes in flight, per credential and in all.
     pub(crate) bodies: BodyBudget,
+    /// Where MCP request bodies are received: in memory, or spilled past the threshold.
+    pub(crate) spill: Spill,
 }
 
 impl Admission {
@@ -55,6 +58,7 @@ impl Admission {
             clients: ConnectionCaps::new(config.connections),
             daemons: ConnectionCaps::new(UNVERIFIED_LIMITS),
             bodies: BodyBudget::default(),
+            spill: Spill::new(config.spill_dir.clone(), metrics.clone()),
             config,
             store,
             metrics,

@@ -7,8 +7,9 @@
 //! [`BodyPermit`] drops (once the body is parsed or refused). A reservation that would pass the
 //! credential's budget is refused ([`Refusal::Credential`], 429), one that would pass the total
 //! ([`Refusal::Total`], 503); neither touches the counts. So one credential holding many
-//! connections open with large bodies holds at most its budget of memory, and all credentials
-//! together at most the total.
+//! connections open with large bodies holds at most its budget, and all credentials together
+//! at most the total: in memory, or on disk for the bodies spilled past the spill threshold
+//! ([`crate::spill`]), which count the same.
 
 use std::{collections::HashMap, sync::Arc};
 

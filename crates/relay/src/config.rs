@@ -119,6 +119,13 @@ pub struct RelayConfig {
     /// Peers whose `X-Forwarded-For` is believed (`--trusted-proxy`): a reverse proxy that
     /// appends the client's address. Empty: the TCP peer is the client, whatever it claims.
     pub trusted_proxies: Vec<TrustedProxy>,
+    /// Where MCP request bodies larger than
+    /// [`REQUEST_BODY_SPILL_THRESHOLD`](crate::limits::REQUEST_BODY_SPILL_THRESHOLD) are
+    /// written as they arrive, as anonymous files (the `spill` module); created owner-only (0700)
+    /// when missing. The CLI names `spill/` beside the store (`STATE_DIR/relay/spill`,
+    /// `STATE_DIR/up/spill`). `None` (the default of [`RelayConfig::new`]): bodies are held in
+    /// memory whole.
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 /// A `--trusted-proxy`: an address or a network (`ADDR/PREFIX`) whose peers are reverse proxies
@@ -225,6 +232,7 @@ impl RelayConfig {
             connections: Default::default(),
             metrics_listen: None,
             trusted_proxies: Vec::new(),
+            spill_dir: None,
         }
     }
 

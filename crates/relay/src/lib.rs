@@ -19,8 +19,9 @@
 //! - `hub`: the bridges' routing state on this node behind the routing seam (`hub::Router`):
 //!   daemon links, sessions, calls, requests in flight, the reply sink of each; it imports
 //!   neither the HTTP layer nor OAuth;
-//! - [`server`] (the accept loop, connection caps, body reading), `streamable` (the header
-//!   names, `Accept` negotiation and SSE framing both eras share);
+//! - [`server`] (the accept loop, connection caps, body reading), `spill` (MCP request bodies
+//!   received in memory or, past a threshold, in anonymous files) over it and `metrics`,
+//!   `streamable` (the header names, `Accept` negotiation and SSE framing both eras share);
 //! - [`oauth`] (the authorization server and the resource-server check), `admission` (what a
 //!   request passes before anything is routed for it);
 //! - the endpoints: `stateless` (MCP 2026-07-28), `mcp` (the session era, and the era decision),
@@ -51,6 +52,7 @@ pub mod oauth;
 pub(crate) mod ops;
 pub(crate) mod origin;
 pub mod server;
+pub(crate) mod spill;
 pub mod state;
 pub(crate) mod stateless;
 pub mod storage;

@@ -1,5 +1,6 @@
 //! Bounds the relay alone enforces (the ones that cross a process boundary are in
-//! `protocol::limits`): the budget of MCP request body bytes in flight (`budget`), the drain
+//! `protocol::limits`): the budget of MCP request body bytes in flight (`budget`), the part of
+//! a body held in memory before it is spilled to disk (`spill`), the drain
 //! of a stop (the accept loop of `server`) and the wait for a stream's row before its first
 //! event (`mcp`).
 
@@ -8,17 +9,34 @@ use std::time::Duration;
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
-/// MCP request body bytes the relay holds in flight (being read or parsed) for one credential:
-/// four bodies of the largest size. A body counts from its headers (`Content-Length`, or
-/// [`MCP_REQUEST_BODY_MAX_BYTES`] without one) until it is parsed; past the budget the request
-/// is answered 429 with `Retry-After` before its body is read.
+/// MCP request body bytes the relay holds in flight (being read or parsed, in memory or spilled
+/// to disk: [`REQUEST_BODY_SPILL_THRESHOLD`]) for one credential: four bodies of the largest
+/// size. A body counts from its headers (`Content-Length`, or [`MCP_REQUEST_BODY_MAX_BYTES`]
+/// without one) until it is parsed; past the budget the request is answered 429 with
+/// `Retry-After` before its body is read.
 pub const REQUEST_BODY_BYTES_PER_CREDENTIAL: usize = 4 * MCP_REQUEST_BODY_MAX_BYTES;
 /// MCP request body bytes the relay holds in flight in all, counted as for
 /// [`REQUEST_BODY_BYTES_PER_CREDENTIAL`]; past it a request is answered 503 with `Retry-After`
 /// before its body is read.
 pub const REQUEST_BODY_BYTES_IN_FLIGHT: usize = 16 * MCP_REQUEST_BODY_MAX_BYTES;
-/// The `Retry-After` (seconds) of a request refused by the body budget.
+/// The `Retry-After` (seconds) of a request refused by the body budget, or whose body could not
+/// be spilled.
 pub const REQUEST_BODY_RETRY_AFTER_SECS: u64 = 1;
+/// MCP request body bytes the relay holds in memory while one body arrives (256 KiB); each time
+/// a body passes it, what is held is written to an anonymous file in the relay's spill
+/// directory (`spill`), and the body is parsed from there once complete. So a slow or held body
+/// costs at most this much memory, and the budget's 16 largest bodies in flight 4 MiB instead of
+/// 128 MiB. Why 256 KiB: nearly every MCP request is far below it (a `tools/call` is a few
+/// hundred bytes to a few KiB; a whole source file written in one call rarely passes 64 KiB), so
+/// the common case never touches the disk; a body past it costs one write per 256 KiB (32 for
+/// the largest) and one read back, about 3 ms for 8 MiB, beside 14 ms or more to parse it. At
+/// least [`INLINE_PARSE_MAX_BYTES`] and [`INITIALIZE_BODY_MAX_BYTES`], so a spilled body is one
+/// the blocking pool parses anyway, with the oversized-`initialize` scan.
+pub const REQUEST_BODY_SPILL_THRESHOLD: usize = 256 * KIB;
+const _: () = assert!(
+    REQUEST_BODY_SPILL_THRESHOLD >= INLINE_PARSE_MAX_BYTES
+        && REQUEST_BODY_SPILL_THRESHOLD >= INITIALIZE_BODY_MAX_BYTES
+);
 /// How long a relay (`relay serve`, `up`) that was asked to stop lets its connections finish:
 /// its listener closes at once, requests in progress may complete within this drain, and what
 /// is still open after it (SSE streams, listen streams, daemon sockets) is closed; clients resume

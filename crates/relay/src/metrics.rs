@@ -44,6 +44,11 @@ pub(crate) struct Metrics {
     pub(crate) retracted: AtomicU64,
     /// `accepted` frames for requests already retracted (the delivery estimate failed).
     pub(crate) late_accepted: AtomicU64,
+    /// MCP request bodies written to the spill directory as they arrived (`spill`).
+    pub(crate) bodies_spilled: AtomicU64,
+    /// Bytes of MCP request bodies being received that the relay holds in memory (at most the
+    /// spill threshold per body when a spill directory is set).
+    pub(crate) body_bytes_in_memory: AtomicI64,
 }
 
 impl Metrics {
@@ -161,6 +166,18 @@ impl Metrics {
             "counter",
             "Session and stream writes lost (the store's queue was full, or a write failed): not kept for a restart.",
             &[(String::new(), c(&self.store_dropped).into())],
+        );
+        metric(
+            "machine_mcp_relay_request_bodies_spilled_total",
+            "counter",
+            "MCP request bodies written to the spill directory as they arrived (larger than the spill threshold).",
+            &[(String::new(), c(&self.bodies_spilled).into())],
+        );
+        metric(
+            "machine_mcp_relay_request_body_bytes_in_memory",
+            "gauge",
+            "Bytes of MCP request bodies being received that the relay holds in memory.",
+            &[(String::new(), g(&self.body_bytes_in_memory).into())],
         );
         metric(
             "machine_mcp_relay_connections",

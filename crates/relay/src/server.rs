@@ -13,7 +13,8 @@
 //!   [`REQUEST_HEADER_READ_TIMEOUT`] of the connection or of the previous response, which also
 //!   bounds how long an idle keep-alive connection is kept (hyper's header timer runs while it
 //!   waits for the next request); bodies are read with their own timeout by the handlers that read them
-//!   (the MCP endpoints and the OAuth endpoints, through [`read_body`]), after the request was authenticated from its headers;
+//!   (the OAuth endpoints through [`read_body`], the MCP endpoints through the relay's body
+//!   receiver, which spills large bodies to disk), after the request was authenticated from its headers;
 //! - `TCP_NODELAY` on every connection (a small response written in two pieces otherwise waits
 //!   for the client's delayed ACK, 40 ms per call; BENCHMARKS.md relay section);
 //! - each request carries its peer address as `ConnectInfo<SocketAddr>` (throttles).
@@ -296,9 +297,10 @@ impl std::fmt::Display for BodyError {
     }
 }
 
-/// Reads a request body of at most `limit` bytes within [`REQUEST_BODY_READ_TIMEOUT`]: every
-/// endpoint that reads a body reads it with this, after checking the request's headers (so an
-/// unauthenticated or slow client holds neither memory nor a connection for long).
+/// Reads a request body of at most `limit` bytes within [`REQUEST_BODY_READ_TIMEOUT`], in
+/// memory: the OAuth endpoints read theirs with this (the MCP endpoints with the same bounds
+/// through a receiver that spills large bodies to disk), after checking the request's headers
+/// (so an unauthenticated or slow client holds neither memory nor a connection for long).
 ///
 /// # Errors
 /// [`BodyError`].
@@ -308,17 +310,23 @@ pub async fn read_body(
 ) -> Result<axum::body::Bytes, BodyError> {
     match tokio::time::timeout(REQUEST_BODY_READ_TIMEOUT, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(b)) => Ok(b),
-        Ok(Err(e)) => {
-            let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            while let Some(s) = src {
-                if s.is::<http_body_util::LengthLimitError>() {
-                    return Err(BodyError::TooLarge(limit));
-                }
-                src = s.source();
-            }
-            Err(BodyError::Broken(e.to_string()))
-        }
+        Ok(Err(e)) => Err(BodyError::of(&e, limit)),
         Err(_) => Err(BodyError::Timeout),
+    }
+}
+
+impl BodyError {
+    /// The error of a body of at most `limit` bytes that failed with `e` while it was read:
+    /// [`BodyError::TooLarge`] when a length limit cut it, [`BodyError::Broken`] otherwise.
+    pub(crate) fn of(e: &axum::Error, limit: usize) -> Self {
+        let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(s) = src {
+            if s.is::<http_body_util::LengthLimitError>() {
+                return BodyError::TooLarge(limit);
+            }
+            src = s.source();
+        }
+        BodyError::Broken(e.to_string())
     }
 }
 

@@ -174,6 +174,17 @@ pub(crate) fn state_dir(s: &StateArgs) -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/machine-mcp"))
 }
 
+/// Where a relay whose store is the file `store` spills large MCP request bodies: `spill/`
+/// beside the store (`STATE_DIR/relay/spill`, `STATE_DIR/up/spill`), a directory only the
+/// relay's user can read (created 0700, like the store's own).
+pub(crate) fn spill_dir(store: &Path) -> PathBuf {
+    store
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("spill")
+}
+
 /// `workspace`, or the current directory when none was given.
 ///
 /// # Errors
@@ -364,5 +375,21 @@ pub(crate) async fn shutdown_signal() {
         Err(_) => {
             let _ = ctrl_c.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spill directory is `spill/` beside the store, also for a store named without a
+    /// directory (`--store relay.db`: the current one).
+    #[test]
+    fn the_spill_directory_is_beside_the_store() {
+        assert_eq!(
+            spill_dir(Path::new("/s/relay/relay.db")),
+            Path::new("/s/relay/spill")
+        );
+        assert_eq!(spill_dir(Path::new("relay.db")), Path::new("./spill"));
     }
 }

@@ -89,6 +89,7 @@ async fn open_existing(s: &StoreArgs) -> Result<Store> {
 
 pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
     let storage = open(&args.store).await?;
+    let spill_dir = Some(super::spill_dir(&store_path(&args.store)?));
     let defaulted = args.public_url.is_none();
     let mut public_url = match args.public_url {
         Some(u) => u,
@@ -108,6 +109,7 @@ pub(crate) async fn serve(args: RelayServeArgs) -> Result<()> {
         },
         metrics_listen: args.metrics_listen,
         trusted_proxies: args.trusted_proxies,
+        spill_dir,
         ..RelayConfig::new(args.listen, public_url.clone())
     };
     let listener = relay::bind(&config).await?;

@@ -70,6 +70,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         auth,
         timing: super::relay_timing(&args.timing),
         oauth: super::oauth_settings(&args.oauth),
+        spill_dir: Some(super::spill_dir(&dir.join("relay.db"))),
         ..RelayConfig::new(args.listen, public_url.clone())
     };
     // Bound before the store is made, so that a busy port leaves nothing behind.

@@ -1,6 +1,7 @@
 //! The relay's memory under a credential holder's abuse: request bodies in flight are bounded per
 //! credential and in all (past the budget 429 or 503 with `Retry-After`, before the body is
-//! read), and the memory a burst took is given back after it.
+//! read), large ones are spilled to disk as they arrive, and the memory a burst took is given
+//! back after it.
 
 use std::{
     io::{Read, Write},
@@ -32,11 +33,14 @@ enum Event {
 /// Regression: one reviewer token sent 8 MiB minus one byte on each of 128
 /// connections and held them; relay memory grew by a gigabyte and stayed. Now bodies in flight
 /// are bounded per credential and in all: past the budget the relay answers 429 or 503 with
-/// `Retry-After` before reading, and RSS grows by the budget at most, and shrinks after.
+/// `Retry-After` before reading, and RSS grows by the budget at most, and shrinks after. The
+/// bodies it admits are spilled to disk as they arrive, so they hold at most the spill threshold
+/// of memory each.
 #[test]
 fn held_bodies_of_one_credential_are_refused_past_the_budget_and_memory_comes_back() {
     const CONNECTIONS: usize = 32;
     const BODY: usize = 8 * 1024 * 1024 - 1;
+    const SPILL_THRESHOLD: usize = 256 * 1024;
     let s = Setup::start(&[]);
     let token = s.relay.token("b", "reviewer");
     let pid = s.relay.proc.child.id();
@@ -100,6 +104,26 @@ fn held_bodies_of_one_credential_are_refused_past_the_budget_and_memory_comes_ba
         grown_mib < 160,
         "RSS grew {grown_mib} MiB while bodies were held"
     );
+    // The held bodies were spilled, as they arrived, to anonymous files in `spill/` beside the
+    // store (owner-only, no names in it): each holds at most the 256 KiB threshold in memory.
+    assert_eq!(
+        s.relay
+            .metric("machine_mcp_relay_request_bodies_spilled_total "),
+        held.len() as i64
+    );
+    let in_memory = s
+        .relay
+        .metric("machine_mcp_relay_request_body_bytes_in_memory ");
+    assert!(
+        (0..=(SPILL_THRESHOLD * held.len()) as i64).contains(&in_memory),
+        "{in_memory} bytes of {} held bodies in memory",
+        held.len()
+    );
+    let spill = s.relay.store.parent().unwrap().join("spill");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&spill).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0);
     // The held connections close; the memory goes back within the periodic trim.
     for tcp in &held {
         let _ = tcp.shutdown(std::net::Shutdown::Both);

@@ -8,6 +8,9 @@
 //! - A larger one is parsed on tokio's blocking pool, at most [`large_parses`] at once across the
 //!   process; a request waits for its turn without holding a worker. The blocking pool's threads
 //!   are the ones the CPUs share with the workers, so bounding them leaves CPU to the workers.
+//!   A body spilled to disk ([`crate::spill`]) is read back whole there, in its turn, and parsed
+//!   as one received in memory (so a few at once hold their bytes in memory again); a file
+//!   that cannot be read back is a 503 with `Retry-After`, as a body that could not be spilled.
 //! - An `initialize` larger than [`INITIALIZE_BODY_MAX_BYTES`] is refused from a scan that
 //!   builds nothing (its `method` and `id`, the rest skipped), before the message is parsed (or
 //!   after it, when a duplicated member keeps the scan from reading it):
@@ -16,13 +19,14 @@
 
 use std::sync::LazyLock;
 
-use axum::{body::Bytes, http::StatusCode, response::Response};
+use axum::{http::StatusCode, response::Response};
 use serde::Deserialize;
 use serde_json::{Value, value::RawValue};
 use tokio::sync::Semaphore;
 
-use crate::limits::{
-    INITIALIZE_BODY_MAX_BYTES, INLINE_PARSE_MAX_BYTES, SESSION_INITIALIZE_MAX_BYTES,
+use crate::{
+    limits::{INITIALIZE_BODY_MAX_BYTES, INLINE_PARSE_MAX_BYTES, SESSION_INITIALIZE_MAX_BYTES},
+    spill::Received,
 };
 use protocol::{head::Head, jsonrpc, jsonrpc::code};
 
@@ -45,19 +49,32 @@ type Refused = Box<Response>;
 ///
 /// # Errors
 /// A response, in this order of checks:
+/// - 503 with `Retry-After`: a spilled body whose file cannot be read back;
 /// - 400, [`code::INVALID_PARAMS`] with the request's id: an `initialize` of more than
 ///   [`INITIALIZE_BODY_MAX_BYTES`];
 /// - 400, [`code::PARSE_ERROR`], id null: not JSON;
 /// - 400, [`code::INVALID_REQUEST`], id null: not a JSON-RPC 2.0 message, a batch, or a request
 ///   whose id is neither a string nor an integer (MCP Basic § Requests: "Requests MUST include a
 ///   string or integer ID", which "MUST NOT be null").
-pub(crate) async fn message(body: Bytes) -> Result<(Head, Value), Refused> {
-    if body.len() <= INLINE_PARSE_MAX_BYTES {
-        return parse(&body);
+pub(crate) async fn message(body: Received) -> Result<(Head, Value), Refused> {
+    if let Received::Memory(b) = &body
+        && b.len() <= INLINE_PARSE_MAX_BYTES
+    {
+        return parse(b);
     }
     // The semaphore is never closed, so acquiring fails only if it were; then parse anyway.
     let _turn = LARGE_PARSES.acquire().await;
-    match tokio::task::spawn_blocking(move || large(&body)).await {
+    let parsed = tokio::task::spawn_blocking(move || match body {
+        Received::Memory(b) => large(&b),
+        Received::Spilled(s) => match s.read_back() {
+            Ok(b) => large(&b),
+            Err(e) => {
+                tracing::warn!(error = %e, "a spilled MCP request body could not be read back; answered 503");
+                Err(Box::new(super::spill_failed()))
+            }
+        },
+    });
+    match parsed.await {
         Ok(parsed) => parsed,
         // The closure does not panic on any input; a join error is a runtime shutting down.
         Err(e) => Err(Box::new(rpc_error(
@@ -140,6 +157,8 @@ fn parse(body: &[u8]) -> Result<(Head, Value), Refused> {
 
 #[cfg(test)]
 mod tests {
+    use axum::body::Bytes;
+
     use super::*;
 
     /// An 8 MB `initialize` whose `capabilities` hold ~800,000 small members, the body of the
@@ -185,7 +204,7 @@ mod tests {
         // Spawned first, so polled first: parsed inline, it ends within that one poll, before
         // the counting task has run at all.
         let parse = tokio::spawn(async move {
-            let parsed = message(body).await;
+            let parsed = message(body.into()).await;
             (parsed, seen.load(Ordering::Relaxed))
         });
         let counting = tokio::spawn(async move {
@@ -210,7 +229,7 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_initialize_is_refused_from_its_head() {
         let (status, body) = status_and_body(
-            message(Bytes::from(wide_initialize("initialize")))
+            message(Bytes::from(wide_initialize("initialize")).into())
                 .await
                 .unwrap_err(),
         )
@@ -231,12 +250,12 @@ mod tests {
         };
         let just_over = at(INITIALIZE_BODY_MAX_BYTES + 1);
         assert_eq!(just_over.len(), INITIALIZE_BODY_MAX_BYTES + 1);
-        let (_, body) = status_and_body(message(just_over).await.unwrap_err()).await;
+        let (_, body) = status_and_body(message(just_over.into()).await.unwrap_err()).await;
         assert_eq!(
             (body["id"].clone(), body["error"]["code"].clone()),
             ("a".into(), code::INVALID_PARAMS.into())
         );
-        let (_, at_most) = message(at(INITIALIZE_BODY_MAX_BYTES)).await.unwrap();
+        let (_, at_most) = message(at(INITIALIZE_BODY_MAX_BYTES).into()).await.unwrap();
         assert_eq!(at_most["method"], "initialize");
     }
 
@@ -255,7 +274,7 @@ mod tests {
             let body =
                 format!(r#"{head},"params":{{"protocolVersion":"2025-06-18","_pad":"{pad}"}}}}"#);
             let (status, reply) =
-                status_and_body(message(Bytes::from(body)).await.unwrap_err()).await;
+                status_and_body(message(Bytes::from(body).into()).await.unwrap_err()).await;
             assert_eq!(status, StatusCode::BAD_REQUEST, "{head}");
             assert_eq!(reply["error"]["code"], code::INVALID_PARAMS, "{head}");
             assert_eq!(reply["id"], 5, "{head}");
@@ -267,7 +286,8 @@ mod tests {
     async fn a_large_body_is_refused_as_a_small_one_is() {
         let mut broken = wide_initialize("initialize");
         broken.truncate(broken.len() - 1);
-        let (status, body) = status_and_body(message(Bytes::from(broken)).await.unwrap_err()).await;
+        let (status, body) =
+            status_and_body(message(Bytes::from(broken).into()).await.unwrap_err()).await;
         assert_eq!(
             (status, body["error"]["code"].clone()),
             (StatusCode::BAD_REQUEST, code::PARSE_ERROR.into())
@@ -277,10 +297,108 @@ mod tests {
             "y".repeat(INITIALIZE_BODY_MAX_BYTES)
         );
         let (status, body) =
-            status_and_body(message(Bytes::from(not_rpc)).await.unwrap_err()).await;
+            status_and_body(message(Bytes::from(not_rpc).into()).await.unwrap_err()).await;
         assert_eq!(
             (status, body["error"]["code"].clone()),
             (StatusCode::BAD_REQUEST, code::INVALID_REQUEST.into())
+        );
+    }
+
+    /// `bytes` received in 16 KiB chunks by a receiver that spills into a fresh directory
+    /// (kept while the body is used), and that receiver's count of spilled bodies.
+    async fn spilled(bytes: &[u8]) -> (Received, u64, tempfile::TempDir) {
+        use std::sync::{Arc, atomic::Ordering};
+        let chunks: Vec<Result<Bytes, std::io::Error>> = bytes
+            .chunks(16 * 1024)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::<crate::metrics::Metrics>::default();
+        let received = crate::spill::Spill::new(Some(dir.path().join("spill")), metrics.clone())
+            .receive(
+                axum::body::Body::from_stream(futures_util::stream::iter(chunks)),
+                crate::limits::MCP_REQUEST_BODY_MAX_BYTES,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(received, Received::Spilled(_)), "not spilled");
+        (
+            received,
+            metrics.bodies_spilled.load(Ordering::Relaxed),
+            dir,
+        )
+    }
+
+    /// A body past the spill threshold, received in chunks into a file, parses to the message
+    /// (and head) the same bytes parse to in memory: a file's text in one string, and a wide
+    /// object of small members.
+    #[tokio::test]
+    async fn a_spilled_body_parses_to_the_message_it_parses_to_in_memory() {
+        let text = "fn main() {\n    println!(\"a \\\"quoted\\\" line\");\n}\n\t\u{e9}\u{1F600}\n"
+            .repeat(20_000);
+        let write = serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": "w1", "method": "tools/call",
+            "params": {"name": "write_file", "arguments": {"path": "a.rs", "content": text}},
+        }))
+        .unwrap();
+        for body in [write, wide_initialize("tools/call")] {
+            assert!(body.len() > crate::limits::REQUEST_BODY_SPILL_THRESHOLD);
+            let (received, spilled_count, _dir) = spilled(&body).await;
+            assert_eq!(spilled_count, 1);
+            let (head, from_file) = message(received).await.unwrap();
+            let (head_in_memory, in_memory) = message(Bytes::from(body).into()).await.unwrap();
+            assert_eq!(from_file, in_memory);
+            assert_eq!(format!("{head:?}"), format!("{head_in_memory:?}"));
+        }
+    }
+
+    /// A spilled body gets the answer the same bytes get in memory: an oversized `initialize`
+    /// refused from its head (with its id), a broken body -32700, a body that is not JSON-RPC
+    /// -32600.
+    #[tokio::test]
+    async fn a_spilled_body_is_refused_as_it_is_in_memory() {
+        let mut broken = wide_initialize("tools/call");
+        broken.truncate(broken.len() - 1);
+        let not_rpc = format!(
+            r#"{{"jsonrpc":"1.0","method":"tools/call","pad":"{}"}}"#,
+            "y".repeat(crate::limits::REQUEST_BODY_SPILL_THRESHOLD)
+        )
+        .into_bytes();
+        for (body, code) in [
+            (wide_initialize("initialize"), code::INVALID_PARAMS),
+            (broken, code::PARSE_ERROR),
+            (not_rpc, code::INVALID_REQUEST),
+        ] {
+            let (received, _, _dir) = spilled(&body).await;
+            let from_file = status_and_body(message(received).await.unwrap_err()).await;
+            let in_memory =
+                status_and_body(message(Bytes::from(body).into()).await.unwrap_err()).await;
+            assert_eq!(from_file, in_memory);
+            assert_eq!(
+                (from_file.0, from_file.1["error"]["code"].clone()),
+                (StatusCode::BAD_REQUEST, code.into())
+            );
+        }
+    }
+
+    /// A spilled body whose file cannot be read back whole is answered 503 with `Retry-After`,
+    /// not parsed from what is left.
+    #[tokio::test]
+    async fn a_spilled_body_that_cannot_be_read_back_is_answered_503() {
+        use std::io::{Seek, Write};
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .unwrap();
+        file.rewind().unwrap();
+        let lost = crate::spill::SpilledBody::of(file, 300_000);
+        let refused = message(Received::Spilled(lost)).await.unwrap_err();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            refused
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .unwrap(),
+            "1"
         );
     }
 }

@@ -5,9 +5,10 @@
 //!
 //! - POST: the path ([`Endpoint`]), `Host` (403), `Origin` (403), credentials (401 / 403), the
 //!   bridge (404), the body budget (past the credential's → 429, past the relay's → 503, both
-//!   with `Retry-After`, before the body is read: [`crate::budget`]), then the body (over 8 MiB →
-//!   413, not complete within 30 s → 408),
-//!   `Content-Type` (415), an `initialize` over 64 KiB (400, -32602), JSON (400, -32700), the
+//!   with `Retry-After`, before the body is read: [`crate::budget`]), then the body, received
+//!   in memory or, past 256 KiB, spilled to an anonymous file ([`crate::spill`]: over 8 MiB →
+//!   413, not complete within 30 s → 408, broken off → 400, not writable to disk → 503 with
+//!   `Retry-After`), `Content-Type` (415), an `initialize` over 64 KiB (400, -32602), JSON (400, -32700), the
 //!   JSON-RPC envelope (400, -32600) (`body.rs`). The era and what follows from it are the
 //!   handler's.
 //! - GET: the path, `Host`, `Origin`, credentials, the bridge, a 2026-07-28 version (405), an
@@ -20,7 +21,7 @@
 use std::sync::Arc;
 
 use axum::{
-    body::Bytes,
+    body::Body,
     extract::{FromRef, FromRequest, FromRequestParts, Path, Request, rejection::PathRejection},
     http::{HeaderMap, Method, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
@@ -35,12 +36,14 @@ use protocol::{
     mcp::{ALL_VERSIONS, is_session_era},
 };
 
-use super::plain;
+use super::{plain, retry_later, spill_failed};
 use crate::{
     admission::Admission,
     auth::BridgePrincipal,
     error::HttpError,
     hub::{BridgeRef, Router, SessionRef},
+    limits::MCP_REQUEST_BODY_MAX_BYTES,
+    spill::{ReceiveError, Received},
     stateless,
     streamable::{SESSION_HEADER, VERSION_HEADER, wants_sse},
 };
@@ -146,7 +149,7 @@ where
         // The body is reserved in the budget before a byte of it is read, and held until parsed.
         let _permit =
             reserve_body(&admission, &admitted.principal.credential, &headers).map_err(|r| *r)?;
-        let body = read_body(body).await.map_err(IntoResponse::into_response)?;
+        let body = receive_body(&admission, body).await.map_err(|r| *r)?;
         let ct_ok = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -163,8 +166,9 @@ where
                 "Content-Type must be application/json",
             ));
         }
-        // Parsed here when small; a large body on the blocking pool, a bounded number at once,
-        // and an oversized `initialize` refused from its head (`body.rs`).
+        // Parsed here when small; a large body (read back first when it was spilled) on the
+        // blocking pool, a bounded number at once, and an oversized `initialize` refused from
+        // its head (`body.rs`).
         let (head, message) = super::body::message(body).await.map_err(|r| *r)?;
         Ok(Self {
             admitted,
@@ -325,7 +329,6 @@ fn reserve_body(
     headers: &HeaderMap,
 ) -> Result<crate::budget::BodyPermit, Box<Response>> {
     use crate::budget::Refusal;
-    use crate::limits::REQUEST_BODY_RETRY_AFTER_SECS;
     let length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -341,38 +344,45 @@ fn reserve_body(
                 "the relay holds too many request bodies; retry later",
             ),
         };
-        let mut response = plain(status, message);
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            axum::http::HeaderValue::from(REQUEST_BODY_RETRY_AFTER_SECS),
-        );
-        Box::new(response)
+        Box::new(retry_later(status, message))
     })
 }
 
-/// Reads a POST body ([`crate::server::read_body`], at most [`MCP_REQUEST_BODY_MAX_BYTES`]).
+/// Receives a POST body of at most [`MCP_REQUEST_BODY_MAX_BYTES`], in memory or, past the
+/// spill threshold, in an anonymous file ([`crate::spill`]).
 ///
 /// # Errors
 /// 413 (a JSON-RPC error, id null) past the size, 408 past the time, 400 when the body breaks
-/// off.
-async fn read_body(body: axum::body::Body) -> Result<Bytes, HttpError> {
-    use crate::limits::MCP_REQUEST_BODY_MAX_BYTES;
+/// off; 503 with `Retry-After` when the body could not be written to disk (the log says why).
+async fn receive_body(admission: &Admission, body: Body) -> Result<Received, Box<Response>> {
     use crate::server::BodyError;
-    crate::server::read_body(body, MCP_REQUEST_BODY_MAX_BYTES)
+    match admission
+        .spill
+        .receive(body, MCP_REQUEST_BODY_MAX_BYTES)
         .await
-        .map_err(|e| {
+    {
+        Ok(received) => Ok(received),
+        Err(ReceiveError::Body(e)) => {
             let status = match e {
                 BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
                 BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
                 BodyError::Broken(_) => StatusCode::BAD_REQUEST,
             };
-            HttpError::new(status, e.to_string())
-        })
+            Err(Box::new(
+                HttpError::new(status, e.to_string()).into_response(),
+            ))
+        }
+        Err(ReceiveError::Spill(_)) => Err(Box::new(spill_failed())),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use axum::{Router, body::Body, routing::get};
+    use axum::{
+        Router,
+        body::{Body, Bytes},
+        routing::get,
+    };
     use tower::ServiceExt;
 
     use super::*;
@@ -419,5 +429,184 @@ mod tests {
             assert_eq!(refused.0, StatusCode::BAD_REQUEST, "{uri}");
             assert_eq!(refused, answer(old.clone(), uri).await, "{uri}");
         }
+    }
+
+    /// The MCP POST route of a relay on loopback without authentication, with bridge `b1`,
+    /// that spills into `spill_dir` (none: holds bodies in memory whole, as before spilling
+    /// existed).
+    async fn relay(spill_dir: Option<std::path::PathBuf>) -> (Router, crate::AppState) {
+        let store = crate::storage::memory().await.unwrap();
+        store.bridges().add_bridge("b1", 3600).await.unwrap();
+        let config = crate::RelayConfig {
+            auth: crate::config::AuthMode::None,
+            spill_dir,
+            ..crate::RelayConfig::for_tests()
+        };
+        let state = crate::AppState::in_memory(store, config).await;
+        let route = Router::new()
+            .route("/b/{bridge}/mcp", axum::routing::post(super::super::post))
+            .with_state(state.clone());
+        (route, state)
+    }
+
+    /// A body that sends `bytes` in 16 KiB chunks, without a `Content-Length`, then `end`
+    /// (`None`: ends cleanly).
+    fn streamed(bytes: &[u8], end: Option<std::io::Error>) -> Body {
+        let mut chunks: Vec<Result<Bytes, std::io::Error>> = bytes
+            .chunks(16 * 1024)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        chunks.extend(end.map(Err));
+        Body::from_stream(futures_util::stream::iter(chunks))
+    }
+
+    async fn post(router: &Router, body: Body) -> (StatusCode, HeaderMap, Value) {
+        let request = Request::post("/b/b1/mcp")
+            .header(header::HOST, "127.0.0.1:8750")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(body)
+            .unwrap();
+        let r = router.clone().oneshot(request).await.unwrap();
+        let (status, headers) = (r.status(), r.headers().clone());
+        let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        (
+            status,
+            headers,
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+        )
+    }
+
+    /// A `tools/call` of about `len` bytes: `pad` in its arguments.
+    fn call_of(len: usize) -> Vec<u8> {
+        let pad = "p".repeat(len);
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "write_file", "arguments": {"content": pad}}})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn spilled(state: &crate::AppState) -> u64 {
+        state
+            .metrics
+            .bodies_spilled
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Through the whole POST path, a body past the spill threshold is spilled and gets the
+    /// answer it got when every body was held in memory: parsed and handed to the handler (a
+    /// `tools/call` without a session: 400 from the handler), 413 past 8 MiB, 400 when it breaks
+    /// off, an oversized `initialize` refused with its id. Its budget is given back each time.
+    #[tokio::test]
+    async fn spilled_bodies_get_the_answers_bodies_held_in_memory_get() {
+        use crate::limits::{
+            MCP_REQUEST_BODY_MAX_BYTES, REQUEST_BODY_BYTES_PER_CREDENTIAL,
+            REQUEST_BODY_SPILL_THRESHOLD,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (spilling, spilling_state) = relay(Some(dir.path().join("spill"))).await;
+        let (in_memory, in_memory_state) = relay(None).await;
+        let over = REQUEST_BODY_SPILL_THRESHOLD + 1;
+        let init = format!(
+            r#"{{"jsonrpc":"2.0","id":"i9","method":"initialize","params":{{"protocolVersion":"2025-11-25","_pad":"{}"}}}}"#,
+            "p".repeat(over)
+        );
+        let cases: [(&str, Vec<u8>, Option<std::io::Error>, StatusCode); 4] = [
+            ("parsed", call_of(over), None, StatusCode::BAD_REQUEST),
+            (
+                "too large",
+                vec![b' '; MCP_REQUEST_BODY_MAX_BYTES + 1],
+                None,
+                StatusCode::PAYLOAD_TOO_LARGE,
+            ),
+            (
+                "broken",
+                call_of(over),
+                Some(std::io::Error::other("reset")),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "initialize",
+                init.into_bytes(),
+                None,
+                StatusCode::BAD_REQUEST,
+            ),
+        ];
+        for (n, (case, bytes, end, status)) in cases.into_iter().enumerate() {
+            let again = end.as_ref().map(|e| std::io::Error::other(e.to_string()));
+            let from_file = post(&spilling, streamed(&bytes, end)).await;
+            let from_memory = post(&in_memory, streamed(&bytes, again)).await;
+            assert_eq!(from_file.0, status, "{case}: {:?}", from_file.2);
+            assert_eq!(
+                (from_file.0, &from_file.2),
+                (from_memory.0, &from_memory.2),
+                "{case}"
+            );
+            assert_eq!(spilled(&spilling_state), n as u64 + 1, "{case}");
+            assert!(
+                spilling_state
+                    .admission
+                    .bodies
+                    .reserve("anonymous", Some(REQUEST_BODY_BYTES_PER_CREDENTIAL as u64))
+                    .is_ok(),
+                "{case}: the body's budget was given back"
+            );
+        }
+        assert_eq!(spilled(&in_memory_state), 0);
+        let parsed = post(&spilling, streamed(&call_of(over), None)).await.2;
+        assert!(
+            parsed["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("MCP-Session-Id")),
+            "{parsed}"
+        );
+    }
+
+    /// A spill directory the relay cannot make answers a large body 503 with `Retry-After`
+    /// and a message that says what happened (not where); the relay goes on answering, small
+    /// bodies as before.
+    #[tokio::test]
+    async fn a_spill_directory_that_cannot_be_written_is_answered_503_with_retry_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-directory");
+        std::fs::write(&file, b"").unwrap();
+        let (router, state) = relay(Some(file.join("spill"))).await;
+        let big = call_of(crate::limits::REQUEST_BODY_SPILL_THRESHOLD + 1);
+        let (status, headers, body) = post(&router, streamed(&big, None)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(headers.get(header::RETRY_AFTER).unwrap(), "1");
+        let why = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(why.contains("spill directory"), "{why}");
+        assert!(!why.contains("not-a-directory"), "{why}");
+        assert!(
+            state.admission.bodies.reserve("anonymous", None).is_ok(),
+            "the budget was given back"
+        );
+        let (status, _, body) = post(&router, streamed(&call_of(100), None)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("MCP-Session-Id")
+        );
+    }
+
+    /// A spilled body that stops coming is answered 408 once the body's time is up (paused
+    /// clock), as a body in memory is.
+    #[tokio::test]
+    async fn a_spilled_body_that_stops_coming_is_answered_408() {
+        use futures_util::StreamExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (_, state) = relay(Some(dir.path().join("spill"))).await;
+        tokio::time::pause();
+        let first = Bytes::from(call_of(crate::limits::REQUEST_BODY_SPILL_THRESHOLD + 1));
+        let body = futures_util::stream::iter([Ok::<_, std::io::Error>(first)])
+            .chain(futures_util::stream::pending());
+        let refused = receive_body(&state.admission, Body::from_stream(body))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(spilled(&state), 1);
     }
 }

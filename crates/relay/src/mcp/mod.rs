@@ -69,6 +69,27 @@ fn plain(status: StatusCode, message: &str) -> Response {
     HttpError::new(status, message).into_response()
 }
 
+/// A refusal of a request body the client may send again after
+/// [`REQUEST_BODY_RETRY_AFTER_SECS`](crate::limits::REQUEST_BODY_RETRY_AFTER_SECS): `status`
+/// (429 or 503) with `Retry-After`.
+fn retry_later(status: StatusCode, message: &str) -> Response {
+    let mut response = plain(status, message);
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(crate::limits::REQUEST_BODY_RETRY_AFTER_SECS),
+    );
+    response
+}
+
+/// The answer to a body that could not be held on disk: 503 with `Retry-After` (the cause, with
+/// the directory, is in the relay's log, not in the answer).
+fn spill_failed() -> Response {
+    retry_later(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the relay could not store this request body on disk (its spill directory is full or not writable); retry later",
+    )
+}
+
 /// POST on either endpoint: one JSON-RPC message that passed the checks of [`McpPost`]; the era
 /// decides the rest ([`stateless::era`]).
 pub(crate) async fn post(
