@@ -281,6 +281,33 @@ fn a_second_stop_signal_ends_up_at_once() {
     assert_gone(&held.pids, "up (second signal)");
 }
 
+/// Regression: `up` logged that it let calls in flight finish for up to 10 s, then exited
+/// after 5 s whatever still ran, closing the call's stream without its answer. A call that ends
+/// within the drain is answered, then `up` exits.
+#[test]
+fn a_call_that_ends_within_the_drain_of_up_is_answered_before_it_exits() {
+    let mut up = UpRun::start();
+    let mut c = Client::new(&up.url, Some(&up.token));
+    c.initialize();
+    // Past the 5 s `up` gave, within the drain.
+    let secs = daemon::limits::DAEMON_STOP_DRAIN.as_secs() - 3;
+    let argv = recorded("call.pid", &format!("sleep {secs}; echo finished"));
+    let (mut call, _) = running_call(&mut c, up.ws.path(), "call.pid", argv);
+    let t0 = Instant::now();
+    signal(up.proc.child.id(), Signal::SIGTERM);
+    let r = last_message(&mut call, relay::limits::RELAY_STOP_DRAIN + MARGIN);
+    assert_eq!(
+        r["result"]["structuredContent"]["stdout"],
+        "finished\n",
+        "the call was cut after {:?}: {r}\n{}",
+        t0.elapsed(),
+        up.proc.log()
+    );
+    let status = exit_within(&mut up.proc.child, relay::limits::RELAY_STOP_DRAIN + MARGIN);
+    eprintln!("up stopped after its call in {:?}", t0.elapsed());
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", up.proc.log());
+}
+
 /// A relay and its `connect` daemon with a `run_process` call running through it: the call's
 /// session, its answer's stream and its process.
 fn connect_with_a_call_running() -> (Setup, Client, SseReader, u32) {
