@@ -17,7 +17,7 @@ use crate::{
     net::{Client, Proc, SseReader, wait_metric_at},
     relay::{Setup, mcp_url, setup},
     stateless::{Modern, SSE_OR_JSON, raw_post, read_some},
-    util::{Server, Tree, exit_within, wait_file, wait_gone},
+    util::{Server, Tree, bin, exit_within, wait_file, wait_gone},
 };
 
 /// What a stopping process may take beyond its documented drain: the shutdown after the drain
@@ -401,5 +401,55 @@ fn a_stop_signal_ends_stdio_promptly_with_a_call_running_and_leaves_no_process()
             );
             assert_gone(&pids, &format!("stdio {args:?} ({sig:?})"));
         }
+    }
+}
+
+/// A second stop signal while `stdio`, supervised and not, stops (a process session that
+/// ignores SIGTERM holds it for the termination grace) ends it at once, with exit status 130,
+/// and the processes it started go with it.
+#[test]
+fn a_second_stop_signal_ends_stdio_at_once() {
+    let grace = runtime::limits::TERMINATION_GRACE;
+    for (args, stopping) in [
+        (&[][..], "terminated; stopping the worker"),
+        (&["--no-supervisor"][..], "interrupted; exiting"),
+    ] {
+        let ws = Tree::new();
+        let logs = tempfile::tempdir().unwrap();
+        let log = logs.path().join("stderr.log");
+        let mut s = Server::start_binary(&bin(), ws.path(), args, &[], &log);
+        let argv = json!([
+            "sh",
+            "-c",
+            "trap '' TERM; echo $$ > session.pid; exec sleep 60"
+        ]);
+        s.call("start_process", json!({"argv": argv})).ok();
+        let pid = pid_in(&ws.path().join("session.pid"));
+        let first = Instant::now();
+        signal(s.pid(), Signal::SIGTERM);
+        let end = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(stopping)
+        {
+            assert!(
+                Instant::now() < end,
+                "stdio {args:?} did not take the first signal"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal(s.pid(), Signal::SIGINT);
+        let status = s.exit_within(grace + MARGIN);
+        let took = first.elapsed();
+        eprintln!("stdio {args:?} ended on a second signal {took:?} after the first");
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(130),
+            "stdio {args:?}: {status:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        // Before the grace of the first stop could have run out.
+        assert!(took < grace, "stdio {args:?} took {took:?}");
+        assert_gone(&[pid], &format!("stdio {args:?} (second signal)"));
     }
 }
