@@ -40,6 +40,11 @@
 //!   start from the supervisor's own running file, and only the user's reload takes the file
 //!   at the path; `server_info` says so and why.
 //! - **Status.** `server_info` answers gain `supervisor` ([`SupervisorInfo`]).
+//! - **Stop.** At end of input the workers finish what they run and answer it; on Ctrl-C or
+//!   SIGTERM they get SIGTERM, as the host's signal would stop a server without a supervisor.
+//!   Either way a worker still there after [`WORKER_STOP_WAIT`] is killed. A stop signal while
+//!   they stop escalates: after end of input the workers get SIGTERM, after a signal they are
+//!   killed at once and [`supervise`] returns [`Ended::AtOnce`].
 //!
 //! Files: this one the entry points and the client's reader; `shared.rs` what routing decided
 //! and who does it (`Out`, `Shared`); `state/` the routing state (`mod.rs` its types and
@@ -57,6 +62,7 @@
 //! [`SUPERVISOR_QUEUE_MAX_BYTES`]: crate::limits::SUPERVISOR_QUEUE_MAX_BYTES
 //! [`CONCURRENT_TOOL_CALLS`]: protocol::limits::CONCURRENT_TOOL_CALLS
 //! [`SupervisorInfo`]: runtime::tools::info::SupervisorInfo
+//! [`WORKER_STOP_WAIT`]: crate::limits::WORKER_STOP_WAIT
 
 use std::{
     ffi::OsString,
@@ -67,6 +73,7 @@ use std::{
 };
 
 use lock::Lock;
+use tokio::time::Instant;
 
 use protocol::{jsonrpc::code, limits::STDIO_LINE_MAX_BYTES};
 
@@ -107,13 +114,25 @@ pub fn invoked_path(argv0: &std::ffi::OsStr) -> PathBuf {
     binary::invoked_path(argv0)
 }
 
+/// How [`supervise`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Its input or stdout ended, or a stop signal came: the workers stopped, or were killed
+    /// after [`WORKER_STOP_WAIT`](crate::limits::WORKER_STOP_WAIT).
+    Stopped,
+    /// A second stop signal came while the workers stopped: they were killed at once. The
+    /// process is expected to exit at once too (`machine-mcp` exits with status 130).
+    AtOnce,
+}
+
 /// Runs the supervisor on this process's stdin and stdout until stdin ends or SIGINT/SIGTERM;
-/// SIGHUP reloads (a new worker from the binary now at the path).
+/// SIGHUP reloads (a new worker from the binary now at the path). Then stops the workers (the
+/// module's **Stop**) and says how it ended.
 ///
 /// # Errors
 /// The first worker could not be started, or stdout, the signal handlers or the stdin thread
 /// could not be set up.
-pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
+pub async fn supervise(config: SupervisorConfig) -> io::Result<Ended> {
     let (probe_tx, mut probes) = tokio::sync::mpsc::unbounded_channel::<Probe>();
     let out = ClientOut::stdout()?;
     let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
@@ -129,7 +148,7 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
     let (eof_tx, mut eof) = tokio::sync::oneshot::channel::<()>();
     read_client(shared.clone(), eof_tx)?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut stops = StopSignals::new()?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut idle = IdleTrim::default();
@@ -147,16 +166,63 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<()> {
                     let _ = tokio::task::spawn_blocking(runtime::memory::trim).await;
                 }
             }
-            _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted; stopping the worker"); break true; }
-            _ = term.recv() => { tracing::info!("terminated; stopping the worker"); break true; }
+            how = stops.next() => { tracing::info!("{how}; stopping the worker"); break true; }
         }
         if shared.closed() {
             tracing::info!("stdout closed; stopping the worker");
             break false;
         }
     };
-    shared.shutdown(signalled).await;
-    Ok(())
+    Ok(stop(&shared, signalled, &mut stops).await)
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, listened to from the start, so that none that comes while the
+/// supervisor stops is missed.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn new() -> io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next stop signal, as the log says it: `interrupted` or `terminated`.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "interrupted",
+            _ = self.terminate.recv() => "terminated",
+        }
+    }
+}
+
+/// Stops the workers: closes their input, and when `signalled` sends them SIGTERM; waits for
+/// them at most [`WORKER_STOP_WAIT`](crate::limits::WORKER_STOP_WAIT), then kills what is left.
+/// A stop signal meanwhile escalates (the module's **Stop**).
+async fn stop(shared: &Shared, mut signalled: bool, stops: &mut StopSignals) -> Ended {
+    shared.stop_workers(signalled);
+    let gone = shared.workers_gone(Instant::now() + crate::limits::WORKER_STOP_WAIT);
+    tokio::pin!(gone);
+    let ended = loop {
+        tokio::select! {
+            () = &mut gone => break Ended::Stopped,
+            _ = stops.next() => {}
+        }
+        if signalled {
+            tracing::info!("a second stop signal; killing the worker at once");
+            break Ended::AtOnce;
+        }
+        tracing::info!("a stop signal while the worker finishes; stopping it");
+        signalled = true;
+        shared.stop_workers(true);
+    };
+    shared.kill_workers();
+    ended
 }
 
 /// Reads the client's lines from stdin on a thread of its own and routes each one there (a

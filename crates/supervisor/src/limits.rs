@@ -8,7 +8,7 @@ use std::time::Duration;
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
-// === OAuth 2.1 on the relay (DESIGN §6) ===
+// === Workers ===
 
 /// Requests a supervisor holds while no worker can take them (one starting or restarting);
 /// one more is answered at once with a `not_sent` error.
@@ -37,3 +37,8 @@ pub const RETIRED_WORKER_POLL: Duration = Duration::from_secs(5);
 pub const WORKER_LINE_MAX_BYTES: usize = 128 * MIB;
 /// Process session and task ids the supervisor remembers the worker of (oldest forgotten first).
 pub const SUPERVISOR_OWNED_IDS_MAX: usize = 4096;
+/// How long a stopping supervisor (end of input, Ctrl-C, SIGTERM) waits for its workers to
+/// exit before it kills them: as long as a server gives its stdout to take the answers still
+/// queued at end of input (`runtime::mcp::stdio::STDOUT_DRAIN_WAIT`), which the supervisor
+/// forwards meanwhile.
+pub const WORKER_STOP_WAIT: Duration = runtime::mcp::stdio::STDOUT_DRAIN_WAIT;

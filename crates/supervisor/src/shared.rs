@@ -113,12 +113,11 @@ impl Shared {
         }
     }
 
-    /// Closes every worker's input — and when `signalled` (Ctrl-C, SIGTERM) sends it SIGTERM,
-    /// as the host's signal would stop a server without a supervisor — lets them answer for up
-    /// to [`runtime::mcp::stdio::STDOUT_DRAIN_WAIT`] (their reader threads forward what they write), then
-    /// kills what is left. At end of input a worker finishes the calls it runs and answers
-    /// them, as the in-process server does.
-    pub(crate) async fn shutdown(&self, signalled: bool) {
+    /// Marks the supervisor stopping and closes every worker's input — and when `signalled`
+    /// (Ctrl-C, SIGTERM) sends it SIGTERM, as the host's signal would stop a server without a
+    /// supervisor. At end of input a worker finishes the calls it runs and answers them, as the
+    /// in-process server does; their reader threads forward what they write.
+    pub(crate) fn stop_workers(&self, signalled: bool) {
         let workers: Vec<Arc<Worker>> = {
             let mut st = self.lock();
             st.stopping = true;
@@ -131,10 +130,17 @@ impl Shared {
                 w.close_input();
             }
         }
-        let deadline = Instant::now() + runtime::mcp::stdio::STDOUT_DRAIN_WAIT;
+    }
+
+    /// Resolves once every worker is gone, or at `deadline`.
+    pub(crate) async fn workers_gone(&self, deadline: Instant) {
         while !self.lock().workers.is_empty() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Kills every worker still there (its process tree is ended by its watchdog).
+    pub(crate) fn kill_workers(&self) {
         for s in self.lock().workers.values() {
             s.worker.kill();
         }

@@ -352,17 +352,23 @@ pub(crate) fn daemon_timing(t: &TimingArgs) -> daemon::link::LinkTiming {
     timing
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
 /// After the first stop signal was taken: a second Ctrl-C or SIGTERM ends the process at once
-/// (exit status 130), whatever is still draining.
+/// ([`exit_at_once`]), whatever is still draining.
 pub(crate) fn exit_on_second_signal() {
     tokio::spawn(async {
         shutdown_signal().await;
-        eprintln!("machine-mcp: a second stop signal; exiting at once");
-        std::process::exit(130);
+        exit_at_once();
     });
 }
 
+/// Ends the process at once on a second stop signal, with exit status 130 (a process ended by
+/// SIGINT, as shells report it), whatever is still draining.
+pub(crate) fn exit_at_once() -> ! {
+    eprintln!("machine-mcp: a second stop signal; exiting at once");
+    std::process::exit(130);
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

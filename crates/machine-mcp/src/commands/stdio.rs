@@ -59,9 +59,13 @@ async fn supervise(args: &StdioArgs) -> Result<()> {
         args: argv.collect(),
         automatic_swap_off,
     };
-    supervisor::supervise(config)
+    match supervisor::supervise(config)
         .await
-        .context("the stdio supervisor failed")
+        .context("the stdio supervisor failed")?
+    {
+        supervisor::Ended::Stopped => Ok(()),
+        supervisor::Ended::AtOnce => super::exit_at_once(),
+    }
 }
 
 /// `machine-mcp reload`: SIGHUP to each running `machine-mcp stdio` supervisor of this user

@@ -13,7 +13,7 @@ use relay::{RelayConfig, auth::Role, config::AuthMode, storage::Store};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::UpArgs;
+use crate::{cli::UpArgs, limits::UP_STOP_WAIT};
 
 /// The bridge `up` serves.
 const BRIDGE: &str = "local";
@@ -161,7 +161,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         r = daemon::catalog(&runtime, upstreams) => r,
         _ = interrupted.cancelled() => {
             stop.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(5), relay_task).await;
+            let _ = tokio::time::timeout(UP_STOP_WAIT, relay_task).await;
             return Ok(());
         }
     };
@@ -203,14 +203,18 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
         status: link_status,
     };
     let link_stop = stop.clone();
-    let link_task = tokio::spawn(link::run(link_config, sessions, link_stop));
+    let mut link_task = tokio::spawn(link::run(link_config, sessions, link_stop));
 
     let became_ready = tokio::select! {
         r = tokio::time::timeout(READY_TIMEOUT, ready_rx.wait_for(|r| *r)) => r,
         _ = interrupted.cancelled() => {
             stop.cancel();
+            let _ = tokio::time::timeout(UP_STOP_WAIT, async {
+                let _ = link_task.await;
+                let _ = relay_task.await;
+            })
+            .await;
             runtime.shutdown().await;
-            let _ = tokio::time::timeout(Duration::from_secs(5), relay_task).await;
             return Ok(());
         }
     };
@@ -241,17 +245,34 @@ pub(crate) async fn run(args: UpArgs) -> Result<()> {
             runtime.policy().name(),
         );
     }
-    tokio::select! {
-        _ = interrupted.cancelled() => tracing::info!("shutting down"),
-        r = link_task => {
+    let link_ended = tokio::select! {
+        _ = interrupted.cancelled() => {
+            tracing::info!("shutting down");
+            false
+        }
+        r = &mut link_task => {
             if let Ok(Err(e)) = r {
                 tracing::error!(error = %e, "the daemon link stopped");
             }
+            true
         }
-    }
+    };
     stop.cancel();
+    // The daemon drains its calls in flight while the relay drains its connections; process
+    // sessions end after (a call in flight may be reading one), as in `connect`.
+    let drained = async {
+        if !link_ended {
+            let _ = link_task.await;
+        }
+        let _ = relay_task.await;
+    };
+    if tokio::time::timeout(UP_STOP_WAIT, drained).await.is_err() {
+        tracing::warn!(
+            "still stopping after {} s; exiting anyway",
+            UP_STOP_WAIT.as_secs()
+        );
+    }
     runtime.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), relay_task).await;
     Ok(())
 }
 

@@ -31,23 +31,6 @@ impl Drop for Thaw {
     }
 }
 
-/// Polls `relay`'s metric `name` until it is `want` (within 30 s).
-fn wait_metric(relay: &crate::net::Relay, name: &str, want: i64) {
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = relay.metric(name);
-        if v == want {
-            return;
-        }
-        assert!(
-            Instant::now() < end,
-            "{name} is {v}, not {want}\nrelay:\n{}",
-            relay.proc.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_frozen_daemon_fails_new_calls_within_5_s_and_finishes_the_calls_it_took() {
     let s = setup();
@@ -56,12 +39,10 @@ fn a_frozen_daemon_fails_new_calls_within_5_s_and_finishes_the_calls_it_took() {
     // A call the daemon takes (its `accepted` reaches the relay) before it freezes.
     let mut running = c.post_stream(&json!({"jsonrpc": "2.0", "id": 40, "method": "tools/call",
         "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "sleep 3; echo survived"], "yield_after_seconds": 60}}}));
-    wait_metric(&s.relay, "machine_mcp_relay_inflight_requests", 1);
-    wait_metric(
-        &s.relay,
-        "machine_mcp_relay_requests_awaiting_acceptance",
-        0,
-    );
+    s.relay
+        .wait_metric("machine_mcp_relay_inflight_requests", 1);
+    s.relay
+        .wait_metric("machine_mcp_relay_requests_awaiting_acceptance", 0);
     let pid = s.daemon.child.id();
     signal(pid, "STOP");
     let thaw = Thaw(pid);
@@ -101,12 +82,10 @@ fn a_frozen_daemon_fails_new_calls_within_5_s_and_finishes_the_calls_it_took() {
     }
     assert_eq!(end["id"], 40, "relay:\n{}", s.relay.proc.log());
     assert_eq!(end["result"]["structuredContent"]["stdout"], "survived\n");
-    wait_metric(&s.relay, "machine_mcp_relay_inflight_requests", 0);
-    wait_metric(
-        &s.relay,
-        "machine_mcp_relay_requests_awaiting_acceptance",
-        0,
-    );
+    s.relay
+        .wait_metric("machine_mcp_relay_inflight_requests", 0);
+    s.relay
+        .wait_metric("machine_mcp_relay_requests_awaiting_acceptance", 0);
     // The daemon read the stale request and refused it, unless it gave up the socket first (a
     // heartbeat sent just before the freeze and answered during it, or its read deadline passed
     // during the freeze, makes it reconnect at once; the request then never reaches it).

@@ -41,6 +41,7 @@ mod service;
 mod sizes;
 mod skills;
 mod stateless;
+mod stop;
 mod supervisor;
 mod tasks_remote;
 mod util;

@@ -464,22 +464,18 @@ impl Relay {
 
     /// Prometheus text.
     pub(crate) fn metrics(&self) -> String {
-        ureq::get(&format!("{}/metrics", self.direct()))
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap()
+        metrics_at(&self.direct())
     }
 
     /// The value of one metric line.
     pub(crate) fn metric(&self, name_and_labels: &str) -> i64 {
-        self.metrics()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(name_and_labels)
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(-1)
+        metric_at(&self.direct(), name_and_labels)
+    }
+
+    /// Polls the metric `name_and_labels` until it is `want` (within 30 s); panics with the
+    /// relay's log if it is not.
+    pub(crate) fn wait_metric(&self, name_and_labels: &str, want: i64) {
+        wait_metric_at(&self.direct(), name_and_labels, want, &|| self.proc.log());
     }
 
     /// Starts a daemon for `bridge` (enrolling with `code` if given) in `state`.
@@ -547,6 +543,49 @@ impl Relay {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// The Prometheus text of the relay at `base` (`http://HOST:PORT`: `relay serve` or `up`).
+pub(crate) fn metrics_at(base: &str) -> String {
+    ureq::get(&format!("{base}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap()
+}
+
+/// The value of one metric line of the relay at `base`; -1 when it has none.
+pub(crate) fn metric_at(base: &str, name_and_labels: &str) -> i64 {
+    metrics_at(base)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(name_and_labels)
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(-1)
+}
+
+/// Polls the metric `name_and_labels` of the relay at `base` until it is `want` (within 30 s);
+/// panics with `log()` (the relay's log) if it is not.
+pub(crate) fn wait_metric_at(
+    base: &str,
+    name_and_labels: &str,
+    want: i64,
+    log: &dyn Fn() -> String,
+) {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = metric_at(base, name_and_labels);
+        if v == want {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{name_and_labels} is {v}, not {want}\nrelay:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

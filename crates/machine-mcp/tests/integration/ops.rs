@@ -317,7 +317,7 @@ fn status_is_red_with_exit_1_when_the_relay_is_gone_or_no_daemon_runs() {
 }
 
 /// `up` on `state` and `ws`, any free port, plus `extra`.
-fn up(state: &std::path::Path, ws: &std::path::Path, extra: &[&str]) -> Proc {
+pub(crate) fn up(state: &std::path::Path, ws: &std::path::Path, extra: &[&str]) -> Proc {
     let mut args = vec![
         "up",
         "--listen",

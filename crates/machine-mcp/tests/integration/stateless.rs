@@ -44,14 +44,14 @@ impl Reply {
 }
 
 /// A 2026-07-28 client: every request carries `_meta` and the mirrored headers; no session.
-struct Modern {
+pub(crate) struct Modern {
     url: String,
     token: String,
     next: i64,
 }
 
 impl Modern {
-    fn new(url: &str, token: &str) -> Self {
+    pub(crate) fn new(url: &str, token: &str) -> Self {
         Self {
             url: url.to_owned(),
             token: token.to_owned(),
@@ -60,7 +60,7 @@ impl Modern {
     }
 
     /// A request body with `_meta` merged into `params`.
-    fn body(&mut self, method: &str, mut params: Value) -> Value {
+    pub(crate) fn body(&mut self, method: &str, mut params: Value) -> Value {
         self.next += 1;
         params["_meta"] = meta();
         json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params})
@@ -680,7 +680,7 @@ fn closing_a_held_json_response_in_the_foreground_window_cancels_a_task_capable_
     closing_the_response_cancels(true, "application/json");
 }
 
-const SSE_OR_JSON: &str = "text/event-stream, application/json";
+pub(crate) const SSE_OR_JSON: &str = "text/event-stream, application/json";
 
 /// Closes the response of a `run_process` call as soon as its process runs, and checks that the
 /// process is gone and nothing is left in flight; `tasks`: the client declared the tasks extension;
@@ -696,7 +696,7 @@ fn closing_the_response_cancels(tasks: bool, accept: &str) {
         body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
             json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
     }
-    let mut sock = raw_post(s.relay.port, &s.token, &body, accept);
+    let mut sock = raw_post(&mcp_url(&s.relay, "b1"), &s.token, &body, accept);
     let pidfile = s.ws.path().join("call.pid");
     let end = Instant::now() + Duration::from_secs(20);
     let pid: u32 = loop {
@@ -730,19 +730,24 @@ fn closing_the_response_cancels(tasks: bool, accept: &str) {
     }
 }
 
-/// POSTs `body` (with the headers of a conforming client and `accept`) to `/b/b1/mcp` over a
-/// raw connection, so that dropping it really closes the TCP stream.
-fn raw_post(port: u16, token: &str, body: &Value, accept: &str) -> std::net::TcpStream {
+/// POSTs `body` (with the headers of a conforming client and `accept`) to the MCP URL `url`
+/// (`http://HOST:PORT/PATH`) over a raw connection, so that dropping it really closes the TCP
+/// stream.
+pub(crate) fn raw_post(url: &str, token: &str, body: &Value, accept: &str) -> std::net::TcpStream {
+    let (host, path) = url
+        .strip_prefix("http://")
+        .and_then(|r| r.split_once('/'))
+        .unwrap_or_else(|| panic!("not an http://HOST/PATH URL: {url}"));
     let text = body.to_string();
     let mut head = format!(
-        "POST /b/b1/mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nContent-Length: {}\r\n",
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nContent-Length: {}\r\n",
         text.len()
     );
     for (k, v) in Modern::headers_for(body) {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut sock = std::net::TcpStream::connect(host).unwrap();
     sock.write_all(head.as_bytes()).unwrap();
     sock.write_all(text.as_bytes()).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
@@ -751,23 +756,10 @@ fn raw_post(port: u16, token: &str, body: &Value, accept: &str) -> std::net::Tcp
 }
 
 /// What arrives on `sock` within its read timeout (at least one read).
-fn read_some(sock: &mut std::net::TcpStream) -> String {
+pub(crate) fn read_some(sock: &mut std::net::TcpStream) -> String {
     let mut buf = vec![0u8; 64 * 1024];
     let n = sock.read(&mut buf).unwrap_or(0);
     String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
-fn wait_metric(relay: &Relay, name: &str, n: i64) {
-    let end = Instant::now() + Duration::from_secs(30);
-    while relay.metric(name) != n {
-        assert!(
-            Instant::now() < end,
-            "{name}: {} (want {n})\nrelay:\n{}",
-            relay.metric(name),
-            relay.proc.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -778,7 +770,7 @@ fn subscriptions_listen_stays_open_until_the_client_closes_it() {
         "subscriptions/listen",
         json!({"notifications": {"toolsListChanged": true}}),
     );
-    let mut sock = raw_post(s.relay.port, &s.token, &body, SSE_OR_JSON);
+    let mut sock = raw_post(&mcp_url(&s.relay, "b1"), &s.token, &body, SSE_OR_JSON);
     // Headers and the acknowledgment arrive at once (a subscription is never held back as JSON).
     let mut got = String::new();
     let end = Instant::now() + Duration::from_secs(10);
@@ -802,7 +794,7 @@ fn subscriptions_listen_stays_open_until_the_client_closes_it() {
     assert_eq!(s.relay.metric("machine_mcp_relay_subscriptions"), 1);
     assert_eq!(s.relay.metric("machine_mcp_relay_inflight_requests"), 0);
     drop(sock);
-    wait_metric(&s.relay, "machine_mcp_relay_subscriptions", 0);
+    s.relay.wait_metric("machine_mcp_relay_subscriptions", 0);
 }
 
 #[test]
@@ -892,103 +884,4 @@ fn a_daemon_older_than_revision_2_gets_no_call_and_2026_clients_get_the_catalog_
     while let Ok(f) = read_frame(&mut ws) {
         assert_ne!(f["type"], "call", "{f}");
     }
-}
-
-/// Sends `signal` to the relay process.
-fn signal_relay(relay: &mut Relay, signal: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(relay.proc.child.id() as i32);
-    nix::sys::signal::kill(pid, signal).unwrap();
-}
-
-/// Waits up to `within` for the relay process to exit; whether it did.
-fn relay_exits_within(relay: &mut Relay, within: Duration) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if relay.proc.child.try_wait().unwrap().is_some() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
-/// A relay with an open session-era GET stream, a 2026-07-28 listen stream and a daemon socket.
-fn relay_with_open_streams() -> (
-    crate::relay::Setup,
-    Client,
-    [SseReader; 2],
-    std::net::TcpStream,
-) {
-    let s = setup();
-    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
-    c.initialize();
-    let get = c.get_stream(None).unwrap();
-    // A POST whose SSE answer stays open: a call that runs for a minute.
-    let mut post = c.post_stream(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "run_process", "arguments": {"argv": ["sleep", "60"]}}}));
-    post.next_message(Duration::from_secs(10))
-        .expect("the POST stream's priming event");
-    let mut m = Modern::new(&mcp_url(&s.relay, "b1"), &s.token);
-    let body = m.body(
-        "subscriptions/listen",
-        json!({"notifications": {"toolsListChanged": true}}),
-    );
-    let mut listen = raw_post(s.relay.port, &s.token, &body, SSE_OR_JSON);
-    let mut got = String::new();
-    let end = Instant::now() + Duration::from_secs(10);
-    while !got.contains("notifications/subscriptions/acknowledged") {
-        assert!(Instant::now() < end, "no acknowledgment: {got:?}");
-        got.push_str(&read_some(&mut listen));
-    }
-    wait_metric(&s.relay, "machine_mcp_relay_subscriptions", 1);
-    assert!(
-        post.next_message(Duration::ZERO).is_none(),
-        "the POST stream's call is still running"
-    );
-    (s, c, [get, post], listen)
-}
-
-/// Regression: `relay serve` did not stop on SIGTERM or SIGINT while a client held
-/// its SSE GET stream (every real client does): it ran on with its port bound and a second
-/// signal was ignored. Now it closes its listener at once, drains for at most
-/// `RELAY_STOP_DRAIN`, closes what is still open (a GET stream, a POST stream of a running
-/// call, a 2026-07-28 listen stream, the daemon's socket) and exits; the port is free
-/// afterwards.
-#[test]
-fn a_stop_signal_ends_the_relay_within_its_drain_while_streams_and_daemon_sockets_are_open() {
-    use nix::sys::signal::Signal;
-    for signal in [Signal::SIGTERM, Signal::SIGINT] {
-        let (mut s, _c, _streams, _listen) = relay_with_open_streams();
-        let port = s.relay.port;
-        signal_relay(&mut s.relay, signal);
-        let drain = relay::limits::RELAY_STOP_DRAIN;
-        assert!(
-            relay_exits_within(&mut s.relay, drain + Duration::from_secs(20)),
-            "{signal:?}: the relay still runs\n{}",
-            s.relay.proc.log()
-        );
-        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free again");
-    }
-}
-
-/// Regression: a second signal during the drain was ignored. Now it stops the relay
-/// at once, well before the drain ends.
-#[test]
-fn a_second_stop_signal_ends_the_relay_at_once() {
-    use nix::sys::signal::Signal;
-    let (mut s, _c, _streams, _listen) = relay_with_open_streams();
-    signal_relay(&mut s.relay, Signal::SIGTERM);
-    // The first signal was taken: the listener is closed.
-    let end = Instant::now() + Duration::from_secs(20);
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], s.relay.port));
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
-        assert!(Instant::now() < end, "the listener is still open");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    signal_relay(&mut s.relay, Signal::SIGTERM);
-    assert!(
-        relay_exits_within(&mut s.relay, relay::limits::RELAY_STOP_DRAIN / 2),
-        "the second signal did not stop the relay\n{}",
-        s.relay.proc.log()
-    );
 }

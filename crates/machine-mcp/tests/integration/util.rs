@@ -221,6 +221,12 @@ impl Server {
         self.child.id()
     }
 
+    /// Waits up to `within` for the server process to exit → its exit status, `None` if it
+    /// still runs.
+    pub(crate) fn exit_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        exit_within(&mut self.child, within)
+    }
+
     /// Writes one raw line (a newline is added).
     pub(crate) fn send_line(&mut self, raw: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
@@ -530,6 +536,20 @@ pub(crate) fn alive(pid: u64) -> bool {
             state != "Z" && state != "X"
         }
         Err(_) => false,
+    }
+}
+
+/// Waits up to `within` for `child` to exit → its exit status, `None` if it still runs.
+pub(crate) fn exit_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
