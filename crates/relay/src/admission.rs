@@ -87,8 +87,9 @@ impl Admission {
     ///
     /// # Errors
     /// 403 for a `Host` or `Origin` not allowed; 401 or 403 from the credential check
-    /// ([`crate::oauth::bearer::principal`]); 404 for a bridge the store does not hold (or
-    /// cannot be asked about).
+    /// ([`crate::oauth::bearer::principal`]: a credential of a bridge the store does not hold
+    /// is unknown); without authentication, 404 for a bridge the store does not hold (or cannot
+    /// be asked about).
     pub(crate) async fn admit(
         &self,
         bridge: &str,
@@ -111,13 +112,27 @@ impl Admission {
                 return Err(HttpError::new(StatusCode::FORBIDDEN, "Origin not allowed"));
             }
         }
-        let principal = match self.config.auth {
-            AuthMode::None => BridgePrincipal {
-                id: "anonymous".into(),
-                bridge: bridge.to_owned(),
-                role: Role::Owner,
-                credential: "anonymous".into(),
-            },
+        match self.config.auth {
+            AuthMode::None => {
+                if !self
+                    .store
+                    .bridges()
+                    .bridge_exists(bridge)
+                    .await
+                    .unwrap_or(false)
+                {
+                    return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
+                }
+                Ok(BridgePrincipal {
+                    id: "anonymous".into(),
+                    bridge: bridge.to_owned(),
+                    role: Role::Owner,
+                    credential: "anonymous".into(),
+                })
+            }
+            // A credential names its bridge, and the principal check refuses one of another
+            // bridge; the store holds a credential only while its bridge exists (foreign keys
+            // with `ON DELETE CASCADE`), so an admitted credential's bridge exists: no second read.
             AuthMode::Token | AuthMode::OAuth => {
                 let server = (server != protocol::frame::RUNTIME_SERVER).then_some(server);
                 crate::oauth::bearer::principal(
@@ -128,18 +143,8 @@ impl Admission {
                     method,
                     headers,
                 )
-                .await?
+                .await
             }
-        };
-        if !self
-            .store
-            .bridges()
-            .bridge_exists(bridge)
-            .await
-            .unwrap_or(false)
-        {
-            return Err(HttpError::new(StatusCode::NOT_FOUND, "no such bridge"));
         }
-        Ok(principal)
     }
 }

@@ -187,4 +187,25 @@ mod tests {
         assert!(s.revocation_epoch().await.unwrap() > e2);
         assert!(s.remove_bridge("b").await.is_err());
     }
+
+    /// The admission reads a credential and not its bridge: a credential must not outlive its
+    /// bridge (foreign keys with `ON DELETE CASCADE`).
+    #[tokio::test]
+    async fn a_bridge_removed_takes_its_tokens_and_accounts_with_it() {
+        let s = SqliteStorage::memory().await.unwrap();
+        s.add_bridge("b", 60).await.unwrap();
+        let (_, token) = s
+            .create_token("b", crate::auth::Role::Operator, None)
+            .await
+            .unwrap();
+        let hash = crate::auth::sha256_hex(&token);
+        s.create_account("b", "ann", crate::auth::Role::Owner, "x")
+            .await
+            .unwrap();
+        assert!(s.token_by_hash(&hash).await.unwrap().is_some());
+        assert_eq!(s.accounts(Some("b")).await.unwrap().len(), 1);
+        s.remove_bridge("b").await.unwrap();
+        assert!(s.token_by_hash(&hash).await.unwrap().is_none());
+        assert!(s.accounts(Some("b")).await.unwrap().is_empty());
+    }
 }
