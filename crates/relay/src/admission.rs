@@ -45,7 +45,7 @@ pub(crate) struct Admission {
     /// Daemon sockets that have not authenticated yet ([`UNVERIFIED_DAEMON_SOCKETS_MAX`] in all,
     /// [`UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS`] per address).
     pub(crate) daemons: ConnectionCaps,
-    /// MCP request body bytes in flight, per credential and in all.
+    /// MCP request body bytes in flight, per holder and in all.
     pub(crate) bodies: BodyBudget,
     /// Where MCP request bodies are received: in memory, or spilled past the threshold.
     pub(crate) spill: Spill,
@@ -57,7 +57,7 @@ impl Admission {
         Self {
             clients: ConnectionCaps::new(config.connections),
             daemons: ConnectionCaps::new(UNVERIFIED_LIMITS),
-            bodies: BodyBudget::default(),
+            bodies: BodyBudget::for_relay(config.spill_dir.is_some()),
             spill: Spill::new(config.spill_dir.clone(), metrics.clone()),
             config,
             store,

@@ -10,15 +10,21 @@ const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
 /// MCP request body bytes the relay holds in flight (being read or parsed, in memory or spilled
-/// to disk: [`REQUEST_BODY_SPILL_THRESHOLD`]) for one credential: four bodies of the largest
-/// size. A body counts from its headers (`Content-Length`, or [`MCP_REQUEST_BODY_MAX_BYTES`]
-/// without one) until it is parsed; past the budget the request is answered 429 with
-/// `Retry-After` before its body is read.
+/// to disk: [`REQUEST_BODY_SPILL_THRESHOLD`]) for one holder — a static token, or an OAuth
+/// account whatever clients it signed in with: four bodies of the largest size. A body counts
+/// from its headers (`Content-Length`, or [`MCP_REQUEST_BODY_MAX_BYTES`] without one) until it
+/// is parsed; past the budget the request is answered 429 with `Retry-After` before its body is
+/// read.
 pub const REQUEST_BODY_BYTES_PER_CREDENTIAL: usize = 4 * MCP_REQUEST_BODY_MAX_BYTES;
-/// MCP request body bytes the relay holds in flight in all, counted as for
-/// [`REQUEST_BODY_BYTES_PER_CREDENTIAL`]; past it a request is answered 503 with `Retry-After`
-/// before its body is read.
+/// MCP request body bytes the relay holds in memory in all, each body counted for the part of it
+/// kept in memory (at most [`REQUEST_BODY_SPILL_THRESHOLD`] when the relay spills, all of it
+/// otherwise); past it a request is answered 503 with `Retry-After` before its body is read.
+/// With spilling that is 512 bodies held at once, more than a few holders' budgets.
 pub const REQUEST_BODY_BYTES_IN_FLIGHT: usize = 16 * MCP_REQUEST_BODY_MAX_BYTES;
+/// MCP request body bytes the relay holds spilled to disk in all (1 GiB: 32 holders' budgets),
+/// each body counted for its part past [`REQUEST_BODY_SPILL_THRESHOLD`]; past it a request is
+/// answered 503 with `Retry-After` before its body is read.
+pub const REQUEST_BODY_BYTES_SPILLED_IN_FLIGHT: usize = 128 * MCP_REQUEST_BODY_MAX_BYTES;
 /// The `Retry-After` (seconds) of a request refused by the body budget, or whose body could not
 /// be spilled.
 pub const REQUEST_BODY_RETRY_AFTER_SECS: u64 = 1;

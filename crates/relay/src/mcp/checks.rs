@@ -147,8 +147,7 @@ where
         let admitted =
             Admitted::check(&admission, &*router, endpoint, &Method::POST, &headers).await?;
         // The body is reserved in the budget before a byte of it is read, and held until parsed.
-        let _permit =
-            reserve_body(&admission, &admitted.principal.credential, &headers).map_err(|r| *r)?;
+        let _permit = reserve_body(&admission, &admitted.principal.id, &headers).map_err(|r| *r)?;
         let body = receive_body(&admission, body).await.map_err(|r| *r)?;
         let ct_ok = headers
             .get(header::CONTENT_TYPE)
@@ -321,11 +320,11 @@ pub(crate) fn session_of(
 /// Reserves the body a POST announces in the budget of bytes in flight ([`crate::budget`]).
 ///
 /// # Errors
-/// 429 past the credential's budget, 503 past the relay's total, both with `Retry-After`
-/// ([`REQUEST_BODY_RETRY_AFTER_SECS`](crate::limits::REQUEST_BODY_RETRY_AFTER_SECS)).
+/// 429 past the budget of `holder` (the principal's id), 503 past a relay-wide total, both with
+/// `Retry-After` ([`REQUEST_BODY_RETRY_AFTER_SECS`](crate::limits::REQUEST_BODY_RETRY_AFTER_SECS)).
 fn reserve_body(
     admission: &Admission,
-    credential: &str,
+    holder: &str,
     headers: &HeaderMap,
 ) -> Result<crate::budget::BodyPermit, Box<Response>> {
     use crate::budget::Refusal;
@@ -333,11 +332,11 @@ fn reserve_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    admission.bodies.reserve(credential, length).map_err(|r| {
+    admission.bodies.reserve(holder, length).map_err(|r| {
         let (status, message) = match r {
             Refusal::Credential => (
                 StatusCode::TOO_MANY_REQUESTS,
-                "too many request bodies in flight for this credential; retry later",
+                "too many request bodies in flight for this account or token; retry later",
             ),
             Refusal::Total => (
                 StatusCode::SERVICE_UNAVAILABLE,
