@@ -173,12 +173,8 @@ mod tests {
         );
     }
 
-    /// Regression: four holders each keeping four chunked bodies open (a few bytes sent) took
-    /// the whole relay-wide budget, and every other POST on every bridge got 503. With bodies
-    /// spilled past the threshold, they hold their own budgets and a sliver of the totals.
-    #[test]
-    fn a_few_holders_keeping_large_bodies_open_leave_the_relay_to_others() {
-        let b = BodyBudget::for_relay(true);
+    /// Four holders each holding four bodies of unknown length (the most their budgets take).
+    fn four_holders_at_their_budget(b: &BodyBudget) -> Vec<BodyPermit> {
         let mut held = Vec::new();
         for holder in ["a", "b", "c", "d"] {
             for _ in 0..4 {
@@ -186,6 +182,16 @@ mod tests {
             }
             assert_eq!(b.reserve(holder, None).unwrap_err(), Refusal::Credential);
         }
+        held
+    }
+
+    /// Regression: four holders each keeping four chunked bodies open (a few bytes sent) took
+    /// the whole relay-wide budget, and every other POST on every bridge got 503. With bodies
+    /// spilled past the threshold, they hold their own budgets and a sliver of the totals.
+    #[test]
+    fn a_few_holders_keeping_large_bodies_open_leave_the_relay_to_others() {
+        let b = BodyBudget::for_relay(true);
+        let _held = four_holders_at_their_budget(&b);
         assert!(
             b.reserve("e", Some(300)).is_ok(),
             "a small call of another holder"
@@ -216,12 +222,7 @@ mod tests {
     #[test]
     fn without_spilling_a_body_counts_whole_in_memory() {
         let b = BodyBudget::for_relay(false);
-        let mut held = Vec::new();
-        for holder in ["a", "b", "c", "d"] {
-            for _ in 0..4 {
-                held.push(b.reserve(holder, None).unwrap());
-            }
-        }
+        let _held = four_holders_at_their_budget(&b);
         assert_eq!(b.reserve("e", Some(300)).unwrap_err(), Refusal::Total);
     }
 }
