@@ -20,8 +20,9 @@
 //!   is [`ReceiveError::Spill`], never a panic; the caller answers 503 with `Retry-After`.
 //! - Without a spill directory ([`crate::RelayConfig::spill_dir`] `None`) bodies are held in
 //!   memory whole, as `read_body` holds them.
-//! - The body budget ([`crate::budget`]) counts a body's bytes wherever they are, so it bounds
-//!   the disk a credential and the relay can fill with bodies, as it bounds memory.
+//! - The body budget ([`crate::budget`]) counts a body's first threshold bytes in memory and
+//!   the rest on disk, so it bounds the disk a holder and the relay can fill with bodies, as it
+//!   bounds memory.
 //! - Counted in [`Metrics`]: bodies spilled, and the body bytes receivers hold in memory (a
 //!   gauge: each receiver adds what it holds and takes it back when written, handed over or
 //!   dropped).
