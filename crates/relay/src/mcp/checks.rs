@@ -4,7 +4,7 @@
 //! relay's MCP endpoints"):
 //!
 //! - POST: the path ([`Endpoint`]), `Host` (403), `Origin` (403), credentials (401 / 403), the
-//!   bridge (404), the body budget (past the credential's → 429, past the relay's → 503, both
+//!   bridge (404), the body budget (past the holder's → 429, past a relay-wide total → 503, both
 //!   with `Retry-After`, before the body is read: [`crate::budget`]), then the body, received
 //!   in memory or, past 256 KiB, spilled to an anonymous file ([`crate::spill`]: over 8 MiB →
 //!   413, not complete within 30 s → 408, broken off → 400, not writable to disk → 503 with
