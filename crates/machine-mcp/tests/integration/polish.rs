@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::{
     net::{Relay, run_cli},
-    util::bin,
+    util::{bin, logs_code_1006},
 };
 
 fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
@@ -426,7 +426,7 @@ impl Drop for Logged {
 /// What a clean stop must not log: a lost connection (close code 1006) or an ERROR line.
 fn assert_clean(what: &str, status: std::process::ExitStatus, log: &str) {
     assert_eq!(status.code(), Some(0), "{what}: {status}\n{log}");
-    assert!(!log.contains("1006"), "{what} logged 1006:\n{log}");
+    assert!(!logs_code_1006(log), "{what} logged 1006:\n{log}");
     assert!(
         !log.lines().any(|l| l.contains(" ERROR ")),
         "{what} logged an ERROR:\n{log}"
@@ -483,7 +483,7 @@ fn a_clean_stop_logs_no_1006_and_no_error() {
         relay.wait_ready(0);
     }
     let log = relay.proc.log();
-    assert!(!log.contains("1006"), "the relay logged 1006:\n{log}");
+    assert!(!logs_code_1006(&log), "the relay logged 1006:\n{log}");
     assert!(
         !log.lines().any(|l| l.contains(" ERROR ")),
         "the relay logged an ERROR:\n{log}"

@@ -17,7 +17,7 @@ use crate::{
     net::{Client, Proc, SseReader, wait_metric_at},
     relay::{Setup, mcp_url, setup},
     stateless::{Modern, SSE_OR_JSON, raw_post, read_some},
-    util::{Server, Tree, bin, exit_within, wait_file, wait_gone},
+    util::{Server, Tree, bin, exit_within, logs_code_1006, wait_file, wait_gone},
 };
 
 /// What a stopping process may take beyond its documented drain: the shutdown after the drain
@@ -342,7 +342,7 @@ fn a_stop_signal_ends_connect_within_its_drain_with_a_call_running_and_a_close_f
         .wait_log("the daemon stopped; its requests", Duration::from_secs(10));
     let log = s.relay.proc.log();
     assert!(
-        !log.contains("daemon socket lost") && !log.contains("1006"),
+        !log.contains("daemon socket lost") && !logs_code_1006(&log),
         "the relay saw the socket lost, not closed:\n{log}"
     );
     assert_gone(&[pid], "connect");

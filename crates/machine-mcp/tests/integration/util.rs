@@ -655,3 +655,24 @@ pub(crate) fn newer_build() -> &'static Path {
         dst
     })
 }
+
+/// Whether `log` names WebSocket close code 1006 (a connection lost without a Close frame): the
+/// number standing alone, not inside a longer one such as a timestamp's microseconds
+/// (`…38.981006Z`).
+pub(crate) fn logs_code_1006(log: &str) -> bool {
+    log.match_indices("1006").any(|(i, _)| {
+        let before = log[..i].chars().next_back();
+        let after = log[i + 4..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_digit()) && !after.is_some_and(|c| c.is_ascii_digit())
+    })
+}
+
+#[test]
+fn code_1006_is_found_alone_and_not_inside_a_timestamp() {
+    assert!(logs_code_1006("daemon socket closed code=1006 reason=x"));
+    assert!(logs_code_1006("(close 1006)"));
+    assert!(!logs_code_1006(
+        "2026-12-07T02:20:38.981006Z DEBUG Replying to close"
+    ));
+    assert!(!logs_code_1006("port 10065"));
+}
