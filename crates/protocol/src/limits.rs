@@ -69,6 +69,14 @@ pub const DAEMON_SEQ_WINDOW: u64 = 1 << 32;
 /// Shortest password an operator may set for an account (generated ones are longer).
 pub const PASSWORD_MIN_CHARS: usize = 12;
 
+// Stopping the long-lived commands (`stdio`, `up`, `connect`, `relay serve`).
+
+/// A stop signal (SIGINT, SIGTERM) that comes within this time of the one that started a stop is
+/// that stop delivered twice, not a second stop: GNU `timeout` sends its signal to the command and
+/// then to its own process group, and a terminal's Ctrl-C reaches every process of the
+/// foreground group, one of which may forward it. A later one ends the process at once.
+pub const STOP_SIGNAL_REPEAT_WINDOW: Duration = Duration::from_millis(200);
+
 // The stdio supervisor: `machine-mcp stdio` keeps the client's connection and runs
 // the server as a replaceable worker process.
 

@@ -44,7 +44,8 @@
 //!   SIGTERM they get SIGTERM, as the host's signal would stop a server without a supervisor.
 //!   Either way a worker still there after [`WORKER_STOP_WAIT`] is killed. A stop signal while
 //!   they stop escalates: after end of input the workers get SIGTERM, after a signal they are
-//!   killed at once and [`supervise`] returns [`Ended::AtOnce`].
+//!   killed at once and [`supervise`] returns [`Ended::AtOnce`]. A signal within
+//!   [`STOP_SIGNAL_REPEAT_WINDOW`] of the one that stopped it is that one delivered twice.
 //!
 //! Files: this one the entry points and the client's reader; `shared.rs` what routing decided
 //! and who does it (`Out`, `Shared`); `state/` the routing state (`mod.rs` its types and
@@ -53,6 +54,7 @@
 //! `binary.rs` the watched binary; `output.rs` stdout; `registry.rs` the running supervisors.
 //!
 //! [`UPGRADE_CHECK_INTERVAL`]: protocol::limits::UPGRADE_CHECK_INTERVAL
+//! [`STOP_SIGNAL_REPEAT_WINDOW`]: protocol::limits::STOP_SIGNAL_REPEAT_WINDOW
 //! [`RETIRED_WORKER_POLL`]: crate::limits::RETIRED_WORKER_POLL
 //! [`RETIRED_WORKER_GRACE`]: crate::limits::RETIRED_WORKER_GRACE
 //! [`WORKER_RESTART_BACKOFF_MIN`]: crate::limits::WORKER_RESTART_BACKOFF_MIN
@@ -204,8 +206,10 @@ impl StopSignals {
 /// Stops the workers: closes their input, and when `signalled` sends them SIGTERM; waits for
 /// them at most [`WORKER_STOP_WAIT`](crate::limits::WORKER_STOP_WAIT), then kills what is left.
 /// A stop signal meanwhile escalates (the module's **Stop**).
-async fn stop(shared: &Shared, mut signalled: bool, stops: &mut StopSignals) -> Ended {
+async fn stop(shared: &Shared, signalled: bool, stops: &mut StopSignals) -> Ended {
     shared.stop_workers(signalled);
+    // When the stop signal came: one within the repeat window of it is the same stop.
+    let mut signalled_at = signalled.then(Instant::now);
     let gone = shared.workers_gone(Instant::now() + crate::limits::WORKER_STOP_WAIT);
     tokio::pin!(gone);
     let ended = loop {
@@ -213,13 +217,20 @@ async fn stop(shared: &Shared, mut signalled: bool, stops: &mut StopSignals) -> 
             () = &mut gone => break Ended::Stopped,
             _ = stops.next() => {}
         }
-        if signalled {
-            tracing::info!("a second stop signal; killing the worker at once");
-            break Ended::AtOnce;
+        match signalled_at {
+            Some(at) if at.elapsed() < protocol::limits::STOP_SIGNAL_REPEAT_WINDOW => {
+                tracing::debug!("the stop signal delivered again; still stopping");
+            }
+            Some(_) => {
+                tracing::info!("a second stop signal; killing the worker at once");
+                break Ended::AtOnce;
+            }
+            None => {
+                tracing::info!("a stop signal while the worker finishes; stopping it");
+                signalled_at = Some(Instant::now());
+                shared.stop_workers(true);
+            }
         }
-        tracing::info!("a stop signal while the worker finishes; stopping it");
-        signalled = true;
-        shared.stop_workers(true);
     };
     shared.kill_workers();
     ended

@@ -353,11 +353,19 @@ pub(crate) fn daemon_timing(t: &TimingArgs) -> daemon::link::LinkTiming {
 }
 
 /// After the first stop signal was taken: a second Ctrl-C or SIGTERM ends the process at once
-/// ([`exit_at_once`]), whatever is still draining.
+/// ([`exit_at_once`]), whatever is still draining. One that comes within
+/// [`STOP_SIGNAL_REPEAT_WINDOW`](protocol::limits::STOP_SIGNAL_REPEAT_WINDOW) of the first is
+/// the first delivered twice and is ignored.
 pub(crate) fn exit_on_second_signal() {
-    tokio::spawn(async {
-        shutdown_signal().await;
-        exit_at_once();
+    let first = tokio::time::Instant::now();
+    tokio::spawn(async move {
+        loop {
+            shutdown_signal().await;
+            if first.elapsed() >= protocol::limits::STOP_SIGNAL_REPEAT_WINDOW {
+                exit_at_once();
+            }
+            tracing::debug!("the first stop signal delivered again; still stopping");
+        }
     });
 }
 

@@ -11,6 +11,7 @@ use std::{
 };
 
 use nix::sys::signal::Signal;
+use protocol::limits::STOP_SIGNAL_REPEAT_WINDOW;
 use serde_json::{Value, json};
 
 use crate::{
@@ -26,6 +27,10 @@ const MARGIN: Duration = Duration::from_secs(10);
 
 /// How soon a second stop signal must end a process: far below every drain it cuts short.
 const AT_ONCE: Duration = Duration::from_secs(3);
+
+/// How long after a stop signal its repetition comes in the tests of one stop delivered twice:
+/// well within the repeat window, well after the process took the first.
+const REPEATED_AFTER: Duration = Duration::from_millis(50);
 
 /// How long the processes a stopped server started may take to be gone: the watchdog's
 /// termination grace and its polling.
@@ -53,8 +58,10 @@ fn stops_within(proc: &mut Proc, sig: Signal, within: Duration, what: &str) {
 }
 
 /// Sends `sig` to `proc` (the command `what`), which took a first stop signal and drains, and
-/// asserts that it ends at once with exit status 130.
+/// asserts that it ends at once with exit status 130. Waits out the repeat window first (a
+/// signal within it is the first one delivered twice).
 fn second_signal_ends_at_once(proc: &mut Proc, sig: Signal, what: &str) {
+    std::thread::sleep(STOP_SIGNAL_REPEAT_WINDOW);
     let t0 = Instant::now();
     signal(proc.child.id(), sig);
     let status = exit_within(&mut proc.child, AT_ONCE);
@@ -438,6 +445,7 @@ fn a_second_stop_signal_ends_stdio_at_once() {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        std::thread::sleep(STOP_SIGNAL_REPEAT_WINDOW);
         signal(s.pid(), Signal::SIGINT);
         let status = s.exit_within(grace + MARGIN);
         let took = first.elapsed();
@@ -451,5 +459,61 @@ fn a_second_stop_signal_ends_stdio_at_once() {
         // Before the grace of the first stop could have run out.
         assert!(took < grace, "stdio {args:?} took {took:?}");
         assert_gone(&[pid], &format!("stdio {args:?} (second signal)"));
+    }
+}
+
+/// Sends `sig` to `pid` twice, [`REPEATED_AFTER`] apart: one stop delivered twice, as GNU
+/// `timeout` delivers it (to the command, then to its process group).
+fn signal_twice(pid: u32, sig: Signal) {
+    signal(pid, sig);
+    std::thread::sleep(REPEATED_AFTER);
+    signal(pid, sig);
+}
+
+/// A stop signal delivered twice within the repeat window is one stop: `up` drains and exits
+/// with status 0, not 130.
+#[test]
+fn a_stop_signal_delivered_twice_is_one_stop_of_up() {
+    let mut up = UpRun::start();
+    // Open connections keep it draining when the repetition comes.
+    let held = up.hold();
+    let t0 = Instant::now();
+    signal_twice(up.proc.child.id(), Signal::SIGINT);
+    let within = relay::limits::RELAY_STOP_DRAIN + MARGIN;
+    let status = exit_within(&mut up.proc.child, within);
+    eprintln!("up stopped on SIGINT delivered twice in {:?}", t0.elapsed());
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "up on SIGINT delivered twice\n{}",
+        up.proc.log()
+    );
+    assert_gone(&held.pids, "up (SIGINT delivered twice)");
+}
+
+/// A stop signal delivered twice within the repeat window is one stop of `stdio`, supervised
+/// and not: exit status 0, not 130.
+#[test]
+fn a_stop_signal_delivered_twice_is_one_stop_of_stdio() {
+    for args in [&[][..], &["--no-supervisor"][..]] {
+        let ws = Tree::new();
+        let mut s = Server::start(ws.path(), args);
+        // A process session that ignores SIGTERM keeps it stopping (for the termination grace)
+        // when the repetition comes.
+        let argv = json!([
+            "sh",
+            "-c",
+            "trap '' TERM; echo $$ > session.pid; exec sleep 60"
+        ]);
+        s.call("start_process", json!({"argv": argv})).ok();
+        let pids = [pid_in(&ws.path().join("session.pid"))];
+        signal_twice(s.pid(), Signal::SIGTERM);
+        let status = s.exit_within(runtime::limits::TERMINATION_GRACE + MARGIN);
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(0),
+            "stdio {args:?} on SIGTERM delivered twice"
+        );
+        assert_gone(&pids, &format!("stdio {args:?} (SIGTERM delivered twice)"));
     }
 }
