@@ -135,8 +135,12 @@ impl SqliteStorage {
             .pragma("secure_delete", "ON")
             .busy_timeout(std::time::Duration::from_secs(5))
             .disable_statement_logging();
+        // No ping before each acquire: a connection to a local file does not go stale as a
+        // network one does (a dead worker fails the query itself), and the ping is one more
+        // round trip to the connection's worker thread for every query.
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(opts)
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
@@ -478,6 +482,17 @@ fn restrict_permissions(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A query on the relay's store costs one round trip to a connection's worker thread, not
+    /// two: the pool does not ping a connection before handing it out.
+    #[tokio::test]
+    async fn the_store_hands_out_connections_without_a_ping() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStorage::open(&dir.path().join("relay.db"))
+            .await
+            .unwrap();
+        assert!(!s.pool.options().get_test_before_acquire());
+    }
 
     #[tokio::test]
     async fn tokens_and_enrollment() {
