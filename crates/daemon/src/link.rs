@@ -326,7 +326,8 @@ fn classify_close(close: Option<(u16, String)>) -> Attempt {
 }
 
 /// Writes the frames of both lanes to `sink` as JSON text, `urgent` first whenever both have
-/// one, until both lanes are closed, the sink fails, or `close` is cancelled and both lanes
+/// one — each frame with those already queued behind it, at most [`limits::LINK_WRITE_BATCH`], in one
+/// flush — until both lanes are closed, the sink fails, or `close` is cancelled and both lanes
 /// are empty; then closes the sink (after `close`, with a Close frame 1000 "daemon stopping").
 async fn write_frames<S>(
     mut sink: S,
@@ -337,7 +338,7 @@ async fn write_frames<S>(
     S: futures_util::Sink<Message> + Unpin,
 {
     let (mut urgent_open, mut frames_open) = (true, true);
-    while urgent_open || frames_open {
+    'write: while urgent_open || frames_open {
         let f = tokio::select! {
             biased;
             f = urgent.recv(), if urgent_open => match f {
@@ -357,10 +358,21 @@ async fn write_frames<S>(
                 break;
             }
         };
-        let Ok(text) = serde_json::to_string(&f) else {
-            continue;
-        };
-        if sink.send(Message::Text(text.into())).await.is_err() {
+        // This frame and those already queued behind it (urgent first), in one flush.
+        let mut batch = 0;
+        let mut next = Some(f);
+        while let Some(f) = next.take() {
+            if let Ok(text) = serde_json::to_string(&f)
+                && sink.feed(Message::Text(text.into())).await.is_err()
+            {
+                break 'write;
+            }
+            batch += 1;
+            if batch < limits::LINK_WRITE_BATCH {
+                next = urgent.try_recv().or_else(|_| frames.try_recv()).ok();
+            }
+        }
+        if sink.flush().await.is_err() {
             break;
         }
     }
@@ -899,5 +911,66 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, ["accepted", "rpc", "rpc", "rpc"]);
+    }
+
+    /// A sink that counts its flushes (each one a write to the socket).
+    #[derive(Default)]
+    struct CountingSink {
+        written: Vec<Message>,
+        flushes: usize,
+    }
+
+    impl futures_util::Sink<Message> for CountingSink {
+        type Error = std::convert::Infallible;
+        fn poll_ready(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn start_send(mut self: std::pin::Pin<&mut Self>, m: Message) -> Result<(), Self::Error> {
+            self.written.push(m);
+            Ok(())
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            self.flushes += 1;
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Frames already queued when the writer writes go out in one flush, at most
+    /// `LINK_WRITE_BATCH` of them: 70 queued frames cost two writes to the socket, not 70.
+    #[tokio::test]
+    async fn queued_frames_go_out_in_one_flush_per_batch() {
+        let (frames_tx, frames) = mpsc::channel(128);
+        let (urgent_tx, urgent) = mpsc::channel(16);
+        for seq in 1..=70 {
+            frames_tx
+                .try_send(DaemonFrame::Rpc {
+                    sid: "s1".into(),
+                    seq,
+                    related: None,
+                    message: serde_json::json!({"jsonrpc": "2.0", "id": seq, "result": {}}),
+                })
+                .unwrap();
+        }
+        drop((frames_tx, urgent_tx));
+        let mut sink = CountingSink::default();
+        write_frames(&mut sink, urgent, frames, CancellationToken::new()).await;
+        assert_eq!(sink.written.len(), 70);
+        assert_eq!(
+            sink.flushes,
+            70usize.div_ceil(limits::LINK_WRITE_BATCH),
+            "flushes for 70 frames"
+        );
     }
 }

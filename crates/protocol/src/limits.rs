@@ -24,6 +24,9 @@ pub const RELAY_CONNECTIONS_PER_ADDRESS: usize = 128;
 pub const STDIO_LINE_MAX_BYTES: usize = 8 * MIB;
 /// Largest relay ⇄ daemon WebSocket frame.
 pub const RELAY_FRAME_MAX_BYTES: usize = 8 * MIB;
+/// Frames a link's writer (relay or daemon) sends in one flush at most: the ones already queued
+/// when it writes go out together, one write to the socket instead of one each.
+pub const LINK_WRITE_BATCH: usize = 64;
 
 // === Concurrency ===
 

@@ -199,24 +199,37 @@ async fn run(node: Node, socket: Ws, mut unlock: Unlock) {
     Metrics::add(&node.metrics.sockets_candidate, 1);
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
+    // Each frame goes with those already queued behind it, at most `LINK_WRITE_BATCH`, in one
+    // flush; a Close frame ends the writer after what was queued before it.
     let mut writer = tokio::spawn(async move {
-        while let Some(out) = rx.recv().await {
-            let msg = match out {
-                Outbound::Frame(f) => match serde_json::to_string(&f) {
-                    Ok(t) => Message::Text(t.into()),
-                    Err(_) => continue,
-                },
-                Outbound::Close(code, reason) => {
-                    let _ = sink
-                        .send(Message::Close(Some(CloseFrame {
-                            code: WsCloseCode::from(code.code()),
-                            reason: reason.into(),
-                        })))
-                        .await;
-                    break;
+        'write: while let Some(out) = rx.recv().await {
+            let mut batch = 0;
+            let mut next = Some(out);
+            while let Some(out) = next.take() {
+                match out {
+                    Outbound::Frame(f) => {
+                        if let Ok(t) = serde_json::to_string(&f)
+                            && sink.feed(Message::Text(t.into())).await.is_err()
+                        {
+                            break 'write;
+                        }
+                    }
+                    Outbound::Close(code, reason) => {
+                        let _ = sink
+                            .send(Message::Close(Some(CloseFrame {
+                                code: WsCloseCode::from(code.code()),
+                                reason: reason.into(),
+                            })))
+                            .await;
+                        break 'write;
+                    }
                 }
-            };
-            if sink.send(msg).await.is_err() {
+                batch += 1;
+                if batch < protocol::limits::LINK_WRITE_BATCH {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if sink.flush().await.is_err() {
                 break;
             }
         }
