@@ -877,6 +877,19 @@ mod tests {
         assert!(rx.try_recv().is_err());
     }
 
+    /// Queues the results of requests 1..=`n` of session `s1` on `lane`.
+    fn queue_results(lane: &mpsc::Sender<DaemonFrame>, n: u64) {
+        for seq in 1..=n {
+            lane.try_send(DaemonFrame::Rpc {
+                sid: "s1".into(),
+                seq,
+                related: None,
+                message: serde_json::json!({"jsonrpc": "2.0", "id": seq, "result": {}}),
+            })
+            .unwrap();
+        }
+    }
+
     /// The link's own frames are written first: an `accepted` queued behind a backlog of results
     /// could reach the relay after its 4 s retraction, and a request that ran would be reported
     /// "not delivered".
@@ -884,16 +897,7 @@ mod tests {
     async fn accepted_and_heartbeats_are_written_before_queued_results() {
         let (frames_tx, frames) = mpsc::channel(16);
         let (urgent_tx, urgent) = mpsc::channel(16);
-        for seq in 1..=3 {
-            frames_tx
-                .try_send(DaemonFrame::Rpc {
-                    sid: "s1".into(),
-                    seq,
-                    related: None,
-                    message: serde_json::json!({"jsonrpc": "2.0", "id": seq, "result": {}}),
-                })
-                .unwrap();
-        }
+        queue_results(&frames_tx, 3);
         urgent_tx
             .try_send(DaemonFrame::Accepted {
                 sid: "s1".into(),
@@ -953,16 +957,7 @@ mod tests {
     async fn queued_frames_go_out_in_one_flush_per_batch() {
         let (frames_tx, frames) = mpsc::channel(128);
         let (urgent_tx, urgent) = mpsc::channel(16);
-        for seq in 1..=70 {
-            frames_tx
-                .try_send(DaemonFrame::Rpc {
-                    sid: "s1".into(),
-                    seq,
-                    related: None,
-                    message: serde_json::json!({"jsonrpc": "2.0", "id": seq, "result": {}}),
-                })
-                .unwrap();
-        }
+        queue_results(&frames_tx, 70);
         drop((frames_tx, urgent_tx));
         let mut sink = CountingSink::default();
         write_frames(&mut sink, urgent, frames, CancellationToken::new()).await;
