@@ -326,9 +326,10 @@ fn classify_close(close: Option<(u16, String)>) -> Attempt {
 }
 
 /// Writes the frames of both lanes to `sink` as JSON text, `urgent` first whenever both have
-/// one — each frame with those already queued behind it, at most [`limits::LINK_WRITE_BATCH`], in one
-/// flush — until both lanes are closed, the sink fails, or `close` is cancelled and both lanes
-/// are empty; then closes the sink (after `close`, with a Close frame 1000 "daemon stopping").
+/// one — each frame with those already queued behind it, at most
+/// [`limits::LINK_WRITE_BATCH`], in one flush — until both lanes are closed, the sink fails, or
+/// `close` is cancelled and both lanes are empty; then closes the sink (after `close`, with a
+/// Close frame 1000 "daemon stopping").
 async fn write_frames<S>(
     mut sink: S,
     mut urgent: mpsc::Receiver<DaemonFrame>,
