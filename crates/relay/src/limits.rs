@@ -43,6 +43,10 @@ const _: () = assert!(
     REQUEST_BODY_SPILL_THRESHOLD >= INLINE_PARSE_MAX_BYTES
         && REQUEST_BODY_SPILL_THRESHOLD >= INITIALIZE_BODY_MAX_BYTES
 );
+/// Credentials of each kind (static tokens, OAuth access tokens) a relay keeps after the store
+/// vouched for them, so that their next requests cost no store query (`storage::credentials`);
+/// past it the kept ones of that kind are forgotten at once and read again as presented.
+pub const CREDENTIAL_CACHE_ENTRIES: usize = 4096;
 /// How long a relay (`relay serve`, `up`) that was asked to stop lets its connections finish:
 /// its listener closes at once, requests in progress may complete within this drain, and what
 /// is still open after it (SSE streams, listen streams, daemon sockets) is closed; clients resume

@@ -23,6 +23,8 @@ pub(crate) struct Metrics {
     pub(crate) unmatched: AtomicU64,
     /// HTTP requests answered on MCP endpoints.
     pub(crate) http_requests: AtomicU64,
+    /// Store queries made for presented credentials (set when rendered).
+    pub(crate) credential_lookups: AtomicU64,
     /// Client connections open.
     pub(crate) connections_open: AtomicI64,
     /// Connections closed at once because a connection cap was reached.
@@ -148,6 +150,12 @@ impl Metrics {
             "counter",
             "HTTP requests on MCP endpoints.",
             &[(String::new(), c(&self.http_requests).into())],
+        );
+        metric(
+            "machine_mcp_relay_credential_lookups_total",
+            "counter",
+            "Store queries made for presented credentials (a credential the relay checked before and nothing revoked since costs none).",
+            &[(String::new(), c(&self.credential_lookups).into())],
         );
         metric(
             "machine_mcp_relay_streams",

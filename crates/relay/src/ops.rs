@@ -13,7 +13,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::{config::RelayConfig, hub::Router, metrics::Metrics};
+use crate::{config::RelayConfig, hub::Router, metrics::Metrics, storage::Store};
 
 /// Liveness: 200 with `ok` while the relay serves.
 pub(crate) async fn healthz() -> &'static str {
@@ -24,8 +24,13 @@ pub(crate) async fn healthz() -> &'static str {
 pub(crate) async fn metrics(
     State(router): State<Arc<dyn Router>>,
     State(metrics): State<Arc<Metrics>>,
+    State(store): State<Store>,
 ) -> Response {
     router.refresh_gauges();
+    metrics.credential_lookups.store(
+        store.credential_lookups(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         metrics.render(),
@@ -39,6 +44,7 @@ pub(crate) async fn metrics_main(
     State(config): State<Arc<RelayConfig>>,
     router: State<Arc<dyn Router>>,
     metrics_state: State<Arc<Metrics>>,
+    store: State<Store>,
     connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Response {
@@ -51,5 +57,5 @@ pub(crate) async fn metrics_main(
     if config.metrics_listen.is_some() || !local {
         return (StatusCode::NOT_FOUND, "not found\n").into_response();
     }
-    metrics(router, metrics_state).await
+    metrics(router, metrics_state, store).await
 }

@@ -80,6 +80,34 @@ fn tools_are_listed_and_called_through_the_relay() {
     assert_eq!(a.status, 404, "a deleted session is gone");
 }
 
+/// What a relayed request costs the store, pinned by counts: a token the relay checked once
+/// costs no store query on its later requests, until something is revoked.
+#[test]
+fn a_token_checked_once_costs_no_store_query_on_later_requests() {
+    let s = setup();
+    let lookups = || -> u64 {
+        let m = s.relay.metrics();
+        m.lines()
+            .find_map(|l| l.strip_prefix("machine_mcp_relay_credential_lookups_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no credential lookups counter: {m}"))
+    };
+    let first = lookups();
+    let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
+    c.initialize();
+    let before = lookups();
+    assert_eq!(
+        before,
+        first + 1,
+        "the token's first request asks the store"
+    );
+    for id in 0..20 {
+        let a = c.post(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
+        assert_eq!(a.status, 200);
+    }
+    assert_eq!(lookups(), before, "20 requests with a token checked before");
+}
+
 #[test]
 fn http_rules_of_streamable_http() {
     let s = setup();

@@ -12,7 +12,8 @@ use crate::{hub::Hub, storage::Store};
 /// every session whose credential was revoked (a token, an OAuth client or grant, an account
 /// changed or removed), since the last check; `last` is the
 /// [`crate::storage::RevocationStore::revocation_epoch`] seen then. Called by the relay's sweeper
-/// every second; one query while nothing changed.
+/// every second; one query while nothing changed. When the counter moved, the credentials the
+/// store keeps are forgotten too ([`Store::forget_credentials`]).
 pub(crate) async fn close_revoked(hub: &Hub, store: &Store, last: &mut Option<i64>) {
     let Ok(epoch) = store.revocations().revocation_epoch().await else {
         return;
@@ -25,6 +26,7 @@ pub(crate) async fn close_revoked(hub: &Hub, store: &Store, last: &mut Option<i6
     if first {
         return;
     }
+    store.forget_credentials();
     for (bridge, link) in hub.active_links() {
         let valid = match store.bridges().device_key(&link.key_id).await {
             Ok(k) => k.is_some_and(|k| k.bridge == bridge.name),

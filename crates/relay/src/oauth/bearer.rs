@@ -111,10 +111,10 @@ pub async fn principal(
     };
     if config.auth == AuthMode::OAuth && token.starts_with("mba_") {
         let grant = store
-            .oauth()
             .access_grant(&auth::sha256_hex(token))
             .await
             .map_err(unavailable)?
+            .map(|g| g.grant)
             .ok_or_else(|| {
                 unauthorized(
                     config,
@@ -199,8 +199,7 @@ pub async fn principal(
         ));
     };
     let rec = store
-        .accounts()
-        .token_by_hash(&auth::sha256_hex(token))
+        .static_token(&auth::sha256_hex(token))
         .await
         .map_err(unavailable)?
         .ok_or_else(|| {

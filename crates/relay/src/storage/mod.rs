@@ -21,10 +21,12 @@ use sqlx::{
 use crate::auth::Role;
 
 pub mod accounts;
+mod credentials;
 pub mod durable;
 pub mod guards;
 pub mod oauth;
 pub mod revocation;
+pub mod revocation_mark;
 mod secrets;
 mod sqlite;
 mod store;
@@ -95,6 +97,8 @@ pub struct DeviceKey {
 #[derive(Debug, Clone)]
 pub(crate) struct SqliteStorage {
     pool: SqlitePool,
+    /// The revocation mark beside the database file ([`revocation_mark`]).
+    mark: std::sync::Arc<revocation_mark::MarkFile>,
 }
 
 /// Wall-clock time in Unix seconds (what the store records).
@@ -145,7 +149,8 @@ impl SqliteStorage {
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         restrict_permissions(path);
-        Ok(Self { pool })
+        let mark = std::sync::Arc::new(revocation_mark::MarkFile::open(path));
+        Ok(Self { pool, mark })
     }
 
     /// The connection pool (tests that corrupt rows on purpose).
@@ -165,7 +170,8 @@ impl SqliteStorage {
             .connect_with(opts)
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool })
+        let mark = std::sync::Arc::new(revocation_mark::MarkFile::memory());
+        Ok(Self { pool, mark })
     }
 
     /// Creates `bridge` if it does not exist and issues a one-time enrollment code valid for
@@ -265,6 +271,7 @@ impl SqliteStorage {
         };
         let bridge: String = row.get(0);
         let keep_existing: bool = row.get(1);
+        let mut revoked = false;
         if !keep_existing {
             let replaced = sqlx::query(
                 "UPDATE device_keys SET revoked_at = ? WHERE bridge = ? AND revoked_at IS NULL",
@@ -276,6 +283,7 @@ impl SqliteStorage {
             .rows_affected();
             if replaced > 0 {
                 revocation::bump_in(&mut tx).await?;
+                revoked = true;
             }
         }
         let key_id = crate::auth::random_id("key_");
@@ -289,6 +297,9 @@ impl SqliteStorage {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        if revoked {
+            self.mark.announce();
+        }
         Ok((bridge, key_id))
     }
 

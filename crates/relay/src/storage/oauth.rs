@@ -128,6 +128,15 @@ pub struct Grant {
     pub dpop_jkt: Option<String>,
 }
 
+/// The grant of a presented access token, with the token's expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessGrant {
+    /// The live grant.
+    pub grant: Grant,
+    /// When the access token expires, Unix seconds.
+    pub expires_at: i64,
+}
+
 /// Hashes and expiries of a new access/refresh token pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTokens {
@@ -352,6 +361,7 @@ impl SqliteStorage {
         .rows_affected();
         super::revocation::bump_in(&mut tx).await?;
         tx.commit().await?;
+        self.mark.announce();
         Ok(ended)
     }
 
@@ -463,6 +473,9 @@ impl SqliteStorage {
         };
         if let Some(family) = used.get::<Option<String>, _>(0) {
             revoke_family_in(&mut tx, &family, "authorization code replayed", t).await?;
+            tx.commit().await?;
+            self.mark.announce();
+            return Ok(Redemption::Replayed);
         }
         tx.commit().await?;
         Ok(Redemption::Replayed)
@@ -604,6 +617,7 @@ impl SqliteStorage {
             Some(_) => {
                 revoke_family_in(&mut tx, &family, "refresh token replayed", t).await?;
                 tx.commit().await?;
+                self.mark.announce();
                 return Ok(Rotation::Replayed);
             }
         }
@@ -617,16 +631,17 @@ impl SqliteStorage {
         Ok(Rotation::Rotated(Box::new(grant)))
     }
 
-    /// The live grant of the unexpired access token whose hash is `access_hash`.
+    /// The live grant of the unexpired access token whose hash is `access_hash`, with the
+    /// token's expiry.
     ///
     /// # Errors
     /// Database failure; unreadable rows.
     pub(crate) async fn access_grant(
         &self,
         access_hash: &str,
-    ) -> Result<Option<Grant>, StorageError> {
+    ) -> Result<Option<AccessGrant>, StorageError> {
         let row = sqlx::query(&format!(
-            "SELECT {GRANT_COLUMNS} FROM oauth_access_tokens t \
+            "SELECT {GRANT_COLUMNS}, t.expires_at FROM oauth_access_tokens t \
              JOIN oauth_families f ON f.id = t.family_id AND f.revoked_at IS NULL {LIVE_GRANT} \
              WHERE t.token_hash = ? AND t.expires_at > ?"
         ))
@@ -634,7 +649,14 @@ impl SqliteStorage {
         .bind(now())
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(grant_row).transpose()
+        row.as_ref()
+            .map(|r| {
+                Ok(AccessGrant {
+                    grant: grant_row(r)?,
+                    expires_at: r.get(13),
+                })
+            })
+            .transpose()
     }
 
     /// RFC 7009 revocation: when `token_hash` is an access or refresh token of `client_id`,
@@ -758,6 +780,8 @@ async fn live_grant_in(
     row.as_ref().map(grant_row).transpose()
 }
 
+/// Revokes grant `family` inside `tx` and counts the revocation (the caller announces it on the
+/// mark once `tx` has committed).
 async fn revoke_family_in(
     tx: &mut sqlx::SqliteConnection,
     family: &str,
@@ -772,5 +796,5 @@ async fn revoke_family_in(
     .bind(family)
     .execute(&mut *tx)
     .await?;
-    Ok(())
+    super::revocation::bump_in(tx).await
 }

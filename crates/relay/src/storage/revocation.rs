@@ -23,7 +23,8 @@ pub struct DeviceKeyRecord {
     pub revoked_at: Option<i64>,
 }
 
-/// Increments the revocation counter inside `tx`.
+/// Increments the revocation counter inside `tx`; the caller announces the revocation on the
+/// mark ([`super::revocation_mark`]) once `tx` has committed.
 ///
 /// # Errors
 /// Database failure.
@@ -54,7 +55,9 @@ impl SqliteStorage {
     /// Database failure.
     pub(crate) async fn bump_revocations(&self) -> Result<(), StorageError> {
         let mut c = self.pool.acquire().await?;
-        bump_in(&mut c).await
+        bump_in(&mut c).await?;
+        self.mark.announce();
+        Ok(())
     }
 
     /// Whether `credential` (a [`crate::auth::BridgePrincipal::credential`]) still authenticates:
@@ -130,6 +133,7 @@ impl SqliteStorage {
         }
         bump_in(&mut tx).await?;
         tx.commit().await?;
+        self.mark.announce();
         Ok(())
     }
 
@@ -149,6 +153,7 @@ impl SqliteStorage {
         }
         bump_in(&mut tx).await?;
         tx.commit().await?;
+        self.mark.announce();
         Ok(())
     }
 }

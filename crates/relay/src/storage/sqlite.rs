@@ -7,9 +7,11 @@ use super::{
     accounts::{Account, AccountChange},
     durable::{SessionRecord, StoreWrite, StreamRecord},
     oauth::{
-        ClientRecord, ClientSummary, Grant, NewCode, NewTokens, Redemption, Rotation, RotationRules,
+        AccessGrant, ClientRecord, ClientSummary, Grant, NewCode, NewTokens, Redemption, Rotation,
+        RotationRules,
     },
     revocation::DeviceKeyRecord,
+    revocation_mark::RevocationMark,
     traits::{AccountStore, BridgeStore, OAuthStore, RevocationStore, SessionStore, StoreFuture},
 };
 use crate::auth::Role;
@@ -225,7 +227,7 @@ impl OAuthStore for SqliteStorage {
         ))
     }
 
-    fn access_grant<'a>(&'a self, access_hash: &'a str) -> StoreFuture<'a, Option<Grant>> {
+    fn access_grant<'a>(&'a self, access_hash: &'a str) -> StoreFuture<'a, Option<AccessGrant>> {
         Box::pin(SqliteStorage::access_grant(self, access_hash))
     }
 
@@ -271,6 +273,10 @@ impl SessionStore for SqliteStorage {
 impl RevocationStore for SqliteStorage {
     fn revocation_epoch(&self) -> StoreFuture<'_, i64> {
         Box::pin(SqliteStorage::revocation_epoch(self))
+    }
+
+    fn revocation_mark(&self) -> Option<RevocationMark> {
+        self.mark.read()
     }
 
     fn bump_revocations(&self) -> StoreFuture<'_, ()> {

@@ -23,6 +23,8 @@ pub struct Store {
     sessions: Arc<dyn SessionStore>,
     revocations: Arc<dyn RevocationStore>,
     guards: Arc<dyn GuardStore>,
+    /// Credentials the store vouched for ([`super::credentials`]).
+    pub(super) credentials: Arc<super::credentials::CredentialCache>,
     /// The SQLite backend, for tests that damage or count rows on purpose.
     #[cfg(test)]
     pub(super) sqlite: Option<SqliteStorage>,
@@ -44,6 +46,7 @@ impl Store {
             sessions: b.clone(),
             revocations: b,
             guards: Arc::new(guards),
+            credentials: Arc::default(),
             #[cfg(test)]
             sqlite: None,
         }

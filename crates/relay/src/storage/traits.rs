@@ -34,9 +34,11 @@ use super::{
     durable::{SessionRecord, StoreWrite, StreamRecord},
     guards::Seen,
     oauth::{
-        ClientRecord, ClientSummary, Grant, NewCode, NewTokens, Redemption, Rotation, RotationRules,
+        AccessGrant, ClientRecord, ClientSummary, Grant, NewCode, NewTokens, Redemption, Rotation,
+        RotationRules,
     },
     revocation::DeviceKeyRecord,
+    revocation_mark::RevocationMark,
 };
 use crate::auth::Role;
 
@@ -334,11 +336,12 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
         tokens: &'a NewTokens,
     ) -> StoreFuture<'a, Rotation>;
 
-    /// The live grant of the unexpired access token whose hash is `access_hash`.
+    /// The live grant of the unexpired access token whose hash is `access_hash`, with the
+    /// token's expiry.
     ///
     /// # Errors
     /// The store fails; unreadable rows.
-    fn access_grant<'a>(&'a self, access_hash: &'a str) -> StoreFuture<'a, Option<Grant>>;
+    fn access_grant<'a>(&'a self, access_hash: &'a str) -> StoreFuture<'a, Option<AccessGrant>>;
 
     /// RFC 7009 revocation: when `token_hash` is an access or refresh token of `client_id`,
     /// revokes its grant and every other grant of the same client, account and redirect URI.
@@ -414,6 +417,11 @@ pub trait RevocationStore: Send + Sync + fmt::Debug {
     /// # Errors
     /// The store fails.
     fn revocation_epoch(&self) -> StoreFuture<'_, i64>;
+
+    /// The revocation mark, read without a query: it changes once any process has committed a
+    /// revocation to this store, at once (see [`super::revocation_mark`]); `None` when it cannot
+    /// be read, and then nothing checked before may be trusted.
+    fn revocation_mark(&self) -> Option<RevocationMark>;
 
     /// Increments the revocation counter.
     ///
