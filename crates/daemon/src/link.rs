@@ -32,6 +32,7 @@ use protocol::{
     limits,
 };
 mod probe;
+mod writer;
 
 pub use probe::{HandshakeError, TlsSummary, probe_handshake, tls_handshake};
 
@@ -248,7 +249,7 @@ async fn attempt_once(
     let (out_tx, out_rx) = mpsc::channel::<DaemonFrame>(4096);
     let (urgent_tx, urgent_rx) = mpsc::channel::<DaemonFrame>(URGENT_QUEUE);
     let close = CancellationToken::new();
-    let mut writer = tokio::spawn(write_frames(sink, urgent_rx, out_rx, close.clone()));
+    let mut writer = tokio::spawn(writer::write_frames(sink, urgent_rx, out_rx, close.clone()));
     let r = handshake_and_serve(
         config,
         instance_id,
@@ -325,62 +326,7 @@ fn classify_close(close: Option<(u16, String)>) -> Attempt {
     }
 }
 
-/// Writes the frames of both lanes to `sink` as JSON text, `urgent` first whenever both have
-/// one — each frame with those already queued behind it, at most
-/// [`limits::LINK_WRITE_BATCH`], in one flush — until both lanes are closed, the sink fails, or
-/// `close` is cancelled and both lanes are empty; then closes the sink (after `close`, with a
-/// Close frame 1000 "daemon stopping").
-async fn write_frames<S>(
-    mut sink: S,
-    mut urgent: mpsc::Receiver<DaemonFrame>,
-    mut frames: mpsc::Receiver<DaemonFrame>,
-    close: CancellationToken,
-) where
-    S: futures_util::Sink<Message> + Unpin,
-{
-    let (mut urgent_open, mut frames_open) = (true, true);
-    'write: while urgent_open || frames_open {
-        let f = tokio::select! {
-            biased;
-            f = urgent.recv(), if urgent_open => match f {
-                Some(f) => f,
-                None => { urgent_open = false; continue; }
-            },
-            f = frames.recv(), if frames_open => match f {
-                Some(f) => f,
-                None => { frames_open = false; continue; }
-            },
-            () = close.cancelled() => {
-                let frame = tokio_tungstenite::tungstenite::protocol::CloseFrame {
-                    code: WsCloseCode::Normal,
-                    reason: "daemon stopping".into(),
-                };
-                let _ = sink.send(Message::Close(Some(frame))).await;
-                break;
-            }
-        };
-        // This frame and those already queued behind it (urgent first), in one flush.
-        let mut batch = 0;
-        let mut next = Some(f);
-        while let Some(f) = next.take() {
-            if let Ok(text) = serde_json::to_string(&f)
-                && sink.feed(Message::Text(text.into())).await.is_err()
-            {
-                break 'write;
-            }
-            batch += 1;
-            if batch < limits::LINK_WRITE_BATCH {
-                next = urgent.try_recv().or_else(|_| frames.try_recv()).ok();
-            }
-        }
-        if sink.flush().await.is_err() {
-            break;
-        }
-    }
-    let _ = sink.close().await;
-}
-
-/// The two lanes of a link's writer ([`write_frames`]).
+/// The two lanes of a link's writer ([`writer::write_frames`]).
 struct Lanes {
     /// The link's own frames: handshake, `accepted`, heartbeats.
     urgent: mpsc::Sender<DaemonFrame>,
@@ -741,7 +687,7 @@ pub async fn enroll(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     use super::*;
 
@@ -876,97 +822,5 @@ mod tests {
             now_unix_ms()
         ));
         assert!(rx.try_recv().is_err());
-    }
-
-    /// Queues the results of requests 1..=`n` of session `s1` on `lane`.
-    fn queue_results(lane: &mpsc::Sender<DaemonFrame>, n: u64) {
-        for seq in 1..=n {
-            lane.try_send(DaemonFrame::Rpc {
-                sid: "s1".into(),
-                seq,
-                related: None,
-                message: serde_json::json!({"jsonrpc": "2.0", "id": seq, "result": {}}),
-            })
-            .unwrap();
-        }
-    }
-
-    /// The link's own frames are written first: an `accepted` queued behind a backlog of results
-    /// could reach the relay after its 4 s retraction, and a request that ran would be reported
-    /// "not delivered".
-    #[tokio::test]
-    async fn accepted_and_heartbeats_are_written_before_queued_results() {
-        let (frames_tx, frames) = mpsc::channel(16);
-        let (urgent_tx, urgent) = mpsc::channel(16);
-        queue_results(&frames_tx, 3);
-        urgent_tx
-            .try_send(DaemonFrame::Accepted {
-                sid: "s1".into(),
-                id: RequestId::new(serde_json::json!(9)),
-            })
-            .unwrap();
-        drop((frames_tx, urgent_tx));
-        let mut written: Vec<Message> = Vec::new();
-        write_frames(&mut written, urgent, frames, CancellationToken::new()).await;
-        let kinds: Vec<String> = written
-            .iter()
-            .map(|m| {
-                let v: Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
-                v["type"].as_str().unwrap_or_default().to_owned()
-            })
-            .collect();
-        assert_eq!(kinds, ["accepted", "rpc", "rpc", "rpc"]);
-    }
-
-    /// A sink that counts its flushes (each one a write to the socket).
-    #[derive(Default)]
-    struct CountingSink {
-        written: Vec<Message>,
-        flushes: usize,
-    }
-
-    impl futures_util::Sink<Message> for CountingSink {
-        type Error = std::convert::Infallible;
-        fn poll_ready(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn start_send(mut self: std::pin::Pin<&mut Self>, m: Message) -> Result<(), Self::Error> {
-            self.written.push(m);
-            Ok(())
-        }
-        fn poll_flush(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            self.flushes += 1;
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn poll_close(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
-    /// Frames already queued when the writer writes go out in one flush, at most
-    /// `LINK_WRITE_BATCH` of them: 70 queued frames cost two writes to the socket, not 70.
-    #[tokio::test]
-    async fn queued_frames_go_out_in_one_flush_per_batch() {
-        let (frames_tx, frames) = mpsc::channel(128);
-        let (urgent_tx, urgent) = mpsc::channel(16);
-        queue_results(&frames_tx, 70);
-        drop((frames_tx, urgent_tx));
-        let mut sink = CountingSink::default();
-        write_frames(&mut sink, urgent, frames, CancellationToken::new()).await;
-        assert_eq!(sink.written.len(), 70);
-        assert_eq!(
-            sink.flushes,
-            70usize.div_ceil(limits::LINK_WRITE_BATCH),
-            "flushes for 70 frames"
-        );
     }
 }

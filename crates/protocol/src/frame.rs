@@ -228,10 +228,12 @@ pub enum DaemonFrame {
         servers: Vec<ServerInfo>,
     },
     /// Revision 4: the daemon took client request `id` of session or call `sid` (from an `rpc`
-    /// carrying a request, or a `call`) within its `deliver_by` and will run it. Sent as soon as
-    /// the frame is read, before the request is dispatched, on the same queue as everything
-    /// else (so it precedes every message the request causes). The relay awaits the request's
-    /// response from then on; a request without `accepted` in time is retracted.
+    /// carrying a request, or a `call`) within its `deliver_by` and will run it. Queued as soon
+    /// as the frame is read, before the request is dispatched (so it precedes every message the
+    /// request causes), and written within [`crate::limits::ACCEPTED_LINGER`]; a response written
+    /// with it, before any other message of its session, stands for it and it is not sent. The
+    /// relay awaits the request's response from then on; a request without `accepted` (or its
+    /// response) in time is retracted.
     Accepted {
         /// Session or call id.
         sid: SessionId,

@@ -57,6 +57,16 @@ pub const DELIVERY_WINDOW: Duration = Duration::from_millis(2500);
 /// is thus answered at most `DELIVERY_WINDOW + DELIVERY_MARGIN` (4 s) after it was sent, well
 /// within the ~60 s hosted assistants wait.
 pub const DELIVERY_MARGIN: Duration = Duration::from_millis(1500);
+/// Link revision 4: how long a daemon may hold an `accepted` before writing it, so that a
+/// request answered within it costs one frame back instead of two: a response written in the
+/// same flush as its `accepted` and before any other message of its session stands for the
+/// `accepted`, which is then not sent (the relay takes a response as the request's answer with
+/// or without one). Tiny beside [`DELIVERY_MARGIN`], whose slack it takes from.
+pub const ACCEPTED_LINGER: Duration = Duration::from_millis(2);
+/// How long a relay may hold an `ack` (and a `close {sid}`) for the next frame to its daemon, so
+/// that acknowledging a response goes out with the next request instead of in a write of its
+/// own; the daemon holds the acknowledged messages that much longer.
+pub const ACK_LINGER: Duration = Duration::from_millis(2);
 
 // === Tasks (MCP extension `io.modelcontextprotocol/tasks`, SEP-2663) ===
 

@@ -9,12 +9,13 @@
 //!
 //! The route drives the [`Hub`] of this node directly: a daemon's socket is local to the node
 //! that holds it. This file holds the route and the socket's life (handshake, steady state);
-//! `socket` the reading of frames and the unverified read budget, `hello` the hello check and
-//! enrollment, `revoked` what a revocation ends.
+//! `socket` the reading of frames and the unverified read budget, `writer` the writing of them,
+//! `hello` the hello check and enrollment, `revoked` what a revocation ends.
 
 mod hello;
 mod revoked;
 mod socket;
+mod writer;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -23,15 +24,14 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use hyper_util::rt::TokioIo;
 use tokio::{sync::mpsc, time::Instant};
 use tokio_tungstenite::{
     WebSocketStream,
     tungstenite::{
-        Message,
         handshake::derive_accept_key,
-        protocol::{CloseFrame, Role, WebSocketConfig, frame::coding::CloseCode as WsCloseCode},
+        protocol::{Role, WebSocketConfig},
     },
 };
 
@@ -197,43 +197,9 @@ pub(crate) async fn connect(
 
 async fn run(node: Node, socket: Ws, mut unlock: Unlock) {
     Metrics::add(&node.metrics.sockets_candidate, 1);
-    let (mut sink, mut stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
-    // Each frame goes with those already queued behind it, at most `LINK_WRITE_BATCH`, in one
-    // flush; a Close frame ends the writer after what was queued before it.
-    let mut writer = tokio::spawn(async move {
-        'write: while let Some(out) = rx.recv().await {
-            let mut batch = 0;
-            let mut next = Some(out);
-            while let Some(out) = next.take() {
-                match out {
-                    Outbound::Frame(f) => {
-                        if let Ok(t) = serde_json::to_string(&f)
-                            && sink.feed(Message::Text(t.into())).await.is_err()
-                        {
-                            break 'write;
-                        }
-                    }
-                    Outbound::Close(code, reason) => {
-                        let _ = sink
-                            .send(Message::Close(Some(CloseFrame {
-                                code: WsCloseCode::from(code.code()),
-                                reason: reason.into(),
-                            })))
-                            .await;
-                        break 'write;
-                    }
-                }
-                batch += 1;
-                if batch < protocol::limits::LINK_WRITE_BATCH {
-                    next = rx.try_recv().ok();
-                }
-            }
-            if sink.flush().await.is_err() {
-                break;
-            }
-        }
-    });
+    let (sink, mut stream) = socket.split();
+    let (tx, rx) = mpsc::channel::<Outbound>(LINK_QUEUE);
+    let mut writer = tokio::spawn(writer::write_frames(sink, rx));
     let link_tx = LinkTx::new(tx);
     let mut promoted = false;
     let outcome = session(&node, &link_tx, &mut stream, &mut promoted, &mut unlock).await;
