@@ -57,6 +57,13 @@ pub const RELAY_STOP_DRAIN: Duration = Duration::from_secs(10);
 /// one store transaction normally; past this bound (the store has stalled) the stream is served
 /// anyway and a relay crash before the row is written forgets it.
 pub const STREAM_STORED_WAIT: Duration = Duration::from_secs(2);
+/// How long the first event of a session's POST stream waits for the stream to finish before it
+/// leaves (and the response's headers with it): a request answered within it goes to its client
+/// whole, in one write with the headers, and is never written to the store — no client holds an
+/// event id of it to resume from. Past it the stream is written to the store and its priming
+/// event leaves once the store holds it ([`STREAM_STORED_WAIT`]). Short beside any client's wait
+/// for headers; long enough for a quick tool call through a loaded relay.
+pub const FIRST_EVENT_LINGER: Duration = Duration::from_millis(10);
 
 // === Transport ===
 

@@ -312,6 +312,8 @@ mod tests {
         let stream = |id: i64| {
             let st = SseStream::new(&s.sid, &principal.id, "b1");
             hub.streams.insert_durable(st.clone(), &json!(id));
+            // Its priming event went to the client: the stream is stored.
+            st.persist_now();
             st
         };
         let done = stream(1);
@@ -435,6 +437,8 @@ mod tests {
         let (storage, hub, s, principal, _) = hub_with_session(dir.path()).await;
         let st = SseStream::new(&s.sid, &principal.id, "b1");
         hub.streams.insert_durable(st.clone(), &json!(9));
+        // Its priming event went to the client: the stream is stored.
+        st.persist_now();
         let progress = |n: usize, pad: usize| {
             json!({"jsonrpc": "2.0", "method": "notifications/progress",
                    "params": {"progress": n, "message": "x".repeat(pad)}})
@@ -504,8 +508,11 @@ mod tests {
         let (storage, hub, s, principal, _) = hub_with_session(dir.path()).await;
         let st = SseStream::new(&s.sid, &principal.id, "b1");
         hub.streams.insert_durable(st.clone(), &json!(9));
+        // Its priming event went to the client: the stream is stored.
+        st.persist_now();
         let silent = SseStream::new(&s.sid, &principal.id, "b1");
         hub.streams.insert_durable(silent.clone(), &json!(10));
+        silent.persist_now();
         for n in 1..=3 {
             st.push(
                 &json!({"jsonrpc": "2.0", "method": "notifications/progress",

@@ -219,7 +219,7 @@ async fn initialize(
     let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
     let mut resp = if wants_sse(headers) {
         let st = router.answer(&session, &id, &reply);
-        sse_response(timing, st, None, version)
+        sse_response(timing, st, None, version).await
     } else {
         (
             [(header::CONTENT_TYPE, "application/json")],
@@ -301,7 +301,7 @@ async fn request(
         }
     }
     match reply {
-        Reply::Stream(st) => sse_response(timing, st, None, to.session.protocol_version()),
+        Reply::Stream(st) => sse_response(timing, st, None, to.session.protocol_version()).await,
         Reply::Json(rx) => match rx.await {
             Ok(reply) => (
                 [(header::CONTENT_TYPE, "application/json")],
@@ -364,7 +364,7 @@ pub(crate) async fn get(
         .get("last-event-id")
         .map(|v| v.to_str().unwrap_or(""));
     match router.resume(&session, last) {
-        Some((st, after)) => sse_response(&config.timing, st, after, version),
+        Some((st, after)) => sse_response(&config.timing, st, after, version).await,
         None => plain(StatusCode::NOT_FOUND, "unknown or expired Last-Event-ID"),
     }
 }
@@ -380,7 +380,7 @@ pub(crate) async fn delete(
 
 /// An SSE response reading `st` after event `after` (from its start when `None`), framed as
 /// the session's `version` defines ([`Framing::session`]: the priming event from 2025-11-25).
-fn sse_response(
+async fn sse_response(
     timing: &RelayTiming,
     st: Arc<SseStream>,
     after: Option<u64>,
@@ -393,4 +393,5 @@ fn sse_response(
         Framing::session(version),
         (),
     )
+    .await
 }

@@ -294,7 +294,7 @@ async fn call(
                 drop(guard);
                 return json_body(status_of(&reply), &reply);
             }
-            sse_response(st, timing.sse_keepalive, guard)
+            sse_response(st, timing.sse_keepalive, guard).await
         }
         Reply::Json(rx) => {
             let reply = rx.await;
@@ -324,8 +324,8 @@ pub(crate) fn method_not_allowed(headers: &HeaderMap) -> Option<Response> {
 /// An SSE response of `st`'s messages in the 2026-07-28 framing ([`Framing::Plain`]: no event
 /// ids, streams are not resumable, Streamable HTTP § Receiving Messages). The guard goes with
 /// the body: a client that closes the stream before the response cancels the call.
-fn sse_response(st: Arc<SseStream>, keepalive: Duration, guard: CallGuard) -> Response {
-    sse::response(st, None, keepalive, Framing::Plain, guard)
+async fn sse_response(st: Arc<SseStream>, keepalive: Duration, guard: CallGuard) -> Response {
+    sse::response(st, None, keepalive, Framing::Plain, guard).await
 }
 
 #[cfg(test)]

@@ -115,8 +115,11 @@ pub(crate) struct SseStream {
     changed: watch::Sender<u64>,
     /// Highest event number written to any HTTP response so far (0 = none yet).
     sent_upto: std::sync::atomic::AtomicU64,
-    /// Where its events are persisted, for a durable stream (a session's POST stream).
+    /// Where its events are persisted, once it is ([`Self::stored`]).
     durable: std::sync::OnceLock<Durable>,
+    /// What persisting it takes, while a durable stream is not persisted yet
+    /// ([`SseStreams::insert_durable`]).
+    armed: Lock<Option<(StoreWriter, Value)>>,
 }
 
 /// What a durable stream needs to persist its events: the write-behind queue and the id of the
@@ -227,6 +230,7 @@ impl SseStream {
             changed: watch::channel(0).0,
             sent_upto: std::sync::atomic::AtomicU64::new(0),
             durable: std::sync::OnceLock::new(),
+            armed: Lock::default(),
         })
     }
 
@@ -268,6 +272,7 @@ impl SseStream {
             changed: watch::channel(0).0,
             sent_upto: std::sync::atomic::AtomicU64::new(0),
             durable: std::sync::OnceLock::new(),
+            armed: Lock::default(),
         })
     }
 
@@ -277,13 +282,17 @@ impl SseStream {
         &self.id
     }
 
-    /// Waits until the store holds this stream's row, at most `limit`, so that a relay that
-    /// dies after the stream's first event left restores the stream (its replay ends with the
-    /// relay-restart error if the request's outcome was not stored) instead of not knowing the
-    /// event id it gave. Returns at once for a stream that is not durable or restored; `false`
-    /// when the store did not get to the row within `limit` (the stream is then served anyway,
-    /// as resumable as the store lets it be).
+    /// Persists a durable stream that is not persisted yet (its row and the events it holds,
+    /// then each event as it comes), and waits until the store holds its row, at most `limit`,
+    /// so that a relay that dies after the stream's first event left restores the stream (its
+    /// replay ends with the relay-restart error if the request's outcome was not stored)
+    /// instead of not knowing the event id it gave. Called before the first event of a running
+    /// stream leaves: a stream no client has an event id of is never written to the store.
+    /// Returns at once for a stream that is not durable or restored; `false` when the store did
+    /// not get to the row within `limit` (the stream is then served anyway, as resumable as the
+    /// store lets it be).
     pub(crate) async fn stored(&self, limit: std::time::Duration) -> bool {
+        self.persist();
         match self.durable.get() {
             Some(Durable {
                 writer,
@@ -292,6 +301,55 @@ impl SseStream {
             }) => writer.applied(*ticket, limit).await,
             _ => true,
         }
+    }
+
+    /// Makes the stream persist itself through `writer` when it is first needed
+    /// ([`Self::stored`]), `request_id` being the request it answers.
+    pub(crate) fn arm(&self, writer: StoreWriter, request_id: Value) {
+        *self.armed.lock() = Some((writer, request_id));
+    }
+
+    /// Persists the stream if it is armed: queues its row (the ticket [`Self::stored`] awaits),
+    /// the events it holds and, when it finished without a message, its end; from then on
+    /// [`Self::push`] queues each event. Under the stream's lock, so the store sees its events
+    /// once each and in order.
+    fn persist(&self) {
+        let Some((writer, request_id)) = self.armed.lock().take() else {
+            return;
+        };
+        let g = self.inner.lock();
+        let opened = writer.send_reliable_ticket(StoreWrite::StreamOpened {
+            id: self.id.clone(),
+            sid: self.sid.as_str().to_owned(),
+            principal: self.principal.clone(),
+            bridge: self.bridge.clone(),
+            request_id: request_id.to_string(),
+            at: unix_now(),
+        });
+        let d = Durable {
+            writer: writer.clone(),
+            request_id,
+            opened,
+        };
+        let last = g.events.back().map(|e| e.seq);
+        for e in g.events.iter().filter(|e| e.seq > 0) {
+            d.event(&self.id, e.seq, &e.data, g.done && Some(e.seq) == last);
+        }
+        if g.done && last.is_none_or(|l| l == 0) {
+            writer.send_reliable(StoreWrite::StreamFinished {
+                stream: self.id.clone(),
+                last_seq: g.next_seq - 1,
+                at: unix_now(),
+            });
+        }
+        let _ = self.durable.set(d);
+    }
+
+    /// Persists the stream now, as when its first event is about to leave (tests of what the
+    /// store holds).
+    #[cfg(test)]
+    pub(crate) fn persist_now(&self) {
+        self.persist();
     }
 
     /// Records that event `seq` was written to a response.

@@ -12,7 +12,7 @@ use crate::{limits::RESUMABLE_RETENTION, limits::RESUMABLE_STREAMS_PER_BRIDGE};
 use protocol::ids::SessionId;
 
 use super::{Durable, STANDALONE_PREFIX, SseStream, stream_lost_notice};
-use crate::storage::{StoreWrite, StoreWriter, now as unix_now};
+use crate::storage::{StoreWrite, StoreWriter};
 use lock::Lock;
 
 /// What a `GET` with `Last-Event-ID` reads ([`SseStreams::resume`]).
@@ -50,39 +50,16 @@ impl SseStreams {
         self.map.lock().insert(s.id.clone(), s);
     }
 
-    /// Registers a session's POST stream answering request `request_id`, and persists it from
-    /// now on (with the events it holds already) when this node keeps streams durable: a
-    /// restarted relay replays its events, or, when it never finished, ends it with the error
-    /// saying the relay restarted while its request was in flight. Its row is queued at once;
-    /// the HTTP layer awaits it ([`SseStream::stored`]) before the stream's first event leaves.
+    /// Registers a session's POST stream answering request `request_id`, durable when this
+    /// node keeps streams durable: the stream is written to the store (with the events it holds
+    /// by then) once its first event is about to reach a client while it runs
+    /// ([`SseStream::stored`], which the HTTP layer awaits first), so that a restarted relay
+    /// replays its events, or, when it never finished, ends it with the error saying the relay
+    /// restarted while its request was in flight. A stream that finished before any of it was
+    /// sent goes to its client whole, with nothing to resume, and is never written.
     pub(crate) fn insert_durable(&self, s: Arc<SseStream>, request_id: &Value) {
         if let Some(writer) = &self.writer {
-            let g = s.inner.lock();
-            let opened = writer.send_reliable_ticket(StoreWrite::StreamOpened {
-                id: s.id.clone(),
-                sid: s.sid.as_str().to_owned(),
-                principal: s.principal.clone(),
-                bridge: s.bridge.clone(),
-                request_id: request_id.to_string(),
-                at: unix_now(),
-            });
-            let d = Durable {
-                writer: writer.clone(),
-                request_id: request_id.clone(),
-                opened,
-            };
-            let last = g.events.back().map(|e| e.seq);
-            for e in g.events.iter().filter(|e| e.seq > 0) {
-                d.event(&s.id, e.seq, &e.data, g.done && Some(e.seq) == last);
-            }
-            if g.done && last.is_none_or(|l| l == 0) {
-                writer.send_reliable(StoreWrite::StreamFinished {
-                    stream: s.id.clone(),
-                    last_seq: g.next_seq - 1,
-                    at: unix_now(),
-                });
-            }
-            let _ = s.durable.set(d);
+            s.arm(writer.clone(), request_id.clone());
         }
         self.insert(s);
     }

@@ -165,6 +165,7 @@ async fn events_the_store_cannot_keep_are_queued_as_markers_in_order() {
     let streams = SseStreams::durable(w.clone());
     let s = SseStream::new(&SessionId::new("sid"), "p", "b");
     streams.insert_durable(s.clone(), &json!(1));
+    s.persist_now();
     let note =
         |pad: usize| json!({"method": "notifications/progress", "params": {"m": "x".repeat(pad)}});
     s.push(&note(0), false).unwrap();

@@ -11,12 +11,15 @@
 //!   TypeScript SDK bundled by Gemini CLI 0.61 does, and then drops the server).
 //! - 2026-07-28: `data:` lines only (streams are not resumable).
 //!
-//! An event id leaves only once a client can resume after it: a resumable stream's first event
-//! waits until the relay's store holds the stream ([`SseStream::stored`], at most
-//! [`STREAM_STORED_WAIT`]), so a relay killed after that event still knows the id. A stream that
-//! is complete when its response starts, or completes before the store has its row (a quick
-//! call), is written in one chunk without waiting further: its ids reach the client together
-//! with its final message, after which no client resumes.
+//! An event id leaves only once a client can resume after it. A resumable stream's first event
+//! waits up to [`FIRST_EVENT_LINGER`] for the stream to finish; one that finishes by then (a
+//! quick call) is written whole, in one chunk, and never stored: its ids reach the client
+//! together with its final message, after which no client resumes. Otherwise the stream is
+//! written to the relay's store and its first event waits until the store holds it
+//! ([`SseStream::stored`], at most [`STREAM_STORED_WAIT`]; it goes whole at once if it
+//! finishes first), so a relay killed after that event still knows the id. The response to a
+//! POST (read from its start, with the priming event) holds its headers until that first chunk
+//! is ready, so a quick answer costs one write.
 //!
 //! Written by hand rather than with axum's `Sse` so that the priming event carries an id, an
 //! empty `data:` field and a `retry` hint, and so a keepalive comment follows every quiet
@@ -29,11 +32,11 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
 };
-use futures_util::Stream as FuturesStream;
+use futures_util::{Stream as FuturesStream, StreamExt};
 use tokio::sync::watch;
 
 use crate::{
-    limits::STREAM_STORED_WAIT,
+    limits::{FIRST_EVENT_LINGER, STREAM_STORED_WAIT},
     stream::{Event, SseStream},
 };
 
@@ -95,15 +98,28 @@ impl Framing {
 /// An SSE response reading `st` after event `after` (from the first event when `None`; the
 /// priming event, event 0, is written only when `framing` has it), with a keepalive comment
 /// after every quiet `keepalive`. `guard` goes with the body and is dropped when the client
-/// closes the stream or the stream ends (a 2026-07-28 call is cancelled by it).
-pub(crate) fn response<G: Send + 'static>(
+/// closes the stream or the stream ends (a 2026-07-28 call is cancelled by it). Read from its
+/// start with the priming event, the response is returned once its first chunk is ready (module
+/// docs), at most [`FIRST_EVENT_LINGER`] + [`STREAM_STORED_WAIT`] later.
+pub(crate) async fn response<G: Send + 'static>(
     st: Arc<SseStream>,
     after: Option<u64>,
     keepalive: Duration,
     framing: Framing,
     guard: G,
 ) -> Response {
-    let body = Body::from_stream(events(st, after, keepalive, framing, guard));
+    let leads = framing == Framing::Resumable { priming: true } && after.is_none();
+    let mut events = Box::pin(events(st, after, keepalive, framing, guard));
+    let body = if leads {
+        match tokio::time::timeout(FIRST_EVENT_LINGER + STREAM_STORED_WAIT, events.next()).await {
+            Ok(Some(first)) => {
+                Body::from_stream(futures_util::stream::once(async { first }).chain(events))
+            }
+            Ok(None) | Err(_) => Body::from_stream(events),
+        }
+    } else {
+        Body::from_stream(events)
+    };
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -152,16 +168,45 @@ fn events<G: Send + 'static>(
         done: bool,
         keepalive: Duration,
         framing: Framing,
-        /// No event has been written yet, so the next one waits for the store (module docs).
+        /// No event has been written yet, so the next one waits for the stream to finish or for
+        /// the store (module docs).
         first: bool,
+        /// Until when the first event waits for the stream to finish.
+        linger_until: tokio::time::Instant,
         _guard: G,
     }
     impl<G> State<G> {
-        /// Before the first event of a running stream: waits until the store holds the
-        /// stream's row (at most [`STREAM_STORED_WAIT`]) or the stream completes, whichever
-        /// comes first; a stream that completed is then written whole, in one chunk.
-        async fn await_stored_or_done(&mut self) {
-            let stored = self.st.stored(STREAM_STORED_WAIT);
+        /// Takes in the events that came, and whether the stream finished.
+        fn refresh(&mut self) {
+            let last = self.buf.back().map(|e| e.seq).or(self.cursor);
+            let (evs, done) = self.st.read_after(last);
+            self.buf.extend(evs);
+            self.done = done;
+        }
+
+        /// Before the first event of a running stream: waits until it finishes or
+        /// [`FIRST_EVENT_LINGER`] is over; then, while it runs, until the store holds the
+        /// stream's row (at most [`STREAM_STORED_WAIT`]) or it finishes, whichever comes first.
+        /// A stream that finished is then written whole, in one chunk.
+        async fn await_done_or_stored(&mut self) {
+            let linger = tokio::time::sleep_until(self.linger_until);
+            tokio::pin!(linger);
+            while !self.done {
+                tokio::select! {
+                    r = self.rx.changed() => {
+                        if r.is_err() {
+                            return;
+                        }
+                        self.refresh();
+                    }
+                    () = &mut linger => break,
+                }
+            }
+            if self.done {
+                return;
+            }
+            let st = self.st.clone();
+            let stored = st.stored(STREAM_STORED_WAIT);
             tokio::pin!(stored);
             loop {
                 tokio::select! {
@@ -177,11 +222,8 @@ fn events<G: Send + 'static>(
                         if r.is_err() {
                             return;
                         }
-                        let last = self.buf.back().map(|e| e.seq).or(self.cursor);
-                        let (evs, done) = self.st.read_after(last);
-                        self.buf.extend(evs);
-                        self.done = done;
-                        if done {
+                        self.refresh();
+                        if self.done {
                             return;
                         }
                     }
@@ -199,13 +241,14 @@ fn events<G: Send + 'static>(
         keepalive,
         framing,
         first: true,
+        linger_until: tokio::time::Instant::now() + FIRST_EVENT_LINGER,
         _guard: guard,
     };
     futures_util::stream::unfold(state, |mut s| async move {
         loop {
             if !s.buf.is_empty() {
                 if std::mem::take(&mut s.first) && s.framing.resumable() && !s.done {
-                    s.await_stored_or_done().await;
+                    s.await_done_or_stored().await;
                 }
                 // A complete stream goes in one chunk; otherwise each event as it comes.
                 let n = if s.done { s.buf.len() } else { 1 };
@@ -370,7 +413,84 @@ mod tests {
         ));
         let prime = ev.next().await.unwrap().unwrap();
         assert!(prime.ends_with(b"data: \n\n"), "{prime:?}");
-        assert_eq!(start.elapsed(), STREAM_STORED_WAIT);
+        assert_eq!(start.elapsed(), FIRST_EVENT_LINGER + STREAM_STORED_WAIT);
+    }
+
+    /// The writes queued for the store so far.
+    fn queued(rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::storage::StoreWrite>) -> usize {
+        std::iter::from_fn(|| rx.try_recv().ok()).count()
+    }
+
+    /// A request answered within the linger: its stream goes whole, in one chunk returned with
+    /// the response, and nothing of it is written to the store.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_finishes_within_the_linger_goes_whole_and_is_never_stored() {
+        let (w, mut rx) = crate::storage::StoreWriter::channel();
+        let streams = crate::stream::SseStreams::durable(w);
+        let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
+        streams.insert_durable(st.clone(), &json!(1));
+        let start = tokio::time::Instant::now();
+        let answer = async {
+            tokio::time::sleep(FIRST_EVENT_LINGER / 2).await;
+            st.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        };
+        let (resp, ()) = tokio::join!(
+            response(
+                st.clone(),
+                None,
+                Duration::from_secs(60),
+                Framing::session("2025-11-25"),
+                ()
+            ),
+            answer
+        );
+        assert_eq!(
+            start.elapsed(),
+            FIRST_EVENT_LINGER / 2,
+            "headers with the answer"
+        );
+        let mut body = resp.into_body().into_data_stream();
+        let whole = body.next().await.unwrap().unwrap();
+        let text = String::from_utf8(whole.to_vec()).unwrap();
+        assert_eq!(
+            text.matches("id: ").count(),
+            2,
+            "priming and result: {text}"
+        );
+        assert!(body.next().await.is_none());
+        assert_eq!(queued(&mut rx), 0, "nothing of it was written to the store");
+    }
+
+    /// A request still running when the linger is over: its stream is written to the store and
+    /// its priming event leaves once the store holds it; its later events are stored as they
+    /// come.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_running_past_the_linger_is_stored_before_its_first_event_leaves() {
+        let (w, mut rx) = crate::storage::StoreWriter::channel();
+        let streams = crate::stream::SseStreams::durable(w.clone());
+        let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
+        streams.insert_durable(st.clone(), &json!(1));
+        let start = tokio::time::Instant::now();
+        let mut ev = Box::pin(events(
+            st.clone(),
+            None,
+            Duration::from_secs(60),
+            Framing::session("2025-11-25"),
+            (),
+        ));
+        let early = tokio::time::timeout(FIRST_EVENT_LINGER * 2, ev.next()).await;
+        assert!(early.is_err(), "the store does not hold it yet: {early:?}");
+        assert_eq!(
+            queued(&mut rx),
+            1,
+            "its row was queued once the linger was over"
+        );
+        w.mark_applied(1);
+        let prime = ev.next().await.unwrap().unwrap();
+        assert!(prime.ends_with(b"retry: 1000\ndata: \n\n"), "{prime:?}");
+        assert!(start.elapsed() >= FIRST_EVENT_LINGER);
+        st.push(&json!({"id": 1, "result": {}}), true).unwrap();
+        assert_eq!(queued(&mut rx), 1, "the result is stored as it comes");
     }
 
     #[tokio::test]
