@@ -8,6 +8,7 @@ use std::{
     sync::Arc,
 };
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use protocol::frame::ServerInfo;
@@ -34,6 +35,30 @@ pub(crate) struct CachedServer {
     /// The `x-mcp-header` annotations of its tools, by tool name (checked against the
     /// `Mcp-Param-*` headers of MCP 2026-07-28 `tools/call` requests).
     pub(crate) param_headers: Arc<HashMap<String, Vec<ParamHeader>>>,
+    /// The protocol versions its endpoint serves: the `supportedVersions` of its
+    /// `server/discover` result, or [`all_versions`] when it announced none (what the relay's
+    /// own discover answer then lists); checked against every MCP 2026-07-28 request.
+    pub(crate) supported_versions: Arc<[String]>,
+}
+
+/// Every protocol version the relay speaks ([`protocol::mcp::ALL_VERSIONS`]).
+pub(crate) fn all_versions() -> Arc<[String]> {
+    static ALL: std::sync::LazyLock<Arc<[String]>> = std::sync::LazyLock::new(|| {
+        protocol::mcp::ALL_VERSIONS
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect()
+    });
+    ALL.clone()
+}
+
+/// The `supportedVersions` of a `server/discover` result, when it lists any.
+fn supported_versions(discover: Option<&Value>) -> Arc<[String]> {
+    discover
+        .and_then(|d| d.get("supportedVersions"))
+        .and_then(|v| Vec::<String>::deserialize(v).ok())
+        .filter(|v| !v.is_empty())
+        .map_or_else(all_versions, Arc::from)
 }
 
 impl CachedServer {
@@ -115,6 +140,7 @@ impl TextCache {
                         .map(|(role, t)| (role.clone(), self.intern(t)))
                         .collect(),
                     param_headers: Arc::new(param_headers(s.tools.values())),
+                    supported_versions: supported_versions(s.discover.as_ref()),
                 };
                 (s.name, cached)
             })
@@ -142,6 +168,30 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+        }
+    }
+
+    /// The versions an endpoint serves are read once, when its catalog arrives: those its
+    /// discover result lists, else every version the relay speaks.
+    #[test]
+    fn supported_versions_come_from_the_discover_result_or_are_all() {
+        let cache = TextCache::default();
+        let mut listed = server(json!({"tools": []}));
+        listed.discover = Some(json!({"supportedVersions": ["2026-07-28", "2025-11-25"]}));
+        let c = cache.catalog(vec![listed]);
+        assert_eq!(
+            &*c["machine"].supported_versions,
+            ["2026-07-28".to_owned(), "2025-11-25".to_owned()]
+        );
+        for discover in [
+            None,
+            Some(json!({})),
+            Some(json!({"supportedVersions": []})),
+        ] {
+            let mut s = server(json!({"tools": []}));
+            s.discover = discover;
+            let c = cache.catalog(vec![s]);
+            assert_eq!(c["machine"].supported_versions, all_versions());
         }
     }
 

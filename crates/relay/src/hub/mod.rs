@@ -80,7 +80,7 @@ pub(crate) use bridge::{Bridge, Link, LinkSendError, LinkTx, Outbound};
 pub(crate) use call::Call;
 #[cfg(test)]
 pub(crate) use catalog::param_headers;
-pub(crate) use catalog::{CachedServer, Catalog, ParamHeader};
+pub(crate) use catalog::{CachedServer, Catalog, ParamHeader, all_versions};
 pub(crate) use exchange::{Held, SendError};
 pub(crate) use reply::{Reply, ReplySink};
 pub(crate) use router::{BridgeRef, CallRef, Route, Router, SessionRef};

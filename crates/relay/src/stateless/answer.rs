@@ -3,7 +3,7 @@
 //! revision 2), the versions an endpoint reports, the HTTP status of an answer sent as one JSON
 //! body, and the short hold that lets a quick answer go as JSON instead of SSE.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     http::{StatusCode, header},
@@ -21,7 +21,6 @@ use protocol::{
         HEADER_MISMATCH, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY, UNAVAILABLE,
         UNSUPPORTED_PROTOCOL_VERSION,
     },
-    mcp::ALL_VERSIONS,
     tool_error::ToolError,
 };
 
@@ -40,19 +39,14 @@ pub(crate) const CATALOG_TTL_MS: u64 = 0;
 pub(crate) const TOO_OLD: &str = "the daemon for this bridge is too old for MCP 2026-07-28; upgrade machine-mcp there, or use a client in 2025-11-25 mode";
 
 /// The protocol versions an endpoint serves, as its `server/discover` reports them
-/// (`supportedVersions` of the cached catalog's discover result, [`cached_discover`]): what its
-/// `UnsupportedProtocolVersionError` lists. [`ALL_VERSIONS`] when the bridge has no catalog entry
-/// for the server, or the entry names no versions.
-pub(crate) fn endpoint_versions(info: Option<&CachedServer>) -> Vec<String> {
-    let listed: Vec<String> = info
-        .map(cached_discover)
-        .and_then(|d| d.get("supportedVersions").cloned())
-        .and_then(|v| serde_json::from_value::<Vec<String>>(v).ok())
-        .unwrap_or_default();
-    if listed.is_empty() {
-        ALL_VERSIONS.iter().map(|v| (*v).to_owned()).collect()
-    } else {
-        listed
+/// ([`cached_discover`]; derived once per catalog, [`CachedServer::supported_versions`]): what
+/// its `UnsupportedProtocolVersionError` lists. Every version the relay speaks
+/// ([`crate::hub::all_versions`]) when the bridge has no catalog
+/// entry for the server.
+pub(crate) fn endpoint_versions(info: Option<&CachedServer>) -> Arc<[String]> {
+    match info {
+        Some(i) => i.supported_versions.clone(),
+        None => crate::hub::all_versions(),
     }
 }
 
