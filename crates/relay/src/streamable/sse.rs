@@ -310,14 +310,38 @@ mod tests {
         text.split_inclusive("\n\n").map(str::to_owned).collect()
     }
 
-    /// A durable stream whose row the store has not written yet (the writer's task never runs).
-    fn unstored() -> (Arc<SseStream>, crate::storage::StoreWriter) {
+    /// A durable stream, its store writer and the writes queued for the store (no task applies
+    /// them: the store never holds the stream's row unless a test says so).
+    fn durable() -> (
+        Arc<SseStream>,
+        crate::storage::StoreWriter,
+        tokio::sync::mpsc::UnboundedReceiver<crate::storage::StoreWrite>,
+    ) {
         let (w, rx) = crate::storage::StoreWriter::channel();
-        std::mem::forget(rx);
         let streams = crate::stream::SseStreams::durable(w.clone());
         let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
         streams.insert_durable(st.clone(), &json!(1));
+        (st, w, rx)
+    }
+
+    /// A durable stream whose row the store has not written yet.
+    fn unstored() -> (Arc<SseStream>, crate::storage::StoreWriter) {
+        let (st, w, rx) = durable();
+        std::mem::forget(rx);
         (st, w)
+    }
+
+    /// A 2025-11-25 session's reader of `st` from its start.
+    fn session_events(
+        st: Arc<SseStream>,
+    ) -> std::pin::Pin<Box<impl FuturesStream<Item = Result<Bytes, Infallible>>>> {
+        Box::pin(events(
+            st,
+            None,
+            Duration::from_secs(60),
+            Framing::session("2025-11-25"),
+            (),
+        ))
     }
 
     #[tokio::test(start_paused = true)]
@@ -349,13 +373,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_running_stream_gives_its_first_event_id_only_once_the_store_has_it() {
         let (st, w) = unstored();
-        let mut ev = Box::pin(events(
-            st.clone(),
-            None,
-            Duration::from_secs(60),
-            Framing::session("2025-11-25"),
-            (),
-        ));
+        let mut ev = session_events(st.clone());
         let early = tokio::time::timeout(Duration::from_millis(500), ev.next()).await;
         assert!(
             early.is_err(),
@@ -373,13 +391,7 @@ mod tests {
     async fn a_stream_that_completes_while_its_row_waits_for_the_store_goes_at_once() {
         let (st, _w) = unstored();
         let start = tokio::time::Instant::now();
-        let mut ev = Box::pin(events(
-            st.clone(),
-            None,
-            Duration::from_secs(60),
-            Framing::session("2025-11-25"),
-            (),
-        ));
+        let mut ev = session_events(st.clone());
         let answer = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             st.push(&json!({"id": 1, "result": {}}), true).unwrap();
@@ -404,13 +416,7 @@ mod tests {
     async fn a_store_that_never_catches_up_delays_the_first_event_by_the_bound_only() {
         let (st, _w) = unstored();
         let start = tokio::time::Instant::now();
-        let mut ev = Box::pin(events(
-            st,
-            None,
-            Duration::from_secs(60),
-            Framing::session("2025-11-25"),
-            (),
-        ));
+        let mut ev = session_events(st);
         let prime = ev.next().await.unwrap().unwrap();
         assert!(prime.ends_with(b"data: \n\n"), "{prime:?}");
         assert_eq!(start.elapsed(), FIRST_EVENT_LINGER + STREAM_STORED_WAIT);
@@ -425,10 +431,7 @@ mod tests {
     /// the response, and nothing of it is written to the store.
     #[tokio::test(start_paused = true)]
     async fn a_stream_that_finishes_within_the_linger_goes_whole_and_is_never_stored() {
-        let (w, mut rx) = crate::storage::StoreWriter::channel();
-        let streams = crate::stream::SseStreams::durable(w);
-        let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
-        streams.insert_durable(st.clone(), &json!(1));
+        let (st, _w, mut rx) = durable();
         let start = tokio::time::Instant::now();
         let answer = async {
             tokio::time::sleep(FIRST_EVENT_LINGER / 2).await;
@@ -466,18 +469,9 @@ mod tests {
     /// come.
     #[tokio::test(start_paused = true)]
     async fn a_stream_running_past_the_linger_is_stored_before_its_first_event_leaves() {
-        let (w, mut rx) = crate::storage::StoreWriter::channel();
-        let streams = crate::stream::SseStreams::durable(w.clone());
-        let st = SseStream::new(&SessionId::new("s.x"), "p", "b");
-        streams.insert_durable(st.clone(), &json!(1));
+        let (st, w, mut rx) = durable();
         let start = tokio::time::Instant::now();
-        let mut ev = Box::pin(events(
-            st.clone(),
-            None,
-            Duration::from_secs(60),
-            Framing::session("2025-11-25"),
-            (),
-        ));
+        let mut ev = session_events(st.clone());
         let early = tokio::time::timeout(FIRST_EVENT_LINGER * 2, ev.next()).await;
         assert!(early.is_err(), "the store does not hold it yet: {early:?}");
         assert_eq!(
