@@ -1,6 +1,6 @@
 //! The revocation mark: a value read without a query that changes after every revocation
 //! committed to the store, by this process or another one (the CLI), so that credentials
-//! already checked can be kept in memory ([`super::credentials`]) and a revoked one is still
+//! already checked can be kept in memory (`storage::credentials`) and a revoked one is still
 //! refused at the next request.
 //!
 //! Rules:
@@ -13,7 +13,7 @@
 //!   never leave the mark at a value a reader already saw.
 //! - This process also counts its own announcements, so an in-memory store (no file) and a
 //!   revocation made here are seen without reading the file.
-//! - When the file cannot be opened, read or written, the mark is unknown ([`MarkFile::read`]
+//! - When the file cannot be opened, read or written, the mark is unknown (`MarkFile::read`
 //!   gives `None`) and nothing cached may be trusted; the store's revocation counter, polled every
 //!   second, remains the slower path every revocation also takes.
 
