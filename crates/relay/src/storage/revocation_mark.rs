@@ -13,9 +13,10 @@
 //!   never leave the mark at a value a reader already saw.
 //! - This process also counts its own announcements, so an in-memory store (no file) and a
 //!   revocation made here are seen without reading the file.
-//! - When the file cannot be opened, read or written, the mark is unknown (`MarkFile::read`
-//!   gives `None`) and nothing cached may be trusted; the store's revocation counter, polled every
-//!   second, remains the slower path every revocation also takes.
+//! - When the file cannot be opened or read, the mark is unknown (`MarkFile::read` gives `None`)
+//!   and nothing cached may be trusted. A write that fails is logged; that revocation then reaches
+//!   a running relay through the store's revocation counter, which it polls every second (the
+//!   slower path every revocation also takes).
 
 use std::{
     fs::File,
