@@ -13,8 +13,10 @@ use crate::{hub::Hub, storage::Store};
 /// changed or removed), since the last check; `last` is the
 /// [`crate::storage::RevocationStore::revocation_epoch`] seen then. Called by the relay's sweeper
 /// every second; one query while nothing changed. When the counter moved, the credentials the
-/// store keeps are forgotten too ([`Store::forget_credentials`]).
+/// store keeps are forgotten too ([`Store::forget_credentials`]); first, the store's revocation
+/// mark is opened again if it was replaced.
 pub(crate) async fn close_revoked(hub: &Hub, store: &Store, last: &mut Option<i64>) {
+    store.revocations().refresh_revocation_mark();
     let Ok(epoch) = store.revocations().revocation_epoch().await else {
         return;
     };

@@ -6,9 +6,13 @@
 //! Rules:
 //! - A file store's mark lives in `<database>-revocations` beside the database file (owner-only,
 //!   never followed through a symlink): 8 bytes at offset 0, read with one `pread` per check.
-//! - It is written in place, never replaced (a reader's open descriptor sees every write), after
+//! - It is written in place (a reader's open descriptor sees every write), after
 //!   the revoking transaction has committed — never before, or a reader could re-read the
 //!   credential before the revocation is visible and keep it under the new mark.
+//! - A file replaced or removed at its path (by hand) is opened again — created if missing — by
+//!   `MarkFile::refresh`, which the relay runs every second and a writer before each write;
+//!   until then the relay sees revocations through the store's revocation counter, within a
+//!   second. Only a regular file is used, made owner-only when opened.
 //! - What is written is a new random value, not a counter, so two processes writing at once can
 //!   never leave the mark at a value a reader already saw.
 //! - This process also counts its own announcements, so an in-memory store (no file) and a
@@ -19,10 +23,13 @@
 //!   slower path every revocation also takes).
 
 use std::{
-    fs::File,
-    os::unix::fs::{FileExt, OpenOptionsExt},
+    fs::{File, Permissions},
+    os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use rand::RngCore;
@@ -40,9 +47,10 @@ pub struct RevocationMark {
 /// The mark of one store: its file (if the store is a file) and this process's count.
 #[derive(Debug)]
 pub(crate) struct MarkFile {
-    /// `None`: an in-memory store. `Some(Err(..))`: the file could not be opened (the mark is
-    /// unknown for good).
-    file: Option<Result<File, String>>,
+    /// The file's path; `None` for an in-memory store.
+    path: Option<PathBuf>,
+    /// The open file; `None` while it cannot be opened (the mark is unknown).
+    file: RwLock<Option<File>>,
     local: AtomicU64,
 }
 
@@ -53,25 +61,48 @@ pub(crate) fn path_of(database: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Opens (creating) the regular file at `path`, never through a symlink, and makes it
+/// owner-only; logs why when it cannot.
+fn open_file(path: &Path) -> Option<File> {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|f| {
+            if f.metadata()?.is_file() {
+                Ok(f)
+            } else {
+                Err(std::io::Error::other("not a regular file"))
+            }
+        });
+    match opened {
+        Ok(f) => {
+            // Owner-only even when it existed with a wider mode (not possible when another
+            // user owns it: that is logged by the store's own checks, not here).
+            let _ = f.set_permissions(Permissions::from_mode(0o600));
+            Some(f)
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "the revocation mark cannot be opened: a relay on this store re-reads every credential from the store, and revocations made by other processes reach it within a second");
+            None
+        }
+    }
+}
+
 impl MarkFile {
     /// The mark of the database at `database`, its file opened (created owner-only if missing).
-    /// A file that cannot be opened is logged once and leaves the mark unknown.
+    /// A file that cannot be opened is logged and leaves the mark unknown until
+    /// [`Self::refresh`] opens it.
     pub(crate) fn open(database: &Path) -> Self {
         let path = path_of(database);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| {
-                tracing::warn!(path = %path.display(), error = %e, "the revocation mark cannot be opened: every request re-reads its credential from the store");
-                e.to_string()
-            });
+        let file = open_file(&path);
         Self {
-            file: Some(file),
+            path: Some(path),
+            file: RwLock::new(file),
             local: AtomicU64::new(0),
         }
     }
@@ -79,7 +110,8 @@ impl MarkFile {
     /// The mark of an in-memory store: this process's count alone.
     pub(crate) fn memory() -> Self {
         Self {
-            file: None,
+            path: None,
+            file: RwLock::new(None),
             local: AtomicU64::new(0),
         }
     }
@@ -87,31 +119,69 @@ impl MarkFile {
     /// The mark now; `None` when it cannot be read (see the module).
     pub(crate) fn read(&self) -> Option<RevocationMark> {
         let local = self.local.load(Ordering::Acquire);
-        let shared = match &self.file {
-            None => 0,
-            Some(Err(_)) => return None,
-            Some(Ok(f)) => {
-                let mut b = [0u8; 8];
-                let mut got = 0;
-                while got < b.len() {
-                    match f.read_at(&mut b[got..], got as u64) {
-                        Ok(0) => break,
-                        Ok(n) => got += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => return None,
-                    }
-                }
-                u64::from_le_bytes(b)
+        if self.path.is_none() {
+            return Some(RevocationMark { shared: 0, local });
+        }
+        let g = self
+            .file
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let f = g.as_ref()?;
+        let mut b = [0u8; 8];
+        let mut got = 0;
+        while got < b.len() {
+            match f.read_at(&mut b[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
             }
-        };
-        Some(RevocationMark { shared, local })
+        }
+        Some(RevocationMark {
+            shared: u64::from_le_bytes(b),
+            local,
+        })
+    }
+
+    /// Opens the mark's file again when the one at its path is not the one held open (it was
+    /// replaced, removed or could not be opened before): a process holding the old file would
+    /// not see the writes of others. Called by the relay every second and before each
+    /// announcement. Cheap when nothing changed (one `stat` and one `fstat`).
+    pub(crate) fn refresh(&self) {
+        let Some(path) = &self.path else { return };
+        let at_path = std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        let held = self
+            .file
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map(|m| (m.dev(), m.ino()));
+        if held.is_some() && held == at_path {
+            return;
+        }
+        let reopened = open_file(path);
+        *self
+            .file
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reopened;
     }
 
     /// Moves the mark: called after a revoking transaction committed. A write that fails is
     /// logged; this process's own count moves regardless.
     pub(crate) fn announce(&self) {
         self.local.fetch_add(1, Ordering::AcqRel);
-        if let Some(Ok(f)) = &self.file {
+        if self.path.is_none() {
+            return;
+        }
+        self.refresh();
+        let g = self
+            .file
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(f) = g.as_ref() {
             let value = rand::thread_rng().next_u64();
             if let Err(e) = f.write_all_at(&value.to_le_bytes(), 0) {
                 tracing::warn!(error = %e, "the revocation mark cannot be written: a running relay notices this revocation within a second");
@@ -172,6 +242,73 @@ mod tests {
             b"",
             "the link's target is untouched"
         );
+    }
+
+    /// Regression: a relay holding a mark file that was replaced (a new inode at its path) did
+    /// not see the CLI's writes to the new one until it restarted. The relay's refresh (every
+    /// second) opens the file at the path again, after which revocations are seen at once.
+    #[test]
+    fn a_replaced_mark_file_is_opened_again_and_then_seen_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("relay.db");
+        let relay = MarkFile::open(&db);
+        let before = relay.read().unwrap();
+        let replacement = d.path().join("x");
+        std::fs::write(&replacement, [0u8; 8]).unwrap();
+        std::fs::rename(&replacement, path_of(&db)).unwrap();
+        // The CLI writes the new file; the relay still reads the one it holds.
+        MarkFile::open(&db).announce();
+        assert_eq!(relay.read(), Some(before));
+        relay.refresh();
+        let opened = relay.read().unwrap();
+        assert_ne!(
+            opened, before,
+            "the refresh reads the new file, which moved"
+        );
+        MarkFile::open(&db).announce();
+        assert_ne!(
+            relay.read(),
+            Some(opened),
+            "a revocation after the refresh is seen at once"
+        );
+        // Removed: the next refresh creates it again.
+        std::fs::remove_file(path_of(&db)).unwrap();
+        relay.refresh();
+        let created = relay.read().unwrap();
+        MarkFile::open(&db).announce();
+        assert_ne!(relay.read(), Some(created));
+    }
+
+    /// A mark file that exists with a wider mode is made owner-only when opened.
+    #[test]
+    fn an_existing_mark_file_is_made_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("relay.db");
+        std::fs::write(path_of(&db), b"").unwrap();
+        std::fs::set_permissions(path_of(&db), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _m = MarkFile::open(&db);
+        let mode = std::fs::metadata(path_of(&db))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A FIFO or a directory at the mark's path is not used: the mark is unknown.
+    #[test]
+    fn a_mark_path_that_is_not_a_regular_file_leaves_the_mark_unknown() {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("relay.db");
+        std::fs::create_dir(path_of(&db)).unwrap();
+        assert_eq!(MarkFile::open(&db).read(), None);
+        std::fs::remove_dir(path_of(&db)).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(path_of(&db))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert_eq!(MarkFile::open(&db).read(), None);
     }
 
     #[test]

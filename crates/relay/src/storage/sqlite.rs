@@ -279,6 +279,10 @@ impl RevocationStore for SqliteStorage {
         self.mark.read()
     }
 
+    fn refresh_revocation_mark(&self) {
+        self.mark.refresh();
+    }
+
     fn bump_revocations(&self) -> StoreFuture<'_, ()> {
         Box::pin(SqliteStorage::bump_revocations(self))
     }

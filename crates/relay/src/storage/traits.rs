@@ -423,6 +423,11 @@ pub trait RevocationStore: Send + Sync + fmt::Debug {
     /// be read, and then nothing checked before may be trusted.
     fn revocation_mark(&self) -> Option<RevocationMark>;
 
+    /// Makes the mark follow its store again when what carries it was replaced or could not be
+    /// opened (for SQLite, the mark's file; see [`super::revocation_mark`]). The relay calls it
+    /// every second, before it polls [`Self::revocation_epoch`].
+    fn refresh_revocation_mark(&self);
+
     /// Increments the revocation counter.
     ///
     /// # Errors
