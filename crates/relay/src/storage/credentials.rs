@@ -8,9 +8,9 @@
 //!   presented.
 //! - Everything kept was read under one revocation mark ([`super::revocation_mark`]). A lookup
 //!   that reads another mark forgets everything before it answers, so a revocation committed by
-//!   any process (the CLI too) is honoured at the next request. An answer is kept only if no
-//!   lookup saw the mark move while the store was asked; while the mark cannot be read, nothing
-//!   is kept or trusted.
+//!   any process (the CLI too) is honoured at the next request. An answer is kept only if nothing
+//!   was forgotten while the store was asked (by a lookup that saw the mark move, or by
+//!   [`Store::forget_credentials`]); while the mark cannot be read, nothing is kept or trusted.
 //! - [`Store::forget_credentials`] forgets everything too: the relay calls it when the store's
 //!   revocation counter moves (its one-second poll), for a revocation whose writer could not
 //!   move the mark.
@@ -46,6 +46,8 @@ pub(crate) struct CredentialCache {
 struct Kept {
     /// The mark everything below was read under; `None`: nothing is kept.
     mark: Option<RevocationMark>,
+    /// How many times everything was forgotten: an answer asked before the last time is stale.
+    forgotten: u64,
     tokens: HashMap<String, TokenRecord>,
     grants: HashMap<String, AccessGrant>,
 }
@@ -55,6 +57,7 @@ impl Kept {
         self.tokens.clear();
         self.grants.clear();
         self.mark = None;
+        self.forgotten += 1;
     }
 }
 
@@ -126,12 +129,14 @@ impl Store {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
         let mark = self.revocations().revocation_mark();
+        let mut asked_after = None;
         if let Some(mark) = mark {
             let mut kept = lock();
             if kept.mark != Some(mark) {
                 kept.forget();
                 kept.mark = Some(mark);
             }
+            asked_after = Some(kept.forgotten);
             let entries = map(&mut kept);
             match entries.get(key) {
                 Some(v) if valid(v) => return Ok(Some(v.clone())),
@@ -145,7 +150,7 @@ impl Store {
         let found = ask.await?;
         if let (Some(mark), Some(v)) = (mark, &found) {
             let mut kept = lock();
-            if kept.mark == Some(mark) && valid(v) {
+            if kept.mark == Some(mark) && Some(kept.forgotten) == asked_after && valid(v) {
                 let entries = map(&mut kept);
                 if entries.len() >= CREDENTIAL_CACHE_ENTRIES {
                     entries.clear();
@@ -192,6 +197,47 @@ mod tests {
             relay.credential_lookups(),
             3,
             "a refused token is asked every time"
+        );
+    }
+
+    /// An answer the store gave before everything was forgotten is not kept, even when a later
+    /// lookup saw the same mark (a revocation whose writer could not move the mark, found by the
+    /// relay's poll while the answer was on its way).
+    #[tokio::test]
+    async fn an_answer_asked_before_a_forget_is_not_kept() {
+        let relay = storage::memory().await.unwrap();
+        relay.bridges().add_bridge("b", 60).await.unwrap();
+        let mut tokens = Vec::new();
+        for _ in 0..2 {
+            let (rec, token) = relay
+                .accounts()
+                .create_token("b", Role::Owner, None)
+                .await
+                .unwrap();
+            tokens.push((rec, crate::auth::sha256_hex(&token)));
+        }
+        let [(rec, hash), (_, other)] = [tokens.remove(0), tokens.remove(0)];
+        let (release, held) = tokio::sync::oneshot::channel::<()>();
+        let stale = rec.clone();
+        let slow = relay.kept(|k| &mut k.tokens, &hash, |_| true, async move {
+            let _ = held.await;
+            Ok(Some(stale))
+        });
+        let meanwhile = async {
+            tokio::task::yield_now().await;
+            relay.forget_credentials();
+            // Another token's lookup after the forget sees the same mark again.
+            relay.static_token(&other).await.unwrap().unwrap();
+            let _ = release.send(());
+        };
+        let (answer, ()) = tokio::join!(slow, meanwhile);
+        assert_eq!(answer.unwrap().unwrap().id, rec.id);
+        let before = relay.credential_lookups();
+        relay.static_token(&hash).await.unwrap();
+        assert_eq!(
+            relay.credential_lookups(),
+            before + 1,
+            "the answer from before the forget was not kept"
         );
     }
 
