@@ -63,10 +63,6 @@ pub const DELIVERY_MARGIN: Duration = Duration::from_millis(1500);
 /// `accepted`, which is then not sent (the relay takes a response as the request's answer with
 /// or without one). Tiny beside [`DELIVERY_MARGIN`], whose slack it takes from.
 pub const ACCEPTED_LINGER: Duration = Duration::from_millis(2);
-/// How long a relay may hold an `ack` (and a `close {sid}`) for the next frame to its daemon, so
-/// that acknowledging a response goes out with the next request instead of in a write of its
-/// own; the daemon holds the acknowledged messages that much longer.
-pub const ACK_LINGER: Duration = Duration::from_millis(2);
 
 // === Tasks (MCP extension `io.modelcontextprotocol/tasks`, SEP-2663) ===
 

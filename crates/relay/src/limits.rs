@@ -57,6 +57,10 @@ pub const RELAY_STOP_DRAIN: Duration = Duration::from_secs(10);
 /// one store transaction normally; past this bound (the store has stalled) the stream is served
 /// anyway and a relay crash before the row is written forgets it.
 pub const STREAM_STORED_WAIT: Duration = Duration::from_secs(2);
+/// How long a relay may hold an `ack` (and a `close {sid}`) for the next frame to its daemon, so
+/// that acknowledging a response goes out with the next request instead of in a write of its
+/// own; the daemon holds the acknowledged messages that much longer.
+pub const ACK_LINGER: Duration = Duration::from_millis(2);
 /// How long the first event of a session's POST stream waits for the stream to finish before it
 /// leaves (and the response's headers with it): a request answered within it goes to its client
 /// whole, in one write with the headers, and is never written to the store — no client holds an

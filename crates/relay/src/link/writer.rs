@@ -5,7 +5,7 @@
 //! - A frame goes out with those already queued behind it, at most
 //!   [`protocol::limits::LINK_WRITE_BATCH`], in one flush (one write to the socket).
 //! - A batch of nothing but `ack` and `close {sid}` frames lingers up to
-//!   [`protocol::limits::ACK_LINGER`] for the next frame (the first to arrive ends the wait), so
+//!   [`ACK_LINGER`] for the next frame (the first to arrive ends the wait), so
 //!   that acknowledging a response does not cost a write of its own while requests follow each
 //!   other; within a batch only the last `ack` of each session is written, in its place (an `ack`
 //!   is cumulative: it covers every message of its session up to its `seq`). The daemon only holds
@@ -20,7 +20,7 @@ use tokio_tungstenite::tungstenite::{
     protocol::{CloseFrame, frame::coding::CloseCode as WsCloseCode},
 };
 
-use crate::hub::Outbound;
+use crate::{hub::Outbound, limits::ACK_LINGER};
 use protocol::{frame::RelayFrame, limits};
 
 /// Writes what `rx` carries to `sink` by the module's rules, until `rx` closes, the sink fails,
@@ -33,7 +33,7 @@ where
         let mut batch = vec![out];
         queued(&mut batch, &mut rx);
         if lingers(&batch) {
-            let until = Instant::now() + limits::ACK_LINGER;
+            let until = Instant::now() + ACK_LINGER;
             tokio::select! {
                 out = rx.recv() => if let Some(out) = out {
                     batch.push(out);
@@ -185,7 +185,7 @@ mod tests {
         tx.send(ack("s1", 1)).await.unwrap();
         tx.send(ack("s2", 4)).await.unwrap();
         tx.send(ack("s1", 2)).await.unwrap();
-        tokio::time::sleep(limits::ACK_LINGER / 2).await;
+        tokio::time::sleep(ACK_LINGER / 2).await;
         tx.send(rpc("s1", 3)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         tx.send(ack("s1", 3)).await.unwrap();
@@ -212,8 +212,8 @@ mod tests {
         .map(|(t, v)| (t.to_owned(), v))
         .collect();
         assert_eq!(shape, expected);
-        let t0 = start + limits::ACK_LINGER / 2;
-        let t1 = t0 + Duration::from_millis(50) + limits::ACK_LINGER;
+        let t0 = start + ACK_LINGER / 2;
+        let t1 = t0 + Duration::from_millis(50) + ACK_LINGER;
         assert_eq!(sink.flushed_at, vec![(t0, 3), (t1, 4)]);
     }
 

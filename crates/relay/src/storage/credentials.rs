@@ -24,11 +24,10 @@
 use std::{
     collections::HashMap,
     future::Future,
-    sync::{
-        Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::atomic::{AtomicU64, Ordering},
 };
+
+use lock::Lock;
 
 use super::{
     StorageError, Store, TokenRecord, oauth::AccessGrant, revocation_mark::RevocationMark,
@@ -38,7 +37,7 @@ use crate::limits::CREDENTIAL_CACHE_ENTRIES;
 /// The credentials one relay process keeps (one per [`Store`] and its clones).
 #[derive(Debug, Default)]
 pub(crate) struct CredentialCache {
-    kept: Mutex<Kept>,
+    kept: Lock<Kept>,
     lookups: AtomicU64,
 }
 
@@ -100,11 +99,7 @@ impl Store {
 
     /// Forgets every credential kept: the next request of each is asked of the store.
     pub fn forget_credentials(&self) {
-        self.credentials
-            .kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .forget();
+        self.credentials.kept.lock().forget();
     }
 
     /// Store queries made so far for presented credentials (a kept one costs none).
@@ -122,12 +117,7 @@ impl Store {
         ask: impl Future<Output = Result<Option<T>, StorageError>>,
     ) -> Result<Option<T>, StorageError> {
         let cache = &self.credentials;
-        let lock = || {
-            cache
-                .kept
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
+        let lock = || cache.kept.lock();
         let mark = self.revocations().revocation_mark();
         let mut asked_after = None;
         if let Some(mark) = mark {

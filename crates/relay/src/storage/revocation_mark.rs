@@ -26,12 +26,10 @@ use std::{
     fs::{File, Permissions},
     os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
-    sync::{
-        RwLock,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::atomic::{AtomicU64, Ordering},
 };
 
+use lock::Lock;
 use rand::RngCore;
 
 /// One observation of the mark: equal observations mean no revocation was committed in between
@@ -50,7 +48,7 @@ pub(crate) struct MarkFile {
     /// The file's path; `None` for an in-memory store.
     path: Option<PathBuf>,
     /// The open file; `None` while it cannot be opened (the mark is unknown).
-    file: RwLock<Option<File>>,
+    file: Lock<Option<File>>,
     local: AtomicU64,
 }
 
@@ -102,7 +100,7 @@ impl MarkFile {
         let file = open_file(&path);
         Self {
             path: Some(path),
-            file: RwLock::new(file),
+            file: Lock::new(file),
             local: AtomicU64::new(0),
         }
     }
@@ -111,7 +109,7 @@ impl MarkFile {
     pub(crate) fn memory() -> Self {
         Self {
             path: None,
-            file: RwLock::new(None),
+            file: Lock::new(None),
             local: AtomicU64::new(0),
         }
     }
@@ -122,10 +120,7 @@ impl MarkFile {
         if self.path.is_none() {
             return Some(RevocationMark { shared: 0, local });
         }
-        let g = self
-            .file
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let g = self.file.lock();
         let f = g.as_ref()?;
         let mut b = [0u8; 8];
         let mut got = 0;
@@ -154,8 +149,7 @@ impl MarkFile {
             .map(|m| (m.dev(), m.ino()));
         let held = self
             .file
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .lock()
             .as_ref()
             .and_then(|f| f.metadata().ok())
             .map(|m| (m.dev(), m.ino()));
@@ -163,10 +157,7 @@ impl MarkFile {
             return;
         }
         let reopened = open_file(path);
-        *self
-            .file
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = reopened;
+        *self.file.lock() = reopened;
     }
 
     /// Moves the mark: called after a revoking transaction committed. A write that fails is
@@ -177,10 +168,7 @@ impl MarkFile {
             return;
         }
         self.refresh();
-        let g = self
-            .file
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let g = self.file.lock();
         if let Some(f) = g.as_ref() {
             let value = rand::thread_rng().next_u64();
             if let Err(e) = f.write_all_at(&value.to_le_bytes(), 0) {
