@@ -29,15 +29,16 @@ fn a_relay_killed_mid_call_keeps_its_sessions_and_replays_results_and_the_fate_o
     let mut s = setup();
     let mut c = Client::new(&mcp_url(&s.relay, "b1"), Some(&s.token));
     c.initialize();
-    // A call that completes before the kill.
+    // A call that completes before the kill, after its priming event reached the client (a
+    // call that finishes within the relay's first-event linger goes whole and is not stored).
     let mut done = c.post_stream(&json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
-        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
+        "params": {"name": "run_process", "arguments": {"argv": ["sh", "-c", "sleep 0.3; cat hello.txt"]}}}));
     let (done_prime, _) = done
         .next_message(Duration::from_secs(10))
         .expect("priming event");
     let (_, r) = done.next_message(Duration::from_secs(10)).expect("result");
     assert_eq!(
-        r["result"]["structuredContent"]["content"],
+        r["result"]["structuredContent"]["stdout"],
         "hello from the workspace\n"
     );
     drop(done);
@@ -82,7 +83,7 @@ fn a_relay_killed_mid_call_keeps_its_sessions_and_replays_results_and_the_fate_o
         .expect("its result");
     assert_eq!(m["id"], 10);
     assert_eq!(
-        m["result"]["structuredContent"]["content"],
+        m["result"]["structuredContent"]["stdout"],
         "hello from the workspace\n"
     );
 
