@@ -170,7 +170,7 @@ pub async fn supervise(config: SupervisorConfig) -> io::Result<Ended> {
             }
             how = stops.next() => { tracing::info!("{how}; stopping the worker"); break true; }
         }
-        if shared.closed() {
+        if shared.stdout_gone() {
             tracing::info!("stdout closed; stopping the worker");
             break false;
         }

@@ -1,7 +1,10 @@
 //! The supervisor's stdout: whole lines into file descriptor 1 from whichever thread has one
 //! (a worker's reader, the client's reader, the control task), one line at a time, each flushed
 //! at once. A client that stops reading blocks the writers, which is the backpressure a server
-//! without a supervisor has too.
+//! without a supervisor has too. A client that closed its end is seen by the first write that
+//! fails, or by [`ClientOut::reader_gone`] without a write (the control task asks on its tick):
+//! a write can succeed while another process briefly holds a copy of the closed end, so the
+//! failed write alone may never come.
 
 use std::{
     fs::File,
@@ -51,5 +54,19 @@ impl ClientOut {
     /// Whether stdout is gone (the client closed it).
     pub(super) fn closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether the reading end of stdout is closed, asked without writing
+    /// ([`runtime::mcp::stdio::stdout_reader_gone`]); if so, [`ClientOut::closed`] says so from
+    /// now on.
+    pub(super) fn reader_gone(&self) -> bool {
+        if self.closed() {
+            return true;
+        }
+        let gone = runtime::mcp::stdio::stdout_reader_gone();
+        if gone {
+            self.closed.store(true, Ordering::Release);
+        }
+        gone
     }
 }

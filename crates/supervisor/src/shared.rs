@@ -58,8 +58,9 @@ impl Shared {
         self.out.send(line);
     }
 
-    pub(crate) fn closed(&self) -> bool {
-        self.out.closed()
+    /// Whether the client's stdout is gone ([`ClientOut::reader_gone`]).
+    pub(crate) fn stdout_gone(&self) -> bool {
+        self.out.reader_gone()
     }
 
     /// Does what routing decided, in order, on a thread that must not block on a worker's

@@ -20,6 +20,10 @@ pub(crate) async fn run(args: StdioArgs) -> Result<()> {
     let serve = runtime::mcp::stdio::serve_process_stdio(runtime.clone());
     let outcome = tokio::select! {
         r = serve => r.context("stdio session failed"),
+        () = runtime::mcp::stdio::stdout_closed() => {
+            tracing::info!("stdout closed; exiting");
+            Ok(())
+        }
         _ = super::shutdown_signal() => {
             tracing::info!("interrupted; exiting");
             super::exit_on_second_signal();

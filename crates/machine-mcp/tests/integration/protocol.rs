@@ -318,6 +318,45 @@ fn a_closed_stdout_ends_the_process() {
     drop(stdin);
 }
 
+/// A client that closes its end of our stdout and then sends nothing: the server ends without
+/// waiting for an answer to fail (a write can even succeed while a forked process briefly holds
+/// a copy of the closed end), with and without the supervisor.
+#[test]
+fn a_closed_stdout_ends_the_process_without_a_further_request() {
+    use std::io::{Read, Write};
+    for extra in [&[][..], &["--no-supervisor"][..]] {
+        let t = Tree::new();
+        let mut child = std::process::Command::new(crate::util::bin())
+            .args(["stdio", "--workspace"])
+            .arg(t.path())
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        stdin.write_all(handshake_lines().as_bytes()).unwrap();
+        let mut first = [0u8; 16];
+        stdout.read_exact(&mut first).unwrap();
+        drop(stdout);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.code().is_some(), "{extra:?}: {status:?}");
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{extra:?}: the server still runs 5 s after its stdout was closed");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(stdin);
+    }
+}
+
 /// Regression (issue 11 item 8): a second request with the id of one still in flight ran too,
 /// and one of the two answers was lost while both side effects happened.
 #[test]

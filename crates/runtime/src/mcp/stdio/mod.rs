@@ -55,7 +55,9 @@ mod framing;
 mod writer;
 
 pub use framing::LineAssembly;
-pub use writer::{OutputClosed, raw_stdout};
+pub use writer::{
+    OutputClosed, STDOUT_CHECK_INTERVAL, raw_stdout, stdout_closed, stdout_reader_gone,
+};
 
 use framing::{
     Frame, Kind, cancelled_request, classify, error_line, is_discover, read_bounded_line,

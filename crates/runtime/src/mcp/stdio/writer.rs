@@ -65,6 +65,39 @@ pub fn raw_stdout() -> io::Result<std::fs::File> {
     ))
 }
 
+/// Whether the reading end of this process's stdout is closed, asked without writing: a pipe
+/// or socket whose reader is gone reports an error or a hang-up to `poll(2)`; a file, or a
+/// terminal that is still there, reports neither. A failed write says it too, but a write can
+/// succeed while another process briefly holds a copy of the closed end (a fork before its
+/// exec), so a server that waits for one may never learn it.
+pub fn stdout_reader_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| {
+        n > 0
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
+    })
+}
+
+/// Returns once [`stdout_reader_gone`] says so, asked every [`STDOUT_CHECK_INTERVAL`].
+pub async fn stdout_closed() {
+    let mut tick = tokio::time::interval(STDOUT_CHECK_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if stdout_reader_gone() {
+            return;
+        }
+    }
+}
+
+/// How often [`stdout_closed`] asks whether stdout's reader is gone.
+pub const STDOUT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
 pub(super) fn widen_stdout_pipe() {
     use std::os::fd::AsFd;
     crate::pipe::widen(io::stdout().as_fd());
