@@ -562,6 +562,35 @@ fn descendants_that_call_setsid_are_killed_with_the_tree() {
     );
 }
 
+/// A `setsid()` descendant whose command name is not UTF-8 (the kernel takes it from the file
+/// name it was started by) was invisible to the scan of `/proc` and outlived the call.
+#[test]
+fn a_setsid_descendant_with_a_name_that_is_not_utf8_is_killed_with_the_tree() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call(
+        "run_process",
+        json!({"argv": ["sh", "-c", "ln -s \"$(command -v sleep)\" \"$(printf 'z\\377\\376')\" && \
+            setsid sh -c \"echo \\$\\$ > d.pid; exec ./\\$(printf 'z\\377\\376') 300\" </dev/null >/dev/null 2>&1 & \
+            sleep 0.5"]}),
+    );
+    assert_eq!(r.ok()["exit_code"], 0, "{:?}", r.ok());
+    let d: u64 = String::from_utf8(t.read("d.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let comm = std::fs::read(format!("/proc/{d}/comm")).unwrap_or_default();
+    assert!(
+        comm.is_empty() || std::str::from_utf8(&comm).is_err(),
+        "the descendant's name is UTF-8: {comm:?}"
+    );
+    assert!(
+        wait_gone(d, Duration::from_secs(5)),
+        "the setsid descendant {d} named {comm:?} survived the call"
+    );
+}
+
 /// Regression (issue 11 item 7): a SIGKILLed server runs no shutdown, so before, everything it
 /// had started — pipe and PTY sessions, their children and a grandchild that called `setsid()`
 /// — lived on, reparented to init. Now a watchdog process that outlives the server kills every

@@ -524,15 +524,15 @@ impl Tree {
 
 /// Whether `pid` is still a running process (a zombie awaiting its reaper counts as gone).
 pub(crate) fn alive(pid: u64) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    // Bytes: a command name need not be UTF-8.
+    match std::fs::read(format!("/proc/{pid}/stat")) {
         Ok(s) => {
-            let state = s
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .split_whitespace()
-                .next()
-                .unwrap_or("");
+            let after = s
+                .iter()
+                .rposition(|b| *b == b')')
+                .map_or(&s[..0], |i| &s[i + 1..]);
+            let state = String::from_utf8_lossy(after);
+            let state = state.split_whitespace().next().unwrap_or("");
             state != "Z" && state != "X"
         }
         Err(_) => false,

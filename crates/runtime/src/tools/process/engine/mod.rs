@@ -9,6 +9,7 @@
 
 pub(crate) mod env;
 pub(crate) mod output;
+mod program;
 pub(crate) mod sessions;
 pub(crate) mod tree;
 pub mod watchdog;
@@ -213,24 +214,37 @@ impl Proc {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
         let tag = tree::Tree::new_tag();
         let (tree_key, tree_value) = tree::env_var(&tag);
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args)
-            .current_dir(&spec.cwd)
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .env(tree_key, tree_value)
-            .process_group(0)
-            .stdin(if stdin.is_some() || keep_stdin_open {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(false);
-        let mut child = cmd.spawn()?;
+        let command = |by: &std::ffi::OsStr| {
+            let mut cmd = tokio::process::Command::new(by);
+            cmd.arg0(program)
+                .args(args)
+                .current_dir(&spec.cwd)
+                .env_clear()
+                .envs(spec.env.iter().map(|(k, v)| (k, v)))
+                .env(&tree_key, &tree_value)
+                .process_group(0)
+                .stdin(if stdin.is_some() || keep_stdin_open {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(false);
+            cmd
+        };
+        let forks_before = tree::forks_so_far();
+        // By its path when `execvp` would find one, which spawns without copying this process
+        // (`program`); a file the kernel cannot run goes by its name for `execvp`'s `/bin/sh`.
+        let mut child = match program::resolve(program, &spec.env, &spec.cwd) {
+            Some(path) => match command(path.as_os_str()).spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => command(program).spawn()?,
+                spawned => spawned?,
+            },
+            None => command(program).spawn()?,
+        };
         let pid = child.id().unwrap_or(0);
-        let tree = tree::Tree::new(pid, tag);
+        let tree = tree::Tree::new(pid, tag, forks_before);
         let stdout = Stream::new();
         let stderr = Stream::new();
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -303,10 +317,11 @@ impl Proc {
         let (tree_key, tree_value) = tree::env_var(&tag);
         cmd.env(tree_key, tree_value);
         cmd.cwd(&spec.cwd);
+        let forks_before = tree::forks_so_far();
         let mut child = pair.slave.spawn_command(cmd).map_err(|e| io(&e))?;
         drop(pair.slave);
         let pid = child.process_id().unwrap_or(0);
-        let tree = tree::Tree::new(pid, tag);
+        let tree = tree::Tree::new(pid, tag, forks_before);
         let reader = pair.master.try_clone_reader().map_err(|e| io(&e))?;
         let writer = pair.master.take_writer().map_err(|e| io(&e))?;
         let stdout = Stream::new();
