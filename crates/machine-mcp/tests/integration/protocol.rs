@@ -278,16 +278,17 @@ fn a_result_still_running_at_end_of_input_is_written_whole() {
     );
 }
 
-/// A client that closes its end of our stdout but keeps stdin open: nothing can be answered any
-/// more, so the server must end (it kept running, and kept running new calls, until stdin
-/// closed).
-#[test]
-fn a_closed_stdout_ends_the_process() {
+/// A stdio server (with `extra` arguments) after its handshake, whose stdout the client has
+/// closed (having read the start of the first answer); its stdin is still open.
+fn server_with_stdout_closed(
+    t: &Tree,
+    extra: &[&str],
+) -> (std::process::Child, std::process::ChildStdin) {
     use std::io::{Read, Write};
-    let t = Tree::new();
     let mut child = std::process::Command::new(crate::util::bin())
         .args(["stdio", "--workspace"])
         .arg(t.path())
+        .args(extra)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -299,22 +300,33 @@ fn a_closed_stdout_ends_the_process() {
     let mut first = [0u8; 16];
     stdout.read_exact(&mut first).unwrap();
     drop(stdout);
+    (child, stdin)
+}
+
+/// Asserts that `child` exits (not killed by a signal) within `secs` seconds.
+fn assert_exits(mut child: std::process::Child, secs: u64, what: &str) {
+    match crate::util::exit_within(&mut child, Duration::from_secs(secs)) {
+        Some(status) => assert!(status.code().is_some(), "{what}: {status:?}"),
+        None => {
+            let _ = child.kill();
+            panic!("{what}: the server still runs {secs} s after its stdout was closed");
+        }
+    }
+}
+
+/// A client that closes its end of our stdout but keeps stdin open: nothing can be answered any
+/// more, so the server must end (it kept running, and kept running new calls, until stdin
+/// closed).
+#[test]
+fn a_closed_stdout_ends_the_process() {
+    use std::io::Write;
+    let t = Tree::new();
+    let (child, mut stdin) = server_with_stdout_closed(&t, &[]);
     // The next answer finds the pipe closed.
     stdin
         .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.code().is_some(), "{status:?}");
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the server still runs 10 s after its stdout was closed");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_exits(child, 10, "after a request");
     drop(stdin);
 }
 
@@ -323,36 +335,10 @@ fn a_closed_stdout_ends_the_process() {
 /// a copy of the closed end), with and without the supervisor.
 #[test]
 fn a_closed_stdout_ends_the_process_without_a_further_request() {
-    use std::io::{Read, Write};
     for extra in [&[][..], &["--no-supervisor"][..]] {
         let t = Tree::new();
-        let mut child = std::process::Command::new(crate::util::bin())
-            .args(["stdio", "--workspace"])
-            .arg(t.path())
-            .args(extra)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let mut stdout = child.stdout.take().unwrap();
-        stdin.write_all(handshake_lines().as_bytes()).unwrap();
-        let mut first = [0u8; 16];
-        stdout.read_exact(&mut first).unwrap();
-        drop(stdout);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.code().is_some(), "{extra:?}: {status:?}");
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("{extra:?}: the server still runs 5 s after its stdout was closed");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (child, stdin) = server_with_stdout_closed(&t, extra);
+        assert_exits(child, 5, &format!("{extra:?}"));
         drop(stdin);
     }
 }
