@@ -28,6 +28,7 @@ mod patch;
 mod policy;
 mod polish;
 mod process;
+mod process_lookup;
 mod project;
 mod protocol;
 mod read;

@@ -43,6 +43,9 @@ use crate::call::error::{ToolError, ToolResult};
 
 /// How long the pipes may stay open after the leader exited before the tree is cleaned up.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
+/// The shell `execvp(3)` runs a file with when the kernel cannot run it (glibc's
+/// `_PATH_BSHELL`).
+const SHELL: &str = "/bin/sh";
 /// Read size of the output pumps.
 const PUMP_CHUNK: usize = 64 * 1024;
 /// How long a stdin write waits for the process to take the data (a full pipe or terminal
@@ -214,9 +217,11 @@ impl Proc {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
         let tag = tree::Tree::new_tag();
         let (tree_key, tree_value) = tree::env_var(&tag);
-        let command = |by: &std::ffi::OsStr| {
+        // `by`: the file to start; `argv0` and `first`: the child's argv before `args`.
+        let command = |by: &std::ffi::OsStr, argv0: &std::ffi::OsStr, first: Option<&OsString>| {
             let mut cmd = tokio::process::Command::new(by);
-            cmd.arg0(program)
+            cmd.arg0(argv0)
+                .args(first)
                 .args(args)
                 .current_dir(&spec.cwd)
                 .env_clear()
@@ -235,13 +240,24 @@ impl Proc {
         };
         let forks_before = tree::forks_so_far();
         // By its path when `execvp` would find one, which spawns without copying this process
-        // (`program`); a file the kernel cannot run goes by its name for `execvp`'s `/bin/sh`.
-        let mut child = match program::resolve(program, &spec.env, &spec.cwd) {
-            Some(path) => match command(path.as_os_str()).spawn() {
-                Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => command(program).spawn()?,
-                spawned => spawned?,
-            },
-            None => command(program).spawn()?,
+        // (`program`); when that file cannot be started, by its name, for `execvp` to go on
+        // along `PATH` as it would. A path the kernel cannot run is a script for `/bin/sh`, as
+        // `execvp` runs it (`posix_spawn`, used for a path, does not).
+        let by_name = || command(program, program, None).spawn();
+        let spawned = match program::resolve(program, &spec.env, &spec.cwd) {
+            Some(path) => command(path.as_os_str(), program, None)
+                .spawn()
+                .or_else(|_| by_name()),
+            None => by_name(),
+        };
+        let mut child = match spawned {
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENOEXEC)
+                    && program.as_encoded_bytes().contains(&b'/') =>
+            {
+                command(SHELL.as_ref(), SHELL.as_ref(), Some(program)).spawn()?
+            }
+            spawned => spawned?,
         };
         let pid = child.id().unwrap_or(0);
         let tree = tree::Tree::new(pid, tag, forks_before);

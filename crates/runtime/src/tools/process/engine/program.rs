@@ -8,15 +8,18 @@
 //!
 //! Rules (the lookup must never pick a file `execvp` would not run):
 //! - Only a bare name is looked up; a name with a `/` is a path already.
-//! - The child's `PATH` is the last `PATH` of its environment; an empty entry is its working
-//!   directory, a relative entry is taken relative to it (`execvp` runs after the `chdir`).
+//! - The child's `PATH` is the last `PATH` of its environment. A relative entry is taken
+//!   relative to the child's working directory (`execvp` runs after the `chdir`), and the path
+//!   given is the relative one `execvp` would build (a script sees it as `$0`). An empty entry
+//!   (the bare name in the working directory) gives no answer.
 //! - Entries are tried in order; one where nothing is found (`ENOENT`, `ENOTDIR`) is skipped,
 //!   and the first executable regular file wins (`access(2)` with `X_OK`).
 //! - Anything else — no `PATH`, a relative working directory, a candidate that exists but is no
 //!   executable regular file (where `execvp` goes on but remembers `EACCES`), an error other
 //!   than "not found" — gives no answer, and the child is started by its name as before.
-//! - A file found that the kernel cannot run (`ENOEXEC`: a script without `#!`) is started by
-//!   its name again by the caller, so `execvp`'s fallback to `/bin/sh` still applies.
+//! - A file found that cannot be started (a missing interpreter, where `execvp` goes on along
+//!   `PATH`; a script without `#!`, which `execvp` runs with `/bin/sh`) is started by its name
+//!   again by the caller, so `execvp` decides.
 
 use std::{
     ffi::{OsStr, OsString},
@@ -31,9 +34,14 @@ pub(crate) fn resolve(name: &OsStr, env: &[(OsString, OsString)], cwd: &Path) ->
     }
     let path = env.iter().rev().find(|(k, _)| k == "PATH")?.1.as_os_str();
     for entry in std::env::split_paths(path) {
-        let candidate = cwd.join(entry).join(name);
-        match std::fs::metadata(&candidate) {
-            Ok(m) if m.is_file() && executable(&candidate) => return Some(candidate),
+        // An empty entry makes `execvp` start the bare name, which only a lookup can do.
+        if entry.as_os_str().is_empty() {
+            return None;
+        }
+        let candidate = entry.join(name);
+        let at = cwd.join(&candidate);
+        match std::fs::metadata(&at) {
+            Ok(m) if m.is_file() && executable(&at) => return Some(candidate),
             Ok(_) => return None,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
             Err(_) => return None,
@@ -89,18 +97,19 @@ mod tests {
     }
 
     #[test]
-    fn empty_and_relative_entries_are_taken_in_the_childs_working_directory() {
+    fn relative_entries_are_taken_in_the_childs_working_directory_and_empty_ones_give_no_answer() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("bin")).unwrap();
-        let want = file(&t.path().join("bin"), "tool", 0o755);
+        file(&t.path().join("bin"), "tool", 0o755);
+        // The relative path `execvp` builds, found in the working directory.
         assert_eq!(
             resolve(OsStr::new("tool"), &env("bin"), t.path()),
-            Some(want)
+            Some(PathBuf::from("bin/tool"))
         );
-        let here = file(t.path(), "here", 0o755);
+        file(t.path(), "here", 0o755);
         assert_eq!(
             resolve(OsStr::new("here"), &env(":/usr/bin"), t.path()),
-            Some(here)
+            None
         );
         assert_eq!(
             resolve(OsStr::new("here"), &env("bin"), Path::new("rel")),
