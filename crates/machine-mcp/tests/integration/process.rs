@@ -562,6 +562,37 @@ fn descendants_that_call_setsid_are_killed_with_the_tree() {
     );
 }
 
+/// A descendant without the tree's tag (it cleared its environment) that moved to a group or
+/// session of its own is a member by its parent link while its parent runs; the signal to the
+/// group ended the parent first and hid it, so it outlived a timeout.
+#[test]
+fn a_descendant_without_the_tag_in_its_own_group_is_killed_while_its_parent_runs() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let escapes = [
+        // Job control: a background job in a process group of its own.
+        "set -m; env -i sh -c 'echo $$ > e.pid; exec sleep 300' & sleep 100",
+        // A session of its own, in the foreground.
+        "setsid env -i sh -c 'echo $$ > e.pid; exec sleep 300'; sleep 100",
+    ];
+    for script in escapes {
+        let _ = std::fs::remove_file(t.path().join("e.pid"));
+        let r = s.call(
+            "run_process",
+            json!({"argv": ["bash", "-c", script], "timeout_seconds": 2}),
+        );
+        assert_eq!(r.ok()["timed_out"], true, "{script}: {:?}", r.ok());
+        let pid: u64 = wait_file(&t.path().join("e.pid"), Duration::from_secs(5))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            wait_gone(pid, Duration::from_secs(5)),
+            "{script}: the descendant {pid} outlived the timeout"
+        );
+    }
+}
+
 /// A `setsid()` descendant whose command name is not UTF-8 (the kernel takes it from the file
 /// name it was started by) was invisible to the scan of `/proc` and outlived the call.
 #[test]

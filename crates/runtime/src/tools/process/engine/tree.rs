@@ -242,6 +242,11 @@ pub(crate) fn descendants(pid: i32, prune: impl Fn(i32) -> bool) -> Vec<i32> {
 
 /// Live (non-zombie) members of `tree`.
 pub(crate) fn members(tree: &Tree) -> Vec<i32> {
+    member_stats(tree).iter().map(|s| s.pid).collect()
+}
+
+/// The stats of the live members of `tree`.
+fn member_stats(tree: &Tree) -> Vec<Stat> {
     let leader = tree.leader as i32;
     let me = std::process::id() as i32;
     let stats = candidates(tree, Counters::read().as_ref());
@@ -276,39 +281,70 @@ pub(crate) fn members(tree: &Tree) -> Vec<i32> {
         }
     }
     stats
-        .iter()
+        .into_iter()
         .filter(|s| set.contains(&s.pid) && !s.zombie && s.pid != me)
-        .map(|s| s.pid)
         .collect()
 }
 
-/// Sends `sig` to the leader's process group and to every member of the tree.
-pub(crate) fn signal_tree(tree: &Tree, sig: Signal) {
-    let _ = killpg(Pid::from_raw(tree.leader as i32), sig);
-    for pid in members(tree) {
-        let _ = kill(Pid::from_raw(pid), sig);
+/// The members of a tree found so far during one termination (pid → start time): a member found
+/// by its parent link stays one after the signal ends its parent and it is reparented out of
+/// every link.
+#[derive(Default)]
+struct Doomed(std::collections::HashMap<i32, u64>);
+
+impl Doomed {
+    /// The members now, and those found before that still run; their pids.
+    fn refresh(&mut self, tree: &Tree) -> Vec<i32> {
+        for s in member_stats(tree) {
+            self.0.insert(s.pid, s.started);
+        }
+        self.0.retain(|pid, started| {
+            read_stat(*pid).is_some_and(|s| !s.zombie && s.started == *started)
+        });
+        self.0.keys().copied().collect()
     }
+
+    /// Sends `sig` to every member (found before the signal, which may end their parents) and
+    /// to the leader's process group.
+    fn signal(&mut self, tree: &Tree, sig: Signal) {
+        let found = self.refresh(tree);
+        let _ = killpg(Pid::from_raw(tree.leader as i32), sig);
+        for pid in found {
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+    }
+}
+
+/// Sends `sig` to every member of the tree, found before the signal, and to the leader's
+/// process group.
+pub(crate) fn signal_tree(tree: &Tree, sig: Signal) {
+    Doomed::default().signal(tree, sig);
 }
 
 /// SIGTERM to the tree, up to `grace` for it to exit, then SIGKILL to what is left. Returns when
 /// no member is alive (or after a further second of SIGKILL retries).
 pub(crate) async fn terminate_tree(tree: &Tree, grace: Duration) {
-    signal_tree(tree, Signal::SIGTERM);
+    let mut doomed = Doomed::default();
+    doomed.signal(tree, Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     while tokio::time::Instant::now() < deadline {
-        if members(tree).is_empty() {
+        if doomed.refresh(tree).is_empty() {
             return;
         }
         tokio::time::sleep(POLL).await;
     }
-    kill_tree_now(tree).await;
+    kill_doomed(tree, &mut doomed).await;
 }
 
 /// SIGKILL to the tree until nothing is left (at most one second of retries).
 pub(crate) async fn kill_tree_now(tree: &Tree) {
+    kill_doomed(tree, &mut Doomed::default()).await;
+}
+
+async fn kill_doomed(tree: &Tree, doomed: &mut Doomed) {
     for _ in 0..40 {
-        signal_tree(tree, Signal::SIGKILL);
-        if members(tree).is_empty() {
+        doomed.signal(tree, Signal::SIGKILL);
+        if doomed.refresh(tree).is_empty() {
             return;
         }
         tokio::time::sleep(POLL).await;
