@@ -359,11 +359,18 @@ async fn kill_doomed(tree: &Tree, doomed: &mut Doomed) {
 mod tests {
     use super::*;
 
-    /// A tree whose leader would be the next pid, started with the fork counter at 0.
+    /// A tree whose leader led a group of its own and is gone (reaped: its pid and group are
+    /// free, and pids are not handed out again until they wrap), started with the fork counter
+    /// at 0.
     fn fresh_tree() -> Tree {
-        let next = stats_from(0).iter().map(|s| s.pid).max().unwrap_or(1) + 1;
+        use std::os::unix::process::CommandExt;
+        let mut leader = std::process::Command::new("true")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        leader.wait().unwrap();
         Tree {
-            leader: next as u32,
+            leader: leader.id(),
             tag: "no-process-has-this-tag".into(),
             started: u64::MAX,
             forks_before: Some(0),
