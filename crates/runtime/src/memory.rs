@@ -100,8 +100,9 @@ pub fn limit_arenas() {
 
 /// Returns the free pages of every malloc arena to the system (glibc `malloc_trim(0)`).
 ///
-/// With [`limit_arenas`], the workspace's only `unsafe` (the lint is `deny`; this module is
-/// the one allowed place): neither `libc` nor `nix` has a safe binding of these calls.
+/// With [`limit_arenas`], one of the workspace's two places of `unsafe` (the lint is `deny`; the
+/// other is a terminal child's pre-exec step): neither `libc` nor `nix` has a safe binding of
+/// these calls.
 #[allow(unsafe_code)]
 pub fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::util::{Server, Tree};
 
@@ -59,5 +59,75 @@ fn scripts_without_an_interpreter_line_run_with_sh_and_see_execvps_path() {
         "plain 0=bin/plain\n",
         "{:?}",
         on_path.ok()
+    );
+}
+
+/// The output of the terminal session `argv` starts in `s` (with `env`) once it exited, and its
+/// exit code.
+fn pty_run(s: &mut Server, argv: serde_json::Value, env: serde_json::Value) -> (String, Value) {
+    let r = s.call(
+        "start_process",
+        json!({"argv": argv, "env": env, "pty": true, "rows": 24, "cols": 80}),
+    );
+    let id = r.ok()["session_id"].as_str().unwrap().to_owned();
+    let st = s.call(
+        "read_process",
+        json!({"session_id": id, "wait_ms": 10000, "wait_for_exit": true}),
+    );
+    let out = st.ok();
+    (
+        out["stdout"]["data"].as_str().unwrap_or("").to_owned(),
+        out["exit_code"].clone(),
+    )
+}
+
+/// A terminal session finds its program as a pipe session does: a relative path with a `/` in
+/// the working directory, a bare name along the child's `PATH` past a file whose interpreter is
+/// missing, and a file without `#!` run with `/bin/sh`.
+#[test]
+fn a_terminal_session_finds_its_program_like_execvp() {
+    let t = Tree::new();
+    executable(&t, "bin/tool", "#!/bin/sh\necho tool ran\n");
+    executable(&t, "a/prog", "#!/nonexistent/interpreter\n");
+    executable(&t, "b/prog", "#!/bin/sh\necho second\n");
+    executable(&t, "bin/plain", "echo plain ran\n");
+    let mut s = Server::start(t.path(), &[]);
+    let (out, code) = pty_run(&mut s, json!(["bin/tool"]), json!({}));
+    assert!(out.contains("tool ran"), "{out:?}");
+    assert_eq!(code, 0);
+    let path = format!(
+        "{}:{}",
+        t.path().join("a").display(),
+        t.path().join("b").display()
+    );
+    let (out, code) = pty_run(&mut s, json!(["prog"]), json!({"PATH": path}));
+    assert!(out.contains("second"), "{out:?}");
+    assert_eq!(code, 0);
+    let (out, code) = pty_run(&mut s, json!(["./bin/plain"]), json!({}));
+    assert!(out.contains("plain ran"), "{out:?}");
+    assert_eq!(code, 0);
+}
+
+/// A program a terminal session cannot start is a tool error at `start_process`, as for a pipe
+/// session, never a session that ends by a signal.
+#[test]
+fn a_terminal_session_whose_program_cannot_start_is_an_error() {
+    let t = Tree::new();
+    executable(&t, "bin/broken", "#!/nonexistent/interpreter\n");
+    let mut s = Server::start(t.path(), &[]);
+    for argv in [json!(["./bin/broken"]), json!(["no-such-program-here"])] {
+        let pipes = s.call("start_process", json!({"argv": argv}));
+        let pty = s.call(
+            "start_process",
+            json!({"argv": argv, "pty": true, "rows": 24, "cols": 80}),
+        );
+        assert_eq!(pty.code(), pipes.code(), "{argv}: {}", pty.error);
+        assert_eq!(pty.error["message"], pipes.error["message"]);
+    }
+    let broken = s.call("run_process", json!({"argv": ["./bin/broken"]}));
+    let message = broken.error["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("interpreter") && !message.contains("PATH"),
+        "{message}"
     );
 }

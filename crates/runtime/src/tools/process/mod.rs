@@ -382,12 +382,22 @@ pub(crate) fn spawn_spec(
     })
 }
 
-/// Maps a spawn failure to a tool error naming the program.
+/// Maps a spawn failure to a tool error naming the program. "Not found" says where the program
+/// was looked for: a name with a `/` is a path (relative to the cwd), any other name is looked
+/// up along the child's `PATH`; either way an existing file whose `#!` interpreter is missing
+/// fails the same way (`execve(2)` gives `ENOENT`).
 pub(crate) fn spawn_error(program: &str, e: &std::io::Error) -> ToolError {
     match e.kind() {
+        std::io::ErrorKind::NotFound if program.contains('/') => ToolError::new(
+            ToolErrorCode::NotFound,
+            format!("{program}: no such file, or the interpreter its `#!` line names is missing"),
+        ),
         std::io::ErrorKind::NotFound => ToolError::new(
             ToolErrorCode::NotFound,
-            format!("{program}: program not found (looked in PATH)"),
+            format!(
+                "{program}: program not found (looked in PATH; a file found whose `#!` \
+                 interpreter is missing counts as not found)"
+            ),
         ),
         std::io::ErrorKind::PermissionDenied => ToolError::new(
             ToolErrorCode::PermissionDenied,

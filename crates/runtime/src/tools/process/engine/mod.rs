@@ -11,6 +11,7 @@ pub(crate) mod env;
 pub(crate) mod output;
 mod program;
 pub(crate) mod sessions;
+mod start;
 pub(crate) mod tree;
 pub mod watchdog;
 
@@ -19,7 +20,6 @@ use std::{
     io::{Read, Write},
     os::fd::AsFd,
     path::PathBuf,
-    process::Stdio,
     sync::Arc,
     time::Duration,
 };
@@ -211,54 +211,13 @@ impl Proc {
         keep_stdin_open: bool,
         tap: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
     ) -> std::io::Result<Arc<Self>> {
-        let (program, args) = spec
-            .argv
-            .split_first()
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
         let tag = tree::Tree::new_tag();
         let (tree_key, tree_value) = tree::env_var(&tag);
-        // `by`: the file to start; `argv0` and `first`: the child's argv before `args`.
-        let command = |by: &std::ffi::OsStr, argv0: &std::ffi::OsStr, first: Option<&OsString>| {
-            let mut cmd = tokio::process::Command::new(by);
-            cmd.arg0(argv0)
-                .args(first)
-                .args(args)
-                .current_dir(&spec.cwd)
-                .env_clear()
-                .envs(spec.env.iter().map(|(k, v)| (k, v)))
-                .env(&tree_key, &tree_value)
-                .process_group(0)
-                .stdin(if stdin.is_some() || keep_stdin_open {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(false);
-            cmd
-        };
         let forks_before = tree::forks_so_far();
-        // By its path when `execvp` would find one, which spawns without copying this process
-        // (`program`); when that file cannot be started, by its name, for `execvp` to go on
-        // along `PATH` as it would. A path the kernel cannot run is a script for `/bin/sh`, as
-        // `execvp` runs it (`posix_spawn`, used for a path, does not).
-        let by_name = || command(program, program, None).spawn();
-        let spawned = match program::resolve(program, &spec.env, &spec.cwd) {
-            Some(path) => command(path.as_os_str(), program, None)
-                .spawn()
-                .or_else(|_| by_name()),
-            None => by_name(),
+        let stdios = start::Stdios::Pipes {
+            stdin: stdin.is_some() || keep_stdin_open,
         };
-        let mut child = match spawned {
-            Err(e)
-                if e.raw_os_error() == Some(libc::ENOEXEC)
-                    && program.as_encoded_bytes().contains(&b'/') =>
-            {
-                command(SHELL.as_ref(), SHELL.as_ref(), Some(program)).spawn()?
-            }
-            spawned => spawned?,
-        };
+        let mut child = start::start(spec, (tree_key.as_ref(), tree_value.as_ref()), &stdios)?;
         let pid = child.id().unwrap_or(0);
         let tree = tree::Tree::new(pid, tag, forks_before);
         let stdout = Stream::new();
@@ -295,20 +254,7 @@ impl Proc {
             started: tokio::time::Instant::now(),
         });
         tokio::spawn(async move {
-            let status = child.wait().await;
-            let exit = match status {
-                Ok(s) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    Exit {
-                        code: s.code(),
-                        signal: s.signal(),
-                    }
-                }
-                Err(_) => Exit {
-                    code: None,
-                    signal: None,
-                },
-            };
+            let exit = exit_of(child.wait().await);
             finish(&tree, pumps, exit, exit_tx).await;
         });
         Ok(proc)
@@ -324,19 +270,19 @@ impl Proc {
                 pixel_height: 0,
             })
             .map_err(|e| io(&e))?;
-        let mut cmd = portable_pty::CommandBuilder::from_argv(spec.argv.clone());
-        cmd.env_clear();
-        for (k, v) in &spec.env {
-            cmd.env(k, v);
-        }
+        let tty = pair
+            .master
+            .tty_name()
+            .ok_or_else(|| std::io::Error::other("the new terminal has no name"))?;
+        let stdios = start::Stdios::terminal(&tty)?;
+        drop(pair.slave);
         let tag = tree::Tree::new_tag();
         let (tree_key, tree_value) = tree::env_var(&tag);
-        cmd.env(tree_key, tree_value);
-        cmd.cwd(&spec.cwd);
         let forks_before = tree::forks_so_far();
-        let mut child = pair.slave.spawn_command(cmd).map_err(|e| io(&e))?;
-        drop(pair.slave);
-        let pid = child.process_id().unwrap_or(0);
+        let mut child = start::start(spec, (tree_key.as_ref(), tree_value.as_ref()), &stdios)?;
+        // The child holds the terminal now; this process keeps only the master.
+        drop(stdios);
+        let pid = child.id().unwrap_or(0);
         let tree = tree::Tree::new(pid, tag, forks_before);
         let reader = pair.master.try_clone_reader().map_err(|e| io(&e))?;
         let writer = pair.master.take_writer().map_err(|e| io(&e))?;
@@ -357,17 +303,7 @@ impl Proc {
         });
         let weak = Arc::downgrade(&proc);
         tokio::spawn(async move {
-            let status = tokio::task::spawn_blocking(move || child.wait()).await;
-            let exit = match status {
-                Ok(Ok(s)) => Exit {
-                    code: s.signal().is_none().then(|| s.exit_code() as i32),
-                    signal: s.signal().and_then(signal_number),
-                },
-                _ => Exit {
-                    code: None,
-                    signal: None,
-                },
-            };
+            let exit = exit_of(child.wait().await);
             // The PTY reader sees EOF only once the master is closed.
             let finish_fut = async {
                 tokio::time::sleep(DRAIN_AFTER_EXIT).await;
@@ -587,16 +523,19 @@ fn pump_blocking(mut r: Box<dyn Read + Send>, stream: Arc<Stream>) {
     }
 }
 
-fn signal_number(name: &str) -> Option<i32> {
-    // portable-pty reports strsignal names ("Killed", "Terminated") rather than SIGKILL.
-    let known = match name {
-        "Killed" => Some(Signal::SIGKILL),
-        "Terminated" => Some(Signal::SIGTERM),
-        "Hangup" => Some(Signal::SIGHUP),
-        "Interrupt" => Some(Signal::SIGINT),
-        _ => name.parse::<Signal>().ok(),
-    };
-    Some(known.map_or(0, |s| s as i32))
+/// The exit of a child as `wait` reported it (neither code nor signal when waiting failed).
+fn exit_of(status: std::io::Result<std::process::ExitStatus>) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    status.map_or(
+        Exit {
+            code: None,
+            signal: None,
+        },
+        |s| Exit {
+            code: s.code(),
+            signal: s.signal(),
+        },
+    )
 }
 
 /// Checks an argv against the contract's bounds.
