@@ -700,3 +700,39 @@ fn the_summary_counts_the_bytes_a_process_wrote_even_when_they_are_not_utf8() {
         r.summary()
     );
 }
+
+/// Closing a terminal session's stdin ends its input where the data ended: a partial line is
+/// handed over as it is, then end-of-input; nothing is added to it.
+#[test]
+fn closing_a_terminal_sessions_stdin_adds_nothing_to_its_input() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    let r = s.call(
+        "start_process",
+        json!({"argv": ["sh", "-c", "stty -echo; echo ready; wc -c"], "pty": true}),
+    );
+    let id = r.ok()["session_id"].as_str().unwrap().to_owned();
+    // Written only once `stty -echo` took effect, so the terminal echoes nothing of it.
+    let mut seen = String::new();
+    for _ in 0..50 {
+        let r = s.call("read_process", json!({"session_id": id, "wait_ms": 200}));
+        seen.push_str(r.ok()["stdout"]["data"].as_str().unwrap_or(""));
+        if seen.contains("ready") {
+            break;
+        }
+    }
+    assert!(seen.contains("ready"), "{seen:?}");
+    let w = s.call(
+        "write_process",
+        json!({"session_id": id, "data": "abc", "close_stdin": true}),
+    );
+    w.ok();
+    let st = s.call(
+        "read_process",
+        json!({"session_id": id, "wait_ms": 10000, "wait_for_exit": true}),
+    );
+    let out = st.ok()["stdout"]["data"].as_str().unwrap().to_owned();
+    let count = out.rsplit("ready").next().unwrap_or("").trim();
+    assert_eq!(count, "3", "{out:?}");
+    assert_eq!(st.ok()["exit_code"], 0);
+}

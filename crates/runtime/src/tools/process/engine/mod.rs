@@ -129,7 +129,36 @@ impl Stream {
 
 enum StdinSink {
     Pipe(tokio::process::ChildStdin),
-    Pty(Arc<Lock<Box<dyn Write + Send>>>),
+    Pty(Arc<Lock<TerminalInput>>),
+}
+
+/// What is written to a terminal's master, and whether a line is pending: bytes written since
+/// the last newline, which a terminal in canonical mode holds until the line ends. Ending the
+/// input sends end-of-file once (`VEOF`, Ctrl-D) at the start of a line, twice after a pending
+/// line (the first hands the partial line over, the second is read as the end).
+struct TerminalInput {
+    w: Box<dyn Write + Send>,
+    line_pending: bool,
+}
+
+impl TerminalInput {
+    /// Writes `data`, then the end of input if `close`.
+    fn write(&mut self, data: &[u8], close: bool) -> std::io::Result<()> {
+        self.w.write_all(data)?;
+        if let Some(&last) = data.last() {
+            self.line_pending = last != b'\n';
+        }
+        if close {
+            let eof: &[u8] = if self.line_pending {
+                &[0x04, 0x04]
+            } else {
+                &[0x04]
+            };
+            self.w.write_all(eof)?;
+            self.line_pending = false;
+        }
+        self.w.flush()
+    }
 }
 
 /// A running (or finished) child process and its captured output.
@@ -139,6 +168,9 @@ pub(crate) struct Proc {
     pub(crate) stdout: Arc<Stream>,
     pub(crate) stderr: Arc<Stream>,
     stdin: tokio::sync::Mutex<Option<StdinSink>>,
+    /// A terminal's input after it was ended: kept as long as the process, because dropping
+    /// the writer (portable-pty's) sends a newline and another end-of-file to the terminal.
+    ended_terminal_input: Lock<Option<Arc<Lock<TerminalInput>>>>,
     pty_master: Lock<Option<Box<dyn portable_pty::MasterPty + Send>>>,
     exit: watch::Receiver<Option<Exit>>,
     started: tokio::time::Instant,
@@ -249,6 +281,7 @@ impl Proc {
             stdout,
             stderr,
             stdin: tokio::sync::Mutex::new(sink.map(StdinSink::Pipe)),
+            ended_terminal_input: Lock::new(None),
             pty_master: Lock::new(None),
             exit: exit_rx,
             started: tokio::time::Instant::now(),
@@ -296,7 +329,13 @@ impl Proc {
             pty: true,
             stdout,
             stderr,
-            stdin: tokio::sync::Mutex::new(Some(StdinSink::Pty(Arc::new(Lock::new(writer))))),
+            stdin: tokio::sync::Mutex::new(Some(StdinSink::Pty(Arc::new(Lock::new(
+                TerminalInput {
+                    w: writer,
+                    line_pending: false,
+                },
+            ))))),
+            ended_terminal_input: Lock::new(None),
             pty_master: Lock::new(Some(pair.master)),
             exit: exit_rx,
             started: tokio::time::Instant::now(),
@@ -423,18 +462,12 @@ impl Proc {
             }
             Some(StdinSink::Pty(w)) => {
                 let w = w.clone();
-                let mut bytes = data.to_vec();
-                if close {
-                    bytes.push(0x04); // EOT: a terminal's end of input
-                }
+                let bytes = data.to_vec();
                 let total = bytes.len();
                 // A terminal write blocks in a thread; past the deadline the call returns and
                 // the thread finishes when the process reads or the session ends.
-                let write = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                    let mut w = w.lock();
-                    w.write_all(&bytes)?;
-                    w.flush()
-                });
+                let input = w.clone();
+                let write = tokio::task::spawn_blocking(move || input.lock().write(&bytes, close));
                 tokio::select! {
                     r = write => r.map_err(|e| std::io::Error::other(e.to_string()))??,
                     _ = tokio::time::sleep_until(deadline) => {
@@ -443,6 +476,7 @@ impl Proc {
                 }
                 if close {
                     *guard = None;
+                    *self.ended_terminal_input.lock() = Some(w);
                 }
                 Ok(())
             }
