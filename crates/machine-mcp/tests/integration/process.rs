@@ -736,3 +736,28 @@ fn closing_a_terminal_sessions_stdin_adds_nothing_to_its_input() {
     assert_eq!(count, "3", "{out:?}");
     assert_eq!(st.ok()["exit_code"], 0);
 }
+
+/// A terminal size outside the advertised bounds (`rows` 2–1000, `cols` 10–1000) is refused,
+/// not silently changed.
+#[test]
+fn a_terminal_size_outside_its_bounds_is_refused() {
+    let t = Tree::new();
+    let mut s = Server::start(t.path(), &["--profile", "agent"]);
+    for (rows, cols) in [(1, 80), (0, 0), (24, 9), (24, 5000), (1001, 80)] {
+        let r = s.call(
+            "start_process",
+            json!({"argv": ["true"], "pty": true, "rows": rows, "cols": cols}),
+        );
+        assert_eq!(r.code(), "invalid_request", "{rows}x{cols}");
+    }
+    let edge = s.call(
+        "start_process",
+        json!({"argv": ["sh", "-c", "stty size"], "pty": true, "rows": 2, "cols": 1000}),
+    );
+    let id = edge.ok()["session_id"].as_str().unwrap().to_owned();
+    let st = s.call(
+        "read_process",
+        json!({"session_id": id, "wait_ms": 10000, "wait_for_exit": true}),
+    );
+    assert_eq!(st.ok()["stdout"]["data"].as_str().unwrap().trim(), "2 1000");
+}

@@ -175,16 +175,17 @@ async fn start_process(
     if !args.pty && (args.rows.is_some() || args.cols.is_some()) {
         return Err(ToolError::invalid("rows and cols need pty: true"));
     }
-    let size = args.pty.then(|| {
-        (
-            args.rows
-                .unwrap_or(PTY_DEFAULT_SIZE.0)
-                .clamp(PTY_ROWS_MIN, PTY_SIDE_MAX),
-            args.cols
-                .unwrap_or(PTY_DEFAULT_SIZE.1)
-                .clamp(PTY_COLS_MIN, PTY_SIDE_MAX),
-        )
-    });
+    let rows = args.rows.unwrap_or(PTY_DEFAULT_SIZE.0);
+    let cols = args.cols.unwrap_or(PTY_DEFAULT_SIZE.1);
+    if !(PTY_ROWS_MIN..=PTY_SIDE_MAX).contains(&rows)
+        || !(PTY_COLS_MIN..=PTY_SIDE_MAX).contains(&cols)
+    {
+        return Err(ToolError::invalid(format!(
+            "a terminal of {rows} rows x {cols} columns: rows must be \
+             {PTY_ROWS_MIN}-{PTY_SIDE_MAX} and cols {PTY_COLS_MIN}-{PTY_SIDE_MAX}"
+        )));
+    }
+    let size = args.pty.then_some((rows, cols));
     let sessions = Processes::of(&rt)?.sessions();
     if sessions.running() >= PROCESS_SESSIONS_MAX {
         return Err(full());
