@@ -131,3 +131,18 @@ fn a_terminal_session_whose_program_cannot_start_is_an_error() {
         "{message}"
     );
 }
+
+/// A working directory that does not exist is named as such, not as "not a directory".
+#[test]
+fn a_missing_working_directory_is_named_as_missing() {
+    let t = Tree::new();
+    std::fs::write(t.path().join("file"), "x").unwrap();
+    let mut s = Server::start(t.path(), &[]);
+    let missing = s.call("run_process", json!({"argv": ["true"], "cwd": "nope"}));
+    assert_eq!(missing.code(), "invalid_request");
+    let message = missing.error["message"].as_str().unwrap_or("");
+    assert!(message.contains("does not exist"), "{message}");
+    let file = s.call("run_process", json!({"argv": ["true"], "cwd": "file"}));
+    let message = file.error["message"].as_str().unwrap_or("");
+    assert!(message.contains("not a directory"), "{message}");
+}

@@ -361,11 +361,20 @@ pub(crate) fn spawn_spec(
     env::validate(env_additions).map_err(ToolError::invalid)?;
     let ws = rt.workspace();
     let cwd = ws.resolve(cwd.unwrap_or("."))?;
-    if !cwd.real().is_dir() {
-        return Err(ToolError::invalid(format!(
-            "cwd {}: not a directory",
-            ws.display(cwd.real())
-        )));
+    match std::fs::metadata(cwd.real()) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ToolError::invalid(format!(
+                "cwd {}: does not exist",
+                ws.display(cwd.real())
+            )));
+        }
+        _ => {
+            return Err(ToolError::invalid(format!(
+                "cwd {}: not a directory",
+                ws.display(cwd.real())
+            )));
+        }
     }
     let env = env::child_env(
         rt.policy().full_env(),
@@ -413,7 +422,7 @@ pub(crate) fn spawn_error(program: &str, e: &std::io::Error) -> ToolError {
 ///
 /// # Errors
 /// `invalid_request` for a timeout outside 1-600, a zero `yield_after_seconds` or
-/// `max_output_bytes`, a bad environment variable or a cwd that is not a directory;
+/// `max_output_bytes`, a bad environment variable or a cwd that is missing or not a directory;
 /// `limit_exceeded` for stdin over `PROCESS_STDIN_MAX_BYTES`; the cwd's resolution errors
 /// (`path_boundary`, ...); `not_found`/`permission_denied`/`execution_failed` when the program
 /// cannot start; `cancelled`.
