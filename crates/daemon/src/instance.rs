@@ -455,7 +455,7 @@ impl InstanceLock {
             dir: state_dir.to_owned(),
             record: Lock::new(record),
         };
-        this.write()?;
+        this.change(|_| ())?;
         Ok((this, outcome))
     }
 
@@ -501,17 +501,19 @@ impl InstanceLock {
     }
 
     fn change(&self, f: impl FnOnce(&mut Record)) -> Result<(), LockError> {
-        f(&mut self.record.lock());
-        self.write()
+        let mut record = self.record.lock();
+        f(&mut record);
+        self.write(&record)
     }
 
-    fn write(&self) -> Result<(), LockError> {
-        let record = self.record();
+    /// Replaces the record file by `record`. Callers hold the record's lock, so one write at a
+    /// time uses the temporary file and the last change is the one on disk.
+    fn write(&self, record: &Record) -> Result<(), LockError> {
         let path = self.dir.join(RECORD_FILE);
         let tmp = self
             .dir
             .join(format!(".{RECORD_FILE}.{}", std::process::id()));
-        let bytes = serde_json::to_vec_pretty(&record).unwrap_or_default();
+        let bytes = serde_json::to_vec_pretty(record).unwrap_or_default();
         let write = || -> io::Result<()> {
             let mut f = fs::OpenOptions::new()
                 .write(true)
@@ -674,6 +676,36 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(how, Acquired::Stale(u32::MAX / 2));
+    }
+
+    // The status task records endpoints while the link's drain records progress: concurrent
+    // writes of one record all succeed and the file ends with the last change.
+    #[tokio::test]
+    async fn concurrent_changes_of_the_record_all_succeed() {
+        let t = tempfile::tempdir().unwrap();
+        let (lock, _) = InstanceLock::acquire(t.path(), "connect", false)
+            .await
+            .unwrap();
+        let lock = std::sync::Arc::new(lock);
+        let writers: Vec<_> = (0..4)
+            .map(|i| {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    for n in 0..100 {
+                        if i % 2 == 0 {
+                            lock.set_stopping(n)?;
+                        } else {
+                            lock.set_endpoints(None, Some(format!("u{n}")))?;
+                        }
+                    }
+                    Ok::<_, LockError>(())
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap().unwrap();
+        }
+        assert_eq!(read_record(t.path()).unwrap(), lock.record());
     }
 
     #[test]
