@@ -381,6 +381,19 @@ fn one_call(c: &Client, tag: &str) -> (u16, Outcome) {
     if a.status == 404 {
         return (404, Outcome::Failed("http 404".into()));
     }
+    if a.status == 503 {
+        // Refused before it was sent (the link it was routed to was closing): a JSON-RPC error
+        // the caller can retry.
+        let e = &a.messages.first().unwrap_or_else(|| panic!("{tag}: {a:?}"))["error"];
+        assert_eq!(e["code"], -32000, "{tag}: {a:?}");
+        assert!(
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("retry shortly")),
+            "{tag}: {a:?}"
+        );
+        return (503, Outcome::Failed("http 503".into()));
+    }
     assert_eq!(a.status, 200, "{tag}: {a:?}");
     let last = a
         .messages
