@@ -361,20 +361,16 @@ pub(crate) fn spawn_spec(
     env::validate(env_additions).map_err(ToolError::invalid)?;
     let ws = rt.workspace();
     let cwd = ws.resolve(cwd.unwrap_or("."))?;
-    match std::fs::metadata(cwd.real()) {
-        Ok(m) if m.is_dir() => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ToolError::invalid(format!(
-                "cwd {}: does not exist",
-                ws.display(cwd.real())
-            )));
-        }
-        _ => {
-            return Err(ToolError::invalid(format!(
-                "cwd {}: not a directory",
-                ws.display(cwd.real())
-            )));
-        }
+    let problem = match std::fs::metadata(cwd.real()) {
+        Ok(m) if m.is_dir() => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist"),
+        _ => Some("not a directory"),
+    };
+    if let Some(problem) = problem {
+        return Err(ToolError::invalid(format!(
+            "cwd {}: {problem}",
+            ws.display(cwd.real())
+        )));
     }
     let env = env::child_env(
         rt.policy().full_env(),

@@ -243,15 +243,10 @@ impl Proc {
         keep_stdin_open: bool,
         tap: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
     ) -> std::io::Result<Arc<Self>> {
-        let tag = tree::Tree::new_tag();
-        let (tree_key, tree_value) = tree::env_var(&tag);
-        let forks_before = tree::forks_so_far();
         let stdios = start::Stdios::Pipes {
             stdin: stdin.is_some() || keep_stdin_open,
         };
-        let mut child = start::start(spec, (tree_key.as_ref(), tree_value.as_ref()), &stdios)?;
-        let pid = child.id().unwrap_or(0);
-        let tree = tree::Tree::new(pid, tag, forks_before);
+        let (mut child, tree) = start::start(spec, &stdios)?;
         let stdout = Stream::new();
         let stderr = Stream::new();
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -309,14 +304,9 @@ impl Proc {
             .ok_or_else(|| std::io::Error::other("the new terminal has no name"))?;
         let stdios = start::Stdios::terminal(&tty)?;
         drop(pair.slave);
-        let tag = tree::Tree::new_tag();
-        let (tree_key, tree_value) = tree::env_var(&tag);
-        let forks_before = tree::forks_so_far();
-        let mut child = start::start(spec, (tree_key.as_ref(), tree_value.as_ref()), &stdios)?;
+        let (mut child, tree) = start::start(spec, &stdios)?;
         // The child holds the terminal now; this process keeps only the master.
         drop(stdios);
-        let pid = child.id().unwrap_or(0);
-        let tree = tree::Tree::new(pid, tag, forks_before);
         let reader = pair.master.try_clone_reader().map_err(|e| io(&e))?;
         let writer = pair.master.take_writer().map_err(|e| io(&e))?;
         let stdout = Stream::new();

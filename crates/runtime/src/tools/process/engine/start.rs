@@ -22,7 +22,7 @@ use std::{
     process::Stdio,
 };
 
-use super::{SHELL, Spawn, program};
+use super::{SHELL, Spawn, program, tree};
 
 /// What the child's stdin, stdout and stderr are.
 pub(super) enum Stdios {
@@ -48,7 +48,8 @@ impl Stdios {
     }
 }
 
-/// Starts `spec.argv` in `spec.cwd` with exactly `spec.env` plus `extra_env`, with `stdios`.
+/// Starts `spec.argv` in `spec.cwd` with exactly `spec.env` plus the tag of a new process tree
+/// ([`tree`]), with `stdios`; returns the child and its tree.
 ///
 /// # Errors
 /// The empty argv (`InvalidInput`); a program that cannot be started, with the error of its last
@@ -56,13 +57,15 @@ impl Stdios {
 /// given to the child.
 pub(super) fn start(
     spec: &Spawn,
-    extra_env: (&OsStr, &OsStr),
     stdios: &Stdios,
-) -> std::io::Result<tokio::process::Child> {
+) -> std::io::Result<(tokio::process::Child, tree::Tree)> {
     let (program, args) = spec
         .argv
         .split_first()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
+    let tag = tree::Tree::new_tag();
+    let (tree_key, tree_value) = tree::env_var(&tag);
+    let forks_before = tree::forks_so_far();
     // `by`: the file to start; `argv0` and `first`: the child's argv before `args`.
     let spawn = |by: &OsStr, argv0: &OsStr, first: Option<&OsString>| {
         let mut cmd = tokio::process::Command::new(by);
@@ -72,7 +75,7 @@ pub(super) fn start(
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .env(extra_env.0, extra_env.1)
+            .env(&tree_key, &tree_value)
             .kill_on_drop(false);
         configure(&mut cmd, stdios)?;
         cmd.spawn()
@@ -82,15 +85,17 @@ pub(super) fn start(
         Some(path) => spawn(path.as_os_str(), program, None).or_else(|_| by_name()),
         None => by_name(),
     };
-    match spawned {
+    let child = match spawned {
         Err(e)
             if e.raw_os_error() == Some(libc::ENOEXEC)
                 && program.as_encoded_bytes().contains(&b'/') =>
         {
-            spawn(SHELL.as_ref(), SHELL.as_ref(), Some(program))
+            spawn(SHELL.as_ref(), SHELL.as_ref(), Some(program))?
         }
-        spawned => spawned,
-    }
+        spawned => spawned?,
+    };
+    let tree = tree::Tree::new(child.id().unwrap_or(0), tag, forks_before);
+    Ok((child, tree))
 }
 
 /// Gives `cmd` its stdio and, for a terminal, a session of its own with that terminal.
