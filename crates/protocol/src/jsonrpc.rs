@@ -107,6 +107,26 @@ impl IdKey {
     }
 }
 
+/// Bytes `v` takes as compact JSON text (what `serde_json::to_string` writes), counted without
+/// building the text; 0 when it cannot be serialized (a `Value` or a derived type always can).
+pub fn encoded_len<T: Serialize + ?Sized>(v: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    match serde_json::to_writer(&mut c, v) {
+        Ok(()) => c.0,
+        Err(_) => 0,
+    }
+}
+
 /// An error response to `id` with `code`, `message` and, when given, `data`.
 pub fn error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
     let mut e = json!({"code": code, "message": message});

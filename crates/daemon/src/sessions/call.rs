@@ -113,7 +113,7 @@ impl HostedSessions {
             return;
         }
         if let Some(rx) = rx {
-            self.serve_runtime_call(&host, rx, principal, message);
+            self.serve_runtime_call(&host, rx, principal, &head, message);
             return;
         }
         let Some((spec, _)) = upstream else { return };
@@ -159,6 +159,7 @@ impl HostedSessions {
         host: &Arc<HostedCall>,
         rx: mpsc::Receiver<ClientJsonRpcMessage>,
         principal: &str,
+        head: &Head,
         message: Value,
     ) {
         let serve = self.serve_runtime(&Host::Call(host.clone()), rx, principal);
@@ -166,6 +167,9 @@ impl HostedSessions {
         let h = host.clone();
         tokio::spawn(async move {
             serve.await;
+            if h.ended.load(Ordering::Relaxed) {
+                return;
+            }
             sessions.emit(
                 &h,
                 bridge::error(
@@ -177,10 +181,7 @@ impl HostedSessions {
                 None,
             );
         });
-        match (
-            serde_json::from_value::<ClientJsonRpcMessage>(message),
-            &host.input,
-        ) {
+        match (super::transport::client_message(head, message), &host.input) {
             (Ok(m), Some(tx)) => {
                 let _ = tx.try_send(m);
             }

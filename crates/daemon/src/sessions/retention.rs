@@ -282,7 +282,7 @@ impl HostedSessions {
                 message["result"] = servers::filter_tools(h.role, result);
             }
         }
-        let size = message.to_string().len();
+        let size = protocol::jsonrpc::encoded_len(&message);
         if size > RELAY_FRAME_MAX_BYTES - 1024 {
             tracing::warn!(sid = %h.sid.log_tag(), size, "a server message is too large for the relay link; replaced by an error");
             message = too_large(&message, method.as_deref(), size);

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use lock::Lock;
 
-use rmcp::model::ClientJsonRpcMessage;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -127,29 +126,27 @@ impl HostedSessions {
             host.inflight.lock().end(&IdKey::of(rid));
         }
         match &host.input {
-            SessionInput::Runtime(tx) => {
-                match serde_json::from_value::<ClientJsonRpcMessage>(message) {
-                    Ok(m) => {
-                        if tx.try_send(m).is_err() {
-                            tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
-                        }
-                    }
-                    Err(e) => {
-                        if let Some(id) = head.id_member() {
-                            self.emit(
-                                &host,
-                                jsonrpc::error(
-                                    id,
-                                    code::INVALID_REQUEST,
-                                    &format!("invalid message: {e}"),
-                                    None,
-                                ),
-                                None,
-                            );
-                        }
+            SessionInput::Runtime(tx) => match super::transport::client_message(&head, message) {
+                Ok(m) => {
+                    if tx.try_send(m).is_err() {
+                        tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
                     }
                 }
-            }
+                Err(e) => {
+                    if let Some(id) = head.id_member() {
+                        self.emit(
+                            &host,
+                            jsonrpc::error(
+                                id,
+                                code::INVALID_REQUEST,
+                                &format!("invalid message: {e}"),
+                                None,
+                            ),
+                            None,
+                        );
+                    }
+                }
+            },
             SessionInput::Upstream(tx) => {
                 if tx.try_send(message.to_string()).is_err() {
                     tracing::warn!(sid = %sid.log_tag(), "upstream input queue full; message dropped");

@@ -48,24 +48,6 @@ pub(crate) enum LinkSendError {
     TooLarge(usize),
 }
 
-/// Bytes `frame` takes as JSON text, counted without building the text.
-fn encoded_len(frame: &RelayFrame) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len();
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    // Serializing a `RelayFrame` (strings, numbers, `Value`s) cannot fail.
-    let _ = serde_json::to_writer(&mut c, frame);
-    c.0
-}
-
 /// Queue of one socket's writer, and the signal that the socket is closing.
 #[derive(Debug, Clone)]
 pub(crate) struct LinkTx {
@@ -97,7 +79,7 @@ impl LinkTx {
     /// [`LinkSendError::Full`] when the queue is full, [`LinkSendError::Closed`] when the socket
     /// is gone.
     pub(crate) fn try_send(&self, frame: RelayFrame) -> Result<(), LinkSendError> {
-        let len = encoded_len(&frame);
+        let len = protocol::jsonrpc::encoded_len(&frame);
         if len > RELAY_FRAME_MAX_BYTES {
             return Err(LinkSendError::TooLarge(len));
         }

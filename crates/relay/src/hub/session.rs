@@ -144,7 +144,7 @@ pub(crate) fn kept_initialize(message: &Value) -> Result<Value, String> {
         "method": "initialize",
         "params": kept_params,
     });
-    let size = kept.to_string().len();
+    let size = protocol::jsonrpc::encoded_len(&kept);
     if size > SESSION_INITIALIZE_MAX_BYTES {
         return Err(format!(
             "initialize: the protocolVersion, capabilities and clientInfo take {size} bytes; at most {SESSION_INITIALIZE_MAX_BYTES} are kept for a session"
