@@ -11,6 +11,8 @@
 //!
 //! Unknown fields are ignored (a newer peer may add some); an unknown `type` is a protocol error.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -254,8 +256,9 @@ pub enum DaemonFrame {
         /// Id of the client request this message belongs to, when known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         related: Option<Value>,
-        /// The JSON-RPC message.
-        message: Value,
+        /// The JSON-RPC message (shared with the daemon's retained copy; on the wire, the
+        /// message itself).
+        message: Arc<Value>,
     },
     /// The daemon ended session `sid` (its server exited, or it was not resumed).
     Closed {

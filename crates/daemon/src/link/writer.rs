@@ -164,7 +164,7 @@ mod tests {
             sid: sid.into(),
             seq,
             related: None,
-            message,
+            message: message.into(),
         }
     }
 

@@ -33,7 +33,7 @@ const RETAINED_MAX_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug)]
 pub(super) struct Retention {
     /// Numbered, unacknowledged messages: (related request id, message), sized as serialized.
-    pub(super) outbox: Outbox<(Option<Value>, Value)>,
+    pub(super) outbox: Outbox<(Option<Value>, Arc<Value>)>,
     /// Link epoch this session's output is being sent on (0 = none).
     pub(super) epoch: u64,
 }
@@ -306,6 +306,7 @@ impl HostedSessions {
                 false
             }
         };
+        let message = Arc::new(message);
         let pushed = r.outbox.push((related.clone(), message.clone()), size);
         let seq = pushed.seq;
         if answered && let HostRef::Call(c) = h {

@@ -415,8 +415,13 @@ async fn serve(
             } => {
                 // Acknowledged whatever became of it: a replay, or a message for a session that
                 // has ended, is as committed as a routed one (unmatched ones are counted).
-                if node.hub.deliver(from, &sid, seq, related.as_ref(), message)
-                    == Delivery::OutOfWindow
+                if node.hub.deliver(
+                    from,
+                    &sid,
+                    seq,
+                    related.as_ref(),
+                    Arc::unwrap_or_clone(message),
+                ) == Delivery::OutOfWindow
                 {
                     return Err((
                         CloseCode::Protocol,

@@ -86,7 +86,7 @@ async fn next_rpc(rx: &mut mpsc::Receiver<DaemonFrame>, sid: &str) -> (u64, Opti
         } = f
             && s == sid
         {
-            return (seq, related, message);
+            return (seq, related, Arc::unwrap_or_clone(message));
         }
     }
 }

@@ -54,7 +54,7 @@ async fn resume_replays_an_unacknowledged_answer_and_cancels_calls_not_listed() 
             sid, seq, message, ..
         } = f
         {
-            replayed.insert(sid, (seq, message));
+            replayed.insert(sid, (seq, Arc::unwrap_or_clone(message)));
         }
     }
     assert_eq!(replayed["c1"], (seq, sent));
