@@ -68,10 +68,10 @@ static GLOBAL: Counting = Counting;
 const CALLS: u64 = 200;
 const WARM_UP: u64 = 20;
 
-/// Allocations of one legacy-era `read_file` of 4 KiB in an open session: 200 when set.
-const SESSION_CALL_MAX: u64 = 206;
-/// Allocations of one MCP 2026-07-28 `read_file` of 4 KiB (a hosted call): 293 when set.
-const HOSTED_CALL_MAX: u64 = 302;
+/// Allocations of one legacy-era `read_file` of 4 KiB in an open session: 133 when set.
+const SESSION_CALL_MAX: u64 = 138;
+/// Allocations of one MCP 2026-07-28 `read_file` of 4 KiB (a hosted call): 215 when set.
+const HOSTED_CALL_MAX: u64 = 222;
 
 fn meta() -> Value {
     json!({

@@ -181,7 +181,10 @@ impl HostedSessions {
                 None,
             );
         });
-        match (super::transport::client_message(head, message), &host.input) {
+        match (
+            runtime::mcp::client_message::client_message(head, message),
+            &host.input,
+        ) {
             (Ok(m), Some(tx)) => {
                 let _ = tx.try_send(m);
             }

@@ -126,27 +126,29 @@ impl HostedSessions {
             host.inflight.lock().end(&IdKey::of(rid));
         }
         match &host.input {
-            SessionInput::Runtime(tx) => match super::transport::client_message(&head, message) {
-                Ok(m) => {
-                    if tx.try_send(m).is_err() {
-                        tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
+            SessionInput::Runtime(tx) => {
+                match runtime::mcp::client_message::client_message(&head, message) {
+                    Ok(m) => {
+                        if tx.try_send(m).is_err() {
+                            tracing::warn!(sid = %sid.log_tag(), "session input queue full; message dropped");
+                        }
                     }
-                }
-                Err(e) => {
-                    if let Some(id) = head.id_member() {
-                        self.emit(
-                            &host,
-                            jsonrpc::error(
-                                id,
-                                code::INVALID_REQUEST,
-                                &format!("invalid message: {e}"),
+                    Err(e) => {
+                        if let Some(id) = head.id_member() {
+                            self.emit(
+                                &host,
+                                jsonrpc::error(
+                                    id,
+                                    code::INVALID_REQUEST,
+                                    &format!("invalid message: {e}"),
+                                    None,
+                                ),
                                 None,
-                            ),
-                            None,
-                        );
+                            );
+                        }
                     }
                 }
-            },
+            }
             SessionInput::Upstream(tx) => {
                 if tx.try_send(message.to_string()).is_err() {
                     tracing::warn!(sid = %sid.log_tag(), "upstream input queue full; message dropped");

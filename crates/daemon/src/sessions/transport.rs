@@ -3,44 +3,16 @@
 
 use std::sync::Arc;
 
-use protocol::head::{Head, Kind};
 use rmcp::{
     RoleServer, ServiceExt,
-    model::{
-        ClientJsonRpcMessage, ClientNotification, ClientRequest, GetExtensions, JsonRpcMessage,
-        JsonRpcNotification, JsonRpcRequest, ServerJsonRpcMessage,
-    },
+    model::{ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, ServerJsonRpcMessage},
     service::OriginatingRequestId,
     transport::Transport,
 };
 use runtime::{McpServer, Principal};
-use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{Host, HostedSessions};
-
-/// `message` (whose head is `head`) as rmcp's client message. A request, or a notification
-/// without an `id` member, that has no `result` or `error` member is read straight into its
-/// variant: rmcp's message type would buffer it twice to learn the shape the head already
-/// gives. Any other message takes rmcp's own shape checks.
-///
-/// # Errors
-/// The message is not a valid JSON-RPC 2.0 client message for rmcp (the error says why).
-pub(super) fn client_message(
-    head: &Head,
-    message: Value,
-) -> Result<ClientJsonRpcMessage, serde_json::Error> {
-    let plain = !head.has_result() && !head.has_error();
-    match head.kind() {
-        Kind::Request if plain => serde_json::from_value::<JsonRpcRequest<ClientRequest>>(message)
-            .map(JsonRpcMessage::Request),
-        Kind::Notification if plain && head.id_member().is_none() => {
-            serde_json::from_value::<JsonRpcNotification<ClientNotification>>(message)
-                .map(JsonRpcMessage::Notification)
-        }
-        _ => serde_json::from_value(message),
-    }
-}
 
 /// An rmcp transport feeding one runtime session.
 pub(super) struct ChannelTransport {

@@ -1,5 +1,6 @@
 //! MCP plumbing: everything between a transport's JSON-RPC messages and a tool handler.
 //!
+//! - [`client_message`]: a client message read into rmcp's types by what its head says.
 //! - [`server`]: [`McpServer`](server::McpServer), the rmcp `ServerHandler` every transport
 //!   serves (both MCP eras, call slots, tasks, progress forwarding).
 //! - [`tasks`]: the runtime's task store (SEP-2663).
@@ -11,6 +12,7 @@
 //! module reaches the tools through the registry ([`crate::tools`]) only; nothing under `tools/`
 //! imports from here (the tidy test in `crates/machine-mcp/tests/tidy.rs` checks it).
 
+pub mod client_message;
 pub mod server;
 pub mod stdio;
 pub mod tasks;

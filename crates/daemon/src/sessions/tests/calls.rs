@@ -214,25 +214,3 @@ async fn a_runtime_listen_stays_open_until_cancelled() {
     );
     assert!(s.is_empty());
 }
-
-/// A message is read into the variant its head names, and one with a stray `result` keeps
-/// rmcp's shape check (it is refused, not read as a request).
-#[test]
-fn client_messages_are_read_as_the_kind_their_head_names() {
-    use protocol::head::Head;
-    use rmcp::model::JsonRpcMessage;
-
-    use super::super::transport::client_message;
-
-    let read = |m: Value| client_message(&Head::of(&m), m);
-    let r = request(json!(3), "tools/list", json!({}));
-    assert!(matches!(read(r), Ok(JsonRpcMessage::Request(q)) if q.id.to_string() == "3"));
-    let n = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    assert!(matches!(read(n), Ok(JsonRpcMessage::Notification(_))));
-    let stray = json!({"jsonrpc": "2.0", "id": 4, "method": "ping", "result": {}});
-    assert!(read(stray).is_err());
-    let version = json!({"jsonrpc": "1.0", "id": 5, "method": "ping"});
-    assert!(read(version).is_err());
-    let response = json!({"jsonrpc": "2.0", "id": 6, "result": {}});
-    assert!(matches!(read(response), Ok(JsonRpcMessage::Response(_))));
-}

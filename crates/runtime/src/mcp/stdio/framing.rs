@@ -171,7 +171,7 @@ pub(super) fn classify(line: &[u8], in_session: bool) -> Frame {
     {
         return Frame::Reject(refusal.answer(&id).to_string());
     }
-    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+    match crate::mcp::client_message::client_message(&head, value) {
         Ok(msg) => Frame::Deliver(Box::new(msg), kind),
         Err(e) if !id.is_null() => Frame::Reject(error_line(
             &id,
