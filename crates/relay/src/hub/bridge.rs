@@ -64,6 +64,11 @@ impl LinkTx {
         }
     }
 
+    /// Whether frames can still go out on this socket: its writer runs and it is not closing.
+    pub(crate) fn is_open(&self) -> bool {
+        !self.tx.is_closed() && !self.closing.is_cancelled()
+    }
+
     /// Completes once [`LinkTx::close`] was called: the socket's reader stops reading then (a
     /// replaced socket's frames are not routed, and cannot keep it alive).
     pub(crate) async fn closing(&self) {
@@ -172,12 +177,15 @@ impl Bridge {
         self.state.lock().catalog.clone()
     }
 
-    /// Waits up to `max` for an active daemon.
+    /// Waits up to `max` for an active daemon link that is open ([`LinkTx::is_open`]): a link
+    /// whose socket is ending is passed over until the next one is promoted.
     pub(crate) async fn wait_ready(&self, max: std::time::Duration) -> Option<Link> {
         let mut rx = self.ready.subscribe();
         let wait = async {
             loop {
-                if let Some(l) = rx.borrow_and_update().clone() {
+                if let Some(l) = rx.borrow_and_update().clone()
+                    && l.tx.is_open()
+                {
                     return Some(l);
                 }
                 if rx.changed().await.is_err() {

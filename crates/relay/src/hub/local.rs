@@ -34,7 +34,7 @@ impl Router for Hub {
     }
 
     fn route<'a>(&'a self, bridge: &'a BridgeRef, max: Duration) -> Wait<'a, Option<Route>> {
-        match bridge.0.active() {
+        match bridge.0.active().filter(|l| l.tx.is_open()) {
             Some(link) => Either::Left(ready(Some(Route(link)))),
             None => Either::Right(Box::pin(async move {
                 bridge.0.wait_ready(max).await.map(Route)

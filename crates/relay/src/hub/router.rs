@@ -128,8 +128,9 @@ pub(crate) trait Router: Send + Sync + fmt::Debug {
     /// `tools/list` results), if it ever connected.
     fn catalog(&self, bridge: &BridgeRef) -> Option<Arc<Catalog>>;
 
-    /// The route to the bridge's daemon: at once when it is connected, else as soon as it is
-    /// within `max`; `None` when it did not come.
+    /// The route to the bridge's daemon: at once when it is connected over an open link, else
+    /// as soon as one is within `max` (a link whose socket is ending is passed over); `None`
+    /// when none came.
     fn route<'a>(&'a self, bridge: &'a BridgeRef, max: Duration) -> Wait<'a, Option<Route>>;
 
     /// Opens an MCP session (`initialize`, session era) of `principal` with `server` on

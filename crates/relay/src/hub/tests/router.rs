@@ -68,9 +68,36 @@ fn stream_reply(reply: Reply) -> Arc<SseStream> {
     }
 }
 
+/// A link whose writer is gone (its socket is ending, not yet deregistered) is no route: a
+/// request waits for the next link, as for an offline daemon, instead of being refused on the
+/// dead one; and with no next link within the wait, there is no route.
+#[tokio::test]
+async fn a_link_whose_writer_is_gone_is_not_a_route_and_the_next_one_is() {
+    let Routed { hub, b, rx, .. } = routed().await;
+    drop(rx);
+    let next_route = |hub: Arc<Hub>| {
+        tokio::spawn(async move {
+            let r: &dyn Router = &*hub;
+            let bridge = r.bridge("b1").await;
+            r.route(&bridge, Duration::from_secs(5))
+                .await
+                .map(|r| r.0.id)
+        })
+    };
+    assert_eq!(next_route(hub.clone()).await.unwrap(), None, "no link came");
+    let waiting = next_route(hub.clone());
+    advance(Duration::from_secs(1)).await;
+    let (l2, _rx2) = link(&hub, "i1");
+    let id = l2.id;
+    assert!(hub.promote(&b, l2).is_some(), "it replaces the dead link");
+    assert_eq!(waiting.await.unwrap(), Some(id));
+}
+
 #[tokio::test]
 async fn what_needs_no_wait_is_answered_at_once_and_what_does_waits() {
-    let Routed { hub, b, l, .. } = routed().await;
+    let Routed {
+        hub, b, l, rx: _rx, ..
+    } = routed().await;
     let r: &dyn Router = &*hub;
     assert!(matches!(r.bridge("b1"), Either::Left(_)), "a loaded bridge");
     assert!(
