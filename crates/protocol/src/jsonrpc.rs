@@ -108,7 +108,8 @@ impl IdKey {
 }
 
 /// Bytes `v` takes as compact JSON text (what `serde_json::to_string` writes), counted without
-/// building the text; 0 when it cannot be serialized (a `Value` or a derived type always can).
+/// building the text; `usize::MAX` when it cannot be serialized (a `Value` or a derived type
+/// always can), so that a size limit refuses it.
 pub fn encoded_len<T: Serialize + ?Sized>(v: &T) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
@@ -123,7 +124,7 @@ pub fn encoded_len<T: Serialize + ?Sized>(v: &T) -> usize {
     let mut c = Count(0);
     match serde_json::to_writer(&mut c, v) {
         Ok(()) => c.0,
-        Err(_) => 0,
+        Err(_) => usize::MAX,
     }
 }
 

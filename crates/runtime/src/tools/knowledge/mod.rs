@@ -272,7 +272,7 @@ fn id_of(ws: &Workspace, real: &Path) -> String {
 
 /// Bytes of `v` as compact JSON (as the result's text block writes it).
 fn json_len<T: Serialize>(v: &T) -> usize {
-    serde_json::to_string(v).map_or(usize::MAX, |s| s.len())
+    protocol::jsonrpc::encoded_len(v)
 }
 
 /// The first [`FETCH_READ_BYTES`] of the file a walk found at `real` (opened beneath the
