@@ -14,10 +14,18 @@
 //!   takes a response as its request's answer with or without an `accepted`), and a request
 //!   answered that fast costs one frame back instead of two.
 //! - After `close` what is queued is written, then a Close frame 1000 "daemon stopping".
+//! - A frame whose JSON text is longer than [`limits::LINK_FRAGMENT_MAX_BYTES`] is written as a
+//!   fragmented WebSocket message (RFC 6455 §5.4), so no reader's buffer grows past that size.
 
 use futures_util::SinkExt;
 use tokio::{sync::mpsc, time::Instant};
-use tokio_tungstenite::tungstenite::{Message, protocol::frame::coding::CloseCode as WsCloseCode};
+use tokio_tungstenite::tungstenite::{
+    Bytes, Message,
+    protocol::frame::{
+        Frame,
+        coding::{CloseCode as WsCloseCode, Data, OpCode},
+    },
+};
 use tokio_util::sync::CancellationToken;
 
 use protocol::{frame::DaemonFrame, head::peek, limits};
@@ -80,10 +88,19 @@ pub(super) async fn write_frames<S>(
         }
         drop_answered(&mut batch);
         for f in batch {
-            if let Ok(text) = serde_json::to_string(&f)
-                && sink.feed(Message::Text(text.into())).await.is_err()
-            {
-                break 'write;
+            let Ok(text) = serde_json::to_string(&f) else {
+                continue;
+            };
+            if text.len() <= limits::LINK_FRAGMENT_MAX_BYTES {
+                if sink.feed(Message::Text(text.into())).await.is_err() {
+                    break 'write;
+                }
+                continue;
+            }
+            for m in fragments(text, limits::LINK_FRAGMENT_MAX_BYTES) {
+                if sink.feed(m).await.is_err() {
+                    break 'write;
+                }
             }
         }
         if sink.flush().await.is_err() {
@@ -91,6 +108,24 @@ pub(super) async fn write_frames<S>(
         }
     }
     let _ = sink.close().await;
+}
+
+/// The frames of a fragmented text message carrying `text` (RFC 6455 §5.4): a text frame
+/// without FIN, then continuation frames, each at most `max` bytes (`max` > 0), the last with
+/// FIN. A fragment may end inside a UTF-8 sequence; readers validate the reassembled text.
+fn fragments(text: String, max: usize) -> impl Iterator<Item = Message> {
+    let bytes = Bytes::from(text.into_bytes());
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= bytes.len() {
+            return None;
+        }
+        let end = (at + max).min(bytes.len());
+        let opcode = OpCode::Data(if at == 0 { Data::Text } else { Data::Continue });
+        let frame = Frame::message(bytes.slice(at..end), opcode, end == bytes.len());
+        at = end;
+        Some(Message::Frame(frame))
+    })
 }
 
 /// Appends the frames already queued (the link's own lane first, frame by frame) until `batch`
@@ -351,5 +386,57 @@ mod tests {
             70usize.div_ceil(limits::LINK_WRITE_BATCH),
             "flushes for 70 frames"
         );
+    }
+
+    /// A frame longer than the fragment bound reaches a WebSocket reader as the one text
+    /// message it was, in fragments no longer than the bound, also when a fragment ends inside
+    /// a UTF-8 sequence; a shorter one is one frame.
+    #[tokio::test]
+    async fn a_long_frame_is_fragmented_and_read_back_whole() {
+        use futures_util::StreamExt;
+        use tokio_tungstenite::{WebSocketStream, tungstenite::protocol::Role};
+
+        let (frames_tx, frames) = mpsc::channel(16);
+        let (urgent_tx, urgent) = mpsc::channel(16);
+        // "é" is two bytes: after one byte of "x", fragment bounds fall inside it.
+        let long = format!("x{}", "é".repeat(3 * limits::LINK_FRAGMENT_MAX_BYTES));
+        let big = json!({"jsonrpc": "2.0", "id": 1, "result": {"text": long}});
+        let small = json!({"jsonrpc": "2.0", "id": 2, "result": {}});
+        frames_tx.try_send(rpc("s1", 1, big)).unwrap();
+        frames_tx.try_send(rpc("s1", 2, small)).unwrap();
+        drop((frames_tx, urgent_tx));
+        let mut written: Vec<Message> = Vec::new();
+        write_frames(&mut written, urgent, frames, CancellationToken::new()).await;
+
+        let max = limits::LINK_FRAGMENT_MAX_BYTES;
+        let (last, fragments) = written.split_last().unwrap();
+        assert!(fragments.len() >= 6, "{} fragments", fragments.len());
+        for m in fragments {
+            let Message::Frame(f) = m else {
+                panic!("not a fragment: {m:?}")
+            };
+            assert!(f.payload().len() <= max);
+        }
+        assert!(matches!(last, Message::Text(t) if t.len() <= max));
+
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let mut sink = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+        let mut reader = WebSocketStream::from_raw_socket(server, Role::Server, None).await;
+        let send = tokio::spawn(async move {
+            for m in written {
+                sink.feed(m).await.unwrap();
+            }
+            sink.flush().await.unwrap();
+            sink
+        });
+        let mut read = Vec::new();
+        for _ in 0..2 {
+            let m = reader.next().await.unwrap().unwrap();
+            let frame: Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
+            read.push(frame["message"].clone());
+        }
+        send.await.unwrap();
+        assert_eq!(read[0]["result"]["text"], json!(long));
+        assert_eq!(read[1]["id"], json!(2));
     }
 }

@@ -35,7 +35,7 @@ use tokio_tungstenite::{
     },
 };
 
-use crate::limits::UNVERIFIED_DAEMON_SOCKET_MAX_BYTES;
+use crate::limits::{DAEMON_SOCKET_READ_BUFFER_BYTES, UNVERIFIED_DAEMON_SOCKET_MAX_BYTES};
 use protocol::{
     frame::{
         CloseCode, DaemonFrame, PROTOCOL_VERSION, REVISION_CATALOG_FRAME, RelayFrame, now_unix_ms,
@@ -172,6 +172,7 @@ pub(crate) async fn connect(
         };
         let (io, gate) = Budget::new(TokioIo::new(upgraded), UNVERIFIED_DAEMON_SOCKET_MAX_BYTES);
         let config = WebSocketConfig::default()
+            .read_buffer_size(DAEMON_SOCKET_READ_BUFFER_BYTES)
             .max_message_size(Some(RELAY_FRAME_MAX_BYTES))
             .max_frame_size(Some(RELAY_FRAME_MAX_BYTES));
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
