@@ -636,10 +636,14 @@ async fn serve(
     }
 }
 
-/// Redeems an enrollment `code` at `relay` for `key`; returns `(bridge, key_id)`.
+/// Redeems an enrollment `code` at `relay` for `key`; returns `(bridge, key_id)`. A relay that
+/// answers the upgrade with HTTP 503 or 429 (busy: too many sockets authenticating at once) is
+/// asked again after the reconnect backoff ([`backoff::delay`]), within `timeout`; the code is
+/// only spent by an enrollment that completes.
 ///
 /// # Errors
-/// A message saying why: the relay is unreachable, refused the code, or broke the protocol.
+/// A message saying why: the relay is unreachable, refused the code, broke the protocol, or
+/// stayed busy or silent for `timeout`.
 pub async fn enroll(
     relay: &url::Url,
     code: &str,
@@ -647,10 +651,22 @@ pub async fn enroll(
     timeout: Duration,
 ) -> Result<(String, String), String> {
     let url = connect_url(relay)?;
+    let mut busy = None;
     let work = async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
-            .await
-            .map_err(|e| format!("cannot reach the relay at {relay}: {e}"))?;
+        let mut attempt = 0;
+        let mut ws = loop {
+            match tokio_tungstenite::connect_async(url.as_str()).await {
+                Ok((ws, _)) => break ws,
+                Err(tokio_tungstenite::tungstenite::Error::Http(r))
+                    if matches!(r.status().as_u16(), 429 | 503) =>
+                {
+                    busy = Some(r.status());
+                    tokio::time::sleep(backoff::delay(attempt, rand::random::<f64>())).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(format!("cannot reach the relay at {relay}: {e}")),
+            }
+        };
         let enroll = DaemonFrame::Enroll {
             code: code.to_owned(),
             public_key: key.public_key(),
@@ -680,9 +696,14 @@ pub async fn enroll(
         }
         Err("the relay closed the connection without enrolling".to_owned())
     };
-    tokio::time::timeout(timeout, work)
-        .await
-        .map_err(|_| "enrollment timed out".to_owned())?
+    let outcome = tokio::time::timeout(timeout, work).await;
+    outcome.map_err(|_| match busy {
+        Some(status) => format!(
+            "the relay at {relay} stayed busy ({status}) for {} s: retry the enrollment shortly",
+            timeout.as_secs()
+        ),
+        None => "enrollment timed out".to_owned(),
+    })?
 }
 
 #[cfg(test)]
@@ -822,5 +843,79 @@ mod tests {
             now_unix_ms()
         ));
         assert!(rx.try_recv().is_err());
+    }
+
+    /// A relay busy authenticating other sockets answers the upgrade with HTTP 503; enrolling
+    /// asks again after the backoff instead of giving up, and redeems the code once let in.
+    #[tokio::test]
+    async fn enrolling_waits_out_a_busy_relay() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay: url::Url = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let server = tokio::spawn(async move {
+            for _ in 0..2 {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut b = [0u8; 1];
+                    s.read_exact(&mut b).await.unwrap();
+                    head.push(b[0]);
+                }
+                s.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await
+                    .unwrap();
+            }
+            let (s, _) = listener.accept().await.unwrap();
+            let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
+            let welcome = json!({"type": "welcome", "protocol": PROTOCOL_VERSION, "server": "test",
+                "version": "0", "challenge": "c", "expires_at": 0});
+            ws.send(Message::Text(welcome.to_string().into()))
+                .await
+                .unwrap();
+            let enroll = ws.next().await.unwrap().unwrap();
+            let enroll: serde_json::Value =
+                serde_json::from_str(enroll.to_text().unwrap()).unwrap();
+            assert_eq!(enroll["code"], "mbe_code");
+            let enrolled = json!({"type": "enrolled", "bridge": "b1", "key_id": "k1"});
+            ws.send(Message::Text(enrolled.to_string().into()))
+                .await
+                .unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let key = DeviceKey::load_or_create(dir.path()).unwrap();
+        let got = enroll(&relay, "mbe_code", &key, Duration::from_secs(20)).await;
+        assert_eq!(got, Ok(("b1".to_owned(), "k1".to_owned())));
+        server.await.unwrap();
+    }
+
+    /// A relay that stays busy past the enrollment's time is reported as busy, with what to do.
+    #[tokio::test]
+    async fn a_relay_busy_for_the_whole_enrollment_is_named_as_busy() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay: url::Url = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let key = DeviceKey::load_or_create(dir.path()).unwrap();
+        let err = enroll(&relay, "mbe_code", &key, Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(err.contains("stayed busy (503"), "{err}");
+        assert!(err.contains("retry the enrollment shortly"), "{err}");
     }
 }
