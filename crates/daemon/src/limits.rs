@@ -28,3 +28,10 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
 pub const HEARTBEAT_SILENCE_TIMEOUT: Duration = Duration::from_secs(75);
 /// Time allowed for one connect attempt (TCP, TLS, WebSocket upgrade).
 pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Largest WebSocket frame a daemon writes (16 KiB of payload): a link frame whose JSON text is
+/// longer goes out as a fragmented message (RFC 6455 §5.4: a text frame without FIN, then
+/// continuation frames, each at most this long), which every WebSocket reader reassembles into
+/// the one message. A reader's buffer grows to the largest frame it reads and keeps that size;
+/// fragments keep a relay's buffer per connected daemon at a few tens of KiB after a catalog or a
+/// large result, instead of the largest message's size.
+pub const LINK_FRAGMENT_MAX_BYTES: usize = 16 * 1024;

@@ -24,13 +24,6 @@ pub const RELAY_CONNECTIONS_PER_ADDRESS: usize = 128;
 pub const STDIO_LINE_MAX_BYTES: usize = 8 * MIB;
 /// Largest relay ⇄ daemon WebSocket frame.
 pub const RELAY_FRAME_MAX_BYTES: usize = 8 * MIB;
-/// Largest WebSocket frame a daemon writes (16 KiB of payload): a link frame whose JSON text is
-/// longer goes out as a fragmented message (RFC 6455 §5.4: a text frame without FIN, then
-/// continuation frames, each at most this long), which every WebSocket reader reassembles into
-/// the one message. A reader's buffer grows to the largest frame it reads and keeps that size;
-/// fragments keep a relay's buffer per connected daemon at a few tens of KiB after a catalog or a
-/// large result, instead of the largest message's size.
-pub const LINK_FRAGMENT_MAX_BYTES: usize = 16 * 1024;
 /// Frames a link's writer (relay or daemon) sends in one flush at most: the ones already queued
 /// when it writes go out together, one write to the socket instead of one each.
 pub const LINK_WRITE_BATCH: usize = 64;

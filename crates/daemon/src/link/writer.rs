@@ -14,7 +14,7 @@
 //!   takes a response as its request's answer with or without an `accepted`), and a request
 //!   answered that fast costs one frame back instead of two.
 //! - After `close` what is queued is written, then a Close frame 1000 "daemon stopping".
-//! - A frame whose JSON text is longer than [`limits::LINK_FRAGMENT_MAX_BYTES`] is written as a
+//! - A frame whose JSON text is longer than [`crate::limits::LINK_FRAGMENT_MAX_BYTES`] is written as a
 //!   fragmented WebSocket message (RFC 6455 §5.4), so no reader's buffer grows past that size.
 
 use futures_util::SinkExt;
@@ -91,13 +91,13 @@ pub(super) async fn write_frames<S>(
             let Ok(text) = serde_json::to_string(&f) else {
                 continue;
             };
-            if text.len() <= limits::LINK_FRAGMENT_MAX_BYTES {
+            if text.len() <= crate::limits::LINK_FRAGMENT_MAX_BYTES {
                 if sink.feed(Message::Text(text.into())).await.is_err() {
                     break 'write;
                 }
                 continue;
             }
-            for m in fragments(text, limits::LINK_FRAGMENT_MAX_BYTES) {
+            for m in fragments(text, crate::limits::LINK_FRAGMENT_MAX_BYTES) {
                 if sink.feed(m).await.is_err() {
                     break 'write;
                 }
@@ -399,7 +399,10 @@ mod tests {
         let (frames_tx, frames) = mpsc::channel(16);
         let (urgent_tx, urgent) = mpsc::channel(16);
         // "é" is two bytes: after one byte of "x", fragment bounds fall inside it.
-        let long = format!("x{}", "é".repeat(3 * limits::LINK_FRAGMENT_MAX_BYTES));
+        let long = format!(
+            "x{}",
+            "é".repeat(3 * crate::limits::LINK_FRAGMENT_MAX_BYTES)
+        );
         let big = json!({"jsonrpc": "2.0", "id": 1, "result": {"text": long}});
         let small = json!({"jsonrpc": "2.0", "id": 2, "result": {}});
         frames_tx.try_send(rpc("s1", 1, big)).unwrap();
@@ -408,7 +411,7 @@ mod tests {
         let mut written: Vec<Message> = Vec::new();
         write_frames(&mut written, urgent, frames, CancellationToken::new()).await;
 
-        let max = limits::LINK_FRAGMENT_MAX_BYTES;
+        let max = crate::limits::LINK_FRAGMENT_MAX_BYTES;
         let (last, fragments) = written.split_last().unwrap();
         assert!(fragments.len() >= 6, "{} fragments", fragments.len());
         for m in fragments {
