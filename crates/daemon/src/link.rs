@@ -845,16 +845,30 @@ mod tests {
         assert!(rx.try_recv().is_err());
     }
 
+    /// A listener standing in for the relay, its URL, and a device key (in the directory kept
+    /// with it).
+    async fn enrollment_setup() -> (
+        tokio::net::TcpListener,
+        url::Url,
+        DeviceKey,
+        tempfile::TempDir,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let key = DeviceKey::load_or_create(dir.path()).unwrap();
+        (listener, relay, key, dir)
+    }
+
     /// A relay busy authenticating other sockets answers the upgrade with HTTP 503; enrolling
     /// asks again after the backoff instead of giving up, and redeems the code once let in.
     #[tokio::test]
     async fn enrolling_waits_out_a_busy_relay() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let relay: url::Url = format!("http://{}/", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (listener, relay, key, _dir) = enrollment_setup().await;
         let server = tokio::spawn(async move {
             for _ in 0..2 {
                 let (mut s, _) = listener.accept().await.unwrap();
@@ -884,8 +898,6 @@ mod tests {
                 .await
                 .unwrap();
         });
-        let dir = tempfile::tempdir().unwrap();
-        let key = DeviceKey::load_or_create(dir.path()).unwrap();
         let got = enroll(&relay, "mbe_code", &key, Duration::from_secs(20)).await;
         assert_eq!(got, Ok(("b1".to_owned(), "k1".to_owned())));
         server.await.unwrap();
@@ -896,10 +908,7 @@ mod tests {
     async fn a_relay_busy_for_the_whole_enrollment_is_named_as_busy() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let relay: url::Url = format!("http://{}/", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (listener, relay, key, _dir) = enrollment_setup().await;
         tokio::spawn(async move {
             loop {
                 let (mut s, _) = listener.accept().await.unwrap();
@@ -910,8 +919,6 @@ mod tests {
                     .await;
             }
         });
-        let dir = tempfile::tempdir().unwrap();
-        let key = DeviceKey::load_or_create(dir.path()).unwrap();
         let err = enroll(&relay, "mbe_code", &key, Duration::from_secs(2))
             .await
             .unwrap_err();

@@ -84,9 +84,9 @@ pub const UNVERIFIED_DAEMON_SOCKETS_PER_ADDRESS: usize = 8;
 /// is about 1 KB; older daemons send their catalog in it).
 pub const UNVERIFIED_DAEMON_SOCKET_MAX_BYTES: usize = MIB;
 /// Bytes a daemon socket's reader asks the kernel for at once, and the capacity its read buffer
-/// starts with (8 KiB; a frame larger than that grows the buffer to the frame's size). The
-/// library's default, 128 KiB, held about half a MiB per connected daemon once its buffer had
-/// been shared with a frame and reallocated; relayed frames are mostly far below 8 KiB, and a
+/// starts with (8 KiB). A larger frame grows the buffer to its size, which the buffer then keeps
+/// for the socket's life; daemons write frames past 16 KiB as fragments, so a connected daemon
+/// costs the relay a buffer of a few tens of KiB. Relayed frames are mostly far below 8 KiB; a
 /// larger one costs one more read per 8 KiB.
 pub const DAEMON_SOCKET_READ_BUFFER_BYTES: usize = 8 * KIB;
 /// Largest MCP request body the relay accepts over Streamable HTTP.

@@ -14,8 +14,9 @@
 //!   takes a response as its request's answer with or without an `accepted`), and a request
 //!   answered that fast costs one frame back instead of two.
 //! - After `close` what is queued is written, then a Close frame 1000 "daemon stopping".
-//! - A frame whose JSON text is longer than [`crate::limits::LINK_FRAGMENT_MAX_BYTES`] is written as a
-//!   fragmented WebSocket message (RFC 6455 §5.4), so no reader's buffer grows past that size.
+//! - A frame whose JSON text is longer than [`crate::limits::LINK_FRAGMENT_MAX_BYTES`] is
+//!   written as a fragmented WebSocket message (RFC 6455 §5.4), so no reader's buffer grows past
+//!   that size.
 
 use futures_util::SinkExt;
 use tokio::{sync::mpsc, time::Instant};
