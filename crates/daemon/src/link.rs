@@ -656,7 +656,10 @@ pub async fn enroll(
         let mut attempt = 0;
         let mut ws = loop {
             match tokio_tungstenite::connect_async(url.as_str()).await {
-                Ok((ws, _)) => break ws,
+                Ok((ws, _)) => {
+                    busy = None;
+                    break ws;
+                }
                 Err(tokio_tungstenite::tungstenite::Error::Http(r))
                     if matches!(r.status().as_u16(), 429 | 503) =>
                 {
@@ -924,5 +927,29 @@ mod tests {
             .unwrap_err();
         assert!(err.contains("stayed busy (503"), "{err}");
         assert!(err.contains("retry the enrollment shortly"), "{err}");
+    }
+
+    /// A relay that let the daemon in after being busy, then did not answer in time, is not
+    /// reported as busy: the code may have been spent.
+    #[tokio::test]
+    async fn a_relay_silent_after_letting_in_is_not_named_as_busy() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (listener, relay, key, _dir) = enrollment_setup().await;
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+                .await;
+            let (s, _) = listener.accept().await.unwrap();
+            let _ws = tokio_tungstenite::accept_async(s).await.unwrap();
+            std::future::pending::<()>().await;
+        });
+        let err = enroll(&relay, "mbe_code", &key, Duration::from_secs(3))
+            .await
+            .unwrap_err();
+        assert_eq!(err, "enrollment timed out");
     }
 }
