@@ -638,8 +638,8 @@ async fn serve(
 
 /// Redeems an enrollment `code` at `relay` for `key`; returns `(bridge, key_id)`. A relay that
 /// answers the upgrade with HTTP 503 or 429 (busy: too many sockets authenticating at once) is
-/// asked again after the reconnect backoff ([`backoff::delay`]), within `timeout`; the code is
-/// only spent by an enrollment that completes.
+/// asked again after the reconnect backoff ([`backoff::delay`]), within `timeout`; a refused
+/// upgrade does not spend the code (the relay spends it when it reads the `enroll` frame).
 ///
 /// # Errors
 /// A message saying why: the relay is unreachable, refused the code, broke the protocol, or
