@@ -865,25 +865,32 @@ mod tests {
         (listener, relay, key, dir)
     }
 
+    /// Answers the next connection to `listener` as a busy relay does: HTTP 503 to its upgrade.
+    async fn refuse_as_busy(listener: &tokio::net::TcpListener) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            if s.read_exact(&mut b).await.is_err() {
+                return;
+            }
+            head.push(b[0]);
+        }
+        let busy =
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let _ = s.write_all(busy).await;
+    }
+
     /// A relay busy authenticating other sockets answers the upgrade with HTTP 503; enrolling
     /// asks again after the backoff instead of giving up, and redeems the code once let in.
     #[tokio::test]
     async fn enrolling_waits_out_a_busy_relay() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
         let (listener, relay, key, _dir) = enrollment_setup().await;
         let server = tokio::spawn(async move {
             for _ in 0..2 {
-                let (mut s, _) = listener.accept().await.unwrap();
-                let mut head = Vec::new();
-                while !head.ends_with(b"\r\n\r\n") {
-                    let mut b = [0u8; 1];
-                    s.read_exact(&mut b).await.unwrap();
-                    head.push(b[0]);
-                }
-                s.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await
-                    .unwrap();
+                refuse_as_busy(&listener).await;
             }
             let (s, _) = listener.accept().await.unwrap();
             let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
@@ -909,17 +916,10 @@ mod tests {
     /// A relay that stays busy past the enrollment's time is reported as busy, with what to do.
     #[tokio::test]
     async fn a_relay_busy_for_the_whole_enrollment_is_named_as_busy() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
         let (listener, relay, key, _dir) = enrollment_setup().await;
         tokio::spawn(async move {
             loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
-                    .await;
+                refuse_as_busy(&listener).await;
             }
         });
         let err = enroll(&relay, "mbe_code", &key, Duration::from_secs(2))
@@ -933,16 +933,9 @@ mod tests {
     /// reported as busy: the code may have been spent.
     #[tokio::test]
     async fn a_relay_silent_after_letting_in_is_not_named_as_busy() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
         let (listener, relay, key, _dir) = enrollment_setup().await;
         tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-            let _ = s
-                .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
-                .await;
+            refuse_as_busy(&listener).await;
             let (s, _) = listener.accept().await.unwrap();
             let _ws = tokio_tungstenite::accept_async(s).await.unwrap();
             std::future::pending::<()>().await;
