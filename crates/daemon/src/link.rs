@@ -639,7 +639,9 @@ async fn serve(
 /// Redeems an enrollment `code` at `relay` for `key`; returns `(bridge, key_id)`. A relay that
 /// answers the upgrade with HTTP 503 or 429 (busy: too many sockets authenticating at once) is
 /// asked again after the reconnect backoff ([`backoff::delay`]), within `timeout`; a refused
-/// upgrade does not spend the code (the relay spends it when it reads the `enroll` frame).
+/// upgrade does not spend the code (the relay spends it when it reads the `enroll` frame). A
+/// relay that spent the code but whose answer was lost answers the same `key` and code again
+/// with the same enrollment, so a timed-out enrollment is retried by running it again.
 ///
 /// # Errors
 /// A message saying why: the relay is unreachable, refused the code, broke the protocol, or
@@ -705,7 +707,10 @@ pub async fn enroll(
             "the relay at {relay} stayed busy ({status}) for {} s: retry the enrollment shortly",
             timeout.as_secs()
         ),
-        None => "enrollment timed out".to_owned(),
+        None => format!(
+            "the enrollment timed out after {} s: run the same command again (the code stays valid for this machine's key until it expires)",
+            timeout.as_secs()
+        ),
     })?
 }
 
@@ -943,6 +948,9 @@ mod tests {
         let err = enroll(&relay, "mbe_code", &key, Duration::from_secs(3))
             .await
             .unwrap_err();
-        assert_eq!(err, "enrollment timed out");
+        assert!(
+            err.starts_with("the enrollment timed out after 3 s: run the same command again"),
+            "{err}"
+        );
     }
 }

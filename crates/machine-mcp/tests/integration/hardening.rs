@@ -379,6 +379,45 @@ fn metrics_and_the_daemon_endpoint_refuse_what_a_public_listener_should_not_serv
     );
 }
 
+/// A daemon that spent its code but never saw the relay's answer (killed, timed out) enrolls
+/// again with the same code and its own key, and gets the same device key; another machine
+/// presenting the spent code is refused.
+#[test]
+fn a_spent_code_enrolls_again_only_the_key_that_spent_it() {
+    let relay = Relay::start(&[]);
+    let code = relay.add_bridge("b1");
+    let ws = crate::util::Tree::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut first = relay.daemon(state.path(), ws.path(), Some(&code), &[]);
+    first.wait_log("connected to the relay and ready", Duration::from_secs(20));
+    first.kill();
+    // The key stays in the state directory; the answer is as good as lost.
+    std::fs::remove_file(state.path().join("daemon/enrollment.json")).unwrap();
+    let again = relay.daemon(state.path(), ws.path(), Some(&code), &[]);
+    again.wait_log("connected to the relay and ready", Duration::from_secs(20));
+    let mut a: Vec<String> = ["relay", "device", "list", "--bridge", "b1"]
+        .map(String::from)
+        .to_vec();
+    a.extend(relay.store_args());
+    let listed = crate::net::run_cli(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        listed.lines().skip(1).count(),
+        1,
+        "one device key: {listed}"
+    );
+    assert!(listed.contains("active"), "{listed}");
+
+    let other = tempfile::tempdir().unwrap();
+    let mut stranger = relay.daemon(other.path(), ws.path(), Some(&code), &[]);
+    let status = crate::util::exit_within(&mut stranger.child, Duration::from_secs(20));
+    assert!(status.is_some_and(|s| !s.success()), "{}", stranger.log());
+    assert!(
+        stranger.log().contains("already used"),
+        "{}",
+        stranger.log()
+    );
+}
+
 /// Issue 12 item 8: a stolen device key can be revoked, a bridge removed, and re-enrolling
 /// replaces the bridge's key (unless kept for a second machine) — each at once on a connected
 /// daemon.

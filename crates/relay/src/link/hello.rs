@@ -43,7 +43,7 @@ pub(super) async fn enroll(
                 key_id,
             });
             if let Err(e) = told {
-                // The code is used up; the daemon learns nothing and must enroll again.
+                // The code is spent; the daemon, not told, redeems it again with the same key.
                 tracing::warn!(%bridge, error = %e, "a daemon enrolled but its socket could not be told");
             }
             tx.close(CloseCode::Normal, "enrolled");

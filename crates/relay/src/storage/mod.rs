@@ -244,8 +244,16 @@ impl SqliteStorage {
     /// are revoked (re-enrollment replaces a lost or stolen key; connected daemons holding them
     /// are closed by the relay, which watches [`SqliteStorage::revocation_epoch`]).
     ///
+    /// Redeeming is idempotent for the key that redeemed it: a used code presented again with
+    /// the same `public_key`, before the code expires and while that key is not revoked, returns
+    /// the same `(bridge, key_id)` and changes nothing. A daemon whose `enrolled` answer was lost
+    /// (its enrollment timed out, its socket dropped) can therefore enroll again with the same
+    /// code; whoever else holds the code learns only the bridge's name and a key id that needs
+    /// the daemon's private key to be used.
+    ///
     /// # Errors
-    /// `NotFound` for an unknown, used or expired code; database failure.
+    /// `NotFound` for an unknown or expired code, or one used by another key or by a key since
+    /// revoked; database failure.
     pub(crate) async fn enroll(
         &self,
         code: &str,
@@ -255,19 +263,34 @@ impl SqliteStorage {
         // Write first: a deferred transaction that read first could not wait for the write lock
         // (SQLITE_BUSY at once under concurrent enrollments); a first write waits up to the
         // busy timeout.
+        let code_hash = crate::auth::sha256_hex(code);
+        let key_id = crate::auth::random_id("key_");
         let row = sqlx::query(
-            "UPDATE enrollments SET used_at = ? \
+            "UPDATE enrollments SET used_at = ?, key_id = ? \
              WHERE code_hash = ? AND used_at IS NULL AND expires_at > ? RETURNING bridge, keep_existing",
         )
         .bind(now())
-        .bind(crate::auth::sha256_hex(code))
+        .bind(&key_id)
+        .bind(&code_hash)
         .bind(now())
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
-            return Err(StorageError::NotFound(
-                "the enrollment code is unknown, expired or already used".into(),
-            ));
+            let again = sqlx::query(
+                "SELECT e.bridge, e.key_id FROM enrollments e JOIN device_keys k ON k.key_id = e.key_id \
+                 WHERE e.code_hash = ? AND e.expires_at > ? AND k.public_key = ? AND k.revoked_at IS NULL",
+            )
+            .bind(&code_hash)
+            .bind(now())
+            .bind(public_key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            return match again {
+                Some(r) => Ok((r.get(0), r.get(1))),
+                None => Err(StorageError::NotFound(
+                    "the enrollment code is unknown, expired or already used".into(),
+                )),
+            };
         };
         let bridge: String = row.get(0);
         let keep_existing: bool = row.get(1);
@@ -286,7 +309,6 @@ impl SqliteStorage {
                 revoked = true;
             }
         }
-        let key_id = crate::auth::random_id("key_");
         sqlx::query(
             "INSERT INTO device_keys (key_id, bridge, public_key, created_at) VALUES (?, ?, ?, ?)",
         )
@@ -534,6 +556,45 @@ mod tests {
                 .is_none()
         );
         assert!(s.create_token("nope", Role::Owner, None).await.is_err());
+    }
+
+    /// A daemon whose `enrolled` answer was lost (its enrollment timed out while the relay was
+    /// saturated, or its socket dropped) redeems the same code again with the same key: it gets
+    /// the key id the first redemption registered, and nothing is revoked or registered twice.
+    /// Another key, a revoked key or an expired code still gets nothing.
+    #[tokio::test]
+    async fn a_code_redeemed_again_with_the_same_key_answers_as_the_first_time() {
+        let s = SqliteStorage::memory().await.unwrap();
+        let code = s.add_bridge("laptop", 3600).await.unwrap();
+        let first = s.enroll(&code, "pk").await.unwrap();
+        let epoch = s.revocation_epoch().await.unwrap();
+        assert_eq!(s.enroll(&code, "pk").await.unwrap(), first);
+        assert_eq!(
+            s.revocation_epoch().await.unwrap(),
+            epoch,
+            "nothing revoked"
+        );
+        let keys: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM device_keys")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+        assert_eq!(keys, 1, "one key registered");
+        assert!(s.enroll(&code, "other").await.is_err(), "another key");
+
+        let second = s.add_bridge("laptop", 3600).await.unwrap();
+        s.enroll(&second, "pk2").await.unwrap();
+        assert!(
+            s.enroll(&code, "pk").await.is_err(),
+            "the first key was replaced by a later enrollment"
+        );
+
+        let gone = s.add_bridge("old", 3600).await.unwrap();
+        s.enroll(&gone, "pk3").await.unwrap();
+        sqlx::query("UPDATE enrollments SET expires_at = 0")
+            .execute(&s.pool)
+            .await
+            .unwrap();
+        assert!(s.enroll(&gone, "pk3").await.is_err(), "an expired code");
     }
 
     /// Regression (benchmark with 100 daemons enrolling at once): the enrollment transaction

@@ -95,9 +95,13 @@ pub trait BridgeStore: Send + Sync + fmt::Debug {
     /// Redeems an enrollment code: registers `public_key` (SEC1, base64url) for its bridge and
     /// returns `(bridge, key_id)`. Unless the code was issued to keep them, the bridge's other
     /// device keys are revoked (a revocation: running relays close the daemons holding them).
+    /// Idempotent for the key that redeemed the code: presented again with the same
+    /// `public_key`, while the code is valid and that key unrevoked, a used code returns the same
+    /// `(bridge, key_id)` and changes nothing.
     ///
     /// # Errors
-    /// `NotFound` for an unknown, used or expired code; the store fails.
+    /// `NotFound` for an unknown or expired code, or one used by another key or by a key since
+    /// revoked; the store fails.
     fn enroll<'a>(
         &'a self,
         code: &'a str,
