@@ -458,7 +458,8 @@ def main():
     ap.add_argument("--relay-rounds", type=int, default=3)
     ap.add_argument("--relay-c1", type=int, default=300)
     ap.add_argument("--relay-c10", type=int, default=2000)
-    ap.add_argument("--relay-daemons", type=int, default=100)
+    ap.add_argument("--relay-daemons", type=int, default=100,
+                    help="daemons connected for the relay memory rows (default 100; the per-daemon target is for 1000)")
     ap.add_argument("--relay-settle", type=float, default=10.0)
     ap.add_argument("--soak-minutes", type=float, default=30.0, help="soak duration per mode (default 30; --quick: 2)")
     ap.add_argument("--soak-interval", type=float, default=60.0, help="seconds between soak samples (default 60; --quick: 10)")
