@@ -14,7 +14,20 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     runtime::memory::limit_arenas();
-    let cli = cli::Cli::parse();
+    // A worker started early by its supervisor (`supervisor::prestart`) prepares what has no
+    // effect outside it, then waits at its gate; it never writes a byte before the gate opens.
+    let gated = supervisor::prestart::is_gated_worker();
+    // A supervised `stdio` starts its first worker now, so that both load at once.
+    supervisor::prestart::prestart(&std::env::args_os().skip(1).collect::<Vec<_>>());
+    let cli = if gated {
+        match cli::Cli::try_parse() {
+            Ok(cli) => cli,
+            // The supervisor parsed the same arguments and reports the mistake.
+            Err(_) => return ExitCode::SUCCESS,
+        }
+    } else {
+        cli::Cli::parse()
+    };
     if let cli::Command::Watchdog { instance } = &cli.command {
         // Synchronous and alone: no async runtime, no logging (its stderr is closed).
         runtime::tools::process::watchdog::run(instance);
@@ -22,6 +35,10 @@ fn main() -> ExitCode {
     }
     runtime::tools::process::watchdog::enable(cli::WATCHDOG_SUBCOMMAND);
     if let Err(e) = logging::init(&cli.global) {
+        if gated {
+            // The supervisor set up the same logging and reports the mistake.
+            return ExitCode::SUCCESS;
+        }
         eprintln!("machine-mcp: {}", commands::printable(&format!("{e:#}")));
         return ExitCode::FAILURE;
     }
@@ -37,6 +54,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if gated && !supervisor::prestart::pass_gate() {
+        rt.shutdown_background();
+        return ExitCode::SUCCESS;
+    }
     let result = rt.block_on(commands::run(cli.command));
     // Blocking work (a search, a file read) must not keep the process alive after the session.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));

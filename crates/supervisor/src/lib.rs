@@ -83,6 +83,7 @@ pub mod binary;
 pub mod limits;
 mod message;
 mod output;
+pub mod prestart;
 mod registry;
 mod shared;
 mod state;

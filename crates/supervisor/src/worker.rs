@@ -58,12 +58,23 @@ impl Worker {
         version: String,
         sink: Arc<dyn Sink>,
     ) -> std::io::Result<Arc<Self>> {
-        let mut child = std::process::Command::new(binary)
+        let child = std::process::Command::new(binary)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
+        Self::run(child, generation, version, sink)
+    }
+
+    /// Runs `child` (started with piped stdin and stdout) as the worker of `generation`: its
+    /// reader thread starts.
+    pub(super) fn run(
+        mut child: std::process::Child,
+        generation: u64,
+        version: String,
+        sink: Arc<dyn Sink>,
+    ) -> std::io::Result<Arc<Self>> {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();

@@ -1316,3 +1316,73 @@ fn a_binary_an_edit_caller_overwrote_in_the_workspace_is_not_swapped_in() {
     wait_generation(&mut s, &inst, 2);
     assert!(marker.exists());
 }
+
+/// The first worker is started before the supervisor parsed its arguments, so that both load
+/// the binary at once (`supervisor::prestart`): it is the worker that serves.
+#[test]
+fn the_first_worker_is_the_one_started_early_and_serves() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    let (_, worker) = first_info(&mut s, &inst);
+    let cmdline = std::fs::read(format!("/proc/{worker}/cmdline")).unwrap();
+    assert!(
+        cmdline
+            .split(|b| *b == 0)
+            .any(|a| a == supervisor::prestart::WORKER_GATE_FLAG.as_bytes()),
+        "{}",
+        String::from_utf8_lossy(&cmdline)
+    );
+}
+
+/// A supervised start the supervisor refuses reports its error once: the early worker, waiting
+/// at its gate, ends without a word when the supervisor exits.
+#[test]
+fn a_refused_start_says_why_once_and_leaves_no_worker() {
+    let t = Tree::new();
+    let missing = t.path().join("no-such-workspace-7f3a");
+    let out = Command::new(bin())
+        .args(["stdio", "--workspace", missing.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("machine-mcp:").count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+    let end = Instant::now() + Duration::from_secs(10);
+    while crate::util::processes_with("no-such-workspace-7f3a") > 0 {
+        assert!(Instant::now() < end, "the early worker is still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A gated worker whose gate is closed, or that reads another line first, exits at once with
+/// status 0 and writes nothing.
+#[test]
+fn a_gated_worker_not_let_through_exits_silently() {
+    let t = Tree::new();
+    for input in [&b""[..], b"nope\n", b"go-on\n"] {
+        let mut child = Command::new(bin())
+            .args([
+                "stdio",
+                "--worker",
+                supervisor::prestart::WORKER_GATE_FLAG,
+                "--workspace",
+            ])
+            .arg(t.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input).unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{input:?}: {out:?}");
+        assert!(
+            out.stdout.is_empty() && out.stderr.is_empty(),
+            "{input:?}: {out:?}"
+        );
+    }
+}

@@ -226,7 +226,13 @@ impl State {
     /// initializes it).
     pub(crate) fn start_first(&mut self) -> io::Result<Vec<Out>> {
         let file = FileId::of(&self.config.binary);
-        let generation = self.spawn(runtime::version().to_owned(), Purpose::Recovery)?;
+        let early = crate::prestart::take()
+            .filter(|e| e.adoptable(&self.worker_args, &self.program(Purpose::Recovery)))
+            .and_then(crate::prestart::Prestarted::open);
+        let generation = match early {
+            Some(child) => self.adopt(child)?,
+            None => self.spawn(runtime::version().to_owned(), Purpose::Recovery)?,
+        };
         tracing::info!(
             generation,
             binary = %self.config.binary.display(),
@@ -251,15 +257,38 @@ impl State {
         }
     }
 
+    /// Makes `child`, the early worker at its gate (`prestart.rs`), the worker of the next
+    /// generation (role `Active`) and opens its gate.
+    fn adopt(&mut self, child: std::process::Child) -> io::Result<u64> {
+        self.install(|generation, sink| {
+            let worker = Worker::run(child, generation, runtime::version().to_owned(), sink)?;
+            if worker.send(crate::prestart::WORKER_GATE_LINE) {
+                Ok(worker)
+            } else {
+                worker.kill();
+                Err(io::Error::other("the early worker's input is closed"))
+            }
+        })
+    }
+
     /// Spawns a worker of the next generation (role `Active` until the caller says otherwise)
     /// from [`Self::program`] of `purpose`.
     pub(crate) fn spawn(&mut self, version: String, purpose: Purpose) -> io::Result<u64> {
+        let program = self.program(purpose);
+        let args = self.worker_args.clone();
+        self.install(|generation, sink| Worker::spawn(&program, &args, generation, version, sink))
+    }
+
+    /// Registers the worker `make` starts for the next generation, role `Active`.
+    fn install(
+        &mut self,
+        make: impl FnOnce(u64, Arc<Shared>) -> io::Result<Arc<Worker>>,
+    ) -> io::Result<u64> {
         let Some(sink) = self.sink.upgrade() else {
             return Err(io::Error::other("the supervisor is stopping"));
         };
         let generation = self.next_generation;
-        let program = self.program(purpose);
-        let worker = Worker::spawn(&program, &self.worker_args, generation, version, sink)?;
+        let worker = make(generation, sink)?;
         self.next_generation += 1;
         self.workers.insert(
             generation,
