@@ -11,7 +11,9 @@
 //!   is cumulative: it covers every message of its session up to its `seq`). The daemon only holds
 //!   acknowledged messages that much longer.
 //! - A Close frame ([`Outbound::Close`]) goes out after what was queued before it and ends the
-//!   writer.
+//!   writer. Its reason is cut to [`CLOSE_REASON_MAX_BYTES`] at a character boundary: a
+//!   control frame carries at most 125 bytes, the status code two of them (RFC 6455 §5.5,
+//!   §5.5.1), and a longer one is a protocol error to the daemon, which then sees no reason.
 
 use futures_util::SinkExt;
 use tokio::{sync::mpsc, time::Instant};
@@ -22,6 +24,19 @@ use tokio_tungstenite::tungstenite::{
 
 use crate::{hub::Outbound, limits::ACK_LINGER};
 use protocol::{frame::RelayFrame, limits};
+
+/// The longest reason a Close frame carries, in bytes (RFC 6455 §5.5: 125 bytes of payload,
+/// two of them the status code).
+const CLOSE_REASON_MAX_BYTES: usize = 123;
+
+/// `reason`, cut to [`CLOSE_REASON_MAX_BYTES`] at a character boundary.
+fn close_reason(reason: &str) -> &str {
+    let mut end = reason.len().min(CLOSE_REASON_MAX_BYTES);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
 
 /// Writes what `rx` carries to `sink` by the module's rules, until `rx` closes, the sink fails,
 /// or a Close frame was written.
@@ -56,7 +71,7 @@ where
                     let _ = sink
                         .send(Message::Close(Some(CloseFrame {
                             code: WsCloseCode::from(code.code()),
-                            reason: reason.into(),
+                            reason: close_reason(&reason).into(),
                         })))
                         .await;
                     break 'write;
@@ -115,6 +130,17 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn a_close_reason_fits_a_control_frame_and_is_cut_between_characters() {
+        let short = "enrolled";
+        assert_eq!(close_reason(short), short);
+        let long = format!("{}é{}", "a".repeat(122), "b".repeat(40));
+        let cut = close_reason(&long);
+        assert_eq!(cut, "a".repeat(122), "é spans bytes 123 and 124");
+        let exact = "c".repeat(123);
+        assert_eq!(close_reason(&exact), exact);
+    }
 
     fn ack(sid: &str, seq: u64) -> Outbound {
         Outbound::Frame(RelayFrame::Ack {

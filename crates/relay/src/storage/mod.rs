@@ -288,7 +288,9 @@ impl SqliteStorage {
             return match again {
                 Some(r) => Ok((r.get(0), r.get(1))),
                 None => Err(StorageError::NotFound(
-                    "the enrollment code is unknown, expired or already used".into(),
+                    "the enrollment code is unknown, expired, or used by another device key or by one \
+                     since revoked: make a new code"
+                        .into(),
                 )),
             };
         };
