@@ -605,8 +605,8 @@ pub(crate) enum BridgeCommand {
     Add {
         /// Bridge name: letters, digits, '-' and '_'.
         name: String,
-        /// Minutes the code stays valid.
-        #[arg(long, default_value_t = 60)]
+        /// Minutes the code stays valid: 1 to 525600 (a year).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i64).range(1..=525_600))]
         code_ttl_minutes: i64,
         /// Name of the first owner account.
         #[arg(long, value_name = "ACCOUNT", default_value = "owner")]

@@ -177,7 +177,7 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
                 .any(|k| k.revoked_at.is_none());
             let code = s
                 .bridges()
-                .add_bridge_code(&name, code_ttl_minutes.max(1) * 60, keep_existing)
+                .add_bridge_code(&name, code_ttl_minutes * 60, keep_existing)
                 .await?;
             let first_owner = ensure_owner(&s, &name, &owner).await?;
             let again = store_flags(&store);
@@ -189,7 +189,7 @@ pub(crate) async fn bridge(cmd: BridgeCommand) -> Result<()> {
             };
             outln!("{code}");
             eprintln!(
-                "bridge {name}: enrollment code above, valid for {code_ttl_minutes} min and for one use.\n\
+                "bridge {name}: enrollment code above, valid for {code_ttl_minutes} min and for one machine.\n\
                  On the machine to connect, run:\n  machine-mcp connect --relay {relay_url} --enroll {code} --workspace <DIR>"
             );
             if had_keys && !keep_existing {

@@ -412,10 +412,36 @@ fn a_spent_code_enrolls_again_only_the_key_that_spent_it() {
     let status = crate::util::exit_within(&mut stranger.child, Duration::from_secs(20));
     assert!(status.is_some_and(|s| !s.success()), "{}", stranger.log());
     assert!(
-        stranger.log().contains("already used"),
+        stranger.log().contains("used by another device key"),
         "{}",
         stranger.log()
     );
+}
+
+/// An enrollment code lives the minutes asked for: a lifetime that is no lifetime (or that
+/// would overflow) is refused, not turned into another one.
+#[test]
+fn an_enrollment_code_lifetime_outside_a_minute_to_a_year_is_refused() {
+    let state = tempfile::tempdir().unwrap();
+    for ttl in ["0", "525601", "9223372036854775807"] {
+        let out = std::process::Command::new(crate::util::bin())
+            .args([
+                "relay",
+                "bridge",
+                "add",
+                "b1",
+                "--code-ttl-minutes",
+                ttl,
+                "--state-dir",
+            ])
+            .arg(state.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{ttl}: {out:?}");
+        assert!(out.stdout.is_empty(), "{ttl}: no code printed");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--code-ttl-minutes"), "{ttl}: {err}");
+    }
 }
 
 /// Issue 12 item 8: a stolen device key can be revoked, a bridge removed, and re-enrolling
