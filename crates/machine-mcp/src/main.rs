@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     // A worker started early by its supervisor (`supervisor::prestart`) prepares what has no
     // effect outside it, then waits at its gate; it never writes a byte before the gate opens.
     let gated = supervisor::prestart::is_gated_worker();
+    supervisor::prestart::name_worker();
     // A supervised `stdio` starts its first worker now, so that both load at once.
     supervisor::prestart::prestart(&std::env::args_os().skip(1).collect::<Vec<_>>());
     let cli = if gated {

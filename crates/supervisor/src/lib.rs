@@ -39,6 +39,9 @@
 //!   exec ([`SupervisorConfig::automatic_swap_off`]), a changed file is never noticed, workers
 //!   start from the supervisor's own running file, and only the user's reload takes the file
 //!   at the path; `server_info` says so and why.
+//! - **Early first worker.** `main` starts the first worker of a plain `machine-mcp stdio`
+//!   before the supervisor parses its arguments ([`prestart::prestart`]); it waits at a gate
+//!   until [`supervise`] adopts it, or ends silently (`prestart.rs` states the rules).
 //! - **Status.** `server_info` answers gain `supervisor` ([`SupervisorInfo`]).
 //! - **Stop.** At end of input the workers finish what they run and answer it; on Ctrl-C or
 //!   SIGTERM they get SIGTERM, as the host's signal would stop a server without a supervisor.
@@ -51,7 +54,8 @@
 //! and who does it (`Out`, `Shared`); `state/` the routing state (`mod.rs` its types and
 //! workers, `from_client.rs`, `from_worker.rs`, `lifecycle.rs` starts, exits, reloads and
 //! timers, `status.rs`); `message.rs` the message heads; `worker.rs` a worker process;
-//! `binary.rs` the watched binary; `output.rs` stdout; `registry.rs` the running supervisors.
+//! `binary.rs` the watched binary; `prestart.rs` the early first worker; `output.rs` stdout;
+//! `registry.rs` the running supervisors.
 //!
 //! [`UPGRADE_CHECK_INTERVAL`]: protocol::limits::UPGRADE_CHECK_INTERVAL
 //! [`STOP_SIGNAL_REPEAT_WINDOW`]: protocol::limits::STOP_SIGNAL_REPEAT_WINDOW

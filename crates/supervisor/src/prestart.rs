@@ -7,7 +7,8 @@
 //!   `stdio` and hold none of `--worker`, `--no-supervisor`, `--help`/`-h`, `--version`/`-V`.
 //!   Anything else starts no early worker; the supervisor then starts its first one as usual.
 //! - The early worker runs the supervisor's own running file ([`OWN_EXE`]), never the file the
-//!   path names now: before the supervisor has looked at the path nothing from it is run.
+//!   path names now: before the supervisor has looked at the path nothing from it is run. Its
+//!   argv0 is the path the host started the supervisor by, as for every worker.
 //! - It waits at a gate, its first stdin line, before it runs its command or writes a byte.
 //!   Before the gate it only does what has no effect outside it: it parses its arguments, sets
 //!   up logging and builds its async runtime, and a mistake there ends it silently (the
@@ -25,10 +26,12 @@
 use std::{
     ffi::OsString,
     io::Read,
+    os::unix::process::CommandExt,
     path::Path,
     process::{Child, Stdio},
-    sync::Mutex,
 };
+
+use lock::Lock;
 
 use crate::binary::{self, FileId};
 
@@ -39,7 +42,7 @@ pub const WORKER_GATE_FLAG: &str = "--worker-gate";
 pub const WORKER_GATE_LINE: &[u8] = b"go";
 
 /// The early worker of this process, if [`prestart`] started one and nobody took it yet.
-static PRESTARTED: Mutex<Option<Prestarted>> = Mutex::new(None);
+static PRESTARTED: Lock<Option<Prestarted>> = Lock::new(None);
 
 /// A worker process waiting at its gate, with the worker arguments it was started with.
 #[derive(Debug)]
@@ -84,7 +87,11 @@ pub fn prestart(args: &[OsString]) {
         return;
     }
     let worker_args = gated(binary::worker_args(args));
+    let argv0 = std::env::args_os()
+        .next()
+        .unwrap_or_else(|| "machine-mcp".into());
     let child = std::process::Command::new(runtime::programs::OWN_EXE)
+        .arg0(binary::invoked_path(&argv0))
         .args(&worker_args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -95,20 +102,37 @@ pub fn prestart(args: &[OsString]) {
             child: Some(child),
             args: worker_args,
         };
-        if let Ok(mut slot) = PRESTARTED.lock() {
-            *slot = Some(early);
-        }
+        *PRESTARTED.lock() = Some(early);
     }
 }
 
 /// The early worker [`prestart`] started, once.
 pub(crate) fn take() -> Option<Prestarted> {
-    PRESTARTED.lock().ok().and_then(|mut slot| slot.take())
+    PRESTARTED.lock().take()
 }
 
 /// Whether this process is a gated worker (its arguments hold [`WORKER_GATE_FLAG`]).
 pub fn is_gated_worker() -> bool {
     std::env::args_os().any(|a| a == WORKER_GATE_FLAG)
+}
+
+/// Names a worker process (`comm`, what `ps -e`, `pgrep` and `killall` match) after its argv0's
+/// file name, at most 15 bytes: a worker started from the running file (`/proc/self/exe`)
+/// would otherwise be called `exe`. Does nothing for other processes.
+pub fn name_worker() {
+    let mut args = std::env::args_os();
+    let argv0 = args.next();
+    if !args.any(|a| a == "--worker") {
+        return;
+    }
+    let Some(name) = argv0.as_deref().map(Path::new).and_then(Path::file_name) else {
+        return;
+    };
+    let mut bytes = std::os::unix::ffi::OsStrExt::as_bytes(name).to_vec();
+    bytes.truncate(15);
+    if let Ok(name) = std::ffi::CString::new(bytes) {
+        let _ = nix::sys::prctl::set_name(&name);
+    }
 }
 
 /// For a gated worker, before it runs its command: reads its stdin up to the first `\n`, one byte at a time

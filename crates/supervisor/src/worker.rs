@@ -12,6 +12,7 @@
 use std::{
     ffi::OsString,
     io::{BufReader, IoSlice, Write},
+    os::unix::process::CommandExt,
     path::Path,
     process::{Child, ChildStdin, ChildStdout, Stdio},
     sync::Arc,
@@ -46,19 +47,22 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Starts `binary` with `args` as worker `generation`; its lines and its exit go to `sink`
-    /// from a reader thread.
+    /// Starts `binary` with argv0 `named` (the path the host started the supervisor by, also
+    /// when `binary` is the running file itself) and `args` as worker `generation`; its lines
+    /// and its exit go to `sink` from a reader thread.
     ///
     /// # Errors
     /// The process or its reader thread could not be started.
     pub(super) fn spawn(
         binary: &Path,
+        named: &Path,
         args: &[OsString],
         generation: u64,
         version: String,
         sink: Arc<dyn Sink>,
     ) -> std::io::Result<Arc<Self>> {
         let child = std::process::Command::new(binary)
+            .arg0(named)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

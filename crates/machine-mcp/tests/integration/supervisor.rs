@@ -1318,14 +1318,24 @@ fn a_binary_an_edit_caller_overwrote_in_the_workspace_is_not_swapped_in() {
 }
 
 /// The first worker is started before the supervisor parsed its arguments, so that both load
-/// the binary at once (`supervisor::prestart`): it is the worker that serves.
+/// the binary at once (`supervisor::prestart`): it is the worker that serves, and it is named
+/// as every worker is (argv0 the path the host used, `comm` its file name), though it runs the
+/// supervisor's own running file.
 #[test]
 fn the_first_worker_is_the_one_started_early_and_serves() {
     let t = Tree::new();
     let inst = Install::new();
     let mut s = inst.start(t.path(), &[]);
     let (_, worker) = first_info(&mut s, &inst);
+    let comm = std::fs::read_to_string(format!("/proc/{worker}/comm")).unwrap();
+    assert_eq!(comm.trim_end(), "machine-mcp");
     let cmdline = std::fs::read(format!("/proc/{worker}/cmdline")).unwrap();
+    assert_eq!(
+        cmdline.split(|b| *b == 0).next(),
+        Some(inst.binary().to_str().unwrap().as_bytes()),
+        "{}",
+        String::from_utf8_lossy(&cmdline)
+    );
     assert!(
         cmdline
             .split(|b| *b == 0)

@@ -276,7 +276,10 @@ impl State {
     pub(crate) fn spawn(&mut self, version: String, purpose: Purpose) -> io::Result<u64> {
         let program = self.program(purpose);
         let args = self.worker_args.clone();
-        self.install(|generation, sink| Worker::spawn(&program, &args, generation, version, sink))
+        let named = self.config.binary.clone();
+        self.install(|generation, sink| {
+            Worker::spawn(&program, &named, &args, generation, version, sink)
+        })
     }
 
     /// Registers the worker `make` starts for the next generation, role `Active`.
