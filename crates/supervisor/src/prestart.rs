@@ -13,12 +13,12 @@
 //!   Before the gate it only does what has no effect outside it: it parses its arguments, sets
 //!   up logging and builds its async runtime, and a mistake there ends it silently (the
 //!   supervisor makes the same mistake and reports it). [`WORKER_GATE_LINE`] lets it go on
-//!   ([`Prestarted::open`], by [`crate::supervise`]); end of input or any other line ends it
+//!   (`Prestarted::open`, by [`crate::supervise`]); end of input or any other line ends it
 //!   at once, silently, with status 0. So a start that the supervisor refuses (bad arguments,
 //!   a missing workspace) reports its error once, and a worker the supervisor would not have
 //!   started (the path names another file) never runs its command.
 //! - It is adopted only when it is the worker the supervisor would start itself: the same
-//!   worker arguments and the same file ([`Prestarted::adoptable`]); otherwise it is killed.
+//!   worker arguments and the same file (`Prestarted::adoptable`); otherwise it is killed.
 //! - A `Prestarted` that is dropped kills its process and reaps it.
 //!
 //! [`OWN_EXE`]: runtime::programs::OWN_EXE
