@@ -97,6 +97,8 @@ impl ClientHead {
 /// `io.modelcontextprotocol/subscriptionId`, MCP 2026-07-28 Basic › Patterns › Subscriptions).
 #[derive(Debug, Default)]
 pub(super) struct WorkerHead {
+    /// Whether the line is a JSON-RPC message (`"jsonrpc": "2.0"` among its members).
+    pub(super) json_rpc: bool,
     pub(super) id: Option<Value>,
     pub(super) has_method: bool,
     pub(super) acknowledged: Option<Value>,
@@ -112,6 +114,7 @@ impl WorkerHead {
             .then(|| head.meta().subscription_id().cloned())
             .flatten();
         Self {
+            json_rpc: head.is_json_rpc(),
             id: head.id_member().cloned(),
             has_method: head.has_method(),
             acknowledged,

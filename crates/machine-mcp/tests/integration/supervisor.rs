@@ -1396,3 +1396,35 @@ fn a_gated_worker_not_let_through_exits_silently() {
         );
     }
 }
+
+/// A worker's stdout line that is not a JSON-RPC message (here a wrapper script that prints
+/// before it starts the server) never reaches the client: the supervisor drops and logs it.
+#[test]
+fn a_worker_line_that_is_not_json_rpc_never_reaches_the_client() {
+    let t = Tree::new();
+    let inst = Install::new();
+    let mut s = inst.start(t.path(), &[]);
+    first_info(&mut s, &inst);
+    let real = bin();
+    let noisy = inst.script(
+        "noisy",
+        &format!(
+            "if [ \"$1\" = --version ]; then exec '{0}' \"$@\"; fi\n\
+             echo 'not JSON-RPC'\necho '{{\"note\": \"JSON without jsonrpc\"}}'\nexec '{0}' \"$@\"",
+            real.display()
+        ),
+    );
+    inst.replace_with(&noisy);
+    signal(u64::from(s.pid()), "HUP");
+    // Every message the client reads is parsed as JSON (a non-JSON line fails the test).
+    wait_generation(&mut s, &inst, 2);
+    let r = s.call("server_info", json!({}));
+    assert!(!r.is_error, "{}", r.error);
+    let log = inst.log();
+    assert_eq!(
+        log.matches("a worker wrote a line that is not a JSON-RPC message")
+            .count(),
+        2,
+        "{log}"
+    );
+}

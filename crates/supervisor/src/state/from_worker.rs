@@ -1,6 +1,8 @@
 //! Lines from the workers: answers to the client (rewritten where the supervisor adds to
 //! them), notifications, and the answers to the supervisor's own requests (a candidate's
-//! initialization and tool list, a retired worker's activity).
+//! initialization and tool list, a retired worker's activity). A line that is not a JSON-RPC
+//! message (no `"jsonrpc": "2.0"` member) is dropped and logged: the client's stdout carries
+//! JSON-RPC only.
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -20,6 +22,15 @@ impl State {
     pub(crate) fn worker_line(&mut self, generation: u64, line: Vec<u8>) -> Vec<Out> {
         let mut outs = Vec::new();
         let head = WorkerHead::parse(&line);
+        if !head.json_rpc {
+            // Never the client's: stdout carries JSON-RPC messages only.
+            tracing::warn!(
+                generation,
+                bytes = line.len(),
+                "a worker wrote a line that is not a JSON-RPC message; dropped"
+            );
+            return outs;
+        }
         let starting = matches!(
             self.workers.get(&generation).map(|s| &s.role),
             Some(Role::Starting(_))
