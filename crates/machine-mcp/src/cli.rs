@@ -805,8 +805,8 @@ pub(crate) struct StdioArgs {
     /// The supervisor's worker (internal: started by `machine-mcp stdio` itself).
     #[arg(long, hide = true, conflicts_with = "no_supervisor")]
     pub(crate) worker: bool,
-    /// A worker started before its supervisor checked its arguments; it waited for a line
-    /// on stdin before parsing them (internal: `supervisor::prestart`).
+    /// A worker started before its supervisor checked its arguments; it waits for a line on
+    /// stdin before it runs its command (internal: `supervisor::prestart`).
     #[arg(long = "worker-gate", hide = true, requires = "worker")]
     pub(crate) _worker_gate: bool,
     #[command(flatten)]

@@ -135,9 +135,10 @@ pub fn name_worker() {
     }
 }
 
-/// For a gated worker, before it runs its command: reads its stdin up to the first `\n`, one byte at a time
-/// (nothing after the line is consumed). `true` when the line is [`WORKER_GATE_LINE`]: go on;
-/// `false` on end of input, a read error or any other line: exit at once without a word.
+/// For a gated worker, before it runs its command: reads its stdin up to the first `\n`, one
+/// byte at a time (nothing after the line is consumed). `true` when the line is
+/// [`WORKER_GATE_LINE`]: go on; `false` on end of input, a read error or any other line: exit
+/// at once without a word.
 pub fn pass_gate() -> bool {
     use std::os::fd::AsFd;
     let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() else {
